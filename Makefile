@@ -1,0 +1,71 @@
+# tierkv — one Makefile. `make` builds build/tierkv; `make test` runs the suite;
+# `make asan` / `make ubsan` run it under sanitizers; `make fuzz` builds libFuzzer targets (clang).
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+CFLAGS  ?=
+BASEFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -Iinclude -Isrc -MMD -MP -pthread
+LDLIBS  = -lm -pthread
+
+# Kernel variants are compiled with their own ISA flags and chosen at run time from cpuid.
+AVX2_FLAGS   = -mavx2 -mfma -mf16c
+AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
+
+LIB_SRC  = $(sort $(wildcard src/base/*.c src/gguf/*.c src/backend/cpu/*.c src/model/*.c src/kv/*.c src/eval/*.c))
+TOOL_SRC = $(sort $(wildcard tools/*.c))
+TEST_SRC = $(sort $(wildcard tests/*.c))
+
+LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
+TOOL_OBJ = $(TOOL_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/%.o)
+# tools/main.c holds main(); the other tool files are commands the test binary may also call.
+TOOL_LIB_OBJ = $(filter-out $(BUILD)/tools/main.o,$(TOOL_OBJ))
+
+all: $(BUILD)/tierkv
+
+$(BUILD)/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(AVX2_FLAGS) $(CFLAGS) -c $< -o $@
+$(BUILD)/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(AVX512_FLAGS) $(CFLAGS) -c $< -o $@
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libtierkv.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tierkv: $(TOOL_OBJ) $(BUILD)/libtierkv.a
+	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libtierkv.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tierkv-tests: $(TEST_OBJ) $(TOOL_LIB_OBJ) $(BUILD)/libtierkv.a
+	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $(TEST_OBJ) $(TOOL_LIB_OBJ) $(BUILD)/libtierkv.a $(LDFLAGS) $(LDLIBS)
+
+# TESTS=substring picks tests by name; SHARED points at the shared fixtures.
+SHARED ?= ../shared
+test: $(BUILD)/tierkv-tests $(BUILD)/tierkv
+	TIERKV_SHARED=$(SHARED) TIERKV_BIN=$(BUILD)/tierkv $(BUILD)/tierkv-tests $(TESTS)
+
+asan:
+	$(MAKE) test BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address"
+ubsan:
+	$(MAKE) test BUILD=build-ubsan OPT=-O1 CFLAGS="-fsanitize=undefined -fno-sanitize-recover=undefined" LDFLAGS="-fsanitize=undefined"
+
+# libFuzzer targets (clang only).
+FUZZ_SRC = $(sort $(wildcard fuzz/*.c))
+fuzz:
+	$(MAKE) $(FUZZ_SRC:fuzz/%.c=build-fuzz/fuzz_bin/%) BUILD=build-fuzz CC=clang OPT=-O1 CFLAGS="-fsanitize=fuzzer-no-link,address,undefined" LDFLAGS="-fsanitize=address,undefined"
+build-fuzz/fuzz_bin/%: fuzz/%.c build-fuzz/libtierkv.a
+	@mkdir -p $(dir $@)
+	clang $(BASEFLAGS) -O1 -fsanitize=fuzzer,address,undefined -o $@ $< build-fuzz/libtierkv.a $(LDLIBS)
+
+clean:
+	rm -rf build build-asan build-ubsan build-fuzz
+
+format:
+	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(wildcard src/*/*.h src/backend/*/*.h include/*.h tests/*.h)
+
+.PHONY: all test asan ubsan fuzz clean format
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -1,0 +1,49 @@
+/* ops.h — the CPU op table. Every op has a plain C reference (ops_generic.c); AVX2 and AVX-512
+ * versions (ops_avx2.c, ops_avx512.c) implement the same functions and are tested against it.
+ * The variant is chosen once at start from cpuid (cpu_detect_isa) or forced by the caller.
+ * Kernels are pure functions of pointers and sizes: no globals, no allocation, no policy.
+ *
+ * Matrix products follow llama.cpp's CPU numerics (FORMATS.md 2.7): the f32 activation row is
+ * first converted to the weight type's "activation type" (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for
+ * Q4_1/Q5_1, Q8_K for K-quants, F16 for F16, BF16 for BF16, F32 for F32), then each output is the
+ * dot product of one weight row with the converted activation row. */
+#ifndef TKV_CPU_OPS_H
+#define TKV_CPU_OPS_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { CPU_ISA_GENERIC = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2 } cpu_isa;
+
+cpu_isa cpu_detect_isa(void);            /* best variant this CPU supports */
+const char *cpu_isa_name(cpu_isa isa);   /* "generic", "avx2", "avx512" */
+
+typedef struct {
+    uint32_t type;      /* weight ggml type */
+    uint32_t act_type;  /* activation ggml type (GGML_Q8_0, GGML_Q8_1, GGML_Q8_K, GGML_F16, GGML_BF16, GGML_F32) */
+    /* f32 row of n elements -> activation row (n a multiple of the activation block size) */
+    void (*quantize_act)(const float *x, void *y, int64_t n);
+    /* s[0] = dot(weight row w, activation row a), n elements */
+    void (*vec_dot)(int64_t n, float *s, const void *w, const void *a);
+    /* s[k] = dot(w, a + k*a_stride) for k < nx (one weight row against several activation rows);
+     * must give exactly vec_dot's results */
+    void (*vec_dot_nx)(int64_t n, float *s, const void *w, const void *a, size_t a_stride, int nx);
+    /* weight row -> f32 (exact dequantisation) */
+    void (*dequant_row)(const void *w, float *y, int64_t n);
+} cpu_type_ops;
+
+/* NULL if the type is not supported. */
+const cpu_type_ops *cpu_ops_for(uint32_t type, cpu_isa isa);
+
+/* Bytes of an activation row of n elements for weight type `type`. */
+size_t cpu_act_row_size(uint32_t type, int64_t n);
+
+/* f32 helpers used by the forward and attention, per ISA. They must be deterministic (the same
+ * inputs give the same bits on every call), which the bit-exact tiering tests rely on. */
+typedef struct {
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    void (*axpy_f32)(float *y, float a, const float *x, int64_t n); /* y += a*x */
+    void (*scale_f32)(float *y, float a, int64_t n);                /* y *= a */
+} cpu_f32_ops;
+const cpu_f32_ops *cpu_f32_ops_for(cpu_isa isa);
+
+#endif

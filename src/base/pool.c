@@ -1,0 +1,114 @@
+/* pool.c — persistent worker threads woken per job by a generation counter (see pool.h).
+ * Workers spin briefly before sleeping on a condition variable, because decode issues thousands of
+ * short jobs per second and a futex wake costs more than a short spin. */
+#include "base/pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "base/err.h"
+
+struct tkv_pool {
+    int n;                       /* threads including the caller */
+    pthread_t *threads;          /* n-1 workers */
+    pthread_mutex_t mu;          /* guards sleeping / wake */
+    pthread_cond_t cv;
+    atomic_uint gen;             /* job generation; workers run when it changes */
+    atomic_int pending;          /* workers still running the current job */
+    atomic_int quit;
+    tkv_pool_fn fn;              /* current job */
+    void *ctx;
+    int64_t n_items, grain;
+};
+
+typedef struct { tkv_pool *pool; int tid; } worker_arg;
+
+static void run_chunk(tkv_pool *p, int tid) {
+    int64_t n = p->n_items, g = p->grain;
+    int64_t blocks = (n + g - 1) / g;
+    int64_t b0 = blocks * tid / p->n, b1 = blocks * (tid + 1) / p->n;
+    int64_t i0 = b0 * g, i1 = b1 * g;
+    if (i1 > n) i1 = n;
+    if (i0 < i1) p->fn(p->ctx, i0, i1, tid);
+}
+
+static void *worker(void *arg) {
+    worker_arg *wa = arg;
+    tkv_pool *p = wa->pool;
+    int tid = wa->tid;
+    free(wa);
+    unsigned seen = atomic_load(&p->gen);
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !atomic_load(&p->quit)) {
+            if (++spins < 20000) continue;
+            pthread_mutex_lock(&p->mu);
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->cv, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->quit)) return NULL;
+        seen = g;
+        run_chunk(p, tid);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+    }
+}
+
+tkv_pool *pool_init(int n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    tkv_pool *p = tkv_xcalloc(1, sizeof *p);
+    p->n = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->quit, 0);
+    p->threads = tkv_xcalloc((size_t)n_threads, sizeof(pthread_t));
+    for (int i = 1; i < n_threads; i++) {
+        worker_arg *wa = tkv_xmalloc(sizeof *wa);
+        wa->pool = p;
+        wa->tid = i;
+        int rc = pthread_create(&p->threads[i], NULL, worker, wa);
+        TKV_ASSERT(rc == 0);
+    }
+    return p;
+}
+
+void pool_free(tkv_pool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->quit, 1);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p->threads);
+    free(p);
+}
+
+int pool_threads(const tkv_pool *p) { return p ? p->n : 1; }
+
+void pool_for_grain(tkv_pool *p, int64_t n, int64_t grain, tkv_pool_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    if (!p || p->n == 1 || n <= grain) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n_items = n;
+    p->grain = grain;
+    atomic_store(&p->pending, p->n - 1);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    run_chunk(p, 0);
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+    }
+}
+
+void pool_for(tkv_pool *p, int64_t n, tkv_pool_fn fn, void *ctx) { pool_for_grain(p, n, 1, fn, ctx); }

@@ -1,0 +1,112 @@
+/* kv.h — the KV cache as the forward pass sees it: a memory hierarchy behind a small interface.
+ *
+ * The forward never owns a KV array. Per token it asks for the rows to write the token's K (after
+ * RoPE) and V into; per layer it asks for a *view*: one K and one V row pointer per position of the
+ * sequence, in original position order, wherever each token lives (T0 pool, T1 host, T2 dequantised
+ * into staging). Evicted positions have NULL rows and are skipped by attention. A per-(kv head,
+ * position) keep mask lets head-wise policies (H2O) drop a token for some heads only.
+ * After a layer's attention the forward reports the attention weights (kv_observe) so that the
+ * policy can score tokens; after a decode step it calls kv_step_end, where re-tiering happens.
+ *
+ * Rows are f32, kv_dim = n_head_kv * head_dim floats, head g at [g*head_dim, (g+1)*head_dim).
+ * Threading: the kv_* calls come from the forward's main thread only; the transfer engine is
+ * internal. A view stays valid until the next kv_* call on the same sequence. */
+#ifndef TKV_KV_H
+#define TKV_KV_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    KV_POLICY_FULL = 0,   /* every token in T0, nothing moves: the reference */
+    KV_POLICY_HIERARCHY,  /* T0 by score, then T1 (exact), then T2 (int8), evict only the tail */
+    KV_POLICY_EVICT,      /* same scores and budgets, what does not fit in T0 is evicted */
+    KV_POLICY_QUANT,      /* what does not fit in T0 goes to T2 */
+    KV_POLICY_STREAMING,  /* baselines (issue 6) */
+    KV_POLICY_H2O,
+    KV_POLICY_RKV,
+    KV_POLICY_SNAPKV,
+    KV_POLICY_COUNT
+} kv_policy_kind;
+
+typedef struct {
+    /* model shape */
+    int n_layer, n_head, n_head_kv, head_dim;
+    /* capacity: sequences and positions per sequence */
+    int n_seq, n_ctx;
+    /* policy and budgets; ratios < 0 and budget 0 mean "not given" */
+    kv_policy_kind policy;
+    double hbm_ratio;          /* T0 share of current length */
+    double t2_ratio;           /* T2 share of current length */
+    double evict_ratio;        /* evicted share of current length */
+    uint64_t hbm_budget_bytes; /* absolute T0 budget for all sequences together */
+    int delta;                 /* re-tier every delta decode steps (default 64) */
+    int sinks;                 /* protected first tokens (default 4) */
+    int window;                /* protected last generated tokens (default 64) */
+    int staged;                /* 1: T1 rows are copied to a staging area per layer before attention */
+    int sync_transfers;        /* 1: moves run on the caller's thread (for debugging and tests) */
+} kv_options;
+
+/* Defaults: policy full, delta 64, sinks 4, window 64, ratios unset, async transfers. */
+void kv_options_default(kv_options *o);
+
+typedef struct {
+    const float *const *k; /* k[pos]: kv_dim floats, or NULL if evicted */
+    const float *const *v; /* v[pos] */
+    const uint8_t *keep;   /* NULL (all kept) or keep[g * keep_stride + pos] != 0 for kv head g */
+    int keep_stride;
+    int n;                 /* positions 0..n-1 exist */
+} kv_view;
+
+typedef struct kv_cache kv_cache;
+
+/* Validates the options (budgets that cannot hold the protected tokens or do not add up are refused
+ * here with a message saying why) and preallocates everything. */
+kv_cache *kv_init(const kv_options *o, char *err, size_t errlen);
+void kv_free(kv_cache *kv);
+
+/* Forgets a sequence (its slots return to the pools). */
+void kv_seq_reset(kv_cache *kv, int seq);
+/* Number of positions the sequence holds. */
+int kv_seq_len(const kv_cache *kv, int seq);
+
+/* Adds the token at position pos (must equal kv_seq_len) and returns where to write its K and V for
+ * every layer via kv_k_row/kv_v_row. is_prompt marks prompt tokens (protected in T0).
+ * Returns -1 with a message when the sequence is full. */
+int kv_append(kv_cache *kv, int seq, int pos, int is_prompt, char *err, size_t errlen);
+float *kv_k_row(kv_cache *kv, int seq, int layer, int pos);
+float *kv_v_row(kv_cache *kv, int seq, int layer, int pos);
+
+/* The view of one layer for attention. Waits for in-flight moves of this layer (the per-layer fence)
+ * and stages T1/T2 rows when needed. */
+void kv_view_layer(kv_cache *kv, int seq, int layer, kv_view *out);
+
+/* Attention weights of the query at q_pos, layer `layer`: att[h * att_stride + j] for heads
+ * h < n_head and positions j <= q_pos (0 where masked or evicted). Policies accumulate scores here. */
+void kv_observe(kv_cache *kv, int seq, int layer, int q_pos, const float *att, int att_stride);
+
+/* End of one decode step of the sequence (after every layer): scoring bookkeeping, and every delta
+ * steps the re-tiering, whose moves start asynchronously. */
+void kv_step_end(kv_cache *kv, int seq);
+
+/* Statistics, summed over sequences (per-sequence with seq >= 0). */
+typedef struct {
+    int64_t tokens[4];          /* tokens per tier T0..T3 (T3 = evicted) */
+    int64_t bytes[4];           /* bytes per tier (T3: 0) */
+    int64_t peak_t0_bytes;
+    int64_t t0_budget_bytes;    /* effective budget (after raising to the protected tokens) */
+    int64_t budget_raised;      /* times the budget was raised to hold the protected tokens */
+    int64_t bytes_moved_down;   /* T0 -> slower tiers */
+    int64_t bytes_moved_up;     /* slower tiers -> T0 */
+    int64_t bytes_staged;       /* T1/T2 rows copied into staging for attention (not tier moves) */
+    int64_t tokens_evicted;
+    int64_t retiers;
+    double move_seconds;        /* time the transfer engine spent copying */
+    double retier_seconds;      /* time spent ranking and planning */
+    double fence_wait_seconds;  /* time the forward waited at per-layer fences */
+} kv_stats;
+void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out);
+
+const char *kv_policy_name(kv_policy_kind p);
+int kv_policy_parse(const char *name, kv_policy_kind *out); /* 0 ok, -1 unknown */
+
+#endif

@@ -1,0 +1,74 @@
+/* main.c — the one test runner: runs every registered test (or those whose name contains one of
+ * the arguments) and ends with "N passed, N failed, N skipped". Exit status 1 if any failed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "t.h"
+
+#define MAX_TESTS 1024
+static struct { const char *name; t_fn fn; } tests[MAX_TESTS];
+static int n_tests, cur_failures, cur_skipped;
+static char skip_why[256];
+
+void t_register(const char *name, t_fn fn) {
+    if (n_tests < MAX_TESTS) { tests[n_tests].name = name; tests[n_tests].fn = fn; n_tests++; }
+}
+void t_fail(const char *file, int line, const char *expr) {
+    cur_failures++;
+    if (cur_failures <= 20) fprintf(stderr, "  FAIL %s:%d: %s\n", file, line, expr);
+}
+void t_skip(const char *why) { cur_skipped = 1; snprintf(skip_why, sizeof skip_why, "%s", why); }
+int t_is_skipped(void) { return cur_skipped; }
+
+const char *t_shared(const char *rel) {
+    static char ring[8][1024];
+    static int k;
+    const char *root = getenv("TIERKV_SHARED");
+    if (!root) root = "../shared";
+    char *b = ring[k++ & 7];
+    snprintf(b, 1024, "%s/%s", root, rel);
+    return b;
+}
+const char *t_bin(void) { const char *b = getenv("TIERKV_BIN"); return b ? b : "build/tierkv"; }
+const char *t_tmpdir(void) {
+    static char dir[256];
+    if (!dir[0]) {
+        snprintf(dir, sizeof dir, "/tmp/tierkv-test-XXXXXX");
+        if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
+    }
+    return dir;
+}
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int main(int argc, char **argv) {
+    int passed = 0, failed = 0, skipped = 0;
+    /* run in name order so output is stable whatever the link order */
+    const char *names[MAX_TESTS];
+    for (int i = 0; i < n_tests; i++) names[i] = tests[i].name;
+    qsort(names, (size_t)n_tests, sizeof names[0], cmp_name);
+    for (int k = 0; k < n_tests; k++) {
+        int i = 0;
+        while (strcmp(tests[i].name, names[k]) != 0) i++;
+        int want = argc <= 1;
+        for (int a = 1; a < argc; a++) if (strstr(tests[i].name, argv[a])) want = 1;
+        if (!want) continue;
+        cur_failures = 0; cur_skipped = 0; skip_why[0] = 0;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        tests[i].fn();
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+        if (cur_failures) { failed++; printf("FAIL %s (%d checks failed, %.0f ms)\n", tests[i].name, cur_failures, ms); }
+        else if (cur_skipped) { skipped++; printf("skip %s: %s\n", tests[i].name, skip_why); }
+        else { passed++; printf("ok   %s (%.0f ms)\n", tests[i].name, ms); }
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,30 @@
+/* t.h — the test harness. TEST(name) { ... } registers a test; CHECK(cond) records a failure with
+ * file:line and continues; REQUIRE(cond) fails and returns from the test. SKIP("why") ends a test
+ * as skipped. The runner (tests/main.c) prints one line per test and "N passed, N failed, N skipped". */
+#ifndef TKV_T_H
+#define TKV_T_H
+#include <stdio.h>
+
+typedef void (*t_fn)(void);
+void t_register(const char *name, t_fn fn);
+void t_fail(const char *file, int line, const char *expr);
+void t_skip(const char *why);
+int t_is_skipped(void);
+/* Path helpers: t_shared("fixtures/models/x.gguf") -> "$TIERKV_SHARED/fixtures/models/x.gguf" (static buffer ring). */
+const char *t_shared(const char *rel);
+/* The tierkv binary under test ($TIERKV_BIN, default build/tierkv). */
+const char *t_bin(void);
+/* A fresh temporary directory for this test run. */
+const char *t_tmpdir(void);
+
+#define TEST(name)                                                                 \
+    static void test_##name(void);                                                 \
+    __attribute__((constructor)) static void reg_##name(void) { t_register(#name, test_##name); } \
+    static void test_##name(void)
+
+#define CHECK(c) ((c) ? (void)0 : t_fail(__FILE__, __LINE__, #c))
+#define REQUIRE(c) do { if (!(c)) { t_fail(__FILE__, __LINE__, #c); return; } } while (0)
+#define SKIP(why) do { t_skip(why); return; } while (0)
+#define CHECKF(c, ...) do { if (!(c)) { t_fail(__FILE__, __LINE__, #c); fprintf(stderr, "    "); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
+
+#endif
