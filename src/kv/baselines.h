@@ -28,6 +28,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Largest GQA group (q heads per kv head) the functions accept. */
+#define KV_BL_MAX_GROUP 256
+
 /* How the q heads that share one kv head (grouped-query attention) combine into the kv head's
  * score. The keep masks are per kv head (a K/V row is shared by its group), so the group needs one
  * number per position. MEAN of the group's weights ranks exactly like their SUM. */
@@ -73,6 +76,9 @@ typedef struct {
     int cap;       /* positions the state can track (the sequence's n_ctx) */
     int n;         /* positions seen so far: 0..n-1 */
     int n_kept;    /* number of j < n with keep[j] == 1 */
+    int *cand;         /* [cap] scratch of kv_bl_h2o_enforce: candidate positions */
+    float *cand_score; /* [cap] scratch: their scores */
+    void *work;        /* [cap] scratch: sort pairs */
 } kv_bl_h2o;
 
 /* Allocates the state for up to cap positions (cap >= 1). Returns 0 or -1 with a message. */
@@ -131,8 +137,10 @@ int kv_bl_rkv_opts_check(const kv_bl_rkv_opts *o, char *err, size_t errlen);
 /* Whether a compression is due once the cache holds positions 0..n-1 (n_prompt = prompt length):
  * at the end of the prompt (n == n_prompt), then at decode when (n - 1) % interval == 0 (the
  * authors set the flag when their running length is a multiple of 128 and compress in the next
- * forward, after appending its token). Compressing only does something when the head holds more
- * than the budget; the caller may skip the call otherwise. */
+ * forward, after appending its token), except a decode point with n - n_prompt < window, whose
+ * observation window would overlap the prompt-end one (skipped, so each query observes for one
+ * compression only). Compressing only does something when the head holds more than the budget;
+ * the caller may skip the call otherwise. */
 int kv_bl_rkv_due(const kv_bl_rkv_opts *o, int n, int n_prompt);
 
 /* The compression point n_c whose observation window contains the query at q_pos
@@ -155,8 +163,8 @@ size_t kv_bl_rkv_scratch_bytes(int n);
  *   imp:    [n - window] importance accumulated by kv_bl_rkv_observe (unpooled).
  *   k_rows: k_rows[j] = the K row of position j (the kv_view's k, kv_dim floats) for held j;
  *           this head's key is k_rows[j] + k_offset (k_offset = g * head_dim), head_dim floats.
- *   held:   [n] the head's current mask (NULL = all held). The last `window` held positions are
- *           the window (normally n - window..n - 1).
+ *   held:   [n] the head's current mask (NULL = all held). The window, positions
+ *           n - window..n - 1, must be held (it always is: R-KV never evicts its newest tokens).
  *   keep:   [n] out. If the head holds <= budget positions, keep = held. Otherwise keep holds
  *           exactly `budget` positions: the window plus the top budget - window by final score.
  * Requires budget > window (the authors' assert). Returns 0 or -1 with a message. */
