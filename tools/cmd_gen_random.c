@@ -1,0 +1,326 @@
+/* cmd_gen_random.c — `tierkv gen-random --shape NAME --type T -o FILE [--seed S] [--layers N]`:
+ * writes a GGUF with the real shapes of a known model (MODELS.md) and random weights, for speed
+ * benchmarks only. Weights are random quant bytes whose f16 scale fields are set so that every
+ * element has a standard deviation of about 0.5/sqrt(n_in): a matmul of an O(1) activation stays
+ * O(1), and nothing becomes NaN/inf through a forward pass. Norms are 1.0, biases small.
+ * Types follow FORMATS.md 2.6: Q4_K_M is the K mix; K-quants on rows that are not a multiple of 256
+ * fall back (Q4_K->Q5_0, Q5_K->Q5_1, Q6_K->Q8_0; the output or tied embedding -> Q8_0).
+ * The file is streamed: one chunk of rows in memory at a time. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/half.h"
+#include "cmds.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
+
+typedef struct {
+    const char *name, *arch;
+    uint32_t n_layer, n_embd, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+    float theta, eps;
+    int tied; /* no output.weight: logits use token_embd */
+} shape;
+
+/* MODELS.md "Shapes"; eps 1e-6 for the Qwen family as FORMATS.md 4.2 says. */
+static const shape SHAPES[] = {
+    {"qwen2.5-0.5b", "qwen2", 24, 896, 14, 2, 4864, 151936, 32768, 1e6f, 1e-6f, 1},
+    {"qwen2.5-coder-1.5b", "qwen2", 28, 1536, 12, 2, 8960, 151936, 32768, 1e6f, 1e-6f, 0},
+    {"r1-distill-qwen-1.5b", "qwen2", 28, 1536, 12, 2, 8960, 151936, 131072, 1e4f, 1e-6f, 0},
+    {"r1-distill-qwen-7b", "qwen2", 28, 3584, 28, 4, 18944, 152064, 131072, 1e4f, 1e-6f, 0},
+    {"r1-distill-qwen-14b", "qwen2", 48, 5120, 40, 8, 13824, 152064, 131072, 1e6f, 1e-6f, 0},
+    {"r1-distill-qwen-32b", "qwen2", 64, 5120, 40, 8, 27648, 152064, 131072, 1e6f, 1e-6f, 0},
+    {"llama-70b", "llama", 80, 8192, 64, 8, 28672, 128256, 131072, 5e5f, 1e-5f, 0},
+};
+#define N_SHAPES (sizeof SHAPES / sizeof SHAPES[0])
+
+#define MIX_Q4_K_M 1000 /* pseudo type id for the mix */
+
+static const struct { const char *name; uint32_t type; uint32_t file_type; } TYPES[] = {
+    {"F32", GGML_F32, 0},    {"F16", GGML_F16, 1},    {"BF16", GGML_BF16, 32},  {"Q8_0", GGML_Q8_0, 7},
+    {"Q4_0", GGML_Q4_0, 2},  {"Q5_0", GGML_Q5_0, 8},  {"Q4_K", GGML_Q4_K, 14},  {"Q5_K", GGML_Q5_K, 16},
+    {"Q6_K", GGML_Q6_K, 18}, {"Q4_K_M", MIX_Q4_K_M, 15},
+};
+#define N_TYPES (sizeof TYPES / sizeof TYPES[0])
+
+enum role { R_EMBD, R_OUTPUT, R_ATTN_V, R_FFN_DOWN, R_MATRIX };
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: tierkv gen-random --shape NAME --type T -o FILE [--seed S] [--layers N]\n"
+                 "  writes a GGUF with real shapes and random weights (speed benchmarks only)\n  shapes:");
+    for (size_t i = 0; i < N_SHAPES; i++) fprintf(out, " %s", SHAPES[i].name);
+    fprintf(out, "\n  types: ");
+    for (size_t i = 0; i < N_TYPES; i++) fprintf(out, " %s", TYPES[i].name);
+    fprintf(out, "\n  --layers N keeps the first N layers (default: the model's count); --seed S (default 1)\n");
+}
+
+/* llama.cpp's "more bits" layers of the K mixes: first and last eighth, and every third between. */
+static int more_bits(int il, int n) { return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2; }
+
+static int is_kquant(uint32_t t) { return t == GGML_Q4_K || t == GGML_Q5_K || t == GGML_Q6_K; }
+
+static uint32_t pick_type(uint32_t want, enum role r, int il, int n_layer, uint64_t ne0) {
+    uint32_t t = want;
+    if (want == MIX_Q4_K_M) {
+        t = GGML_Q4_K;
+        if (r == R_OUTPUT) t = GGML_Q6_K;
+        if ((r == R_ATTN_V || r == R_FFN_DOWN) && more_bits(il, n_layer)) t = GGML_Q6_K;
+    }
+    if (ne0 % ggml_blck_size(t) == 0) return t;
+    if (r == R_OUTPUT && is_kquant(t)) return GGML_Q8_0;
+    if (t == GGML_Q4_K) t = GGML_Q5_0;
+    else if (t == GGML_Q5_K) t = GGML_Q5_1;
+    else if (t == GGML_Q6_K) t = GGML_Q8_0;
+    return ne0 % ggml_blck_size(t) == 0 ? t : GGML_F16;
+}
+
+/* ---- random data ---- */
+
+static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+static float rng_unif(uint64_t *s) { return (float)(rng_next(s) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f; }
+
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+
+/* Standard deviation of the dequantized element per unit of d, for uniformly random quant bytes
+ * (with dmin/m chosen to cancel the mean where the type has one). */
+static float unit_std(uint32_t t) {
+    switch (t) {
+    case GGML_Q4_0: return 4.6f;
+    case GGML_Q5_0: case GGML_Q5_1: return 9.2f;
+    case GGML_Q8_0: return 73.9f;
+    case GGML_Q4_K: return 254.0f;
+    case GGML_Q5_K: return 518.0f;
+    case GGML_Q6_K: return 1367.0f;
+    default: return 1.0f;
+    }
+}
+
+/* Fills n elements (a whole number of blocks) of type t for a matrix with n_in inputs. */
+static void fill(uint32_t t, uint8_t *buf, uint64_t n, uint64_t n_in, uint64_t *rng) {
+    float target = 0.5f / sqrtf((float)n_in);
+    if (t == GGML_F32 || t == GGML_F16 || t == GGML_BF16) {
+        float a = target * 1.7320508f; /* uniform(-a, a) has std a/sqrt(3) */
+        for (uint64_t i = 0; i < n; i++) {
+            float x = a * rng_unif(rng);
+            if (t == GGML_F32) memcpy(buf + 4 * i, &x, 4);
+            else put16(buf + 2 * i, t == GGML_F16 ? tkv_f32_to_f16(x) : tkv_f32_to_bf16(x));
+        }
+        return;
+    }
+    uint64_t bsize = ggml_type_size(t), nb = n / ggml_blck_size(t), bytes = nb * bsize;
+    for (uint64_t i = 0; i < bytes; i += 8) {
+        uint64_t r = rng_next(rng);
+        for (uint64_t k = 0; k < 8 && i + k < bytes; k++) buf[i + k] = (uint8_t)(r >> (8 * k));
+    }
+    float d = target / unit_std(t);
+    uint16_t hd = tkv_f32_to_f16(d);
+    for (uint64_t b = 0; b < nb; b++) {
+        uint8_t *p = buf + b * bsize;
+        switch (t) {
+        case GGML_Q4_0: case GGML_Q5_0: case GGML_Q8_0: put16(p, hd); break;
+        case GGML_Q5_1: put16(p, hd); put16(p + 2, tkv_f32_to_f16(-15.5f * d)); break;
+        case GGML_Q4_K: put16(p, hd); put16(p + 2, tkv_f32_to_f16(7.5f * d)); break;
+        case GGML_Q5_K: put16(p, hd); put16(p + 2, tkv_f32_to_f16(15.5f * d)); break;
+        case GGML_Q6_K: put16(p + 208, hd); break;
+        default: break;
+        }
+    }
+}
+
+/* ---- the model ---- */
+
+typedef struct {
+    char name[64];
+    uint32_t n_dims, type;
+    uint64_t ne[2];
+    int kind; /* 0 matrix, 1 norm (ones), 2 bias (small) */
+} tdesc;
+
+static int plan(const shape *s, uint32_t want, uint32_t n_layer, tdesc **out, char *err, size_t errlen) {
+    uint32_t hd = s->n_embd / s->n_head, E = s->n_embd, KV = hd * s->n_head_kv, Q = hd * s->n_head;
+    size_t cap = 3 + (size_t)n_layer * 12, n = 0;
+    tdesc *t = calloc(cap, sizeof *t);
+    if (!t) return snprintf(err, errlen, "out of memory"), -1;
+#define MAT(nm, in, outn, role, il)                                                                        \
+    do {                                                                                                   \
+        t[n] = (tdesc){.n_dims = 2, .ne = {(in), (outn)}, .kind = 0};                                      \
+        snprintf(t[n].name, sizeof t[n].name, "%s", nm);                                                   \
+        t[n].type = pick_type(want, role, il, (int)n_layer, (in));                                         \
+        n++;                                                                                               \
+    } while (0)
+#define VEC(nm, len, k)                                                                                    \
+    do {                                                                                                   \
+        t[n] = (tdesc){.n_dims = 1, .ne = {(len), 1}, .type = GGML_F32, .kind = (k)};                      \
+        snprintf(t[n].name, sizeof t[n].name, "%s", nm);                                                   \
+        n++;                                                                                               \
+    } while (0)
+    char nm[64];
+    MAT("token_embd.weight", E, s->n_vocab, s->tied ? R_OUTPUT : R_EMBD, 0);
+    int bias = strcmp(s->arch, "qwen2") == 0;
+    for (uint32_t il = 0; il < n_layer; il++) {
+        int L = (int)il;
+#define NM(x) (snprintf(nm, sizeof nm, "blk.%u." x, il), nm)
+        VEC(NM("attn_norm.weight"), E, 1);
+        MAT(NM("attn_q.weight"), E, Q, R_MATRIX, L);
+        if (bias) VEC(NM("attn_q.bias"), Q, 2);
+        MAT(NM("attn_k.weight"), E, KV, R_MATRIX, L);
+        if (bias) VEC(NM("attn_k.bias"), KV, 2);
+        MAT(NM("attn_v.weight"), E, KV, R_ATTN_V, L);
+        if (bias) VEC(NM("attn_v.bias"), KV, 2);
+        MAT(NM("attn_output.weight"), Q, E, R_MATRIX, L);
+        VEC(NM("ffn_norm.weight"), E, 1);
+        MAT(NM("ffn_gate.weight"), E, s->n_ff, R_MATRIX, L);
+        MAT(NM("ffn_up.weight"), E, s->n_ff, R_MATRIX, L);
+        MAT(NM("ffn_down.weight"), s->n_ff, E, R_FFN_DOWN, L);
+#undef NM
+    }
+    VEC("output_norm.weight", E, 1);
+    if (!s->tied) MAT("output.weight", E, s->n_vocab, R_OUTPUT, 0);
+#undef MAT
+#undef VEC
+    *out = t;
+    return (int)n;
+}
+
+/* GPT-2 byte-to-unicode (FORMATS.md 5.5) as UTF-8; returns the length (1 or 2). */
+static int byte_token(int b, char *out) {
+    int cp;
+    if ((b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff)) cp = b;
+    else if (b <= 0x20) cp = 0x100 + b;
+    else if (b <= 0xa0) cp = 0x100 + 33 + (b - 0x7f);
+    else cp = 0x100 + 33 + 34; /* 0xad */
+    if (cp < 0x80) { out[0] = (char)cp; return 1; }
+    out[0] = (char)(0xc0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3f));
+    return 2;
+}
+
+static void add_metadata(gguf_writer *w, const shape *s, uint32_t n_layer, const char *tname, uint32_t file_type) {
+    char key[128], name[128];
+#define K(x) (snprintf(key, sizeof key, "%s." x, s->arch), key)
+    gguf_writer_add_str(w, "general.architecture", s->arch);
+    snprintf(name, sizeof name, "random %s %s", s->name, tname);
+    gguf_writer_add_str(w, "general.name", name);
+    gguf_writer_add_u32(w, "general.file_type", file_type);
+    gguf_writer_add_u32(w, "general.quantization_version", 2);
+    gguf_writer_add_u32(w, K("context_length"), s->n_ctx);
+    gguf_writer_add_u32(w, K("embedding_length"), s->n_embd);
+    gguf_writer_add_u32(w, K("block_count"), n_layer);
+    gguf_writer_add_u32(w, K("feed_forward_length"), s->n_ff);
+    gguf_writer_add_u32(w, K("attention.head_count"), s->n_head);
+    gguf_writer_add_u32(w, K("attention.head_count_kv"), s->n_head_kv);
+    gguf_writer_add_f32(w, K("attention.layer_norm_rms_epsilon"), s->eps);
+    gguf_writer_add_f32(w, K("rope.freq_base"), s->theta);
+    gguf_writer_add_u32(w, K("rope.dimension_count"), s->n_embd / s->n_head);
+#undef K
+    /* tokenizer: 256 byte tokens, <|endoftext|> (CONTROL, eos), then [PAD<i>] (UNUSED) up to n_vocab */
+    uint32_t eos = 256;
+    gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_add_str(w, "tokenizer.ggml.pre", "qwen2");
+    gguf_writer_begin_arr_str(w, "tokenizer.ggml.tokens", s->n_vocab);
+    int32_t *tt = malloc(sizeof *tt * s->n_vocab);
+    if (!tt) abort();
+    for (uint32_t i = 0; i < s->n_vocab; i++) {
+        char tok[32];
+        int len;
+        if (i < 256) { len = byte_token((int)i, tok); tt[i] = 1; }
+        else if (i == eos) { len = snprintf(tok, sizeof tok, "<|endoftext|>"); tt[i] = 3; }
+        else { len = snprintf(tok, sizeof tok, "[PAD%u]", i); tt[i] = 5; }
+        gguf_writer_arr_str(w, tok, (uint64_t)len);
+    }
+    gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_I32, s->n_vocab, tt);
+    free(tt);
+    gguf_writer_begin_arr_str(w, "tokenizer.ggml.merges", 0);
+    gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", eos);
+    gguf_writer_add_u32(w, "tokenizer.ggml.padding_token_id", eos);
+    gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", 0);
+}
+
+static int write_tensor(gguf_writer *w, const tdesc *t, uint8_t *buf, size_t cap, uint64_t *rng, char *err,
+                        size_t errlen) {
+    uint64_t row_bytes = gguf_tensor_nbytes(t->type, 1, t->ne);
+    uint64_t rows_per = cap / row_bytes ? cap / row_bytes : 1;
+    for (uint64_t r = 0; r < t->ne[1]; r += rows_per) {
+        uint64_t nr = t->ne[1] - r < rows_per ? t->ne[1] - r : rows_per;
+        if (t->kind == 0) {
+            fill(t->type, buf, nr * t->ne[0], t->ne[0], rng);
+        } else {
+            for (uint64_t i = 0; i < t->ne[0]; i++) {
+                float x = t->kind == 1 ? 1.0f : 0.02f * rng_unif(rng);
+                memcpy(buf + 4 * i, &x, 4);
+            }
+        }
+        if (gguf_writer_write(w, buf, (size_t)(nr * row_bytes), err, errlen)) return -1;
+    }
+    return 0;
+}
+
+int cmd_gen_random(int argc, char **argv) {
+    const char *shape_name = NULL, *type_name = NULL, *out = NULL;
+    unsigned long long seed = 1;
+    long layers = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        if (i + 1 >= argc) { fprintf(stderr, "gen-random: unknown flag or missing value: %s\n", a); usage(stderr); return 2; }
+        const char *v = argv[++i];
+        char *end = NULL;
+        if (!strcmp(a, "--shape")) shape_name = v;
+        else if (!strcmp(a, "--type")) type_name = v;
+        else if (!strcmp(a, "-o")) out = v;
+        else if (!strcmp(a, "--seed")) {
+            seed = strtoull(v, &end, 0);
+            if (!*v || *end) { fprintf(stderr, "gen-random: bad --seed '%s'\n", v); return 2; }
+        } else if (!strcmp(a, "--layers")) {
+            layers = strtol(v, &end, 10);
+            if (!*v || *end || layers < 1 || layers > 1000) { fprintf(stderr, "gen-random: bad --layers '%s'\n", v); return 2; }
+        } else { fprintf(stderr, "gen-random: unknown flag %s\n", a); usage(stderr); return 2; }
+    }
+    if (!shape_name || !type_name || !out) { fprintf(stderr, "gen-random: --shape, --type and -o are required\n"); usage(stderr); return 2; }
+    const shape *s = NULL;
+    for (size_t i = 0; i < N_SHAPES; i++) if (!strcmp(SHAPES[i].name, shape_name)) s = &SHAPES[i];
+    if (!s) { fprintf(stderr, "gen-random: unknown shape '%s'\n", shape_name); usage(stderr); return 2; }
+    int ti = -1;
+    for (size_t i = 0; i < N_TYPES; i++) if (!strcmp(TYPES[i].name, type_name)) ti = (int)i;
+    if (ti < 0) { fprintf(stderr, "gen-random: unknown type '%s'\n", type_name); usage(stderr); return 2; }
+    uint32_t n_layer = layers > 0 ? (uint32_t)layers : s->n_layer;
+
+    char err[512];
+    tdesc *t = NULL;
+    int nt = plan(s, TYPES[ti].type, n_layer, &t, err, sizeof err);
+    if (nt < 0) { fprintf(stderr, "gen-random: %s\n", err); return 1; }
+    gguf_writer *w = gguf_writer_begin(0);
+    add_metadata(w, s, n_layer, TYPES[ti].name, TYPES[ti].file_type);
+    uint64_t total = 0;
+    for (int i = 0; i < nt; i++) {
+        if (gguf_writer_add_tensor(w, t[i].name, t[i].n_dims, t[i].ne, t[i].type, err, sizeof err)) goto fail;
+        total += gguf_tensor_nbytes(t[i].type, t[i].n_dims, t[i].ne);
+    }
+    if (gguf_writer_open(w, out, err, sizeof err)) goto fail;
+    size_t cap = 8u << 20;
+    uint8_t *buf = malloc(cap + 256 * 1024);
+    if (!buf) { snprintf(err, sizeof err, "out of memory"); goto fail; }
+    uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
+    if (!rng) rng = 1;
+    for (int i = 0; i < nt; i++) {
+        if (write_tensor(w, &t[i], buf, cap, &rng, err, sizeof err)) { free(buf); goto fail; }
+    }
+    free(buf);
+    free(t);
+    if (gguf_writer_close(w, err, sizeof err)) { fprintf(stderr, "gen-random: %s\n", err); remove(out); return 1; }
+    printf("wrote %s: %s %s, %u layers, %d tensors, %.2f GiB of weights\n", out, s->name, TYPES[ti].name, n_layer, nt,
+           (double)total / (1024.0 * 1024 * 1024));
+    return 0;
+fail:
+    fprintf(stderr, "gen-random: %s\n", err);
+    gguf_writer_free(w);
+    free(t);
+    remove(out);
+    return 1;
+}
