@@ -53,6 +53,13 @@ enum { TOK_ADD_SPECIAL = 1, TOK_PARSE_SPECIAL = 2 };
  * be more than cap: then call again with a larger buffer. Returns -1 only if len > 1 GiB. */
 int tok_encode(const tok_vocab *v, const char *text, size_t len, int flags, int32_t *out, int cap);
 
+/* tok_encode with TOK_PARSE_SPECIAL for a rendered chat prompt: CONTROL/UNKNOWN token text that
+ * overlaps one of the n_lit byte ranges [lit[2i], lit[2i+1]) (the messages' content) stays text, so
+ * a user cannot inject <|im_end|>, while the text is still one stream for the pre-tokenizer (the
+ * ids equal tok_encode's whenever the content holds no special-token text). */
+int tok_encode_protected(const tok_vocab *v, const char *text, size_t len, int flags, const size_t *lit,
+                         int n_lit, int32_t *out, int cap);
+
 /* The bytes token id stands for (FORMATS.md 5.7): NORMAL maps back through the byte alphabet,
  * USER_DEFINED is its text, CONTROL/UNKNOWN are their text only when special != 0, others nothing.
  * *bytes points into the vocab. Returns the length, -1 for an id out of range. The bytes may be a

@@ -170,7 +170,19 @@ static void frag_push(frags *f, frag x) {
     f->a[f->n++] = x;
 }
 
+/* Does [a, b) overlap one of the protected ranges lit[2i]..lit[2i+1]? */
+static int protected_at(const size_t *lit, int n_lit, size_t a, size_t b) {
+    for (int i = 0; i < n_lit; i++)
+        if (a < lit[2 * i + 1] && lit[2 * i] < b) return 1;
+    return 0;
+}
+
 int tok_encode(const tok_vocab *v, const char *text, size_t len, int flags, int32_t *out, int cap) {
+    return tok_encode_protected(v, text, len, flags, NULL, 0, out, cap);
+}
+
+int tok_encode_protected(const tok_vocab *v, const char *text, size_t len, int flags, const size_t *lit,
+                         int n_lit, int32_t *out, int cap) {
     if (len > (1u << 30)) return -1;
     ids_out o = {out, cap < 0 ? 0 : cap, 0};
     int parse_special = (flags & TOK_PARSE_SPECIAL) != 0;
@@ -183,17 +195,19 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, int flags, int3
         if (!parse_special && (t == TOK_TYPE_CONTROL || t == TOK_TYPE_UNKNOWN)) continue;
         const char *st = v->text + v->text_off[id];
         size_t sl = v->text_len[id];
+        int guard = n_lit > 0 && t != TOK_TYPE_USER_DEFINED; /* USER_DEFINED match anywhere, as in plain text */
         next.n = 0;
         for (size_t f = 0; f < cur.n; f++) {
             frag x = cur.a[f];
             if (x.id >= 0 || x.len < sl) { frag_push(&next, x); continue; }
-            size_t s = x.start, e = s + x.len;
+            size_t s = x.start, q = s, e = s + x.len; /* fragment start, search position */
             const char *hit;
-            while (s < e && (hit = memmem(text + s, e - s, st, sl)) != NULL) {
+            while (q < e && (hit = memmem(text + q, e - q, st, sl)) != NULL) {
                 size_t h = (size_t)(hit - text);
+                if (guard && protected_at(lit, n_lit, h, h + sl)) { q = h + 1; continue; }
                 if (h > s) frag_push(&next, (frag){s, h - s, -1});
                 frag_push(&next, (frag){h, sl, id});
-                s = h + sl;
+                s = q = h + sl;
             }
             if (s < e) frag_push(&next, (frag){s, e - s, -1});
         }

@@ -1,0 +1,50 @@
+/* chat.h - chat prompt formats (FORMATS.md 6): Qwen2/2.5 ChatML, DeepSeek-R1 (assistant turn opens
+ * with "<think>\n") and Llama 3. The format is recognised from the GGUF tokenizer.chat_template by the
+ * substring tests llama.cpp uses, or chosen by name. No Jinja: each format is written out in C and
+ * reproduces the official template's output (with the Qwen default system prompt read from the file).
+ * The rendered text already holds BOS where the template has it: encode it with chat_encode (or
+ * tok_encode with TOK_PARSE_SPECIAL and without TOK_ADD_SPECIAL), never adding a second BOS. */
+#ifndef TKV_CHAT_H
+#define TKV_CHAT_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "model/tokenizer.h"
+
+typedef enum { CHAT_UNKNOWN = 0, CHAT_CHATML, CHAT_DEEPSEEK_R1, CHAT_LLAMA3 } chat_kind;
+
+typedef struct {
+    const char *role;    /* "system", "user" or "assistant" */
+    const char *content; /* UTF-8, NUL-terminated */
+} chat_msg;
+
+typedef struct {
+    chat_kind kind;
+    char default_system[512]; /* ChatML: system prompt used when no message has role "system"; "" none */
+} chat_template;
+
+/* The format a Jinja template string stands for; CHAT_UNKNOWN if none matches. */
+chat_kind chat_detect(const char *tmpl, size_t len);
+/* "chatml", "deepseek-r1" (also "deepseek3"), "llama3" -> kind; CHAT_UNKNOWN otherwise. */
+chat_kind chat_by_name(const char *name);
+const char *chat_name(chat_kind k);
+
+/* Picks the template of a model: the format named by `name` if non-NULL, else the one detected from
+ * tokenizer.chat_template. Fails with a message (naming the choices) when neither gives a format. */
+int chat_template_from_gguf(const gguf_file *f, const char *name, chat_template *t, char *err, size_t errlen);
+/* A template of the given kind with its built-in default system prompt (Qwen2.5's for ChatML). */
+void chat_template_init(chat_template *t, chat_kind kind);
+
+/* Renders the prompt into a malloc'd NUL-terminated string. v supplies the BOS text (may be NULL:
+ * the usual text is used). With lit != NULL, *lit receives a malloc'd array of 2*n byte offsets:
+ * the [start, end) of each message's content in the output (for tok_encode_protected). */
+char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n,
+                  int add_generation_prompt, size_t *len, size_t **lit);
+
+/* Renders and encodes: special tokens of the template are parsed, those typed inside a message stay
+ * text. Returns the number of ids in the malloc'd *ids. */
+int chat_encode(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n,
+                int add_generation_prompt, int32_t **ids);
+
+#endif

@@ -1,0 +1,131 @@
+/* cmd_tokenize.c - `tierkv tokenize` and `tierkv detokenize`: thin mains over the tokenizer.
+ *   tierkv tokenize   -m MODEL.gguf (-p TEXT | -f FILE) [--special] [--bos]
+ *       prints the ids on one line, each preceded by a space (the fixtures' .out format).
+ *       --special parses special-token text such as <|im_start|>; --bos adds BOS/EOS as the model says.
+ *   tierkv detokenize -m MODEL.gguf (-p "IDS" | -f FILE) [--special]
+ *       prints the text; --special also renders control tokens. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmds.h"
+#include "gguf/gguf.h"
+#include "model/tokenizer.h"
+
+static char *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, len = 0;
+    char *b = malloc(cap);
+    size_t k;
+    while (b && (k = fread(b + len, 1, cap - len, f)) > 0) {
+        len += k;
+        if (len == cap) { cap *= 2; char *nb = realloc(b, cap); if (!nb) { free(b); b = NULL; } else b = nb; }
+    }
+    fclose(f);
+    if (b) { b[len < cap ? len : cap - 1] = 0; *n = len; }
+    return b;
+}
+
+typedef struct { const char *model, *text, *file; int special, bos; } tok_args;
+
+static int parse_args(int argc, char **argv, tok_args *a, int allow_bos) {
+    memset(a, 0, sizeof *a);
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "-m") && i + 1 < argc) a->model = argv[++i];
+        else if (!strcmp(f, "-p") && i + 1 < argc) a->text = argv[++i];
+        else if (!strcmp(f, "-f") && i + 1 < argc) a->file = argv[++i];
+        else if (!strcmp(f, "--special")) a->special = 1;
+        else if (allow_bos && !strcmp(f, "--bos")) a->bos = 1;
+        else return -1;
+    }
+    return a->model && (!a->text != !a->file) ? 0 : -1;
+}
+
+static tok_vocab *open_vocab(const char *path, gguf_file *g) {
+    char err[512];
+    if (gguf_open(path, g, err, sizeof err)) { fprintf(stderr, "tierkv: %s\n", err); return NULL; }
+    tok_vocab *v = tok_load(g, err, sizeof err);
+    if (!v) { fprintf(stderr, "tierkv: %s: %s\n", path, err); gguf_free(g); }
+    return v;
+}
+
+/* Loads the input: -p's text or the whole file. */
+static char *input(const tok_args *a, size_t *n) {
+    if (a->text) { *n = strlen(a->text); return strdup(a->text); }
+    char *s = read_all(a->file, n);
+    if (!s) fprintf(stderr, "tierkv: cannot read %s: %s\n", a->file, strerror(errno));
+    return s;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    tok_args a;
+    if (parse_args(argc, argv, &a, 1)) {
+        fprintf(stderr, "usage: tierkv tokenize -m MODEL.gguf (-p TEXT | -f FILE) [--special] [--bos]\n");
+        return 2;
+    }
+    size_t n;
+    char *text = input(&a, &n);
+    if (!text) return 1;
+    gguf_file g;
+    tok_vocab *v = open_vocab(a.model, &g);
+    if (!v) { free(text); return 1; }
+    int flags = (a.special ? TOK_PARSE_SPECIAL : 0) | (a.bos ? TOK_ADD_SPECIAL : 0);
+    int cap = (int)n + 8;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    int k = ids ? tok_encode(v, text, n, flags, ids, cap) : -1;
+    int rc = 0;
+    if (k < 0 || k > cap) { fprintf(stderr, "tierkv: input too large\n"); rc = 1; }
+    else {
+        for (int i = 0; i < k; i++) printf(" %d", ids[i]);
+        printf("\n");
+    }
+    free(ids);
+    free(text);
+    tok_free(v);
+    gguf_free(&g);
+    return rc;
+}
+
+int cmd_detokenize(int argc, char **argv) {
+    tok_args a;
+    if (parse_args(argc, argv, &a, 0)) {
+        fprintf(stderr, "usage: tierkv detokenize -m MODEL.gguf (-p \"IDS\" | -f FILE) [--special]\n");
+        return 2;
+    }
+    size_t n;
+    char *text = input(&a, &n);
+    if (!text) return 1;
+    gguf_file g;
+    tok_vocab *v = open_vocab(a.model, &g);
+    if (!v) { free(text); return 1; }
+    int32_t *ids = malloc((n / 2 + 1) * sizeof *ids); /* each id needs a digit and a separator */
+    int k = 0, rc = 0;
+    for (char *p = text; ids && *p;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == ',') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long id = strtol(p, &end, 10);
+        if (end == p || errno || id < 0 || id >= tok_n_vocab(v)) {
+            fprintf(stderr, "tierkv: bad token id at '%.20s' (vocabulary has %d tokens)\n", p, tok_n_vocab(v));
+            rc = 1;
+            break;
+        }
+        ids[k++] = (int32_t)id;
+        p = end;
+    }
+    if (!rc && ids) {
+        size_t len;
+        char *s = tok_decode(v, ids, k, a.special, &len);
+        fwrite(s, 1, len, stdout);
+        free(s);
+    }
+    free(ids);
+    free(text);
+    tok_free(v);
+    gguf_free(&g);
+    return rc;
+}
