@@ -15,6 +15,7 @@
 #define TKV_KV_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef enum {
     KV_POLICY_FULL = 0,   /* every token in T0, nothing moves: the reference */
@@ -41,7 +42,7 @@ typedef struct {
     uint64_t hbm_budget_bytes; /* absolute T0 budget for all sequences together */
     int delta;                 /* re-tier every delta decode steps (default 64) */
     int sinks;                 /* protected first tokens (default 4) */
-    int window;                /* protected last generated tokens (default 64) */
+    int window;                /* protected last positions (default 64); the newest token always is */
     int staged;                /* 1: T1 rows are copied to a staging area per layer before attention */
     int sync_transfers;        /* 1: moves run on the caller's thread (for debugging and tests) */
 } kv_options;
@@ -103,8 +104,51 @@ typedef struct {
     double move_seconds;        /* time the transfer engine spent copying */
     double retier_seconds;      /* time spent ranking and planning */
     double fence_wait_seconds;  /* time the forward waited at per-layer fences */
+    /* added by the kv module (after the fields above, which the forward already uses) */
+    int64_t sync_demotions;     /* T0 tokens demoted synchronously because a new token would overflow T0 */
+    int64_t bytes_moved_host;   /* T1 <-> T2 conversions (host side, no bus traffic) */
 } kv_stats;
 void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out);
+
+/* Waits for every in-flight move of every sequence and settles their accounting (stats, log). */
+void kv_sync(kv_cache *kv);
+
+/* Stats as one JSON object (no newline) into buf; returns the length snprintf would write. */
+int kv_stats_json(const kv_stats *s, char *buf, size_t n);
+/* {"policy":..., "total":{...}, "seqs":[{...}, ...]} for the whole cache, newline-terminated. */
+void kv_stats_write_json(FILE *f, const kv_cache *kv);
+/* A short table for people: one line per tier (tokens, MiB), moves, staging, times. seq < 0: total. */
+void kv_stats_print(FILE *f, const kv_cache *kv, int seq);
+
+/* One record per re-tiering (after its moves completed). */
+typedef struct {
+    int seq;
+    int len;                 /* sequence length when it was planned */
+    int64_t step;            /* decode steps of the sequence so far */
+    int64_t tokens[4];       /* tokens per tier after the re-tiering */
+    int64_t bytes_down;      /* T0 -> T1/T2 */
+    int64_t bytes_up;        /* T1/T2 -> T0 */
+    int64_t bytes_host;      /* T1 <-> T2 */
+    int moves;               /* tokens that changed tier with a copy */
+    int evicted;             /* tokens newly evicted */
+    double plan_seconds;     /* ranking and slot allocation, on the caller's thread */
+    double move_seconds;     /* transfer engine time */
+} kv_retier_record;
+typedef void (*kv_retier_fn)(void *ctx, const kv_retier_record *r);
+/* Calls fn (on the forward's thread) for every re-tiering once its moves are done; NULL to stop. */
+void kv_set_retier_callback(kv_cache *kv, kv_retier_fn fn, void *ctx);
+/* The first KV_RETIER_LOG_MAX records, oldest first: returns them and their count in *n. */
+#define KV_RETIER_LOG_MAX 4096
+const kv_retier_record *kv_retier_log(const kv_cache *kv, int *n);
+void kv_retier_log_print(FILE *f, const kv_cache *kv);
+
+/* Introspection for tests and tools: tier (0..3) of a position, and a full consistency check of the
+ * internal state (slots unique and matching the tier counts, T0 within its byte budget, protected
+ * tokens in T0). kv_check returns 0 or -1 with a message. */
+int kv_token_tier(const kv_cache *kv, int seq, int pos);
+int kv_check(const kv_cache *kv, char *err, size_t errlen);
+/* Bytes one token occupies in a tier (T0/T1: f32 rows, T2: int8 rows + per-head scales). */
+int64_t kv_token_bytes(const kv_cache *kv, int tier);
 
 const char *kv_policy_name(kv_policy_kind p);
 int kv_policy_parse(const char *name, kv_policy_kind *out); /* 0 ok, -1 unknown */

@@ -1,0 +1,89 @@
+/* kv_policy.c — policy table and the ranked selection (see kv_policy.h). Pure: no storage, no I/O. */
+#include "kv/kv_policy.h"
+
+#include <stddef.h>
+#include <string.h>
+
+static const kv_policy_ops ops_table[KV_POLICY_COUNT] = {
+    /* kind, name, tiered, overflow, t1, t2, t2_ratio_ok, evict_ratio_ok, head, prefill, select */
+    {KV_POLICY_FULL, "full", 0, KV_T0, 0, 0, 0, 0, 0, 0, NULL},
+    {KV_POLICY_HIERARCHY, "hierarchy", 1, KV_T1, 1, 1, 1, 1, 0, 0, kv_select_ranked},
+    {KV_POLICY_EVICT, "evict", 1, KV_T3, 0, 0, 0, 0, 0, 0, kv_select_ranked},
+    {KV_POLICY_QUANT, "quant", 1, KV_T2, 0, 1, 0, 1, 0, 0, kv_select_ranked},
+    /* baselines: select adapters over baselines.h go here (another engineer's files) */
+    {KV_POLICY_STREAMING, "streaming", 1, KV_T3, 0, 0, 0, 0, 0, 0, NULL},
+    {KV_POLICY_H2O, "h2o", 1, KV_T3, 0, 0, 0, 0, 1, 0, NULL},
+    {KV_POLICY_RKV, "rkv", 1, KV_T3, 0, 0, 0, 0, 0, 0, NULL},
+    {KV_POLICY_SNAPKV, "snapkv", 1, KV_T3, 0, 0, 0, 0, 1, 1, NULL},
+};
+
+const kv_policy_ops *kv_policy_ops_of(kv_policy_kind k) {
+    return (k >= 0 && k < KV_POLICY_COUNT) ? &ops_table[k] : NULL;
+}
+
+const char *kv_policy_name(kv_policy_kind p) {
+    return (p >= 0 && p < KV_POLICY_COUNT) ? ops_table[p].name : "?";
+}
+
+int kv_policy_parse(const char *name, kv_policy_kind *out) {
+    for (int i = 0; name && i < KV_POLICY_COUNT; i++)
+        if (strcmp(name, ops_table[i].name) == 0) { *out = (kv_policy_kind)i; return 0; }
+    return -1;
+}
+
+static int imin(int a, int b) { return a < b ? a : b; }
+static int imax(int a, int b) { return a > b ? a : b; }
+
+void kv_policy_caps(const kv_policy_ops *ops, int n_cand, int room0, int b2, int room3, int cap[3]) {
+    cap[0] = imax(0, imin(n_cand, room0));
+    int rest = n_cand - cap[0];
+    switch (ops->kind) {
+    case KV_POLICY_HIERARCHY: /* T1 absorbs whatever the T2 and eviction budgets do not take */
+        cap[2] = imax(0, b2);
+        cap[1] = imax(0, rest - cap[2] - imax(0, room3));
+        break;
+    case KV_POLICY_QUANT: /* no T1: T2 takes all but the eviction tail */
+        cap[1] = 0;
+        cap[2] = imax(0, rest - imax(0, room3));
+        break;
+    default: /* evict and the baselines: T0 or nothing */
+        cap[1] = cap[2] = 0;
+        break;
+    }
+}
+
+/* a before b: higher score, then later position */
+static int ranks_before(const double *score, int32_t a, int32_t b) {
+    if (score[a] != score[b]) return score[a] > score[b];
+    return a > b;
+}
+
+void kv_rank(const double *score, int32_t *idx, int m, int32_t *scratch) {
+    /* bottom-up merge sort, ping-ponging between idx and scratch */
+    int32_t *src = idx, *dst = scratch;
+    for (int w = 1; w < m; w *= 2) {
+        for (int lo = 0; lo < m; lo += 2 * w) {
+            int mid = imin(lo + w, m), hi = imin(lo + 2 * w, m), i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) dst[k++] = ranks_before(score, src[j], src[i]) ? src[j++] : src[i++];
+            while (i < mid) dst[k++] = src[i++];
+            while (j < hi) dst[k++] = src[j++];
+        }
+        int32_t *t = src; src = dst; dst = t;
+    }
+    if (src != idx) memcpy(idx, src, (size_t)m * sizeof *idx);
+}
+
+void kv_select_ranked(const kv_select_in *in, kv_select_out *out) {
+    int m = 0;
+    for (int i = 0; i < in->n; i++) {
+        if (in->tier[i] == KV_T3) out->target[i] = KV_T3;
+        else if (in->prot[i]) out->target[i] = KV_T0;
+        else in->order[m++] = i;
+    }
+    kv_rank(in->score, in->order, m, in->scratch);
+    int k = 0;
+    for (int t = 0; t < 3; t++)
+        for (int c = 0; c < in->cap[t] && k < m; c++) out->target[in->order[k++]] = (uint8_t)t;
+    while (k < m) out->target[in->order[k++]] = KV_T3;
+    out->keep_used = 0;
+}

@@ -1,0 +1,72 @@
+/* kv_policy.h — the replacement policy, apart from the mechanism (SQLite pcache style): a small
+ * vtable per policy kind, and pure selection functions that turn scores + budgets into a target
+ * tier per position. Nothing here touches storage, threads or the clock.
+ *
+ * How a re-tiering is decided (kv.c computes the inputs):
+ *   - protected tokens (whole prompt, first `sinks`, last `window` positions) always stay in T0;
+ *   - evicted tokens (T3) never come back;
+ *   - every other token is a candidate; candidates are ranked by score, highest first; TIES: the
+ *     later position wins (recent tokens are the likelier to be read again, and the rule is total,
+ *     so the ranking is deterministic);
+ *   - the ranked candidates fill T0 up to cap[0], then T1 up to cap[1], then T2 up to cap[2]; the
+ *     tail that is left is evicted. Each policy kind only chooses the caps (kv_policy_caps).
+ *
+ * Baselines (streaming, h2o, rkv, snapkv) plug in here: their pure selection functions live in
+ * src/kv/baselines*.c (baselines.h); an adapter with the kv_select signature goes in the ops table
+ * (kv_policy.c, `select` of their entry). Until then their entry has select == NULL and kv_init
+ * refuses the policy with a message. */
+#ifndef TKV_KV_POLICY_H
+#define TKV_KV_POLICY_H
+#include <stdint.h>
+
+#include "kv/kv.h"
+
+enum { KV_T0 = 0, KV_T1 = 1, KV_T2 = 2, KV_T3 = 3 };
+
+typedef struct {
+    int n;                    /* positions 0..n-1 */
+    const double *score;      /* [n] s_i = sum over decode steps of mean over layers and heads of attention */
+    const uint8_t *tier;      /* [n] current tier */
+    const uint8_t *prot;      /* [n] 1 = protected (must end in T0) */
+    const float *head_score;  /* [n_head_kv][stride] decode scores per kv head, or NULL (ops.head_scores) */
+    const float *prefill_score; /* [n_head_kv][stride] prefill observations per kv head, or NULL */
+    int n_head_kv, stride;
+    int cap[3];               /* candidates allowed in T0, T1, T2; the rest are evicted */
+    int32_t *order, *scratch; /* [n] scratch for ranking */
+} kv_select_in;
+
+typedef struct {
+    uint8_t *target;  /* [n] out: target tier of every position */
+    uint8_t *keep;    /* [n_head_kv][stride] per-head keep mask the policy may fill, or NULL */
+    int keep_used;    /* out: 1 if keep is meaningful (head-wise eviction) */
+} kv_select_out;
+
+typedef void (*kv_select_fn)(const kv_select_in *in, kv_select_out *out);
+
+typedef struct {
+    kv_policy_kind kind;
+    const char *name;
+    int tiered;          /* 0: policy full (no scores, no re-tiering, no budgets) */
+    int overflow_tier;   /* where the lowest unprotected T0 token goes when a new token would overflow T0 */
+    int uses_t1, uses_t2;/* which host tiers need storage */
+    int t2_ratio_ok;     /* accepts --t2-ratio */
+    int evict_ratio_ok;  /* accepts --evict-ratio */
+    int head_scores;     /* keep per-kv-head decode scores (head-wise baselines) */
+    int prefill_scores;  /* keep per-kv-head prefill observations (SnapKV) */
+    kv_select_fn select; /* NULL: not implemented */
+} kv_policy_ops;
+
+const kv_policy_ops *kv_policy_ops_of(kv_policy_kind k);
+
+/* Candidate counts per tier for `n_cand` candidates, given room in T0 for unprotected tokens
+ * (`room0`), the T2 budget (`b2`) and the eviction room left (`room3` = eviction budget minus tokens
+ * already evicted). */
+void kv_policy_caps(const kv_policy_ops *ops, int n_cand, int room0, int b2, int room3, int cap[3]);
+
+/* The ranked fill described above (hierarchy, evict, quant). */
+void kv_select_ranked(const kv_select_in *in, kv_select_out *out);
+
+/* Sorts idx[0..m) by score descending, ties later position first. Stable merge sort, no allocation. */
+void kv_rank(const double *score, int32_t *idx, int m, int32_t *scratch);
+
+#endif

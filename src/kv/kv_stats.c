@@ -1,0 +1,91 @@
+/* kv_stats.c — statistics: per-sequence and total counters, JSON for scripts, a table for people,
+ * and the re-tiering log. Reads kv_internal.h; changes nothing. */
+#include <string.h>
+
+#include "kv/kv_internal.h"
+
+static void add_seq(const kv_cache *kv, const kv_seq *s, kv_stats *o) {
+    for (int t = 0; t < 4; t++) {
+        o->tokens[t] += s->ntok[t];
+        o->bytes[t] += s->ntok[t] * kv_token_bytes(kv, t);
+    }
+    o->peak_t0_bytes += s->c.peak_t0_bytes; /* total: sum of per-sequence peaks (an upper bound) */
+    o->t0_budget_bytes += (int64_t)kv_t0_budget(kv, s, s->len, NULL) * kv_token_bytes(kv, 0);
+    o->budget_raised += s->c.budget_raised;
+    o->bytes_moved_down += s->c.bytes_moved_down;
+    o->bytes_moved_up += s->c.bytes_moved_up;
+    o->bytes_staged += s->c.bytes_staged;
+    o->tokens_evicted += s->c.tokens_evicted;
+    o->retiers += s->c.retiers;
+    o->move_seconds += s->c.move_seconds;
+    o->retier_seconds += s->c.retier_seconds;
+    o->fence_wait_seconds += s->c.fence_wait_seconds;
+    o->sync_demotions += s->c.sync_demotions;
+    o->bytes_moved_host += s->c.bytes_moved_host;
+}
+
+void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out) {
+    memset(out, 0, sizeof *out);
+    for (int q = 0; q < kv->o.n_seq; q++)
+        if (seq < 0 || seq == q) add_seq(kv, &kv->seq[q], out);
+}
+
+int kv_stats_json(const kv_stats *s, char *buf, size_t n) {
+    return snprintf(buf, n,
+                    "{\"tokens\":[%lld,%lld,%lld,%lld],\"bytes\":[%lld,%lld,%lld,%lld],\"peak_t0_bytes\":%lld,"
+                    "\"t0_budget_bytes\":%lld,\"budget_raised\":%lld,\"bytes_moved_down\":%lld,\"bytes_moved_up\":%lld,"
+                    "\"bytes_moved_host\":%lld,\"bytes_staged\":%lld,\"tokens_evicted\":%lld,\"retiers\":%lld,"
+                    "\"sync_demotions\":%lld,\"move_seconds\":%.6f,\"retier_seconds\":%.6f,\"fence_wait_seconds\":%.6f}",
+                    (long long)s->tokens[0], (long long)s->tokens[1], (long long)s->tokens[2], (long long)s->tokens[3],
+                    (long long)s->bytes[0], (long long)s->bytes[1], (long long)s->bytes[2], (long long)s->bytes[3],
+                    (long long)s->peak_t0_bytes, (long long)s->t0_budget_bytes, (long long)s->budget_raised,
+                    (long long)s->bytes_moved_down, (long long)s->bytes_moved_up, (long long)s->bytes_moved_host,
+                    (long long)s->bytes_staged, (long long)s->tokens_evicted, (long long)s->retiers,
+                    (long long)s->sync_demotions, s->move_seconds, s->retier_seconds, s->fence_wait_seconds);
+}
+
+void kv_stats_write_json(FILE *f, const kv_cache *kv) {
+    char buf[1024];
+    kv_stats st;
+    kv_get_stats(kv, -1, &st);
+    kv_stats_json(&st, buf, sizeof buf);
+    fprintf(f, "{\"policy\":\"%s\",\"staged\":%d,\"sync_transfers\":%d,\"total\":%s,\"seqs\":[", kv_policy_name(kv->o.policy),
+            kv->o.staged, kv->o.sync_transfers, buf);
+    for (int q = 0; q < kv->o.n_seq; q++) {
+        kv_get_stats(kv, q, &st);
+        kv_stats_json(&st, buf, sizeof buf);
+        fprintf(f, "%s%s", q ? "," : "", buf);
+    }
+    fprintf(f, "]}\n");
+}
+
+static double mib(int64_t b) { return (double)b / (1024.0 * 1024.0); }
+
+void kv_stats_print(FILE *f, const kv_cache *kv, int seq) {
+    kv_stats s;
+    kv_get_stats(kv, seq, &s);
+    static const char *names[4] = {"T0 fast (f32)", "T1 host (f32)", "T2 host (int8)", "T3 evicted"};
+    fprintf(f, "kv %s%s: policy %s, %s transfers%s\n", seq < 0 ? "total" : "sequence ", seq < 0 ? "" : "",
+            kv_policy_name(kv->o.policy), kv->o.sync_transfers ? "sync" : "async", kv->o.staged ? ", staged T1" : "");
+    if (seq >= 0) fprintf(f, "  (sequence %d)\n", seq);
+    for (int t = 0; t < 4; t++) fprintf(f, "  %-15s %8lld tokens %10.2f MiB\n", names[t], (long long)s.tokens[t], mib(s.bytes[t]));
+    fprintf(f, "  T0 budget %.2f MiB (peak %.2f MiB, raised to protected %lld steps)\n", mib(s.t0_budget_bytes),
+            mib(s.peak_t0_bytes), (long long)s.budget_raised);
+    fprintf(f, "  %lld re-tierings: down %.2f MiB, up %.2f MiB, host %.2f MiB, %lld sync demotions, %lld evicted\n",
+            (long long)s.retiers, mib(s.bytes_moved_down), mib(s.bytes_moved_up), mib(s.bytes_moved_host),
+            (long long)s.sync_demotions, (long long)s.tokens_evicted);
+    fprintf(f, "  staged %.2f MiB; time: plan %.3f s, moves %.3f s, fence waits %.3f s\n", mib(s.bytes_staged),
+            s.retier_seconds, s.move_seconds, s.fence_wait_seconds);
+}
+
+void kv_retier_log_print(FILE *f, const kv_cache *kv) {
+    fprintf(f, "%4s %6s %6s %7s %7s %7s %7s %9s %9s %9s %6s %9s %9s\n", "seq", "step", "len", "T0", "T1", "T2", "T3",
+            "down KiB", "up KiB", "host KiB", "moves", "plan ms", "move ms");
+    for (int i = 0; i < kv->log_n; i++) {
+        const kv_retier_record *r = &kv->log[i];
+        fprintf(f, "%4d %6lld %6d %7lld %7lld %7lld %7lld %9.1f %9.1f %9.1f %6d %9.3f %9.3f\n", r->seq, (long long)r->step,
+                r->len, (long long)r->tokens[0], (long long)r->tokens[1], (long long)r->tokens[2], (long long)r->tokens[3],
+                r->bytes_down / 1024.0, r->bytes_up / 1024.0, r->bytes_host / 1024.0, r->moves, r->plan_seconds * 1e3,
+                r->move_seconds * 1e3);
+    }
+}

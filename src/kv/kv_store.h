@@ -1,0 +1,49 @@
+/* kv_store.h — one tier's storage for one sequence: a preallocated array of token slots and a free
+ * stack, with exact byte accounting. A slot holds one token for every layer. Layout is per layer
+ * ([layer][slot][K|V][kv_dim]) so that one layer's rows are contiguous, like a per-layer page table.
+ * Kinds: F32 (T0 and T1: the rows the forward wrote, bit for bit) and Q8 (T2: int8 rows plus one f32
+ * scale per kv head, see kv_codec.h). The store knows nothing about scores or policies; it never
+ * allocates after store_init. */
+#ifndef TKV_KV_STORE_H
+#define TKV_KV_STORE_H
+#include <stddef.h>
+#include <stdint.h>
+
+enum { KV_STORE_F32 = 0, KV_STORE_Q8 = 1 };
+
+typedef struct {
+    int kind;            /* KV_STORE_F32 or KV_STORE_Q8 */
+    int n_slots;         /* capacity in tokens (0: tier unused) */
+    int n_layer, n_head_kv, head_dim, kv_dim;
+    float *f32;          /* F32: [layer][slot][2][kv_dim] */
+    int8_t *q8;          /* Q8:  [layer][slot][2][kv_dim] */
+    float *scales;       /* Q8:  [layer][slot][2][n_head_kv] */
+    int32_t *free_stack; /* [n_slots] free slot ids; top at n_free-1 */
+    int n_free;
+    int64_t token_bytes; /* bytes one token occupies in this tier (all layers, K and V, scales) */
+} kv_store;
+
+void store_init(kv_store *st, int kind, int n_slots, int n_layer, int n_head_kv, int head_dim);
+void store_free(kv_store *st);
+/* Slot id or -1 when full. Lowest ids are handed out first (deterministic). */
+int store_alloc(kv_store *st);
+void store_release(kv_store *st, int slot);
+static inline int store_in_use(const kv_store *st) { return st->n_slots - st->n_free; }
+
+static inline float *store_row(const kv_store *st, int layer, int slot, int which) {
+    return st->f32 + (((size_t)layer * st->n_slots + slot) * 2 + which) * st->kv_dim;
+}
+static inline int8_t *store_qrow(const kv_store *st, int layer, int slot, int which) {
+    return st->q8 + (((size_t)layer * st->n_slots + slot) * 2 + which) * st->kv_dim;
+}
+static inline float *store_scales(const kv_store *st, int layer, int slot, int which) {
+    return st->scales + (((size_t)layer * st->n_slots + slot) * 2 + which) * st->n_head_kv;
+}
+
+/* Copies (and converts F32 <-> Q8 as needed) one layer of one token from src slot to dst slot.
+ * Returns the bytes read from the source. */
+int64_t store_copy_layer(const kv_store *src, int src_slot, kv_store *dst, int dst_slot, int layer);
+/* Writes one layer's K and V of a slot as f32 into k and v (a copy for F32, dequantised for Q8). */
+void store_read_layer(const kv_store *st, int slot, int layer, float *k, float *v);
+
+#endif
