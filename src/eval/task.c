@@ -1,0 +1,155 @@
+/* task.c — task files and prompts: reads the JSONL data files of data/SOURCES.md into eval_set
+ * and builds the user turn for each item. Does not grade (grade.c) or apply chat templates. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "eval/eval.h"
+#include "eval/json.h"
+#include "eval/pystr.h"
+
+int eval_task_parse(const char *name, enum eval_task *out, char *err, size_t errlen) {
+    if (name && !strcmp(name, "gsm8k")) *out = EVAL_GSM8K;
+    else if (name && !strcmp(name, "math")) *out = EVAL_MATH;
+    else if (name && !strcmp(name, "arc")) *out = EVAL_ARC;
+    else return tkv_errf(err, errlen, "unknown task '%s' (expected gsm8k, math or arc)", name ? name : "");
+    return 0;
+}
+
+const char *eval_task_name(enum eval_task t) {
+    return t == EVAL_GSM8K ? "gsm8k" : t == EVAL_MATH ? "math" : t == EVAL_ARC ? "arc" : "?";
+}
+
+int eval_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return tkv_errf(err, errlen, "%s: %s", path, strerror(errno));
+    struct sb b = {0};
+    char tmp[65536];
+    size_t n;
+    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) sb_putn(&b, tmp, n);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) { free(b.p); return tkv_errf(err, errlen, "%s: read error", path); }
+    *len = b.n;
+    *data = sb_take(&b);
+    return 0;
+}
+
+int eval_next_line(const char *buf, size_t len, size_t *pos, const char **line, size_t *n) {
+    if (*pos >= len) return 0;
+    const char *s = buf + *pos, *nl = memchr(s, '\n', len - *pos);
+    size_t k = nl ? (size_t)(nl - s) : len - *pos;
+    *pos += k + (nl != NULL);
+    if (k && s[k - 1] == '\r') k--;
+    *line = s;
+    *n = k;
+    return 1;
+}
+
+static int blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r') return 0;
+    return 1;
+}
+
+static int need_str(const struct json_value *o, const char *key, char **out, const char *path, size_t ln,
+                    char *err, size_t errlen) {
+    const char *s = json_get_str(o, key);
+    if (!s) return tkv_errf(err, errlen, "%s:%zu: missing string field '%s'", path, ln, key);
+    *out = ps_dup(s);
+    return 0;
+}
+
+static int load_item(enum eval_task task, const struct json_value *o, struct eval_item *it, const char *path,
+                     size_t ln, char *err, size_t errlen) {
+    if (!o || o->type != JSON_OBJECT) return tkv_errf(err, errlen, "%s:%zu: line is not a JSON object", path, ln);
+    if (need_str(o, "id", &it->id, path, ln, err, errlen) || need_str(o, "question", &it->question, path, ln, err, errlen))
+        return -1;
+    if (task != EVAL_ARC) {
+        int64_t lv;
+        if (json_get_int(o, "level", &lv)) it->level = (int)lv;
+        return need_str(o, "answer", &it->answer, path, ln, err, errlen);
+    }
+    if (need_str(o, "answer_letter", &it->answer, path, ln, err, errlen)) return -1;
+    const struct json_value *texts = json_get(json_get(o, "choices"), "text");
+    if (!texts || texts->type != JSON_ARRAY || texts->u.arr.n == 0 || texts->u.arr.n > 26)
+        return tkv_errf(err, errlen, "%s:%zu: choices.text must be an array of 1..26 strings", path, ln);
+    it->n_choices = (int)texts->u.arr.n;
+    it->choices = tkv_xcalloc(texts->u.arr.n, sizeof *it->choices);
+    for (size_t k = 0; k < texts->u.arr.n; k++) {
+        const struct json_value *t = json_at(texts, k);
+        if (t->type != JSON_STRING) return tkv_errf(err, errlen, "%s:%zu: choices.text[%zu] is not a string", path, ln, k);
+        it->choices[k] = ps_dup(t->u.str.s);
+    }
+    if (strlen(it->answer) != 1 || it->answer[0] < 'A' || it->answer[0] >= 'A' + it->n_choices)
+        return tkv_errf(err, errlen, "%s:%zu: answer_letter '%s' is not one of the %d choices", path, ln, it->answer,
+                        it->n_choices);
+    return 0;
+}
+
+static void item_free(struct eval_item *it) {
+    free(it->id);
+    free(it->question);
+    free(it->answer);
+    for (int k = 0; k < it->n_choices && it->choices; k++) free(it->choices[k]);
+    free(it->choices);
+}
+
+int eval_load(enum eval_task task, const char *path, struct eval_set *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    out->task = task;
+    char *buf;
+    size_t len, pos = 0, ln = 0, cap = 0, n;
+    const char *line;
+    if (eval_read_file(path, &buf, &len, err, errlen)) return -1;
+    int rc = 0;
+    while (!rc && eval_next_line(buf, len, &pos, &line, &n)) {
+        ln++;
+        if (blank(line, n)) continue;
+        struct json_doc *doc;
+        char jerr[256];
+        if (json_parse(line, n, NULL, &doc, jerr, sizeof jerr)) {
+            rc = tkv_errf(err, errlen, "%s:%zu: %s", path, ln, jerr);
+            break;
+        }
+        if (out->n == cap) {
+            cap = cap ? 2 * cap : 256;
+            out->items = realloc(out->items, cap * sizeof *out->items);
+            TKV_ASSERT(out->items);
+        }
+        struct eval_item *it = &out->items[out->n++];
+        memset(it, 0, sizeof *it);
+        rc = load_item(task, json_root(doc), it, path, ln, err, errlen);
+        json_free(doc);
+    }
+    free(buf);
+    if (rc) eval_set_free(out);
+    return rc;
+}
+
+void eval_set_free(struct eval_set *s) {
+    for (size_t i = 0; i < s->n; i++) item_free(&s->items[i]);
+    free(s->items);
+    s->items = NULL;
+    s->n = 0;
+}
+
+char *eval_build_prompt(enum eval_task task, const struct eval_item *it) {
+    struct sb b = {0};
+    sb_puts(&b, it->question);
+    if (task != EVAL_ARC) {
+        sb_puts(&b, "\nPlease reason step by step, and put your final answer within \\boxed{}.");
+        return sb_take(&b);
+    }
+    sb_puts(&b, "\n\n");
+    for (int k = 0; k < it->n_choices; k++) {
+        char head[8];
+        snprintf(head, sizeof head, "%c. ", 'A' + k);
+        sb_puts(&b, head);
+        sb_puts(&b, it->choices[k]);
+        sb_puts(&b, "\n");
+    }
+    sb_puts(&b, "\nPlease reason step by step, and put the letter of the correct answer within \\boxed{}.");
+    return sb_take(&b);
+}
