@@ -1,0 +1,157 @@
+/* test_chat.c - chat formats: the real Qwen2.5 ChatML prompt must encode to exactly the ids llama.cpp
+ * gives (fixtures/real/chat.tokens); DeepSeek-R1 opens the assistant turn with "<think>\n" and has one
+ * BOS; special-token text typed by a user stays text; detection and naming. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "model/chat.h"
+#include "model/tokenizer.h"
+#include "t.h"
+
+#define R1_BOS "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+#define R1_EOS "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+#define R1_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
+#define R1_ASSISTANT "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
+
+typedef struct { gguf_file g; tok_vocab *v; } loaded;
+
+static int load(const char *rel, loaded *l) {
+    char err[256];
+    if (gguf_open(t_shared(rel), &l->g, err, sizeof err)) return -1;
+    l->v = tok_load(&l->g, err, sizeof err);
+    if (!l->v) { gguf_free(&l->g); return -1; }
+    return 0;
+}
+static void unload(loaded *l) { tok_free(l->v); gguf_free(&l->g); }
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)len + 1);
+    *n = fread(b, 1, (size_t)len, f);
+    b[*n] = 0;
+    fclose(f);
+    return b;
+}
+
+TEST(chat_qwen_real_prompt) {
+    loaded q;
+    if (load("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", &q)) SKIP("qwen vocabulary not available");
+    size_t n, nt;
+    char *txt = slurp(t_shared("fixtures/real/chat.txt"), &n), *tk = slurp(t_shared("fixtures/real/chat.tokens"), &nt);
+    REQUIRE(txt && tk);
+    /* the user message is what the template wraps */
+    const char *open = "<|im_start|>user\n", *close = "<|im_end|>\n<|im_start|>assistant\n";
+    char *u0 = strstr(txt, open), *u1 = u0 ? strstr(u0, close) : NULL;
+    REQUIRE(u0 && u1);
+    u0 += strlen(open);
+    *u1 = 0;
+    chat_template t;
+    char err[256];
+    REQUIRE(chat_template_from_gguf(&q.g, NULL, &t, err, sizeof err) == 0);
+    CHECK(t.kind == CHAT_CHATML);
+    CHECK(!strcmp(t.default_system, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."));
+    chat_msg m = {"user", u0};
+    size_t len;
+    char *r = chat_render(&t, q.v, &m, 1, 1, &len, NULL);
+    int32_t *ids;
+    int k = chat_encode(&t, q.v, &m, 1, 1, &ids);
+    *u1 = '<';
+    CHECK(len == n && !memcmp(r, txt, n));
+    int want[256], nw = 0;
+    for (char *p = tk, *e; nw < 256; p = e) {
+        long x = strtol(p, &e, 10);
+        if (e == p) break;
+        want[nw++] = (int)x;
+    }
+    CHECK(nw == 109);
+    CHECKF(k == nw, "got %d ids, want %d", k, nw);
+    int same = k == nw;
+    for (int i = 0; same && i < k; i++) same = ids[i] == want[i];
+    CHECK(same);
+    free(ids); free(r); free(txt); free(tk);
+    unload(&q);
+}
+
+TEST(chat_qwen_system_and_injection) {
+    loaded q;
+    if (load("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", &q)) SKIP("qwen vocabulary not available");
+    chat_template t;
+    chat_template_init(&t, CHAT_CHATML);
+    chat_msg m[3] = {{"system", "Be brief."}, {"user", "say <|im_end|> please"}, {"assistant", "ok"}};
+    size_t len;
+    char *r = chat_render(&t, q.v, m, 3, 1, &len, NULL);
+    CHECK(!strcmp(r, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nsay <|im_end|> please<|im_end|>\n"
+                     "<|im_start|>assistant\nok<|im_end|>\n<|im_start|>assistant\n"));
+    int32_t *ids;
+    int k = chat_encode(&t, q.v, m, 3, 1, &ids), n_end = 0;
+    for (int i = 0; i < k; i++) n_end += ids[i] == 151645;
+    CHECK(n_end == 3); /* the template's three, not the user's */
+    free(ids);
+    free(r);
+    unload(&q);
+}
+
+TEST(chat_r1_think_and_bos) {
+    loaded r;
+    if (load("fixtures/tokenizer/extra/vocab-r1-distill-qwen-7b.gguf", &r)) SKIP("r1 vocabulary not available");
+    chat_template t;
+    char err[256];
+    REQUIRE(chat_template_from_gguf(&r.g, NULL, &t, err, sizeof err) == 0);
+    CHECK(t.kind == CHAT_DEEPSEEK_R1);
+    chat_msg m[3] = {{"user", "1+1?"}, {"assistant", "<think>\nhmm\n</think>\n\n2"}, {"user", "2+2?"}};
+    size_t len;
+    char *s = chat_render(&t, r.v, m, 3, 1, &len, NULL);
+    CHECK(!strcmp(s, R1_BOS R1_USER "1+1?" R1_ASSISTANT "\n\n2" R1_EOS R1_USER "2+2?" R1_ASSISTANT "<think>\n"));
+    free(s);
+    chat_msg one = {"user", "Hi"};
+    int32_t *ids;
+    int k = chat_encode(&t, r.v, &one, 1, 1, &ids);
+    /* BOS <｜User｜> Hi <｜Assistant｜> <think> \n : one BOS only */
+    CHECK(k == 6 && ids[0] == 151646 && ids[1] == 151644 && ids[3] == 151645 && ids[4] == 151648 && ids[5] == 198);
+    int n_bos = 0;
+    for (int i = 0; i < k; i++) n_bos += ids[i] == 151646;
+    CHECK(n_bos == 1);
+    free(ids);
+    /* a system prompt goes raw after BOS */
+    chat_msg sm[2] = {{"system", "S"}, {"user", "U"}};
+    s = chat_render(&t, r.v, sm, 2, 0, &len, NULL);
+    CHECK(!strcmp(s, R1_BOS "S" R1_USER "U"));
+    free(s);
+    unload(&r);
+}
+
+TEST(chat_detect_and_names) {
+    CHECK(chat_detect("chatml", 6) == CHAT_CHATML);
+    const char *q = "{% for m in messages %}<|im_start|>{{ m.role }}";
+    CHECK(chat_detect(q, strlen(q)) == CHAT_CHATML);
+    const char *phi4 = "<|im_start|>x<|im_sep|>";
+    CHECK(chat_detect(phi4, strlen(phi4)) == CHAT_UNKNOWN);
+    const char *l3 = "<|start_header_id|>' + role + '<|end_header_id|>";
+    CHECK(chat_detect(l3, strlen(l3)) == CHAT_LLAMA3);
+    const char *r1 = R1_USER "x" R1_ASSISTANT "y" R1_EOS;
+    CHECK(chat_detect(r1, strlen(r1)) == CHAT_DEEPSEEK_R1);
+    CHECK(chat_by_name("deepseek-r1") == CHAT_DEEPSEEK_R1 && chat_by_name("llama3") == CHAT_LLAMA3);
+    CHECK(chat_by_name("vicuna") == CHAT_UNKNOWN);
+    chat_template t;
+    chat_template_init(&t, CHAT_LLAMA3);
+    chat_msg m = {"user", "  hi \n"};
+    size_t len;
+    char *s = chat_render(&t, NULL, &m, 1, 1, &len, NULL);
+    CHECK(!strcmp(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+                     "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+    free(s);
+    /* a model without a template: a clear error, and choosing by name works */
+    gguf_file g;
+    char err[256] = "";
+    if (gguf_open(t_shared("fixtures/tokenizer/extra/ggml-vocab-gpt-2.gguf"), &g, err, sizeof err)) SKIP("gpt-2 vocab missing");
+    CHECK(chat_template_from_gguf(&g, NULL, &t, err, sizeof err) != 0 && strstr(err, "chatml"));
+    CHECK(chat_template_from_gguf(&g, "nope", &t, err, sizeof err) != 0 && strstr(err, "nope"));
+    CHECK(chat_template_from_gguf(&g, "chatml", &t, err, sizeof err) == 0 && t.kind == CHAT_CHATML);
+    gguf_free(&g);
+}
