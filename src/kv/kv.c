@@ -24,6 +24,7 @@
 #include "kv/kv.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -44,6 +45,12 @@ void kv_options_default(kv_options *o) {
     o->delta = 64;
     o->sinks = 4;
     o->window = 64;
+}
+
+/* Sets the keep mask of position pos for every layer and kv head (head-wise policies only). */
+static void set_keep(const kv_cache *kv, kv_seq *s, int pos, uint8_t v) {
+    if (!s->keep) return;
+    for (size_t r = 0; r < (size_t)kv->o.n_layer * kv->o.n_head_kv; r++) s->keep[r * kv->o.n_ctx + pos] = v;
 }
 
 static kv_seq *get_seq(const kv_cache *kv, int seq) {
@@ -74,7 +81,7 @@ int kv_prot_count(const kv_cache *kv, const kv_seq *s, int len) {
 
 int kv_t0_budget(const kv_cache *kv, const kv_seq *s, int len, int *raised) {
     if (raised) *raised = 0;
-    if (!kv->ops->tiered) return kv->o.n_ctx;
+    if (!kv->ops->tiered || !kv->ops->select) return kv->o.n_ctx; /* full, or a baseline that evicts itself */
     if (kv->abs_tokens > 0) return kv->abs_tokens;
     int b = kv->o.hbm_ratio >= 0 ? (int)floor(kv->o.hbm_ratio * len + 1e-9) : 0;
     int p = kv_prot_count(kv, s, len);
@@ -104,8 +111,8 @@ static int validate(const kv_options *o, const kv_policy_ops *ops, int64_t tb, i
         return tkv_errf(err, errlen, "kv: %d heads are not a multiple of %d kv heads", o->n_head, o->n_head_kv);
     if (!ops) return tkv_errf(err, errlen, "kv: unknown policy %d", (int)o->policy);
     if (!ops->tiered) return 0; /* full: budgets do not apply */
-    if (!ops->select)
-        return tkv_errf(err, errlen, "kv: policy %s has no selection function yet (src/kv/baselines.h)", ops->name);
+    if (!ops->select && !ops->hooks)
+        return tkv_errf(err, errlen, "kv: policy %s is not wired to its selection functions yet (src/kv/baselines.h)", ops->name);
     if (o->delta < 1) return tkv_errf(err, errlen, "kv: delta %d: re-tiering needs delta >= 1 decode steps", o->delta);
     if (o->sinks < 0 || o->window < 0)
         return tkv_errf(err, errlen, "kv: sinks %d and window %d must be >= 0", o->sinks, o->window);
@@ -145,6 +152,7 @@ static int validate(const kv_options *o, const kv_policy_ops *ops, int64_t tb, i
 }
 
 static void xfer_run_layer(void *ctx, int seq, int layer);
+static void policy_step(kv_cache *kv, int seq);
 
 kv_cache *kv_init(const kv_options *o, char *err, size_t errlen) {
     const kv_policy_ops *ops = kv_policy_ops_of(o->policy);
@@ -168,8 +176,9 @@ kv_cache *kv_init(const kv_options *o, char *err, size_t errlen) {
         s->score = tkv_xcalloc(n, sizeof(double));
         if (ops->head_scores) s->head_score = tkv_xcalloc(n * o->n_head_kv, sizeof(float));
         if (ops->prefill_scores) s->prefill_score = tkv_xcalloc(n * o->n_head_kv, sizeof(float));
-        s->keep = tkv_xcalloc(n * o->n_head_kv, 1);
-        int t0_slots = abs_tokens > 0 ? abs_tokens : o->n_ctx;
+        if (ops->head_scores) s->keep = tkv_xcalloc(n * o->n_head_kv * o->n_layer, 1);
+        /* hook-only policies (baselines) evict by themselves: T0 is sized for everything */
+        int t0_slots = abs_tokens > 0 && ops->select ? abs_tokens : o->n_ctx;
         store_init(&s->st[KV_T0], KV_STORE_F32, t0_slots, o->n_layer, o->n_head_kv, o->head_dim);
         store_init(&s->st[KV_T1], KV_STORE_F32, ops->uses_t1 ? o->n_ctx : 0, o->n_layer, o->n_head_kv, o->head_dim);
         store_init(&s->st[KV_T2], KV_STORE_Q8, ops->uses_t2 ? o->n_ctx : 0, o->n_layer, o->n_head_kv, o->head_dim);
@@ -185,6 +194,13 @@ kv_cache *kv_init(const kv_options *o, char *err, size_t errlen) {
         if (ops->uses_t1 || ops->uses_t2) s->stage = tkv_xmalloc(n * 2 * kv->kv_dim * sizeof(float));
     }
     kv->log = tkv_xcalloc(KV_RETIER_LOG_MAX, sizeof(kv_retier_record));
+    for (int q = 0; q < o->n_seq && ops->hooks && ops->hooks->init; q++) {
+        kv->seq[q].pstate = ops->hooks->init(o, err, errlen);
+        if (!kv->seq[q].pstate) {
+            kv_free(kv);
+            return NULL;
+        }
+    }
     if (ops->tiered && !o->sync_transfers) kv->xfer = xfer_init(xfer_run_layer, kv, o->n_layer, o->n_seq);
     return kv;
 }
@@ -199,6 +215,7 @@ void kv_free(kv_cache *kv) {
         for (int t = 0; t < 3; t++) store_free(&s->st[t]);
         free(s->prot); free(s->target); free(s->order); free(s->scratch); free(s->recycle);
         free(s->moves); free(s->deferred); free(s->vk); free(s->vv); free(s->stage);
+        if (s->pstate && kv->ops->hooks->free) kv->ops->hooks->free(s->pstate);
     }
     free(kv->seq);
     free(kv->log);
@@ -256,7 +273,7 @@ static void demote_sync(kv_cache *kv, kv_seq *s, int pos, int to) {
     if (to == KV_T3) {
         s->slot[pos] = -1;
         s->c.tokens_evicted++;
-        for (int g = 0; g < kv->o.n_head_kv; g++) s->keep[(size_t)g * kv->o.n_ctx + pos] = 0;
+        set_keep(kv, s, pos, 0);
     } else {
         int dst = store_alloc(&s->st[to]);
         TKV_ASSERT(dst >= 0);
@@ -326,6 +343,7 @@ void kv_seq_reset(kv_cache *kv, int seq) {
     s->n_decode = 0;
     s->keep_used = 0;
     memset(s->ntok, 0, sizeof s->ntok);
+    if (s->pstate && kv->ops->hooks->reset) kv->ops->hooks->reset(s->pstate);
 }
 
 int kv_seq_len(const kv_cache *kv, int seq) { return get_seq(kv, seq)->len; }
@@ -347,13 +365,16 @@ int kv_append(kv_cache *kv, int seq, int pos, int is_prompt, char *err, size_t e
                             pos, s->n_prompt + 1, sinks_np, kv->window, need, kv->abs_tokens,
                             (long long)kv->abs_tokens * kv_token_bytes(kv, KV_T0));
     }
+    if (!is_prompt && pos > 0 && s->prompt[pos - 1]) policy_step(kv, seq); /* the end of a prompt */
     s->prompt[pos] = (uint8_t)(is_prompt != 0);
+    s->n_prompt += s->prompt[pos]; /* counted now: the budget below must see the new token */
     int slot;
     if (!kv->ops->tiered) {
         slot = store_alloc(&s->st[KV_T0]);
     } else {
         slot = t0_slot_for_new(kv, s, err, errlen);
         if (slot < 0) {
+            s->n_prompt -= s->prompt[pos];
             s->prompt[pos] = 0;
             return -1;
         }
@@ -363,14 +384,13 @@ int kv_append(kv_cache *kv, int seq, int pos, int is_prompt, char *err, size_t e
     s->slot[pos] = slot;
     s->lossy[pos] = 0;
     s->score[pos] = 0;
+    set_keep(kv, s, pos, 1);
     for (int g = 0; g < kv->o.n_head_kv; g++) {
         size_t i = (size_t)g * kv->o.n_ctx + pos;
-        s->keep[i] = 1;
         if (s->head_score) s->head_score[i] = 0;
         if (s->prefill_score) s->prefill_score[i] = 0;
     }
     s->len++;
-    s->n_prompt += s->prompt[pos];
     s->ntok[KV_T0]++;
     update_peak(kv, s);
     return 0;
@@ -412,16 +432,20 @@ void kv_view_layer(kv_cache *kv, int seq, int layer, kv_view *out) {
     s->c.bytes_staged += staged;
     out->k = s->vk;
     out->v = s->vv;
-    out->keep = s->keep_used ? s->keep : NULL;
+    out->keep = s->keep_used ? s->keep + (size_t)layer * kv->o.n_head_kv * kv->o.n_ctx : NULL;
     out->keep_stride = s->keep_used ? kv->o.n_ctx : 0;
     out->n = s->len;
 }
 
 void kv_observe(kv_cache *kv, int seq, int layer, int q_pos, const float *att, int att_stride) {
     kv_seq *s = get_seq(kv, seq);
-    (void)layer;
     if (!kv->ops->tiered) return;
     TKV_ASSERT(q_pos >= 0 && q_pos < s->len);
+    if (kv->ops->hooks && kv->ops->hooks->observe) {
+        kv_view v = {s->vk, s->vv, s->keep_used ? s->keep + (size_t)layer * kv->o.n_head_kv * kv->o.n_ctx : NULL,
+                     s->keep_used ? kv->o.n_ctx : 0, s->len};
+        kv->ops->hooks->observe(s->pstate, layer, q_pos, s->prompt[q_pos], att, att_stride, &v);
+    }
     int H = kv->o.n_head, group = kv->o.n_head / kv->o.n_head_kv;
     size_t nc = (size_t)kv->o.n_ctx;
     if (s->prompt[q_pos]) { /* prefill: the hierarchy score ignores it; SnapKV-style policies keep it */
@@ -463,7 +487,7 @@ static void retier(kv_cache *kv, int seq) {
     };
     int room3 = ratio_tokens(kv->o.evict_ratio, len) - evicted;
     kv_policy_caps(kv->ops, n_cand, b0 - nprot, ratio_tokens(kv->o.t2_ratio, len), room3 < 0 ? 0 : room3, in.cap);
-    kv_select_out out = {.target = s->target, .keep = s->keep, .keep_used = 0};
+    kv_select_out out = {.target = s->target, .keep = s->keep, .keep_used = s->keep_used};
     kv->ops->select(&in, &out);
     s->keep_used = out.keep_used;
 
@@ -513,8 +537,7 @@ static void retier(kv_cache *kv, int seq) {
     memset(s->ntok, 0, sizeof s->ntok);
     for (int i = 0; i < len; i++) s->ntok[s->tier[i]]++;
     for (int i = 0; i < len; i++)
-        if (s->tier[i] == KV_T3)
-            for (int g = 0; g < kv->o.n_head_kv; g++) s->keep[(size_t)g * kv->o.n_ctx + i] = 0;
+        if (s->tier[i] == KV_T3) set_keep(kv, s, i, 0);
 
     r->seq = seq;
     r->len = len;
@@ -541,6 +564,35 @@ static void retier(kv_cache *kv, int seq) {
     }
 }
 
+/* Runs a hook policy's step: it may rewrite keep masks and evict whole tokens (T0 -> T3 at once). */
+static void policy_step(kv_cache *kv, int seq) {
+    kv_seq *s = &kv->seq[seq];
+    const kv_policy_hooks *h = kv->ops->hooks;
+    if (!h || !h->step) return;
+    char msg[256] = "";
+    int len = s->len;
+    int budget = kv->abs_tokens > 0 ? kv->abs_tokens : kv->o.hbm_ratio >= 0 ? ratio_tokens(kv->o.hbm_ratio, len) : len;
+    memset(s->target, 0, (size_t)len);
+    kv_step_io io = {len, s->n_prompt, budget, kv->o.n_layer, kv->o.n_head_kv, kv->o.n_head, s->tier, s->keep,
+                     kv->o.n_ctx, s->target, s->keep_used, msg, sizeof msg};
+    if (h->step(s->pstate, &io) != 0) {
+        fprintf(stderr, "tierkv: policy %s: %s\n", kv->ops->name, msg);
+        TKV_ASSERT(!"policy step failed");
+    }
+    s->keep_used = io.keep_used;
+    kv_complete_batch(kv, seq);
+    for (int i = 0; i < len; i++) {
+        if (!s->target[i] || s->tier[i] == KV_T3) continue;
+        store_release(&s->st[s->tier[i]], s->slot[i]);
+        s->ntok[s->tier[i]]--;
+        s->ntok[KV_T3]++;
+        s->tier[i] = KV_T3;
+        s->slot[i] = -1;
+        set_keep(kv, s, i, 0);
+        s->c.tokens_evicted++;
+    }
+}
+
 void kv_step_end(kv_cache *kv, int seq) {
     kv_seq *s = get_seq(kv, seq);
     if (!kv->ops->tiered) return;
@@ -548,6 +600,8 @@ void kv_step_end(kv_cache *kv, int seq) {
     s->n_decode++;
     s->steps_since++;
     if (s->batch_active && xfer_finished(kv->xfer, seq)) kv_complete_batch(kv, seq);
+    policy_step(kv, seq);
+    if (!kv->ops->select) return;
     if (s->steps_since >= kv->o.delta) {
         s->steps_since = 0;
         retier(kv, seq);

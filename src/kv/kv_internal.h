@@ -41,7 +41,7 @@ typedef struct {
     double *score;            /* [n_ctx] hierarchy score */
     float *head_score;        /* [n_head_kv][n_ctx] or NULL (ops->head_scores) */
     float *prefill_score;     /* [n_head_kv][n_ctx] or NULL (ops->prefill_scores) */
-    uint8_t *keep;            /* [n_head_kv][n_ctx] per-head keep mask (head-wise baselines) */
+    uint8_t *keep;            /* [n_layer][n_head_kv][n_ctx] per-head keep masks (head-wise baselines), or NULL */
     int keep_used;
     kv_store st[3];           /* T0, T1, T2 */
     int64_t ntok[4];          /* tokens per tier */
@@ -59,6 +59,7 @@ typedef struct {
     const float **vk, **vv;   /* [n_ctx] */
     float *stage;             /* [n_ctx][2][kv_dim]: T1 (staged) and T2 rows as f32 for one layer */
     kv_stats c;               /* counters; tokens/bytes/budget are filled in by kv_get_stats */
+    void *pstate;             /* the policy hooks' state (baselines), or NULL */
 } kv_seq;
 
 struct kv_cache {

@@ -12,9 +12,12 @@
  *     tail that is left is evicted. Each policy kind only chooses the caps (kv_policy_caps).
  *
  * Baselines (streaming, h2o, rkv, snapkv) plug in here: their pure selection functions live in
- * src/kv/baselines*.c (baselines.h); an adapter with the kv_select signature goes in the ops table
- * (kv_policy.c, `select` of their entry). Until then their entry has select == NULL and kv_init
- * refuses the policy with a message. */
+ * src/kv/baselines*.c (baselines.h) and work per (layer, kv head) with their own state, so besides
+ * `select` (called at re-tiering) the ops have optional per-sequence hooks: state init/free/reset,
+ * observe (every kv_observe, prompt queries included, with the layer's view for key-based scores)
+ * and step (every kv_step_end, and once at the end of the prompt), which writes per-layer, per-kv-head
+ * keep masks and may evict whole tokens (T3). An adapter file fills those in the ops table
+ * (kv_policy.c). Until then their entries have no hooks and kv_init refuses the policy. */
 #ifndef TKV_KV_POLICY_H
 #define TKV_KV_POLICY_H
 #include <stdint.h>
@@ -43,6 +46,30 @@ typedef struct {
 
 typedef void (*kv_select_fn)(const kv_select_in *in, kv_select_out *out);
 
+/* What the step hook sees and may change, for one sequence. */
+typedef struct {
+    int n, n_prompt;          /* positions held, prompt positions among them */
+    int t0_budget;            /* T0 budget in tokens at this length (from hbm ratio/budget) */
+    int n_layer, n_head_kv, n_head;
+    const uint8_t *tier;      /* [n] current tiers (T3: gone) */
+    uint8_t *keep;            /* [n_layer][n_head_kv][stride] per-head keep masks, 1 = attended */
+    int stride;               /* n_ctx */
+    uint8_t *evict;           /* [n] out: set 1 to evict the whole token (all layers, all heads) */
+    int keep_used;            /* out: 1 once the masks mean something */
+    char *err;                /* for a message when step returns -1 (the decode then asserts) */
+    size_t errlen;
+} kv_step_io;
+
+typedef struct {
+    void *(*init)(const kv_options *o, char *err, size_t errlen); /* per sequence, at kv_init */
+    void (*free)(void *st);
+    void (*reset)(void *st);
+    /* view: the layer's view the attention just used (keys for R-KV); valid during the call */
+    void (*observe)(void *st, int layer, int q_pos, int is_prompt, const float *att, int att_stride,
+                    const kv_view *view);
+    int (*step)(void *st, kv_step_io *io);
+} kv_policy_hooks;
+
 typedef struct {
     kv_policy_kind kind;
     const char *name;
@@ -51,9 +78,10 @@ typedef struct {
     int uses_t1, uses_t2;/* which host tiers need storage */
     int t2_ratio_ok;     /* accepts --t2-ratio */
     int evict_ratio_ok;  /* accepts --evict-ratio */
-    int head_scores;     /* keep per-kv-head decode scores (head-wise baselines) */
+    int head_scores;     /* keep per-kv-head decode scores, per-layer keep masks (head-wise baselines) */
     int prefill_scores;  /* keep per-kv-head prefill observations (SnapKV) */
-    kv_select_fn select; /* NULL: not implemented */
+    kv_select_fn select; /* at re-tiering; NULL: the policy only uses hooks */
+    const kv_policy_hooks *hooks; /* NULL for the score-ranked policies */
 } kv_policy_ops;
 
 const kv_policy_ops *kv_policy_ops_of(kv_policy_kind k);

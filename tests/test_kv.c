@@ -1,0 +1,470 @@
+/* test_kv.c — the memory hierarchy on synthetic data (no model): policy ranking and budgets, option
+ * validation, the int8 codec bound, and a randomized run checking every invariant after each step. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv.h"
+#include "kv/kv_codec.h"
+#include "kv/kv_policy.h"
+#include "t.h"
+
+/* ---- helpers ---- */
+
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17;
+    return *s;
+}
+static float rng_f(uint64_t *s) { return (float)((rng_next(s) >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f; }
+
+/* The value the forward "wrote" for (seq, layer, pos, K|V, d): a pure function, so any cache can be
+ * checked against it at any time. */
+static float val(int seq, int layer, int pos, int which, int d) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ ((uint64_t)seq << 48) ^ ((uint64_t)layer << 36) ^ ((uint64_t)pos << 8) ^
+                 ((uint64_t)which << 4) ^ (uint64_t)d * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31; h *= 0x94D049BB133111EBull; h ^= h >> 29;
+    return (float)((int)(h % 20001) - 10000) / 1000.0f * (1.0f + (float)(d % 4));
+}
+
+static void shape(kv_options *o, int L, int H, int Hkv, int hd, int nseq, int nctx) {
+    kv_options_default(o);
+    o->n_layer = L; o->n_head = H; o->n_head_kv = Hkv; o->head_dim = hd; o->n_seq = nseq; o->n_ctx = nctx;
+}
+
+static void write_token(kv_cache *kv, const kv_options *o, int seq, int pos) {
+    int kd = o->n_head_kv * o->head_dim;
+    for (int l = 0; l < o->n_layer; l++) {
+        float *k = kv_k_row(kv, seq, l, pos), *v = kv_v_row(kv, seq, l, pos);
+        for (int d = 0; d < kd; d++) { k[d] = val(seq, l, pos, 0, d); v[d] = val(seq, l, pos, 1, d); }
+    }
+}
+
+/* Feeds synthetic attention (a skewed, deterministic distribution) for the query at q_pos. */
+static void observe_all(kv_cache *kv, const kv_options *o, int seq, int q_pos, float *att, uint64_t *rng) {
+    for (int l = 0; l < o->n_layer; l++) {
+        kv_view v;
+        kv_view_layer(kv, seq, l, &v);
+        for (int h = 0; h < o->n_head; h++) {
+            float sum = 0;
+            for (int j = 0; j <= q_pos; j++) {
+                float a = v.k[j] ? fabsf(rng_f(rng)) * (float)((j * 7 + h) % 5 + 1) : 0.0f;
+                att[h * o->n_ctx + j] = a;
+                sum += a;
+            }
+            for (int j = 0; j <= q_pos; j++) att[h * o->n_ctx + j] /= sum > 0 ? sum : 1;
+        }
+        kv_observe(kv, seq, l, q_pos, att, o->n_ctx);
+    }
+}
+
+/* ---- names, ranking, caps ---- */
+
+TEST(kv_policy_names) {
+    for (int p = 0; p < KV_POLICY_COUNT; p++) {
+        kv_policy_kind k;
+        CHECK(kv_policy_parse(kv_policy_name((kv_policy_kind)p), &k) == 0 && k == (kv_policy_kind)p);
+    }
+    kv_policy_kind k;
+    CHECK(kv_policy_parse("lru", &k) == -1);
+    CHECK(kv_policy_parse("h2o", &k) == 0 && k == KV_POLICY_H2O);
+}
+
+TEST(kv_rank_ties_later_wins) {
+    double score[6] = {0.5, 0.9, 0.5, 0.1, 0.5, 0.9};
+    int32_t idx[6] = {0, 1, 2, 3, 4, 5}, scratch[6];
+    kv_rank(score, idx, 6, scratch);
+    int32_t want[6] = {5, 1, 4, 2, 0, 3};
+    for (int i = 0; i < 6; i++) CHECK(idx[i] == want[i]);
+    kv_rank(score, idx, 0, scratch); /* empty: nothing to do */
+}
+
+TEST(kv_select_fill_and_empty_tiers) {
+    enum { N = 10 };
+    double score[N] = {9, 1, 2, 3, 4, 5, 6, 7, 8, 0};
+    uint8_t tier[N] = {0}, prot[N] = {0}, target[N];
+    int32_t order[N], scratch[N];
+    prot[0] = 1; prot[9] = 1; /* sink and newest */
+    tier[1] = 3;              /* evicted already: stays evicted */
+    kv_select_in in = {.n = N, .score = score, .tier = tier, .prot = prot, .order = order, .scratch = scratch};
+    in.cap[0] = 2; in.cap[1] = 0; in.cap[2] = 3; /* empty T1; the remaining 2 candidates are evicted */
+    kv_select_out out = {.target = target};
+    kv_select_ranked(&in, &out);
+    uint8_t want[N] = {0, 3, 3, 3, 2, 2, 2, 0, 0, 0};
+    for (int i = 0; i < N; i++) CHECKF(target[i] == want[i], "pos %d: tier %d want %d", i, target[i], want[i]);
+    /* all caps zero: every candidate evicted, protected untouched */
+    in.cap[0] = in.cap[1] = in.cap[2] = 0;
+    kv_select_ranked(&in, &out);
+    for (int i = 0; i < N; i++) CHECK(target[i] == (prot[i] ? 0 : 3));
+}
+
+TEST(kv_policy_caps_per_kind) {
+    int cap[3];
+    kv_policy_caps(kv_policy_ops_of(KV_POLICY_HIERARCHY), 100, 30, 20, 10, cap);
+    CHECK(cap[0] == 30 && cap[1] == 40 && cap[2] == 20);
+    kv_policy_caps(kv_policy_ops_of(KV_POLICY_HIERARCHY), 10, 30, 20, 10, cap); /* fewer candidates than room */
+    CHECK(cap[0] == 10 && cap[1] == 0);
+    kv_policy_caps(kv_policy_ops_of(KV_POLICY_EVICT), 100, 30, 0, 0, cap);
+    CHECK(cap[0] == 30 && cap[1] == 0 && cap[2] == 0);
+    kv_policy_caps(kv_policy_ops_of(KV_POLICY_QUANT), 100, 30, 0, 10, cap);
+    CHECK(cap[0] == 30 && cap[1] == 0 && cap[2] == 60);
+    kv_policy_caps(kv_policy_ops_of(KV_POLICY_HIERARCHY), 100, -5, 0, 0, cap); /* negative room rounds to 0 */
+    CHECK(cap[0] == 0 && cap[1] == 100);
+}
+
+/* ---- options ---- */
+
+static int init_fails(kv_options *o, const char *needle) {
+    char err[512] = "";
+    kv_cache *kv = kv_init(o, err, sizeof err);
+    if (kv) { kv_free(kv); return 0; }
+    if (needle && !strstr(err, needle)) { fprintf(stderr, "    message: %s\n", err); return 0; }
+    return 1;
+}
+
+TEST(kv_options_refused) {
+    kv_options o;
+    shape(&o, 2, 4, 2, 8, 1, 64);
+    o.policy = KV_POLICY_HIERARCHY;
+    CHECK(init_fails(&o, "needs a T0 budget"));
+    o.hbm_ratio = 0.6; o.t2_ratio = 0.3; o.evict_ratio = 0.2;
+    CHECK(init_fails(&o, "do not add up"));
+    o.hbm_ratio = 1.5; o.t2_ratio = o.evict_ratio = -1;
+    CHECK(init_fails(&o, "[0, 1]"));
+    o.hbm_ratio = NAN;
+    CHECK(init_fails(&o, "[0, 1]"));
+    o.hbm_ratio = 0.5; o.hbm_budget_bytes = 1 << 20;
+    CHECK(init_fails(&o, "not both"));
+    o.hbm_ratio = -1; o.hbm_budget_bytes = 10 * 2 * 2 * 16 * 4; /* 10 tokens < sinks 4 + window 64 */
+    CHECK(init_fails(&o, "fewer than the 68 protected"));
+    o.hbm_budget_bytes = 0; o.hbm_ratio = 0.5; o.policy = KV_POLICY_EVICT; o.t2_ratio = 0.2;
+    CHECK(init_fails(&o, "no T2"));
+    o.t2_ratio = -1; o.delta = 0;
+    CHECK(init_fails(&o, "delta"));
+    o.delta = 64; o.n_head = 3;
+    CHECK(init_fails(&o, "multiple"));
+    o.n_head = 4;
+    char err[256];
+    kv_cache *kv = kv_init(&o, err, sizeof err);
+    CHECK(kv != NULL);
+    kv_free(kv);
+}
+
+TEST(kv_abs_budget_prompt_too_long) {
+    kv_options o;
+    shape(&o, 2, 4, 2, 8, 2, 256);
+    o.policy = KV_POLICY_HIERARCHY;
+    o.sinks = 2; o.window = 8;
+    int64_t tb = 2 * 2 * 16 * 4;
+    o.hbm_budget_bytes = (uint64_t)(2 * 20 * tb); /* 20 tokens per sequence (split equally over 2) */
+    char err[512];
+    kv_cache *kv = kv_init(&o, err, sizeof err);
+    REQUIRE(kv);
+    int pos = 0, rc = 0;
+    for (; pos < 30 && rc == 0; pos++) rc = kv_append(kv, 0, pos, 1, err, sizeof err);
+    CHECK(rc == -1 && pos == 13); /* 12 prompt + window 8 = 20 fit; the 13th does not */
+    CHECK(strstr(err, "does not fit in T0") != NULL);
+    CHECK(kv_seq_len(kv, 0) == 12);
+    kv_stats st;
+    kv_get_stats(kv, 0, &st);
+    CHECK(st.t0_budget_bytes == 20 * tb);
+    kv_free(kv);
+}
+
+/* A ratio that rounds to zero (or below the protected tokens) is raised to them. */
+TEST(kv_budget_raised_to_protected) {
+    kv_options o;
+    shape(&o, 1, 2, 1, 8, 1, 128);
+    o.policy = KV_POLICY_EVICT;
+    o.hbm_ratio = 0.001; o.sinks = 2; o.window = 4; o.delta = 4; o.sync_transfers = 1;
+    char err[256];
+    kv_cache *kv = kv_init(&o, err, sizeof err);
+    REQUIRE(kv);
+    float *att = calloc((size_t)o.n_head * o.n_ctx, sizeof(float));
+    uint64_t rng = 7;
+    for (int p = 0; p < 40; p++) {
+        int prompt = p < 10;
+        REQUIRE(kv_append(kv, 0, p, prompt, err, sizeof err) == 0);
+        write_token(kv, &o, 0, p);
+        if (!prompt) { observe_all(kv, &o, 0, p, att, &rng); kv_step_end(kv, 0); }
+        REQUIRE(kv_check(kv, err, sizeof err) == 0);
+    }
+    kv_stats st;
+    kv_get_stats(kv, 0, &st);
+    CHECK(st.budget_raised > 0);
+    CHECK(st.tokens[0] == 10 + 4);          /* prompt (covers the sinks) + window */
+    CHECK(st.tokens[3] == 40 - 14);         /* evict policy: everything else is gone */
+    CHECK(st.t0_budget_bytes == 14 * kv_token_bytes(kv, 0));
+    free(att);
+    kv_free(kv);
+}
+
+/* ---- T2 codec ---- */
+
+TEST(kv_t2_roundtrip_bound) {
+    uint64_t rng = 42;
+    enum { HD = 64, G = 4 };
+    float x[G * HD], y[G * HD], sc[G];
+    int8_t q[G * HD];
+    for (int it = 0; it < 200; it++) {
+        float mag = powf(10.0f, (float)(it % 9) - 4.0f);
+        for (int i = 0; i < G * HD; i++) x[i] = rng_f(&rng) * mag * (i % 17 == 0 ? 30.0f : 1.0f);
+        if (it % 10 == 0) memset(x + HD, 0, HD * sizeof(float)); /* an all-zero head */
+        kv_q8_encode_row(x, G, HD, q, sc);
+        kv_q8_decode_row(q, sc, G, HD, y);
+        for (int g = 0; g < G; g++) {
+            float amax = 0;
+            for (int i = 0; i < HD; i++) amax = fmaxf(amax, fabsf(x[g * HD + i]));
+            float bound = amax / 254.0f * (1.0f + 1e-5f) + 1e-30f;
+            for (int i = 0; i < HD; i++) CHECK(fabsf(x[g * HD + i] - y[g * HD + i]) <= bound);
+            if (amax == 0) CHECK(sc[g] == 0);
+        }
+    }
+}
+
+/* ---- randomized runs ---- */
+
+typedef struct {
+    kv_policy_kind policy;
+    double hbm, t2, ev;
+    uint64_t budget_tokens; /* absolute, per sequence; 0 = ratio */
+    int staged, sync, delta, sinks, window;
+} run_cfg;
+
+/* Checks every row of every view against val() (exact in T0/T1, within the codec bound in T2). */
+static int check_views(kv_cache *kv, const kv_options *o, int seq, uint8_t *was_evicted) {
+    int bad = 0;
+    for (int l = 0; l < o->n_layer; l++) {
+        kv_view v;
+        kv_view_layer(kv, seq, l, &v);
+        for (int p = 0; p < v.n; p++) {
+            int t = kv_token_tier(kv, seq, p);
+            if (!v.k[p]) {
+                bad += t != 3 || v.v[p] != NULL;
+                was_evicted[p] = 1;
+                continue;
+            }
+            bad += was_evicted[p]; /* evicted tokens never come back */
+            for (int w = 0; w < 2; w++) {
+                const float *r = w ? v.v[p] : v.k[p];
+                for (int g = 0; g < o->n_head_kv; g++) {
+                    float amax = 0;
+                    for (int d = g * o->head_dim; d < (g + 1) * o->head_dim; d++) amax = fmaxf(amax, fabsf(val(seq, l, p, w, d)));
+                    for (int d = g * o->head_dim; d < (g + 1) * o->head_dim; d++) {
+                        float want = val(seq, l, p, w, d);
+                        /* a token that went through T2 keeps dequantised values, even back in T0/T1 */
+                        bad += fabsf(r[d] - want) > amax / 254.0f * 1.0001f;
+                        if (t != 2 && o->policy == KV_POLICY_HIERARCHY && o->t2_ratio <= 0) bad += r[d] != want;
+                    }
+                }
+            }
+        }
+    }
+    return bad;
+}
+
+static void random_run(const run_cfg *c, uint64_t seed, int steps, int check_each) {
+    kv_options o;
+    shape(&o, 3, 4, 2, 16, 2, 200);
+    o.policy = c->policy;
+    o.hbm_ratio = c->budget_tokens ? -1 : c->hbm;
+    o.t2_ratio = c->t2;
+    o.evict_ratio = c->ev;
+    o.delta = c->delta; o.sinks = c->sinks; o.window = c->window;
+    o.staged = c->staged; o.sync_transfers = c->sync;
+    char err[512];
+    kv_cache *probe = NULL;
+    if (c->budget_tokens) {
+        kv_options p = o;
+        p.policy = KV_POLICY_FULL;
+        probe = kv_init(&p, err, sizeof err);
+        o.hbm_budget_bytes = c->budget_tokens * (uint64_t)kv_token_bytes(probe, 0) * (uint64_t)o.n_seq;
+        kv_free(probe);
+    }
+    kv_cache *kv = kv_init(&o, err, sizeof err);
+    if (!kv) { fprintf(stderr, "    %s\n", err); CHECK(kv != NULL); return; }
+    float *att = calloc((size_t)o.n_head * o.n_ctx, sizeof(float));
+    uint8_t *gone[2] = {calloc((size_t)o.n_ctx, 1), calloc((size_t)o.n_ctx, 1)};
+    uint64_t rng = seed;
+    int prompt_len[2] = {10 + (int)(rng_next(&rng) % 20), 5 + (int)(rng_next(&rng) % 10)};
+    int64_t peak_budget = 0;
+    for (int step = 0; step < steps; step++) {
+        int seq = (int)(rng_next(&rng) % 2);
+        int pos = kv_seq_len(kv, seq);
+        if (pos >= o.n_ctx) continue;
+        int prompt = pos < prompt_len[seq];
+        if (kv_append(kv, seq, pos, prompt, err, sizeof err) != 0) { fprintf(stderr, "    %s\n", err); CHECK(0); break; }
+        write_token(kv, &o, seq, pos);
+        observe_all(kv, &o, seq, pos, att, &rng);
+        if (!prompt) kv_step_end(kv, seq);
+        if (check_each || step == steps - 1) {
+            if (kv_check(kv, err, sizeof err)) { fprintf(stderr, "    step %d: %s\n", step, err); CHECK(0); break; }
+            int bad = check_views(kv, &o, seq, gone[seq]);
+            CHECKF(bad == 0, "step %d seq %d: %d bad rows", step, seq, bad);
+            if (bad) break;
+        }
+        kv_stats st;
+        kv_get_stats(kv, seq, &st);
+        if (st.t0_budget_bytes > peak_budget) peak_budget = st.t0_budget_bytes;
+        CHECK(st.bytes[0] <= st.t0_budget_bytes);
+    }
+    kv_sync(kv);
+    kv_stats st;
+    kv_get_stats(kv, -1, &st);
+    if (o.policy != KV_POLICY_FULL) CHECK(st.retiers > 0);
+    if (c->budget_tokens) CHECK(st.peak_t0_bytes <= (int64_t)o.hbm_budget_bytes);
+    int n;
+    kv_retier_log(kv, &n);
+    CHECK(n == st.retiers);
+    free(att); free(gone[0]); free(gone[1]);
+    kv_free(kv);
+}
+
+TEST(kv_random_hierarchy_invariants) {
+    run_cfg cs[] = {
+        {KV_POLICY_HIERARCHY, 0.3, -1, -1, 0, 0, 1, 8, 4, 8},
+        {KV_POLICY_HIERARCHY, 0.2, 0.3, 0.2, 0, 1, 0, 5, 2, 4},
+        {KV_POLICY_HIERARCHY, -1, 0.3, -1, 24, 0, 0, 6, 4, 6},
+        {KV_POLICY_EVICT, 0.25, -1, -1, 0, 0, 1, 7, 4, 8},
+        {KV_POLICY_EVICT, -1, -1, -1, 40, 0, 0, 3, 1, 1},
+        {KV_POLICY_QUANT, 0.25, -1, 0.1, 0, 1, 1, 4, 4, 4},
+        {KV_POLICY_QUANT, -1, -1, -1, 50, 0, 0, 9, 0, 0},
+        {KV_POLICY_HIERARCHY, 0.0, -1, -1, 0, 1, 0, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) random_run(&cs[i], 1000 + i, 240, 1);
+}
+
+/* The same run in two caches that differ in one mechanism option must give identical views. */
+static void compare_runs(kv_options a, kv_options b, int steps, int *n_diff, int *n_t1) {
+    char err[256];
+    kv_cache *ka = kv_init(&a, err, sizeof err), *kb = kv_init(&b, err, sizeof err);
+    *n_diff = 1; *n_t1 = 0;
+    if (!ka || !kb) { kv_free(ka); kv_free(kb); return; }
+    *n_diff = 0;
+    float *att = calloc((size_t)a.n_head * a.n_ctx, sizeof(float));
+    uint64_t ra = 5, rb = 5;
+    int kd = a.n_head_kv * a.head_dim;
+    for (int pos = 0; pos < steps; pos++) {
+        int prompt = pos < 12;
+        if (kv_append(ka, 0, pos, prompt, err, sizeof err) || kv_append(kb, 0, pos, prompt, err, sizeof err)) { *n_diff = 1; break; }
+        write_token(ka, &a, 0, pos);
+        write_token(kb, &b, 0, pos);
+        for (int l = 0; l < a.n_layer; l++) {
+            kv_view va, vb;
+            kv_view_layer(ka, 0, l, &va);
+            kv_view_layer(kb, 0, l, &vb);
+            for (int p = 0; p < va.n; p++) {
+                if (!va.k[p] != !vb.k[p]) { (*n_diff)++; continue; }
+                if (va.k[p] && (memcmp(va.k[p], vb.k[p], kd * sizeof(float)) || memcmp(va.v[p], vb.v[p], kd * sizeof(float)))) (*n_diff)++;
+                if (l == 0 && kv_token_tier(ka, 0, p) == 1) (*n_t1)++;
+            }
+        }
+        observe_all(ka, &a, 0, pos, att, &ra);
+        observe_all(kb, &b, 0, pos, att, &rb);
+        if (!prompt) { kv_step_end(ka, 0); kv_step_end(kb, 0); }
+    }
+    free(att);
+    kv_free(ka);
+    kv_free(kb);
+}
+
+TEST(kv_staged_equals_in_place) {
+    kv_options a;
+    shape(&a, 3, 4, 2, 16, 1, 160);
+    a.policy = KV_POLICY_HIERARCHY; a.hbm_ratio = 0.2; a.t2_ratio = 0.2; a.delta = 5; a.window = 8; a.sync_transfers = 1;
+    kv_options b = a;
+    b.staged = 1;
+    int diff, t1;
+    compare_runs(a, b, 150, &diff, &t1);
+    CHECK(diff == 0);
+    CHECK(t1 > 0);
+}
+
+TEST(kv_async_equals_sync) {
+    kv_options a;
+    shape(&a, 4, 4, 2, 16, 1, 160);
+    a.policy = KV_POLICY_HIERARCHY; a.hbm_ratio = 0.25; a.t2_ratio = 0.25; a.evict_ratio = 0.1; a.delta = 3; a.window = 4;
+    a.sync_transfers = 1;
+    kv_options b = a;
+    b.sync_transfers = 0;
+    int diff, t1;
+    compare_runs(a, b, 150, &diff, &t1);
+    CHECK(diff == 0);
+    CHECK(t1 > 0);
+}
+
+/* Fake attention over the views: the full cache and the hierarchy (0% eviction, no T2) must give
+ * identical bits, because T0 and T1 hold identical values visited in the same order. */
+static void attend(const kv_view *v, const float *q, int n_head, int n_head_kv, int hd, float *out, float *w) {
+    int group = n_head / n_head_kv;
+    for (int h = 0; h < n_head; h++) {
+        int g = h / group;
+        float mx = -INFINITY;
+        for (int j = 0; j < v->n; j++) {
+            if (!v->k[j]) { w[h * v->n + j] = -INFINITY; continue; }
+            float s = 0;
+            for (int d = 0; d < hd; d++) s += q[h * hd + d] * v->k[j][g * hd + d];
+            s /= sqrtf((float)hd);
+            w[h * v->n + j] = s;
+            if (s > mx) mx = s;
+        }
+        float sum = 0;
+        for (int j = 0; j < v->n; j++) { float e = v->k[j] ? expf(w[h * v->n + j] - mx) : 0; w[h * v->n + j] = e; sum += e; }
+        for (int d = 0; d < hd; d++) out[h * hd + d] = 0;
+        for (int j = 0; j < v->n; j++) {
+            w[h * v->n + j] /= sum;
+            if (!v->k[j]) continue;
+            for (int d = 0; d < hd; d++) out[h * hd + d] += w[h * v->n + j] * v->v[j][g * hd + d];
+        }
+    }
+}
+
+TEST(kv_fake_attention_bit_exact) {
+    enum { L = 3, H = 4, HKV = 2, HD = 16, CTX = 200, STEPS = 190 };
+    kv_options f, h;
+    shape(&f, L, H, HKV, HD, 1, CTX);
+    h = f;
+    h.policy = KV_POLICY_HIERARCHY; h.hbm_ratio = 0.4; h.delta = 4; h.window = 8; h.sinks = 2;
+    char err[256];
+    kv_cache *kf = kv_init(&f, err, sizeof err), *kh = kv_init(&h, err, sizeof err);
+    REQUIRE(kf && kh);
+    float q[H * HD], of[H * HD], oh[H * HD], *wf = malloc(sizeof(float) * H * CTX), *wh = malloc(sizeof(float) * H * CTX);
+    uint64_t rng = 99;
+    int mismatches = 0, t1_seen = 0;
+    for (int pos = 0; pos < STEPS; pos++) {
+        int prompt = pos < 16;
+        REQUIRE(kv_append(kf, 0, pos, prompt, err, sizeof err) == 0 && kv_append(kh, 0, pos, prompt, err, sizeof err) == 0);
+        for (int l = 0; l < L; l++) {
+            float *k1 = kv_k_row(kf, 0, l, pos), *v1 = kv_v_row(kf, 0, l, pos);
+            float *k2 = kv_k_row(kh, 0, l, pos), *v2 = kv_v_row(kh, 0, l, pos);
+            for (int d = 0; d < HKV * HD; d++) { k1[d] = k2[d] = rng_f(&rng) * 3; v1[d] = v2[d] = rng_f(&rng); }
+            for (int d = 0; d < H * HD; d++) q[d] = rng_f(&rng) * 3;
+            kv_view vf, vh;
+            kv_view_layer(kf, 0, l, &vf);
+            kv_view_layer(kh, 0, l, &vh);
+            attend(&vf, q, H, HKV, HD, of, wf);
+            attend(&vh, q, H, HKV, HD, oh, wh);
+            mismatches += memcmp(of, oh, sizeof of) != 0 || memcmp(wf, wh, sizeof(float) * H * vf.n) != 0;
+            kv_observe(kf, 0, l, pos, wf, vf.n);
+            kv_observe(kh, 0, l, pos, wh, vh.n);
+        }
+        if (!prompt) { kv_step_end(kf, 0); kv_step_end(kh, 0); }
+        for (int p = 0; p <= pos; p++) t1_seen += kv_token_tier(kh, 0, p) == 1;
+    }
+    CHECK(mismatches == 0);
+    CHECK(t1_seen > 0);
+    kv_stats st;
+    kv_sync(kh);
+    kv_get_stats(kh, 0, &st);
+    CHECKF(st.bytes_moved_up > 0 && st.bytes_moved_down > 0 && st.tokens[3] == 0 && st.tokens[2] == 0, "up %lld down %lld t2 %lld t3 %lld", (long long)st.bytes_moved_up, (long long)st.bytes_moved_down, (long long)st.tokens[2], (long long)st.tokens[3]);
+    char json[1024];
+    CHECK(kv_stats_json(&st, json, sizeof json) < (int)sizeof json && strstr(json, "\"retiers\":") != NULL);
+    free(wf); free(wh);
+    kv_free(kf);
+    kv_free(kh);
+}
+
+/* Many sequences, async transfers, long run: only the final state is checked in full (< 1 s). */
+TEST(kv_stress_async) {
+    run_cfg c = {KV_POLICY_HIERARCHY, 0.2, 0.2, 0.1, 0, 1, 0, 2, 4, 4};
+    random_run(&c, 77, 390, 0);
+}

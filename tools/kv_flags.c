@@ -1,0 +1,114 @@
+/* kv_flags.c — parsing of the KV hierarchy flags (see kv_flags.h). */
+#include "kv_flags.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/err.h"
+
+int kv_flags_parse_size(const char *s, uint64_t *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !isfinite(v) || v < 0) return -1;
+    static const struct { const char *suffix; double mult; } units[] = {
+        {"", 1}, {"b", 1}, {"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+        {"k", 1024.0}, {"m", 1048576.0}, {"g", 1073741824.0},
+        {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0},
+    };
+    for (size_t u = 0; u < sizeof units / sizeof units[0]; u++) {
+        if (strcasecmp(end, units[u].suffix) != 0) continue;
+        double b = floor(v * units[u].mult);
+        if (b > 1.8e19) return -1;
+        *out = (uint64_t)b;
+        return 0;
+    }
+    return -1;
+}
+
+static int parse_ratio(const char *flag, const char *s, double *out, char *err, size_t errlen) {
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || end == s || *end || errno || !(v >= 0.0 && v <= 1.0))
+        return tkv_errf(err, errlen, "%s wants a share of the length in [0, 1], got '%s'", flag, s ? s : "");
+    *out = v;
+    return 0;
+}
+
+static int parse_count(const char *flag, const char *s, long lo, long hi, int *out, char *err, size_t errlen) {
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || end == s || *end || errno || v < lo || v > hi)
+        return tkv_errf(err, errlen, "%s wants an integer in %ld..%ld, got '%s'", flag, lo, hi, s ? s : "");
+    *out = (int)v;
+    return 0;
+}
+
+int kv_flags_parse(kv_options *o, int argc, char **argv, int *i, char *err, size_t errlen) {
+    const char *a = argv[*i];
+    if (strncmp(a, "--", 2) != 0) return 0;
+    static const char *with_value[] = {"--policy", "--hbm-ratio", "--hbm-budget", "--t2-ratio",
+                                       "--evict-ratio", "--delta", "--sinks", "--window"};
+    char name[32];
+    const char *eq = strchr(a, '='), *val = NULL;
+    size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    if (len >= sizeof name) return 0;
+    memcpy(name, a, len);
+    name[len] = 0;
+    if (!strcmp(name, "--staged") || !strcmp(name, "--sync-transfers")) {
+        if (eq) return tkv_errf(err, errlen, "%s takes no value", name);
+        if (!strcmp(name, "--staged")) o->staged = 1;
+        else o->sync_transfers = 1;
+        return 1;
+    }
+    int known = 0;
+    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(name, with_value[k]);
+    if (!known) return 0;
+    if (eq) val = eq + 1;
+    else if (*i + 1 < argc) val = argv[++*i];
+    else return tkv_errf(err, errlen, "%s needs a value", name);
+
+    if (!strcmp(name, "--policy")) {
+        kv_policy_kind p;
+        if (kv_policy_parse(val, &p))
+            return tkv_errf(err, errlen, "--policy wants full, hierarchy, evict, quant, streaming, h2o, rkv or snapkv, got '%s'", val);
+        o->policy = p;
+        return 1;
+    }
+    if (!strcmp(name, "--hbm-ratio")) return parse_ratio(name, val, &o->hbm_ratio, err, errlen) ? -1 : 1;
+    if (!strcmp(name, "--t2-ratio")) return parse_ratio(name, val, &o->t2_ratio, err, errlen) ? -1 : 1;
+    if (!strcmp(name, "--evict-ratio")) return parse_ratio(name, val, &o->evict_ratio, err, errlen) ? -1 : 1;
+    if (!strcmp(name, "--hbm-budget")) {
+        uint64_t b;
+        if (strstr(val, "tok"))
+            return tkv_errf(err, errlen, "--hbm-budget takes bytes, not tokens ('%s'): bytes per token depend on the model "
+                            "(tierkv plan prints them); use --hbm-ratio for a share of the tokens", val);
+        if (kv_flags_parse_size(val, &b) || b == 0)
+            return tkv_errf(err, errlen, "--hbm-budget wants a size like 4096, 64KB, 256MiB or 1.5GB, got '%s'", val);
+        o->hbm_budget_bytes = b;
+        return 1;
+    }
+    if (!strcmp(name, "--delta")) return parse_count(name, val, 1, 1 << 30, &o->delta, err, errlen) ? -1 : 1;
+    if (!strcmp(name, "--sinks")) return parse_count(name, val, 0, 1 << 30, &o->sinks, err, errlen) ? -1 : 1;
+    return parse_count(name, val, 0, 1 << 30, &o->window, err, errlen) ? -1 : 1; /* --window */
+}
+
+const char *kv_flags_usage(void) {
+    return "KV cache (memory hierarchy):\n"
+           "      --policy NAME       full (default) | hierarchy | evict | quant | streaming | h2o | rkv | snapkv\n"
+           "      --hbm-ratio R       T0 (fast memory) share of the current length, 0..1\n"
+           "      --hbm-budget SIZE   T0 bytes for all sequences (split equally): 4096, 64KB, 256MiB, 1.5GB\n"
+           "      --t2-ratio R        int8 host tier share of the length (policy hierarchy)\n"
+           "      --evict-ratio R     evicted share at most (hierarchy, quant)\n"
+           "      --delta N           re-tier every N decode steps (64)\n"
+           "      --sinks N           protected first tokens (4)\n"
+           "      --window N          protected last tokens (64)\n"
+           "      --staged            copy T1/T2 rows into a staging area per layer before attention\n"
+           "      --sync-transfers    run tier moves on the calling thread\n";
+}
