@@ -1,0 +1,53 @@
+/* test_kv_flags.c — the shared KV flag parser (tools/kv_flags.c) and `tierkv plan` on named shapes. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../tools/cmds.h"
+#include "../tools/kv_flags.h"
+#include "t.h"
+
+static int parse1(kv_options *o, const char *a, const char *b, int *consumed_to) {
+    char *argv[3] = {(char *)a, (char *)b, NULL};
+    int i = 0;
+    char err[256];
+    int r = kv_flags_parse(o, b ? 2 : 1, argv, &i, err, sizeof err);
+    *consumed_to = i;
+    return r;
+}
+
+TEST(kv_flags_parse_values) {
+    kv_options o;
+    kv_options_default(&o);
+    int to;
+    CHECK(parse1(&o, "--policy", "hierarchy", &to) == 1 && to == 1 && o.policy == KV_POLICY_HIERARCHY);
+    CHECK(parse1(&o, "--hbm-ratio=0.25", NULL, &to) == 1 && to == 0 && o.hbm_ratio == 0.25);
+    CHECK(parse1(&o, "--hbm-ratio", "1.5", &to) == -1);
+    CHECK(parse1(&o, "--t2-ratio", "-0.1", &to) == -1);
+    CHECK(parse1(&o, "--hbm-budget", "256MiB", &to) == 1 && o.hbm_budget_bytes == 256ull << 20);
+    CHECK(parse1(&o, "--hbm-budget", "1.5GB", &to) == 1 && o.hbm_budget_bytes == 1500000000ull);
+    CHECK(parse1(&o, "--hbm-budget", "4096", &to) == 1 && o.hbm_budget_bytes == 4096);
+    CHECK(parse1(&o, "--hbm-budget", "100tok", &to) == -1);
+    CHECK(parse1(&o, "--hbm-budget", "lots", &to) == -1);
+    CHECK(parse1(&o, "--delta", "0", &to) == -1);
+    CHECK(parse1(&o, "--window", "16", &to) == 1 && o.window == 16);
+    CHECK(parse1(&o, "--staged", NULL, &to) == 1 && o.staged == 1);
+    CHECK(parse1(&o, "--sync-transfers", NULL, &to) == 1 && o.sync_transfers == 1);
+    CHECK(parse1(&o, "--policy", "lru", &to) == -1);
+    CHECK(parse1(&o, "--temperature", "0.7", &to) == 0 && to == 0);
+    CHECK(parse1(&o, "--sinks", NULL, &to) == -1);
+    CHECK(strstr(kv_flags_usage(), "--hbm-budget") != NULL);
+}
+
+TEST(kv_plan_shapes) {
+    FILE *keep = stdout;
+    stdout = fopen("/dev/null", "w");
+    char *ok[] = {"plan", "--shape", "llama-70b", "--batch", "4", "--ctx", "8192", "--hbm-ratio", "0.2", "--t2-ratio", "0.3", NULL};
+    char *bad_shape[] = {"plan", "--shape", "gpt-5", NULL};
+    char *too_small[] = {"plan", "--shape", "qwen2.5-0.5b", "--hbm-budget", "1KB", NULL};
+    int r1 = cmd_plan(11, ok), r2 = cmd_plan(3, bad_shape), r3 = cmd_plan(5, too_small);
+    fclose(stdout);
+    stdout = keep;
+    CHECK(r1 == 0);
+    CHECK(r2 == 2);
+    CHECK(r3 == 1);
+}

@@ -1,0 +1,153 @@
+/* cmd_plan.c — `tierkv plan`: what a KV budget means for a model shape, batch and context, without
+ * running anything: KV bytes per tier, fast memory saved against the full cache, and the bus traffic
+ * per decode step the tiers imply. The shape comes from a GGUF header (-m) or a named shape (--shape).
+ *
+ * Model of the numbers (per sequence, at length --ctx, then times --batch):
+ *   kv bytes per token  = 2 (K, V) x layers x kv heads x head dim x bytes per element (--kv-type,
+ *                         f16 by default, as on a GPU; f32 is what the CPU backend stores);
+ *   T2 bytes per token  = 2 x layers x kv heads x (head dim + 4): int8 rows + one f32 scale per head;
+ *   T0 tokens           = hbm ratio x ctx, or the absolute budget / batch / kv bytes per token,
+ *                         never below the protected sinks + window; T2 = t2 ratio x ctx,
+ *                         evicted = evict ratio x ctx, T1 = the rest (policy hierarchy), as in kv.c;
+ *   bus per step        = T1 and T2 tokens streamed from host for every decode step (no staging cache);
+ *   moves per re-tier   = at least the (1 - hbm ratio) x delta new tokens that must leave T0 every
+ *                         delta steps (score reshuffles add promotions on top), amortised per step. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "cmds.h"
+#include "gguf/gguf.h"
+#include "kv/kv.h"
+#include "kv_flags.h"
+
+typedef struct {
+    const char *name;
+    int n_layer, n_head_kv, head_dim;
+} plan_shape;
+
+static const plan_shape shapes[] = {
+    {"qwen2.5-0.5b", 24, 2, 64},          {"qwen2.5-coder-1.5b", 28, 2, 128}, {"r1-distill-qwen-1.5b", 28, 2, 128},
+    {"r1-distill-qwen-7b", 28, 4, 128},   {"r1-distill-qwen-14b", 48, 8, 128}, {"r1-distill-qwen-32b", 64, 8, 128},
+    {"llama-70b", 80, 8, 128},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: tierkv plan (-m MODEL.gguf | --shape NAME) [--batch B] [--ctx N] [--kv-type f16|f32] [kv flags]\n"
+               "  shapes:");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) fprintf(f, " %s", shapes[i].name);
+    fprintf(f, "\n  --batch B (1) sequences, --ctx N (4096) positions each\n%s", kv_flags_usage());
+}
+
+static int shape_from_gguf(const char *path, plan_shape *s, char *err, size_t errlen) {
+    gguf_file f;
+    if (gguf_open(path, &f, err, errlen)) return -1;
+    gguf_str arch;
+    char key[160];
+    uint32_t v;
+    int rc = -1;
+    if (gguf_get_str(&f, "general.architecture", &arch, err, errlen)) goto done;
+#define KEY(k) (snprintf(key, sizeof key, "%.*s." k, (int)arch.len, arch.ptr), key)
+    if (gguf_get_u32(&f, KEY("block_count"), &v, err, errlen)) goto done;
+    s->n_layer = (int)v;
+    uint32_t n_head, n_embd;
+    if (gguf_get_u32(&f, KEY("attention.head_count"), &n_head, err, errlen)) goto done;
+    if (gguf_get_u32(&f, KEY("embedding_length"), &n_embd, err, errlen)) goto done;
+    s->n_head_kv = gguf_find(&f, KEY("attention.head_count_kv")) && !gguf_get_u32(&f, key, &v, err, errlen) ? (int)v : (int)n_head;
+    s->head_dim = n_head ? (int)(n_embd / n_head) : 0;
+    if (gguf_find(&f, KEY("attention.key_length")) && !gguf_get_u32(&f, key, &v, err, errlen)) s->head_dim = (int)v;
+#undef KEY
+    if (s->n_layer <= 0 || s->n_head_kv <= 0 || s->head_dim <= 0) {
+        tkv_errf(err, errlen, "%s: no usable shape (layers %d, kv heads %d, head dim %d)", path, s->n_layer, s->n_head_kv, s->head_dim);
+        goto done;
+    }
+    s->name = path;
+    rc = 0;
+done:
+    gguf_free(&f);
+    return rc;
+}
+
+static double mib(double b) { return b / (1024.0 * 1024.0); }
+
+int cmd_plan(int argc, char **argv) {
+    kv_options o;
+    kv_options_default(&o);
+    o.policy = KV_POLICY_HIERARCHY;
+    const char *model = NULL, *shape_name = NULL;
+    long batch = 1, ctx = 4096;
+    int elem = 2;
+    char err[512];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = kv_flags_parse(&o, argc, argv, &i, err, sizeof err);
+        if (r < 0) { fprintf(stderr, "tierkv plan: %s\n", err); return 2; }
+        if (r > 0) continue;
+        if (i + 1 >= argc && strcmp(a, "-h") && strcmp(a, "--help")) { fprintf(stderr, "tierkv plan: %s needs a value or is unknown\n", a); usage(stderr); return 2; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = argv[++i];
+        else if (!strcmp(a, "--shape")) shape_name = argv[++i];
+        else if (!strcmp(a, "--batch") || !strcmp(a, "-b")) batch = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) ctx = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--kv-type")) {
+            const char *t = argv[++i];
+            if (!strcmp(t, "f16")) elem = 2;
+            else if (!strcmp(t, "f32")) elem = 4;
+            else { fprintf(stderr, "tierkv plan: --kv-type wants f16 or f32, got '%s'\n", t); return 2; }
+        } else { fprintf(stderr, "tierkv plan: unknown flag %s\n", a); usage(stderr); return 2; }
+    }
+    if (batch < 1 || batch > 1 << 20 || ctx < 1 || ctx > 1 << 30) { fprintf(stderr, "tierkv plan: --batch and --ctx must be positive\n"); return 2; }
+    if (!model == !shape_name) { fprintf(stderr, "tierkv plan: give exactly one of -m MODEL.gguf and --shape NAME\n"); usage(stderr); return 2; }
+    plan_shape sh = {0};
+    if (model) {
+        if (shape_from_gguf(model, &sh, err, sizeof err)) { fprintf(stderr, "tierkv plan: %s\n", err); return 1; }
+    } else {
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            if (!strcmp(shapes[i].name, shape_name)) sh = shapes[i];
+        if (!sh.name) { fprintf(stderr, "tierkv plan: unknown shape '%s'\n", shape_name); usage(stderr); return 2; }
+    }
+    double r0 = o.hbm_ratio, r2 = o.t2_ratio > 0 ? o.t2_ratio : 0, r3 = o.evict_ratio > 0 ? o.evict_ratio : 0;
+    if (r0 >= 0 && o.hbm_budget_bytes) { fprintf(stderr, "tierkv plan: give --hbm-ratio or --hbm-budget, not both\n"); return 2; }
+    if ((r0 > 0 ? r0 : 0) + r2 + r3 > 1.0 + 1e-9) { fprintf(stderr, "tierkv plan: budgets add up to more than the length\n"); return 2; }
+
+    double kvb = 2.0 * sh.n_layer * sh.n_head_kv * sh.head_dim * elem;
+    double t2b = 2.0 * sh.n_layer * sh.n_head_kv * (sh.head_dim + 4.0);
+    double n = (double)ctx, prot = fmin(n, (double)o.sinks + (o.window > 1 ? o.window : 1));
+    double t0, t1, t2, t3;
+    if (o.policy == KV_POLICY_FULL || (r0 < 0 && !o.hbm_budget_bytes)) {
+        t0 = n; t1 = t2 = t3 = 0;
+        if (o.policy != KV_POLICY_FULL) fprintf(stderr, "tierkv plan: no T0 budget given: showing the full cache\n");
+    } else {
+        t0 = o.hbm_budget_bytes ? floor((double)o.hbm_budget_bytes / (double)batch / kvb) : floor(r0 * n + 1e-9);
+        if (t0 < prot) {
+            if (o.hbm_budget_bytes) { fprintf(stderr, "tierkv plan: the budget holds %.0f tokens per sequence, fewer than the %.0f protected (sinks + window)\n", t0, prot); return 1; }
+            printf("note: T0 raised from %.0f to the %.0f protected tokens (sinks + window)\n", t0, prot);
+            t0 = prot;
+        }
+        t0 = fmin(t0, n);
+        double rest = n - t0;
+        t3 = fmin(rest, floor(r3 * n + 1e-9));
+        if (o.policy == KV_POLICY_EVICT) { t3 = rest; t2 = t1 = 0; }
+        else if (o.policy == KV_POLICY_QUANT) { t2 = rest - t3; t1 = 0; }
+        else { t2 = fmin(rest - t3, floor(r2 * n + 1e-9)); t1 = rest - t2 - t3; }
+    }
+    double B = (double)batch, full = n * kvb * B;
+    printf("plan: %s (%d layers, %d kv heads, head dim %d), %s KV, batch %ld, ctx %ld, policy %s\n", sh.name, sh.n_layer,
+           sh.n_head_kv, sh.head_dim, elem == 2 ? "f16" : "f32", batch, ctx, kv_policy_name(o.policy));
+    printf("  KV bytes per token: %.0f (%.1f KiB); int8 T2: %.0f\n", kvb, kvb / 1024, t2b);
+    printf("  %-18s %12s %12s\n", "tier", "tokens/seq", "MiB (batch)");
+    printf("  %-18s %12.0f %12.2f\n", "T0 fast memory", t0, mib(t0 * kvb * B));
+    printf("  %-18s %12.0f %12.2f\n", "T1 host full", t1, mib(t1 * kvb * B));
+    printf("  %-18s %12.0f %12.2f\n", "T2 host int8", t2, mib(t2 * t2b * B));
+    printf("  %-18s %12.0f %12s\n", "T3 evicted", t3, "0");
+    printf("  full cache %.2f MiB; fast memory saved %.2f MiB (%.1f%%)\n", mib(full), mib(full - t0 * kvb * B),
+           100.0 * (1.0 - t0 / n));
+    double bus = (t1 * kvb + t2 * t2b) * B;
+    double moves = t0 < n && o.policy != KV_POLICY_EVICT ? (1.0 - t0 / n) * kvb * B : 0; /* evictions copy nothing */
+    printf("  bus per decode step: %.2f MiB streamed from host (T1 %.2f + T2 %.2f)\n", mib(bus), mib(t1 * kvb * B), mib(t2 * t2b * B));
+    printf("  tier moves: >= %.2f MiB per re-tier (every %d steps), %.3f MiB per step amortised\n", mib(moves * o.delta),
+           o.delta, mib(moves));
+    return 0;
+}
