@@ -29,8 +29,8 @@ typedef struct {
     uint32_t type;       /* enum gguf_vtype */
     uint32_t arr_type;   /* element type when type == GGUF_ARR */
     uint64_t arr_n;      /* element count when type == GGUF_ARR */
-    const uint8_t *data; /* the value bytes (for arrays: the first element) */
-    uint64_t size;       /* bytes of the value (for arrays: all elements) */
+    const uint8_t *data; /* the value bytes (for arrays: the first element; for STR: the text, after its length) */
+    uint64_t size;       /* bytes of the value (for arrays: all elements; for STR: the text length) */
 } gguf_kv;
 
 typedef struct {
