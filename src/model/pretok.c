@@ -61,17 +61,10 @@ static size_t ws_word(const uint32_t *cps, const uint8_t *fl, size_t i, size_t n
 static size_t gpt2_word(const uint32_t *cps, const uint8_t *fl, size_t i, size_t n) {
     size_t k = contraction(cps, i, n, 0);
     if (k) return i + k;
-    size_t j = i + (cps[i] == ' ' && i + 1 < n); /* the optional leading space */
-    if (cps[i] == ' ' && i + 1 >= n) j = i;
-    uint8_t f2 = cps[i] == ' ' ? (i + 1 < n ? fl[i + 1] : 0) : fl[i];
-    int exists2 = cps[i] == ' ' ? i + 1 < n : 1;
-    if (f2 & TOK_F_L) { j = i + (cps[i] == ' '); while (HAS(j, TOK_F_L)) j++; return j; }
-    if (f2 & TOK_F_N) { j = i + (cps[i] == ' '); while (HAS(j, TOK_F_N)) j++; return j; }
-    if (exists2 && !(f2 & (TOK_F_L | TOK_F_N | TOK_F_WS))) {
-        j = i + (cps[i] == ' ');
-        while (IS_OTHER(j)) j++;
-        return j;
-    }
+    size_t j = i + (cps[i] == ' '); /* after the optional space: ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+` */
+    if (HAS(j, TOK_F_L)) { while (HAS(j, TOK_F_L)) j++; return j; }
+    if (HAS(j, TOK_F_N)) { while (HAS(j, TOK_F_N)) j++; return j; }
+    if (IS_OTHER(j)) { while (IS_OTHER(j)) j++; return j; }
     return ws_word(cps, fl, i, n, 0);
 }
 
