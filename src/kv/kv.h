@@ -34,7 +34,9 @@ typedef struct {
     int n_layer, n_head, n_head_kv, head_dim;
     /* capacity: sequences and positions per sequence */
     int n_seq, n_ctx;
-    /* policy and budgets; ratios < 0 and budget 0 mean "not given" */
+    /* policy and budgets; ratios < 0 and budget 0 mean "not given". Policy full ignores budgets.
+     * hbm_budget_bytes is split equally over the n_seq sequences (each gets its own T0 slots);
+     * give either hbm_ratio or hbm_budget_bytes. T1 takes what T0, T2 and eviction do not. */
     kv_policy_kind policy;
     double hbm_ratio;          /* T0 share of current length */
     double t2_ratio;           /* T2 share of current length */

@@ -40,7 +40,7 @@ typedef struct {
 
 typedef struct {
     uint8_t *target;  /* [n] out: target tier of every position */
-    uint8_t *keep;    /* [n_head_kv][stride] per-head keep mask the policy may fill, or NULL */
+    uint8_t *keep;    /* [n_layer][n_head_kv][stride] per-head keep masks (head-wise policies), or NULL */
     int keep_used;    /* out: 1 if keep is meaningful (head-wise eviction) */
 } kv_select_out;
 
