@@ -221,7 +221,8 @@ char *eval_arc_extract(const char *text, int n_choices) {
     char *box = eval_boxed_answer(text);
     if (box) { /* \boxed{B}, \boxed{\text{B}}, \boxed{(B)}, \boxed{B. text} */
         static const char *const wrap[] = {"\\textbf{", "\\text{", "\\mathrm{", "\\mathbf{", "{", "}", "(", ")", "$", "*"};
-        char *c = box;
+        char *c = box; /* c takes ownership */
+        box = NULL;
         for (size_t k = 0; k < sizeof wrap / sizeof wrap[0]; k++) c = ps_replace_take(c, wrap[k], "");
         c = ps_strip_take(c);
         size_t i = 0;
