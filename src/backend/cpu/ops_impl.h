@@ -1,0 +1,108 @@
+/* ops_impl.h — internal to src/backend/cpu: block layouts (FORMATS.md 2.4–2.5, 2.7), the kernel
+ * symbols of every ISA variant, and small helpers they share. The dispatch tables in cpu_detect.c
+ * are the only place that maps (type, isa) to these functions; nothing outside backend/cpu includes
+ * this header.
+ *
+ * Weight blocks are read through byte offsets (they come from a file, only 2-byte aligned).
+ * Activation blocks are produced and consumed by this code only, so they are plain structs whose
+ * sizes are checked against the ggml sizes below. */
+#ifndef TKV_CPU_OPS_IMPL_H
+#define TKV_CPU_OPS_IMPL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/ops.h"
+
+/* ggml type ids and block geometry (FORMATS.md 2.1), local so the kernels do not depend on the
+ * gguf module. */
+enum {
+    CPU_T_F32 = 0, CPU_T_F16 = 1, CPU_T_Q4_0 = 2, CPU_T_Q4_1 = 3, CPU_T_Q5_0 = 6, CPU_T_Q5_1 = 7,
+    CPU_T_Q8_0 = 8, CPU_T_Q8_1 = 9, CPU_T_Q4_K = 12, CPU_T_Q5_K = 13, CPU_T_Q6_K = 14, CPU_T_Q8_K = 15,
+    CPU_T_BF16 = 30,
+};
+#define CPU_QK 32   /* elements per 32-block */
+#define CPU_QKK 256 /* elements per K super-block */
+enum {
+    CPU_BS_Q4_0 = 18, CPU_BS_Q4_1 = 20, CPU_BS_Q5_0 = 22, CPU_BS_Q5_1 = 24, CPU_BS_Q8_0 = 34,
+    CPU_BS_Q8_1 = 36, CPU_BS_Q4_K = 144, CPU_BS_Q5_K = 176, CPU_BS_Q6_K = 210, CPU_BS_Q8_K = 292,
+};
+
+typedef struct {
+    uint16_t d;     /* f16 scale */
+    int8_t qs[32];
+} cpu_block_q8_0;
+typedef struct {
+    uint16_t d;     /* f16 scale */
+    uint16_t s;     /* f16 of d * sum(qs), d unrounded */
+    int8_t qs[32];
+} cpu_block_q8_1;
+typedef struct {
+    float d;            /* f32 scale, not rounded */
+    int8_t qs[256];
+    int16_t bsums[16];  /* sums of 16 consecutive qs */
+} cpu_block_q8_K;
+_Static_assert(sizeof(cpu_block_q8_0) == CPU_BS_Q8_0, "q8_0 layout");
+_Static_assert(sizeof(cpu_block_q8_1) == CPU_BS_Q8_1, "q8_1 layout");
+_Static_assert(sizeof(cpu_block_q8_K) == CPU_BS_Q8_K, "q8_K layout");
+
+/* Q4_K/Q5_K 6-bit scale and min of sub-block j (FORMATS.md 2.5). */
+static inline void cpu_k4_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
+        *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+/* Round to nearest, ties to even, for |v| < 2^22: the magic-number trick llama.cpp's Q8_K
+ * quantizer uses; identical to nearbyintf under the default rounding mode. */
+static inline int cpu_round_even(float v) {
+    float t = v + 12582912.0f;
+    int32_t i;
+    __builtin_memcpy(&i, &t, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* Weight geometry of a supported type: elements per block (0 if unsupported), bytes of n elements. */
+int64_t cpu_type_blck(uint32_t type);
+size_t cpu_weight_row_size(uint32_t type, int64_t n);
+
+typedef void (*cpu_quant_fn)(const float *x, void *y, int64_t n);
+typedef void (*cpu_dot_fn)(int64_t n, float *s, const void *w, const void *a);
+typedef void (*cpu_dotnx_fn)(int64_t n, float *s, const void *w, const void *a, size_t a_stride, int nx);
+typedef void (*cpu_deq_fn)(const void *w, float *y, int64_t n);
+
+#define CPU_DECL_QUANT(isa, t) void cpu_##isa##_quant_##t(const float *x, void *y, int64_t n);
+#define CPU_DECL_DEQ(isa, t) void cpu_##isa##_dequant_##t(const void *w, float *y, int64_t n);
+#define CPU_DECL_DOT(isa, t)                                                                   \
+    void cpu_##isa##_dot_##t(int64_t n, float *s, const void *w, const void *a);               \
+    void cpu_##isa##_dotnx_##t(int64_t n, float *s, const void *w, const void *a, size_t a_stride, int nx);
+#define CPU_DECL_F32(isa)                                                    \
+    float cpu_##isa##_dot_f32v(const float *a, const float *b, int64_t n);   \
+    void cpu_##isa##_axpy_f32(float *y, float a, const float *x, int64_t n); \
+    void cpu_##isa##_scale_f32(float *y, float a, int64_t n);
+
+/* generic: everything */
+CPU_DECL_QUANT(gen, f32) CPU_DECL_QUANT(gen, f16) CPU_DECL_QUANT(gen, bf16)
+CPU_DECL_QUANT(gen, q8_0) CPU_DECL_QUANT(gen, q8_1) CPU_DECL_QUANT(gen, q8_K)
+CPU_DECL_DEQ(gen, f32) CPU_DECL_DEQ(gen, f16) CPU_DECL_DEQ(gen, bf16) CPU_DECL_DEQ(gen, q4_0)
+CPU_DECL_DEQ(gen, q4_1) CPU_DECL_DEQ(gen, q5_0) CPU_DECL_DEQ(gen, q5_1) CPU_DECL_DEQ(gen, q8_0)
+CPU_DECL_DEQ(gen, q4_K) CPU_DECL_DEQ(gen, q5_K) CPU_DECL_DEQ(gen, q6_K)
+CPU_DECL_DOT(gen, f32) CPU_DECL_DOT(gen, f16) CPU_DECL_DOT(gen, bf16) CPU_DECL_DOT(gen, q4_0)
+CPU_DECL_DOT(gen, q4_1) CPU_DECL_DOT(gen, q5_0) CPU_DECL_DOT(gen, q5_1) CPU_DECL_DOT(gen, q8_0)
+CPU_DECL_DOT(gen, q4_K) CPU_DECL_DOT(gen, q5_K) CPU_DECL_DOT(gen, q6_K)
+CPU_DECL_F32(gen)
+
+/* AVX2 and AVX-512: the hot paths; the tables fall back to gen for the rest. */
+#define CPU_DECL_FAST(isa)                                                                   \
+    CPU_DECL_QUANT(isa, q8_0) CPU_DECL_QUANT(isa, q8_K)                                      \
+    CPU_DECL_DOT(isa, f32) CPU_DECL_DOT(isa, f16) CPU_DECL_DOT(isa, bf16)                    \
+    CPU_DECL_DOT(isa, q4_0) CPU_DECL_DOT(isa, q5_0) CPU_DECL_DOT(isa, q8_0)                  \
+    CPU_DECL_DOT(isa, q4_K) CPU_DECL_DOT(isa, q5_K) CPU_DECL_DOT(isa, q6_K)                  \
+    CPU_DECL_F32(isa)
+CPU_DECL_FAST(avx2)
+CPU_DECL_FAST(avx512)
+
+#endif

@@ -1,0 +1,401 @@
+/* test_kernels.c — the CPU kernels against hand-computed values and the generic reference.
+ * kernels_hand_*: generic quantizers and dequantizers reproduce values worked out by hand
+ *   (FORMATS.md 2.4–2.5, 2.7), including ties to even.
+ * kernels_dequant / kernels_quantize_act: every ISA this CPU has is bit-exact with generic.
+ * kernels_vec_dot: every (type, ISA, row length) agrees with generic within a float-summation
+ *   bound, generic agrees with dequant·dequant, and vec_dot_nx equals vec_dot bit for bit.
+ * kernels_matmul: 1, 3, 17 tokens on 1 and 2 threads: identical bits across thread counts, each
+ *   output equal to that ISA's vec_dot, and close to a naive dequant·f32 product. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/ops_impl.h"
+#include "base/half.h"
+#include "t.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+static float rndf(void) { return (float)(rnd() & 0xffffff) / 16777216.0f * 2.0f - 1.0f; } /* [-1, 1) */
+
+static const uint32_t all_types[] = {CPU_T_F32, CPU_T_F16, CPU_T_BF16, CPU_T_Q4_0, CPU_T_Q4_1, CPU_T_Q5_0,
+                                     CPU_T_Q5_1, CPU_T_Q8_0, CPU_T_Q4_K, CPU_T_Q5_K, CPU_T_Q6_K};
+#define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
+
+static int isa_available(cpu_isa isa) { return isa <= cpu_detect_isa(); }
+
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+
+/* Random weight row of n elements: random bytes, then finite small f16 scale fields. */
+static void rand_weights(uint32_t type, uint8_t *w, int64_t n) {
+    size_t bytes = cpu_weight_row_size(type, n);
+    for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd();
+    int64_t blck = cpu_type_blck(type);
+    size_t bs = bytes / (size_t)(n / blck);
+    for (int64_t b = 0; b < n / blck; b++) {
+        uint8_t *p = w + (size_t)b * bs;
+        switch (type) {
+        case CPU_T_F32: { float f = rndf(); memcpy(p, &f, 4); break; }
+        case CPU_T_F16: put16(p, tkv_f32_to_f16(rndf())); break;
+        case CPU_T_BF16: put16(p, tkv_f32_to_bf16(rndf())); break;
+        case CPU_T_Q4_0: case CPU_T_Q5_0: case CPU_T_Q8_0: put16(p, tkv_f32_to_f16(rndf() * 0.01f)); break;
+        case CPU_T_Q4_1: case CPU_T_Q5_1: case CPU_T_Q4_K: case CPU_T_Q5_K:
+            put16(p, tkv_f32_to_f16(rndf() * 0.01f));
+            put16(p + 2, tkv_f32_to_f16(rndf() * 0.01f));
+            break;
+        case CPU_T_Q6_K: put16(p + 208, tkv_f32_to_f16(rndf() * 0.01f)); break;
+        }
+    }
+}
+
+/* Activations: mostly small, some outliers, a few exact zeros and a zero block now and then. */
+static void rand_acts(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t r = rnd() % 64;
+        x[i] = r == 0 ? rndf() * 20.0f : r == 1 ? 0.0f : rndf();
+    }
+    if (n >= 64 && rnd() % 4 == 0) memset(x + 32, 0, 32 * sizeof(float));
+}
+
+/* Activation row -> f32 (the values the dot product actually sees). */
+static void act_dequant(uint32_t act_type, const void *a, float *y, int64_t n) {
+    const uint8_t *p = a;
+    for (int64_t i = 0; i < n; i++) {
+        switch (act_type) {
+        case CPU_T_F32: memcpy(&y[i], p + 4 * i, 4); break;
+        case CPU_T_F16: y[i] = tkv_f16_to_f32(tkv_rd16(p + 2 * i)); break;
+        case CPU_T_BF16: y[i] = tkv_bf16_to_f32(tkv_rd16(p + 2 * i)); break;
+        case CPU_T_Q8_0: { const cpu_block_q8_0 *b = (const cpu_block_q8_0 *)a + i / 32; y[i] = tkv_f16_to_f32(b->d) * b->qs[i % 32]; break; }
+        case CPU_T_Q8_1: { const cpu_block_q8_1 *b = (const cpu_block_q8_1 *)a + i / 32; y[i] = tkv_f16_to_f32(b->d) * b->qs[i % 32]; break; }
+        case CPU_T_Q8_K: { const cpu_block_q8_K *b = (const cpu_block_q8_K *)a + i / 256; y[i] = b->d * b->qs[i % 256]; break; }
+        }
+    }
+}
+
+/* Per-element magnitude of the terms a dot product adds: |x| for single-term types; for types with
+ * a min (x = d*sc*q - dmin*m or d*q + m) the two parts' magnitudes added, by dequantizing a copy
+ * whose scale signs make both parts positive. */
+static void term_magnitude(uint32_t type, const uint8_t *w, float *y, int64_t n, uint8_t *tmp) {
+    size_t bytes = cpu_weight_row_size(type, n);
+    memcpy(tmp, w, bytes);
+    int64_t blck = cpu_type_blck(type);
+    size_t bs = bytes / (size_t)(n / blck);
+    for (int64_t b = 0; b < n / blck; b++) {
+        uint8_t *p = tmp + (size_t)b * bs;
+        if (type == CPU_T_Q4_K || type == CPU_T_Q5_K) { p[1] &= 0x7f; p[3] |= 0x80; }
+        if (type == CPU_T_Q4_1 || type == CPU_T_Q5_1) { p[1] &= 0x7f; p[3] &= 0x7f; }
+    }
+    cpu_ops_for(type, CPU_ISA_GENERIC)->dequant_row(tmp, y, n);
+    for (int64_t i = 0; i < n; i++) y[i] = fabsf(y[i]);
+}
+
+TEST(kernels_hand_quantize) {
+    float x[256];
+    cpu_block_q8_0 q0;
+    cpu_block_q8_1 q1;
+    cpu_block_q8_K qk;
+    /* amax = 127 gives d = 1, id = 1: q is x rounded half to even */
+    const float in[8] = {127.0f, 2.5f, 3.5f, -2.5f, -3.5f, 0.5f, 1.5f, -126.4f};
+    const int8_t want[8] = {127, 2, 4, -2, -4, 0, 2, -126};
+    for (int i = 0; i < 32; i++) x[i] = i < 8 ? in[i] : 0.0f;
+    cpu_ops_for(CPU_T_Q8_0, CPU_ISA_GENERIC)->quantize_act(x, &q0, 32);
+    CHECK(q0.d == 0x3c00);
+    for (int i = 0; i < 8; i++) CHECKF(q0.qs[i] == want[i], "q8_0 x=%g q=%d want %d", in[i], q0.qs[i], want[i]);
+    cpu_ops_for(CPU_T_Q4_1, CPU_ISA_GENERIC)->quantize_act(x, &q1, 32);
+    CHECK(q1.d == 0x3c00 && q1.s == tkv_f32_to_f16(127 + 2 + 4 - 2 - 4 + 0 + 2 - 126));
+    /* amax 63.5: d = 0.5, id = 2: 1.25 -> 2.5 -> 2, 1.75 -> 3.5 -> 4 */
+    for (int i = 0; i < 32; i++) x[i] = 0;
+    x[0] = 63.5f; x[1] = 1.25f; x[2] = 1.75f;
+    cpu_ops_for(CPU_T_Q8_0, CPU_ISA_GENERIC)->quantize_act(x, &q0, 32);
+    CHECK(q0.d == 0x3800 && q0.qs[0] == 127 && q0.qs[1] == 2 && q0.qs[2] == 4);
+    for (int i = 0; i < 32; i++) x[i] = 0;
+    cpu_ops_for(CPU_T_Q8_0, CPU_ISA_GENERIC)->quantize_act(x, &q0, 32);
+    CHECK(q0.d == 0 && q0.qs[0] == 0 && q0.qs[31] == 0);
+
+    /* Q8_K: signed max, first on ties. -127 at 5 before +127 at 9: iscale = 1, d = 1. */
+    for (int i = 0; i < 256; i++) x[i] = 0.0f;
+    x[5] = -127.0f; x[9] = 127.0f; x[20] = 2.5f; x[21] = 3.5f; x[22] = -2.5f; x[300 % 256] = 1.5f;
+    cpu_ops_for(CPU_T_Q4_K, CPU_ISA_GENERIC)->quantize_act(x, &qk, 256);
+    CHECK(qk.d == 1.0f && qk.qs[5] == -127 && qk.qs[9] == 127 && qk.qs[20] == 2 && qk.qs[21] == 4 && qk.qs[22] == -2);
+    CHECK(qk.qs[44] == 2 && qk.bsums[0] == 0 && qk.bsums[1] == 4 && qk.bsums[2] == 2);
+    /* now +127 first: iscale = -1, d = -1, every q negated */
+    x[5] = 127.0f; x[9] = -127.0f;
+    cpu_ops_for(CPU_T_Q6_K, CPU_ISA_GENERIC)->quantize_act(x, &qk, 256);
+    CHECK(qk.d == -1.0f && qk.qs[5] == -127 && qk.qs[9] == 127 && qk.qs[20] == -2 && qk.qs[21] == -4);
+    CHECK(qk.bsums[1] == -4);
+    /* x = 0.5 * max: iscale*x = -63.5 -> -64 (even) */
+    x[9] = 63.5f;
+    cpu_ops_for(CPU_T_Q6_K, CPU_ISA_GENERIC)->quantize_act(x, &qk, 256);
+    CHECK(qk.qs[9] == -64);
+    /* f16 / bf16 rounding: 1 + 2^-11 is a tie in f16 (to even: 1.0), 1 + 3*2^-11 rounds up */
+    float h[2] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f};
+    uint16_t o[2];
+    cpu_ops_for(CPU_T_F16, CPU_ISA_GENERIC)->quantize_act(h, o, 2);
+    CHECK(o[0] == 0x3c00 && o[1] == 0x3c02);
+    h[0] = 1.0f + 0x1p-8f; h[1] = 1.0f + 3 * 0x1p-8f;
+    cpu_ops_for(CPU_T_BF16, CPU_ISA_GENERIC)->quantize_act(h, o, 2);
+    CHECK(o[0] == 0x3f80 && o[1] == 0x3f82);
+}
+
+TEST(kernels_hand_dequant) {
+    uint8_t b[256] = {0};
+    float y[256];
+    /* Q4_0: d = 0.5, qs[0] = 0x1f: x0 = 0.5*(15-8), x16 = 0.5*(1-8) */
+    put16(b, 0x3800); b[2] = 0x1f;
+    cpu_ops_for(CPU_T_Q4_0, CPU_ISA_GENERIC)->dequant_row(b, y, 32);
+    CHECK(y[0] == 3.5f && y[16] == -3.5f && y[1] == -4.0f);
+    /* Q4_1: d = 2, m = -1: x0 = 2*15 - 1, x16 = 2*1 - 1 */
+    memset(b, 0, sizeof b); put16(b, 0x4000); put16(b + 2, 0xbc00); b[4] = 0x1f;
+    cpu_ops_for(CPU_T_Q4_1, CPU_ISA_GENERIC)->dequant_row(b, y, 32);
+    CHECK(y[0] == 29.0f && y[16] == 1.0f && y[1] == -1.0f);
+    /* Q5_0: d = 2, qh bit 0 set, qs[0] = 0x03: x0 = 2*(19-16); x16 = 2*(0-16); qh bit 17 -> x17 = 2*(16-16) */
+    memset(b, 0, sizeof b); put16(b, 0x4000); b[2] = 0x01; b[4] = 0x02; b[6] = 0x03;
+    cpu_ops_for(CPU_T_Q5_0, CPU_ISA_GENERIC)->dequant_row(b, y, 32);
+    CHECK(y[0] == 6.0f && y[16] == -32.0f && y[17] == 0.0f);
+    /* Q5_1: d = 1, m = 0.5, qh bit 31, qs[15] = 0xf0: x31 = 31 + 0.5 */
+    memset(b, 0, sizeof b); put16(b, 0x3c00); put16(b + 2, 0x3800); b[7] = 0x80; b[8 + 15] = 0xf0;
+    cpu_ops_for(CPU_T_Q5_1, CPU_ISA_GENERIC)->dequant_row(b, y, 32);
+    CHECK(y[31] == 31.5f && y[15] == 0.5f);
+    /* Q8_0: d = -0.25, qs[3] = -7 */
+    memset(b, 0, sizeof b); put16(b, 0xb400); b[2 + 3] = (uint8_t)(int8_t)-7;
+    cpu_ops_for(CPU_T_Q8_0, CPU_ISA_GENERIC)->dequant_row(b, y, 32);
+    CHECK(y[3] == 1.75f && y[4] == 0.0f);
+    /* Q4_K: d = 1, dmin = 0.5; sc0 = 3, m0 = 2, sc1 = 4, m1 = 1; sc4 = 1|32 = 33, m4 = 5|16 = 21 */
+    memset(b, 0, sizeof b); put16(b, 0x3c00); put16(b + 2, 0x3800);
+    uint8_t *s = b + 4;
+    s[0] = 3 | (2 << 6); s[1] = 4; s[4] = 2 | (1 << 6); s[5] = 1; s[8] = 0x51;
+    b[16 + 0] = 0x97;  /* e0 = low 7 (sub 0), e32 = high 9 (sub 1) */
+    b[16 + 64] = 0x0a; /* e128 = low 10 (sub 4) */
+    cpu_ops_for(CPU_T_Q4_K, CPU_ISA_GENERIC)->dequant_row(b, y, 256);
+    CHECK(y[0] == 3 * 7 - 1.0f && y[32] == 4 * 9 - 0.5f && y[128] == 33 * 10 - 10.5f && y[160] == 0.0f);
+    /* Q5_K: d = 1, dmin = 0, sc1 = 2: e32 = high nibble of qs[0] (3) | bit 1 of qh[0] -> 19 */
+    memset(b, 0, sizeof b); put16(b, 0x3c00); b[4 + 1] = 2; b[16] = 0x02; b[48] = 0x30;
+    cpu_ops_for(CPU_T_Q5_K, CPU_ISA_GENERIC)->dequant_row(b, y, 256);
+    CHECK(y[32] == 38.0f && y[0] == 0.0f);
+    /* Q6_K: d = 0.25, scales[0] = -3, scales[6] = 2; e0: ql 5 | qh 2<<4 = 37; e96: ql[32]>>4 = 12 | 3<<4 = 60 */
+    memset(b, 0, sizeof b); put16(b + 208, 0x3400); b[192] = (uint8_t)(int8_t)-3; b[192 + 6] = 2;
+    b[0] = 0x05; b[32] = 0xc0; b[128] = 2 | (3 << 6);
+    cpu_ops_for(CPU_T_Q6_K, CPU_ISA_GENERIC)->dequant_row(b, y, 256);
+    CHECK(y[0] == -3.75f && y[96] == 14.0f && y[1] == (0.25f * -3) * -32);
+}
+
+static const int64_t lens32[] = {32, 64, 96, 224, 352, 896};
+static const int64_t lens256[] = {256, 512, 768, 1792, 2816};
+static const int64_t lensf[] = {1, 7, 33, 96, 255, 896, 2816};
+
+static void lengths(uint32_t type, const int64_t **l, int *nl) {
+    int64_t blck = cpu_type_blck(type);
+    if (blck == 256) { *l = lens256; *nl = 5; }
+    else if (blck == 32) { *l = lens32; *nl = 6; }
+    else { *l = lensf; *nl = 7; }
+}
+
+#define MAXN 2816
+
+TEST(kernels_dequant) {
+    static uint8_t w[MAXN * 4];
+    static float y0[MAXN], y1[MAXN];
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t t = all_types[ti];
+        const int64_t *l; int nl;
+        lengths(t, &l, &nl);
+        for (int isa = 1; isa <= 2; isa++) {
+            if (!isa_available((cpu_isa)isa)) continue;
+            for (int li = 0; li < nl; li++) {
+                rand_weights(t, w, l[li]);
+                cpu_ops_for(t, CPU_ISA_GENERIC)->dequant_row(w, y0, l[li]);
+                cpu_ops_for(t, (cpu_isa)isa)->dequant_row(w, y1, l[li]);
+                CHECKF(memcmp(y0, y1, (size_t)l[li] * 4) == 0, "type %u isa %d n %lld", t, isa, (long long)l[li]);
+            }
+        }
+    }
+}
+
+TEST(kernels_quantize_act) {
+    static float x[MAXN];
+    static uint8_t a0[MAXN * 4], a1[MAXN * 4];
+    int tested = 0;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t t = all_types[ti];
+        const int64_t *l; int nl;
+        lengths(t, &l, &nl);
+        for (int isa = 1; isa <= 2; isa++) {
+            if (!isa_available((cpu_isa)isa)) continue;
+            tested++;
+            for (int li = 0; li < nl; li++)
+                for (int rep = 0; rep < 4; rep++) {
+                    rand_acts(x, l[li]);
+                    if (rep == 3) /* exact ties for the quantizers: halves of an integer grid */
+                        for (int64_t i = 0; i < l[li]; i++) x[i] = (float)((int)(rnd() % 255) - 127) * 0.5f;
+                    size_t sz = cpu_act_row_size(t, l[li]);
+                    cpu_ops_for(t, CPU_ISA_GENERIC)->quantize_act(x, a0, l[li]);
+                    cpu_ops_for(t, (cpu_isa)isa)->quantize_act(x, a1, l[li]);
+                    CHECKF(memcmp(a0, a1, sz) == 0, "type %u isa %d n %lld rep %d", t, isa, (long long)l[li], rep);
+                }
+        }
+    }
+    if (!tested) SKIP("no SIMD variant on this CPU");
+}
+
+/* Tolerance between two f32 summation orders of the same exact block terms: each side adds at most
+ * n/32 + 16 rounded terms in sequence (blocks or lanes, then a log-depth reduction), each rounding
+ * at most u = 2^-24 of the running magnitude <= bound; two sides, and a factor 2 of slack. */
+static double sum_tol(int64_t n, double bound) { return 4.0 * ((double)n / 32 + 16) * 0x1p-24 * bound + 1e-30; }
+
+TEST(kernels_vec_dot) {
+    static float x[8][MAXN], wabs[MAXN], wd[MAXN], ad[MAXN];
+    static uint8_t w[MAXN * 4], tmp[MAXN * 4], a[8][MAXN * 4];
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t t = all_types[ti];
+        const cpu_type_ops *g = cpu_ops_for(t, CPU_ISA_GENERIC);
+        REQUIRE(g != NULL);
+        const int64_t *l; int nl;
+        lengths(t, &l, &nl);
+        for (int li = 0; li < nl; li++)
+            for (int rep = 0; rep < 3; rep++) {
+                int64_t n = l[li];
+                rand_weights(t, w, n);
+                term_magnitude(t, w, wabs, n, tmp);
+                g->dequant_row(w, wd, n);
+                for (int k = 0; k < 8; k++) {
+                    rand_acts(x[k], n);
+                    g->quantize_act(x[k], a[k], n);
+                }
+                act_dequant(g->act_type, a[0], ad, n);
+                double bound = 0, ref = 0, extra = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    bound += (double)fabsf(ad[i]) * wabs[i];
+                    ref += (double)ad[i] * wd[i];
+                }
+                if (g->act_type == CPU_T_Q8_1) /* m*s uses s = f16(d*Σq) with the unrounded d: 2^-10 of it */
+                    for (int64_t b = 0; b < n / 32; b++) {
+                        const cpu_block_q8_1 *ab = (const cpu_block_q8_1 *)a[0] + b;
+                        extra += fabs(tkv_f16_to_f32(tkv_rd16(w + b * (t == CPU_T_Q4_1 ? 20 : 24) + 2)) * tkv_f16_to_f32(ab->s)) * 0x1p-10;
+                    }
+                float s0;
+                g->vec_dot(n, &s0, w, a[0]);
+                CHECKF(fabs(s0 - ref) <= sum_tol(n, bound) + extra, "generic vs dequant: type %u n %lld: %.9g vs %.9g (bound %g)",
+                       t, (long long)n, s0, ref, bound);
+                for (int isa = 0; isa <= 2; isa++) {
+                    if (!isa_available((cpu_isa)isa)) continue;
+                    const cpu_type_ops *o = cpu_ops_for(t, (cpu_isa)isa);
+                    float s1, snx[8];
+                    o->vec_dot(n, &s1, w, a[0]);
+                    CHECKF(fabs(s1 - s0) <= sum_tol(n, bound), "type %u isa %d n %lld: %.9g vs generic %.9g (bound %g)", t, isa,
+                           (long long)n, s1, s0, bound);
+                    for (int nx = 1; nx <= 8; nx++) {
+                        o->vec_dot_nx(n, snx, w, a[0], sizeof a[0], nx);
+                        for (int k = 0; k < nx; k++) {
+                            float sk;
+                            o->vec_dot(n, &sk, w, a[k]);
+                            CHECKF(memcmp(&sk, &snx[k], 4) == 0, "nx: type %u isa %d n %lld nx %d k %d: %.9g vs %.9g", t, isa,
+                                   (long long)n, nx, k, snx[k], sk);
+                        }
+                    }
+                }
+            }
+    }
+}
+
+TEST(kernels_f32_ops) {
+    static float a[MAXN], b[MAXN], y0[MAXN], y1[MAXN];
+    for (int isa = 1; isa <= 2; isa++) {
+        if (!isa_available((cpu_isa)isa)) continue;
+        const cpu_f32_ops *g = cpu_f32_ops_for(CPU_ISA_GENERIC), *o = cpu_f32_ops_for((cpu_isa)isa);
+        for (int li = 0; li < 7; li++) {
+            int64_t n = lensf[li];
+            double bound = 0;
+            for (int64_t i = 0; i < n; i++) { a[i] = rndf(); b[i] = rndf(); bound += fabs((double)a[i] * b[i]); }
+            float d0 = g->dot_f32(a, b, n), d1 = o->dot_f32(a, b, n), d2 = o->dot_f32(a, b, n);
+            CHECKF(fabs(d0 - d1) <= sum_tol(n, bound) * 2, "dot isa %d n %lld: %g vs %g", isa, (long long)n, d1, d0);
+            CHECK(memcmp(&d1, &d2, 4) == 0);
+            memcpy(y0, b, (size_t)n * 4); memcpy(y1, b, (size_t)n * 4);
+            g->axpy_f32(y0, 0.37f, a, n); o->axpy_f32(y1, 0.37f, a, n);
+            /* fma or not: one rounding apart at most per element */
+            for (int64_t i = 0; i < n; i++) CHECKF(fabsf(y0[i] - y1[i]) <= 0x1p-23f * (fabsf(b[i]) + fabsf(0.37f * a[i])), "axpy %lld", (long long)i);
+            memcpy(y0, b, (size_t)n * 4); memcpy(y1, b, (size_t)n * 4);
+            g->scale_f32(y0, -1.7f, n); o->scale_f32(y1, -1.7f, n);
+            CHECK(memcmp(y0, y1, (size_t)n * 4) == 0);
+        }
+    }
+}
+
+TEST(kernels_matmul) {
+    enum { NOUT = 37, NTOK = 17 };
+    tkv_pool *pools[2] = {pool_init(1), pool_init(2)};
+    /* pool.c reads the job generation when a worker thread starts, so a job posted before the
+     * worker runs is never picked up (a hang). Until that is fixed there, let the worker start. */
+    nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t t = all_types[ti];
+        int64_t n_in = cpu_type_blck(t) == 256 ? 768 : cpu_type_blck(t) == 32 ? 896 : 200;
+        size_t row = cpu_weight_row_size(t, n_in);
+        uint8_t *w = malloc(row * NOUT);
+        float *x = malloc(sizeof(float) * (size_t)n_in * NTOK), *wd = malloc(sizeof(float) * (size_t)n_in * NOUT);
+        float *amax = malloc(sizeof(float) * (size_t)n_in * NTOK);
+        float *y[2];
+        size_t ss = cpu_matmul_scratch_size(t, n_in, NTOK);
+        void *scratch = malloc(ss);
+        uint8_t *arow = malloc(cpu_act_row_size(t, n_in));
+        for (int r = 0; r < NOUT; r++) {
+            rand_weights(t, w + r * row, n_in);
+            cpu_ops_for(t, CPU_ISA_GENERIC)->dequant_row(w + r * row, wd + (size_t)r * n_in, n_in);
+        }
+        /* amax[i]: max |x| of the activation block holding element i (0 for unquantized types) */
+        uint32_t at = cpu_ops_for(t, CPU_ISA_GENERIC)->act_type;
+        int64_t ab = at == CPU_T_Q8_K ? 256 : at == CPU_T_Q8_0 || at == CPU_T_Q8_1 ? 32 : 0;
+        for (int k = 0; k < NTOK; k++) {
+            rand_acts(x + k * n_in, n_in);
+            for (int64_t b0 = 0; ab && b0 < n_in; b0 += ab) {
+                float m = 0;
+                for (int64_t j = b0; j < b0 + ab; j++) m = fmaxf(m, fabsf(x[k * n_in + j]));
+                for (int64_t j = b0; j < b0 + ab; j++) amax[k * n_in + j] = m;
+            }
+            if (!ab) memset(amax + k * n_in, 0, sizeof(float) * (size_t)n_in);
+        }
+        const int64_t y_stride = NOUT + 3;
+        for (int p = 0; p < 2; p++) y[p] = malloc(sizeof(float) * y_stride * NTOK);
+        const int toks[3] = {1, 3, 17};
+        for (int isa = 0; isa <= 2; isa++) {
+            if (!isa_available((cpu_isa)isa)) continue;
+            const cpu_type_ops *o = cpu_ops_for(t, (cpu_isa)isa);
+            for (int tk = 0; tk < 3; tk++) {
+                int nt = toks[tk];
+                for (int p = 0; p < 2; p++) {
+                    for (int64_t i = 0; i < y_stride * NTOK; i++) y[p][i] = -12345.0f;
+                    cpu_matmul(pools[p], (cpu_isa)isa, t, w, n_in, NOUT, x, nt, y[p], y_stride, scratch);
+                }
+                CHECKF(memcmp(y[0], y[1], sizeof(float) * y_stride * nt) == 0, "threads differ: type %u isa %d ntok %d", t, isa, nt);
+                for (int k = 0; k < nt; k++) {
+                    o->quantize_act(x + k * n_in, arow, n_in);
+                    CHECK(y[0][k * y_stride + NOUT] == -12345.0f);
+                    for (int r = 0; r < NOUT; r++) {
+                        float s;
+                        o->vec_dot(n_in, &s, w + r * row, arow);
+                        CHECKF(memcmp(&s, &y[0][k * y_stride + r], 4) == 0, "matmul != vec_dot: type %u isa %d tok %d row %d", t, isa, k, r);
+                        /* naive f32: activation rounding is at most about 1/254 of the block's max
+                         * for Q8 (2^-8 relative for bf16), plus the f16 rounding of the scales */
+                        const float *xk = x + k * n_in, *wr = wd + (size_t)r * n_in;
+                        double ref = 0, tol = 1e-6;
+                        for (int64_t i = 0; i < n_in; i++) {
+                            ref += (double)wr[i] * xk[i];
+                            tol += fabs(wr[i]) * (amax[k * n_in + i] / 250 + fabsf(xk[i]) * 0x1p-7);
+                        }
+                        CHECKF(fabs(s - ref) <= tol, "matmul vs naive: type %u isa %d tok %d row %d: %g vs %g (tol %g)", t, isa, k, r, s, ref, tol);
+                    }
+                }
+            }
+        }
+        free(w); free(x); free(wd); free(amax); free(scratch); free(arow); free(y[0]); free(y[1]);
+    }
+    pool_free(pools[0]);
+    pool_free(pools[1]);
+}
