@@ -381,14 +381,20 @@ TEST(kernels_matmul) {
                         float s;
                         o->vec_dot(n_in, &s, w + r * row, arow);
                         CHECKF(memcmp(&s, &y[0][k * y_stride + r], 4) == 0, "matmul != vec_dot: type %u isa %d tok %d row %d", t, isa, k, r);
-                        /* naive f32: activation rounding is at most about 1/254 of the block's max
-                         * for Q8 (2^-8 relative for bf16), plus the f16 rounding of the scales */
+                        /* naive f32. The activation rounding errors are independent, each at most
+                         * h_i = half a step (amax/254 for Q8, 2^-9 |x| for bf16, 2^-12 |x| for f16):
+                         * 6 standard deviations of their sum, plus the systematic f16 rounding of the
+                         * activation scales (2^-11 relative, taken as 2^-10 of Σ|w x|). */
                         const float *xk = x + k * n_in, *wr = wd + (size_t)r * n_in;
-                        double ref = 0, tol = 1e-6;
+                        double ref = 0, var = 0, sys = 0;
+                        double rel = at == CPU_T_BF16 ? 0x1p-9 : at == CPU_T_F16 ? 0x1p-12 : 0;
                         for (int64_t i = 0; i < n_in; i++) {
                             ref += (double)wr[i] * xk[i];
-                            tol += fabs(wr[i]) * (amax[k * n_in + i] / 250 + fabsf(xk[i]) * 0x1p-7);
+                            double h = ab ? amax[k * n_in + i] / 254 : fabsf(xk[i]) * rel;
+                            var += (double)wr[i] * wr[i] * h * h / 3;
+                            sys += fabs((double)wr[i] * xk[i]);
                         }
+                        double tol = 6 * sqrt(var) + sys * 0x1p-10 + 1e-5;
                         CHECKF(fabs(s - ref) <= tol, "matmul vs naive: type %u isa %d tok %d row %d: %g vs %g (tol %g)", t, isa, k, r, s, ref, tol);
                     }
                 }

@@ -2,7 +2,7 @@
  * Detection asks cpuid for the instructions and xgetbv for the OS saving the wider register state
  * (a CPU can have AVX-512 that the kernel does not enable). AVX-512 means F+BW+VL+DQ+VNNI, AVX2
  * means AVX2+FMA+F16C; anything less is generic. The tables are constant data: a fast variant that
- * lacks a function names the generic one in its slot. No environment is read here: the caller
+ * lacks a function names the generic one in its slot (Q4_1/Q5_1 and every dequant_row are generic). No environment is read here: the caller
  * passes the isa (main may force one from a flag). This file is compiled without ISA flags. */
 #include <cpuid.h>
 
@@ -51,21 +51,21 @@ static const cpu_type_ops gen_table[] = {
 };
 
 static const cpu_type_ops avx2_table[] = {
-    OPS(CPU_T_F32, CPU_T_F32, gen, f32, gen, f32),     OPS(CPU_T_F16, CPU_T_F16, gen, f16, gen, f16),
-    OPS(CPU_T_BF16, CPU_T_BF16, gen, bf16, gen, bf16), OPS(CPU_T_Q4_0, CPU_T_Q8_0, gen, q8_0, gen, q4_0),
-    OPS(CPU_T_Q4_1, CPU_T_Q8_1, gen, q8_1, gen, q4_1), OPS(CPU_T_Q5_0, CPU_T_Q8_0, gen, q8_0, gen, q5_0),
-    OPS(CPU_T_Q5_1, CPU_T_Q8_1, gen, q8_1, gen, q5_1), OPS(CPU_T_Q8_0, CPU_T_Q8_0, gen, q8_0, gen, q8_0),
-    OPS(CPU_T_Q4_K, CPU_T_Q8_K, gen, q8_K, gen, q4_K), OPS(CPU_T_Q5_K, CPU_T_Q8_K, gen, q8_K, gen, q5_K),
-    OPS(CPU_T_Q6_K, CPU_T_Q8_K, gen, q8_K, gen, q6_K),
+    OPS(CPU_T_F32, CPU_T_F32, gen, f32, avx2, f32),     OPS(CPU_T_F16, CPU_T_F16, gen, f16, avx2, f16),
+    OPS(CPU_T_BF16, CPU_T_BF16, gen, bf16, avx2, bf16), OPS(CPU_T_Q4_0, CPU_T_Q8_0, avx2, q8_0, avx2, q4_0),
+    OPS(CPU_T_Q4_1, CPU_T_Q8_1, gen, q8_1, gen, q4_1),   OPS(CPU_T_Q5_0, CPU_T_Q8_0, avx2, q8_0, avx2, q5_0),
+    OPS(CPU_T_Q5_1, CPU_T_Q8_1, gen, q8_1, gen, q5_1),   OPS(CPU_T_Q8_0, CPU_T_Q8_0, avx2, q8_0, avx2, q8_0),
+    OPS(CPU_T_Q4_K, CPU_T_Q8_K, avx2, q8_K, avx2, q4_K), OPS(CPU_T_Q5_K, CPU_T_Q8_K, avx2, q8_K, avx2, q5_K),
+    OPS(CPU_T_Q6_K, CPU_T_Q8_K, avx2, q8_K, avx2, q6_K),
 };
 
 static const cpu_type_ops avx512_table[] = {
-    OPS(CPU_T_F32, CPU_T_F32, gen, f32, gen, f32),     OPS(CPU_T_F16, CPU_T_F16, gen, f16, gen, f16),
-    OPS(CPU_T_BF16, CPU_T_BF16, gen, bf16, gen, bf16), OPS(CPU_T_Q4_0, CPU_T_Q8_0, gen, q8_0, gen, q4_0),
-    OPS(CPU_T_Q4_1, CPU_T_Q8_1, gen, q8_1, gen, q4_1), OPS(CPU_T_Q5_0, CPU_T_Q8_0, gen, q8_0, gen, q5_0),
-    OPS(CPU_T_Q5_1, CPU_T_Q8_1, gen, q8_1, gen, q5_1), OPS(CPU_T_Q8_0, CPU_T_Q8_0, gen, q8_0, gen, q8_0),
-    OPS(CPU_T_Q4_K, CPU_T_Q8_K, gen, q8_K, gen, q4_K), OPS(CPU_T_Q5_K, CPU_T_Q8_K, gen, q8_K, gen, q5_K),
-    OPS(CPU_T_Q6_K, CPU_T_Q8_K, gen, q8_K, gen, q6_K),
+    OPS(CPU_T_F32, CPU_T_F32, gen, f32, avx512, f32),     OPS(CPU_T_F16, CPU_T_F16, gen, f16, avx512, f16),
+    OPS(CPU_T_BF16, CPU_T_BF16, gen, bf16, avx512, bf16), OPS(CPU_T_Q4_0, CPU_T_Q8_0, avx512, q8_0, avx512, q4_0),
+    OPS(CPU_T_Q4_1, CPU_T_Q8_1, gen, q8_1, gen, q4_1),   OPS(CPU_T_Q5_0, CPU_T_Q8_0, avx512, q8_0, avx512, q5_0),
+    OPS(CPU_T_Q5_1, CPU_T_Q8_1, gen, q8_1, gen, q5_1),   OPS(CPU_T_Q8_0, CPU_T_Q8_0, avx512, q8_0, avx512, q8_0),
+    OPS(CPU_T_Q4_K, CPU_T_Q8_K, avx512, q8_K, avx512, q4_K), OPS(CPU_T_Q5_K, CPU_T_Q8_K, avx512, q8_K, avx512, q5_K),
+    OPS(CPU_T_Q6_K, CPU_T_Q8_K, avx512, q8_K, avx512, q6_K),
 };
 
 #define N_TYPES (sizeof gen_table / sizeof gen_table[0])
@@ -111,8 +111,9 @@ size_t cpu_weight_row_size(uint32_t type, int64_t n) {
 }
 
 static const cpu_f32_ops f32_gen = {cpu_gen_dot_f32v, cpu_gen_axpy_f32, cpu_gen_scale_f32};
+static const cpu_f32_ops f32_avx2 = {cpu_avx2_dot_f32v, cpu_avx2_axpy_f32, cpu_avx2_scale_f32};
+static const cpu_f32_ops f32_avx512 = {cpu_avx512_dot_f32v, cpu_avx512_axpy_f32, cpu_avx512_scale_f32};
 
 const cpu_f32_ops *cpu_f32_ops_for(cpu_isa isa) {
-    (void)isa;
-    return &f32_gen;
+    return isa == CPU_ISA_AVX512 ? &f32_avx512 : isa == CPU_ISA_AVX2 ? &f32_avx2 : &f32_gen;
 }
