@@ -47,6 +47,7 @@ static int cmp_name(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
     int passed = 0, failed = 0, skipped = 0;
     /* run in name order so output is stable whatever the link order */
     const char *names[MAX_TESTS];

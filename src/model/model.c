@@ -1,0 +1,226 @@
+/* model.c — configuration from GGUF metadata and weight binding (see model.h).
+ * Everything is validated here, before any forward runs: names, types, shapes. A missing tensor
+ * is reported together with every other missing one, so a user fixes a file in one go. */
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "base/err.h"
+
+static int get_u32_opt(const gguf_file *f, const char *key, uint32_t *out, uint32_t def, char *err, size_t errlen) {
+    if (!gguf_find(f, key)) { *out = def; return 0; }
+    return gguf_get_u32(f, key, out, err, errlen);
+}
+
+static int get_f32_opt(const gguf_file *f, const char *key, float *out, float def, char *err, size_t errlen) {
+    if (!gguf_find(f, key)) { *out = def; return 0; }
+    return gguf_get_f32(f, key, out, err, errlen);
+}
+
+int model_config_from_gguf(const gguf_file *f, model_config *c, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    gguf_str arch;
+    if (gguf_get_str(f, "general.architecture", &arch, err, errlen)) return -1;
+    if (gguf_str_eq(arch, "qwen2")) c->rope_neox = 1;
+    else if (gguf_str_eq(arch, "llama")) c->rope_neox = 0;
+    else return tkv_errf(err, errlen, "model: unsupported architecture '%.*s' (supported: qwen2, llama)",
+                         (int)(arch.len > 40 ? 40 : arch.len), arch.ptr);
+    memcpy(c->arch, arch.ptr, arch.len);
+    char key[96];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", c->arch, suffix), key)
+    uint32_t v;
+    if (gguf_get_u32(f, KEY("embedding_length"), &v, err, errlen)) return -1;
+    c->n_embd = (int)v;
+    if (gguf_get_u32(f, KEY("block_count"), &v, err, errlen)) return -1;
+    c->n_layer = (int)v;
+    if (gguf_get_u32(f, KEY("feed_forward_length"), &v, err, errlen)) return -1;
+    c->n_ff = (int)v;
+    if (gguf_get_u32(f, KEY("attention.head_count"), &v, err, errlen)) return -1;
+    c->n_head = (int)v;
+    if (get_u32_opt(f, KEY("attention.head_count_kv"), &v, (uint32_t)c->n_head, err, errlen)) return -1;
+    c->n_head_kv = (int)v;
+    if (get_u32_opt(f, KEY("context_length"), &v, 4096, err, errlen)) return -1;
+    c->n_ctx_train = (int)v;
+    if (gguf_get_f32(f, KEY("attention.layer_norm_rms_epsilon"), &c->rms_eps, err, errlen)) return -1;
+    if (get_f32_opt(f, KEY("rope.freq_base"), &c->rope_base, 10000.0f, err, errlen)) return -1;
+    if (c->n_layer < 1 || c->n_layer > 4096) return tkv_errf(err, errlen, "model: block_count %d out of range", c->n_layer);
+    if (c->n_embd < 1 || c->n_embd > 1 << 20) return tkv_errf(err, errlen, "model: embedding_length %d out of range", c->n_embd);
+    if (c->n_ff < 1 || c->n_ff > 1 << 22) return tkv_errf(err, errlen, "model: feed_forward_length %d out of range", c->n_ff);
+    if (c->n_head < 1 || c->n_head_kv < 1 || c->n_head % c->n_head_kv != 0 || c->n_embd % c->n_head != 0)
+        return tkv_errf(err, errlen, "model: head counts %d/%d do not divide embedding %d", c->n_head, c->n_head_kv, c->n_embd);
+    c->head_dim = c->n_embd / c->n_head;
+    if (get_u32_opt(f, KEY("attention.key_length"), &v, (uint32_t)c->head_dim, err, errlen)) return -1;
+    if ((int)v != c->head_dim) return tkv_errf(err, errlen, "model: key_length %u != embedding/heads %d (unsupported)", v, c->head_dim);
+    if (get_u32_opt(f, KEY("rope.dimension_count"), &v, (uint32_t)c->head_dim, err, errlen)) return -1;
+    if ((int)v != c->head_dim) return tkv_errf(err, errlen, "model: rope.dimension_count %u != head_dim %d (unsupported)", v, c->head_dim);
+    if (c->head_dim % 2 || c->head_dim > 1024) return tkv_errf(err, errlen, "model: head_dim %d unsupported", c->head_dim);
+    if (!(c->rms_eps > 0) || !(c->rope_base > 0)) return tkv_errf(err, errlen, "model: bad rms epsilon or rope base");
+    c->rope_scale = 1.0f;
+    gguf_str st;
+    if (gguf_find(f, KEY("rope.scaling.type"))) {
+        if (gguf_get_str(f, key, &st, err, errlen)) return -1;
+        if (gguf_str_eq(st, "linear")) {
+            float fac;
+            if (get_f32_opt(f, KEY("rope.scaling.factor"), &fac, 1.0f, err, errlen)) return -1;
+            if (!(fac > 0)) return tkv_errf(err, errlen, "model: bad rope.scaling.factor");
+            c->rope_scale = 1.0f / fac;
+        } else if (!gguf_str_eq(st, "none")) {
+            return tkv_errf(err, errlen, "model: rope scaling '%.*s' is not supported (none, linear)",
+                            (int)(st.len > 32 ? 32 : st.len), st.ptr);
+        }
+    }
+#undef KEY
+    uint32_t et;
+    uint64_t n;
+    const uint8_t *d;
+    if (gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n, &d, err, errlen)) return -1;
+    c->n_vocab = (int)n;
+    return 0;
+}
+
+typedef struct {
+    gguf_file *f;
+    char missing[1024];
+    size_t mlen;
+    int n_missing;
+    char *err;
+    size_t errlen;
+    int bad;
+} binder;
+
+static const gguf_tensor *find(binder *b, const char *name, int required) {
+    const gguf_tensor *t = gguf_find_tensor(b->f, name);
+    if (!t && required) {
+        b->n_missing++;
+        if (b->mlen + strlen(name) + 3 < sizeof b->missing)
+            b->mlen += (size_t)snprintf(b->missing + b->mlen, sizeof b->missing - b->mlen, "%s%s", b->mlen ? ", " : "", name);
+    }
+    return t;
+}
+
+static void bind_mat(binder *b, model_mat *m, const char *name, int64_t n_in, int64_t n_out, int required) {
+    memset(m, 0, sizeof *m);
+    const gguf_tensor *t = find(b, name, required);
+    if (!t || b->bad) return;
+    if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != 1 || t->ne[3] != 1) {
+        b->bad = 1;
+        tkv_errf(b->err, b->errlen, "model: tensor '%s' has shape [%llu, %llu, %llu], expected [%lld, %lld]", name,
+                 (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                 (long long)n_in, (long long)n_out);
+        return;
+    }
+    if (!cpu_ops_for(t->type, CPU_ISA_GENERIC)) {
+        b->bad = 1;
+        tkv_errf(b->err, b->errlen, "model: tensor '%s' has type %s, which tierkv cannot run", name, ggml_type_name(t->type));
+        return;
+    }
+    m->data = t->data;
+    m->type = t->type;
+    m->n_in = n_in;
+    m->n_out = n_out;
+}
+
+static const float *bind_vec(binder *b, model *mdl, const char *name, int64_t n, int required) {
+    const gguf_tensor *t = find(b, name, required);
+    if (!t || b->bad) return NULL;
+    if (t->ne[0] != (uint64_t)n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        b->bad = 1;
+        tkv_errf(b->err, b->errlen, "model: tensor '%s' has %llu elements, expected %lld", name,
+                 (unsigned long long)t->ne[0], (long long)n);
+        return NULL;
+    }
+    if (t->type == GGML_F32) return (const float *)t->data; /* data_start and offsets are 32-aligned */
+    const cpu_type_ops *ops = cpu_ops_for(t->type, CPU_ISA_GENERIC);
+    if (!ops) {
+        b->bad = 1;
+        tkv_errf(b->err, b->errlen, "model: tensor '%s' has type %s, which tierkv cannot run", name, ggml_type_name(t->type));
+        return NULL;
+    }
+    float *v = tkv_xmalloc((size_t)n * sizeof(float));
+    ops->dequant_row(t->data, v, n);
+    mdl->owned = realloc(mdl->owned, (size_t)(mdl->n_owned + 1) * sizeof(float *));
+    TKV_ASSERT(mdl->owned);
+    mdl->owned[mdl->n_owned++] = v;
+    return v;
+}
+
+static uint64_t mat_bytes(const model_mat *m) {
+    if (!m->data) return 0;
+    return (uint64_t)m->n_out * (uint64_t)(m->n_in / ggml_blck_size(m->type)) * ggml_type_size(m->type);
+}
+
+int model_bind(gguf_file *f, model **out, char *err, size_t errlen) {
+    model_config c;
+    if (model_config_from_gguf(f, &c, err, errlen)) return -1;
+    model *m = tkv_xcalloc(1, sizeof *m);
+    m->cfg = c;
+    m->layers = tkv_xcalloc((size_t)c.n_layer, sizeof(model_layer));
+    binder b = {.f = f, .err = err, .errlen = errlen};
+    int qwen = c.rope_neox;
+    int64_t E = c.n_embd, Q = (int64_t)c.n_head * c.head_dim, KV = (int64_t)c.n_head_kv * c.head_dim, F = c.n_ff;
+    bind_mat(&b, &m->tok_embd, "token_embd.weight", E, c.n_vocab, 1);
+    m->output_norm = bind_vec(&b, m, "output_norm.weight", E, 1);
+    if (gguf_find_tensor(f, "output.weight")) bind_mat(&b, &m->output, "output.weight", E, c.n_vocab, 1);
+    else { m->output = m->tok_embd; m->tied_output = 1; }
+    char name[96];
+    for (int l = 0; l < c.n_layer && !b.bad; l++) {
+        model_layer *L = &m->layers[l];
+#define N(s) (snprintf(name, sizeof name, "blk.%d.%s", l, s), name)
+        L->attn_norm = bind_vec(&b, m, N("attn_norm.weight"), E, 1);
+        bind_mat(&b, &L->wq, N("attn_q.weight"), E, Q, 1);
+        bind_mat(&b, &L->wk, N("attn_k.weight"), E, KV, 1);
+        bind_mat(&b, &L->wv, N("attn_v.weight"), E, KV, 1);
+        bind_mat(&b, &L->wo, N("attn_output.weight"), Q, E, 1);
+        L->bq = bind_vec(&b, m, N("attn_q.bias"), Q, qwen);
+        L->bk = bind_vec(&b, m, N("attn_k.bias"), KV, qwen);
+        L->bv = bind_vec(&b, m, N("attn_v.bias"), KV, qwen);
+        L->bo = bind_vec(&b, m, N("attn_output.bias"), E, 0);
+        L->ffn_norm = bind_vec(&b, m, N("ffn_norm.weight"), E, 1);
+        bind_mat(&b, &L->wgate, N("ffn_gate.weight"), E, F, 1);
+        bind_mat(&b, &L->wup, N("ffn_up.weight"), E, F, 1);
+        bind_mat(&b, &L->wdown, N("ffn_down.weight"), F, E, 1);
+#undef N
+    }
+    if (!b.bad && b.n_missing)
+        tkv_errf(err, errlen, "model: %d required tensor%s missing: %s%s", b.n_missing, b.n_missing > 1 ? "s" : "",
+                 b.missing, b.mlen + 40 >= sizeof b.missing ? ", ..." : "");
+    if (b.bad || b.n_missing) {
+        for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+        free(m->owned);
+        free(m->layers);
+        free(m);
+        return -1;
+    }
+    m->file = *f;
+    memset(f, 0, sizeof *f);
+    m->weight_bytes = mat_bytes(&m->output) + (m->tied_output ? 0 : 0);
+    for (int l = 0; l < c.n_layer; l++) {
+        model_layer *L = &m->layers[l];
+        m->weight_bytes += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
+                           mat_bytes(&L->wgate) + mat_bytes(&L->wup) + mat_bytes(&L->wdown);
+    }
+    *out = m;
+    return 0;
+}
+
+int model_open(const char *path, model **out, char *err, size_t errlen) {
+    gguf_file f;
+    if (gguf_open(path, &f, err, errlen)) return -1;
+    if (model_bind(&f, out, err, errlen)) {
+        gguf_free(&f);
+        return -1;
+    }
+    return 0;
+}
+
+void model_close(model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    gguf_free(&m->file);
+    free(m);
+}

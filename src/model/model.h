@@ -1,0 +1,67 @@
+/* model.h — a loaded qwen2/llama model: its configuration, read from GGUF metadata alone, and its
+ * weights bound to the mmapped file (no copies, except norms/biases stored in a non-F32 type).
+ *
+ * Architecture (both archs are the same graph, FORMATS.md section 4):
+ *   x = embed(token)
+ *   per layer:  h = rmsnorm(x)·attn_norm;  q,k,v = Wq h+bq, Wk h+bk, Wv h+bv;  rope(q,k) at pos
+ *               KV cache <- k (after RoPE), v;  o = attention(q, K[0..pos], V[0..pos]);  x += Wo o (+bo)
+ *               h = rmsnorm(x)·ffn_norm;  x += Wdown(silu(Wgate h) ⊙ Wup h)
+ *   logits = Wout(rmsnorm(x)·output_norm)     (Wout = output.weight, or token_embd when tied)
+ * qwen2: NeoX (half-split) RoPE, q/k/v biases required. llama: adjacent-pair RoPE, biases optional. */
+#ifndef TKV_MODEL_H
+#define TKV_MODEL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+
+typedef struct {
+    char arch[16];        /* "qwen2" or "llama" */
+    int n_layer;
+    int n_embd;
+    int n_head, n_head_kv, head_dim;
+    int n_ff;
+    int n_vocab;
+    int n_ctx_train;
+    float rms_eps;
+    float rope_base;
+    int rope_neox;        /* 1: pairs (i, i+hd/2) (qwen2); 0: pairs (2i, 2i+1) (llama) */
+    float rope_scale;     /* linear RoPE scaling: theta *= rope_scale (1 = none) */
+} model_config;
+
+typedef struct {
+    const void *data;     /* n_out rows of n_in elements, ggml type `type` */
+    uint32_t type;
+    int64_t n_in, n_out;
+} model_mat;
+
+typedef struct {
+    const float *attn_norm;            /* [n_embd] */
+    model_mat wq, wk, wv, wo;          /* wq: (n_head*hd) x n_embd; wk, wv: (n_head_kv*hd) x n_embd; wo: n_embd x (n_head*hd) */
+    const float *bq, *bk, *bv, *bo;    /* biases or NULL */
+    const float *ffn_norm;             /* [n_embd] */
+    model_mat wgate, wup, wdown;       /* gate, up: n_ff x n_embd; down: n_embd x n_ff */
+} model_layer;
+
+typedef struct model {
+    model_config cfg;
+    gguf_file file;
+    model_mat tok_embd;                /* n_vocab x n_embd */
+    model_mat output;                  /* n_vocab x n_embd (= tok_embd when tied) */
+    int tied_output;
+    const float *output_norm;          /* [n_embd] */
+    model_layer *layers;               /* [n_layer] */
+    float **owned;                     /* vectors converted to f32 at load */
+    int n_owned;
+    uint64_t weight_bytes;             /* bytes of all tensors the forward reads */
+} model;
+
+/* Reads the configuration from metadata; errors name the missing or bad key. */
+int model_config_from_gguf(const gguf_file *f, model_config *c, char *err, size_t errlen);
+/* Opens, parses and binds. Errors list every missing tensor, or name a bad shape or type. */
+int model_open(const char *path, model **out, char *err, size_t errlen);
+/* Binds a file already parsed (takes ownership of *f on success). */
+int model_bind(gguf_file *f, model **out, char *err, size_t errlen);
+void model_close(model *m);
+
+#endif

@@ -1,0 +1,184 @@
+/* cmd_bench.c — `tierkv bench`: prefill and decode tokens/s at several context depths, and the
+ * aggregate decode speed of several sequences decoded together, as CSV or JSON. Token ids are
+ * drawn from a fixed-seed generator: speed does not depend on them. Each number is the median of
+ * --reps repetitions. KV flags apply, so `--policy hierarchy --hbm-ratio 0.5` measures the
+ * hierarchy's cost against a `--policy full` run of the same command. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/err.h"
+#include "cmds.h"
+#include "common.h"
+#include "kv_flags.h"
+
+#define MAX_DEPTHS 16
+#define MAX_REPS 32
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: tierkv bench [-m MODEL.gguf] [options]\n"
+            "  -p, --n-prompt N     prefill tokens timed at each depth (default 512; 0 skips prefill)\n"
+            "  -n, --n-gen N        decode steps timed at each depth (default 32; 0 skips decode)\n"
+            "  -d, --depths LIST    context depths, comma-separated (default 0,1024,4096)\n"
+            "      --parallel N     also time N sequences decoding together (aggregate tok/s)\n"
+            "      --reps N         repetitions; the median is reported (default 3)\n"
+            "      --json           JSON lines instead of CSV\n"
+            "%s%s",
+            common_usage(), kv_flags_usage());
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static int32_t rand_tok(int V) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (int32_t)(rng_state % (uint64_t)(V > 1000 ? 1000 : V)) + (V > 2000 ? 1000 : 0);
+}
+
+static void report(int json, const char *test, int depth, int n_tok, int n_seq, double tps, const common_opts *c, const char *isa) {
+    if (json)
+        printf("{\"test\": \"%s\", \"depth\": %d, \"tokens\": %d, \"sequences\": %d, \"tok_per_s\": %.3f, \"threads\": %d, "
+               "\"kernels\": \"%s\", \"policy\": \"%s\", \"hbm_ratio\": %.3f, \"evict_ratio\": %.3f}\n",
+               test, depth, n_tok, n_seq, tps, c->eo.n_threads, isa, kv_policy_name(c->eo.kv.policy),
+               c->eo.kv.hbm_ratio, c->eo.kv.evict_ratio);
+    else
+        printf("%s,%d,%d,%d,%.3f,%d,%s,%s,%.3f,%.3f\n", test, depth, n_tok, n_seq, tps, c->eo.n_threads, isa,
+               kv_policy_name(c->eo.kv.policy), c->eo.kv.hbm_ratio, c->eo.kv.evict_ratio);
+    fflush(stdout);
+}
+
+int cmd_bench(int argc, char **argv) {
+    common_opts c;
+    common_opts_default(&c);
+    long n_prompt = 512, n_gen = 32, reps = 3, parallel = 0;
+    int depths[MAX_DEPTHS] = {0, 1024, 4096}, n_depths = 3, json = 0;
+    char err[512];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        int r = common_parse(&c, argc, argv, &i, err, sizeof err);
+        if (r < 0) { fprintf(stderr, "tierkv bench: %s\n", err); return 2; }
+        if (r > 0) continue;
+        if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (i + 1 >= argc) { fprintf(stderr, "tierkv bench: unknown flag or missing value: %s\n", a); usage(stderr); return 2; }
+        const char *v = argv[++i];
+        if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
+            if (parse_int(v, 0, 1 << 20, &n_prompt)) { fprintf(stderr, "tierkv bench: bad %s '%s'\n", a, v); return 2; }
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
+            if (parse_int(v, 0, 1 << 20, &n_gen)) { fprintf(stderr, "tierkv bench: bad %s '%s'\n", a, v); return 2; }
+        } else if (!strcmp(a, "--reps")) {
+            if (parse_int(v, 1, MAX_REPS, &reps)) { fprintf(stderr, "tierkv bench: --reps wants 1..%d\n", MAX_REPS); return 2; }
+        } else if (!strcmp(a, "--parallel")) {
+            if (parse_int(v, 0, 4096, &parallel)) { fprintf(stderr, "tierkv bench: bad --parallel '%s'\n", v); return 2; }
+        } else if (!strcmp(a, "-d") || !strcmp(a, "--depths")) {
+            n_depths = 0;
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                long d;
+                if (n_depths == MAX_DEPTHS || parse_int(tok, 0, 1 << 20, &d)) { fprintf(stderr, "tierkv bench: bad --depths '%s'\n", v); return 2; }
+                depths[n_depths++] = (int)d;
+            }
+            if (!n_depths) { fprintf(stderr, "tierkv bench: empty --depths\n"); return 2; }
+        } else { fprintf(stderr, "tierkv bench: unknown flag %s\n", a); usage(stderr); return 2; }
+    }
+    if (common_model_path(&c, err, sizeof err)) { fprintf(stderr, "tierkv bench: %s\n", err); return 1; }
+    int max_depth = 0;
+    for (int k = 0; k < n_depths; k++) if (depths[k] > max_depth) max_depth = depths[k];
+    long need = max_depth + (n_prompt > n_gen ? n_prompt : n_gen) + 1;
+    if (need > c.eo.n_ctx) c.eo.n_ctx = (int)need;
+    int n_seq = parallel > 1 ? (int)parallel : 1;
+    c.eo.n_seq = n_seq;
+    if (parallel > 1 && c.eo.max_batch < n_seq) c.eo.max_batch = n_seq;
+    tkv_engine *e;
+    if (tkv_engine_open(c.model_path, &c.eo, &e, err, sizeof err)) { fprintf(stderr, "tierkv bench: %s\n", err); return 1; }
+    int V = tkv_n_vocab(e);
+    int32_t *toks = tkv_xmalloc((size_t)need * sizeof(int32_t));
+    float *logits = tkv_xmalloc((size_t)V * (size_t)n_seq * sizeof(float));
+    int *seqs = tkv_xmalloc((size_t)n_seq * sizeof(int));
+    int32_t *step = tkv_xmalloc((size_t)n_seq * sizeof(int32_t));
+    double samples[MAX_REPS];
+    int rc = 1;
+    if (!json) printf("test,depth,tokens,sequences,tok_per_s,threads,kernels,policy,hbm_ratio,evict_ratio\n");
+    for (int k = 0; k < n_depths; k++) {
+        int d = depths[k];
+        for (int t = 0; t < need; t++) toks[t] = rand_tok(V);
+        if (n_prompt > 0) {
+            for (int r = 0; r < reps; r++) {
+                tkv_seq_reset(e, 0);
+                if (d > 0 && tkv_prefill(e, 0, toks, d, NULL, 0, err, sizeof err)) goto fail;
+                double t0 = now_s();
+                if (tkv_prefill(e, 0, toks + d, (int)n_prompt, logits, 0, err, sizeof err)) goto fail;
+                samples[r] = n_prompt / (now_s() - t0);
+            }
+            char name[32];
+            snprintf(name, sizeof name, "pp%ld", n_prompt);
+            report(json, name, d, (int)n_prompt, 1, median(samples, (int)reps), &c, tkv_isa_name(e));
+        }
+        if (n_gen > 0) {
+            for (int r = 0; r < reps; r++) {
+                tkv_seq_reset(e, 0);
+                if (d > 0 && tkv_prefill(e, 0, toks, d, NULL, 0, err, sizeof err)) goto fail;
+                int seq = 0;
+                /* one untimed step warms caches and the thread pool */
+                if (tkv_decode(e, &seq, &toks[d], 1, logits, err, sizeof err)) goto fail;
+                double t0 = now_s();
+                for (int s = 1; s <= n_gen; s++)
+                    if (tkv_decode(e, &seq, &toks[d + s], 1, logits, err, sizeof err)) goto fail;
+                samples[r] = n_gen / (now_s() - t0);
+            }
+            char name[32];
+            snprintf(name, sizeof name, "tg%ld", n_gen);
+            report(json, name, d, (int)n_gen, 1, median(samples, (int)reps), &c, tkv_isa_name(e));
+        }
+    }
+    if (parallel > 1 && n_gen > 0) {
+        /* every sequence gets a short prompt, then all decode together */
+        int pl = 128;
+        for (int r = 0; r < reps; r++) {
+            for (int s = 0; s < n_seq; s++) {
+                tkv_seq_reset(e, s);
+                if (tkv_prefill(e, s, toks, pl, NULL, 0, err, sizeof err)) goto fail;
+                seqs[s] = s;
+            }
+            double t0 = now_s();
+            for (int g = 0; g < n_gen; g++) {
+                for (int s = 0; s < n_seq; s++) step[s] = toks[pl + g];
+                if (tkv_decode(e, seqs, step, n_seq, logits, err, sizeof err)) goto fail;
+            }
+            samples[r] = (double)n_gen * n_seq / (now_s() - t0);
+        }
+        char name[32];
+        snprintf(name, sizeof name, "tg%ld_x%d", n_gen, n_seq);
+        report(json, name, pl, (int)n_gen, n_seq, median(samples, (int)reps), &c, tkv_isa_name(e));
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "tierkv bench: %s\n", err);
+done:
+    free(toks);
+    free(logits);
+    free(seqs);
+    free(step);
+    tkv_engine_close(e);
+    return rc;
+}

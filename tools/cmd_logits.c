@@ -1,0 +1,90 @@
+/* cmd_logits.c — `tierkv logits`: feeds token ids as one prompt, writes the logits of positions
+ * P..n-1 and then of N greedy steps (the layout of ../shared/fixtures/models), and prints the
+ * greedy ids as JSON. The tool for comparing tierkv with another engine. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "cmds.h"
+#include "common.h"
+#include "kv_flags.h"
+#include "tokfile.h"
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: tierkv logits -m MODEL.gguf --tokens IDS.txt [--greedy N] [--first-pos P] [--feed IDS.txt] -o OUT.f32\n"
+                 "  writes rows x n_vocab float32: prompt positions P..n-1, then one row per greedy step;\n"
+                 "  prints {\"n_prompt\", \"first_logit_pos\", \"rows\", \"greedy\"} as JSON on stdout.\n"
+                 "  --feed FILE   feed these ids as the greedy steps instead of the argmax (teacher forcing)\n%s%s",
+            common_usage(), kv_flags_usage());
+}
+
+int cmd_logits(int argc, char **argv) {
+    common_opts c;
+    common_opts_default(&c);
+    const char *tok_path = NULL, *out_path = NULL, *feed_path = NULL;
+    long greedy = 0, first = 0;
+    char err[512];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        int r = common_parse(&c, argc, argv, &i, err, sizeof err);
+        if (r < 0) { fprintf(stderr, "tierkv logits: %s\n", err); return 2; }
+        if (r > 0) continue;
+        if (i + 1 >= argc) { fprintf(stderr, "tierkv logits: unknown flag or missing value: %s\n", a); usage(stderr); return 2; }
+        if (!strcmp(a, "--tokens")) tok_path = argv[++i];
+        else if (!strcmp(a, "-o")) out_path = argv[++i];
+        else if (!strcmp(a, "--feed")) feed_path = argv[++i];
+        else if (!strcmp(a, "--greedy")) {
+            if (parse_int(argv[++i], 0, 1 << 20, &greedy)) { fprintf(stderr, "tierkv logits: bad --greedy '%s'\n", argv[i]); return 2; }
+        } else if (!strcmp(a, "--first-pos")) {
+            if (parse_int(argv[++i], 0, 1 << 30, &first)) { fprintf(stderr, "tierkv logits: bad --first-pos '%s'\n", argv[i]); return 2; }
+        } else { fprintf(stderr, "tierkv logits: unknown flag %s\n", a); usage(stderr); return 2; }
+    }
+    if (!tok_path || !out_path) { fprintf(stderr, "tierkv logits: --tokens and -o are required\n"); usage(stderr); return 2; }
+    if (common_model_path(&c, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); return 1; }
+    int32_t *ids = NULL, *feed = NULL;
+    int n = 0, n_feed = 0;
+    if (read_token_file(tok_path, &ids, &n, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); return 1; }
+    if (feed_path) {
+        if (read_token_file(feed_path, &feed, &n_feed, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); free(ids); return 1; }
+        if (greedy == 0 || greedy > n_feed) greedy = n_feed;
+    }
+    if (first >= n) { fprintf(stderr, "tierkv logits: --first-pos %ld is past the prompt (%d tokens)\n", first, n); free(ids); free(feed); return 2; }
+    if (c.eo.n_ctx < n + greedy) c.eo.n_ctx = n + (int)greedy;
+    tkv_engine *e;
+    if (tkv_engine_open(c.model_path, &c.eo, &e, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); free(ids); free(feed); return 1; }
+    int V = tkv_n_vocab(e);
+    float *all = tkv_xmalloc((size_t)n * V * sizeof(float));
+    int rc = 1;
+    FILE *fo = NULL;
+    int32_t *gids = tkv_xcalloc((size_t)greedy + 1, sizeof(int32_t));
+    if (tkv_prefill(e, 0, ids, n, all, 1, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); goto done; }
+    fo = fopen(out_path, "wb");
+    if (!fo) { fprintf(stderr, "tierkv logits: cannot write '%s'\n", out_path); goto done; }
+    if (fwrite(all + (size_t)first * V, sizeof(float), (size_t)(n - first) * V, fo) != (size_t)(n - first) * V) goto write_fail;
+    float *row = all + (size_t)(n - 1) * V;
+    for (long s = 0; s < greedy; s++) {
+        int32_t tok = feed ? feed[s] : argmax_f32(row, V);
+        gids[s] = tok;
+        int seq0 = 0;
+        if (tkv_decode(e, &seq0, &tok, 1, all, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); goto done; }
+        row = all;
+        if (fwrite(row, sizeof(float), (size_t)V, fo) != (size_t)V) goto write_fail;
+    }
+    printf("{\"n_vocab\": %d, \"n_prompt\": %d, \"first_logit_pos\": %ld, \"rows\": %ld, \"greedy\": [", V, n, first, n - first + greedy);
+    for (long s = 0; s < greedy; s++) printf("%s%d", s ? "," : "", gids[s]);
+    printf("]}\n");
+    rc = 0;
+    goto done;
+write_fail:
+    fprintf(stderr, "tierkv logits: writing '%s' failed\n", out_path);
+done:
+    if (fo && fclose(fo) != 0 && rc == 0) { fprintf(stderr, "tierkv logits: writing '%s' failed\n", out_path); rc = 1; }
+    free(gids);
+    free(all);
+    free(ids);
+    free(feed);
+    tkv_engine_close(e);
+    return rc;
+}

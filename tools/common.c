@@ -1,0 +1,101 @@
+/* common.c — shared model-loading flags (see common.h). Only tools read flags and environment. */
+#include "common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "kv_flags.h"
+
+void common_opts_default(common_opts *c) {
+    memset(c, 0, sizeof *c);
+    tkv_options_default(&c->eo);
+}
+
+int parse_int(const char *s, long lo, long hi, long *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int parse_double(const char *s, double *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+static int need_value(int argc, char **argv, int i, char *err, size_t errlen) {
+    if (i + 1 >= argc) return tkv_errf(err, errlen, "flag %s needs a value", argv[i]);
+    return 0;
+}
+
+int common_parse(common_opts *c, int argc, char **argv, int *i, char *err, size_t errlen) {
+    const char *a = argv[*i];
+    long v;
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        if (need_value(argc, argv, *i, err, errlen)) return -1;
+        c->model_path = argv[++*i];
+        return 1;
+    }
+    if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+        if (need_value(argc, argv, *i, err, errlen)) return -1;
+        if (parse_int(argv[++*i], 1, 256, &v)) return tkv_errf(err, errlen, "-t wants a thread count 1..256, got '%s'", argv[*i]);
+        c->eo.n_threads = (int)v;
+        return 1;
+    }
+    if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
+        if (need_value(argc, argv, *i, err, errlen)) return -1;
+        if (parse_int(argv[++*i], 1, 1 << 20, &v)) return tkv_errf(err, errlen, "--ctx wants 1..1048576, got '%s'", argv[*i]);
+        c->eo.n_ctx = (int)v;
+        return 1;
+    }
+    if (!strcmp(a, "--batch") || !strcmp(a, "-b")) {
+        if (need_value(argc, argv, *i, err, errlen)) return -1;
+        if (parse_int(argv[++*i], 1, 4096, &v)) return tkv_errf(err, errlen, "--batch wants 1..4096, got '%s'", argv[*i]);
+        c->eo.max_batch = (int)v;
+        return 1;
+    }
+    if (!strcmp(a, "--isa")) {
+        if (need_value(argc, argv, *i, err, errlen)) return -1;
+        const char *s = argv[++*i];
+        if (!strcmp(s, "generic")) c->eo.isa = 0;
+        else if (!strcmp(s, "avx2")) c->eo.isa = 1;
+        else if (!strcmp(s, "avx512")) c->eo.isa = 2;
+        else if (!strcmp(s, "auto")) c->eo.isa = -1;
+        else return tkv_errf(err, errlen, "--isa wants generic, avx2, avx512 or auto, got '%s'", s);
+        return 1;
+    }
+    return kv_flags_parse(&c->eo.kv, argc, argv, i, err, errlen);
+}
+
+const char *common_usage(void) {
+    return "  -m, --model FILE    GGUF model (default: the cached Qwen2.5-Coder-1.5B-Instruct Q4_K_M)\n"
+           "  -t, --threads N     threads (default 2)\n"
+           "  -c, --ctx N         positions per sequence (default 4096)\n"
+           "  -b, --batch N       prefill chunk (default 64)\n"
+           "      --isa NAME      kernels: auto (cpuid), generic, avx2, avx512\n";
+}
+
+int common_model_path(common_opts *c, char *err, size_t errlen) {
+    if (c->model_path) return 0;
+    static char path[4096];
+    const char *home = getenv("TIERKV_HOME");
+    const char *h = getenv("HOME");
+    if (home) snprintf(path, sizeof path, "%s/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", home);
+    else snprintf(path, sizeof path, "%s/.cache/tierkv/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", h ? h : ".");
+    if (access(path, R_OK) != 0)
+        return tkv_errf(err, errlen, "no -m given and the default model is not cached (%s); fetch it with: scripts/fetch-model.sh 1.5b", path);
+    c->model_path = path;
+    return 0;
+}

@@ -1,0 +1,26 @@
+/* common.h — flags shared by the commands that load a model (run, logits, bench, eval, serve):
+ * -m MODEL, -t THREADS, --ctx N, --batch N, --isa generic|avx2|avx512, and the KV hierarchy flags
+ * (tools/kv_flags.h). Also the default model path. */
+#ifndef TKV_TOOLS_COMMON_H
+#define TKV_TOOLS_COMMON_H
+#include <stddef.h>
+
+#include "tierkv.h"
+
+typedef struct {
+    const char *model_path; /* NULL: the cached default */
+    tkv_options eo;
+} common_opts;
+
+void common_opts_default(common_opts *c);
+/* Consumes one flag at argv[*i] (advancing *i past its value). Returns 1 if consumed, 0 if not a
+ * common flag, -1 on a bad value (message in err). */
+int common_parse(common_opts *c, int argc, char **argv, int *i, char *err, size_t errlen);
+const char *common_usage(void);
+/* Resolves the model path: -m, else the cached default model; -1 with a how-to-fetch message. */
+int common_model_path(common_opts *c, char *err, size_t errlen);
+/* Parses an integer flag value with range checking. */
+int parse_int(const char *s, long lo, long hi, long *out);
+int parse_double(const char *s, double *out);
+
+#endif

@@ -1,0 +1,34 @@
+/* main.c — `tierkv COMMAND ...`: dispatches to the thin command mains in tools/cmd_*.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmds.h"
+
+static const struct { const char *name; int (*fn)(int, char **); const char *what; } commands[] = {
+    {"run", cmd_run, "generate text (or continue token ids) with the tiered KV cache"},
+    {"logits", cmd_logits, "write the logits of a token sequence and greedy steps (compare with other engines)"},
+    {"bench", cmd_bench, "prefill and decode speed at several context depths"},
+    {"inspect", cmd_inspect, "print a GGUF file's metadata, tensors and memory needs"},
+    {"gen-random", cmd_gen_random, "write a GGUF with real shapes and random weights"},
+    {"tokenize", cmd_tokenize, "text to token ids"},
+    {"detokenize", cmd_detokenize, "token ids to text"},
+    {"plan", cmd_plan, "KV bytes per tier and bus traffic for a model, batch and context"},
+    {"grade", cmd_grade, "grade model outputs (JSONL) for gsm8k, math or arc"},
+    {"eval", cmd_eval, "run a benchmark task end to end"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: tierkv COMMAND [options]   (tierkv COMMAND --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-11s %s\n", commands[i].name, commands[i].what);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { usage(stderr); return 2; }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) { usage(stdout); return 0; }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "tierkv: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
