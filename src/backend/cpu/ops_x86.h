@@ -30,6 +30,12 @@
 
 /* ---- helpers ---- */
 
+INLINE float hsum128_ps(__m128 a) {
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_movehdup_ps(a));
+    return _mm_cvtss_f32(a);
+}
+
 INLINE float hsum_ps(__m256 v) {
     __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     a = _mm_add_ps(a, _mm_movehl_ps(a, a));
@@ -205,8 +211,8 @@ INLINE __m256i word_bcast(int j) { return _mm256_set1_epi16((short)((2 * j) | ((
 
 INLINE void k45_nx(int64_t n, float *s, const uint8_t *w, const uint8_t *a, size_t st, int nx, int has_qh) {
     __m256 acc[NX_MAX];
-    float macc[NX_MAX];
-    for (int k = 0; k < nx; k++) { acc[k] = _mm256_setzero_ps(); macc[k] = 0.0f; }
+    __m128 macc[NX_MAX]; /* dmin*d_a * m_s*(bsum pairs), 4 lanes, reduced once at the end */
+    for (int k = 0; k < nx; k++) { acc[k] = _mm256_setzero_ps(); macc[k] = _mm_setzero_ps(); }
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const size_t bs = has_qh ? CPU_BS_Q5_K : CPU_BS_Q4_K;
     for (int64_t i = 0; i < n / CPU_QKK; i++, w += bs) {
@@ -241,13 +247,11 @@ INLINE void k45_nx(int64_t n, float *s, const uint8_t *w, const uint8_t *a, size
             const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
             __m128i bsp = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums), _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
             __m128i mp = _mm_madd_epi16(mins, bsp);
-            mp = _mm_add_epi32(mp, _mm_shuffle_epi32(mp, 0x4e));
-            mp = _mm_add_epi32(mp, _mm_shuffle_epi32(mp, 0xb1));
             acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(isum[k]), acc[k]);
-            macc[k] += (dmin * y->d) * (float)_mm_cvtsi128_si32(mp);
+            macc[k] = _mm_fmadd_ps(_mm_set1_ps(dmin * y->d), _mm_cvtepi32_ps(mp), macc[k]);
         }
     }
-    for (int k = 0; k < nx; k++) s[k] = hsum_ps(acc[k]) - macc[k];
+    for (int k = 0; k < nx; k++) s[k] = hsum_ps(acc[k]) - hsum128_ps(macc[k]);
 }
 
 INLINE void q4_K_nx(int64_t n, float *s, const uint8_t *w, const uint8_t *a, size_t st, int nx) { k45_nx(n, s, w, a, st, nx, 0); }
