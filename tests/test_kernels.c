@@ -201,7 +201,7 @@ static void lengths(uint32_t type, const int64_t **l, int *nl) {
 #define MAXN 2816
 
 TEST(kernels_dequant) {
-    static uint8_t w[MAXN * 4];
+    _Alignas(64) static uint8_t w[MAXN * 4];
     static float y0[MAXN], y1[MAXN];
     for (int ti = 0; ti < N_TYPES; ti++) {
         uint32_t t = all_types[ti];
@@ -221,7 +221,7 @@ TEST(kernels_dequant) {
 
 TEST(kernels_quantize_act) {
     static float x[MAXN];
-    static uint8_t a0[MAXN * 4], a1[MAXN * 4];
+    _Alignas(64) static uint8_t a0[MAXN * 4], a1[MAXN * 4];
     int tested = 0;
     for (int ti = 0; ti < N_TYPES; ti++) {
         uint32_t t = all_types[ti];
@@ -251,8 +251,8 @@ TEST(kernels_quantize_act) {
 static double sum_tol(int64_t n, double bound) { return 4.0 * ((double)n / 32 + 16) * 0x1p-24 * bound + 1e-30; }
 
 TEST(kernels_vec_dot) {
-    static float x[8][MAXN], wabs[MAXN], wd[MAXN], ad[MAXN];
-    static uint8_t w[MAXN * 4], tmp[MAXN * 4], a[8][MAXN * 4];
+    _Alignas(64) static float x[8][MAXN], wabs[MAXN], wd[MAXN], ad[MAXN];
+    _Alignas(64) static uint8_t w[MAXN * 4], tmp[MAXN * 4], a[8][MAXN * 4];
     for (int ti = 0; ti < N_TYPES; ti++) {
         uint32_t t = all_types[ti];
         const cpu_type_ops *g = cpu_ops_for(t, CPU_ISA_GENERIC);
@@ -404,4 +404,36 @@ TEST(kernels_matmul) {
     }
     pool_free(pools[0]);
     pool_free(pools[1]);
+}
+
+/* Tables complete and consistent across ISAs; detection agrees with what the kernel reports. */
+TEST(kernels_tables) {
+    for (int ti = 0; ti < N_TYPES; ti++)
+        for (int isa = 0; isa <= 2; isa++) {
+            const cpu_type_ops *o = cpu_ops_for(all_types[ti], (cpu_isa)isa), *g = cpu_ops_for(all_types[ti], CPU_ISA_GENERIC);
+            REQUIRE(o != NULL);
+            CHECK(o->type == all_types[ti] && o->act_type == g->act_type);
+            CHECK(o->quantize_act && o->vec_dot && o->vec_dot_nx && o->dequant_row);
+        }
+    CHECK(cpu_ops_for(10 /* Q2_K */, CPU_ISA_GENERIC) == NULL && cpu_ops_for(15 /* Q8_K */, CPU_ISA_AVX2) == NULL);
+    CHECK(cpu_act_row_size(CPU_T_Q4_K, 512) == 2 * 292 && cpu_act_row_size(CPU_T_Q5_1, 64) == 72 && cpu_act_row_size(CPU_T_BF16, 3) == 6);
+    for (int isa = 0; isa <= 2; isa++) {
+        const cpu_f32_ops *f = cpu_f32_ops_for((cpu_isa)isa);
+        CHECK(f && f->dot_f32 && f->axpy_f32 && f->scale_f32);
+    }
+    FILE *fp = fopen("/proc/cpuinfo", "r");
+    if (!fp) SKIP("no /proc/cpuinfo");
+    static char line[8192];
+    int has_avx2 = 0, has_512 = 0;
+    while (fgets(line, sizeof line, fp))
+        if (!strncmp(line, "flags", 5)) {
+            has_avx2 = strstr(line, " avx2") && strstr(line, " fma") && strstr(line, " f16c");
+            has_512 = has_avx2 && strstr(line, " avx512f") && strstr(line, " avx512bw") && strstr(line, " avx512vl") &&
+                      strstr(line, " avx512dq") && strstr(line, " avx512_vnni");
+            break;
+        }
+    fclose(fp);
+    cpu_isa want = has_512 ? CPU_ISA_AVX512 : has_avx2 ? CPU_ISA_AVX2 : CPU_ISA_GENERIC;
+    CHECKF(cpu_detect_isa() == want, "detected %s, /proc/cpuinfo says %s", cpu_isa_name(cpu_detect_isa()), cpu_isa_name(want));
+    if (cpu_detect_isa() < CPU_ISA_AVX512) fprintf(stderr, "    (kernels: this CPU runs %s; AVX-512 kernels not exercised)\n", cpu_isa_name(cpu_detect_isa()));
 }
