@@ -67,5 +67,15 @@ clean:
 format:
 	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(wildcard src/*/*.h src/backend/*/*.h include/*.h tests/*.h)
 
-.PHONY: all test asan ubsan fuzz clean format
+# The README's first command: set up, build, fetch the default model, answer one GSM8K question
+# in chat mode with the tiered KV cache, print speed and tier statistics.
+DEMO_Q = Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins for her friends every day with four. She sells the remainder at the farmers' market daily for $$2 per fresh duck egg. How much in dollars does she make every day at the farmers' market?
+demo:
+	scripts/setup.sh
+	$(MAKE) all
+	@model=$$(scripts/fetch-model.sh 1.5b) && \
+	build/tierkv run -m "$$model" --chat -n 400 --policy hierarchy --hbm-ratio 0.5 --evict-ratio 0.03 --stats \
+	  -p "$(DEMO_Q) Please reason step by step, and put your final answer within \\boxed{}."
+
+.PHONY: all test asan ubsan fuzz clean format demo
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

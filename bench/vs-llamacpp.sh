@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# vs-llamacpp.sh — tierkv against llama.cpp on the same GGUF files and threads, side by side in one
+# run, printing ratios (tierkv / llama.cpp). llama.cpp is built by you, outside this repository,
+# from its public source; pass its build directory (the one holding bin/llama-bench).
+#
+#   bench/vs-llamacpp.sh LLAMA_BUILD_DIR [MODEL.gguf ...]
+#
+# Without models: the two cached default models. Environment: THREADS (2), REPS (3),
+# DEPTHS ("0 1024 4096"), NGEN (32), NPP (512), PARALLEL (16), TIERKV (build/tierkv).
+# Measures, per model:
+#   pp      prefill tok/s of NPP tokens at depth 0   (llama-bench -p NPP -n 0)
+#   tg@0    decode tok/s at depth 0                  (llama-bench -p 0 -n NGEN)
+#   tg@D    decode tok/s after a D-token prompt      (llama-batched-bench -npp D -ntg NGEN -npl 1, S_TG)
+#   tgxP    aggregate decode of P sequences          (llama-batched-bench -npp 128 -ntg NGEN -npl P, S_TG)
+# Each tierkv number is the median of REPS runs; llama-bench reports its own mean over REPS.
+set -euo pipefail
+LL=${1:?usage: bench/vs-llamacpp.sh LLAMA_BUILD_DIR [MODEL.gguf ...]}
+shift
+THREADS=${THREADS:-2}; REPS=${REPS:-3}; DEPTHS=${DEPTHS:-"0 1024 4096"}; NGEN=${NGEN:-32}; NPP=${NPP:-512}
+PARALLEL=${PARALLEL:-16}; TIERKV=${TIERKV:-build/tierkv}
+LB="$LL/bin/llama-bench"; LBB="$LL/bin/llama-batched-bench"
+for b in "$LB" "$LBB" "$TIERKV"; do [ -x "$b" ] || { echo "vs-llamacpp: missing $b" >&2; exit 1; }; done
+models=("$@")
+if [ ${#models[@]} -eq 0 ]; then
+  models=("$(scripts/fetch-model.sh 1.5b)" "$(scripts/fetch-model.sh 0.5b)")
+fi
+
+# llama-bench: mean tok/s of the one test in its JSON-lines output
+ll_bench() { "$LB" -m "$1" -t "$THREADS" -r "$REPS" -o jsonl "${@:2}" 2>/dev/null | sed -n 's/.*"avg_ts": *\([0-9.]*\).*/\1/p' | tail -1; }
+# llama-batched-bench: S_TG (or S_PP) column of its table's single data row
+ll_batched() {  # model npp ntg npl column
+  local out; out=$("$LBB" -m "$1" -t "$THREADS" -c $(( ($2 + $3) * $4 + 64 )) -b 2048 -ub 512 -npp "$2" -ntg "$3" -npl "$4" 2>/dev/null | grep -E '^\|\s*[0-9]')
+  echo "$out" | awk -F'|' -v col="$5" 'NR==1 { gsub(/ /, "", $col); print $col }'
+}
+tk() { "$TIERKV" bench -m "$1" -t "$THREADS" --reps "$REPS" --json "${@:2}" 2>/dev/null | sed -n 's/.*"tok_per_s": *\([0-9.]*\).*/\1/p' | tail -1; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+printf "%-44s %-8s %10s %10s %7s\n" model test tierkv llama.cpp ratio
+for m in "${models[@]}"; do
+  name=$(basename "$m")
+  a=$(tk "$m" -p "$NPP" -n 0 -d 0); b=$(ll_bench "$m" -p "$NPP" -n 0)
+  printf "%-44s %-8s %10s %10s %7s\n" "$name" "pp$NPP" "$a" "$b" "$(ratio "$a" "$b")"
+  for d in $DEPTHS; do
+    a=$(tk "$m" -p 0 -n "$NGEN" -d "$d")
+    if [ "$d" = 0 ]; then b=$(ll_bench "$m" -p 0 -n "$NGEN"); else b=$(ll_batched "$m" "$d" "$NGEN" 1 9); fi
+    printf "%-44s %-8s %10s %10s %7s\n" "$name" "tg@$d" "$a" "$b" "$(ratio "$a" "$b")"
+  done
+  if [ "$PARALLEL" -gt 1 ]; then
+    a=$("$TIERKV" bench -m "$m" -t "$THREADS" --reps "$REPS" --json -p 0 -n "$NGEN" -d 0 --parallel "$PARALLEL" 2>/dev/null | grep '_x' | sed -n 's/.*"tok_per_s": *\([0-9.]*\).*/\1/p')
+    b=$(ll_batched "$m" 128 "$NGEN" "$PARALLEL" 9)
+    printf "%-44s %-8s %10s %10s %7s\n" "$name" "tgx$PARALLEL" "$a" "$b" "$(ratio "$a" "$b")"
+  fi
+done
