@@ -537,6 +537,53 @@ TEST(gguf_write_roundtrip) {
     free(mem);
 }
 
+/* Every prefix of a writer file (all value kinds, three tensors) fails cleanly; so do sampled
+ * prefixes of a real fixture, which end inside its metadata, tensor infos or data. */
+TEST(gguf_malformed_truncated_more) {
+    gguf_writer *w = gguf_writer_begin(0);
+    gguf_writer_add_u8(w, "a", 1);
+    gguf_writer_add_i16(w, "b", -2);
+    gguf_writer_add_f64(w, "c", 3.0);
+    gguf_writer_add_bool(w, "d", 1);
+    gguf_writer_add_str(w, "e", "text");
+    gguf_writer_add_i64(w, "f", -6);
+    uint16_t arr[2] = {1, 2};
+    gguf_writer_add_arr(w, "g", GGUF_U16, 2, arr);
+    gguf_writer_begin_arr_str(w, "h", 2);
+    gguf_writer_arr_str(w, "x", 1);
+    gguf_writer_arr_str(w, "yz", 2);
+    char err[512];
+    uint64_t ne_a[2] = {4, 3}, ne_q[2] = {256, 2}, ne_h[1] = {6};
+    REQUIRE(gguf_writer_add_tensor(w, "a", 2, ne_a, GGML_F32, err, sizeof err) == 0);
+    REQUIRE(gguf_writer_add_tensor(w, "q", 2, ne_q, GGML_Q4_K, err, sizeof err) == 0);
+    REQUIRE(gguf_writer_add_tensor(w, "h", 1, ne_h, GGML_F16, err, sizeof err) == 0);
+    uint8_t *mem = NULL;
+    size_t n = 0;
+    REQUIRE(write_mem(w, &mem, &n, 1) == 0);
+    gguf_file f;
+    REQUIRE(gguf_parse(mem, n, &f, err, sizeof err) == 0);
+    size_t end = (size_t)(f.tensors[2].data + f.tensors[2].nbytes - f.bytes); /* trailing padding is optional */
+    gguf_free(&f);
+    for (size_t k = 0; k < n; k++) {
+        int rc = gguf_parse(mem, k, &f, err, sizeof err);
+        CHECKF(rc == (k >= end ? 0 : -1), "writer file truncated at %zu of %zu: rc %d", k, n, rc);
+        if (rc == 0) gguf_free(&f);
+    }
+    free(mem);
+
+    FILE *fp = fopen(t_shared("fixtures/models/llama-Q4_K_M.gguf"), "rb");
+    REQUIRE(fp);
+    static uint8_t buf[64 << 10];
+    size_t got = fread(buf, 1, sizeof buf, fp);
+    fclose(fp);
+    REQUIRE(got == sizeof buf);
+    for (size_t k = 0; k < got; k += 61) {
+        int rc = gguf_parse(buf, k, &f, err, sizeof err);
+        CHECKF(rc == -1 && err[0], "fixture truncated at %zu: rc %d", k, rc);
+        if (rc == 0) gguf_free(&f);
+    }
+}
+
 TEST(gguf_write_incomplete) {
     gguf_writer *w = gguf_writer_begin(0);
     char err[512];
