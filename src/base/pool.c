@@ -38,7 +38,7 @@ static void *worker(void *arg) {
     tkv_pool *p = wa->pool;
     int tid = wa->tid;
     free(wa);
-    unsigned seen = atomic_load(&p->gen);
+    unsigned seen = 0; /* the generation at pool_init: a job posted before this thread runs is still seen as new */
     for (;;) {
         unsigned g;
         int spins = 0;
