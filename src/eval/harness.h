@@ -1,0 +1,92 @@
+/* harness.h — the evaluation driver behind `tierkv eval` and `tierkv sweep`: runs a task's problems
+ * through the engine with continuous batching, keeps one JSON line per finished problem (so a killed
+ * run resumes where it stopped), and reads such files back for summaries and paired comparisons.
+ *
+ * Continuous batching: `parallel` sequence slots (n_seq = parallel). Every step the slots that hold a
+ * problem pick their greedy token; the ones still going decode together in one tkv_decode call. A slot
+ * whose problem ends (end-of-generation token or max_tokens) writes its line, is reset, and is refilled
+ * at once with the next problem (prefilled, then it joins the next decode step). Greedy outputs do not
+ * depend on `parallel` because the engine's batched decode gives each sequence the logits it gets alone.
+ *
+ * A results line: {"id","task","model","prompt_tokens","output","pred","gold","correct","strict",
+ * "gen_tokens","finish":"eog"|"length","seconds","kv":{tier tokens, peak T0 bytes, bytes moved,
+ * evicted — of that sequence, for this problem only},"policy","hbm_ratio","t2_ratio","evict_ratio",
+ * "hbm_budget_bytes","max_tokens"}. Not done here: flags and environment (the tools read those). */
+#ifndef TKV_EVAL_HARNESS_H
+#define TKV_EVAL_HARNESS_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "eval/eval.h"
+#include "tierkv.h"
+
+struct harness_opts {
+    enum eval_task task;
+    const char *task_label;    /* the name written into results ("gsm8k", "math500", ...) */
+    const char *data_path;
+    long offset, n;            /* items [offset, offset + n) of the data file; n < 0: to the end */
+    int max_tokens;            /* generated tokens per problem at most */
+    int parallel;              /* sequence slots decoded together */
+    const char *out_path;      /* results JSONL, appended to and resumed from; NULL: none */
+    const char *system;        /* system prompt; NULL: the template's default */
+    int no_system;             /* 1: no system turn at all (not even the template's default) */
+    const char *template_name; /* NULL: the template named by the model file */
+    const char *model_path;
+    tkv_options eo;            /* n_seq is set to parallel, n_ctx raised to fit prompt + max_tokens */
+    FILE *progress;            /* progress and warnings; NULL: quiet */
+    int progress_tty;          /* 1: refresh one line in place with \r */
+};
+
+/* What the summaries need of one results line. */
+struct harness_rec {
+    char *id;
+    int correct;
+    int gen_tokens, prompt_tokens;
+    int finish_length;    /* 1: stopped by max_tokens */
+    double seconds;
+    double tier_tokens[4]; /* T0, T1, T2, evicted at the end of the problem */
+    double peak_t0_bytes, bytes_moved, tokens_evicted;
+};
+
+struct harness_results {
+    struct harness_rec *r;
+    size_t n, cap;
+    int sorted; /* 1 after harness_results_sort: harness_find works */
+};
+
+/* Reads a results file (a missing file gives no records). A line that is not a JSON object with a
+ * string "id" is skipped with a warning on `warn` (if not NULL). */
+int harness_load(const char *path, struct harness_results *out, FILE *warn, char *err, size_t errlen);
+void harness_results_free(struct harness_results *r);
+void harness_results_sort(struct harness_results *r); /* by id; for harness_find */
+const struct harness_rec *harness_find(const struct harness_results *r, const char *id);
+
+struct harness_summary {
+    long n, correct;
+    double acc, ci_lo, ci_hi;          /* Wilson 95% */
+    double mean_len, max_len;          /* generated tokens */
+    double length_share;               /* share stopped by max_tokens */
+    double mean_tier_tokens[4], mean_peak_t0_bytes, mean_bytes_moved, mean_evicted;
+    long run_problems, run_tokens;     /* done by this invocation */
+    double run_seconds;                /* its wall time in the decode loop */
+};
+
+/* Summary over the records whose id is in ids[0..n_ids) (all records when ids is NULL). */
+void harness_summarize(const struct harness_results *r, char *const *ids, size_t n_ids, struct harness_summary *s);
+void harness_summary_print(FILE *f, const struct harness_summary *s);
+
+/* Runs the problems of the selection that the results file does not hold yet. On success *s
+ * summarises the whole selection and *sel_ids (if not NULL) receives its ids (free with
+ * harness_ids_free). A partial last line of the results file (a run killed mid-write) is cut off
+ * with a warning before appending. */
+int harness_run(const struct harness_opts *o, struct harness_summary *s, char ***sel_ids, size_t *n_sel,
+                char *err, size_t errlen);
+void harness_ids_free(char **ids, size_t n);
+
+/* The summary as one JSON object (with the options that produced it, the command line `cmd` and the
+ * selection's ids) written to path. */
+int harness_summary_write_json(const char *path, const struct harness_opts *o, const struct harness_summary *s,
+                               char *const *ids, size_t n_ids, const char *cmd, char *err, size_t errlen);
+
+#endif
