@@ -14,5 +14,6 @@ int cmd_detokenize(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_grade(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
 
 #endif

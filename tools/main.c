@@ -15,6 +15,7 @@ static const struct { const char *name; int (*fn)(int, char **); const char *wha
     {"plan", cmd_plan, "KV bytes per tier and bus traffic for a model, batch and context"},
     {"grade", cmd_grade, "grade model outputs (JSONL) for gsm8k, math or arc"},
     {"eval", cmd_eval, "run a benchmark task end to end"},
+    {"sweep", cmd_sweep, "run eval over a grid of KV policies and budgets, tables and plots"},
 };
 
 static void usage(FILE *out) {

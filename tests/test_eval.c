@@ -1,0 +1,265 @@
+/* test_eval.c — `tierkv eval` and `tierkv sweep` end to end on a fixture model (random weights, so
+ * every answer is wrong; what is checked is the machinery): results file, resume after a kill, a
+ * truncated last line, the summary JSON, continuous batching giving the outputs of one-at-a-time
+ * decoding, and the sweep's grid, tables and plots. Runs the built binary (t_bin) in a shell. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "eval/eval.h"
+#include "eval/harness.h"
+#include "eval/json.h"
+#include "t.h"
+
+#define FIXTURE "fixtures/models/qwen2-Q8_0.gguf"
+
+static const char *const questions[5] = {
+    "Tom has 3 apples and buys 2 more. How many apples does he have?",
+    "A box holds 12 eggs. How many eggs are in 3 boxes?",
+    "Sara reads 10 pages a day. How many pages does she read in a week?",
+    "A pen costs $2. How much do 4 pens cost?",
+    "There are 30 students and half of them are girls. How many boys are there?",
+};
+static const char *const answers[5] = {"5", "36", "70", "8", "15"};
+
+/* A fresh directory under t_tmpdir() holding data.jsonl; NULL (test skipped) without the fixture or binary. */
+static const char *setup(const char *name) {
+    static char dir[300];
+    if (access(t_shared(FIXTURE), R_OK) || access(t_bin(), X_OK)) return NULL;
+    snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
+    mkdir(dir, 0777);
+    char p[600];
+    snprintf(p, sizeof p, "%s/data.jsonl", dir);
+    FILE *f = fopen(p, "w");
+    if (!f) return NULL;
+    for (int i = 0; i < 5; i++)
+        fprintf(f, "{\"id\": \"t-%d\", \"question\": \"%s\", \"answer\": \"%s\"}\n", i, questions[i], answers[i]);
+    fclose(f);
+    return dir;
+}
+
+/* Runs `tierkv eval` on the fixture with extra flags; returns the exit status. */
+static int run_eval(const char *dir, const char *out, const char *extra) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "%s eval -m %s --task gsm8k --data %s/data.jsonl --template chatml --max-tokens 8 -t 2 --out %s/%s %s "
+             ">%s/stdout.txt 2>%s/stderr.txt",
+             t_bin(), t_shared(FIXTURE), dir, dir, out, extra, dir, dir);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char *slurp(const char *dir, const char *name) {
+    char p[1024], e[256], *buf;
+    size_t len;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return eval_read_file(p, &buf, &len, e, sizeof e) ? NULL : buf;
+}
+
+static int n_lines(const char *dir, const char *name) {
+    char *b = slurp(dir, name);
+    int n = 0;
+    for (char *c = b; c && *c; c++) n += *c == '\n';
+    free(b);
+    return b ? n : -1;
+}
+
+/* The "output" of each id t-0..t-4 in a results file (NULL where missing); free with free_outputs. */
+static void outputs(const char *dir, const char *name, char *out[5]) {
+    char *b = slurp(dir, name);
+    memset(out, 0, 5 * sizeof *out);
+    size_t pos = 0, n, len = b ? strlen(b) : 0;
+    const char *line;
+    while (b && eval_next_line(b, len, &pos, &line, &n)) {
+        struct json_doc *d;
+        if (json_parse(line, n, NULL, &d, NULL, 0)) continue;
+        const char *id = json_get_str(json_root(d), "id"), *o = json_get_str(json_root(d), "output");
+        if (id && o && !strncmp(id, "t-", 2) && id[2] >= '0' && id[2] <= '4' && !id[3]) {
+            free(out[id[2] - '0']);
+            out[id[2] - '0'] = strdup(o);
+        }
+        json_free(d);
+    }
+    free(b);
+}
+
+static void free_outputs(char *o[5]) {
+    for (int i = 0; i < 5; i++) free(o[i]);
+}
+
+TEST(eval_results_and_summary) {
+    const char *dir = setup("e2e");
+    if (!dir) SKIP("fixture model or built binary missing");
+    char extra[700];
+    snprintf(extra, sizeof extra, "--parallel 2 --summary-json %s/summary.json", dir);
+    REQUIRE(run_eval(dir, "r.jsonl", extra) == 0);
+    CHECK(n_lines(dir, "r.jsonl") == 5);
+    struct harness_results res;
+    char p[600], e[256];
+    snprintf(p, sizeof p, "%s/r.jsonl", dir);
+    REQUIRE(harness_load(p, &res, stderr, e, sizeof e) == 0);
+    CHECK(res.n == 5);
+    for (size_t i = 0; i < res.n; i++) {
+        CHECK(res.r[i].gen_tokens >= 1 && res.r[i].gen_tokens <= 8);
+        CHECK(res.r[i].prompt_tokens > 0);
+        CHECK(res.r[i].tier_tokens[0] >= res.r[i].prompt_tokens); /* policy full: everything in T0 */
+        CHECK(res.r[i].peak_t0_bytes > 0);
+    }
+    harness_results_free(&res);
+    char *s = slurp(dir, "summary.json");
+    REQUIRE(s);
+    struct json_doc *d;
+    REQUIRE(json_parse(s, strlen(s), NULL, &d, e, sizeof e) == 0);
+    int64_t n = -1;
+    CHECK(json_get_int(json_root(d), "n", &n) && n == 5);
+    CHECK(json_get(json_root(d), "ci_hi") != NULL);
+    CHECK(json_get_str(json_root(d), "policy") && !strcmp(json_get_str(json_root(d), "policy"), "full"));
+    json_free(d);
+    free(s);
+    char *so = slurp(dir, "stdout.txt");
+    CHECK(so && strstr(so, "accuracy") && strstr(so, "Wilson 95%"));
+    free(so);
+}
+
+TEST(eval_resume_after_kill) {
+    const char *dir = setup("resume");
+    if (!dir) SKIP("fixture model or built binary missing");
+    char extra[700];
+    REQUIRE(run_eval(dir, "r.jsonl", "--n 3") == 0);
+    CHECK(n_lines(dir, "r.jsonl") == 3);
+    snprintf(extra, sizeof extra, "--n 5 --summary-json %s/s.json", dir);
+    REQUIRE(run_eval(dir, "r.jsonl", extra) == 0);
+    CHECK(n_lines(dir, "r.jsonl") == 5);
+    char *s = slurp(dir, "s.json"), e[256];
+    REQUIRE(s);
+    struct json_doc *d;
+    REQUIRE(json_parse(s, strlen(s), NULL, &d, e, sizeof e) == 0);
+    int64_t n = -1, ran = -1;
+    CHECK(json_get_int(json_root(d), "n", &n) && n == 5);
+    CHECK(json_get_int(json_root(d), "run_problems", &ran) && ran == 2);
+    json_free(d);
+    free(s);
+    /* everything done: nothing runs, the summary still counts all */
+    REQUIRE(run_eval(dir, "r.jsonl", "--n 5") == 0);
+    CHECK(n_lines(dir, "r.jsonl") == 5);
+    char *so = slurp(dir, "stdout.txt");
+    CHECK(so && strstr(so, "(0/5)") && strstr(so, "nothing left"));
+    free(so);
+}
+
+TEST(eval_truncated_last_line) {
+    const char *dir = setup("trunc");
+    if (!dir) SKIP("fixture model or built binary missing");
+    REQUIRE(run_eval(dir, "r.jsonl", "--n 3") == 0);
+    char p[600];
+    snprintf(p, sizeof p, "%s/r.jsonl", dir);
+    FILE *f = fopen(p, "a");
+    REQUIRE(f);
+    fputs("{\"id\":\"t-3\",\"task\":\"gsm8k\",\"output\":\"half a li", f); /* killed mid-write */
+    fclose(f);
+    REQUIRE(run_eval(dir, "r.jsonl", "--n 5") == 0);
+    CHECK(n_lines(dir, "r.jsonl") == 5);
+    char *o[5];
+    outputs(dir, "r.jsonl", o);
+    for (int i = 0; i < 5; i++) CHECK(o[i] != NULL);
+    free_outputs(o);
+    char *se = slurp(dir, "stderr.txt");
+    CHECK(se && strstr(se, "truncated"));
+    free(se);
+}
+
+TEST(eval_parallel_matches_serial) {
+    const char *dir = setup("par");
+    if (!dir) SKIP("fixture model or built binary missing");
+    REQUIRE(run_eval(dir, "p1.jsonl", "--parallel 1") == 0);
+    REQUIRE(run_eval(dir, "p2.jsonl", "--parallel 2") == 0);
+    REQUIRE(run_eval(dir, "p4.jsonl", "--parallel 4") == 0);
+    char *a[5], *b[5], *c[5];
+    outputs(dir, "p1.jsonl", a);
+    outputs(dir, "p2.jsonl", b);
+    outputs(dir, "p4.jsonl", c);
+    for (int i = 0; i < 5; i++) {
+        REQUIRE(a[i] && b[i] && c[i]);
+        CHECKF(!strcmp(a[i], b[i]), "t-%d: parallel 1 '%s' vs parallel 2 '%s'", i, a[i], b[i]);
+        CHECKF(!strcmp(a[i], c[i]), "t-%d: parallel 1 '%s' vs parallel 4 '%s'", i, a[i], c[i]);
+    }
+    free_outputs(a), free_outputs(b), free_outputs(c);
+}
+
+TEST(eval_bad_flags_and_missing_data) {
+    const char *dir = setup("flags");
+    if (!dir) SKIP("fixture model or built binary missing");
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "%s eval --bogus >/dev/null 2>&1", t_bin());
+    int st = system(cmd);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    snprintf(cmd, sizeof cmd, "%s eval --task nope -m %s >/dev/null 2>&1", t_bin(), t_shared(FIXTURE));
+    st = system(cmd);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    /* no --data, no $TIERKV_DATA, no data/ here: the error names the flag */
+    char bin[4096], model[4096];
+    REQUIRE(realpath(t_bin(), bin) && realpath(t_shared(FIXTURE), model));
+    snprintf(cmd, sizeof cmd, "cd %s && TIERKV_DATA= %s eval --task gsm8k -m %s 2>&1", dir, bin, model);
+    FILE *p = popen(cmd, "r");
+    REQUIRE(p);
+    char buf[4096] = {0};
+    size_t n = fread(buf, 1, sizeof buf - 1, p);
+    buf[n] = 0;
+    st = pclose(p);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    CHECK(strstr(buf, "--data") != NULL);
+    /* a data file that is not JSONL fails cleanly */
+    CHECK(run_eval(dir, "r.jsonl", "--data /dev/null/none") == 1);
+}
+
+TEST(eval_sweep_dry_run) {
+    if (access(t_bin(), X_OK)) SKIP("built binary missing");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s sweep --dir %s/never --dry-run -m x.gguf --task gsm8k --n 10", t_bin(), t_tmpdir());
+    FILE *p = popen(cmd, "r");
+    REQUIRE(p);
+    static char buf[32768];
+    size_t n = fread(buf, 1, sizeof buf - 1, p);
+    buf[n] = 0;
+    int st = pclose(p);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* full once, hierarchy 3 x 3, evict/quant/streaming/h2o/rkv 3 each */
+    CHECK(strstr(buf, "25 configurations") != NULL);
+    CHECK(strstr(buf, "hierarchy_t0-0.5_ev-0.03") && strstr(buf, "--evict-ratio 0.03"));
+    CHECK(strstr(buf, "h2o_t0-0.7") && strstr(buf, "--policy h2o --hbm-ratio 0.7"));
+    CHECK(strstr(buf, "--task gsm8k --n 10") != NULL);
+    char d[600];
+    snprintf(d, sizeof d, "%s/never", t_tmpdir());
+    CHECK(access(d, F_OK) != 0); /* a dry run creates nothing */
+}
+
+TEST(eval_sweep_tiny) {
+    const char *dir = setup("sweep");
+    if (!dir) SKIP("fixture model or built binary missing");
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "%s sweep --dir %s/out --policies full,hierarchy --t0 0.5 --evict 0 -m %s --task gsm8k --data %s/data.jsonl "
+             "--template chatml --max-tokens 8 --n 3 -t 2 --quiet >%s/sweep.txt 2>&1",
+             t_bin(), dir, t_shared(FIXTURE), dir, dir);
+    int st = system(cmd);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "see %s/sweep.txt", dir);
+    char out[600];
+    snprintf(out, sizeof out, "%s/out", dir);
+    char *tsv = slurp(out, "sweep.tsv");
+    REQUIRE(tsv);
+    CHECK(strstr(tsv, "policy\tt0_ratio\tevict_ratio\tbudget\tn\tcorrect\taccuracy\tci_lo\tci_hi\tmean_len") != NULL);
+    CHECK(strstr(tsv, "\nfull\t1\t0\t8\t3\t") != NULL);
+    CHECK(strstr(tsv, "\nhierarchy\t0.5\t0\t8\t3\t") != NULL);
+    free(tsv);
+    char *mc = slurp(out, "mcnemar.tsv");
+    REQUIRE(mc);
+    CHECK(strstr(mc, "vs_full\thierarchy_t0-0.5_ev-0\tfull\t3\t") != NULL);
+    free(mc);
+    CHECK(n_lines(out, "full.jsonl") == 3);
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) SKIP("gnuplot not installed: plots not checked");
+    char png[700];
+    snprintf(png, sizeof png, "%s/plots/acc_vs_evict.png", out);
+    CHECK(access(png, R_OK) == 0);
+}
