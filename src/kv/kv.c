@@ -58,6 +58,8 @@ static kv_seq *get_seq(const kv_cache *kv, int seq) {
     return &kv->seq[seq];
 }
 
+int64_t kv_row_bytes(const kv_cache *kv) { return 2 * (int64_t)kv->o.head_dim * (int64_t)sizeof(float); }
+
 int64_t kv_token_bytes(const kv_cache *kv, int tier) {
     int64_t f32 = (int64_t)kv->o.n_layer * 2 * kv->kv_dim * (int64_t)sizeof(float);
     if (tier == KV_T2) return (int64_t)kv->o.n_layer * 2 * (kv->kv_dim + kv->o.n_head_kv * (int64_t)sizeof(float));
@@ -139,7 +141,8 @@ static int validate(const kv_options *o, const kv_policy_ops *ops, int64_t tb, i
                         o->evict_ratio > 0 ? o->evict_ratio : 0, sum);
     if (o->hbm_budget_bytes > 0) {
         uint64_t per_seq = o->hbm_budget_bytes / (uint64_t)o->n_seq / (uint64_t)tb;
-        int need = o->sinks + (o->window > 1 ? o->window : 1);
+        /* the baselines protect nothing of ours (each raises its budget to its own floor) */
+        int need = ops->select ? o->sinks + (o->window > 1 ? o->window : 1) : 1;
         if (per_seq < (uint64_t)need)
             return tkv_errf(err, errlen,
                             "kv: hbm budget %llu bytes / %d sequences = %llu tokens of %lld bytes each per sequence, "
@@ -176,7 +179,7 @@ kv_cache *kv_init(const kv_options *o, char *err, size_t errlen) {
         s->score = tkv_xcalloc(n, sizeof(double));
         if (ops->head_scores) s->head_score = tkv_xcalloc(n * o->n_head_kv, sizeof(float));
         if (ops->prefill_scores) s->prefill_score = tkv_xcalloc(n * o->n_head_kv, sizeof(float));
-        if (ops->head_scores) s->keep = tkv_xcalloc(n * o->n_head_kv * o->n_layer, 1);
+        if (ops->head_masks) s->keep = tkv_xcalloc(n * o->n_head_kv * o->n_layer, 1);
         /* hook-only policies (baselines) evict by themselves: T0 is sized for everything */
         int t0_slots = abs_tokens > 0 && ops->select ? abs_tokens : o->n_ctx;
         store_init(&s->st[KV_T0], KV_STORE_F32, t0_slots, o->n_layer, o->n_head_kv, o->head_dim);
@@ -201,7 +204,7 @@ kv_cache *kv_init(const kv_options *o, char *err, size_t errlen) {
             return NULL;
         }
     }
-    if (ops->tiered && !o->sync_transfers) kv->xfer = xfer_init(xfer_run_layer, kv, o->n_layer, o->n_seq);
+    if (ops->select && !o->sync_transfers) kv->xfer = xfer_init(xfer_run_layer, kv, o->n_layer, o->n_seq);
     return kv;
 }
 
@@ -342,6 +345,8 @@ void kv_seq_reset(kv_cache *kv, int seq) {
     s->len = s->n_prompt = s->fresh_from = s->steps_since = 0;
     s->n_decode = 0;
     s->keep_used = 0;
+    s->bl_budget = s->bl_limit = s->bl_len = 0;
+    s->bl_held_rows = 0;
     memset(s->ntok, 0, sizeof s->ntok);
     if (s->pstate && kv->ops->hooks->reset) kv->ops->hooks->reset(s->pstate);
 }
@@ -352,7 +357,7 @@ int kv_append(kv_cache *kv, int seq, int pos, int is_prompt, char *err, size_t e
     kv_seq *s = get_seq(kv, seq);
     if (pos != s->len) return tkv_errf(err, errlen, "kv: append at position %d, sequence %d holds %d", pos, seq, s->len);
     if (pos >= kv->o.n_ctx) return tkv_errf(err, errlen, "kv: sequence %d is full (%d positions)", seq, kv->o.n_ctx);
-    if (is_prompt && kv->abs_tokens > 0) {
+    if (is_prompt && kv->abs_tokens > 0 && kv->ops->select) { /* (the baselines compress the prompt) */
         /* the prompt, the sinks outside it (future ones counted as generated) and a full window must fit
          * in the sequence's T0 share, or generation could not go on */
         int sinks_np = 0;
@@ -446,6 +451,7 @@ void kv_observe(kv_cache *kv, int seq, int layer, int q_pos, const float *att, i
                      s->keep_used ? kv->o.n_ctx : 0, s->len};
         kv->ops->hooks->observe(s->pstate, layer, q_pos, s->prompt[q_pos], att, att_stride, &v);
     }
+    if (!kv->ops->select) return; /* hook-only policies keep their own scores */
     int H = kv->o.n_head, group = kv->o.n_head / kv->o.n_head_kv;
     size_t nc = (size_t)kv->o.n_ctx;
     if (s->prompt[q_pos]) { /* prefill: the hierarchy score ignores it; SnapKV-style policies keep it */
@@ -564,6 +570,16 @@ static void retier(kv_cache *kv, int seq) {
     }
 }
 
+typedef struct {
+    kv_cache *kv;
+    int seq;
+} step_view_ctx;
+
+static void step_view(void *ctx, int layer, kv_view *out) {
+    step_view_ctx *c = ctx;
+    kv_view_layer(c->kv, c->seq, layer, out);
+}
+
 /* Runs a hook policy's step: it may rewrite keep masks and evict whole tokens (T0 -> T3 at once). */
 static void policy_step(kv_cache *kv, int seq) {
     kv_seq *s = &kv->seq[seq];
@@ -573,13 +589,20 @@ static void policy_step(kv_cache *kv, int seq) {
     int len = s->len;
     int budget = kv->abs_tokens > 0 ? kv->abs_tokens : kv->o.hbm_ratio >= 0 ? ratio_tokens(kv->o.hbm_ratio, len) : len;
     memset(s->target, 0, (size_t)len);
+    step_view_ctx vc = {kv, seq};
     kv_step_io io = {len, s->n_prompt, budget, kv->o.n_layer, kv->o.n_head_kv, kv->o.n_head, s->tier, s->keep,
-                     kv->o.n_ctx, s->target, s->keep_used, msg, sizeof msg};
+                     kv->o.n_ctx, s->target, s->keep_used, msg, sizeof msg, step_view, &vc, 0, 0, 0, 0};
     if (h->step(s->pstate, &io) != 0) {
         fprintf(stderr, "tierkv: policy %s: %s\n", kv->ops->name, msg);
         TKV_ASSERT(!"policy step failed");
     }
     s->keep_used = io.keep_used;
+    s->bl_budget = io.budget;
+    s->bl_limit = io.limit;
+    s->bl_len = len;
+    s->bl_held_rows = io.held_rows;
+    s->c.budget_raised += io.raised;
+    if (io.held_rows * kv_row_bytes(kv) > s->c.peak_held_bytes) s->c.peak_held_bytes = io.held_rows * kv_row_bytes(kv);
     kv_complete_batch(kv, seq);
     for (int i = 0; i < len; i++) {
         if (!s->target[i] || s->tier[i] == KV_T3) continue;

@@ -109,6 +109,17 @@ typedef struct {
     /* added by the kv module (after the fields above, which the forward already uses) */
     int64_t sync_demotions;     /* T0 tokens demoted synchronously because a new token would overflow T0 */
     int64_t bytes_moved_host;   /* T1 <-> T2 conversions (host side, no bus traffic) */
+    /* The baselines (streaming, h2o, rkv, snapkv) drop tokens per (layer, kv head) row; a token's
+     * slot (bytes[0]) is freed only once every row dropped it. What they hold, counted per row:
+     * held_bytes = held (layer, kv head, position) rows x 2*head_dim*4 (other policies: T0+T1+T2
+     * bytes); peak_held_bytes = the most held right after a policy step (the prompt is held whole
+     * until its end, as in the papers); t0_budget_bytes = the method's budget now (raised to its
+     * floor); limit_bytes = what its published rule allows now: the budget, plus for rkv the tokens
+     * since its last compression (up to its 128-token buffer) and for snapkv every decode token
+     * (it compresses the prompt only). Non-baselines: limit = budget, peak_held = 0. */
+    int64_t held_bytes;
+    int64_t peak_held_bytes;
+    int64_t limit_bytes;
 } kv_stats;
 void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out);
 

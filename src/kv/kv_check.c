@@ -7,6 +7,41 @@
 #include "base/err.h"
 #include "kv/kv_internal.h"
 
+/* The baselines: every (layer, kv head) row within the limit of the policy's last step (plus the
+ * tokens appended since, held by every row until the next step), evicted tokens held by no row,
+ * resident tokens by at least one. */
+static int check_baseline(const kv_cache *kv, int q, char *err, size_t errlen) {
+    const kv_seq *s = &kv->seq[q];
+    int limit = s->bl_len == 0 ? s->len : s->bl_limit + (s->len - s->bl_len);
+    if (!s->keep) {
+        int held = s->len - (int)s->ntok[KV_T3];
+        if (held > limit) return tkv_errf(err, errlen, "seq %d: %s holds %d tokens, its limit is %d", q, kv->ops->name, held, limit);
+        return 0;
+    }
+    size_t nc = (size_t)kv->o.n_ctx;
+    int rows = kv->o.n_layer * kv->o.n_head_kv;
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *k = s->keep + (size_t)r * nc;
+        int held = 0;
+        for (int p = 0; p < s->len; p++) {
+            held += k[p] != 0;
+            if (k[p] && s->tier[p] == KV_T3)
+                return tkv_errf(err, errlen, "seq %d: evicted position %d still held by layer %d kv head %d", q, p,
+                                r / kv->o.n_head_kv, r % kv->o.n_head_kv);
+        }
+        if (held > limit)
+            return tkv_errf(err, errlen, "seq %d: %s: layer %d kv head %d holds %d tokens, its limit is %d", q, kv->ops->name,
+                            r / kv->o.n_head_kv, r % kv->o.n_head_kv, held, limit);
+    }
+    for (int p = 0; p < s->len; p++) {
+        if (s->tier[p] == KV_T3) continue;
+        int any = 0;
+        for (int r = 0; r < rows && !any; r++) any = s->keep[(size_t)r * nc + p] != 0;
+        if (!any) return tkv_errf(err, errlen, "seq %d: position %d is held by no (layer, kv head) but keeps its slot", q, p);
+    }
+    return 0;
+}
+
 static int check_seq(const kv_cache *kv, int q, uint8_t *mark, char *err, size_t errlen) {
     const kv_seq *s = &kv->seq[q];
     int64_t cnt[4] = {0, 0, 0, 0};
@@ -38,13 +73,14 @@ static int check_seq(const kv_cache *kv, int q, uint8_t *mark, char *err, size_t
         cnt[s->tier[p]]++;
         nprompt += s->prompt[p];
         if (s->tier[p] == KV_T3 && s->slot[p] != -1) return tkv_errf(err, errlen, "seq %d: evicted %d owns a slot", q, p);
-        if (kv->ops->tiered && kv_is_protected(kv, s, p, s->len) && s->tier[p] != KV_T0)
+        if (kv->ops->select && kv_is_protected(kv, s, p, s->len) && s->tier[p] != KV_T0)
             return tkv_errf(err, errlen, "seq %d: protected position %d is in T%d", q, p, s->tier[p]);
     }
     for (int t = 0; t < 4; t++)
         if (cnt[t] != s->ntok[t])
             return tkv_errf(err, errlen, "seq %d: T%d holds %lld tokens, counted %lld", q, t, (long long)cnt[t], (long long)s->ntok[t]);
     if (nprompt != s->n_prompt) return tkv_errf(err, errlen, "seq %d: %d prompt tokens, counted %d", q, nprompt, s->n_prompt);
+    if (kv->ops->tiered && !kv->ops->select) return check_baseline(kv, q, err, errlen);
     int budget = kv_t0_budget(kv, s, s->len, NULL);
     int used = store_in_use(&s->st[KV_T0]);
     if (used > budget) return tkv_errf(err, errlen, "seq %d: T0 uses %d slots, budget %d tokens", q, used, budget);

@@ -7,7 +7,10 @@
  *   - a slot is owned by exactly one token, or is free, or is a source slot waiting for its batch to
  *     finish (`deferred`);
  *   - T0 slots in use (owned + deferred) never exceed the T0 budget at the current length;
- *   - protected positions are in T0; T3 positions own no slot and never change tier again. */
+ *   - protected positions are in T0; T3 positions own no slot and never change tier again;
+ *   - hook-only policies (the baselines) protect nothing and use only T0 and T3: no (layer, kv head)
+ *     row holds more than the limit their last step reported (plus the tokens appended since), a T3
+ *     position is held by no row, and a T0 position by at least one (else its slot would be freed). */
 #ifndef TKV_KV_INTERNAL_H
 #define TKV_KV_INTERNAL_H
 #include <stdint.h>
@@ -60,6 +63,10 @@ typedef struct {
     float *stage;             /* [n_ctx][2][kv_dim]: T1 (staged) and T2 rows as f32 for one layer */
     kv_stats c;               /* counters; tokens/bytes/budget are filled in by kv_get_stats */
     void *pstate;             /* the policy hooks' state (baselines), or NULL */
+    /* what the hooks' last step reported (kv_step_io), 0 before the first step */
+    int bl_budget, bl_limit;  /* tokens per (layer, kv head) row: the budget, the most the rule allows */
+    int bl_len;               /* length at that step (positions appended since are held by every row) */
+    int64_t bl_held_rows;     /* (layer, kv head, position) triples held after it */
 } kv_seq;
 
 struct kv_cache {
@@ -81,6 +88,8 @@ int kv_t0_budget(const kv_cache *kv, const kv_seq *s, int len, int *raised);
 /* Number of protected positions at length len. */
 int kv_prot_count(const kv_cache *kv, const kv_seq *s, int len);
 int kv_is_protected(const kv_cache *kv, const kv_seq *s, int pos, int len);
+/* Bytes of one (layer, kv head) row of one token: K and V, f32. */
+int64_t kv_row_bytes(const kv_cache *kv);
 /* Waits for s's batch and frees its source slots. */
 void kv_complete_batch(kv_cache *kv, int seq);
 

@@ -5,16 +5,18 @@
 #include <string.h>
 
 static const kv_policy_ops ops_table[KV_POLICY_COUNT] = {
-    /* kind, name, tiered, overflow, t1, t2, t2_ratio_ok, evict_ratio_ok, head, prefill, select, hooks */
-    {KV_POLICY_FULL, "full", 0, KV_T0, 0, 0, 0, 0, 0, 0, NULL, NULL},
-    {KV_POLICY_HIERARCHY, "hierarchy", 1, KV_T1, 1, 1, 1, 1, 0, 0, kv_select_ranked, NULL},
-    {KV_POLICY_EVICT, "evict", 1, KV_T3, 0, 0, 0, 0, 0, 0, kv_select_ranked, NULL},
-    {KV_POLICY_QUANT, "quant", 1, KV_T2, 0, 1, 0, 1, 0, 0, kv_select_ranked, NULL},
-    /* baselines: adapters over baselines.h set `hooks` (and/or `select`) here */
-    {KV_POLICY_STREAMING, "streaming", 1, KV_T3, 0, 0, 0, 0, 0, 0, NULL, NULL},
-    {KV_POLICY_H2O, "h2o", 1, KV_T3, 0, 0, 0, 0, 1, 0, NULL, NULL},
-    {KV_POLICY_RKV, "rkv", 1, KV_T3, 0, 0, 0, 0, 1, 0, NULL, NULL},
-    {KV_POLICY_SNAPKV, "snapkv", 1, KV_T3, 0, 0, 0, 0, 1, 1, NULL, NULL},
+    /* kind, name, tiered, overflow, t1, t2, t2_ratio_ok, evict_ratio_ok, head scores, head masks,
+     * prefill, select, hooks */
+    {KV_POLICY_FULL, "full", 0, KV_T0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL},
+    {KV_POLICY_HIERARCHY, "hierarchy", 1, KV_T1, 1, 1, 1, 1, 0, 0, 0, kv_select_ranked, NULL},
+    {KV_POLICY_EVICT, "evict", 1, KV_T3, 0, 0, 0, 0, 0, 0, 0, kv_select_ranked, NULL},
+    {KV_POLICY_QUANT, "quant", 1, KV_T2, 0, 1, 0, 1, 0, 0, 0, kv_select_ranked, NULL},
+    /* baselines: hook-only (kv_baselines.c over baselines.h); they keep their own scores, evict by
+     * themselves and never use T1/T2 */
+    {KV_POLICY_STREAMING, "streaming", 1, KV_T3, 0, 0, 0, 0, 0, 0, 0, NULL, &kv_bl_hooks_streaming},
+    {KV_POLICY_H2O, "h2o", 1, KV_T3, 0, 0, 0, 0, 0, 1, 0, NULL, &kv_bl_hooks_h2o},
+    {KV_POLICY_RKV, "rkv", 1, KV_T3, 0, 0, 0, 0, 0, 1, 0, NULL, &kv_bl_hooks_rkv},
+    {KV_POLICY_SNAPKV, "snapkv", 1, KV_T3, 0, 0, 0, 0, 0, 1, 0, NULL, &kv_bl_hooks_snapkv},
 };
 
 const kv_policy_ops *kv_policy_ops_of(kv_policy_kind k) {

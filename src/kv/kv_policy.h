@@ -16,8 +16,8 @@
  * `select` (called at re-tiering) the ops have optional per-sequence hooks: state init/free/reset,
  * observe (every kv_observe, prompt queries included, with the layer's view for key-based scores)
  * and step (every kv_step_end, and once at the end of the prompt), which writes per-layer, per-kv-head
- * keep masks and may evict whole tokens (T3). An adapter file fills those in the ops table
- * (kv_policy.c). Until then their entries have no hooks and kv_init refuses the policy. */
+ * keep masks and may evict whole tokens (T3). kv_baselines.c implements the hooks of the four
+ * baselines (kv_bl_hooks_*), wired into the ops table in kv_policy.c. */
 #ifndef TKV_KV_POLICY_H
 #define TKV_KV_POLICY_H
 #include <stdint.h>
@@ -58,6 +58,17 @@ typedef struct {
     int keep_used;            /* out: 1 once the masks mean something */
     char *err;                /* for a message when step returns -1 (the decode then asserts) */
     size_t errlen;
+    /* any layer's view (K rows for R-KV's redundancy at a compression point); valid until the next
+     * view_layer call. Evicted positions are NULL, like the forward's view. */
+    void (*view_layer)(void *ctx, int layer, kv_view *out);
+    void *view_ctx;
+    /* out, for the stats and kv_check: what the policy holds after this step, per (layer, kv head)
+     * row. budget = the method's budget at this length after raising it to the method's floor;
+     * limit = the most one row may hold now by the method's published rule (budget, or more where
+     * the method keeps tokens past its budget: R-KV between compressions, SnapKV's decode tokens);
+     * held_rows = (layer, kv head, position) triples held, over every row. */
+    int budget, raised, limit;
+    int64_t held_rows;
 } kv_step_io;
 
 typedef struct {
@@ -78,13 +89,17 @@ typedef struct {
     int uses_t1, uses_t2;/* which host tiers need storage */
     int t2_ratio_ok;     /* accepts --t2-ratio */
     int evict_ratio_ok;  /* accepts --evict-ratio */
-    int head_scores;     /* keep per-kv-head decode scores, per-layer keep masks (head-wise baselines) */
+    int head_scores;     /* keep per-kv-head decode scores (for a head-wise `select`) */
+    int head_masks;      /* per-layer, per-kv-head keep masks in the views (head-wise policies) */
     int prefill_scores;  /* keep per-kv-head prefill observations (SnapKV) */
     kv_select_fn select; /* at re-tiering; NULL: the policy only uses hooks */
     const kv_policy_hooks *hooks; /* NULL for the score-ranked policies */
 } kv_policy_ops;
 
 const kv_policy_ops *kv_policy_ops_of(kv_policy_kind k);
+
+/* The baselines' hooks (kv_baselines.c). */
+extern const kv_policy_hooks kv_bl_hooks_streaming, kv_bl_hooks_h2o, kv_bl_hooks_rkv, kv_bl_hooks_snapkv;
 
 /* Candidate counts per tier for `n_cand` candidates, given room in T0 for unprotected tokens
  * (`room0`), the T2 budget (`b2`) and the eviction room left (`room3` = eviction budget minus tokens

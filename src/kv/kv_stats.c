@@ -10,7 +10,19 @@ static void add_seq(const kv_cache *kv, const kv_seq *s, kv_stats *o) {
         o->bytes[t] += s->ntok[t] * kv_token_bytes(kv, t);
     }
     o->peak_t0_bytes += s->c.peak_t0_bytes; /* total: sum of per-sequence peaks (an upper bound) */
-    o->t0_budget_bytes += (int64_t)kv_t0_budget(kv, s, s->len, NULL) * kv_token_bytes(kv, 0);
+    if (kv->ops->select || !kv->ops->tiered) {
+        int64_t b = (int64_t)kv_t0_budget(kv, s, s->len, NULL) * kv_token_bytes(kv, 0);
+        o->t0_budget_bytes += b;
+        o->limit_bytes += b;
+        for (int t = 0; t < 3; t++) o->held_bytes += s->ntok[t] * kv_token_bytes(kv, t);
+    } else { /* baselines: per (layer, kv head) row, see kv.h */
+        int64_t rows_per_token = (int64_t)kv->o.n_layer * kv->o.n_head_kv, new_tokens = s->len - s->bl_len;
+        o->held_bytes += (s->bl_held_rows + new_tokens * rows_per_token) * kv_row_bytes(kv);
+        o->peak_held_bytes += s->c.peak_held_bytes;
+        int fresh = s->bl_len == 0; /* before the prompt end: the method holds everything */
+        o->t0_budget_bytes += (int64_t)(fresh ? s->len : s->bl_budget) * kv_token_bytes(kv, 0);
+        o->limit_bytes += (int64_t)(fresh ? s->len : s->bl_limit + new_tokens) * kv_token_bytes(kv, 0);
+    }
     o->budget_raised += s->c.budget_raised;
     o->bytes_moved_down += s->c.bytes_moved_down;
     o->bytes_moved_up += s->c.bytes_moved_up;
@@ -35,17 +47,19 @@ int kv_stats_json(const kv_stats *s, char *buf, size_t n) {
                     "{\"tokens\":[%lld,%lld,%lld,%lld],\"bytes\":[%lld,%lld,%lld,%lld],\"peak_t0_bytes\":%lld,"
                     "\"t0_budget_bytes\":%lld,\"budget_raised\":%lld,\"bytes_moved_down\":%lld,\"bytes_moved_up\":%lld,"
                     "\"bytes_moved_host\":%lld,\"bytes_staged\":%lld,\"tokens_evicted\":%lld,\"retiers\":%lld,"
-                    "\"sync_demotions\":%lld,\"move_seconds\":%.6f,\"retier_seconds\":%.6f,\"fence_wait_seconds\":%.6f}",
+                    "\"sync_demotions\":%lld,\"held_bytes\":%lld,\"peak_held_bytes\":%lld,\"limit_bytes\":%lld,"
+                    "\"move_seconds\":%.6f,\"retier_seconds\":%.6f,\"fence_wait_seconds\":%.6f}",
                     (long long)s->tokens[0], (long long)s->tokens[1], (long long)s->tokens[2], (long long)s->tokens[3],
                     (long long)s->bytes[0], (long long)s->bytes[1], (long long)s->bytes[2], (long long)s->bytes[3],
                     (long long)s->peak_t0_bytes, (long long)s->t0_budget_bytes, (long long)s->budget_raised,
                     (long long)s->bytes_moved_down, (long long)s->bytes_moved_up, (long long)s->bytes_moved_host,
                     (long long)s->bytes_staged, (long long)s->tokens_evicted, (long long)s->retiers,
-                    (long long)s->sync_demotions, s->move_seconds, s->retier_seconds, s->fence_wait_seconds);
+                    (long long)s->sync_demotions, (long long)s->held_bytes, (long long)s->peak_held_bytes,
+                    (long long)s->limit_bytes, s->move_seconds, s->retier_seconds, s->fence_wait_seconds);
 }
 
 void kv_stats_write_json(FILE *f, const kv_cache *kv) {
-    char buf[1024];
+    char buf[2048];
     kv_stats st;
     kv_get_stats(kv, -1, &st);
     kv_stats_json(&st, buf, sizeof buf);
@@ -74,6 +88,13 @@ void kv_stats_print(FILE *f, const kv_cache *kv, int seq) {
     fprintf(f, "  %lld re-tierings: down %.2f MiB, up %.2f MiB, host %.2f MiB, %lld sync demotions, %lld evicted\n",
             (long long)s.retiers, mib(s.bytes_moved_down), mib(s.bytes_moved_up), mib(s.bytes_moved_host),
             (long long)s.sync_demotions, (long long)s.tokens_evicted);
+    if (kv->ops->tiered && !kv->ops->select)
+        fprintf(f, "  %s holds %.2f MiB per (layer, kv head) row (peak after a step %.2f MiB); its rule allows %.2f MiB "
+                "now (budget + %s)\n", kv_policy_name(kv->o.policy), mib(s.held_bytes), mib(s.peak_held_bytes),
+                mib(s.limit_bytes),
+                kv->o.policy == KV_POLICY_RKV      ? "tokens since the last compression, <= 128"
+                : kv->o.policy == KV_POLICY_SNAPKV ? "decode tokens, never evicted"
+                                                   : "nothing");
     fprintf(f, "  staged %.2f MiB; time: plan %.3f s, moves %.3f s, fence waits %.3f s\n", mib(s.bytes_staged),
             s.retier_seconds, s.move_seconds, s.fence_wait_seconds);
 }
