@@ -133,17 +133,19 @@ static int run_compare(const char *model_path, const ref_data *r, double tol, in
     return 0;
 }
 
-/* Tolerances on max |Δlogit| per type. llama.cpp quantises activations (FORMATS.md 2.7); we
+/* Tolerances on max |dlogit| per type. llama.cpp quantises activations (FORMATS.md 2.7); we
  * emulate that, so remaining differences come from float summation order, which now and then
- * flips an activation quantum. FORMATS.md section 7 measured, with emulation, up to
- * F32 1.8e-5, F16 1.8e-2, BF16 0.13, Q8_0 0.51, Q6_K 0.58, Q5_K_M 0.66, Q4_K_M 0.96, Q4_0 0.61
- * on these sharp random-weight models (logits up to ~40). Each bound below is about 1.5x that
- * measurement, and well under the distance between the type's reference and the F32 reference
- * (1.0 for Q8_0 up to 12 for Q4_0), so a wrong dequantisation or a wrong kernel fails. The RMS
- * bound is much tighter: a flip perturbs a few logits, a bug perturbs all of them. */
+ * flips an activation quantum, after which a sequence drifts a little. FORMATS.md section 7
+ * measured, with emulation, up to F32 1.8e-5, F16 1.8e-2, BF16 0.13, Q8_0 0.51, Q6_K 0.58,
+ * Q5_K_M 0.66, Q4_K_M 0.96, Q4_0 0.61 on these sharp random-weight models (logits up to ~40); we
+ * measured at most 2.8e-5, 1.9e-2, 0.16, 0.39, 0.65, 0.64, 0.79, 0.61 (AVX2 and generic kernels).
+ * Each max bound is about 1.5x the larger of the two, and well under the distance between the
+ * type's own reference and the F32 reference (1.0 for Q8_0 up to 12 for Q4_0), so a wrong
+ * dequantisation or kernel fails. The RMS bound is a quarter of the max bound: a flip moves some
+ * rows, a wrong kernel moves every logit of every row (measured rms here: at most 0.134). */
 static const struct { const char *type; double max_tol, rms_tol; } tols[] = {
-    {"F32", 1e-3, 1e-4}, {"F16", 0.03, 5e-3}, {"BF16", 0.25, 0.04}, {"Q8_0", 0.8, 0.1},
-    {"Q6_K", 0.9, 0.12}, {"Q5_K_M", 1.0, 0.15}, {"Q4_K_M", 1.5, 0.2}, {"Q4_0", 1.0, 0.15},
+    {"F32", 1e-4, 2.5e-5}, {"F16", 0.03, 0.0075}, {"BF16", 0.25, 0.0625}, {"Q8_0", 0.8, 0.2},
+    {"Q6_K", 1.0, 0.25}, {"Q5_K_M", 1.0, 0.25}, {"Q4_K_M", 1.5, 0.375}, {"Q4_0", 1.0, 0.25},
 };
 
 static void fixture_case(const char *arch, int ti, const char *seq) {
@@ -198,13 +200,13 @@ static void real_case(const char *file, const char *prefix) {
     CHECKF(load_ref(t_shared(json), t_shared(lg), &r) == 0, "cannot load %s", json);
     if (!r.logits) return;
     cmp_stats s;
-    /* Real Q4_K_M models have smooth logits (|logit| ~ 10-30); same activation emulation as the
-     * fixtures, so the Q4_K_M bounds apply. */
-    CHECK(run_compare(path, &r, 1.5, 2, &s) == 0);
+    /* Real Q4_K_M models have smoother logits than the random fixtures; we measured max 0.50 / 0.65
+     * and rms 0.079 / 0.096 (0.5B / 1.5B). Bounds: 1.0 max, 0.2 rms. */
+    CHECK(run_compare(path, &r, 1.0, 2, &s) == 0);
     printf("    %-28s rows %3d  max|d| %.2e  rms %.2e  top1 %d/%d\n", prefix, s.rows, s.max_diff, s.rms,
            s.top1_checked - s.top1_mismatch, s.top1_checked);
     CHECK(s.rows == r.rows);
-    CHECKF(s.max_diff <= 1.5, "max |dlogit| %.3g", s.max_diff);
+    CHECKF(s.max_diff <= 1.0, "max |dlogit| %.3g", s.max_diff);
     CHECKF(s.rms <= 0.2, "rms %.3g", s.rms);
     CHECKF(s.top1_mismatch == 0, "%d top-1 mismatches", s.top1_mismatch);
     free_ref(&r);
