@@ -249,6 +249,13 @@ static void sh_quote(char *out, size_t n, const char *s) {
     out[k] = 0;
 }
 
+/* " ARG", quoted for sh when needed. */
+static void put_arg(FILE *f, const char *a) {
+    char q[4096];
+    if (*a && !strpbrk(a, " \t\n'\"\\$*?;&|<>()")) fprintf(f, " %s", a);
+    else sh_quote(q, sizeof q, a), fprintf(f, " %s", q);
+}
+
 int cmd_sweep(int argc, char **argv) {
     const char *dir = NULL, *plot_script = NULL;
     const char *pol_list = "full,hierarchy,evict,quant,streaming,h2o,rkv";
@@ -314,6 +321,18 @@ int cmd_sweep(int argc, char **argv) {
     int rc = 0;
     if (!dry && mkdir(dir, 0777) && access(dir, W_OK)) { fprintf(stderr, "tierkv sweep: cannot create %s\n", dir); free(pass); return 1; }
     if (dry) printf("%d configurations:\n", n);
+    else { /* the command, for scripts/results.sh */
+        char *cp = tkv_xmalloc(strlen(dir) + 16);
+        sprintf(cp, "%s/sweep.cmd", dir);
+        FILE *f = fopen(cp, "w");
+        free(cp);
+        if (f) {
+            fputs("tierkv", f);
+            for (int i = 0; i < argc; i++) put_arg(f, argv[i]);
+            fputc('\n', f);
+            fclose(f);
+        }
+    }
     for (int i = 0; i < n; i++) {
         struct cfg *c = &cf[i];
         char t0s[32], evs[32];
@@ -331,13 +350,7 @@ int cmd_sweep(int argc, char **argv) {
         av[ac] = NULL;
         if (dry) {
             printf("%-28s tierkv", c->name);
-            for (int k = 0; k < ac; k++) {
-                char q[4096];
-                int plain = *av[k] && !strpbrk(av[k], " \t\n'\"\\$*?;&|<>()");
-                if (plain) snprintf(q, sizeof q, "%s", av[k]);
-                else sh_quote(q, sizeof q, av[k]);
-                printf(" %s", q);
-            }
+            for (int k = 0; k < ac; k++) put_arg(stdout, av[k]);
             printf("\n");
             free(outp);
             free(sump);
