@@ -543,15 +543,13 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
     r.total = hi - lo;
     r.model_name = base_name(o->model_path);
     r.pending = tkv_xmalloc((r.total + 1) * sizeof(size_t));
+    harness_results_sort(&res);
     for (size_t i = lo; i < hi; i++) {
         const struct harness_rec *x = harness_find(&res, set.items[i].id);
         if (x) r.done++, r.correct += (size_t)x->correct;
         else r.pending[r.n_pending++] = i;
     }
     if (r.n_pending) {
-        if (o->progress)
-            fprintf(o->progress, "[eval] %s: %zu problems, %zu already in the results file, %zu to run, %d at once\n",
-                    o->task_label, r.total, r.done, r.n_pending, o->parallel);
         r.ids = tkv_xcalloc(r.n_pending, sizeof *r.ids);
         r.n_ids = tkv_xcalloc(r.n_pending, sizeof *r.n_ids);
         int max_prompt = 0;
@@ -566,6 +564,9 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
         tkv_options eo = o->eo;
         eo.n_seq = (size_t)o->parallel < r.n_pending ? o->parallel : (int)r.n_pending;
         if (eo.n_ctx < max_prompt + o->max_tokens) eo.n_ctx = max_prompt + o->max_tokens;
+        if (o->progress)
+            fprintf(o->progress, "[eval] %s: %zu problems, %zu already in the results file, %zu to run, %d at once\n",
+                    o->task_label, r.total, r.done, r.n_pending, eo.n_seq);
         if (tkv_engine_open(o->model_path, &eo, &r.e, err, errlen)) goto out;
         r.P = eo.n_seq;
         r.V = tkv_n_vocab(r.e);
