@@ -6,6 +6,7 @@
 
 #include "kv/kv.h"
 #include "kv/kv_codec.h"
+#include "kv/baselines.h"
 #include "kv/kv_policy.h"
 #include "t.h"
 
@@ -467,4 +468,41 @@ TEST(kv_fake_attention_bit_exact) {
 TEST(kv_stress_async) {
     run_cfg c = {KV_POLICY_HIERARCHY, 0.2, 0.2, 0.1, 0, 1, 0, 2, 4, 4};
     random_run(&c, 77, 390, 0);
+}
+
+/* ---- baselines top-k (heap select, no qsort) against the rule by brute force ---- */
+
+TEST(kv_bl_topk_matches_rank_rule) {
+    enum { M = 300 };
+    uint64_t rng = 99;
+    float score[M];
+    int pos[M];
+    uint8_t keep[M + 7], want[M + 7];
+    double pairs[M]; /* kv_bl_pair_bytes() == 8: float + int */
+    REQUIRE(kv_bl_pair_bytes() <= sizeof pairs[0]);
+    for (int it = 0; it < 200; it++) {
+        int m = 1 + (int)(rng_next(&rng) % M), k = (int)(rng_next(&rng) % (m + 2));
+        for (int i = 0; i < m; i++) {
+            uint64_t r = rng_next(&rng);
+            score[i] = r % 11 == 0 ? NAN : (float)(r % 5) * 0.25f; /* many ties */
+            pos[i] = i + 3;
+        }
+        for (int i = m - 1; i > 0; i--) { /* distinct, shuffled */
+            int j = (int)(rng_next(&rng) % (uint64_t)(i + 1)), t = pos[i];
+            pos[i] = pos[j];
+            pos[j] = t;
+        }
+        memset(keep, 0, sizeof keep);
+        kv_bl_keep_topk(score, pos, m, k, keep, pairs);
+        memset(want, 0, sizeof want);
+        for (int i = 0; i < m; i++) {
+            int before = 0;
+            for (int j = 0; j < m; j++) {
+                int in = isnan(score[i]), jn = isnan(score[j]);
+                before += jn != in ? in : (!in && score[j] != score[i]) ? score[j] > score[i] : pos[j] < pos[i];
+            }
+            want[pos[i]] = (uint8_t)(before < k);
+        }
+        REQUIRE(memcmp(keep, want, sizeof keep) == 0);
+    }
 }

@@ -1,10 +1,9 @@
 /* baselines_common.c — what the baselines share: budget from a ratio, 1-D pooling along positions,
  * the GQA group combine, and the top-k with the one tie rule (score desc, then position asc).
- * Pure functions of their arguments; no allocation (top-k sorts in the caller's scratch). */
+ * Pure functions of their arguments; no allocation (top-k selects in the caller's scratch). */
 #include "kv/baselines.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 #include "base/err.h"
 
@@ -59,15 +58,31 @@ typedef struct {
 
 size_t kv_bl_pair_bytes(void) { return sizeof(bl_pair); }
 
-/* Best first: higher score, then lower position; NaN below every number. */
-static int pair_cmp(const void *a, const void *b) {
-    const bl_pair *x = a, *y = b;
+/* x ranks before y: higher score, then lower position; NaN below every number. A total order
+ * (positions are distinct), so any correct selection gives the same set. */
+static int pair_before(const bl_pair *x, const bl_pair *y) {
     int xn = isnan(x->s), yn = isnan(y->s);
-    if (xn != yn) return xn ? 1 : -1;
-    if (!xn && x->s != y->s) return x->s > y->s ? -1 : 1;
-    return (x->pos > y->pos) - (x->pos < y->pos);
+    if (xn != yn) return yn;
+    if (!xn && x->s != y->s) return x->s > y->s;
+    return x->pos < y->pos;
 }
 
+/* Max-heap (best at the root) sift-down over p[0..n). */
+static void sift_down(bl_pair *p, int i, int n) {
+    for (;;) {
+        int b = i, l = 2 * i + 1, r = l + 1;
+        if (l < n && pair_before(&p[l], &p[b])) b = l;
+        if (r < n && pair_before(&p[r], &p[b])) b = r;
+        if (b == i) return;
+        bl_pair t = p[i];
+        p[i] = p[b];
+        p[b] = t;
+        i = b;
+    }
+}
+
+/* A heap select in the caller's scratch, O(m + k log m): no qsort, whose glibc implementation
+ * mallocs above 1 KiB, and these run inside decode steps (R-KV compressions, H2O). */
 void kv_bl_keep_topk(const float *score, const int *pos, int m, int k, uint8_t *keep, void *pairs) {
     if (k <= 0 || m <= 0) return;
     if (k >= m) {
@@ -79,6 +94,10 @@ void kv_bl_keep_topk(const float *score, const int *pos, int m, int k, uint8_t *
         p[i].s = score[i];
         p[i].pos = pos[i];
     }
-    qsort(p, (size_t)m, sizeof *p, pair_cmp);
-    for (int i = 0; i < k; i++) keep[p[i].pos] = 1;
+    for (int i = m / 2 - 1; i >= 0; i--) sift_down(p, i, m);
+    for (int n = m, i = 0; i < k; i++) {
+        keep[p[0].pos] = 1;
+        p[0] = p[--n];
+        sift_down(p, 0, n);
+    }
 }
