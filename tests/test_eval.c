@@ -44,7 +44,7 @@ static const char *setup(const char *name) {
 static int run_eval(const char *dir, const char *out, const char *extra) {
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
-             "%s eval -m %s --task gsm8k --data %s/data.jsonl --template chatml --max-tokens 8 -t 2 --out %s/%s %s "
+             "%s eval -m %s --task gsm8k --data %s/data.jsonl --template chatml -t 2 --out %s/%s --max-tokens 8 %s "
              ">%s/stdout.txt 2>%s/stderr.txt",
              t_bin(), t_shared(FIXTURE), dir, dir, out, extra, dir, dir);
     int st = system(cmd);
@@ -147,6 +147,12 @@ TEST(eval_resume_after_kill) {
     char *so = slurp(dir, "stdout.txt");
     CHECK(so && strstr(so, "(0/5)") && strstr(so, "nothing left"));
     free(so);
+    /* the same file under another configuration is refused, not mixed */
+    CHECK(run_eval(dir, "r.jsonl", "--n 5 --max-tokens 4") == 1);
+    CHECK(n_lines(dir, "r.jsonl") == 5);
+    char *se = slurp(dir, "stderr.txt");
+    CHECK(se && strstr(se, "another configuration"));
+    free(se);
 }
 
 TEST(eval_truncated_last_line) {

@@ -76,6 +76,12 @@ static int rec_from_json(const struct json_value *o, struct harness_rec *x) {
     x->peak_t0_bytes = num_or(kv, "peak_t0_bytes", 0);
     x->bytes_moved = num_or(kv, "bytes_moved_down", 0) + num_or(kv, "bytes_moved_up", 0);
     x->tokens_evicted = num_or(kv, "tokens_evicted", 0);
+    const char *pol = json_get_str(o, "policy");
+    snprintf(x->policy, sizeof x->policy, "%s", pol ? pol : "");
+    x->max_tokens = (int)num_or(o, "max_tokens", 0);
+    x->hbm_ratio = num_or(o, "hbm_ratio", -1);
+    x->t2_ratio = num_or(o, "t2_ratio", -1);
+    x->evict_ratio = num_or(o, "evict_ratio", -1);
     return 0;
 }
 
@@ -546,6 +552,15 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
     harness_results_sort(&res);
     for (size_t i = lo; i < hi; i++) {
         const struct harness_rec *x = harness_find(&res, set.items[i].id);
+        if (x && (strcmp(x->policy, kv_policy_name(o->eo.kv.policy)) || x->max_tokens != o->max_tokens ||
+                  x->hbm_ratio != o->eo.kv.hbm_ratio || x->t2_ratio != o->eo.kv.t2_ratio ||
+                  x->evict_ratio != o->eo.kv.evict_ratio)) {
+            tkv_errf(err, errlen,
+                     "%s holds %s from another configuration (policy %s, max_tokens %d, hbm/t2/evict ratios %g/%g/%g); "
+                     "give another --out to keep both",
+                     o->out_path, x->id, x->policy, x->max_tokens, x->hbm_ratio, x->t2_ratio, x->evict_ratio);
+            goto out;
+        }
         if (x) r.done++, r.correct += (size_t)x->correct;
         else r.pending[r.n_pending++] = i;
     }

@@ -47,6 +47,9 @@ struct harness_rec {
     double seconds;
     double tier_tokens[4]; /* T0, T1, T2, evicted at the end of the problem */
     double peak_t0_bytes, bytes_moved, tokens_evicted;
+    char policy[24];       /* the configuration that produced it ("" if the line has none) */
+    int max_tokens;
+    double hbm_ratio, t2_ratio, evict_ratio;
 };
 
 struct harness_results {
@@ -79,7 +82,8 @@ void harness_summary_print(FILE *f, const struct harness_summary *s);
 /* Runs the problems of the selection that the results file does not hold yet. On success *s
  * summarises the whole selection and *sel_ids (if not NULL) receives its ids (free with
  * harness_ids_free). A partial last line of the results file (a run killed mid-write) is cut off
- * with a warning before appending. */
+ * with a warning before appending. A results file holding lines of another configuration (policy,
+ * ratios, max_tokens) for this selection is refused: resuming must not mix configurations. */
 int harness_run(const struct harness_opts *o, struct harness_summary *s, char ***sel_ids, size_t *n_sel,
                 char *err, size_t errlen);
 void harness_ids_free(char **ids, size_t n);
