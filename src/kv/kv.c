@@ -20,7 +20,12 @@
  * token, so T0 never counts both; other source slots are freed when the batch is done. Within a layer
  * the engine copies demotions before promotions, so a recycled slot is read before it is overwritten.
  * A new token may also take a T0 slot whose demotion is still in flight: kv_k_row/kv_v_row fence on
- * the layer before handing out the row, exactly as kv_view_layer does. */
+ * the layer before handing out the row, exactly as kv_view_layer does.
+ *
+ * Hook-only policies (the baselines, kv_baselines.c): no ranking, no moves, no protection; T0 has a
+ * slot for every position and the policy's step (policy_step: at the prompt end, then after each
+ * decode step) clears per-(layer, kv head) keep masks and evicts whole tokens, whose slots are freed
+ * at once. Their budget is checked per row by kv_check against the limit the step reports. */
 #include "kv/kv.h"
 
 #include <math.h>
