@@ -26,13 +26,13 @@ if [ ${#models[@]} -eq 0 ]; then
 fi
 
 # llama-bench: mean tok/s of the one test in its JSON-lines output
-ll_bench() { "$LB" -m "$1" -t "$THREADS" -r "$REPS" -o jsonl "${@:2}" 2>/dev/null | sed -n 's/.*"avg_ts": *\([0-9.]*\).*/\1/p' | tail -1; }
+ll_bench() { { "$LB" -m "$1" -t "$THREADS" -r "$REPS" -o jsonl "${@:2}" 2>/dev/null || true; } | sed -n 's/.*"avg_ts": *\([0-9.]*\).*/\1/p' | tail -1; }
 # llama-batched-bench: S_TG (or S_PP) column of its table's single data row
 ll_batched() {  # model npp ntg npl column
-  local out; out=$("$LBB" -m "$1" -t "$THREADS" -c $(( ($2 + $3) * $4 + 64 )) -b 2048 -ub 512 -npp "$2" -ntg "$3" -npl "$4" 2>/dev/null | grep -E '^\|\s*[0-9]')
+  local out; out=$("$LBB" -m "$1" -t "$THREADS" -c $(( ($2 + $3) * $4 + 64 )) -b 2048 -ub 512 -npp "$2" -ntg "$3" -npl "$4" 2>/dev/null | grep -E '^\|\s*[0-9]' || true)
   echo "$out" | awk -F'|' -v col="$5" 'NR==1 { gsub(/ /, "", $col); print $col }'
 }
-tk() { "$TIERKV" bench -m "$1" -t "$THREADS" --reps "$REPS" --json "${@:2}" 2>/dev/null | sed -n 's/.*"tok_per_s": *\([0-9.]*\).*/\1/p' | tail -1; }
+tk() { { "$TIERKV" bench -m "$1" -t "$THREADS" --reps "$REPS" --json "${@:2}" 2>/dev/null || true; } | sed -n 's/.*"tok_per_s": *\([0-9.]*\).*/\1/p' | tail -1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 printf "%-44s %-8s %10s %10s %7s\n" model test tierkv llama.cpp ratio

@@ -234,6 +234,15 @@ static void attention(fwd *f, int layer, const int *seq, const int *pos, int n) 
 
 static float silu(float z) { return z / (1.0f + expf(-z)); }
 
+typedef struct { float *gate; const float *up; } swiglu_job;
+
+/* gate[i] = silu(gate[i]) * up[i]; split over the pool (expf dominates at prefill sizes) */
+static void swiglu_task(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    swiglu_job *J = ctx;
+    for (int64_t i = i0; i < i1; i++) J->gate[i] = silu(J->gate[i]) * J->up[i];
+}
+
 int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const uint8_t *is_prompt,
             const uint8_t *want, int n, float *logits, char *err, size_t errlen) {
     const model *m = f->m;
@@ -281,7 +290,8 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
         rmsnorm(f->h, f->x, L->ffn_norm, n, E, c->rms_eps);
         matmul(f, &L->wgate, f->h, n, f->gate);
         matmul(f, &L->wup, f->h, n, f->up);
-        for (size_t i = 0; i < (size_t)n * F; i++) f->gate[i] = silu(f->gate[i]) * f->up[i];
+        swiglu_job sj = {f->gate, f->up};
+        pool_for_grain(f->pool, (int64_t)n * F, 1024, swiglu_task, &sj);
         matmul(f, &L->wdown, f->gate, n, f->tmp);
         for (size_t i = 0; i < (size_t)n * E; i++) f->x[i] += f->tmp[i];
     }
