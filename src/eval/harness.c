@@ -367,7 +367,8 @@ static void fmt_eta(double s, char *b, size_t n) {
 static void progress(struct run *r, int final) {
     FILE *f = r->o->progress;
     if (!f) return;
-    if (!r->o->progress_tty && !final && r->run_done % 10 != 0) return;
+    /* not a TTY: every 10th problem and the end (unless the 10th was the last) */
+    if (!r->o->progress_tty && (final ? r->run_done % 10 == 0 && r->run_done : r->run_done % 10 != 0)) return;
     double el = now_s() - r->t_begin;
     double eta = r->run_done ? (double)(r->n_pending - (size_t)r->run_done) * el / (double)r->run_done : -1;
     char etab[32];
