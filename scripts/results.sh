@@ -27,11 +27,23 @@ for d in "${dirs[@]}"; do [ -d "$d" ] || { echo "results.sh: $d is not a directo
 command -v python3 >/dev/null || { echo "results.sh: python3 not found" >&2; exit 1; }
 mkdir -p "$(dirname "$out")"
 
-python3 - "$out" "${dirs[@]}" <<'EOF'
-import glob, json, os, sys
+TIERKV_REPO=$(cd "$(dirname "$0")/.." && pwd) python3 - "$out" "${dirs[@]}" <<'EOF'
+import glob, json, os, re, sys
 
 out, dirs = sys.argv[1], sys.argv[2:]
 docdir = os.path.dirname(os.path.abspath(out))
+
+def no_paths(cmd):
+    """Commands as recorded name absolute paths of the machine they ran on; keep only file names."""
+    return re.sub(r"(?<![\w.])/[^\s'\"]*/([^/\s'\"]+)", r"\1", cmd)
+
+
+def shown_dir(d):
+    """A results directory relative to the repository when inside it, else just its name."""
+    a = os.path.abspath(d)
+    root = os.environ["TIERKV_REPO"]
+    return os.path.relpath(a, root) if a.startswith(root + os.sep) else os.path.basename(a)
+
 
 def rel(p):
     return os.path.relpath(os.path.abspath(p), docdir)
@@ -81,13 +93,13 @@ for d in dirs:
     L.append(f"- task: {', '.join(tasks)}; problems per configuration: {', '.join(str(n) for n in ns)}")
     L.append(f"- max generated tokens: {', '.join(sorted({str(s.get('max_tokens')) for s in sums}))}; "
              f"problems decoded together: {', '.join(sorted({str(s.get('parallel')) for s in sums}))}")
-    L.append(f"- files: `{d}`")
+    L.append(f"- files: `{shown_dir(d)}`")
     cmdf = os.path.join(d, "sweep.cmd")
     L += ["", "Commands:", "", "```"]
     if os.path.exists(cmdf):
-        L.append(open(cmdf).read().strip())
+        L.append(no_paths(open(cmdf).read().strip()))
         L.append("# which ran, per configuration:")
-    L += [s.get("command", "") for s in sums]
+    L += [no_paths(s.get("command", "")) for s in sums]
     L += ["```", ""]
 
     L += ["| configuration | policy | T0 ratio | evict ratio | n | correct | accuracy | 95% CI | mean len | max len | capped | tok/s |",
