@@ -41,17 +41,19 @@ static void usage(FILE *out) {
             common_usage(), kv_flags_usage());
 }
 
-/* The command line as one string, for the summary (arguments with spaces quoted). */
+/* The command line as one string, for the summary (arguments with spaces quoted; absolute paths
+ * shortened to their file names, so that summaries carry no paths of the machine that ran them). */
 static char *join_args(int argc, char **argv) {
     size_t n = 16;
     for (int i = 0; i < argc; i++) n += strlen(argv[i]) * 2 + 3;
     char *s = tkv_xmalloc(n), *p = s;
     p += sprintf(p, "tierkv");
     for (int i = 0; i < argc; i++) {
-        int q = !*argv[i] || strpbrk(argv[i], " \t\n'\"\\$") != NULL;
+        const char *arg = argv[i][0] == '/' && strrchr(argv[i], '/')[1] ? strrchr(argv[i], '/') + 1 : argv[i];
+        int q = !*arg || strpbrk(arg, " \t\n'\"\\$") != NULL;
         *p++ = ' ';
         if (q) *p++ = '\'';
-        for (const char *c = argv[i]; *c; c++) {
+        for (const char *c = arg; *c; c++) {
             if (q && *c == '\'') { memcpy(p, "'\\''", 4); p += 4; }
             else *p++ = *c;
         }

@@ -224,7 +224,8 @@ int cmd_run(int argc, char **argv) {
     free(shown);
     kv_cache *kv = tkv_kv_of(e);
     kv_sync(kv);
-    fprintf(stderr, "\n[tierkv] model %s | kernels %s | threads %d | policy %s\n", c.model_path, tkv_isa_name(e), c.eo.n_threads,
+    fprintf(stderr, "\n[tierkv] model %s | kernels %s | threads %d | policy %s\n",
+            strrchr(c.model_path, '/') ? strrchr(c.model_path, '/') + 1 : c.model_path, tkv_isa_name(e), c.eo.n_threads,
             kv_policy_name(c.eo.kv.policy));
     fprintf(stderr, "[tierkv] prompt %d tokens in %.2f s (%.1f tok/s) | generated %d tokens in %.2f s (%.2f tok/s) | stop: %s\n",
             n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0, why);

@@ -226,14 +226,21 @@ void harness_summary_print(FILE *f, const struct harness_summary *s) {
     else fprintf(f, "this run          nothing left to do (all problems were in the results file)\n");
 }
 
+/* Summaries are kept with the results (and in the repository): they name files, not the paths of
+ * the machine that ran them. */
+static const char *file_name(const char *path) {
+    const char *b = path ? strrchr(path, '/') : NULL;
+    return b ? b + 1 : (path ? path : "");
+}
+
 int harness_summary_write_json(const char *path, const struct harness_opts *o, const struct harness_summary *s,
                                char *const *ids, size_t n_ids, const char *cmd, char *err, size_t errlen) {
     struct json_out j;
     json_out_init(&j);
     json_out_obj_begin(&j);
-    json_out_key(&j, "model"), json_out_str(&j, o->model_path ? o->model_path : "");
+    json_out_key(&j, "model"), json_out_str(&j, file_name(o->model_path));
     json_out_key(&j, "task"), json_out_str(&j, o->task_label);
-    json_out_key(&j, "data"), json_out_str(&j, o->data_path);
+    json_out_key(&j, "data"), json_out_str(&j, file_name(o->data_path));
     json_out_key(&j, "results"), o->out_path ? json_out_str(&j, o->out_path) : json_out_null(&j);
     json_out_key(&j, "command"), json_out_str(&j, cmd ? cmd : "");
     json_out_key(&j, "policy"), json_out_str(&j, kv_policy_name(o->eo.kv.policy));
