@@ -3,7 +3,8 @@
  *   (FORMATS.md 2.4–2.5, 2.7), including ties to even.
  * kernels_dequant / kernels_quantize_act: every ISA this CPU has is bit-exact with generic.
  * kernels_vec_dot: every (type, ISA, row length) agrees with generic within a float-summation
- *   bound, generic agrees with dequant·dequant, and vec_dot_nx equals vec_dot bit for bit.
+ *   bound, generic agrees with dequant·dequant, and every vec_dot_tile shape (1..5 weight rows x
+ *   1..8 activation rows) equals vec_dot bit for bit and writes nothing else.
  * kernels_matmul: 1, 3, 17 tokens on 1 and 2 threads: identical bits across thread counts, each
  *   output equal to that ISA's vec_dot, and close to a naive dequant·f32 product. */
 #include <math.h>
@@ -250,9 +251,12 @@ TEST(kernels_quantize_act) {
  * at most u = 2^-24 of the running magnitude <= bound; two sides, and a factor 2 of slack. */
 static double sum_tol(int64_t n, double bound) { return 4.0 * ((double)n / 32 + 16) * 0x1p-24 * bound + 1e-30; }
 
+#define NR_T 5 /* weight rows in the tile checks */
+
 TEST(kernels_vec_dot) {
     _Alignas(64) static float x[8][MAXN], wabs[MAXN], wd[MAXN], ad[MAXN];
-    _Alignas(64) static uint8_t w[MAXN * 4], tmp[MAXN * 4], a[8][MAXN * 4];
+    _Alignas(64) static uint8_t wr[NR_T][MAXN * 4], tmp[MAXN * 4], a[8][MAXN * 4];
+    uint8_t *w = wr[0];
     for (int ti = 0; ti < N_TYPES; ti++) {
         uint32_t t = all_types[ti];
         const cpu_type_ops *g = cpu_ops_for(t, CPU_ISA_GENERIC);
@@ -262,7 +266,7 @@ TEST(kernels_vec_dot) {
         for (int li = 0; li < nl; li++)
             for (int rep = 0; rep < 3; rep++) {
                 int64_t n = l[li];
-                rand_weights(t, w, n);
+                for (int r = 0; r < NR_T; r++) rand_weights(t, wr[r], n);
                 term_magnitude(t, w, wabs, n, tmp);
                 g->dequant_row(w, wd, n);
                 for (int k = 0; k < 8; k++) {
@@ -287,19 +291,29 @@ TEST(kernels_vec_dot) {
                 for (int isa = 0; isa <= 2; isa++) {
                     if (!isa_available((cpu_isa)isa)) continue;
                     const cpu_type_ops *o = cpu_ops_for(t, (cpu_isa)isa);
-                    float s1, snx[8];
+                    float s1, snx[8 * (NR_T + 1)];
                     o->vec_dot(n, &s1, w, a[0]);
                     CHECKF(fabs(s1 - s0) <= sum_tol(n, bound), "type %u isa %d n %lld: %.9g vs generic %.9g (bound %g)", t, isa,
                            (long long)n, s1, s0, bound);
-                    for (int nx = 1; nx <= 8; nx++) {
-                        o->vec_dot_nx(n, snx, w, a[0], sizeof a[0], nx);
-                        for (int k = 0; k < nx; k++) {
-                            float sk;
-                            o->vec_dot(n, &sk, w, a[k]);
-                            CHECKF(memcmp(&sk, &snx[k], 4) == 0, "nx: type %u isa %d n %lld nx %d k %d: %.9g vs %.9g", t, isa,
-                                   (long long)n, nx, k, snx[k], sk);
+                    /* every tile shape (including ones the matmul never asks for) against vec_dot,
+                     * bit for bit; the gaps between outputs must stay untouched */
+                    float ref1[NR_T][8];
+                    for (int r = 0; r < NR_T; r++)
+                        for (int k = 0; k < 8; k++) o->vec_dot(n, &ref1[r][k], wr[r], a[k]);
+                    for (int nr = 1; nr <= NR_T; nr++)
+                        for (int nx = 1; nx <= 8; nx++) {
+                            for (int i = 0; i < 8 * (NR_T + 1); i++) snx[i] = -7.0f;
+                            o->vec_dot_tile(n, snx, NR_T + 1, wr[0], sizeof wr[0], nr, a[0], sizeof a[0], nx);
+                            for (int k = 0; k < 8; k++)
+                                for (int r = 0; r <= NR_T; r++) {
+                                    float got = snx[k * (NR_T + 1) + r];
+                                    if (k < nx && r < nr)
+                                        CHECKF(memcmp(&ref1[r][k], &got, 4) == 0, "tile: type %u isa %d n %lld %dx%d r %d k %d: %.9g vs %.9g",
+                                               t, isa, (long long)n, nr, nx, r, k, got, ref1[r][k]);
+                                    else
+                                        CHECKF(got == -7.0f, "tile wrote outside: type %u isa %d %dx%d r %d k %d", t, isa, nr, nx, r, k);
+                                }
                         }
-                    }
                 }
             }
     }
@@ -412,7 +426,7 @@ TEST(kernels_tables) {
             const cpu_type_ops *o = cpu_ops_for(all_types[ti], (cpu_isa)isa), *g = cpu_ops_for(all_types[ti], CPU_ISA_GENERIC);
             REQUIRE(o != NULL);
             CHECK(o->type == all_types[ti] && o->act_type == g->act_type);
-            CHECK(o->quantize_act && o->vec_dot && o->vec_dot_nx && o->dequant_row);
+            CHECK(o->quantize_act && o->vec_dot && o->vec_dot_tile && o->dequant_row);
         }
     CHECK(cpu_ops_for(10 /* Q2_K */, CPU_ISA_GENERIC) == NULL && cpu_ops_for(15 /* Q8_K */, CPU_ISA_AVX2) == NULL);
     CHECK(cpu_act_row_size(CPU_T_Q4_K, 512) == 2 * 292 && cpu_act_row_size(CPU_T_Q5_1, 64) == 72 && cpu_act_row_size(CPU_T_BF16, 3) == 6);

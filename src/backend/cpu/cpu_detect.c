@@ -39,7 +39,7 @@ const char *cpu_isa_name(cpu_isa isa) {
 }
 
 #define OPS(T, A, qisa, qt, disa, t) \
-    {T, A, cpu_##qisa##_quant_##qt, cpu_##disa##_dot_##t, cpu_##disa##_dotnx_##t, cpu_gen_dequant_##t}
+    {T, A, cpu_##qisa##_quant_##qt, cpu_##disa##_dot_##t, cpu_##disa##_dottile_##t, cpu_gen_dequant_##t}
 
 static const cpu_type_ops gen_table[] = {
     OPS(CPU_T_F32, CPU_T_F32, gen, f32, gen, f32),     OPS(CPU_T_F16, CPU_T_F16, gen, f16, gen, f16),

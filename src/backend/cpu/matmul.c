@@ -1,17 +1,18 @@
 /* matmul.c — Y = X · Wᵀ over the thread pool (matmul.h).
  * Two phases: (1) every activation row is converted once into scratch, in parallel over rows;
  * (2) output rows (weight rows) are split over threads in grain-aligned chunks. Inside a chunk,
- * weight rows are taken in small blocks that stay in L1/L2 while every group of up to MM_NX tokens
- * is run against them with vec_dot_nx, so each weight block is unpacked once per group instead of
- * once per token. One token is the memory-bound decode case: a plain streaming loop of vec_dot.
- * Determinism: vec_dot_nx equals vec_dot exactly and every output is one call on the same inputs,
- * so neither the thread count nor the token grouping changes any bit of Y. */
+ * weight rows are taken in blocks of MM_ROWS that stay in L1/L2 while every group of up to MM_NX
+ * tokens is run against them with one vec_dot_tile call; the kernel unpacks each weight block once
+ * per group instead of once per token and keeps the group's integer sums in registers. One token
+ * is the memory-bound decode case: a plain streaming loop of vec_dot.
+ * Determinism: every vec_dot_tile output equals vec_dot exactly, so neither the thread count nor
+ * the token grouping changes any bit of Y. */
 #include "backend/cpu/matmul.h"
 
 #include "backend/cpu/ops_impl.h"
 #include "base/err.h"
 
-#define MM_NX 4        /* tokens per vec_dot_nx call */
+#define MM_NX 4        /* tokens per vec_dot_tile call */
 #define MM_ROWS 16     /* weight rows per cache block (prefill) */
 #define MM_GRAIN 16    /* rows per pool chunk unit */
 #define MM_ALIGN 64
@@ -52,15 +53,11 @@ static void mm_rows(void *vc, int64_t r0, int64_t r1, int tid) {
         return;
     }
     for (int64_t rb = r0; rb < r1; rb += MM_ROWS) {
-        int64_t re = rb + MM_ROWS < r1 ? rb + MM_ROWS : r1;
+        int nr = r1 - rb < MM_ROWS ? (int)(r1 - rb) : MM_ROWS;
         for (int64_t t0 = 0; t0 < c->n_tok; t0 += MM_NX) {
             int nx = c->n_tok - t0 < MM_NX ? (int)(c->n_tok - t0) : MM_NX;
-            const uint8_t *a = c->act + (size_t)t0 * c->a_stride;
-            for (int64_t r = rb; r < re; r++) {
-                float s[MM_NX];
-                c->ops->vec_dot_nx(n, s, c->w + (size_t)r * c->w_row, a, c->a_stride, nx);
-                for (int k = 0; k < nx; k++) c->y[(t0 + k) * c->y_stride + r] = s[k];
-            }
+            c->ops->vec_dot_tile(n, c->y + t0 * c->y_stride + rb, (size_t)c->y_stride, c->w + (size_t)rb * c->w_row, c->w_row,
+                                 nr, c->act + (size_t)t0 * c->a_stride, c->a_stride, nx);
         }
     }
 }

@@ -24,9 +24,11 @@ typedef struct {
     void (*quantize_act)(const float *x, void *y, int64_t n);
     /* s[0] = dot(weight row w, activation row a), n elements */
     void (*vec_dot)(int64_t n, float *s, const void *w, const void *a);
-    /* s[k] = dot(w, a + k*a_stride) for k < nx (one weight row against several activation rows);
-     * must give exactly vec_dot's results */
-    void (*vec_dot_nx)(int64_t n, float *s, const void *w, const void *a, size_t a_stride, int nx);
+    /* s[k*s_stride + r] = dot(w + r*w_stride, a + k*a_stride) for r < nr, k < nx: a tile of nr weight
+     * rows against nx activation rows, laid out like Y (token-major); must give exactly vec_dot's
+     * results */
+    void (*vec_dot_tile)(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
+                         const void *a, size_t a_stride, int nx);
     /* weight row -> f32 (exact dequantisation) */
     void (*dequant_row)(const void *w, float *y, int64_t n);
 } cpu_type_ops;

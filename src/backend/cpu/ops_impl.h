@@ -71,14 +71,16 @@ size_t cpu_weight_row_size(uint32_t type, int64_t n);
 
 typedef void (*cpu_quant_fn)(const float *x, void *y, int64_t n);
 typedef void (*cpu_dot_fn)(int64_t n, float *s, const void *w, const void *a);
-typedef void (*cpu_dotnx_fn)(int64_t n, float *s, const void *w, const void *a, size_t a_stride, int nx);
+typedef void (*cpu_dottile_fn)(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
+                               const void *a, size_t a_stride, int nx);
 typedef void (*cpu_deq_fn)(const void *w, float *y, int64_t n);
 
 #define CPU_DECL_QUANT(isa, t) void cpu_##isa##_quant_##t(const float *x, void *y, int64_t n);
 #define CPU_DECL_DEQ(isa, t) void cpu_##isa##_dequant_##t(const void *w, float *y, int64_t n);
 #define CPU_DECL_DOT(isa, t)                                                                   \
     void cpu_##isa##_dot_##t(int64_t n, float *s, const void *w, const void *a);               \
-    void cpu_##isa##_dotnx_##t(int64_t n, float *s, const void *w, const void *a, size_t a_stride, int nx);
+    void cpu_##isa##_dottile_##t(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr, \
+                                 const void *a, size_t a_stride, int nx);
 #define CPU_DECL_F32(isa)                                                    \
     float cpu_##isa##_dot_f32v(const float *a, const float *b, int64_t n);   \
     void cpu_##isa##_axpy_f32(float *y, float a, const float *x, int64_t n); \

@@ -5,11 +5,11 @@
  * (no i16 pair sum here can saturate: |u8*s8 + u8*s8| <= 2*128*127 < 2^15), so both variants
  * produce the same bits, and the AVX2 build, testable on any x86-64 with AVX2, covers the logic.
  *
- * Every dot product is written once as an nx-row kernel (always inlined with a constant nx) that
- * unpacks a weight block once and runs it against nx activation rows; vec_dot is the nx = 1
- * instance. Per activation row the float operations are the same sequence whatever nx is, so
- * vec_dot_nx equals vec_dot bit for bit. Integer block sums are exact; only the order of f32
- * additions differs from ops_generic.c.
+ * Every dot product is written once as an R x C tile kernel (always inlined with constant R, C) that
+ * unpacks each of R weight blocks once and runs it against C activation rows; vec_dot is the 1 x 1
+ * instance. Per output the float operations are the same sequence whatever the tile is, so every
+ * vec_dot_tile output equals vec_dot bit for bit. Integer block sums are exact; only the order of
+ * f32 additions differs from ops_generic.c.
  *
  * Activation quantizers reproduce ops_generic.c bit for bit: the same f32 products, rounding to
  * nearest even (vroundps), the same max rules. */
@@ -51,6 +51,11 @@ INLINE int hsum_i32(__m256i v) {
 }
 
 INLINE float f16v(const uint8_t *p) { return _cvtsh_ss(tkv_rd16(p)); }
+
+/* An empty asm that claims to change v: the compiler must keep v as one value in a register here.
+ * Without it gcc re-associates the long chains of integer sums in the tile kernels into trees
+ * whose partial sums no longer fit in 16 registers (measured: half the loop became spills). */
+#define KEEP(v) __asm__("" : "+x"(v))
 
 /* acc + Σ of 4 adjacent u8*s8 products per i32 lane */
 INLINE __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
@@ -152,47 +157,75 @@ void FN(quant_q8_K)(const float *x, void *y, int64_t n) {
     }
 }
 
-/* ---- nx-row kernel scaffolding ---- */
+/* ---- tile kernel scaffolding ---- */
 
-#define NX_MAX 4
-/* vec_dot and vec_dot_nx of a type from one kernel `t##_nx(n, s, w, a, stride, nx)`. */
-#define X86_DOT_PAIR(t)                                                                                     \
-    void FN(dot_##t)(int64_t n, float *s, const void *w, const void *a) { t##_nx(n, s, w, a, 0, 1); }       \
-    void FN(dotnx_##t)(int64_t n, float *s, const void *w, const void *a, size_t st, int nx) {              \
-        const uint8_t *ap = a;                                                                              \
-        for (; nx >= 4; nx -= 4, s += 4, ap += 4 * st) t##_nx(n, s, w, ap, st, 4);                          \
-        if (nx == 3) t##_nx(n, s, w, ap, st, 3);                                                            \
-        else if (nx == 2) t##_nx(n, s, w, ap, st, 2);                                                       \
-        else if (nx == 1) t##_nx(n, s, w, ap, st, 1);                                                       \
+/* A tile kernel `t##_tile(n, s, ss, w, ws, a, st, R, C)` (always inlined with constant R, C) computes
+ * s[k*ss + r] = dot(weight row w + r*ws, activation row a + k*st) for r < R, k < C. Inside a block it
+ * unpacks each weight row once for the C tokens and reads each activation block once for the R rows;
+ * the R*C integer block sums stay in registers. The float steps of every output (one fmadd per block
+ * into its own 8-lane accumulator, then one horizontal sum) are the same sequence whatever R and C
+ * are, so every tile output equals vec_dot (the 1x1 tile) bit for bit. */
+#define TR_MAX 2
+#define TC_MAX 4
+#define UNROLL _Pragma("GCC unroll 8")
+
+/* vec_dot and vec_dot_tile of a type: R x C tiles, then the leftover rows and tokens one at a time. */
+#define X86_DOT_TILE(t, R, C)                                                                                   \
+    void FN(dot_##t)(int64_t n, float *s, const void *w, const void *a) { t##_tile(n, s, 0, w, 0, a, 0, 1, 1); } \
+    void FN(dottile_##t)(int64_t n, float *s, size_t ss, const void *w, size_t ws, int nr, const void *a,         \
+                         size_t st, int nx) {                                                                     \
+        const uint8_t *wp = w, *ap = a;                                                                           \
+        int r = 0;                                                                                                \
+        for (; r + R <= nr; r += R) {                                                                             \
+            int k = 0;                                                                                            \
+            for (; k + C <= nx; k += C) t##_tile(n, s + k * ss + r, ss, wp + r * ws, ws, ap + k * st, st, R, C);  \
+            for (; k < nx; k++) t##_tile(n, s + k * ss + r, ss, wp + r * ws, ws, ap + k * st, st, R, 1);          \
+        }                                                                                                         \
+        for (; r < nr; r++) {                                                                                     \
+            int k = 0;                                                                                            \
+            for (; k + C <= nx; k += C) t##_tile(n, s + k * ss + r, ss, wp + r * ws, ws, ap + k * st, st, 1, C);  \
+            for (; k < nx; k++) t##_tile(n, s + k * ss + r, ss, wp + r * ws, ws, ap + k * st, st, 1, 1);          \
+        }                                                                                                         \
     }
 
 /* ---- 32-block weights against Q8_0: d_w*d_a*Σ q_w q_a with q_w signed bytes ---- */
 
 /* signed w bytes · signed a bytes as |w| (u8) · sign(a, w) (s8); |-128| = 128 still fits u8 */
-#define Q8_0_KERNEL(t, BS, UNPACK)                                                                     \
-    INLINE void t##_nx(int64_t n, float *s, const uint8_t *w, const uint8_t *a, size_t st, int nx) {  \
-        __m256 acc[NX_MAX];                                                                            \
-        for (int k = 0; k < nx; k++) acc[k] = _mm256_setzero_ps();                                     \
-        for (int64_t i = 0; i < n / CPU_QK; i++, w += BS) {                                            \
-            float dw = f16v(w);                                                                        \
-            __m256i wq = UNPACK;                                                                       \
-            __m256i aw = _mm256_abs_epi8(wq);                                                          \
-            for (int k = 0; k < nx; k++) {                                                             \
-                const cpu_block_q8_0 *y = (const cpu_block_q8_0 *)(a + (size_t)k * st) + i;           \
-                __m256i sa = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y->qs), wq);         \
-                __m256i is = dot_u8s8(_mm256_setzero_si256(), aw, sa);                                 \
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * _cvtsh_ss(y->d)), _mm256_cvtepi32_ps(is), acc[k]); \
-            }                                                                                          \
-        }                                                                                              \
-        for (int k = 0; k < nx; k++) s[k] = hsum_ps(acc[k]);                                           \
-    }                                                                                                  \
-    X86_DOT_PAIR(t)
+#define Q8_0_KERNEL(t, BS, UNPACK, R, C)                                                                          \
+    INLINE __m256i t##_unpack(const uint8_t *w) { return UNPACK; }                                                \
+    INLINE void t##_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, \
+                         int nr, int nc) {                                                                        \
+        __m256 acc[TR_MAX][TC_MAX];                                                                               \
+        UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) acc[r][k] = _mm256_setzero_ps();  \
+        for (int64_t i = 0; i < n / CPU_QK; i++) {                                                                \
+            float dw[TR_MAX];                                                                                     \
+            __m256i wq[TR_MAX], aw[TR_MAX];                                                                       \
+            UNROLL for (int r = 0; r < nr; r++) {                                                                 \
+                const uint8_t *wb = w + r * ws + (size_t)i * BS;                                                  \
+                dw[r] = f16v(wb);                                                                                 \
+                wq[r] = t##_unpack(wb);                                                                           \
+                aw[r] = _mm256_abs_epi8(wq[r]);                                                                   \
+            }                                                                                                     \
+            UNROLL for (int k = 0; k < nc; k++) {                                                                 \
+                const cpu_block_q8_0 *y = (const cpu_block_q8_0 *)(a + (size_t)k * st) + i;                      \
+                __m256i ya = _mm256_loadu_si256((const __m256i *)y->qs);                                          \
+                float da = _cvtsh_ss(y->d);                                                                       \
+                UNROLL for (int r = 0; r < nr; r++) {                                                             \
+                    __m256i is = dot_u8s8(_mm256_setzero_si256(), aw[r], _mm256_sign_epi8(ya, wq[r]));            \
+                    acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * da), _mm256_cvtepi32_ps(is), acc[r][k]);  \
+                }                                                                                                 \
+            }                                                                                                     \
+        }                                                                                                         \
+        UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) s[k * ss + r] = hsum_ps(acc[r][k]); \
+    }                                                                                                             \
+    X86_DOT_TILE(t, R, C)
 
-Q8_0_KERNEL(q8_0, CPU_BS_Q8_0, _mm256_loadu_si256((const __m256i *)(w + 2)))
-Q8_0_KERNEL(q4_0, CPU_BS_Q4_0, _mm256_sub_epi8(nibbles32(w + 2), _mm256_set1_epi8(8)))
+Q8_0_KERNEL(q8_0, CPU_BS_Q8_0, _mm256_loadu_si256((const __m256i *)(w + 2)), 1, 4)
+Q8_0_KERNEL(q4_0, CPU_BS_Q4_0, _mm256_sub_epi8(nibbles32(w + 2), _mm256_set1_epi8(8)), 1, 4)
 /* q = nibble | bit<<4, minus 16: as a byte, nibble - 16 is nibble | 0xF0, so OR 0xF0 where the bit is clear */
 Q8_0_KERNEL(q5_0, CPU_BS_Q5_0,
-            _mm256_or_si256(nibbles32(w + 6), _mm256_andnot_si256(bits_to_bytes(tkv_rd32(w + 2)), _mm256_set1_epi8((char)0xF0))))
+            _mm256_or_si256(nibbles32(w + 6), _mm256_andnot_si256(bits_to_bytes(tkv_rd32(w + 2)), _mm256_set1_epi8((char)0xF0))),
+            1, 4)
 
 /* ---- Q4_K / Q5_K against Q8_K ---- */
 
@@ -209,122 +242,146 @@ INLINE void k4_scales(const uint8_t *p, uint64_t *sc, uint64_t *m) {
 /* shuffle mask broadcasting i16 word j of each 128-bit lane */
 INLINE __m256i word_bcast(int j) { return _mm256_set1_epi16((short)((2 * j) | ((2 * j + 1) << 8))); }
 
-INLINE void k45_nx(int64_t n, float *s, const uint8_t *w, const uint8_t *a, size_t st, int nx, int has_qh) {
-    __m256 acc[NX_MAX];
-    __m128 macc[NX_MAX]; /* dmin*d_a * m_s*(bsum pairs), 4 lanes, reduced once at the end */
-    for (int k = 0; k < nx; k++) { acc[k] = _mm256_setzero_ps(); macc[k] = _mm_setzero_ps(); }
+/* Per block: isum = Σ_s sc_s Σ q_w q_a in 8 i32 lanes, mins m_s * (bsum pairs) in 4; the float
+ * steps are acc += (d*d_a) * isum (8 lanes) and macc += (dmin*d_a) * mins (4 lanes). */
+INLINE void k45_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, int nr,
+                     int nc, int has_qh) {
+    __m256 acc[TR_MAX][TC_MAX];
+    __m128 macc[TR_MAX][TC_MAX];
+    UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) {
+        acc[r][k] = _mm256_setzero_ps();
+        macc[r][k] = _mm_setzero_ps();
+    }
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const size_t bs = has_qh ? CPU_BS_Q5_K : CPU_BS_Q4_K;
-    for (int64_t i = 0; i < n / CPU_QKK; i++, w += bs) {
-        float d = f16v(w), dmin = f16v(w + 2);
-        uint64_t sc, mn;
-        k4_scales(w + 4, &sc, &mn);
-        __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-        __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
-        const uint8_t *qs = w + (has_qh ? 48 : 16);
-        __m256i qh = has_qh ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
-        __m256i isum[NX_MAX];
-        for (int k = 0; k < nx; k++) isum[k] = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-            __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-            if (has_qh) {
-                const __m256i b16 = _mm256_set1_epi8(0x10);
-                __m256i bl = _mm256_set1_epi8((char)(1 << (2 * c))), bh = _mm256_set1_epi8((char)(1 << (2 * c + 1)));
-                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl), b16));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh), b16));
-            }
-            __m256i s_lo = _mm256_shuffle_epi8(scales, word_bcast(2 * c));
-            __m256i s_hi = _mm256_shuffle_epi8(scales, word_bcast(2 * c + 1));
-            for (int k = 0; k < nx; k++) {
-                const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
-                __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c)));
-                __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c + 32)));
-                isum[k] = madd_acc(madd_acc(isum[k], p_lo, s_lo), p_hi, s_hi);
-            }
+    for (int64_t i = 0; i < n / CPU_QKK; i++) {
+        __m256i scales[TR_MAX], isum[TR_MAX][TC_MAX];
+        uint64_t mn[TR_MAX];
+        UNROLL for (int r = 0; r < nr; r++) {
+            uint64_t sc;
+            k4_scales(w + r * ws + (size_t)i * bs + 4, &sc, &mn[r]);
+            scales[r] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+            UNROLL for (int k = 0; k < nc; k++) isum[r][k] = _mm256_setzero_si256();
         }
-        for (int k = 0; k < nx; k++) {
-            const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
-            __m128i bsp = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums), _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
-            __m128i mp = _mm_madd_epi16(mins, bsp);
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(isum[k]), acc[k]);
-            macc[k] = _mm_fmadd_ps(_mm_set1_ps(dmin * y->d), _mm_cvtepi32_ps(mp), macc[k]);
+        UNROLL for (int c = 0; c < 8; c++) { /* 32 elements of sub-block c: low (even c) or high nibbles */
+            UNROLL for (int r = 0; r < nr; r++) {
+                const uint8_t *wb = w + r * ws + (size_t)i * bs;
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(wb + (has_qh ? 48 : 16) + 32 * (c / 2)));
+                __m256i q = _mm256_and_si256(c & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+                if (has_qh) {
+                    __m256i bit = _mm256_set1_epi8((char)(1 << c));
+                    __m256i qh = _mm256_loadu_si256((const __m256i *)(wb + 16));
+                    q = _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), _mm256_set1_epi8(0x10)));
+                }
+                __m256i sv = _mm256_shuffle_epi8(scales[r], word_bcast(c));
+                UNROLL for (int k = 0; k < nc; k++) {
+                    const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
+                    __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)(y->qs + 32 * c)));
+                    isum[r][k] = madd_acc(isum[r][k], p, sv);
+                }
+            }
+            UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) KEEP(isum[r][k]);
+        }
+        UNROLL for (int r = 0; r < nr; r++) {
+            const uint8_t *wb = w + r * ws + (size_t)i * bs;
+            float d = f16v(wb), dmin = f16v(wb + 2);
+            __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn[r]));
+            UNROLL for (int k = 0; k < nc; k++) {
+                const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
+                __m128i bsp = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums), _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
+                __m128i mp = _mm_madd_epi16(mins, bsp);
+                acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(isum[r][k]), acc[r][k]);
+                macc[r][k] = _mm_fmadd_ps(_mm_set1_ps(dmin * y->d), _mm_cvtepi32_ps(mp), macc[r][k]);
+            }
         }
     }
-    for (int k = 0; k < nx; k++) s[k] = hsum_ps(acc[k]) - hsum128_ps(macc[k]);
+    UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) s[k * ss + r] = hsum_ps(acc[r][k]) - hsum128_ps(macc[r][k]);
 }
 
-INLINE void q4_K_nx(int64_t n, float *s, const uint8_t *w, const uint8_t *a, size_t st, int nx) { k45_nx(n, s, w, a, st, nx, 0); }
-INLINE void q5_K_nx(int64_t n, float *s, const uint8_t *w, const uint8_t *a, size_t st, int nx) { k45_nx(n, s, w, a, st, nx, 1); }
-X86_DOT_PAIR(q4_K)
-X86_DOT_PAIR(q5_K)
+INLINE void q4_K_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, int nr, int nc) {
+    k45_tile(n, s, ss, w, ws, a, st, nr, nc, 0);
+}
+INLINE void q5_K_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, int nr, int nc) {
+    k45_tile(n, s, ss, w, ws, a, st, nr, nc, 1);
+}
+X86_DOT_TILE(q4_K, 1, 4)
+X86_DOT_TILE(q5_K, 1, 4)
 
 /* ---- Q6_K against Q8_K: Σ sc_s Σ q*a  -  32 Σ sc_s bsums[s], with q = 0..63 unsigned ---- */
 
-INLINE void q6_K_nx(int64_t n, float *s, const uint8_t *w, const uint8_t *a, size_t st, int nx) {
-    __m256 acc[NX_MAX];
-    for (int k = 0; k < nx; k++) acc[k] = _mm256_setzero_ps();
+/* the 32 six-bit values j (0..3) of half h: low or high nibbles of ql, two bits of qh */
+INLINE __m256i q6_unpack(const uint8_t *b, int h, int j) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    for (int64_t i = 0; i < n / CPU_QKK; i++, w += CPU_BS_Q6_K) {
-        float d = f16v(w + 208);
-        __m128i sc8 = _mm_loadu_si128((const __m128i *)(w + 192));
-        __m256i isum[NX_MAX];
-        for (int k = 0; k < nx; k++) isum[k] = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = w + 64 * h, *qhp = w + 128 + 32 * h;
-            __m256i L0 = _mm256_loadu_si256((const __m256i *)ql), L1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i H = _mm256_loadu_si256((const __m256i *)qhp);
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
-            q[1] = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_and_si256(H, m30));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
-            for (int j = 0; j < 4; j++) {
-                /* 32 elements = sub-blocks sb (first 16) and sb+1: i16 scale vector [sc_sb x8 | sc_sb+1 x8] */
-                long long sb = 8 * h + 2 * j;
+    __m256i L = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * (j & 1)));
+    __m256i H = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+    __m256i lo = _mm256_and_si256(j < 2 ? L : _mm256_srli_epi16(L, 4), m4);
+    __m256i hi = j == 0 ? _mm256_slli_epi16(H, 4) : j == 1 ? _mm256_slli_epi16(H, 2) : j == 2 ? H : _mm256_srli_epi16(H, 2);
+    return _mm256_or_si256(lo, _mm256_and_si256(hi, m30));
+}
+
+INLINE void q6_K_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, int nr, int nc) {
+    __m256 acc[TR_MAX][TC_MAX];
+    UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) acc[r][k] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CPU_QKK; i++) {
+        __m256i isum[TR_MAX][TC_MAX];
+        UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) isum[r][k] = _mm256_setzero_si256();
+        UNROLL for (int h = 0; h < 2; h++) UNROLL for (int j = 0; j < 4; j++) {
+            /* 32 elements = sub-blocks sb (first 16) and sb+1: i16 scale vector [sc_sb x8 | sc_sb+1 x8] */
+            long long sb = 8 * h + 2 * j;
+            UNROLL for (int r = 0; r < nr; r++) {
+                const uint8_t *wb = w + r * ws + (size_t)i * CPU_BS_Q6_K;
+                __m256i q = q6_unpack(wb, h, j);
+                __m128i sc8 = _mm_loadu_si128((const __m128i *)(wb + 192));
                 __m256i scv = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, _mm_set_epi64x((sb + 1) * 0x0101010101010101LL, sb * 0x0101010101010101LL)));
-                for (int k = 0; k < nx; k++) {
+                UNROLL for (int k = 0; k < nc; k++) {
                     const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
-                    __m256i p = _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)(y->qs + 128 * h + 32 * j)));
-                    isum[k] = madd_acc(isum[k], p, scv);
+                    __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)(y->qs + 128 * h + 32 * j)));
+                    isum[r][k] = madd_acc(isum[r][k], p, scv);
                 }
             }
+            UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) KEEP(isum[r][k]);
         }
-        __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-        for (int k = 0; k < nx; k++) {
+        UNROLL for (int k = 0; k < nc; k++) {
             const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
-            __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums));
-            __m256i is = _mm256_sub_epi32(isum[k], _mm256_slli_epi32(off, 5));
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(is), acc[k]);
+            __m256i bsums = _mm256_loadu_si256((const __m256i *)y->bsums);
+            UNROLL for (int r = 0; r < nr; r++) {
+                const uint8_t *wb = w + r * ws + (size_t)i * CPU_BS_Q6_K;
+                __m256i off = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + 192))), bsums);
+                __m256i is = _mm256_sub_epi32(isum[r][k], _mm256_slli_epi32(off, 5));
+                acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(f16v(wb + 208) * y->d), _mm256_cvtepi32_ps(is), acc[r][k]);
+            }
         }
     }
-    for (int k = 0; k < nx; k++) s[k] = hsum_ps(acc[k]);
+    UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) s[k * ss + r] = hsum_ps(acc[r][k]);
 }
-X86_DOT_PAIR(q6_K)
+X86_DOT_TILE(q6_K, 1, 4)
 
 /* ---- F32 / F16 / BF16: f32 lanes, two accumulators of 8, scalar tail ---- */
 
-#define FLOAT_KERNEL(t, ESZ, LOAD8, LOAD1)                                                            \
-    INLINE void t##_nx(int64_t n, float *s, const uint8_t *w, const uint8_t *a, size_t st, int nx) { \
-        __m256 acc0[NX_MAX], acc1[NX_MAX];                                                            \
-        for (int k = 0; k < nx; k++) acc0[k] = acc1[k] = _mm256_setzero_ps();                         \
-        int64_t i = 0;                                                                                \
-        for (; i + 16 <= n; i += 16) {                                                                \
-            __m256 w0 = LOAD8(w + ESZ * i), w1 = LOAD8(w + ESZ * (i + 8));                            \
-            for (int k = 0; k < nx; k++) {                                                            \
-                const uint8_t *ak = a + (size_t)k * st;                                               \
-                acc0[k] = _mm256_fmadd_ps(w0, LOAD8(ak + ESZ * i), acc0[k]);                          \
-                acc1[k] = _mm256_fmadd_ps(w1, LOAD8(ak + ESZ * (i + 8)), acc1[k]);                    \
-            }                                                                                         \
-        }                                                                                             \
-        for (int k = 0; k < nx; k++) {                                                                \
-            const uint8_t *ak = a + (size_t)k * st;                                                   \
-            float tail = 0.0f;                                                                        \
-            for (int64_t j = i; j < n; j++) tail += LOAD1(w + ESZ * j) * LOAD1(ak + ESZ * j);         \
-            s[k] = hsum_ps(_mm256_add_ps(acc0[k], acc1[k])) + tail;                                   \
-        }                                                                                             \
-    }                                                                                                 \
-    X86_DOT_PAIR(t)
+#define FLOAT_KERNEL(t, ESZ, LOAD8, LOAD1)                                                                        \
+    INLINE void t##_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, \
+                         int nr, int nc) {                                                                        \
+        (void)ws;                                                                                                 \
+        (void)nr; /* always 1: float rows are long and read once per token group */                               \
+        __m256 acc0[TC_MAX], acc1[TC_MAX];                                                                        \
+        UNROLL for (int k = 0; k < nc; k++) acc0[k] = acc1[k] = _mm256_setzero_ps();                              \
+        int64_t i = 0;                                                                                            \
+        for (; i + 16 <= n; i += 16) {                                                                            \
+            __m256 w0 = LOAD8(w + ESZ * i), w1 = LOAD8(w + ESZ * (i + 8));                                        \
+            UNROLL for (int k = 0; k < nc; k++) {                                                                 \
+                const uint8_t *ak = a + (size_t)k * st;                                                           \
+                acc0[k] = _mm256_fmadd_ps(w0, LOAD8(ak + ESZ * i), acc0[k]);                                      \
+                acc1[k] = _mm256_fmadd_ps(w1, LOAD8(ak + ESZ * (i + 8)), acc1[k]);                                \
+            }                                                                                                     \
+        }                                                                                                         \
+        for (int k = 0; k < nc; k++) {                                                                            \
+            const uint8_t *ak = a + (size_t)k * st;                                                               \
+            float tail = 0.0f;                                                                                    \
+            for (int64_t j = i; j < n; j++) tail += LOAD1(w + ESZ * j) * LOAD1(ak + ESZ * j);                     \
+            s[k * ss] = hsum_ps(_mm256_add_ps(acc0[k], acc1[k])) + tail;                                          \
+        }                                                                                                         \
+    }                                                                                                             \
+    X86_DOT_TILE(t, 1, 4)
 
 INLINE __m256 ld_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)p); }
 INLINE float ld1_f32(const uint8_t *p) { float f; memcpy(&f, p, 4); return f; }
@@ -343,7 +400,7 @@ FLOAT_KERNEL(bf16, 2, ld_bf16, ld1_bf16)
 
 float FN(dot_f32v)(const float *x, const float *y, int64_t n) {
     float s;
-    f32_nx(n, &s, (const uint8_t *)x, (const uint8_t *)y, 0, 1);
+    f32_tile(n, &s, 0, (const uint8_t *)x, 0, (const uint8_t *)y, 0, 1, 1);
     return s;
 }
 
