@@ -30,6 +30,7 @@ KVFLAGS=${KVFLAGS:-}
 [ -r "$MODEL" ] || { echo "hierarchy.sh: model $MODEL not found" >&2; exit 1; }
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
+cp "$BIN" "$OUT/tierkv" && BIN=$OUT/tierkv # a rebuild during the runs must not mix binaries
 
 SETTINGS="full"
 for r in $RATIOS; do SETTINGS="$SETTINGS $r"; done
