@@ -15,6 +15,7 @@
 
 #define MAX_DEPTHS 16
 #define MAX_REPS 32
+#define PAR_PROMPT 128 /* prompt of each sequence in the --parallel run */
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -104,6 +105,7 @@ int cmd_bench(int argc, char **argv) {
     int max_depth = 0;
     for (int k = 0; k < n_depths; k++) if (depths[k] > max_depth) max_depth = depths[k];
     long need = max_depth + (n_prompt > n_gen ? n_prompt : n_gen) + 1;
+    if (parallel > 1 && need < PAR_PROMPT + n_gen + 1) need = PAR_PROMPT + n_gen + 1; /* tokens the parallel run reads */
     if (need > c.eo.n_ctx) c.eo.n_ctx = (int)need;
     int n_seq = parallel > 1 ? (int)parallel : 1;
     c.eo.n_seq = n_seq;
@@ -152,7 +154,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (parallel > 1 && n_gen > 0) {
         /* every sequence gets a short prompt, then all decode together */
-        int pl = 128;
+        int pl = PAR_PROMPT;
         for (int r = 0; r < reps; r++) {
             for (int s = 0; s < n_seq; s++) {
                 tkv_seq_reset(e, s);
