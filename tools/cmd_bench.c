@@ -104,7 +104,7 @@ int cmd_bench(int argc, char **argv) {
     if (common_model_path(&c, err, sizeof err)) { fprintf(stderr, "tierkv bench: %s\n", err); return 1; }
     int max_depth = 0;
     for (int k = 0; k < n_depths; k++) if (depths[k] > max_depth) max_depth = depths[k];
-    long need = max_depth + (n_prompt > n_gen ? n_prompt : n_gen) + 1;
+    long need = max_depth + (n_prompt > n_gen * reps ? n_prompt : n_gen * reps) + 1;
     if (parallel > 1 && need < PAR_PROMPT + n_gen + 1) need = PAR_PROMPT + n_gen + 1; /* tokens the parallel run reads */
     if (need > c.eo.n_ctx) c.eo.n_ctx = (int)need;
     int n_seq = parallel > 1 ? (int)parallel : 1;
@@ -136,15 +136,18 @@ int cmd_bench(int argc, char **argv) {
             report(json, name, d, (int)n_prompt, 1, median(samples, (int)reps), &c, tkv_isa_name(e));
         }
         if (n_gen > 0) {
+            /* the context is prefilled once; the repetitions then decode one after another, so
+             * repetition r starts at depth d + 1 + r*n_gen (a small drift, against re-prefilling
+             * thousands of tokens per repetition) */
+            tkv_seq_reset(e, 0);
+            if (d > 0 && tkv_prefill(e, 0, toks, d, NULL, 0, err, sizeof err)) goto fail;
+            int seq = 0, at = d;
+            /* one untimed step warms caches and the thread pool */
+            if (tkv_decode(e, &seq, &toks[at++], 1, logits, err, sizeof err)) goto fail;
             for (int r = 0; r < reps; r++) {
-                tkv_seq_reset(e, 0);
-                if (d > 0 && tkv_prefill(e, 0, toks, d, NULL, 0, err, sizeof err)) goto fail;
-                int seq = 0;
-                /* one untimed step warms caches and the thread pool */
-                if (tkv_decode(e, &seq, &toks[d], 1, logits, err, sizeof err)) goto fail;
                 double t0 = now_s();
-                for (int s = 1; s <= n_gen; s++)
-                    if (tkv_decode(e, &seq, &toks[d + s], 1, logits, err, sizeof err)) goto fail;
+                for (int s = 0; s < n_gen; s++)
+                    if (tkv_decode(e, &seq, &toks[at++], 1, logits, err, sizeof err)) goto fail;
                 samples[r] = n_gen / (now_s() - t0);
             }
             char name[32];
