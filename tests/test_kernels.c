@@ -467,3 +467,49 @@ TEST(pool_first_job_after_init) {
         pool_free(p);
     }
 }
+
+/* The attention kernels of each ISA against the plain ones: scores within float rounding of the
+ * reference dot products (and exactly -inf where a row is missing or masked), weighted sums within
+ * rounding of the reference (FMA vs separate multiply-add), for several head dims and groups. */
+TEST(kernels_attention) {
+    enum { N = 67, MAXG = 7, MAXHD = 128 };
+    static float q[MAXG * MAXHD], kv[N][2 * MAXHD], att_ref[MAXG * N], att[MAXG * N], out_ref[MAXG * MAXHD], out[MAXG * MAXHD];
+    const float *rows[N];
+    uint8_t keep[N];
+    const int hds[] = {64, 128, 40}, groups[] = {1, 2, 4, 6, 7};
+    for (int isa = CPU_ISA_AVX2; isa <= CPU_ISA_AVX512; isa++) {
+        if (!isa_available((cpu_isa)isa)) continue;
+        const cpu_f32_ops *fast = cpu_f32_ops_for((cpu_isa)isa), *ref = cpu_f32_ops_for(CPU_ISA_GENERIC);
+        for (int hi = 0; hi < 3; hi++)
+            for (int gi = 0; gi < 5; gi++) {
+                int hd = hds[hi], group = groups[gi];
+                rand_acts(q, MAXG * MAXHD);
+                for (int j = 0; j < N; j++) {
+                    rand_acts(kv[j], 2 * MAXHD);
+                    rows[j] = j % 11 == 5 ? NULL : kv[j];
+                    keep[j] = j % 13 != 7;
+                }
+                size_t off = (size_t)(gi % 2) * hd; /* second kv head of the row */
+                ref->attn_scores(q, group, hd, rows, off, keep, N, 0.125f, att_ref, N);
+                fast->attn_scores(q, group, hd, rows, off, keep, N, 0.125f, att, N);
+                for (int i = 0; i < group * N; i++) {
+                    int j = i % N;
+                    if (!rows[j] || !keep[j]) { CHECK(att[i] == -INFINITY && att_ref[i] == -INFINITY); continue; }
+                    double mag = 0;
+                    for (int d = 0; d < hd; d++) mag += fabs(q[(i / N) * hd + d] * rows[j][off + d]) * 0.125;
+                    CHECKF(fabs(att[i] - att_ref[i]) <= 4 * hd * 6e-8 * mag + 1e-30, "scores isa %d hd %d g %d", isa, hd, group);
+                }
+                /* weights: a softmax-like row with zeros where masked */
+                for (int i = 0; i < group * N; i++) att[i] = att_ref[i] == -INFINITY ? 0.0f : (float)((i * 37 % 101) + 1) / 5000.0f;
+                ref->attn_wsum(att, N, group, hd, rows, off, N, out_ref);
+                fast->attn_wsum(att, N, group, hd, rows, off, N, out);
+                for (int h = 0; h < group; h++)
+                    for (int d = 0; d < hd; d++) {
+                        double mag = 0;
+                        for (int j = 0; j < N; j++)
+                            if (att[h * N + j] != 0) mag += fabs(att[h * N + j] * rows[j][off + d]);
+                        CHECKF(fabs(out[h * hd + d] - out_ref[h * hd + d]) <= 2 * N * 6e-8 * mag + 1e-30, "wsum isa %d hd %d g %d", isa, hd, group);
+                    }
+            }
+    }
+}

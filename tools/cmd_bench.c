@@ -9,9 +9,12 @@
 #include <time.h>
 
 #include "base/err.h"
+#include "base/pool.h"
+#include "model/model.h"
 #include "cmds.h"
 #include "common.h"
 #include "kv_flags.h"
+#include "base/clock.h"
 
 #define MAX_DEPTHS 16
 #define MAX_REPS 32
@@ -26,14 +29,10 @@ static void usage(FILE *out) {
             "      --parallel N     also time N sequences decoding together (aggregate tok/s)\n"
             "      --reps N         repetitions; the median is reported (default 3)\n"
             "      --json           JSON lines instead of CSV\n"
+            "      --membw          also measure memory read bandwidth on the bench threads and print\n"
+            "                       the decode floor it sets: weight bytes per token / bandwidth\n"
             "%s%s",
             common_usage(), kv_flags_usage());
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 static int cmp_d(const void *a, const void *b) {
@@ -66,11 +65,45 @@ static void report(int json, const char *test, int depth, int n_tok, int n_seq, 
     fflush(stdout);
 }
 
+typedef struct { const uint64_t *buf; size_t n; uint64_t sums[64]; } bw_job;
+
+/* Reads its share of the buffer with four independent sums (bandwidth-bound, not add-bound). */
+static void bw_task(void *ctx, int64_t i0, int64_t i1, int tid) {
+    bw_job *J = ctx;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (int64_t i = i0; i + 3 < i1; i += 4) {
+        a += J->buf[i];
+        b += J->buf[i + 1];
+        c += J->buf[i + 2];
+        d += J->buf[i + 3];
+    }
+    J->sums[tid & 63] += a ^ b ^ c ^ d;
+}
+
+/* Read bandwidth in bytes/s over a buffer far larger than the caches, median of 5 passes. */
+static double measure_read_bandwidth(int threads) {
+    size_t bytes = (size_t)512 << 20;
+    bw_job J = {.n = bytes / 8};
+    uint64_t *buf = tkv_xaligned(64, bytes);
+    for (size_t i = 0; i < J.n; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
+    J.buf = buf;
+    tkv_pool *pool = pool_init(threads);
+    double s[5];
+    for (int r = 0; r < 5; r++) {
+        double t0 = tkv_now_s();
+        pool_for_grain(pool, (int64_t)J.n, 4096, bw_task, &J);
+        s[r] = (double)bytes / (tkv_now_s() - t0);
+    }
+    pool_free(pool);
+    free(buf);
+    return median(s, 5);
+}
+
 int cmd_bench(int argc, char **argv) {
     common_opts c;
     common_opts_default(&c);
     long n_prompt = 512, n_gen = 32, reps = 3, parallel = 0;
-    int depths[MAX_DEPTHS] = {0, 1024, 4096}, n_depths = 3, json = 0;
+    int depths[MAX_DEPTHS] = {0, 1024, 4096}, n_depths = 3, json = 0, membw = 0;
     char err[512];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -79,6 +112,7 @@ int cmd_bench(int argc, char **argv) {
         if (r < 0) { fprintf(stderr, "tierkv bench: %s\n", err); return 2; }
         if (r > 0) continue;
         if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (!strcmp(a, "--membw")) { membw = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "tierkv bench: unknown flag or missing value: %s\n", a); usage(stderr); return 2; }
         const char *v = argv[++i];
         if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
@@ -127,9 +161,9 @@ int cmd_bench(int argc, char **argv) {
             for (int r = 0; r < reps; r++) {
                 tkv_seq_reset(e, 0);
                 if (d > 0 && tkv_prefill(e, 0, toks, d, NULL, 0, err, sizeof err)) goto fail;
-                double t0 = now_s();
+                double t0 = tkv_now_s();
                 if (tkv_prefill(e, 0, toks + d, (int)n_prompt, logits, 0, err, sizeof err)) goto fail;
-                samples[r] = n_prompt / (now_s() - t0);
+                samples[r] = n_prompt / (tkv_now_s() - t0);
             }
             char name[32];
             snprintf(name, sizeof name, "pp%ld", n_prompt);
@@ -145,10 +179,10 @@ int cmd_bench(int argc, char **argv) {
             /* one untimed step warms caches and the thread pool */
             if (tkv_decode(e, &seq, &toks[at++], 1, logits, err, sizeof err)) goto fail;
             for (int r = 0; r < reps; r++) {
-                double t0 = now_s();
+                double t0 = tkv_now_s();
                 for (int s = 0; s < n_gen; s++)
                     if (tkv_decode(e, &seq, &toks[at++], 1, logits, err, sizeof err)) goto fail;
-                samples[r] = n_gen / (now_s() - t0);
+                samples[r] = n_gen / (tkv_now_s() - t0);
             }
             char name[32];
             snprintf(name, sizeof name, "tg%ld", n_gen);
@@ -164,16 +198,26 @@ int cmd_bench(int argc, char **argv) {
                 if (tkv_prefill(e, s, toks, pl, NULL, 0, err, sizeof err)) goto fail;
                 seqs[s] = s;
             }
-            double t0 = now_s();
+            double t0 = tkv_now_s();
             for (int g = 0; g < n_gen; g++) {
                 for (int s = 0; s < n_seq; s++) step[s] = toks[pl + g];
                 if (tkv_decode(e, seqs, step, n_seq, logits, err, sizeof err)) goto fail;
             }
-            samples[r] = (double)n_gen * n_seq / (now_s() - t0);
+            samples[r] = (double)n_gen * n_seq / (tkv_now_s() - t0);
         }
         char name[32];
         snprintf(name, sizeof name, "tg%ld_x%d", n_gen, n_seq);
         report(json, name, pl, (int)n_gen, n_seq, median(samples, (int)reps), &c, tkv_isa_name(e));
+    }
+    if (membw) {
+        double bw = measure_read_bandwidth(c.eo.n_threads);
+        double wb = (double)tkv_model_of(e)->weight_bytes;
+        if (json)
+            printf("{\"test\": \"membw\", \"read_gb_per_s\": %.2f, \"weight_bytes\": %.0f, \"decode_floor_tok_per_s\": %.2f, \"threads\": %d}\n",
+                   bw / 1e9, wb, bw / wb, c.eo.n_threads);
+        else
+            printf("# membw: %.2f GB/s read on %d threads; weights %.0f MB per token -> decode at most %.2f tok/s\n", bw / 1e9,
+                   c.eo.n_threads, wb / 1e6, bw / wb);
     }
     rc = 0;
     goto done;

@@ -16,6 +16,7 @@
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 #include "tokfile.h"
+#include "base/clock.h"
 
 #define MAX_STOPS 16
 
@@ -39,12 +40,6 @@ static void usage(FILE *out) {
             "      --stats-json FILE   write KV statistics and the re-tiering log as JSON\n"
             "%s%s",
             common_usage(), kv_flags_usage());
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 static char *read_file(const char *path) {
@@ -184,9 +179,9 @@ int cmd_run(int argc, char **argv) {
     sampler_init(&smp, &so, V);
     smp_init = 1;
 
-    double t0 = now_s();
+    double t0 = tkv_now_s();
     if (tkv_prefill(e, 0, ids, n_ids, logits, 0, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); goto out; }
-    double t1 = now_s();
+    double t1 = tkv_now_s();
     tok_stream ts;
     tok_stream_init(&ts);
     size_t outcap = TOK_STREAM_OUT(tok_max_piece(vocab)) + 64;
@@ -219,7 +214,7 @@ int cmd_run(int argc, char **argv) {
     }
     printf("\n");
     fflush(stdout);
-    double t2 = now_s();
+    double t2 = tkv_now_s();
     free(piece);
     free(shown);
     kv_cache *kv = tkv_kv_of(e);

@@ -18,12 +18,7 @@
 #include "gguf/gguf.h"
 #include "model/chat.h"
 #include "model/tokenizer.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+#include "base/clock.h"
 
 static char *xstrdup(const char *s) {
     size_t n = strlen(s) + 1;
@@ -356,7 +351,7 @@ static int slot_fill(struct run *r, int k, char *err, size_t errlen) {
     s->tn = 0;
     text_add(s, "", 0);
     tok_stream_init(&s->ts);
-    s->t_start = now_s();
+    s->t_start = tkv_now_s();
     kv_get_stats(tkv_kv_of(r->e), k, &s->st0);
     s->t0_seen = 0;
     char perr[512];
@@ -376,7 +371,7 @@ static void progress(struct run *r, int final) {
     if (!f) return;
     /* not a TTY: every 10th problem and the end (unless the 10th was the last) */
     if (!r->o->progress_tty && (final ? r->run_done % 10 == 0 && r->run_done : r->run_done % 10 != 0)) return;
-    double el = now_s() - r->t_begin;
+    double el = tkv_now_s() - r->t_begin;
     double eta = r->run_done ? (double)(r->n_pending - (size_t)r->run_done) * el / (double)r->run_done : -1;
     char etab[32];
     fmt_eta(eta, etab, sizeof etab);
@@ -402,7 +397,7 @@ static int slot_finish(struct run *r, int k, int by_length, char *err, size_t er
     if (st.bytes[0] > peak) peak = st.bytes[0];
     struct eval_verdict v;
     eval_grade(o->task, s->text, it->answer, it->n_choices, &v);
-    double secs = now_s() - s->t_start;
+    double secs = tkv_now_s() - s->t_start;
 
     struct json_out j;
     json_out_init(&j);
@@ -601,9 +596,9 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
             if (!r.out) { tkv_errf(err, errlen, "%s: cannot open for appending: %s", o->out_path, strerror(errno)); goto out; }
             setvbuf(r.out, NULL, _IOFBF, 1 << 20);
         }
-        r.t_begin = now_s();
+        r.t_begin = tkv_now_s();
         int lrc = decode_loop(&r, err, errlen);
-        s->run_seconds = now_s() - r.t_begin;
+        s->run_seconds = tkv_now_s() - r.t_begin;
         s->run_problems = r.run_done;
         s->run_tokens = r.run_tokens;
         progress(&r, 1);

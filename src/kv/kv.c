@@ -36,12 +36,7 @@
 
 #include "base/err.h"
 #include "kv/kv_internal.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+#include "base/clock.h"
 
 void kv_options_default(kv_options *o) {
     memset(o, 0, sizeof *o);
@@ -480,7 +475,7 @@ void kv_observe(kv_cache *kv, int seq, int layer, int q_pos, const float *att, i
 static void retier(kv_cache *kv, int seq) {
     kv_seq *s = &kv->seq[seq];
     kv_complete_batch(kv, seq);
-    double t0 = now_s();
+    double t0 = tkv_now_s();
     int len = s->len, raised = 0;
     int budget = kv_t0_budget(kv, s, len, &raised);
     int nprot = 0;
@@ -555,7 +550,7 @@ static void retier(kv_cache *kv, int seq) {
     r->step = s->n_decode;
     memcpy(r->tokens, s->ntok, sizeof r->tokens);
     r->moves = s->n_moves;
-    r->plan_seconds = now_s() - t0;
+    r->plan_seconds = tkv_now_s() - t0;
     update_peak(kv, s);
     s->c.bytes_moved_down += r->bytes_down;
     s->c.bytes_moved_up += r->bytes_up;
@@ -569,9 +564,9 @@ static void retier(kv_cache *kv, int seq) {
     if (kv->xfer && s->n_moves > 0) {
         xfer_submit(kv->xfer, seq);
     } else { /* synchronous transfers (or nothing to copy): run every layer here */
-        double m0 = now_s();
+        double m0 = tkv_now_s();
         for (int l = 0; l < kv->o.n_layer; l++) run_layer_moves(kv, s, l);
-        retire_batch(kv, seq, s->n_moves > 0 ? now_s() - m0 : 0.0);
+        retire_batch(kv, seq, s->n_moves > 0 ? tkv_now_s() - m0 : 0.0);
     }
 }
 

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "base/err.h"
+#include "base/clock.h"
 
 struct kv_xfer {
     xfer_layer_fn run_layer;
@@ -23,12 +24,6 @@ struct kv_xfer {
     int stop;
 };
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static void *engine_main(void *arg) {
     kv_xfer *x = arg;
     pthread_mutex_lock(&x->mu);
@@ -39,12 +34,12 @@ static void *engine_main(void *arg) {
         x->q_head = (x->q_head + 1) % x->n_seq;
         x->q_len--;
         pthread_mutex_unlock(&x->mu);
-        double t0 = now_s();
+        double t0 = tkv_now_s();
         for (int l = 0; l < x->n_layer; l++) {
             x->run_layer(x->ctx, seq, l);
             pthread_mutex_lock(&x->mu);
             x->done[seq] = l + 1;
-            if (l + 1 == x->n_layer) x->secs[seq] = now_s() - t0;
+            if (l + 1 == x->n_layer) x->secs[seq] = tkv_now_s() - t0;
             pthread_cond_broadcast(&x->progress);
             pthread_mutex_unlock(&x->mu);
         }
@@ -102,11 +97,11 @@ double xfer_wait_layer(kv_xfer *x, int seq, int layer) {
     pthread_mutex_lock(&x->mu);
     double t0 = 0;
     if (x->done[seq] <= layer) {
-        t0 = now_s();
+        t0 = tkv_now_s();
         while (x->done[seq] <= layer) pthread_cond_wait(&x->progress, &x->mu);
     }
     pthread_mutex_unlock(&x->mu);
-    return t0 > 0 ? now_s() - t0 : 0.0;
+    return t0 > 0 ? tkv_now_s() - t0 : 0.0;
 }
 
 int xfer_finished(kv_xfer *x, int seq) {

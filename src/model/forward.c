@@ -16,6 +16,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "base/err.h"
+#include "base/clock.h"
 
 #define ATT_SUB 16 /* query tokens per attention sub-batch (bounds the weights buffer) */
 
@@ -41,12 +42,6 @@ struct fwd {
     float *logit_rows; /* [max_batch x n_embd] gathered rows for the output projection */
     double att_seconds;
 };
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 fwd *fwd_init(const model *m, kv_cache *kv, tkv_pool *pool, const fwd_options *o, char *err, size_t errlen) {
     const model_config *c = &m->cfg;
@@ -170,7 +165,8 @@ typedef struct {
     int layer;
 } att_job;
 
-/* One (token, kv head) pair: the n_group query heads that share the kv head. */
+/* One (token, kv head) pair: the `group` query heads that share the kv head. Scores, softmax and
+ * the weighted sum of V run over positions 0..p of the view in order. */
 static void attention_task(void *ctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     att_job *J = ctx;
@@ -183,39 +179,32 @@ static void attention_task(void *ctx, int64_t i0, int64_t i1, int tid) {
         const kv_view *vw = &f->views[J->seq[t]];
         int p = J->pos[t];
         const uint8_t *keep = vw->keep ? vw->keep + (size_t)g * vw->keep_stride : NULL;
+        size_t h0 = (size_t)g * group;
+        const float *q = f->q + ((size_t)t * c->n_head + h0) * hd;
+        float *att = f->att + ((size_t)tl * c->n_head + h0) * n_ctx;
+        f->f32->attn_scores(q, group, hd, vw->k, (size_t)g * hd, keep, p + 1, scale, att, (size_t)n_ctx);
         for (int hh = 0; hh < group; hh++) {
-            int h = g * group + hh;
-            const float *qh = f->q + ((size_t)t * c->n_head + h) * hd;
-            float *att = f->att + ((size_t)tl * c->n_head + h) * n_ctx;
+            float *a = att + (size_t)hh * n_ctx;
             float mx = -INFINITY;
-            for (int j = 0; j <= p; j++) {
-                const float *kr = vw->k[j];
-                if (!kr || (keep && !keep[j])) { att[j] = -INFINITY; continue; }
-                float s = f->f32->dot_f32(qh, kr + (size_t)g * hd, hd) * scale;
-                att[j] = s;
-                if (s > mx) mx = s;
-            }
+            for (int j = 0; j <= p; j++)
+                if (a[j] > mx) mx = a[j];
             double sum = 0;
             for (int j = 0; j <= p; j++) {
-                float e = att[j] == -INFINITY ? 0.0f : expf(att[j] - mx);
-                att[j] = e;
+                float e = a[j] == -INFINITY ? 0.0f : expf(a[j] - mx);
+                a[j] = e;
                 sum += e;
             }
             float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-            float *oh = f->o + ((size_t)t * c->n_head + h) * hd;
-            memset(oh, 0, (size_t)hd * sizeof(float));
-            for (int j = 0; j <= p; j++) {
-                float w = att[j] * inv;
-                att[j] = w;
-                if (w != 0.0f) f->f32->axpy_f32(oh, w, vw->v[j] + (size_t)g * hd, hd);
-            }
+            for (int j = 0; j <= p; j++) a[j] *= inv;
         }
+        f->f32->attn_wsum(att, (size_t)n_ctx, group, hd, vw->v, (size_t)g * hd, p + 1,
+                          f->o + ((size_t)t * c->n_head + h0) * hd);
     }
 }
 
 static void attention(fwd *f, int layer, const int *seq, const int *pos, int n) {
     const model_config *c = &f->m->cfg;
-    double t_start = now_s();
+    double t_start = tkv_now_s();
     memset(f->seq_seen, 0, (size_t)f->opt.n_seq);
     for (int t = 0; t < n; t++) {
         if (f->seq_seen[seq[t]]) continue;
@@ -229,7 +218,7 @@ static void attention(fwd *f, int layer, const int *seq, const int *pos, int n) 
         for (int tl = 0; tl < nt; tl++)
             kv_observe(f->kv, seq[t0 + tl], layer, pos[t0 + tl], f->att + (size_t)tl * c->n_head * f->opt.n_ctx, f->opt.n_ctx);
     }
-    f->att_seconds += now_s() - t_start;
+    f->att_seconds += tkv_now_s() - t_start;
 }
 
 static float silu(float z) { return z / (1.0f + expf(-z)); }

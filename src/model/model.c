@@ -196,7 +196,7 @@ int model_bind(gguf_file *f, model **out, char *err, size_t errlen) {
     }
     m->file = *f;
     memset(f, 0, sizeof *f);
-    m->weight_bytes = mat_bytes(&m->output) + (m->tied_output ? 0 : 0);
+    m->weight_bytes = mat_bytes(&m->output); /* the embedding lookup reads one row, not the matrix */
     for (int l = 0; l < c.n_layer; l++) {
         model_layer *L = &m->layers[l];
         m->weight_bytes += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +

@@ -45,6 +45,16 @@ typedef struct {
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n); /* y += a*x */
     void (*scale_f32)(float *y, float a, int64_t n);                /* y *= a */
+    /* Attention of one group of query heads sharing a KV head, over positions 0..n-1 in order.
+     * scores: att[h*stride + j] = dot(q + h*hd, rows[j] + off) * scale for h < group, or -INFINITY
+     * where rows[j] is NULL or keep[j] == 0 (keep may be NULL). Each dot sums over d in order of
+     * 8-wide chunks, the same whatever `group` is. */
+    void (*attn_scores)(const float *q, int group, int hd, const float *const *rows, size_t off,
+                        const uint8_t *keep, int n, float scale, float *att, size_t stride);
+    /* wsum: out[h*hd + d] = sum over j in order of att[h*stride + j] * rows[j][off + d], skipping
+     * weights equal to 0 (evicted or masked rows are never read). */
+    void (*attn_wsum)(const float *att, size_t stride, int group, int hd, const float *const *rows, size_t off,
+                      int n, float *out);
 } cpu_f32_ops;
 const cpu_f32_ops *cpu_f32_ops_for(cpu_isa isa);
 

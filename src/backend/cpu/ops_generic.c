@@ -379,3 +379,22 @@ void cpu_gen_axpy_f32(float *y, float a, const float *x, int64_t n) {
 void cpu_gen_scale_f32(float *y, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
+
+void cpu_gen_attn_scores(const float *q, int group, int hd, const float *const *rows, size_t off,
+                         const uint8_t *keep, int n, float scale, float *att, size_t stride) {
+    for (int j = 0; j < n; j++) {
+        const float *k = rows[j];
+        for (int h = 0; h < group; h++)
+            att[(size_t)h * stride + j] = !k || (keep && !keep[j]) ? -INFINITY : cpu_gen_dot_f32v(q + (size_t)h * hd, k + off, hd) * scale;
+    }
+}
+
+void cpu_gen_attn_wsum(const float *att, size_t stride, int group, int hd, const float *const *rows, size_t off,
+                       int n, float *out) {
+    memset(out, 0, (size_t)group * hd * sizeof(float));
+    for (int h = 0; h < group; h++)
+        for (int j = 0; j < n; j++) {
+            float w = att[(size_t)h * stride + j];
+            if (w != 0.0f) cpu_gen_axpy_f32(out + (size_t)h * hd, w, rows[j] + off, hd);
+        }
+}

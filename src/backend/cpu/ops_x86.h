@@ -14,6 +14,7 @@
  * Activation quantizers reproduce ops_generic.c bit for bit: the same f32 products, rounding to
  * nearest even (vroundps), the same max rules. */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "backend/cpu/ops_impl.h"
@@ -416,4 +417,72 @@ void FN(scale_f32)(float *y, float a, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(va, _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] *= a;
+}
+
+/* ---- attention (see ops.h): one accumulator per head, 8-wide chunks of d in order ---- */
+
+void FN(attn_scores)(const float *q, int group, int hd, const float *const *rows, size_t off,
+                     const uint8_t *keep, int n, float scale, float *att, size_t stride) {
+    if (hd % 8) {
+        cpu_gen_attn_scores(q, group, hd, rows, off, keep, n, scale, att, stride);
+        return;
+    }
+    for (int j = 0; j < n; j++) {
+        const float *k = rows[j];
+        if (!k || (keep && !keep[j])) {
+            for (int h = 0; h < group; h++) att[(size_t)h * stride + j] = -INFINITY;
+            continue;
+        }
+        k += off;
+        int h = 0;
+        for (; h + 4 <= group; h += 4) { /* four heads share each load of the key row */
+            const float *q0 = q + (size_t)h * hd, *q1 = q0 + hd, *q2 = q1 + hd, *q3 = q2 + hd;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int d = 0; d < hd; d += 8) {
+                __m256 kv = _mm256_loadu_ps(k + d);
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), kv, a0);
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), kv, a1);
+                a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + d), kv, a2);
+                a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + d), kv, a3);
+            }
+            att[(size_t)h * stride + j] = hsum_ps(a0) * scale;
+            att[(size_t)(h + 1) * stride + j] = hsum_ps(a1) * scale;
+            att[(size_t)(h + 2) * stride + j] = hsum_ps(a2) * scale;
+            att[(size_t)(h + 3) * stride + j] = hsum_ps(a3) * scale;
+        }
+        for (; h < group; h++) {
+            const float *qh = q + (size_t)h * hd;
+            __m256 a0 = _mm256_setzero_ps();
+            for (int d = 0; d < hd; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(k + d), a0);
+            att[(size_t)h * stride + j] = hsum_ps(a0) * scale;
+        }
+    }
+}
+
+void FN(attn_wsum)(const float *att, size_t stride, int group, int hd, const float *const *rows, size_t off,
+                   int n, float *out) {
+    if (hd % 32) {
+        cpu_gen_attn_wsum(att, stride, group, hd, rows, off, n, out);
+        return;
+    }
+    for (int h = 0; h < group; h++) {
+        const float *w = att + (size_t)h * stride;
+        for (int dc = 0; dc < hd; dc += 32) { /* 32 outputs stay in four registers over all positions */
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int j = 0; j < n; j++) {
+                if (w[j] == 0.0f) continue;
+                __m256 vw = _mm256_set1_ps(w[j]);
+                const float *v = rows[j] + off + dc;
+                a0 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v), a0);
+                a1 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 8), a1);
+                a2 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 16), a2);
+                a3 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 24), a3);
+            }
+            float *o = out + (size_t)h * hd + dc;
+            _mm256_storeu_ps(o, a0);
+            _mm256_storeu_ps(o + 8, a1);
+            _mm256_storeu_ps(o + 16, a2);
+            _mm256_storeu_ps(o + 24, a3);
+        }
+    }
 }
