@@ -421,41 +421,64 @@ void FN(scale_f32)(float *y, float a, int64_t n) {
 
 /* ---- attention (see ops.h): one accumulator per head, 8-wide chunks of d in order ---- */
 
+/* Eight dot-product accumulators -> the vector of their eight sums, each summed in exactly the
+ * order hsum_ps uses ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), so a position's score has the same bits
+ * whether it was computed in a block of eight or alone. */
+INLINE __m256 hsum8_ps(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6, __m256 a7) {
+#define FOLD(x, y) _mm256_permute_ps(_mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31)), 0xD8)
+    __m256 c01 = FOLD(a0, a1), c23 = FOLD(a2, a3), c45 = FOLD(a4, a5), c67 = FOLD(a6, a7);
+#undef FOLD
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(c01, c23), _mm256_hadd_ps(c45, c67));
+    return _mm256_permutevar8x32_ps(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 void FN(attn_scores)(const float *q, int group, int hd, const float *const *rows, size_t off,
                      const uint8_t *keep, int n, float scale, float *att, size_t stride) {
     if (hd % 8) {
         cpu_gen_attn_scores(q, group, hd, rows, off, keep, n, scale, att, stride);
         return;
     }
-    for (int j = 0; j < n; j++) {
+    __m256 vscale = _mm256_set1_ps(scale);
+    for (int j = 0; j < n;) {
+        /* eight present positions at once: one query load serves eight key rows */
+        int block = j + 8 <= n;
+        for (int i = 0; block && i < 8; i++) block = rows[j + i] && (!keep || keep[j + i]);
+        if (block) {
+            const float *k0 = rows[j] + off, *k1 = rows[j + 1] + off, *k2 = rows[j + 2] + off, *k3 = rows[j + 3] + off;
+            const float *k4 = rows[j + 4] + off, *k5 = rows[j + 5] + off, *k6 = rows[j + 6] + off, *k7 = rows[j + 7] + off;
+            for (int h = 0; h < group; h++) {
+                const float *qh = q + (size_t)h * hd;
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+                for (int d = 0; d < hd; d += 8) {
+                    __m256 qv = _mm256_loadu_ps(qh + d);
+                    a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
+                    a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + d), a1);
+                    a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), a2);
+                    a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), a3);
+                    a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k4 + d), a4);
+                    a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k5 + d), a5);
+                    a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k6 + d), a6);
+                    a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k7 + d), a7);
+                }
+                _mm256_storeu_ps(att + (size_t)h * stride + j, _mm256_mul_ps(hsum8_ps(a0, a1, a2, a3, a4, a5, a6, a7), vscale));
+            }
+            j += 8;
+            continue;
+        }
         const float *k = rows[j];
         if (!k || (keep && !keep[j])) {
             for (int h = 0; h < group; h++) att[(size_t)h * stride + j] = -INFINITY;
+            j++;
             continue;
         }
         k += off;
-        int h = 0;
-        for (; h + 4 <= group; h += 4) { /* four heads share each load of the key row */
-            const float *q0 = q + (size_t)h * hd, *q1 = q0 + hd, *q2 = q1 + hd, *q3 = q2 + hd;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int d = 0; d < hd; d += 8) {
-                __m256 kv = _mm256_loadu_ps(k + d);
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), kv, a0);
-                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), kv, a1);
-                a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + d), kv, a2);
-                a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + d), kv, a3);
-            }
-            att[(size_t)h * stride + j] = hsum_ps(a0) * scale;
-            att[(size_t)(h + 1) * stride + j] = hsum_ps(a1) * scale;
-            att[(size_t)(h + 2) * stride + j] = hsum_ps(a2) * scale;
-            att[(size_t)(h + 3) * stride + j] = hsum_ps(a3) * scale;
-        }
-        for (; h < group; h++) {
+        for (int h = 0; h < group; h++) {
             const float *qh = q + (size_t)h * hd;
             __m256 a0 = _mm256_setzero_ps();
             for (int d = 0; d < hd; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(k + d), a0);
             att[(size_t)h * stride + j] = hsum_ps(a0) * scale;
         }
+        j++;
     }
 }
 
@@ -467,7 +490,33 @@ void FN(attn_wsum)(const float *att, size_t stride, int group, int hd, const flo
     }
     for (int h = 0; h < group; h++) {
         const float *w = att + (size_t)h * stride;
-        for (int dc = 0; dc < hd; dc += 32) { /* 32 outputs stay in four registers over all positions */
+        int dc = 0;
+        for (; dc + 64 <= hd; dc += 64) { /* 64 outputs stay in eight registers over all positions */
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+            for (int j = 0; j < n; j++) {
+                if (w[j] == 0.0f) continue;
+                __m256 vw = _mm256_set1_ps(w[j]);
+                const float *v = rows[j] + off + dc;
+                a0 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v), a0);
+                a1 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 8), a1);
+                a2 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 16), a2);
+                a3 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 24), a3);
+                a4 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 32), a4);
+                a5 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 40), a5);
+                a6 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 48), a6);
+                a7 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 56), a7);
+            }
+            float *o = out + (size_t)h * hd + dc;
+            _mm256_storeu_ps(o, a0);
+            _mm256_storeu_ps(o + 8, a1);
+            _mm256_storeu_ps(o + 16, a2);
+            _mm256_storeu_ps(o + 24, a3);
+            _mm256_storeu_ps(o + 32, a4);
+            _mm256_storeu_ps(o + 40, a5);
+            _mm256_storeu_ps(o + 48, a6);
+            _mm256_storeu_ps(o + 56, a7);
+        }
+        for (; dc < hd; dc += 32) { /* each output is the same in-order chain of FMAs either way */
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int j = 0; j < n; j++) {
                 if (w[j] == 0.0f) continue;
