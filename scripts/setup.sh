@@ -8,7 +8,7 @@ command -v make >/dev/null || need+=(make)
 command -v unzip >/dev/null || need+=(unzip)
 command -v gnuplot >/dev/null || need+=(gnuplot-nox)
 command -v clang >/dev/null || need+=(clang)
-if ! command -v pip >/dev/null && ! command -v pip3 >/dev/null; then need+=(python3-pip); fi
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing ${need[*]}" >&2
