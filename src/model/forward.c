@@ -183,20 +183,7 @@ static void attention_task(void *ctx, int64_t i0, int64_t i1, int tid) {
         const float *q = f->q + ((size_t)t * c->n_head + h0) * hd;
         float *att = f->att + ((size_t)tl * c->n_head + h0) * n_ctx;
         f->f32->attn_scores(q, group, hd, vw->k, (size_t)g * hd, keep, p + 1, scale, att, (size_t)n_ctx);
-        for (int hh = 0; hh < group; hh++) {
-            float *a = att + (size_t)hh * n_ctx;
-            float mx = -INFINITY;
-            for (int j = 0; j <= p; j++)
-                if (a[j] > mx) mx = a[j];
-            double sum = 0;
-            for (int j = 0; j <= p; j++) {
-                float e = a[j] == -INFINITY ? 0.0f : expf(a[j] - mx);
-                a[j] = e;
-                sum += e;
-            }
-            float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-            for (int j = 0; j <= p; j++) a[j] *= inv;
-        }
+        for (int hh = 0; hh < group; hh++) f->f32->softmax(att + (size_t)hh * n_ctx, p + 1);
         f->f32->attn_wsum(att, (size_t)n_ctx, group, hd, vw->v, (size_t)g * hd, p + 1,
                           f->o + ((size_t)t * c->n_head + h0) * hd);
     }

@@ -55,6 +55,9 @@ typedef struct {
      * weights equal to 0 (evicted or masked rows are never read). */
     void (*attn_wsum)(const float *att, size_t stride, int group, int hd, const float *const *rows, size_t off,
                       int n, float *out);
+    /* In place over a[0..n): a[j] = exp(a[j] - max) / sum, with -INFINITY entries (masked) giving
+     * exactly 0. Returns 0 if every entry was masked (then all stay 0). */
+    int (*softmax)(float *a, int n);
 } cpu_f32_ops;
 const cpu_f32_ops *cpu_f32_ops_for(cpu_isa isa);
 

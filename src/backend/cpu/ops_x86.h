@@ -535,3 +535,57 @@ void FN(attn_wsum)(const float *att, size_t stride, int group, int hd, const flo
         }
     }
 }
+
+/* exp(x) for x <= 0 (softmax arguments): x = k ln2 + r, |r| <= ln2/2, exp(r) by a degree-6
+ * polynomial (relative error about 2e-7), 2^k through the exponent bits; below -87 it returns 0. */
+INLINE __m256 exp_neg_ps(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+int FN(softmax)(float *a, int n) {
+    __m256 vmx = _mm256_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(a + j));
+    float mx = -INFINITY;
+    {
+        float t[8];
+        _mm256_storeu_ps(t, vmx);
+        for (int i = 0; i < 8; i++) if (t[i] > mx) mx = t[i];
+    }
+    for (; j < n; j++) if (a[j] > mx) mx = a[j];
+    if (mx == -INFINITY) {
+        for (j = 0; j < n; j++) a[j] = 0.0f;
+        return 0;
+    }
+    /* -inf - mx = -inf falls below the cutoff and gives exactly 0 */
+    __m256 vm = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n; j += 8) {
+        __m256 e = exp_neg_ps(_mm256_sub_ps(_mm256_loadu_ps(a + j), vm));
+        _mm256_storeu_ps(a + j, e);
+        vs = _mm256_add_ps(vs, e);
+    }
+    double sum = hsum_ps(vs);
+    for (; j < n; j++) {
+        float e = a[j] == -INFINITY ? 0.0f : expf(a[j] - mx);
+        a[j] = e;
+        sum += e;
+    }
+    __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
+    for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(a + j, _mm256_mul_ps(_mm256_loadu_ps(a + j), inv));
+    for (; j < n; j++) a[j] *= (float)(1.0 / sum);
+    return 1;
+}
