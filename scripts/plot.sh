@@ -59,8 +59,11 @@ awk -v dir="$tmp" -v want_t0="$t0" -v want_evict="$evict" -v want_budget="$budge
         for (i = 1; i <= NF; i++) gsub(/^[ \t]+|[ \t\r]+$/, "", $i)
         p = $col["policy"]
         if (only != "" && p != only) next
+        # column 8: the share of the KV actually evicted when the table measured it (the baselines
+        # evict through their budget, not through --evict-ratio), else the flag
+        ev = ("evicted_share" in col && $col["evicted_share"] != "NA" && $col["evicted_share"] != "") ? $col["evicted_share"] : $col["evict_ratio"]
         line = $col["t0_ratio"] " " $col["evict_ratio"] " " $col["budget"] " " $col["accuracy"] " " \
-               $col["ci_lo"] " " $col["ci_hi"] " " $col["mean_len"]
+               $col["ci_lo"] " " $col["ci_hi"] " " $col["mean_len"] " " ev
         print line > (dir "/all_" p ".dat")
         if ((want_t0 == "" || $col["t0_ratio"] + 0 == want_t0 + 0) && (want_budget == "" || $col["budget"] + 0 == want_budget + 0))
             print line > (dir "/evict_" p ".dat")
@@ -90,14 +93,14 @@ plots=()
 for p in "${policies[@]}"; do
     f=$tmp/evict_$p.dat
     [ -s "$f" ] || continue
-    s=$(sorted "$f" 2)
-    plots+=("'$s' using 2:4:5:6 with yerrorlines lw 2 pt 7 ps 1.2 title '$p'")
+    s=$(sorted "$f" 8)
+    plots+=("'$s' using 8:4:5:6 with yerrorlines lw 2 pt 7 ps 1.2 title '$p'")
 done
 if [ ${#plots[@]} -gt 0 ]; then
     gnuplot <<EOF
 $common
 set output '$out/acc_vs_evict.png'
-set title "Accuracy vs eviction ratio${filt:+ ($filt)} — bars: Wilson 95% CI"
+set title "Accuracy vs share of the KV evicted (measured)${filt:+ ($filt)} — bars: Wilson 95% CI"
 set xlabel 'eviction ratio (fraction of KV dropped)'
 set ylabel 'accuracy'
 set yrange [0:1.05]
