@@ -69,7 +69,7 @@ format:
 
 # The README's first command: set up, build, fetch the default model, answer one GSM8K question
 # in chat mode with the tiered KV cache, print speed and tier statistics.
-DEMO_Q = Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins for her friends every day with four. She sells the remainder at the farmers' market daily for $$2 per fresh duck egg. How much in dollars does she make every day at the farmers' market?
+DEMO_Q = Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins for her friends every day with four. She sells the remainder at the farmers' market daily for \$$2 per fresh duck egg. How much in dollars does she make every day at the farmers' market?
 demo:
 	scripts/setup.sh
 	$(MAKE) all
