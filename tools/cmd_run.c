@@ -9,6 +9,7 @@
 
 #include "base/err.h"
 #include "cmds.h"
+#include "eval/eval.h"
 #include "common.h"
 #include "kv_flags.h"
 #include "model/chat.h"
@@ -40,25 +41,6 @@ static void usage(FILE *out) {
             "      --stats-json FILE   write KV statistics and the re-tiering log as JSON\n"
             "%s%s",
             common_usage(), kv_flags_usage());
-}
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *b = tkv_xmalloc(cap);
-    size_t r;
-    while ((r = fread(b + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (n + 1 == cap) {
-            char *nb = realloc(b, cap *= 2);
-            TKV_ASSERT(nb);
-            b = nb;
-        }
-    }
-    fclose(f);
-    b[n] = 0;
-    return b;
 }
 
 int cmd_run(int argc, char **argv) {
@@ -140,7 +122,8 @@ int cmd_run(int argc, char **argv) {
     stop_matcher sm;
     stop_init(&sm, stops, n_stops);
 
-    if (prompt_file && !(text = read_file(prompt_file))) { fprintf(stderr, "tierkv run: cannot read '%s'\n", prompt_file); goto out; }
+    size_t text_len;
+    if (prompt_file && eval_read_file(prompt_file, &text, &text_len, err, sizeof err)) { fprintf(stderr, "tierkv run: cannot read %s\n", err); goto out; }
     if (tok_file && read_token_file(tok_file, &ids, &n_ids, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); goto out; }
 
     /* the context must hold prompt and generation: size it once the prompt is known */

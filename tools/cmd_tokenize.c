@@ -10,23 +10,9 @@
 #include <string.h>
 
 #include "cmds.h"
+#include "eval/eval.h"
 #include "gguf/gguf.h"
 #include "model/tokenizer.h"
-
-static char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, len = 0;
-    char *b = malloc(cap);
-    size_t k;
-    while (b && (k = fread(b + len, 1, cap - len, f)) > 0) {
-        len += k;
-        if (len == cap) { cap *= 2; char *nb = realloc(b, cap); if (!nb) { free(b); b = NULL; } else b = nb; }
-    }
-    fclose(f);
-    if (b) { b[len < cap ? len : cap - 1] = 0; *n = len; }
-    return b;
-}
 
 typedef struct { const char *model, *text, *file; int special, bos; } tok_args;
 
@@ -55,8 +41,8 @@ static tok_vocab *open_vocab(const char *path, gguf_file *g) {
 /* Loads the input: -p's text or the whole file. */
 static char *input(const tok_args *a, size_t *n) {
     if (a->text) { *n = strlen(a->text); return strdup(a->text); }
-    char *s = read_all(a->file, n);
-    if (!s) fprintf(stderr, "tierkv: cannot read %s: %s\n", a->file, strerror(errno));
+    char *s = NULL, err[512];
+    if (eval_read_file(a->file, &s, n, err, sizeof err)) fprintf(stderr, "tierkv: cannot read %s\n", err);
     return s;
 }
 
