@@ -77,15 +77,12 @@ fwd *fwd_init(const model *m, kv_cache *kv, tkv_pool *pool, const fwd_options *o
     f->logit_rows = tkv_xaligned(64, B * E * 4);
     /* scratch for the largest activation conversion of any matrix */
     size_t s = 0, t;
-    const model_layer *L0 = &m->layers[0];
-    const model_mat *mats[] = {&L0->wq, &L0->wk, &L0->wv, &L0->wo, &L0->wgate, &L0->wup, &L0->wdown, &m->output};
     for (int l = 0; l < c->n_layer; l++) {
         const model_layer *L = &m->layers[l];
         const model_mat *lm[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
         for (int i = 0; i < 7; i++)
             if ((t = cpu_matmul_scratch_size(lm[i]->type, lm[i]->n_in, (int64_t)B)) > s) s = t;
     }
-    (void)mats;
     if ((t = cpu_matmul_scratch_size(m->output.type, m->output.n_in, (int64_t)B)) > s) s = t;
     f->mm_scratch = tkv_xaligned(64, s);
     return f;
