@@ -482,57 +482,55 @@ void FN(attn_scores)(const float *q, int group, int hd, const float *const *rows
     }
 }
 
+/* wsum for heads h0..h0+HP-1 (HP <= 6, constant) over 16 output columns dc..dc+15: each V row slice
+ * is loaded once for all HP heads, so a group's V is read once per 16 columns instead of once per
+ * head. Per output the FMA chain over j is the one of a head-by-head loop: a head whose weight is 0
+ * still gets fma(0, v, acc), which leaves acc unchanged (v is finite and acc never -0), and rows
+ * whose weights are all 0 are skipped (they may be absent). */
+INLINE void wsum_block(const float *att, size_t stride, int h0, int HP, int hd, const float *const *rows, size_t off,
+                       int n, int dc, float *out) {
+    __m256 acc[6][2];
+    UNROLL for (int h = 0; h < HP; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+    const float *w = att + (size_t)h0 * stride;
+    for (int j = 0; j < n; j++) {
+        int any = 0;
+        UNROLL for (int h = 0; h < HP; h++) any |= w[(size_t)h * stride + j] != 0.0f;
+        if (!any) continue;
+        const float *v = rows[j] + off + dc;
+        __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+        UNROLL for (int h = 0; h < HP; h++) {
+            __m256 vw = _mm256_set1_ps(w[(size_t)h * stride + j]);
+            acc[h][0] = _mm256_fmadd_ps(vw, v0, acc[h][0]);
+            acc[h][1] = _mm256_fmadd_ps(vw, v1, acc[h][1]);
+        }
+    }
+    UNROLL for (int h = 0; h < HP; h++) {
+        float *o = out + (size_t)(h0 + h) * hd + dc;
+        _mm256_storeu_ps(o, acc[h][0]);
+        _mm256_storeu_ps(o + 8, acc[h][1]);
+    }
+}
+
 void FN(attn_wsum)(const float *att, size_t stride, int group, int hd, const float *const *rows, size_t off,
                    int n, float *out) {
-    if (hd % 32) {
+    if (hd % 16) {
         cpu_gen_attn_wsum(att, stride, group, hd, rows, off, n, out);
         return;
     }
-    for (int h = 0; h < group; h++) {
-        const float *w = att + (size_t)h * stride;
-        int dc = 0;
-        for (; dc + 64 <= hd; dc += 64) { /* 64 outputs stay in eight registers over all positions */
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-            for (int j = 0; j < n; j++) {
-                if (w[j] == 0.0f) continue;
-                __m256 vw = _mm256_set1_ps(w[j]);
-                const float *v = rows[j] + off + dc;
-                a0 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v), a0);
-                a1 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 8), a1);
-                a2 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 16), a2);
-                a3 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 24), a3);
-                a4 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 32), a4);
-                a5 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 40), a5);
-                a6 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 48), a6);
-                a7 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 56), a7);
+    int nsub = (group + 5) / 6; /* sub-groups of at most 6 heads, as even as possible */
+    for (int s = 0, h0 = 0; s < nsub; s++) {
+        int hp = (group - h0) / (nsub - s);
+        for (int dc = 0; dc < hd; dc += 16) {
+            switch (hp) {
+            case 1: wsum_block(att, stride, h0, 1, hd, rows, off, n, dc, out); break;
+            case 2: wsum_block(att, stride, h0, 2, hd, rows, off, n, dc, out); break;
+            case 3: wsum_block(att, stride, h0, 3, hd, rows, off, n, dc, out); break;
+            case 4: wsum_block(att, stride, h0, 4, hd, rows, off, n, dc, out); break;
+            case 5: wsum_block(att, stride, h0, 5, hd, rows, off, n, dc, out); break;
+            default: wsum_block(att, stride, h0, 6, hd, rows, off, n, dc, out); break;
             }
-            float *o = out + (size_t)h * hd + dc;
-            _mm256_storeu_ps(o, a0);
-            _mm256_storeu_ps(o + 8, a1);
-            _mm256_storeu_ps(o + 16, a2);
-            _mm256_storeu_ps(o + 24, a3);
-            _mm256_storeu_ps(o + 32, a4);
-            _mm256_storeu_ps(o + 40, a5);
-            _mm256_storeu_ps(o + 48, a6);
-            _mm256_storeu_ps(o + 56, a7);
         }
-        for (; dc < hd; dc += 32) { /* each output is the same in-order chain of FMAs either way */
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int j = 0; j < n; j++) {
-                if (w[j] == 0.0f) continue;
-                __m256 vw = _mm256_set1_ps(w[j]);
-                const float *v = rows[j] + off + dc;
-                a0 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v), a0);
-                a1 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 8), a1);
-                a2 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 16), a2);
-                a3 = _mm256_fmadd_ps(vw, _mm256_loadu_ps(v + 24), a3);
-            }
-            float *o = out + (size_t)h * hd + dc;
-            _mm256_storeu_ps(o, a0);
-            _mm256_storeu_ps(o + 8, a1);
-            _mm256_storeu_ps(o + 16, a2);
-            _mm256_storeu_ps(o + 24, a3);
-        }
+        h0 += hp;
     }
 }
 
