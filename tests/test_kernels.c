@@ -15,6 +15,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/ops_impl.h"
+#include "base/err.h"
 #include "base/half.h"
 #include "t.h"
 
@@ -420,6 +421,47 @@ TEST(kernels_matmul) {
 }
 
 /* Tables complete and consistent across ISAs; detection agrees with what the kernel reports. */
+/* Fused matmuls (q/k/v, gate/up): several matrices of different types (sharing an activation format
+ * or not, row counts not multiples of the grain) against the same X give exactly what separate
+ * cpu_matmul calls give, for one token and for batches, with 1 and 3 threads. */
+TEST(kernels_matmul_multi) {
+    enum { NIN = 512, NTOK = 6, MAXO = 70 };
+    const uint32_t types[3] = {CPU_T_Q5_0, CPU_T_Q4_K, CPU_T_Q8_0};
+    const int64_t nout[3] = {70, 9, 33};
+    static float x[NTOK * NIN], ya[3][NTOK * MAXO], yb[3][NTOK * MAXO];
+    static uint8_t w[3][MAXO * NIN * 2];
+    cpu_mm_out o[3];
+    for (int k = 0; k < 3; k++) {
+        rand_weights(types[k], w[k], nout[k] * NIN);
+        o[k] = (cpu_mm_out){.type = types[k], .w = w[k], .n_out = nout[k], .y = yb[k], .y_stride = MAXO};
+    }
+    rand_acts(x, NTOK * NIN);
+    size_t ss = cpu_matmul_multi_scratch_size(o, 3, NIN, NTOK);
+    void *scratch = tkv_xaligned(64, ss);
+    for (int th = 1; th <= 3; th += 2) {
+        tkv_pool *pool = pool_init(th);
+        for (int isa = CPU_ISA_GENERIC; isa <= CPU_ISA_AVX512; isa++) {
+            if (!isa_available((cpu_isa)isa)) continue;
+            const int ntoks[] = {1, 2, 6};
+            for (int ti = 0; ti < 3; ti++) {
+                int nt = ntoks[ti];
+                for (int k = 0; k < 3; k++)
+                    cpu_matmul(pool, (cpu_isa)isa, types[k], w[k], NIN, nout[k], x, nt, ya[k], MAXO, scratch);
+                for (int np = 2; np <= 3; np++) {
+                    memset(yb, 0, sizeof yb);
+                    cpu_matmul_multi(pool, (cpu_isa)isa, o, np, NIN, x, nt, scratch);
+                    for (int k = 0; k < np; k++)
+                        for (int t = 0; t < nt; t++)
+                            CHECKF(memcmp(ya[k] + t * MAXO, yb[k] + t * MAXO, (size_t)nout[k] * sizeof(float)) == 0,
+                                   "isa %d threads %d ntok %d parts %d part %d token %d", isa, th, nt, np, k, t);
+                }
+            }
+        }
+        pool_free(pool);
+    }
+    free(scratch);
+}
+
 TEST(kernels_tables) {
     for (int ti = 0; ti < N_TYPES; ti++)
         for (int isa = 0; isa <= 2; isa++) {
@@ -472,16 +514,17 @@ TEST(pool_first_job_after_init) {
  * reference dot products (and exactly -inf where a row is missing or masked), weighted sums within
  * rounding of the reference (FMA vs separate multiply-add), for several head dims and groups. */
 TEST(kernels_attention) {
-    enum { N = 67, MAXG = 7, MAXHD = 128 };
-    static float q[MAXG * MAXHD], kv[N][2 * MAXHD], att_ref[MAXG * N], att[MAXG * N], out_ref[MAXG * MAXHD], out[MAXG * MAXHD];
+    enum { N = 67, MAXG = 13, MAXHD = 128 };
+    static float q[MAXG * MAXHD], kv[N][2 * MAXHD], att_ref[MAXG * N], att[MAXG * N], out_ref[MAXG * MAXHD], out[MAXG * MAXHD],
+        out1[MAXHD];
     const float *rows[N];
     uint8_t keep[N];
-    const int hds[] = {64, 128, 40}, groups[] = {1, 2, 4, 6, 7};
+    const int hds[] = {64, 128, 40, 48}, groups[] = {1, 2, 4, 6, 7, 13};
     for (int isa = CPU_ISA_AVX2; isa <= CPU_ISA_AVX512; isa++) {
         if (!isa_available((cpu_isa)isa)) continue;
         const cpu_f32_ops *fast = cpu_f32_ops_for((cpu_isa)isa), *ref = cpu_f32_ops_for(CPU_ISA_GENERIC);
-        for (int hi = 0; hi < 3; hi++)
-            for (int gi = 0; gi < 5; gi++) {
+        for (int hi = 0; hi < 4; hi++)
+            for (int gi = 0; gi < 6; gi++) {
                 int hd = hds[hi], group = groups[gi];
                 rand_acts(q, MAXG * MAXHD);
                 for (int j = 0; j < N; j++) {
@@ -499,8 +542,9 @@ TEST(kernels_attention) {
                     for (int d = 0; d < hd; d++) mag += fabs(q[(i / N) * hd + d] * rows[j][off + d]) * 0.125;
                     CHECKF(fabs(att[i] - att_ref[i]) <= 4 * hd * 6e-8 * mag + 1e-30, "scores isa %d hd %d g %d", isa, hd, group);
                 }
-                /* weights: a softmax-like row with zeros where masked */
-                for (int i = 0; i < group * N; i++) att[i] = att_ref[i] == -INFINITY ? 0.0f : (float)((i * 37 % 101) + 1) / 5000.0f;
+                /* weights: a softmax-like row with zeros where masked, and some zeros in single heads */
+                for (int i = 0; i < group * N; i++)
+                    att[i] = att_ref[i] == -INFINITY || i % 19 == 4 ? 0.0f : (float)((i * 37 % 101) + 1) / 5000.0f;
                 ref->attn_wsum(att, N, group, hd, rows, off, N, out_ref);
                 fast->attn_wsum(att, N, group, hd, rows, off, N, out);
                 for (int h = 0; h < group; h++)
@@ -510,6 +554,11 @@ TEST(kernels_attention) {
                             if (att[h * N + j] != 0) mag += fabs(att[h * N + j] * rows[j][off + d]);
                         CHECKF(fabs(out[h * hd + d] - out_ref[h * hd + d]) <= 2 * N * 6e-8 * mag + 1e-30, "wsum isa %d hd %d g %d", isa, hd, group);
                     }
+                /* each head's sum is the same bits whatever group it is computed in */
+                for (int h = 0; h < group; h++) {
+                    fast->attn_wsum(att + (size_t)h * N, N, 1, hd, rows, off, N, out1);
+                    CHECKF(memcmp(out1, out + (size_t)h * hd, (size_t)hd * sizeof(float)) == 0, "wsum group isa %d hd %d g %d h %d", isa, hd, group, h);
+                }
             }
     }
 }

@@ -20,17 +20,24 @@ struct tkv_pool {
     tkv_pool_fn fn;              /* current job */
     void *ctx;
     int64_t n_items, grain;
+    int64_t chunk;               /* grains per claimed chunk */
+    atomic_int_fast64_t next;    /* next chunk to claim */
 };
 
 typedef struct { tkv_pool *pool; int tid; } worker_arg;
 
-static void run_chunk(tkv_pool *p, int tid) {
-    int64_t n = p->n_items, g = p->grain;
-    int64_t blocks = (n + g - 1) / g;
-    int64_t b0 = blocks * tid / p->n, b1 = blocks * (tid + 1) / p->n;
-    int64_t i0 = b0 * g, i1 = b1 * g;
-    if (i1 > n) i1 = n;
-    if (i0 < i1) p->fn(p->ctx, i0, i1, tid);
+/* Chunks are claimed from a shared counter, so a thread that the OS delays (these machines are
+ * shared) leaves its work to the others instead of holding up the whole job. Which thread runs a
+ * chunk never changes what the chunk computes. */
+static void run_chunks(tkv_pool *p, int tid) {
+    int64_t n = p->n_items, g = p->grain, per = p->chunk;
+    for (;;) {
+        int64_t c = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        int64_t i0 = c * per * g, i1 = i0 + per * g;
+        if (i0 >= n) return;
+        if (i1 > n) i1 = n;
+        p->fn(p->ctx, i0, i1, tid);
+    }
 }
 
 static void *worker(void *arg) {
@@ -50,7 +57,7 @@ static void *worker(void *arg) {
         }
         if (atomic_load(&p->quit)) return NULL;
         seen = g;
-        run_chunk(p, tid);
+        run_chunks(p, tid);
         atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
     }
 }
@@ -101,12 +108,16 @@ void pool_for_grain(tkv_pool *p, int64_t n, int64_t grain, tkv_pool_fn fn, void 
     p->ctx = ctx;
     p->n_items = n;
     p->grain = grain;
+    /* about 4 chunks per thread: small enough to balance, large enough to keep rows together */
+    int64_t grains = (n + grain - 1) / grain;
+    p->chunk = (grains + 4 * p->n - 1) / (4 * p->n);
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     atomic_store(&p->pending, p->n - 1);
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    run_chunk(p, 0);
+    run_chunks(p, 0);
     while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
     }
 }

@@ -84,6 +84,13 @@ fwd *fwd_init(const model *m, kv_cache *kv, tkv_pool *pool, const fwd_options *o
             if ((t = cpu_matmul_scratch_size(lm[i]->type, lm[i]->n_in, (int64_t)B)) > s) s = t;
     }
     if ((t = cpu_matmul_scratch_size(m->output.type, m->output.n_in, (int64_t)B)) > s) s = t;
+    for (int l = 0; l < c->n_layer; l++) { /* the fused q/k/v and gate/up jobs convert up to once per part */
+        const model_layer *L = &m->layers[l];
+        cpu_mm_out qkv[3] = {{.type = L->wq.type}, {.type = L->wk.type}, {.type = L->wv.type}};
+        cpu_mm_out gu[2] = {{.type = L->wgate.type}, {.type = L->wup.type}};
+        if ((t = cpu_matmul_multi_scratch_size(qkv, 3, E, (int64_t)B)) > s) s = t;
+        if ((t = cpu_matmul_multi_scratch_size(gu, 2, E, (int64_t)B)) > s) s = t;
+    }
     f->mm_scratch = tkv_xaligned(64, s);
     return f;
 }
@@ -103,6 +110,14 @@ static void matmul(fwd *f, const model_mat *w, const float *x, int n, float *y) 
 }
 
 /* y = rmsnorm(x) * w, row by row; sum of squares in double as llama.cpp does */
+/* y_k = x · W_kᵀ for two or three matrices that read the same x, as one job */
+static void matmul_fused(fwd *f, const model_mat *const *w, float *const *y, int k, const float *x, int n) {
+    cpu_mm_out o[3];
+    for (int i = 0; i < k; i++)
+        o[i] = (cpu_mm_out){.type = w[i]->type, .w = w[i]->data, .n_out = w[i]->n_out, .y = y[i], .y_stride = w[i]->n_out};
+    cpu_matmul_multi(f->pool, f->opt.isa, o, k, w[0]->n_in, x, n, f->mm_scratch);
+}
+
 static void rmsnorm(float *y, const float *x, const float *w, int n_rows, int n, float eps) {
     for (int r = 0; r < n_rows; r++) {
         const float *xr = x + (size_t)r * n;
@@ -243,9 +258,7 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
     for (int l = 0; l < c->n_layer; l++) {
         const model_layer *L = &m->layers[l];
         rmsnorm(f->h, f->x, L->attn_norm, n, E, c->rms_eps);
-        matmul(f, &L->wq, f->h, n, f->q);
-        matmul(f, &L->wk, f->h, n, f->k);
-        matmul(f, &L->wv, f->h, n, f->v);
+        matmul_fused(f, (const model_mat *const[]){&L->wq, &L->wk, &L->wv}, (float *const[]){f->q, f->k, f->v}, 3, f->h, n);
         add_bias(f->q, L->bq, n, Q);
         add_bias(f->k, L->bk, n, KV);
         add_bias(f->v, L->bv, n, KV);
@@ -261,8 +274,7 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
         for (size_t i = 0; i < (size_t)n * E; i++) f->x[i] += f->tmp[i];
 
         rmsnorm(f->h, f->x, L->ffn_norm, n, E, c->rms_eps);
-        matmul(f, &L->wgate, f->h, n, f->gate);
-        matmul(f, &L->wup, f->h, n, f->up);
+        matmul_fused(f, (const model_mat *const[]){&L->wgate, &L->wup}, (float *const[]){f->gate, f->up}, 2, f->h, n);
         swiglu_job sj = {f->gate, f->up};
         pool_for_grain(f->pool, (int64_t)n * F, 1024, swiglu_task, &sj);
         matmul(f, &L->wdown, f->gate, n, f->tmp);

@@ -13,6 +13,21 @@
 
 size_t cpu_matmul_scratch_size(uint32_t type, int64_t n_in, int64_t n_tok);
 
+/* Several matrices applied to the same X in one job (q/k/v, gate/up): one pool wake-up, one
+ * activation conversion per activation format. Results equal separate cpu_matmul calls bit for bit. */
+#define CPU_MM_MAX_PARTS 4
+typedef struct {
+    uint32_t type;      /* ggml type of W */
+    const void *w;      /* n_out rows of n_in elements */
+    int64_t n_out;
+    float *y;           /* [n_tok][y_stride] */
+    int64_t y_stride;
+} cpu_mm_out;
+
+size_t cpu_matmul_multi_scratch_size(const cpu_mm_out *outs, int n_outs, int64_t n_in, int64_t n_tok);
+void cpu_matmul_multi(tkv_pool *pool, cpu_isa isa, const cpu_mm_out *outs, int n_outs, int64_t n_in, const float *x,
+                      int64_t n_tok, void *scratch);
+
 void cpu_matmul(tkv_pool *pool, cpu_isa isa, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
                 const float *x, int64_t n_tok, float *y, int64_t y_stride, void *scratch);
 
