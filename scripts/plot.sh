@@ -60,8 +60,10 @@ awk -v dir="$tmp" -v want_t0="$t0" -v want_evict="$evict" -v want_budget="$budge
         p = $col["policy"]
         if (only != "" && p != only) next
         # column 8: the share of the KV actually evicted when the table measured it (the baselines
-        # evict through their budget, not through --evict-ratio), else the flag
-        ev = ("evicted_share" in col && $col["evicted_share"] != "NA" && $col["evicted_share"] != "") ? $col["evicted_share"] : $col["evict_ratio"]
+        # evict through their budget, not through --evict-ratio), else the flag; for a baseline
+        # without the measurement, its nominal share 1 - budget
+        ev = ("evicted_share" in col && $col["evicted_share"] != "NA" && $col["evicted_share"] != "") ? $col["evicted_share"] : \
+             (p ~ /^(streaming|h2o|rkv|snapkv)$/ ? 1 - $col["t0_ratio"] : $col["evict_ratio"])
         line = $col["t0_ratio"] " " $col["evict_ratio"] " " $col["budget"] " " $col["accuracy"] " " \
                $col["ci_lo"] " " $col["ci_hi"] " " $col["mean_len"] " " ev
         print line > (dir "/all_" p ".dat")

@@ -13,6 +13,7 @@
  * run (512 steps, full + two hierarchy settings in lockstep) uses the 0.5B file and the 1.5B gets a
  * 128-step run (full + one): both models' shapes and kernels are covered, about 2.5 minutes on two
  * idle cores (310 s measured while another test suite shared them). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -339,6 +340,7 @@ static void check_baseline_budget(cand *c, int step) {
     /* positions held by at least one row must be exactly the T0 tokens (slots freed otherwise) */
     static uint8_t any[4096];
     memset(any, 0, sizeof any);
+    double dropped = 0; /* positions no longer held, summed over rows */
     for (int l = 0; l < m->n_layer; l++) {
         kv_view v;
         kv_view_layer(kv, 0, l, &v);
@@ -349,6 +351,7 @@ static void check_baseline_budget(cand *c, int step) {
                 held += h;
                 any[p] |= (uint8_t)h;
             }
+            dropped += len - held;
             if (held > limit) {
                 snprintf(err, sizeof err, "layer %d kv head %d holds %d at length %d, rule allows %d", l, g, held, len, limit);
                 bad(c, step, err);
@@ -362,6 +365,8 @@ static void check_baseline_budget(cand *c, int step) {
     if (st.tokens[0] != n_any) bad(c, step, "T0 tokens != positions held by some (layer, kv head)");
     if (st.limit_bytes != (int64_t)limit * kv_token_bytes(kv, 0)) bad(c, step, "stats limit_bytes != the rule");
     if (st.held_bytes > st.limit_bytes) bad(c, step, "stats held_bytes > limit_bytes");
+    if (fabs(st.evicted_equiv - dropped / (m->n_layer * m->n_head_kv)) > 1e-6)
+        bad(c, step, "stats evicted_equiv != positions dropped per (layer, kv head), averaged");
     c->token_bytes = kv_token_bytes(kv, 0);
 }
 
@@ -376,8 +381,8 @@ static void baselines_half(const char *model) {
     REQUIRE(lockstep(t_shared(model), 1, 128, 300, c, 4, check_baseline_budget) == 0);
     for (int i = 0; i < 4; i++) {
         const kv_stats *s = &c[i].st;
-        printf("    %-9s T0 %4lld tokens, evicted %4lld, held %7.1f KiB (peak %7.1f), budget %7.1f KiB, rule %7.1f KiB\n",
-               c[i].name, (long long)s->tokens[0], (long long)s->tokens[3], s->held_bytes / 1024.0,
+        printf("    %-9s T0 %4lld tokens, evicted %4lld (per row %5.1f), held %7.1f KiB (peak %7.1f), budget %7.1f KiB, rule %7.1f KiB\n",
+               c[i].name, (long long)s->tokens[0], (long long)s->tokens[3], s->evicted_equiv, s->held_bytes / 1024.0,
                s->peak_held_bytes / 1024.0, s->t0_budget_bytes / 1024.0, s->limit_bytes / 1024.0);
         CHECKF(c[i].bad == 0, "%s: %d step checks failed", c[i].name, c[i].bad);
         CHECKF(s->held_bytes <= s->limit_bytes && s->peak_held_bytes <= (int64_t)(128 + 300) * c[i].token_bytes,
@@ -389,6 +394,9 @@ static void baselines_half(const char *model) {
     /* StreamingLLM drops whole tokens: exactly its budget is resident */
     CHECK(c[0].st.tokens[0] == half(128 + 300));
     CHECK(c[0].st.tokens[3] == 128 + 300 - half(128 + 300));
+    CHECK(fabs(c[0].st.evicted_equiv - (double)(128 + 300 - half(128 + 300))) < 1e-9);
+    /* H2O keeps half of every row: about half of the length is gone from each, on average */
+    CHECKF(c[1].st.evicted_equiv > 0.4 * (128 + 300), "h2o evicted_equiv %.1f", c[1].st.evicted_equiv);
 }
 TEST(kv_model_baselines_hold_budget_qwen2) { baselines_half(QWEN2); }
 TEST(kv_model_baselines_hold_budget_llama) { baselines_half(LLAMA); }

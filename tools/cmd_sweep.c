@@ -147,8 +147,10 @@ static int write_tsv(const char *dir, struct cfg *cf, int n) {
     FILE *f = fopen(p, "w");
     if (!f) { fprintf(stderr, "tierkv sweep: cannot write %s\n", p); return -1; }
     fprintf(f, "# tierkv sweep: one row per configuration. t0_ratio/evict_ratio: the flags given (full: 1 and 0;\n"
-               "# baselines: evict_ratio 0, their budget is t0_ratio). budget: --max-tokens. evicted_share: measured\n"
-               "# mean evicted tokens / mean final length. NA: not measured in the last invocation.\n");
+               "# baselines: evict_ratio 0, their budget is t0_ratio). budget: --max-tokens. mean_evicted_tokens:\n"
+               "# positions whose K/V can no longer be read at the end, averaged over (layer, kv head) rows (the\n"
+               "# per-head baselines drop different positions per row); evicted_share: that / mean final length.\n"
+               "# NA: not measured in the last invocation, or by a version that did not record it.\n");
     fprintf(f, "policy\tt0_ratio\tevict_ratio\tbudget\tn\tcorrect\taccuracy\tci_lo\tci_hi\tmean_len\tmax_len\tlength_share\t"
                "mean_t0_tokens\tmean_t1_tokens\tmean_t2_tokens\tmean_evicted_tokens\tevicted_share\tpeak_t0_mib\tmoved_mib\t"
                "tok_per_s\tname\n");
@@ -166,8 +168,9 @@ static int write_tsv(const char *dir, struct cfg *cf, int n) {
         put_num(f, s->mean_len, "%.1f\t");
         put_num(f, s->max_len, "%.0f\t");
         put_num(f, s->length_share, "%.4f\t");
-        for (int t = 0; t < 4; t++) put_num(f, s->mean_tier_tokens[t], "%.1f\t");
-        put_num(f, tot > 0 ? s->mean_tier_tokens[3] / tot : NAN, "%.4f\t");
+        for (int t = 0; t < 3; t++) put_num(f, s->mean_tier_tokens[t], "%.1f\t");
+        put_num(f, s->mean_evicted, "%.1f\t");
+        put_num(f, tot > 0 ? s->mean_evicted / tot : NAN, "%.4f\t");
         put_num(f, s->mean_peak_t0_bytes / 1048576.0, "%.3f\t");
         put_num(f, s->mean_bytes_moved / 1048576.0, "%.3f\t");
         put_num(f, c->tok_per_s, "%.2f\t");

@@ -102,6 +102,10 @@ typedef struct {
     int64_t bytes_moved_up;     /* slower tiers -> T0 */
     int64_t bytes_staged;       /* T1/T2 rows copied into staging for attention (not tier moves) */
     int64_t tokens_evicted;
+    /* positions whose K/V can no longer be read, averaged over the (layer, kv head) rows, now: the T3
+     * count for whole-token policies; for the per-head baselines (H2O, R-KV, SnapKV keep different
+     * positions per row) the positions each row has dropped, averaged */
+    double evicted_equiv;
     int64_t retiers;
     double move_seconds;        /* time the transfer engine spent copying */
     double retier_seconds;      /* time spent ranking and planning */

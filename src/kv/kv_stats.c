@@ -15,9 +15,12 @@ static void add_seq(const kv_cache *kv, const kv_seq *s, kv_stats *o) {
         o->t0_budget_bytes += b;
         o->limit_bytes += b;
         for (int t = 0; t < 3; t++) o->held_bytes += s->ntok[t] * kv_token_bytes(kv, t);
+        o->evicted_equiv += (double)s->ntok[KV_T3];
     } else { /* baselines: per (layer, kv head) row, see kv.h */
         int64_t rows_per_token = (int64_t)kv->o.n_layer * kv->o.n_head_kv, new_tokens = s->len - s->bl_len;
-        o->held_bytes += (s->bl_held_rows + new_tokens * rows_per_token) * kv_row_bytes(kv);
+        int64_t held_rows = s->bl_held_rows + new_tokens * rows_per_token;
+        o->held_bytes += held_rows * kv_row_bytes(kv);
+        if (s->bl_len > 0) o->evicted_equiv += (double)((int64_t)s->len * rows_per_token - held_rows) / (double)rows_per_token;
         o->peak_held_bytes += s->c.peak_held_bytes;
         int fresh = s->bl_len == 0; /* before the prompt end: the method holds everything */
         o->t0_budget_bytes += (int64_t)(fresh ? s->len : s->bl_budget) * kv_token_bytes(kv, 0);
@@ -47,14 +50,14 @@ int kv_stats_json(const kv_stats *s, char *buf, size_t n) {
                     "{\"tokens\":[%lld,%lld,%lld,%lld],\"bytes\":[%lld,%lld,%lld,%lld],\"peak_t0_bytes\":%lld,"
                     "\"t0_budget_bytes\":%lld,\"budget_raised\":%lld,\"bytes_moved_down\":%lld,\"bytes_moved_up\":%lld,"
                     "\"bytes_moved_host\":%lld,\"bytes_staged\":%lld,\"tokens_evicted\":%lld,\"retiers\":%lld,"
-                    "\"sync_demotions\":%lld,\"held_bytes\":%lld,\"peak_held_bytes\":%lld,\"limit_bytes\":%lld,"
+                    "\"evicted_equiv\":%.2f,\"sync_demotions\":%lld,\"held_bytes\":%lld,\"peak_held_bytes\":%lld,\"limit_bytes\":%lld,"
                     "\"move_seconds\":%.6f,\"retier_seconds\":%.6f,\"fence_wait_seconds\":%.6f}",
                     (long long)s->tokens[0], (long long)s->tokens[1], (long long)s->tokens[2], (long long)s->tokens[3],
                     (long long)s->bytes[0], (long long)s->bytes[1], (long long)s->bytes[2], (long long)s->bytes[3],
                     (long long)s->peak_t0_bytes, (long long)s->t0_budget_bytes, (long long)s->budget_raised,
                     (long long)s->bytes_moved_down, (long long)s->bytes_moved_up, (long long)s->bytes_moved_host,
                     (long long)s->bytes_staged, (long long)s->tokens_evicted, (long long)s->retiers,
-                    (long long)s->sync_demotions, (long long)s->held_bytes, (long long)s->peak_held_bytes,
+                    s->evicted_equiv, (long long)s->sync_demotions, (long long)s->held_bytes, (long long)s->peak_held_bytes,
                     (long long)s->limit_bytes, s->move_seconds, s->retier_seconds, s->fence_wait_seconds);
 }
 
@@ -95,6 +98,9 @@ void kv_stats_print(FILE *f, const kv_cache *kv, int seq) {
                 kv->o.policy == KV_POLICY_RKV      ? "tokens since the last compression, <= 128"
                 : kv->o.policy == KV_POLICY_SNAPKV ? "decode tokens, never evicted"
                                                    : "nothing");
+    if (kv->ops->tiered && !kv->ops->select)
+        fprintf(f, "  %.1f positions dropped per (layer, kv head) row on average (T3 counts only those no row holds)\n",
+                s.evicted_equiv);
     fprintf(f, "  staged %.2f MiB; time: plan %.3f s, moves %.3f s, fence waits %.3f s\n", mib(s.bytes_staged),
             s.retier_seconds, s.move_seconds, s.fence_wait_seconds);
 }
