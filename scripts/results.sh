@@ -51,6 +51,36 @@ def rel(p):
 def fmt(x, spec):
     return "NA" if x is None else format(x, spec)
 
+WHOLE_TOKEN = {"full", "hierarchy", "evict", "quant", "streaming"}  # drop a position from every row at once
+
+def mean_dropped(s):
+    """Mean positions dropped per (layer, kv head) row at the end of a problem, from the results
+    JSONL: `evicted_equiv` where recorded; files written before it existed only have `tokens_evicted`
+    (tokens no row holds), which is the same number for whole-token policies and an undercount for
+    the per-head baselines (None then)."""
+    path = s["_path"][: -len(".summary.json")] + ".jsonl"
+    want = set(s.get("ids") or [])
+    vals = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                if want and r.get("id") not in want:
+                    continue
+                kv = r.get("kv") or {}
+                if "evicted_equiv" in kv:
+                    vals.append(kv["evicted_equiv"])
+                elif r.get("policy") in WHOLE_TOKEN:
+                    vals.append(kv.get("tokens_evicted", 0))
+                else:
+                    return None
+    except OSError:
+        return None
+    return sum(vals) / len(vals) if vals else None
+
 def read_tsv(path):
     rows, hdr = [], None
     with open(path) as f:
@@ -119,13 +149,21 @@ for d in dirs:
     L.append("")
 
     L += ["KV hierarchy per problem (means over problems, at the end of each problem):", "",
-          "| configuration | T0 tokens | T1 tokens | T2 tokens | evicted | peak T0 MiB | moved MiB |",
-          "| --- | --- | --- | --- | --- | --- | --- |"]
+          "| configuration | T0 tokens | T1 tokens | T2 tokens | evicted (per row) | share | peak T0 MiB | moved MiB |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in sums:
         t = s.get("mean_tier_tokens") or [None] * 4
         pk, mv = s.get("mean_peak_t0_bytes"), s.get("mean_bytes_moved")
-        L.append(f"| {s['_name']} | {fmt(t[0], '.1f')} | {fmt(t[1], '.1f')} | {fmt(t[2], '.1f')} | {fmt(t[3], '.1f')} | "
+        ev = mean_dropped(s)
+        tot = sum(x for x in t if x is not None) if all(x is not None for x in t) else None
+        share = ev / tot if ev is not None and tot else None
+        L.append(f"| {s['_name']} | {fmt(t[0], '.1f')} | {fmt(t[1], '.1f')} | {fmt(t[2], '.1f')} | {fmt(ev, '.1f')} | "
+                 f"{'NA' if share is None else format(100 * share, '.1f') + '%'} | "
                  f"{fmt(pk / 1048576 if pk is not None else None, '.2f')} | {fmt(mv / 1048576 if mv is not None else None, '.2f')} |")
+    L.append("")
+    L.append("evicted (per row): positions whose K/V can no longer be read at the end, averaged over the "
+             "(layer, kv head) rows (H2O, R-KV and SnapKV drop different positions in each row); share: of "
+             "the final length. NA: recorded before this was measured, for a per-head baseline.")
     L.append("")
 
     mc = os.path.join(d, "mcnemar.tsv")

@@ -34,6 +34,8 @@ static void usage(FILE *out) {
             "      --evict LIST        eviction ratios for hierarchy, default 0,0.03,0.1\n"
             "      --dry-run           list the configurations and their eval commands, run nothing\n"
             "      --no-plot           do not call scripts/plot.sh\n"
+            "      --table-only        run nothing: rebuild sweep.tsv, mcnemar.tsv and the plots from the\n"
+            "                          configurations of the grid that have results in DIR (the others are left out)\n"
             "      --plot-script FILE  plot.sh to call (default: ../scripts/plot.sh next to the binary's folder,\n"
             "                          else scripts/plot.sh)\n"
             "  EVAL-FLAGS: any `tierkv eval` flags but --out, --summary-json and the KV budget flags, e.g.\n"
@@ -45,6 +47,7 @@ struct cfg {
     char policy[32];
     double t0, ev;   /* -1: not given */
     int ok;          /* 1: ran (or was complete) and its summary was read */
+    int skip;        /* --table-only and no results: not part of the table */
     struct harness_summary s;
     double tok_per_s; /* NAN when the last invocation ran nothing */
     double budget;    /* --max-tokens */
@@ -156,6 +159,7 @@ static int write_tsv(const char *dir, struct cfg *cf, int n) {
                "tok_per_s\tname\n");
     for (int i = 0; i < n; i++) {
         struct cfg *c = &cf[i];
+        if (c->skip) continue;
         if (!c->ok) { fprintf(f, "# %s: failed, no row\n", c->name); continue; }
         const struct harness_summary *s = &c->s;
         double tot = 0;
@@ -263,7 +267,7 @@ int cmd_sweep(int argc, char **argv) {
     const char *dir = NULL, *plot_script = NULL;
     const char *pol_list = "full,hierarchy,evict,quant,streaming,h2o,rkv";
     double t0[MAX_LIST] = {0.3, 0.5, 0.7}, ev[MAX_LIST] = {0, 0.03, 0.1};
-    int n_t0 = 3, n_ev = 3, dry = 0, no_plot = 0;
+    int n_t0 = 3, n_ev = 3, dry = 0, no_plot = 0, table_only = 0;
     char **pass = tkv_xcalloc((size_t)argc + 1, sizeof(char *));
     int n_pass = 0;
     for (int i = 1; i < argc; i++) {
@@ -271,6 +275,7 @@ int cmd_sweep(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); free(pass); return 0; }
         if (!strcmp(a, "--dry-run")) { dry = 1; continue; }
         if (!strcmp(a, "--no-plot")) { no_plot = 1; continue; }
+        if (!strcmp(a, "--table-only")) { table_only = 1; continue; }
         int grid = !strcmp(a, "--dir") || !strcmp(a, "--policies") || !strcmp(a, "--t0") || !strcmp(a, "--evict") ||
                    !strcmp(a, "--plot-script");
         if (grid) {
@@ -324,10 +329,10 @@ int cmd_sweep(int argc, char **argv) {
     int rc = 0;
     if (!dry && mkdir(dir, 0777) && access(dir, W_OK)) { fprintf(stderr, "tierkv sweep: cannot create %s\n", dir); free(pass); return 1; }
     if (dry) printf("%d configurations:\n", n);
-    else { /* the command, for scripts/results.sh */
+    else if (!table_only) { /* the commands, one line per invocation, for scripts/results.sh */
         char *cp = tkv_xmalloc(strlen(dir) + 16);
         sprintf(cp, "%s/sweep.cmd", dir);
-        FILE *f = fopen(cp, "w");
+        FILE *f = fopen(cp, "a");
         free(cp);
         if (f) {
             fputs("tierkv", f);
@@ -357,6 +362,16 @@ int cmd_sweep(int argc, char **argv) {
             printf("\n");
             free(outp);
             free(sump);
+            continue;
+        }
+        if (table_only) {
+            char err[1024];
+            int have = access(sump, R_OK) == 0;
+            free(outp);
+            free(sump);
+            if (!have) { c->skip = 1; continue; }
+            if (read_cfg(dir, c, err, sizeof err)) fprintf(stderr, "[sweep] %s: %s\n", c->name, err), rc = 1;
+            else c->ok = 1;
             continue;
         }
         fprintf(stderr, "[sweep] %d/%d %s\n", i + 1, n, c->name);
