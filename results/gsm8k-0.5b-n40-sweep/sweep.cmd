@@ -1,4 +1,5 @@
 tierkv sweep --dir results/gsm8k-0.5b-n40-sweep --policies full,hierarchy,evict,h2o,streaming --t0 0.5 --evict 0,0.03 -m qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 40 --parallel 16
 tierkv sweep --dir results/gsm8k-0.5b-n40-sweep --no-plot --policies hierarchy --t0 0.3,0.7 --evict 0.03 -m qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 40 --max-tokens 1024 --parallel 16
 tierkv sweep --dir results/gsm8k-0.5b-n40-sweep --no-plot --policies hierarchy --t0 0.3,0.5,0.7 --evict 0.1 -m qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 40 --max-tokens 1024 --parallel 16
+tierkv sweep --dir results/gsm8k-0.5b-n40-sweep --no-plot --policies hierarchy --t0 0.3,0.7 --evict 0 -m qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 40 --max-tokens 1024 --parallel 16
 # tables and plots: tierkv sweep --dir results/gsm8k-0.5b-n40-sweep --table-only --policies full,hierarchy,evict,h2o,streaming --t0 0.3,0.5,0.7 --evict 0,0.03,0.1 (same eval flags)
