@@ -75,21 +75,17 @@ fwd *fwd_init(const model *m, kv_cache *kv, tkv_pool *pool, const fwd_options *o
     f->views = tkv_xcalloc((size_t)o->n_seq, sizeof(kv_view));
     f->seq_seen = tkv_xcalloc((size_t)o->n_seq, 1);
     f->logit_rows = tkv_xaligned(64, B * E * 4);
-    /* scratch for the largest activation conversion of any matrix */
-    size_t s = 0, t;
+    /* scratch for the largest activation conversion of any job: the fused q/k/v and gate/up jobs
+     * convert up to once per part, wo, wdown and the output matrix once */
+    size_t s = cpu_matmul_scratch_size(m->output.type, m->output.n_in, (int64_t)B), t;
     for (int l = 0; l < c->n_layer; l++) {
-        const model_layer *L = &m->layers[l];
-        const model_mat *lm[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
-        for (int i = 0; i < 7; i++)
-            if ((t = cpu_matmul_scratch_size(lm[i]->type, lm[i]->n_in, (int64_t)B)) > s) s = t;
-    }
-    if ((t = cpu_matmul_scratch_size(m->output.type, m->output.n_in, (int64_t)B)) > s) s = t;
-    for (int l = 0; l < c->n_layer; l++) { /* the fused q/k/v and gate/up jobs convert up to once per part */
         const model_layer *L = &m->layers[l];
         cpu_mm_out qkv[3] = {{.type = L->wq.type}, {.type = L->wk.type}, {.type = L->wv.type}};
         cpu_mm_out gu[2] = {{.type = L->wgate.type}, {.type = L->wup.type}};
         if ((t = cpu_matmul_multi_scratch_size(qkv, 3, E, (int64_t)B)) > s) s = t;
         if ((t = cpu_matmul_multi_scratch_size(gu, 2, E, (int64_t)B)) > s) s = t;
+        if ((t = cpu_matmul_scratch_size(L->wo.type, L->wo.n_in, (int64_t)B)) > s) s = t;
+        if ((t = cpu_matmul_scratch_size(L->wdown.type, L->wdown.n_in, (int64_t)B)) > s) s = t;
     }
     f->mm_scratch = tkv_xaligned(64, s);
     return f;
@@ -109,7 +105,6 @@ static void matmul(fwd *f, const model_mat *w, const float *x, int n, float *y) 
     cpu_matmul(f->pool, f->opt.isa, w->type, w->data, w->n_in, w->n_out, x, n, y, w->n_out, f->mm_scratch);
 }
 
-/* y = rmsnorm(x) * w, row by row; sum of squares in double as llama.cpp does */
 /* y_k = x · W_kᵀ for two or three matrices that read the same x, as one job */
 static void matmul_fused(fwd *f, const model_mat *const *w, float *const *y, int k, const float *x, int n) {
     cpu_mm_out o[3];
@@ -118,6 +113,7 @@ static void matmul_fused(fwd *f, const model_mat *const *w, float *const *y, int
     cpu_matmul_multi(f->pool, f->opt.isa, o, k, w[0]->n_in, x, n, f->mm_scratch);
 }
 
+/* y = rmsnorm(x) * w, row by row; sum of squares in double as llama.cpp does */
 static void rmsnorm(float *y, const float *x, const float *w, int n_rows, int n, float eps) {
     for (int r = 0; r < n_rows; r++) {
         const float *xr = x + (size_t)r * n;

@@ -34,7 +34,7 @@ typedef struct {
     int64_t n_out, row0; /* rows row0 .. row0+n_out-1 of the job's concatenated outputs */
     float *y;           /* [n_tok][y_stride] */
     int64_t y_stride;
-    const uint8_t *act; /* [n_tok][a_stride] converted activations */
+    uint8_t *act;       /* [n_tok][a_stride] converted activations */
     size_t a_stride;
 } mm_part;
 
@@ -48,7 +48,7 @@ typedef struct {
 
 static void convert_rows(const mm_ctx *c, const mm_part *p, int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++)
-        p->ops->quantize_act(c->x + t * c->n_in, (uint8_t *)p->act + (size_t)t * p->a_stride, c->n_in);
+        p->ops->quantize_act(c->x + t * c->n_in, p->act + (size_t)t * p->a_stride, c->n_in);
 }
 
 static void mm_convert(void *vc, int64_t i0, int64_t i1, int tid) {
@@ -105,12 +105,12 @@ void cpu_matmul_multi(tkv_pool *pool, cpu_isa isa, const cpu_mm_out *outs, int n
     for (int k = 0; k < n_outs; k++) {
         const cpu_mm_out *o = &outs[k];
         mm_part *p = &c.part[k];
-        p->ops = cpu_ops_for(o->type, isa);
-        TKV_ASSERT(p->ops != NULL);
+        const cpu_type_ops *ops = cpu_ops_for(o->type, isa);
+        TKV_ASSERT(ops != NULL);
         int64_t blck = cpu_type_blck(o->type); /* activation blocks have the weight block size */
         TKV_ASSERT(blck > 0 && n_in % blck == 0);
         TKV_ASSERT(n_tok <= 1 || o->y_stride >= o->n_out);
-        *p = (mm_part){.ops = p->ops, .w = o->w, .w_row = cpu_weight_row_size(o->type, n_in), .n_out = o->n_out,
+        *p = (mm_part){.ops = ops, .w = o->w, .w_row = cpu_weight_row_size(o->type, n_in), .n_out = o->n_out,
                        .row0 = rows, .y = o->y, .y_stride = o->y_stride, .a_stride = act_stride(o->type, n_in)};
         rows += o->n_out;
         /* parts with the same activation format share one conversion */
