@@ -191,7 +191,18 @@ void FN(quant_q8_K)(const float *x, void *y, int64_t n) {
 
 /* ---- 32-block weights against Q8_0: d_w*d_a*Σ q_w q_a with q_w signed bytes ---- */
 
-/* signed w bytes · signed a bytes as |w| (u8) · sign(a, w) (s8); |-128| = 128 still fits u8 */
+/* lane k (0..3) of each 128-bit half of v, in all 8 lanes (v holds the same 4 floats in both halves) */
+INLINE __m256 lane_bcast4(__m256 v, int k) {
+    return k == 0 ? _mm256_shuffle_ps(v, v, 0x00)
+         : k == 1 ? _mm256_shuffle_ps(v, v, 0x55)
+         : k == 2 ? _mm256_shuffle_ps(v, v, 0xaa)
+                  : _mm256_shuffle_ps(v, v, 0xff);
+}
+
+/* signed w bytes · signed a bytes as |w| (u8) · sign(a, w) (s8); |-128| = 128 still fits u8.
+ * The scale of each product is the f32 product dw*da whatever the tile: for C > 1 tokens the C
+ * activation scales are converted and multiplied by dw as one 4-lane vector (the same IEEE
+ * products as the scalar path of the 1 x 1 tile, so tiles still equal vec_dot bit for bit). */
 #define Q8_0_KERNEL(t, BS, UNPACK, R, C)                                                                          \
     INLINE __m256i t##_unpack(const uint8_t *w) { return UNPACK; }                                                \
     INLINE void t##_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, \
@@ -207,13 +218,25 @@ void FN(quant_q8_K)(const float *x, void *y, int64_t n) {
                 wq[r] = t##_unpack(wb);                                                                           \
                 aw[r] = _mm256_abs_epi8(wq[r]);                                                                   \
             }                                                                                                     \
+            __m256 dv[TR_MAX]; /* nc > 1: the nc products dw[r]*da_k, in lanes k and 4 + k */                   \
+            if (nc > 1) {                                                                                         \
+                uint64_t dbits = 0;                                                                               \
+                UNROLL for (int k = 0; k < nc; k++)                                                               \
+                    dbits |= (uint64_t)((const cpu_block_q8_0 *)(a + (size_t)k * st) + i)->d << (16 * k);        \
+                __m128 da4 = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)dbits));                                   \
+                UNROLL for (int r = 0; r < nr; r++) {                                                             \
+                    __m128 p = _mm_mul_ps(_mm_set1_ps(dw[r]), da4);                                               \
+                    dv[r] = _mm256_set_m128(p, p);                                                                \
+                }                                                                                                 \
+            }                                                                                                     \
             UNROLL for (int k = 0; k < nc; k++) {                                                                 \
                 const cpu_block_q8_0 *y = (const cpu_block_q8_0 *)(a + (size_t)k * st) + i;                      \
                 __m256i ya = _mm256_loadu_si256((const __m256i *)y->qs);                                          \
-                float da = _cvtsh_ss(y->d);                                                                       \
+                float da = nc > 1 ? 0.0f : _cvtsh_ss(y->d);                                                       \
                 UNROLL for (int r = 0; r < nr; r++) {                                                             \
                     __m256i is = dot_u8s8(_mm256_setzero_si256(), aw[r], _mm256_sign_epi8(ya, wq[r]));            \
-                    acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * da), _mm256_cvtepi32_ps(is), acc[r][k]);  \
+                    __m256 sc = nc > 1 ? lane_bcast4(dv[r], k) : _mm256_set1_ps(dw[r] * da);                      \
+                    acc[r][k] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(is), acc[r][k]);                           \
                 }                                                                                                 \
             }                                                                                                     \
         }                                                                                                         \
