@@ -505,20 +505,23 @@ void FN(attn_scores)(const float *q, int group, int hd, const float *const *rows
     }
 }
 
-/* wsum for heads h0..h0+HP-1 (HP <= 6, constant) over 16 output columns dc..dc+15: each V row slice
- * is loaded once for all HP heads, so a group's V is read once per 16 columns instead of once per
- * head. Per output the FMA chain over j is the one of a head-by-head loop: a head whose weight is 0
- * still gets fma(0, v, acc), which leaves acc unchanged (v is finite and acc never -0), and rows
- * whose weights are all 0 are skipped (they may be absent). */
+/* wsum for heads h0..h0+HP-1 (HP <= 6, constant) over 16 output columns dc..dc+15 and the positions
+ * idx[0..ni) of one chunk: each V row slice is loaded once for all HP heads, so a group's V is read
+ * once per 16 columns instead of once per head. The sums continue from `out` (or start at 0 for the
+ * first chunk), so per output the FMA chain over j is the one of a head-by-head loop: a head whose
+ * weight is 0 still gets fma(0, v, acc), which leaves acc unchanged (v is finite and acc never -0);
+ * positions whose weights are all 0 for these heads are not in idx (their rows may be absent). */
 INLINE void wsum_block(const float *att, size_t stride, int h0, int HP, int hd, const float *const *rows, size_t off,
-                       int n, int dc, float *out) {
+                       const int *idx, int ni, int first, int dc, float *out) {
     __m256 acc[6][2];
-    UNROLL for (int h = 0; h < HP; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+    UNROLL for (int h = 0; h < HP; h++) {
+        float *o = out + (size_t)(h0 + h) * hd + dc;
+        acc[h][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(o);
+        acc[h][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(o + 8);
+    }
     const float *w = att + (size_t)h0 * stride;
-    for (int j = 0; j < n; j++) {
-        int any = 0;
-        UNROLL for (int h = 0; h < HP; h++) any |= w[(size_t)h * stride + j] != 0.0f;
-        if (!any) continue;
+    for (int t = 0; t < ni; t++) {
+        int j = idx[t];
         const float *v = rows[j] + off + dc;
         __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
         UNROLL for (int h = 0; h < HP; h++) {
@@ -534,6 +537,10 @@ INLINE void wsum_block(const float *att, size_t stride, int h0, int HP, int hd, 
     }
 }
 
+/* positions per chunk: the list of positions with a nonzero weight is built once per chunk and
+ * sub-group of heads, not once per 16 columns */
+#define WSUM_CHUNK 64
+
 void FN(attn_wsum)(const float *att, size_t stride, int group, int hd, const float *const *rows, size_t off,
                    int n, float *out) {
     if (hd % 16) {
@@ -543,14 +550,22 @@ void FN(attn_wsum)(const float *att, size_t stride, int group, int hd, const flo
     int nsub = (group + 5) / 6; /* sub-groups of at most 6 heads, as even as possible */
     for (int s = 0, h0 = 0; s < nsub; s++) {
         int hp = (group - h0) / (nsub - s);
-        for (int dc = 0; dc < hd; dc += 16) {
-            switch (hp) {
-            case 1: wsum_block(att, stride, h0, 1, hd, rows, off, n, dc, out); break;
-            case 2: wsum_block(att, stride, h0, 2, hd, rows, off, n, dc, out); break;
-            case 3: wsum_block(att, stride, h0, 3, hd, rows, off, n, dc, out); break;
-            case 4: wsum_block(att, stride, h0, 4, hd, rows, off, n, dc, out); break;
-            case 5: wsum_block(att, stride, h0, 5, hd, rows, off, n, dc, out); break;
-            default: wsum_block(att, stride, h0, 6, hd, rows, off, n, dc, out); break;
+        for (int j0 = 0; j0 == 0 || j0 < n; j0 += WSUM_CHUNK) {
+            int idx[WSUM_CHUNK], ni = 0, j1 = n - j0 < WSUM_CHUNK ? n : j0 + WSUM_CHUNK;
+            for (int j = j0; j < j1; j++) {
+                int any = 0;
+                for (int h = 0; h < hp; h++) any |= att[(size_t)(h0 + h) * stride + j] != 0.0f;
+                if (any) idx[ni++] = j;
+            }
+            for (int dc = 0; dc < hd; dc += 16) {
+                switch (hp) {
+                case 1: wsum_block(att, stride, h0, 1, hd, rows, off, idx, ni, j0 == 0, dc, out); break;
+                case 2: wsum_block(att, stride, h0, 2, hd, rows, off, idx, ni, j0 == 0, dc, out); break;
+                case 3: wsum_block(att, stride, h0, 3, hd, rows, off, idx, ni, j0 == 0, dc, out); break;
+                case 4: wsum_block(att, stride, h0, 4, hd, rows, off, idx, ni, j0 == 0, dc, out); break;
+                case 5: wsum_block(att, stride, h0, 5, hd, rows, off, idx, ni, j0 == 0, dc, out); break;
+                default: wsum_block(att, stride, h0, 6, hd, rows, off, idx, ni, j0 == 0, dc, out); break;
+                }
             }
         }
         h0 += hp;
