@@ -1,8 +1,10 @@
 /* main.c — the one test runner: runs every registered test (or those whose name contains one of
  * the arguments) and ends with "N passed, N failed, N skipped". Exit status 1 if any failed. */
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,13 +35,18 @@ const char *t_shared(const char *rel) {
     return b;
 }
 const char *t_bin(void) { const char *b = getenv("TIERKV_BIN"); return b ? b : "build/tierkv"; }
+static char tmp_dir[256]; /* created on first use; removed when every test passed */
 const char *t_tmpdir(void) {
-    static char dir[256];
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/tierkv-test-XXXXXX");
-        if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
+    if (!tmp_dir[0]) {
+        snprintf(tmp_dir, sizeof tmp_dir, "/tmp/tierkv-test-XXXXXX");
+        if (!mkdtemp(tmp_dir)) { perror("mkdtemp"); exit(2); }
     }
-    return dir;
+    return tmp_dir;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
 }
 
 static int cmp_name(const void *a, const void *b) {
@@ -71,5 +78,9 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    if (tmp_dir[0]) {
+        if (failed) printf("test files kept in %s\n", tmp_dir);
+        else nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
     return failed ? 1 : 0;
 }
