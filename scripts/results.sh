@@ -81,6 +81,34 @@ def mean_dropped(s):
         return None
     return sum(vals) / len(vals) if vals else None
 
+_outputs = {}
+
+def outputs(d, name):
+    """id -> generated text of a configuration's results JSONL (cached)."""
+    key = (d, name)
+    if key not in _outputs:
+        o = {}
+        try:
+            with open(os.path.join(d, name + ".jsonl")) as f:
+                for line in f:
+                    try:
+                        r = json.loads(line)
+                    except ValueError:
+                        continue
+                    o[r.get("id")] = r.get("output")
+        except OSError:
+            pass
+        _outputs[key] = o
+    return _outputs[key]
+
+
+def same_outputs(d, a, b, ids):
+    """How many of the problems both configurations ran produced the very same text."""
+    oa, ob = outputs(d, a), outputs(d, b)
+    both = [i for i in (ids if ids else oa) if i in oa and i in ob]
+    return sum(1 for i in both if oa[i] == ob[i]) if both else None
+
+
 def read_tsv(path):
     rows, hdr = [], None
     with open(path) as f:
@@ -170,12 +198,16 @@ for d in dirs:
     if os.path.exists(mc):
         rows = read_tsv(mc)
         if rows:
-            L += ["McNemar (paired on the same problems; only A / only B: discordant pairs):", "",
-                  "| comparison | A | B | n | A correct | B correct | only A | only B | p (exact) |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            L += ["McNemar (paired on the same problems; only A / only B: discordant pairs; same text: problems",
+                  "whose generated text is identical, character for character, in A and B):", "",
+                  "| comparison | A | B | n | A correct | B correct | only A | only B | p (exact) | same text |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            ids_of = {s["_name"]: s.get("ids") for s in sums}
             for r in rows:
+                same = same_outputs(d, r["a"], r["b"], ids_of.get(r["a"]))
                 L.append(f"| {r['comparison']} | {r['a']} | {r['b']} | {r['n_paired']} | {r['a_correct']} | "
-                         f"{r['b_correct']} | {r['only_a']} | {r['only_b']} | {float(r['p_exact']):.4g} |")
+                         f"{r['b_correct']} | {r['only_a']} | {r['only_b']} | {float(r['p_exact']):.4g} | "
+                         f"{'NA' if same is None else same} |")
             L.append("")
     pngs = sorted(glob.glob(os.path.join(d, "plots", "*.png")))
     if pngs:
