@@ -4,3 +4,5 @@ tierkv sweep --dir results/gsm8k-1.5b-n100 --no-plot --policies h2o --t0 0.5 -m 
 tierkv sweep --dir results/gsm8k-1.5b-n100 --no-plot --policies rkv --t0 0.5 -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 100 --max-tokens 1024 --parallel 16
 tierkv sweep --dir results/gsm8k-1.5b-n100 --no-plot --policies streaming --t0 0.5 -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 100 --max-tokens 1024 --parallel 16
 # tables and plots: tierkv sweep --dir results/gsm8k-1.5b-n100 --table-only --policies full,hierarchy,evict,h2o,rkv,streaming --t0 0.5 --evict 0.03,0.1 (same eval flags)
+tierkv sweep --dir results/gsm8k-1.5b-n100 --no-plot --policies hierarchy --t0 0.5 --evict 0.1 -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 100 --max-tokens 1024 --parallel 16
+tierkv sweep --dir results/gsm8k-1.5b-n100 --no-plot --policies evict --t0 0.5 -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 100 --max-tokens 1024 --parallel 16
