@@ -53,53 +53,52 @@ def fmt(x, spec):
 
 WHOLE_TOKEN = {"full", "hierarchy", "evict", "quant", "streaming"}  # drop a position from every row at once
 
+_records = {}
+
+def records(path):
+    """The parsed lines of a results JSONL (unparsable lines skipped), or None when it cannot be
+    read; read once per file."""
+    if path not in _records:
+        try:
+            with open(path) as f:
+                rs = []
+                for line in f:
+                    try:
+                        rs.append(json.loads(line))
+                    except ValueError:
+                        continue
+            _records[path] = rs
+        except OSError:
+            _records[path] = None
+    return _records[path]
+
+
 def mean_dropped(s):
     """Mean positions dropped per (layer, kv head) row at the end of a problem, from the results
     JSONL: `evicted_equiv` where recorded; files written before it existed only have `tokens_evicted`
     (tokens no row holds), which is the same number for whole-token policies and an undercount for
     the per-head baselines (None then)."""
-    path = s["_path"][: -len(".summary.json")] + ".jsonl"
+    rs = records(s["_path"][: -len(".summary.json")] + ".jsonl")
+    if rs is None:
+        return None
     want = set(s.get("ids") or [])
     vals = []
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    r = json.loads(line)
-                except ValueError:
-                    continue
-                if want and r.get("id") not in want:
-                    continue
-                kv = r.get("kv") or {}
-                if "evicted_equiv" in kv:
-                    vals.append(kv["evicted_equiv"])
-                elif r.get("policy") in WHOLE_TOKEN:
-                    vals.append(kv.get("tokens_evicted", 0))
-                else:
-                    return None
-    except OSError:
-        return None
+    for r in rs:
+        if want and r.get("id") not in want:
+            continue
+        kv = r.get("kv") or {}
+        if "evicted_equiv" in kv:
+            vals.append(kv["evicted_equiv"])
+        elif r.get("policy") in WHOLE_TOKEN:
+            vals.append(kv.get("tokens_evicted", 0))
+        else:
+            return None
     return sum(vals) / len(vals) if vals else None
 
-_outputs = {}
 
 def outputs(d, name):
-    """id -> generated text of a configuration's results JSONL (cached)."""
-    key = (d, name)
-    if key not in _outputs:
-        o = {}
-        try:
-            with open(os.path.join(d, name + ".jsonl")) as f:
-                for line in f:
-                    try:
-                        r = json.loads(line)
-                    except ValueError:
-                        continue
-                    o[r.get("id")] = r.get("output")
-        except OSError:
-            pass
-        _outputs[key] = o
-    return _outputs[key]
+    """id -> generated text of a configuration's results JSONL."""
+    return {r.get("id"): r.get("output") for r in records(os.path.join(d, name + ".jsonl")) or []}
 
 
 def same_outputs(d, a, b, ids):
