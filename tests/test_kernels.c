@@ -563,6 +563,49 @@ TEST(kernels_attention) {
     }
 }
 
+/* The fp16-row attention kernels of every ISA (generic included) against the same ISA's f32 kernels
+ * on the widened rows: bit for bit, for head dims that take the vector paths and ones that fall back,
+ * with missing rows, masks, and weights that are 0 for some heads. */
+TEST(kernels_attention_f16) {
+    enum { N = 75, MAXG = 7, MAXHD = 128 };
+    static float q[MAXG * MAXHD], kvf[N][2 * MAXHD], att16[MAXG * N], att32[MAXG * N], o16[MAXG * MAXHD], o32[MAXG * MAXHD];
+    static uint16_t kvh[N][2 * MAXHD];
+    const float *rows[N];
+    const uint16_t *hrows[N];
+    uint8_t keep[N];
+    const int hds[] = {64, 128, 40, 24}, groups[] = {1, 2, 6, 7};
+    for (int isa = CPU_ISA_GENERIC; isa <= CPU_ISA_AVX512; isa++) {
+        if (!isa_available((cpu_isa)isa)) continue;
+        const cpu_f32_ops *ops = cpu_f32_ops_for((cpu_isa)isa);
+        for (int hi = 0; hi < 4; hi++)
+            for (int gi = 0; gi < 4; gi++) {
+                int hd = hds[hi], group = groups[gi];
+                rand_acts(q, MAXG * MAXHD);
+                for (int j = 0; j < N; j++) {
+                    rand_acts(kvf[j], 2 * MAXHD);
+                    for (int d = 0; d < 2 * MAXHD; d++) {
+                        kvh[j][d] = tkv_f32_to_f16(kvf[j][d] * 8.0f);
+                        kvf[j][d] = tkv_f16_to_f32(kvh[j][d]);
+                    }
+                    int gone = j % 11 == 5;
+                    rows[j] = gone ? NULL : kvf[j];
+                    hrows[j] = gone ? NULL : kvh[j];
+                    keep[j] = j % 13 != 7;
+                }
+                size_t off = (size_t)(gi % 2) * hd;
+                const uint8_t *kp = hi % 2 ? keep : NULL;
+                ops->attn_scores(q, group, hd, rows, off, kp, N, 0.125f, att32, N);
+                ops->attn_scores_f16(q, group, hd, hrows, off, kp, N, 0.125f, att16, N);
+                CHECKF(memcmp(att16, att32, sizeof(float) * (size_t)group * N) == 0, "scores isa %d hd %d g %d", isa, hd, group);
+                for (int i = 0; i < group * N; i++)
+                    att32[i] = att32[i] == -INFINITY || i % 17 == 3 ? 0.0f : (float)((i * 29 % 97) + 1) / 4000.0f;
+                ops->attn_wsum(att32, N, group, hd, rows, off, N, o32);
+                ops->attn_wsum_f16(att32, N, group, hd, hrows, off, N, o16);
+                CHECKF(memcmp(o16, o32, sizeof(float) * (size_t)group * hd) == 0, "wsum isa %d hd %d g %d", isa, hd, group);
+            }
+    }
+}
+
 /* Softmax of each ISA against the plain one: masked entries exactly 0, the rest within the
  * vector exp's error (relative 1e-6), rows of awkward lengths, all-masked rows. */
 TEST(kernels_softmax) {

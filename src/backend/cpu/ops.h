@@ -58,6 +58,13 @@ typedef struct {
     /* In place over a[0..n): a[j] = exp(a[j] - max) / sum, with -INFINITY entries (masked) giving
      * exactly 0. Returns 0 if every entry was masked (then all stay 0). */
     int (*softmax)(float *a, int n);
+    /* attn_scores and attn_wsum over fp16 rows (an f16 KV cache): each row value is widened exactly
+     * to f32 and then used as above, so the results are bit for bit those of the f32 kernels on the
+     * widened rows (the tests check exactly that). */
+    void (*attn_scores_f16)(const float *q, int group, int hd, const uint16_t *const *rows, size_t off,
+                            const uint8_t *keep, int n, float scale, float *att, size_t stride);
+    void (*attn_wsum_f16)(const float *att, size_t stride, int group, int hd, const uint16_t *const *rows, size_t off,
+                          int n, float *out);
 } cpu_f32_ops;
 const cpu_f32_ops *cpu_f32_ops_for(cpu_isa isa);
 

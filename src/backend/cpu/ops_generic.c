@@ -399,6 +399,36 @@ void cpu_gen_attn_wsum(const float *att, size_t stride, int group, int hd, const
         }
 }
 
+/* fp16 rows: the same operations on the widened values (dot_f32v's and axpy_f32's loops) */
+void cpu_gen_attn_scores_f16(const float *q, int group, int hd, const uint16_t *const *rows, size_t off,
+                             const uint8_t *keep, int n, float scale, float *att, size_t stride) {
+    for (int j = 0; j < n; j++) {
+        const uint16_t *k = rows[j];
+        for (int h = 0; h < group; h++) {
+            if (!k || (keep && !keep[j])) {
+                att[(size_t)h * stride + j] = -INFINITY;
+                continue;
+            }
+            const float *qh = q + (size_t)h * hd;
+            float sum = 0;
+            for (int d = 0; d < hd; d++) sum += qh[d] * tkv_f16_to_f32(k[off + d]);
+            att[(size_t)h * stride + j] = sum * scale;
+        }
+    }
+}
+
+void cpu_gen_attn_wsum_f16(const float *att, size_t stride, int group, int hd, const uint16_t *const *rows, size_t off,
+                           int n, float *out) {
+    memset(out, 0, (size_t)group * hd * sizeof(float));
+    for (int h = 0; h < group; h++)
+        for (int j = 0; j < n; j++) {
+            float w = att[(size_t)h * stride + j];
+            if (w == 0.0f) continue;
+            float *o = out + (size_t)h * hd;
+            for (int d = 0; d < hd; d++) o[d] += w * tkv_f16_to_f32(rows[j][off + d]);
+        }
+}
+
 int cpu_gen_softmax(float *a, int n) {
     float mx = -INFINITY;
     for (int j = 0; j < n; j++)

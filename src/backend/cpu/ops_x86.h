@@ -455,54 +455,79 @@ INLINE __m256 hsum8_ps(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __
     return _mm256_permutevar8x32_ps(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-void FN(attn_scores)(const float *q, int group, int hd, const float *const *rows, size_t off,
-                     const uint8_t *keep, int n, float scale, float *att, size_t stride) {
-    if (hd % 8) {
-        cpu_gen_attn_scores(q, group, hd, rows, off, keep, n, scale, att, stride);
-        return;
-    }
+/* Row access for f32 rows (F16 = 0) and fp16 rows (F16 = 1, widened exactly by vcvtph2ps); F16 is a
+ * constant in every always-inlined body below, so each variant compiles to its own loop. */
+INLINE const void *row_at(const void *const *rows, int j, size_t off, int F16) {
+    return F16 ? (const void *)((const uint16_t *)rows[j] + off) : (const void *)((const float *)rows[j] + off);
+}
+INLINE __m256 ld8(const void *row, int d, int F16) {
+    return F16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d)))
+               : _mm256_loadu_ps((const float *)row + d);
+}
+
+INLINE void attn_scores_body(const float *q, int group, int hd, const void *const *rows, size_t off,
+                             const uint8_t *keep, int n, float scale, float *att, size_t stride, int F16) {
     __m256 vscale = _mm256_set1_ps(scale);
     for (int j = 0; j < n;) {
         /* eight present positions at once: one query load serves eight key rows */
         int block = j + 8 <= n;
         for (int i = 0; block && i < 8; i++) block = rows[j + i] && (!keep || keep[j + i]);
         if (block) {
-            const float *k0 = rows[j] + off, *k1 = rows[j + 1] + off, *k2 = rows[j + 2] + off, *k3 = rows[j + 3] + off;
-            const float *k4 = rows[j + 4] + off, *k5 = rows[j + 5] + off, *k6 = rows[j + 6] + off, *k7 = rows[j + 7] + off;
+            const void *k0 = row_at(rows, j, off, F16), *k1 = row_at(rows, j + 1, off, F16);
+            const void *k2 = row_at(rows, j + 2, off, F16), *k3 = row_at(rows, j + 3, off, F16);
+            const void *k4 = row_at(rows, j + 4, off, F16), *k5 = row_at(rows, j + 5, off, F16);
+            const void *k6 = row_at(rows, j + 6, off, F16), *k7 = row_at(rows, j + 7, off, F16);
             for (int h = 0; h < group; h++) {
                 const float *qh = q + (size_t)h * hd;
                 __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
                 for (int d = 0; d < hd; d += 8) {
                     __m256 qv = _mm256_loadu_ps(qh + d);
-                    a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
-                    a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + d), a1);
-                    a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), a2);
-                    a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), a3);
-                    a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k4 + d), a4);
-                    a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k5 + d), a5);
-                    a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k6 + d), a6);
-                    a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k7 + d), a7);
+                    a0 = _mm256_fmadd_ps(qv, ld8(k0, d, F16), a0);
+                    a1 = _mm256_fmadd_ps(qv, ld8(k1, d, F16), a1);
+                    a2 = _mm256_fmadd_ps(qv, ld8(k2, d, F16), a2);
+                    a3 = _mm256_fmadd_ps(qv, ld8(k3, d, F16), a3);
+                    a4 = _mm256_fmadd_ps(qv, ld8(k4, d, F16), a4);
+                    a5 = _mm256_fmadd_ps(qv, ld8(k5, d, F16), a5);
+                    a6 = _mm256_fmadd_ps(qv, ld8(k6, d, F16), a6);
+                    a7 = _mm256_fmadd_ps(qv, ld8(k7, d, F16), a7);
                 }
                 _mm256_storeu_ps(att + (size_t)h * stride + j, _mm256_mul_ps(hsum8_ps(a0, a1, a2, a3, a4, a5, a6, a7), vscale));
             }
             j += 8;
             continue;
         }
-        const float *k = rows[j];
-        if (!k || (keep && !keep[j])) {
+        if (!rows[j] || (keep && !keep[j])) {
             for (int h = 0; h < group; h++) att[(size_t)h * stride + j] = -INFINITY;
             j++;
             continue;
         }
-        k += off;
+        const void *k = row_at(rows, j, off, F16);
         for (int h = 0; h < group; h++) {
             const float *qh = q + (size_t)h * hd;
             __m256 a0 = _mm256_setzero_ps();
-            for (int d = 0; d < hd; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(k + d), a0);
+            for (int d = 0; d < hd; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), ld8(k, d, F16), a0);
             att[(size_t)h * stride + j] = hsum_ps(a0) * scale;
         }
         j++;
     }
+}
+
+void FN(attn_scores)(const float *q, int group, int hd, const float *const *rows, size_t off,
+                     const uint8_t *keep, int n, float scale, float *att, size_t stride) {
+    if (hd % 8) {
+        cpu_gen_attn_scores(q, group, hd, rows, off, keep, n, scale, att, stride);
+        return;
+    }
+    attn_scores_body(q, group, hd, (const void *const *)rows, off, keep, n, scale, att, stride, 0);
+}
+
+void FN(attn_scores_f16)(const float *q, int group, int hd, const uint16_t *const *rows, size_t off,
+                         const uint8_t *keep, int n, float scale, float *att, size_t stride) {
+    if (hd % 8) {
+        cpu_gen_attn_scores_f16(q, group, hd, rows, off, keep, n, scale, att, stride);
+        return;
+    }
+    attn_scores_body(q, group, hd, (const void *const *)rows, off, keep, n, scale, att, stride, 1);
 }
 
 /* wsum for heads h0..h0+HP-1 (HP <= 6, constant) over 16 output columns dc..dc+15 and the positions
@@ -511,8 +536,8 @@ void FN(attn_scores)(const float *q, int group, int hd, const float *const *rows
  * first chunk), so per output the FMA chain over j is the one of a head-by-head loop: a head whose
  * weight is 0 still gets fma(0, v, acc), which leaves acc unchanged (v is finite and acc never -0);
  * positions whose weights are all 0 for these heads are not in idx (their rows may be absent). */
-INLINE void wsum_block(const float *att, size_t stride, int h0, int HP, int hd, const float *const *rows, size_t off,
-                       const int *idx, int ni, int first, int dc, float *out) {
+INLINE void wsum_block(const float *att, size_t stride, int h0, int HP, int hd, const void *const *rows, size_t off,
+                       const int *idx, int ni, int first, int dc, float *out, int F16) {
     __m256 acc[6][2];
     UNROLL for (int h = 0; h < HP; h++) {
         float *o = out + (size_t)(h0 + h) * hd + dc;
@@ -522,8 +547,8 @@ INLINE void wsum_block(const float *att, size_t stride, int h0, int HP, int hd, 
     const float *w = att + (size_t)h0 * stride;
     for (int t = 0; t < ni; t++) {
         int j = idx[t];
-        const float *v = rows[j] + off + dc;
-        __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+        const void *v = row_at(rows, j, off + (size_t)dc, F16);
+        __m256 v0 = ld8(v, 0, F16), v1 = ld8(v, 8, F16);
         UNROLL for (int h = 0; h < HP; h++) {
             __m256 vw = _mm256_set1_ps(w[(size_t)h * stride + j]);
             acc[h][0] = _mm256_fmadd_ps(vw, v0, acc[h][0]);
@@ -541,12 +566,8 @@ INLINE void wsum_block(const float *att, size_t stride, int h0, int HP, int hd, 
  * sub-group of heads, not once per 16 columns */
 #define WSUM_CHUNK 64
 
-void FN(attn_wsum)(const float *att, size_t stride, int group, int hd, const float *const *rows, size_t off,
-                   int n, float *out) {
-    if (hd % 16) {
-        cpu_gen_attn_wsum(att, stride, group, hd, rows, off, n, out);
-        return;
-    }
+INLINE void attn_wsum_body(const float *att, size_t stride, int group, int hd, const void *const *rows, size_t off,
+                           int n, float *out, int F16) {
     int nsub = (group + 5) / 6; /* sub-groups of at most 6 heads, as even as possible */
     for (int s = 0, h0 = 0; s < nsub; s++) {
         int hp = (group - h0) / (nsub - s);
@@ -559,17 +580,35 @@ void FN(attn_wsum)(const float *att, size_t stride, int group, int hd, const flo
             }
             for (int dc = 0; dc < hd; dc += 16) {
                 switch (hp) {
-                case 1: wsum_block(att, stride, h0, 1, hd, rows, off, idx, ni, j0 == 0, dc, out); break;
-                case 2: wsum_block(att, stride, h0, 2, hd, rows, off, idx, ni, j0 == 0, dc, out); break;
-                case 3: wsum_block(att, stride, h0, 3, hd, rows, off, idx, ni, j0 == 0, dc, out); break;
-                case 4: wsum_block(att, stride, h0, 4, hd, rows, off, idx, ni, j0 == 0, dc, out); break;
-                case 5: wsum_block(att, stride, h0, 5, hd, rows, off, idx, ni, j0 == 0, dc, out); break;
-                default: wsum_block(att, stride, h0, 6, hd, rows, off, idx, ni, j0 == 0, dc, out); break;
+                case 1: wsum_block(att, stride, h0, 1, hd, rows, off, idx, ni, j0 == 0, dc, out, F16); break;
+                case 2: wsum_block(att, stride, h0, 2, hd, rows, off, idx, ni, j0 == 0, dc, out, F16); break;
+                case 3: wsum_block(att, stride, h0, 3, hd, rows, off, idx, ni, j0 == 0, dc, out, F16); break;
+                case 4: wsum_block(att, stride, h0, 4, hd, rows, off, idx, ni, j0 == 0, dc, out, F16); break;
+                case 5: wsum_block(att, stride, h0, 5, hd, rows, off, idx, ni, j0 == 0, dc, out, F16); break;
+                default: wsum_block(att, stride, h0, 6, hd, rows, off, idx, ni, j0 == 0, dc, out, F16); break;
                 }
             }
         }
         h0 += hp;
     }
+}
+
+void FN(attn_wsum)(const float *att, size_t stride, int group, int hd, const float *const *rows, size_t off,
+                   int n, float *out) {
+    if (hd % 16) {
+        cpu_gen_attn_wsum(att, stride, group, hd, rows, off, n, out);
+        return;
+    }
+    attn_wsum_body(att, stride, group, hd, (const void *const *)rows, off, n, out, 0);
+}
+
+void FN(attn_wsum_f16)(const float *att, size_t stride, int group, int hd, const uint16_t *const *rows, size_t off,
+                       int n, float *out) {
+    if (hd % 16) {
+        cpu_gen_attn_wsum_f16(att, stride, group, hd, rows, off, n, out);
+        return;
+    }
+    attn_wsum_body(att, stride, group, hd, (const void *const *)rows, off, n, out, 1);
 }
 
 /* exp(x) for x <= 0 (softmax arguments): x = k ln2 + r, |r| <= ln2/2, exp(r) by a degree-6
