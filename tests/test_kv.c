@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/half.h"
 #include "kv/kv.h"
 #include "kv/kv_codec.h"
 #include "kv/baselines.h"
@@ -34,10 +35,25 @@ static void shape(kv_options *o, int L, int H, int Hkv, int hd, int nseq, int nc
 
 static void write_token(kv_cache *kv, const kv_options *o, int seq, int pos) {
     int kd = o->n_head_kv * o->head_dim;
+    float k[256], v[256];
     for (int l = 0; l < o->n_layer; l++) {
-        float *k = kv_k_row(kv, seq, l, pos), *v = kv_v_row(kv, seq, l, pos);
         for (int d = 0; d < kd; d++) { k[d] = val(seq, l, pos, 0, d); v[d] = val(seq, l, pos, 1, d); }
+        kv_put(kv, seq, l, pos, k, v);
     }
+}
+
+/* Views of f32 and f16 caches alike: is position p present, and its K (which 0) or V value d. */
+static int vhas(const kv_view *v, int p) { return v->k16 ? v->k16[p] != NULL : v->k[p] != NULL; }
+static float vget(const kv_view *v, int which, int p, int d) {
+    if (v->k16) return tkv_f16_to_f32((which ? v->v16 : v->k16)[p][d]);
+    return (which ? v->v : v->k)[p][d];
+}
+/* the rows of p in a and b hold the same bits (kd values) */
+static int vsame(const kv_view *a, const kv_view *b, int p, int kd) {
+    size_t n = (size_t)kd * (a->k16 ? 2 : 4);
+    const void *ak = a->k16 ? (const void *)a->k16[p] : (const void *)a->k[p], *bk = b->k16 ? (const void *)b->k16[p] : (const void *)b->k[p];
+    const void *av = a->k16 ? (const void *)a->v16[p] : (const void *)a->v[p], *bv = b->k16 ? (const void *)b->v16[p] : (const void *)b->v[p];
+    return !a->k16 == !b->k16 && !memcmp(ak, bk, n) && !memcmp(av, bv, n);
 }
 
 /* Feeds synthetic attention (a skewed, deterministic distribution) for the query at q_pos. */
@@ -48,7 +64,7 @@ static void observe_all(kv_cache *kv, const kv_options *o, int seq, int q_pos, f
         for (int h = 0; h < o->n_head; h++) {
             float sum = 0;
             for (int j = 0; j <= q_pos; j++) {
-                float a = v.k[j] ? fabsf(rng_f(rng)) * (float)((j * 7 + h) % 5 + 1) : 0.0f;
+                float a = vhas(&v, j) ? fabsf(rng_f(rng)) * (float)((j * 7 + h) % 5 + 1) : 0.0f;
                 att[h * o->n_ctx + j] = a;
                 sum += a;
             }
@@ -237,24 +253,27 @@ static int check_views(kv_cache *kv, const kv_options *o, int seq, uint8_t *was_
     for (int l = 0; l < o->n_layer; l++) {
         kv_view v;
         kv_view_layer(kv, seq, l, &v);
+        CHECK(!v.k16 == !o->f16 && !v.k == !!o->f16);
         for (int p = 0; p < v.n; p++) {
             int t = kv_token_tier(kv, seq, p);
-            if (!v.k[p]) {
-                bad += t != 3 || v.v[p] != NULL;
+            if (!vhas(&v, p)) {
+                bad += t != 3 || (v.k16 ? v.v16[p] != NULL : v.v[p] != NULL);
                 was_evicted[p] = 1;
                 continue;
             }
             bad += was_evicted[p]; /* evicted tokens never come back */
             for (int w = 0; w < 2; w++) {
-                const float *r = w ? v.v[p] : v.k[p];
                 for (int g = 0; g < o->n_head_kv; g++) {
                     float amax = 0;
                     for (int d = g * o->head_dim; d < (g + 1) * o->head_dim; d++) amax = fmaxf(amax, fabsf(val(seq, l, p, w, d)));
                     for (int d = g * o->head_dim; d < (g + 1) * o->head_dim; d++) {
-                        float want = val(seq, l, p, w, d);
-                        /* a token that went through T2 keeps dequantised values, even back in T0/T1 */
-                        bad += fabsf(r[d] - want) > amax / 254.0f * 1.0001f;
-                        if (t != 2 && o->policy == KV_POLICY_HIERARCHY && o->t2_ratio <= 0) bad += r[d] != want;
+                        /* an f16 cache holds the value rounded once to fp16 */
+                        float want = o->f16 ? tkv_f16_to_f32(tkv_f32_to_f16(val(seq, l, p, w, d))) : val(seq, l, p, w, d);
+                        float r = vget(&v, w, p, d);
+                        /* a token that went through T2 keeps dequantised values, even back in T0/T1 (f16:
+                         * plus one more rounding to fp16, at most amax / 2048) */
+                        bad += fabsf(r - want) > amax * (1.0f / 254.0f + (o->f16 ? 1.0f / 1024.0f : 0.0f)) * 1.0001f;
+                        if (t != 2 && o->policy == KV_POLICY_HIERARCHY && o->t2_ratio <= 0) bad += r != want;
                     }
                 }
             }
@@ -263,9 +282,10 @@ static int check_views(kv_cache *kv, const kv_options *o, int seq, uint8_t *was_
     return bad;
 }
 
-static void random_run(const run_cfg *c, uint64_t seed, int steps, int check_each) {
+static void random_run(const run_cfg *c, uint64_t seed, int steps, int check_each, int f16) {
     kv_options o;
     shape(&o, 3, 4, 2, 16, 2, 200);
+    o.f16 = f16;
     o.policy = c->policy;
     o.hbm_ratio = c->budget_tokens ? -1 : c->hbm;
     o.t2_ratio = c->t2;
@@ -331,7 +351,9 @@ TEST(kv_random_hierarchy_invariants) {
         {KV_POLICY_QUANT, -1, -1, -1, 50, 0, 0, 9, 0, 0},
         {KV_POLICY_HIERARCHY, 0.0, -1, -1, 0, 1, 0, 1, 0, 0},
     };
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) random_run(&cs[i], 1000 + i, 240, 1);
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) random_run(&cs[i], 1000 + i, 240, 1, 0);
+    /* the same with fp16 T0/T1 rows */
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) random_run(&cs[i], 1000 + i, 240, 1, 1);
 }
 
 /* The same run in two caches that differ in one mechanism option must give identical views. */
@@ -354,8 +376,8 @@ static void compare_runs(kv_options a, kv_options b, int steps, int *n_diff, int
             kv_view_layer(ka, 0, l, &va);
             kv_view_layer(kb, 0, l, &vb);
             for (int p = 0; p < va.n; p++) {
-                if (!va.k[p] != !vb.k[p]) { (*n_diff)++; continue; }
-                if (va.k[p] && (memcmp(va.k[p], vb.k[p], kd * sizeof(float)) || memcmp(va.v[p], vb.v[p], kd * sizeof(float)))) (*n_diff)++;
+                if (vhas(&va, p) != vhas(&vb, p)) { (*n_diff)++; continue; }
+                if (vhas(&va, p) && !vsame(&va, &vb, p, kd)) (*n_diff)++;
                 if (l == 0 && kv_token_tier(ka, 0, p) == 1) (*n_t1)++;
             }
         }
@@ -401,28 +423,29 @@ static void attend(const kv_view *v, const float *q, int n_head, int n_head_kv, 
         int g = h / group;
         float mx = -INFINITY;
         for (int j = 0; j < v->n; j++) {
-            if (!v->k[j]) { w[h * v->n + j] = -INFINITY; continue; }
+            if (!vhas(v, j)) { w[h * v->n + j] = -INFINITY; continue; }
             float s = 0;
-            for (int d = 0; d < hd; d++) s += q[h * hd + d] * v->k[j][g * hd + d];
+            for (int d = 0; d < hd; d++) s += q[h * hd + d] * vget(v, 0, j, g * hd + d);
             s /= sqrtf((float)hd);
             w[h * v->n + j] = s;
             if (s > mx) mx = s;
         }
         float sum = 0;
-        for (int j = 0; j < v->n; j++) { float e = v->k[j] ? expf(w[h * v->n + j] - mx) : 0; w[h * v->n + j] = e; sum += e; }
+        for (int j = 0; j < v->n; j++) { float e = vhas(v, j) ? expf(w[h * v->n + j] - mx) : 0; w[h * v->n + j] = e; sum += e; }
         for (int d = 0; d < hd; d++) out[h * hd + d] = 0;
         for (int j = 0; j < v->n; j++) {
             w[h * v->n + j] /= sum;
-            if (!v->k[j]) continue;
-            for (int d = 0; d < hd; d++) out[h * hd + d] += w[h * v->n + j] * v->v[j][g * hd + d];
+            if (!vhas(v, j)) continue;
+            for (int d = 0; d < hd; d++) out[h * hd + d] += w[h * v->n + j] * vget(v, 1, j, g * hd + d);
         }
     }
 }
 
-TEST(kv_fake_attention_bit_exact) {
+static void fake_attention_bit_exact(int f16) {
     enum { L = 3, H = 4, HKV = 2, HD = 16, CTX = 200, STEPS = 190 };
     kv_options f, h;
     shape(&f, L, H, HKV, HD, 1, CTX);
+    f.f16 = f16;
     h = f;
     h.policy = KV_POLICY_HIERARCHY; h.hbm_ratio = 0.4; h.delta = 4; h.window = 8; h.sinks = 2;
     char err[256];
@@ -435,9 +458,10 @@ TEST(kv_fake_attention_bit_exact) {
         int prompt = pos < 16;
         REQUIRE(kv_append(kf, 0, pos, prompt, err, sizeof err) == 0 && kv_append(kh, 0, pos, prompt, err, sizeof err) == 0);
         for (int l = 0; l < L; l++) {
-            float *k1 = kv_k_row(kf, 0, l, pos), *v1 = kv_v_row(kf, 0, l, pos);
-            float *k2 = kv_k_row(kh, 0, l, pos), *v2 = kv_v_row(kh, 0, l, pos);
-            for (int d = 0; d < HKV * HD; d++) { k1[d] = k2[d] = rng_f(&rng) * 3; v1[d] = v2[d] = rng_f(&rng); }
+            float k[HKV * HD], v[HKV * HD];
+            for (int d = 0; d < HKV * HD; d++) { k[d] = rng_f(&rng) * 3; v[d] = rng_f(&rng); }
+            kv_put(kf, 0, l, pos, k, v);
+            kv_put(kh, 0, l, pos, k, v);
             for (int d = 0; d < H * HD; d++) q[d] = rng_f(&rng) * 3;
             kv_view vf, vh;
             kv_view_layer(kf, 0, l, &vf);
@@ -464,10 +488,44 @@ TEST(kv_fake_attention_bit_exact) {
     kv_free(kh);
 }
 
+TEST(kv_fake_attention_bit_exact) {
+    fake_attention_bit_exact(0);
+    fake_attention_bit_exact(1); /* fp16 rows: T0 and T1 hold the same fp16 bits */
+}
+
+/* fp16 caches: staging and asynchronous moves change nothing either, and T0/T1 rows take half the
+ * bytes of f32 ones (T2 is int8 either way) */
+TEST(kv_f16_staged_async_and_bytes) {
+    kv_options a;
+    shape(&a, 3, 4, 2, 16, 1, 160);
+    a.f16 = 1;
+    a.policy = KV_POLICY_HIERARCHY; a.hbm_ratio = 0.25; a.t2_ratio = 0.25; a.evict_ratio = 0.1; a.delta = 3; a.window = 4;
+    a.sync_transfers = 1;
+    kv_options b = a;
+    b.staged = 1;
+    int diff, t1;
+    compare_runs(a, b, 150, &diff, &t1);
+    CHECK(diff == 0);
+    CHECK(t1 > 0);
+    b = a;
+    b.sync_transfers = 0;
+    compare_runs(a, b, 150, &diff, &t1);
+    CHECK(diff == 0);
+    char err[256];
+    kv_options c = a;
+    c.f16 = 0;
+    kv_cache *k16 = kv_init(&a, err, sizeof err), *k32 = kv_init(&c, err, sizeof err);
+    REQUIRE(k16 && k32);
+    CHECK(kv_token_bytes(k16, 0) * 2 == kv_token_bytes(k32, 0) && kv_token_bytes(k16, 1) == kv_token_bytes(k16, 0));
+    CHECK(kv_token_bytes(k16, 2) == kv_token_bytes(k32, 2) && kv_token_bytes(k16, 3) == 0);
+    kv_free(k16);
+    kv_free(k32);
+}
+
 /* Many sequences, async transfers, long run: only the final state is checked in full (< 1 s). */
 TEST(kv_stress_async) {
     run_cfg c = {KV_POLICY_HIERARCHY, 0.2, 0.2, 0.1, 0, 1, 0, 2, 4, 4};
-    random_run(&c, 77, 390, 0);
+    random_run(&c, 77, 390, 0, 0);
 }
 
 /* ---- baselines top-k (heap select, no qsort) against the rule by brute force ---- */

@@ -75,6 +75,12 @@ static int lockstep(const char *model, int threads, int np, int n_gen, cand *c, 
     tkv_options_default(&o);
     o.n_threads = threads;
     o.n_ctx = np + n_gen + 1;
+    o.kv.f16 = k > 0 ? c[0].kv.f16 : 0; /* the full reference stores the candidates' element type */
+    for (int i = 1; i < k; i++)
+        if (c[i].kv.f16 != o.kv.f16) {
+            CHECK(!"lockstep candidates must share one KV element type");
+            return -1;
+        }
     tkv_engine *ref;
     if (tkv_engine_open(model, &o, &ref, err, sizeof err)) {
         fprintf(stderr, "    open %s: %s\n", model, err);
@@ -210,6 +216,28 @@ TEST(kv_model_hierarchy_staged_and_sync) {
         CHECK(!c[i].kv.staged || c[i].st.bytes_staged > 0);
     }
 }
+
+/* An f16 cache (T0 and T1 rows in fp16): every T0 share, re-tiering period, staging and synchronous
+ * transfers give the full f16 cache's logits bit for bit, on both architectures. */
+static void hierarchy_f16(const char *model) {
+    cand c[4];
+    cand_init(&c[0], "f16 hierarchy 30% delta 7", KV_POLICY_HIERARCHY, 0.3, 7);
+    cand_init(&c[1], "f16 hierarchy 50% delta 64 staged", KV_POLICY_HIERARCHY, 0.5, 64);
+    c[1].kv.staged = 1;
+    cand_init(&c[2], "f16 hierarchy 10% delta 1 sync", KV_POLICY_HIERARCHY, 0.1, 1);
+    c[2].kv.sync_transfers = 1;
+    cand_init(&c[3], "f16 hierarchy 70% delta 3", KV_POLICY_HIERARCHY, 0.7, 3);
+    for (int i = 0; i < 4; i++) c[i].kv.window = 16, c[i].kv.f16 = 1;
+    REQUIRE(lockstep(t_shared(model), 1, 64, 300, c, 4, check_hierarchy) == 0);
+    for (int i = 0; i < 4; i++) {
+        CHECKF(c[i].first_diff < 0, "%s: logits differ from full f16 at step %d", c[i].name, c[i].first_diff);
+        CHECKF(c[i].bad == 0, "%s: %d step checks failed", c[i].name, c[i].bad);
+        CHECK(c[i].st.bytes_moved_down > 0 && c[i].st.tokens[2] == 0 && c[i].st.tokens[3] == 0);
+        CHECK(!c[i].kv.staged || c[i].st.bytes_staged > 0);
+    }
+}
+TEST(kv_model_hierarchy_f16_bit_exact_qwen2) { hierarchy_f16(QWEN2); }
+TEST(kv_model_hierarchy_f16_bit_exact_llama) { hierarchy_f16(LLAMA); }
 
 /* An absolute T0 budget (--hbm-budget): T0 never holds more bytes than it, at any step. */
 TEST(kv_model_t0_within_byte_budget) {
@@ -347,7 +375,7 @@ static void check_baseline_budget(cand *c, int step) {
         for (int g = 0; g < m->n_head_kv; g++) {
             int held = 0;
             for (int p = 0; p < v.n; p++) {
-                int h = v.k[p] && (!v.keep || v.keep[(size_t)g * v.keep_stride + p]);
+                int h = (v.k16 ? v.k16[p] != NULL : v.k[p] != NULL) && (!v.keep || v.keep[(size_t)g * v.keep_stride + p]);
                 held += h;
                 any[p] |= (uint8_t)h;
             }
@@ -372,11 +400,12 @@ static void check_baseline_budget(cand *c, int step) {
 
 /* Each baseline at a 50% budget for 300 generated tokens never holds more than its rule allows,
  * after every step, per (layer, kv head), and frees the slots of tokens no row holds. */
-static void baselines_half(const char *model) {
+static void baselines_half(const char *model, int f16) {
     cand c[4];
     for (int i = 0; i < 4; i++) {
         cand_init(&c[i], kv_policy_name(baselines[i]), baselines[i], 0.5, 64);
         c[i].no_compare = 1;
+        c[i].kv.f16 = f16;
     }
     REQUIRE(lockstep(t_shared(model), 1, 128, 300, c, 4, check_baseline_budget) == 0);
     for (int i = 0; i < 4; i++) {
@@ -398,8 +427,10 @@ static void baselines_half(const char *model) {
     /* H2O keeps half of every row: about half of the length is gone from each, on average */
     CHECKF(c[1].st.evicted_equiv > 0.4 * (128 + 300), "h2o evicted_equiv %.1f", c[1].st.evicted_equiv);
 }
-TEST(kv_model_baselines_hold_budget_qwen2) { baselines_half(QWEN2); }
-TEST(kv_model_baselines_hold_budget_llama) { baselines_half(LLAMA); }
+TEST(kv_model_baselines_hold_budget_qwen2) { baselines_half(QWEN2, 0); }
+TEST(kv_model_baselines_hold_budget_llama) { baselines_half(LLAMA, 0); }
+/* the same with an f16 cache (R-KV then reads its keys widened from fp16) */
+TEST(kv_model_baselines_hold_budget_f16) { baselines_half(QWEN2, 1); }
 
 /* An absolute budget (bytes -> tokens through kv_token_bytes): H2O holds that many per row. */
 TEST(kv_model_baselines_byte_budget) {

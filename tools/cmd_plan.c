@@ -4,7 +4,7 @@
  *
  * Model of the numbers (per sequence, at length --ctx, then times --batch):
  *   kv bytes per token  = 2 (K, V) x layers x kv heads x head dim x bytes per element (--kv-type,
- *                         f16 by default, as on a GPU; f32 is what the CPU backend stores);
+ *                         f16 by default here, as on a GPU; the engine's own default is f32);
  *   T2 bytes per token  = 2 x layers x kv heads x (head dim + 4): int8 rows + one f32 scale per head;
  *   T0 tokens           = hbm ratio x ctx, or the absolute budget / batch / kv bytes per token,
  *                         never below the protected sinks + window; T2 = t2 ratio x ctx,
@@ -75,10 +75,10 @@ static double mib(double b) { return b / (1024.0 * 1024.0); }
 int cmd_plan(int argc, char **argv) {
     kv_options o;
     kv_options_default(&o);
+    o.f16 = 1; /* plan sizes a GPU cache: f16 unless --kv-type f32 */
     o.policy = KV_POLICY_HIERARCHY;
     const char *model = NULL, *shape_name = NULL;
     long batch = 1, ctx = 4096;
-    int elem = 2;
     char err[512];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -91,13 +91,9 @@ int cmd_plan(int argc, char **argv) {
         else if (!strcmp(a, "--shape")) shape_name = argv[++i];
         else if (!strcmp(a, "--batch") || !strcmp(a, "-b")) batch = strtol(argv[++i], NULL, 10);
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) ctx = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--kv-type")) {
-            const char *t = argv[++i];
-            if (!strcmp(t, "f16")) elem = 2;
-            else if (!strcmp(t, "f32")) elem = 4;
-            else { fprintf(stderr, "tierkv plan: --kv-type wants f16 or f32, got '%s'\n", t); return 2; }
-        } else { fprintf(stderr, "tierkv plan: unknown flag %s\n", a); usage(stderr); return 2; }
+        else { fprintf(stderr, "tierkv plan: unknown flag %s\n", a); usage(stderr); return 2; }
     }
+    int elem = o.f16 ? 2 : 4;
     if (batch < 1 || batch > 1 << 20 || ctx < 1 || ctx > 1 << 30) { fprintf(stderr, "tierkv plan: --batch and --ctx must be positive\n"); return 2; }
     if (!model == !shape_name) { fprintf(stderr, "tierkv plan: give exactly one of -m MODEL.gguf and --shape NAME\n"); usage(stderr); return 2; }
     plan_shape sh = {0};

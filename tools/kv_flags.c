@@ -54,7 +54,7 @@ int kv_flags_parse(kv_options *o, int argc, char **argv, int *i, char *err, size
     const char *a = argv[*i];
     if (strncmp(a, "--", 2) != 0) return 0;
     static const char *with_value[] = {"--policy", "--hbm-ratio", "--hbm-budget", "--t2-ratio",
-                                       "--evict-ratio", "--delta", "--sinks", "--window"};
+                                       "--evict-ratio", "--delta", "--sinks", "--window", "--kv-type"};
     char name[32];
     const char *eq = strchr(a, '='), *val = NULL;
     size_t len = eq ? (size_t)(eq - a) : strlen(a);
@@ -81,6 +81,12 @@ int kv_flags_parse(kv_options *o, int argc, char **argv, int *i, char *err, size
         o->policy = p;
         return 1;
     }
+    if (!strcmp(name, "--kv-type")) {
+        if (strcmp(val, "f32") && strcmp(val, "f16"))
+            return tkv_errf(err, errlen, "--kv-type wants f32 or f16, got '%s'", val);
+        o->f16 = !strcmp(val, "f16");
+        return 1;
+    }
     if (!strcmp(name, "--hbm-ratio")) return parse_ratio(name, val, &o->hbm_ratio, err, errlen) ? -1 : 1;
     if (!strcmp(name, "--t2-ratio")) return parse_ratio(name, val, &o->t2_ratio, err, errlen) ? -1 : 1;
     if (!strcmp(name, "--evict-ratio")) return parse_ratio(name, val, &o->evict_ratio, err, errlen) ? -1 : 1;
@@ -102,6 +108,7 @@ int kv_flags_parse(kv_options *o, int argc, char **argv, int *i, char *err, size
 const char *kv_flags_usage(void) {
     return "KV cache (memory hierarchy):\n"
            "      --policy NAME       full (default) | hierarchy | evict | quant | streaming | h2o | rkv | snapkv\n"
+           "      --kv-type T         element type of T0/T1 rows: f32 (default) or f16 (half the bytes)\n"
            "      --hbm-ratio R       T0 (fast memory) share of the current length, 0..1\n"
            "      --hbm-budget SIZE   T0 bytes for all sequences (split equally): 4096, 64KB, 256MiB, 1.5GB\n"
            "      --t2-ratio R        int8 host tier share of the length (policy hierarchy)\n"

@@ -83,6 +83,8 @@ static int rec_from_json(const struct json_value *o, struct harness_rec *x) {
     x->hbm_ratio = num_or(o, "hbm_ratio", -1);
     x->t2_ratio = num_or(o, "t2_ratio", -1);
     x->evict_ratio = num_or(o, "evict_ratio", -1);
+    const char *kt = json_get_str(o, "kv_type"); /* absent: written before f16 caches existed (f32) */
+    x->kv_f16 = kt && !strcmp(kt, "f16");
     return 0;
 }
 
@@ -249,6 +251,7 @@ int harness_summary_write_json(const char *path, const struct harness_opts *o, c
     json_out_key(&j, "t2_ratio"), json_out_num(&j, o->eo.kv.t2_ratio);
     json_out_key(&j, "evict_ratio"), json_out_num(&j, o->eo.kv.evict_ratio);
     json_out_key(&j, "hbm_budget_bytes"), json_out_int(&j, (int64_t)o->eo.kv.hbm_budget_bytes);
+    json_out_key(&j, "kv_type"), json_out_str(&j, o->eo.kv.f16 ? "f16" : "f32");
     json_out_key(&j, "max_tokens"), json_out_int(&j, o->max_tokens);
     json_out_key(&j, "parallel"), json_out_int(&j, o->parallel);
     json_out_key(&j, "n"), json_out_int(&j, s->n);
@@ -441,6 +444,7 @@ static int slot_finish(struct run *r, int k, int by_length, char *err, size_t er
     json_out_key(&j, "t2_ratio"), json_out_num(&j, o->eo.kv.t2_ratio);
     json_out_key(&j, "evict_ratio"), json_out_num(&j, o->eo.kv.evict_ratio);
     json_out_key(&j, "hbm_budget_bytes"), json_out_int(&j, (int64_t)o->eo.kv.hbm_budget_bytes);
+    json_out_key(&j, "kv_type"), json_out_str(&j, o->eo.kv.f16 ? "f16" : "f32");
     json_out_key(&j, "max_tokens"), json_out_int(&j, o->max_tokens);
     json_out_obj_end(&j);
 
@@ -564,11 +568,12 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
         const struct harness_rec *x = harness_find(&res, set.items[i].id);
         if (x && (strcmp(x->policy, kv_policy_name(o->eo.kv.policy)) || x->max_tokens != o->max_tokens ||
                   x->hbm_ratio != o->eo.kv.hbm_ratio || x->t2_ratio != o->eo.kv.t2_ratio ||
-                  x->evict_ratio != o->eo.kv.evict_ratio)) {
+                  x->evict_ratio != o->eo.kv.evict_ratio || x->kv_f16 != o->eo.kv.f16)) {
             tkv_errf(err, errlen,
-                     "%s holds %s from another configuration (policy %s, max_tokens %d, hbm/t2/evict ratios %g/%g/%g); "
-                     "give another --out to keep both",
-                     o->out_path, x->id, x->policy, x->max_tokens, x->hbm_ratio, x->t2_ratio, x->evict_ratio);
+                     "%s holds %s from another configuration (policy %s, max_tokens %d, hbm/t2/evict ratios %g/%g/%g, "
+                     "kv type %s); give another --out to keep both",
+                     o->out_path, x->id, x->policy, x->max_tokens, x->hbm_ratio, x->t2_ratio, x->evict_ratio,
+                     x->kv_f16 ? "f16" : "f32");
             goto out;
         }
         if (x) r.done++, r.correct += (size_t)x->correct;

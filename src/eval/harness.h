@@ -50,6 +50,7 @@ struct harness_rec {
     char policy[24];       /* the configuration that produced it ("" if the line has none) */
     int max_tokens;
     double hbm_ratio, t2_ratio, evict_ratio;
+    int kv_f16;                 /* kv_type "f16" (absent: f32) */
 };
 
 struct harness_results {

@@ -19,8 +19,8 @@
  * the main thread; a T0 slot given up by a demoted (or evicted) token is handed straight to a promoted
  * token, so T0 never counts both; other source slots are freed when the batch is done. Within a layer
  * the engine copies demotions before promotions, so a recycled slot is read before it is overwritten.
- * A new token may also take a T0 slot whose demotion is still in flight: kv_k_row/kv_v_row fence on
- * the layer before handing out the row, exactly as kv_view_layer does.
+ * A new token may also take a T0 slot whose demotion is still in flight: kv_put fences on the layer
+ * before writing the row, exactly as kv_view_layer does.
  *
  * Hook-only policies (the baselines, kv_baselines.c): no ranking, no moves, no protection; T0 has a
  * slot for every position and the policy's step (policy_step: at the prompt end, then after each
@@ -35,6 +35,7 @@
 #include <time.h>
 
 #include "base/err.h"
+#include "base/half.h"
 #include "kv/kv_internal.h"
 #include "base/clock.h"
 
@@ -58,12 +59,14 @@ static kv_seq *get_seq(const kv_cache *kv, int seq) {
     return &kv->seq[seq];
 }
 
-int64_t kv_row_bytes(const kv_cache *kv) { return 2 * (int64_t)kv->o.head_dim * (int64_t)sizeof(float); }
+static int64_t elem_bytes(const kv_options *o) { return o->f16 ? (int64_t)sizeof(uint16_t) : (int64_t)sizeof(float); }
+
+int64_t kv_row_bytes(const kv_cache *kv) { return 2 * (int64_t)kv->o.head_dim * elem_bytes(&kv->o); }
 
 int64_t kv_token_bytes(const kv_cache *kv, int tier) {
-    int64_t f32 = (int64_t)kv->o.n_layer * 2 * kv->kv_dim * (int64_t)sizeof(float);
+    int64_t full = (int64_t)kv->o.n_layer * 2 * kv->kv_dim * elem_bytes(&kv->o);
     if (tier == KV_T2) return (int64_t)kv->o.n_layer * 2 * (kv->kv_dim + kv->o.n_head_kv * (int64_t)sizeof(float));
-    return tier == KV_T3 ? 0 : f32;
+    return tier == KV_T3 ? 0 : full;
 }
 
 /* ---- protection and budgets ---- */
@@ -159,7 +162,7 @@ static void policy_step(kv_cache *kv, int seq);
 
 kv_cache *kv_init(const kv_options *o, char *err, size_t errlen) {
     const kv_policy_ops *ops = kv_policy_ops_of(o->policy);
-    int64_t tb = (int64_t)(o->n_layer > 0 ? o->n_layer : 0) * 2 * o->n_head_kv * (int64_t)o->head_dim * 4;
+    int64_t tb = (int64_t)(o->n_layer > 0 ? o->n_layer : 0) * 2 * o->n_head_kv * (int64_t)o->head_dim * elem_bytes(o);
     int abs_tokens = 0;
     if (validate(o, ops, tb, &abs_tokens, err, errlen)) return NULL;
     kv_cache *kv = tkv_xcalloc(1, sizeof *kv);
@@ -182,8 +185,9 @@ kv_cache *kv_init(const kv_options *o, char *err, size_t errlen) {
         if (ops->head_masks) s->keep = tkv_xcalloc(n * o->n_head_kv * o->n_layer, 1);
         /* hook-only policies (baselines) evict by themselves: T0 is sized for everything */
         int t0_slots = abs_tokens > 0 && ops->select ? abs_tokens : o->n_ctx;
-        store_init(&s->st[KV_T0], KV_STORE_F32, t0_slots, o->n_layer, o->n_head_kv, o->head_dim);
-        store_init(&s->st[KV_T1], KV_STORE_F32, ops->uses_t1 ? o->n_ctx : 0, o->n_layer, o->n_head_kv, o->head_dim);
+        int kind = o->f16 ? KV_STORE_F16 : KV_STORE_F32;
+        store_init(&s->st[KV_T0], kind, t0_slots, o->n_layer, o->n_head_kv, o->head_dim);
+        store_init(&s->st[KV_T1], kind, ops->uses_t1 ? o->n_ctx : 0, o->n_layer, o->n_head_kv, o->head_dim);
         store_init(&s->st[KV_T2], KV_STORE_Q8, ops->uses_t2 ? o->n_ctx : 0, o->n_layer, o->n_head_kv, o->head_dim);
         s->prot = tkv_xcalloc(n, 1);
         s->target = tkv_xcalloc(n, 1);
@@ -194,7 +198,12 @@ kv_cache *kv_init(const kv_options *o, char *err, size_t errlen) {
         s->deferred = tkv_xcalloc(n, sizeof(kv_slot_ref));
         s->vk = tkv_xcalloc(n, sizeof(float *));
         s->vv = tkv_xcalloc(n, sizeof(float *));
-        if (ops->uses_t1 || ops->uses_t2) s->stage = tkv_xmalloc(n * 2 * kv->kv_dim * sizeof(float));
+        if (o->f16) {
+            s->hk = tkv_xcalloc(n, sizeof(uint16_t *));
+            s->hv = tkv_xcalloc(n, sizeof(uint16_t *));
+            if (ops->hooks) s->hook_k = tkv_xmalloc(n * kv->kv_dim * sizeof(float));
+        }
+        if (ops->uses_t1 || ops->uses_t2) s->stage = tkv_xmalloc(n * 2 * kv->kv_dim * (size_t)elem_bytes(o));
     }
     kv->log = tkv_xcalloc(KV_RETIER_LOG_MAX, sizeof(kv_retier_record));
     for (int q = 0; q < o->n_seq && ops->hooks && ops->hooks->init; q++) {
@@ -218,6 +227,7 @@ void kv_free(kv_cache *kv) {
         for (int t = 0; t < 3; t++) store_free(&s->st[t]);
         free(s->prot); free(s->target); free(s->order); free(s->scratch); free(s->recycle);
         free(s->moves); free(s->deferred); free(s->vk); free(s->vv); free(s->stage);
+        free(s->hk); free(s->hv); free(s->hook_k);
         if (s->pstate && kv->ops->hooks->free) kv->ops->hooks->free(s->pstate);
     }
     free(kv->seq);
@@ -401,15 +411,20 @@ int kv_append(kv_cache *kv, int seq, int pos, int is_prompt, char *err, size_t e
     return 0;
 }
 
-static float *new_row(kv_cache *kv, int seq, int layer, int pos, int which) {
+static kv_store *new_slot(kv_cache *kv, int seq, int layer, int pos, int *slot) {
     kv_seq *s = get_seq(kv, seq);
     TKV_ASSERT(pos >= 0 && pos < s->len && layer >= 0 && layer < kv->o.n_layer);
     TKV_ASSERT(s->tier[pos] == KV_T0 || s->tier[pos] == KV_T1);
     fence(kv, seq, layer); /* the slot may have been taken from a demotion in flight */
-    return store_row(&s->st[s->tier[pos]], layer, s->slot[pos], which);
+    *slot = s->slot[pos];
+    return &s->st[s->tier[pos]];
 }
-float *kv_k_row(kv_cache *kv, int seq, int layer, int pos) { return new_row(kv, seq, layer, pos, 0); }
-float *kv_v_row(kv_cache *kv, int seq, int layer, int pos) { return new_row(kv, seq, layer, pos, 1); }
+
+void kv_put(kv_cache *kv, int seq, int layer, int pos, const float *k, const float *v) {
+    int slot;
+    kv_store *st = new_slot(kv, seq, layer, pos, &slot);
+    store_write_layer(st, slot, layer, k, v);
+}
 
 void kv_view_layer(kv_cache *kv, int seq, int layer, kv_view *out) {
     kv_seq *s = get_seq(kv, seq);
@@ -418,25 +433,49 @@ void kv_view_layer(kv_cache *kv, int seq, int layer, kv_view *out) {
     if (layer == kv->o.n_layer - 1) s->fresh_from = s->len; /* every layer of the new tokens is written */
     size_t kd = (size_t)kv->kv_dim;
     int64_t staged = 0;
-    for (int p = 0; p < s->len; p++) {
-        int t = s->tier[p];
-        const kv_store *st = &s->st[t < 3 ? t : 0];
-        if (t == KV_T0 || (t == KV_T1 && !kv->o.staged)) {
-            s->vk[p] = store_row(st, layer, s->slot[p], 0);
-            s->vv[p] = store_row(st, layer, s->slot[p], 1);
-        } else if (t == KV_T3) {
-            s->vk[p] = s->vv[p] = NULL;
-        } else { /* T1 staged, or T2 dequantised: into the staging row of this position */
-            float *k = s->stage + (size_t)p * 2 * kd, *v = k + kd;
-            store_read_layer(st, s->slot[p], layer, k, v);
-            s->vk[p] = k;
-            s->vv[p] = v;
-            staged += (int64_t)(2 * kd * sizeof(float));
+    memset(out, 0, sizeof *out);
+    if (kv->o.f16) {
+        uint16_t *stage = s->stage;
+        for (int p = 0; p < s->len; p++) {
+            int t = s->tier[p];
+            const kv_store *st = &s->st[t < 3 ? t : 0];
+            if (t == KV_T0 || (t == KV_T1 && !kv->o.staged)) {
+                s->hk[p] = store_hrow(st, layer, s->slot[p], 0);
+                s->hv[p] = store_hrow(st, layer, s->slot[p], 1);
+            } else if (t == KV_T3) {
+                s->hk[p] = s->hv[p] = NULL;
+            } else { /* T1 staged (a copy), or T2 dequantised and rounded to fp16 */
+                uint16_t *k = stage + (size_t)p * 2 * kd, *v = k + kd;
+                store_read_layer_f16(st, s->slot[p], layer, k, v);
+                s->hk[p] = k;
+                s->hv[p] = v;
+                staged += (int64_t)(2 * kd * sizeof(uint16_t));
+            }
         }
+        out->k16 = s->hk;
+        out->v16 = s->hv;
+    } else {
+        float *stage = s->stage;
+        for (int p = 0; p < s->len; p++) {
+            int t = s->tier[p];
+            const kv_store *st = &s->st[t < 3 ? t : 0];
+            if (t == KV_T0 || (t == KV_T1 && !kv->o.staged)) {
+                s->vk[p] = store_row(st, layer, s->slot[p], 0);
+                s->vv[p] = store_row(st, layer, s->slot[p], 1);
+            } else if (t == KV_T3) {
+                s->vk[p] = s->vv[p] = NULL;
+            } else { /* T1 staged, or T2 dequantised: into the staging row of this position */
+                float *k = stage + (size_t)p * 2 * kd, *v = k + kd;
+                store_read_layer(st, s->slot[p], layer, k, v);
+                s->vk[p] = k;
+                s->vv[p] = v;
+                staged += (int64_t)(2 * kd * sizeof(float));
+            }
+        }
+        out->k = s->vk;
+        out->v = s->vv;
     }
     s->c.bytes_staged += staged;
-    out->k = s->vk;
-    out->v = s->vv;
     out->keep = s->keep_used ? s->keep + (size_t)layer * kv->o.n_head_kv * kv->o.n_ctx : NULL;
     out->keep_stride = s->keep_used ? kv->o.n_ctx : 0;
     out->n = s->len;
@@ -447,8 +486,10 @@ void kv_observe(kv_cache *kv, int seq, int layer, int q_pos, const float *att, i
     if (!kv->ops->tiered) return;
     TKV_ASSERT(q_pos >= 0 && q_pos < s->len);
     if (kv->ops->hooks && kv->ops->hooks->observe) {
-        kv_view v = {s->vk, s->vv, s->keep_used ? s->keep + (size_t)layer * kv->o.n_head_kv * kv->o.n_ctx : NULL,
-                     s->keep_used ? kv->o.n_ctx : 0, s->len};
+        int h16 = kv->o.f16;
+        kv_view v = {.k = h16 ? NULL : s->vk, .v = h16 ? NULL : s->vv, .k16 = h16 ? s->hk : NULL, .v16 = h16 ? s->hv : NULL,
+                     .keep = s->keep_used ? s->keep + (size_t)layer * kv->o.n_head_kv * kv->o.n_ctx : NULL,
+                     .keep_stride = s->keep_used ? kv->o.n_ctx : 0, .n = s->len};
         kv->ops->hooks->observe(s->pstate, layer, q_pos, s->prompt[q_pos], att, att_stride, &v);
     }
     if (!kv->ops->select) return; /* hook-only policies keep their own scores */
@@ -575,9 +616,21 @@ typedef struct {
     int seq;
 } step_view_ctx;
 
+/* The hooks read keys as f32 (R-KV's similarities): an f16 cache widens them (exactly) into hook_k. */
 static void step_view(void *ctx, int layer, kv_view *out) {
     step_view_ctx *c = ctx;
     kv_view_layer(c->kv, c->seq, layer, out);
+    if (!c->kv->o.f16) return;
+    kv_seq *s = &c->kv->seq[c->seq];
+    size_t kd = (size_t)c->kv->kv_dim;
+    for (int p = 0; p < out->n; p++) {
+        s->vk[p] = NULL;
+        if (!s->hk[p]) continue;
+        float *k = s->hook_k + (size_t)p * kd;
+        for (size_t i = 0; i < kd; i++) k[i] = tkv_f16_to_f32(s->hk[p][i]);
+        s->vk[p] = k;
+    }
+    out->k = s->vk;
 }
 
 /* Runs a hook policy's step: it may rewrite keep masks and evict whole tokens (T0 -> T3 at once). */

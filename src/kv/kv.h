@@ -8,7 +8,9 @@
  * After a layer's attention the forward reports the attention weights (kv_observe) so that the
  * policy can score tokens; after a decode step it calls kv_step_end, where re-tiering happens.
  *
- * Rows are f32, kv_dim = n_head_kv * head_dim floats, head g at [g*head_dim, (g+1)*head_dim).
+ * Rows hold kv_dim = n_head_kv * head_dim values, head g at [g*head_dim, (g+1)*head_dim): f32, or
+ * fp16 when kv_options.f16 is set (T0 and T1 then hold fp16, halving their bytes; the forward still
+ * hands f32 rows to kv_put, which rounds them once, like llama.cpp's default f16 cache).
  * Threading: the kv_* calls come from the forward's main thread only; the transfer engine is
  * internal. A view stays valid until the next kv_* call on the same sequence. */
 #ifndef TKV_KV_H
@@ -47,14 +49,19 @@ typedef struct {
     int window;                /* protected last positions (default 64); the newest token always is */
     int staged;                /* 1: T1 rows are copied to a staging area per layer before attention */
     int sync_transfers;        /* 1: moves run on the caller's thread (for debugging and tests) */
+    int f16;                   /* 1: T0/T1 rows are fp16 (views give k16/v16), 0: f32 (views give k/v) */
 } kv_options;
 
 /* Defaults: policy full, delta 64, sinks 4, window 64, ratios unset, async transfers. */
 void kv_options_default(kv_options *o);
 
 typedef struct {
-    const float *const *k; /* k[pos]: kv_dim floats, or NULL if evicted */
-    const float *const *v; /* v[pos] */
+    /* f32 caches: k[pos] is kv_dim floats, or NULL if evicted; k16/v16 are NULL.
+     * f16 caches: k16[pos] is kv_dim fp16 values, or NULL if evicted; k/v are NULL. */
+    const float *const *k;
+    const float *const *v;
+    const uint16_t *const *k16;
+    const uint16_t *const *v16;
     const uint8_t *keep;   /* NULL (all kept) or keep[g * keep_stride + pos] != 0 for kv head g */
     int keep_stride;
     int n;                 /* positions 0..n-1 exist */
@@ -72,12 +79,12 @@ void kv_seq_reset(kv_cache *kv, int seq);
 /* Number of positions the sequence holds. */
 int kv_seq_len(const kv_cache *kv, int seq);
 
-/* Adds the token at position pos (must equal kv_seq_len) and returns where to write its K and V for
- * every layer via kv_k_row/kv_v_row. is_prompt marks prompt tokens (protected in T0).
- * Returns -1 with a message when the sequence is full. */
+/* Adds the token at position pos (must equal kv_seq_len); its K and V for every layer are then given
+ * by kv_put. is_prompt marks prompt tokens (protected in T0). Returns -1 with a message when the
+ * sequence is full. */
 int kv_append(kv_cache *kv, int seq, int pos, int is_prompt, char *err, size_t errlen);
-float *kv_k_row(kv_cache *kv, int seq, int layer, int pos);
-float *kv_v_row(kv_cache *kv, int seq, int layer, int pos);
+/* Stores one layer's K (after RoPE) and V of an appended token, converting to the cache's type. */
+void kv_put(kv_cache *kv, int seq, int layer, int pos, const float *k, const float *v);
 
 /* The view of one layer for attention. Waits for in-flight moves of this layer (the per-layer fence)
  * and stages T1/T2 rows when needed. */
@@ -164,7 +171,7 @@ void kv_retier_log_print(FILE *f, const kv_cache *kv);
  * tokens in T0). kv_check returns 0 or -1 with a message. */
 int kv_token_tier(const kv_cache *kv, int seq, int pos);
 int kv_check(const kv_cache *kv, char *err, size_t errlen);
-/* Bytes one token occupies in a tier (T0/T1: f32 rows, T2: int8 rows + per-head scales). */
+/* Bytes one token occupies in a tier (T0/T1: f32 or fp16 rows, T2: int8 rows + per-head scales). */
 int64_t kv_token_bytes(const kv_cache *kv, int tier);
 
 const char *kv_policy_name(kv_policy_kind p);

@@ -59,8 +59,10 @@ typedef struct {
     int batch_active;
     kv_retier_record rec;     /* of the batch in flight */
     /* views */
-    const float **vk, **vv;   /* [n_ctx] */
-    float *stage;             /* [n_ctx][2][kv_dim]: T1 (staged) and T2 rows as f32 for one layer */
+    const float **vk, **vv;   /* [n_ctx] (f32 caches) */
+    const uint16_t **hk, **hv; /* [n_ctx] (f16 caches) */
+    void *stage;              /* [n_ctx][2][kv_dim] of the cache's element type: T1 (staged) and T2 rows for one layer */
+    float *hook_k;            /* [n_ctx][kv_dim] f32 keys for hooks that read K (f16 caches, R-KV), or NULL */
     kv_stats c;               /* counters; tokens/bytes/budget are filled in by kv_get_stats */
     void *pstate;             /* the policy hooks' state (baselines), or NULL */
     /* what the hooks' last step reported (kv_step_io), 0 before the first step */
@@ -88,7 +90,7 @@ int kv_t0_budget(const kv_cache *kv, const kv_seq *s, int len, int *raised);
 /* Number of protected positions at length len. */
 int kv_prot_count(const kv_cache *kv, const kv_seq *s, int len);
 int kv_is_protected(const kv_cache *kv, const kv_seq *s, int pos, int len);
-/* Bytes of one (layer, kv head) row of one token: K and V, f32. */
+/* Bytes of one (layer, kv head) row of one token: K and V, f32 or fp16. */
 int64_t kv_row_bytes(const kv_cache *kv);
 /* Waits for s's batch and frees its source slots. */
 void kv_complete_batch(kv_cache *kv, int seq);

@@ -59,7 +59,8 @@ typedef struct {
     char *err;                /* for a message when step returns -1 (the decode then asserts) */
     size_t errlen;
     /* any layer's view (K rows for R-KV's redundancy at a compression point); valid until the next
-     * view_layer call. Evicted positions are NULL, like the forward's view. */
+     * view_layer call. Evicted positions are NULL, like the forward's view. Its k rows are always
+     * f32 (an f16 cache widens them); v/k16/v16 are not for the hooks. */
     void (*view_layer)(void *ctx, int layer, kv_view *out);
     void *view_ctx;
     /* out, for the stats and kv_check: what the policy holds after this step, per (layer, kv head)

@@ -190,10 +190,16 @@ static void attention_task(void *ctx, int64_t i0, int64_t i1, int tid) {
         size_t h0 = (size_t)g * group;
         const float *q = f->q + ((size_t)t * c->n_head + h0) * hd;
         float *att = f->att + ((size_t)tl * c->n_head + h0) * n_ctx;
-        f->f32->attn_scores(q, group, hd, vw->k, (size_t)g * hd, keep, p + 1, scale, att, (size_t)n_ctx);
-        for (int hh = 0; hh < group; hh++) f->f32->softmax(att + (size_t)hh * n_ctx, p + 1);
-        f->f32->attn_wsum(att, (size_t)n_ctx, group, hd, vw->v, (size_t)g * hd, p + 1,
-                          f->o + ((size_t)t * c->n_head + h0) * hd);
+        float *o = f->o + ((size_t)t * c->n_head + h0) * hd;
+        if (vw->k16) {
+            f->f32->attn_scores_f16(q, group, hd, vw->k16, (size_t)g * hd, keep, p + 1, scale, att, (size_t)n_ctx);
+            for (int hh = 0; hh < group; hh++) f->f32->softmax(att + (size_t)hh * n_ctx, p + 1);
+            f->f32->attn_wsum_f16(att, (size_t)n_ctx, group, hd, vw->v16, (size_t)g * hd, p + 1, o);
+        } else {
+            f->f32->attn_scores(q, group, hd, vw->k, (size_t)g * hd, keep, p + 1, scale, att, (size_t)n_ctx);
+            for (int hh = 0; hh < group; hh++) f->f32->softmax(att + (size_t)hh * n_ctx, p + 1);
+            f->f32->attn_wsum(att, (size_t)n_ctx, group, hd, vw->v, (size_t)g * hd, p + 1, o);
+        }
     }
 }
 
@@ -260,10 +266,7 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
         add_bias(f->v, L->bv, n, KV);
         rope_apply(f, f->q, n, c->n_head);
         rope_apply(f, f->k, n, c->n_head_kv);
-        for (int t = 0; t < n; t++) {
-            memcpy(kv_k_row(f->kv, seq[t], l, pos[t]), f->k + (size_t)t * KV, (size_t)KV * sizeof(float));
-            memcpy(kv_v_row(f->kv, seq[t], l, pos[t]), f->v + (size_t)t * KV, (size_t)KV * sizeof(float));
-        }
+        for (int t = 0; t < n; t++) kv_put(f->kv, seq[t], l, pos[t], f->k + (size_t)t * KV, f->v + (size_t)t * KV);
         attention(f, l, seq, pos, n);
         matmul(f, &L->wo, f->o, n, f->tmp);
         add_bias(f->tmp, L->bo, n, E);
