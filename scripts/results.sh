@@ -150,6 +150,9 @@ for d in dirs:
     L.append(f"- task: {', '.join(tasks)}; problems per configuration: {', '.join(str(n) for n in ns)}")
     L.append(f"- max generated tokens: {', '.join(sorted({str(s.get('max_tokens')) for s in sums}))}; "
              f"problems decoded together: {', '.join(sorted({str(s.get('parallel')) for s in sums}))}")
+    # kv_type is absent from summaries written before the f16 cache existed: those ran with f32
+    kts = sorted({s.get("kv_type", "f32 (not recorded: written before the f16 cache existed)") for s in sums})
+    L.append(f"- KV cache element type: {', '.join(kts)}")
     L.append(f"- files: `{shown_dir(d)}`")
     cmdf = os.path.join(d, "sweep.cmd")
     L += ["", "Commands:", "", "```"]

@@ -171,7 +171,8 @@ TEST(kv_abs_budget_prompt_too_long) {
     shape(&o, 2, 4, 2, 8, 2, 256);
     o.policy = KV_POLICY_HIERARCHY;
     o.sinks = 2; o.window = 8;
-    int64_t tb = 2 * 2 * 16 * 4;
+    o.f16 = 0;
+    int64_t tb = 2 * 2 * 16 * 4; /* layers x K,V x kv_dim x f32 */
     o.hbm_budget_bytes = (uint64_t)(2 * 20 * tb); /* 20 tokens per sequence (split equally over 2) */
     char err[512];
     kv_cache *kv = kv_init(&o, err, sizeof err);

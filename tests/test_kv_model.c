@@ -217,34 +217,36 @@ TEST(kv_model_hierarchy_staged_and_sync) {
     }
 }
 
-/* An f16 cache (T0 and T1 rows in fp16): every T0 share, re-tiering period, staging and synchronous
- * transfers give the full f16 cache's logits bit for bit, on both architectures. */
-static void hierarchy_f16(const char *model) {
+/* An f32 cache (--kv-type f32; the tests above use the default f16): every T0 share, re-tiering
+ * period, staging and synchronous transfers give the full f32 cache's logits bit for bit, on both
+ * architectures. */
+static void hierarchy_f32(const char *model) {
     cand c[4];
-    cand_init(&c[0], "f16 hierarchy 30% delta 7", KV_POLICY_HIERARCHY, 0.3, 7);
-    cand_init(&c[1], "f16 hierarchy 50% delta 64 staged", KV_POLICY_HIERARCHY, 0.5, 64);
+    cand_init(&c[0], "f32 hierarchy 30% delta 7", KV_POLICY_HIERARCHY, 0.3, 7);
+    cand_init(&c[1], "f32 hierarchy 50% delta 64 staged", KV_POLICY_HIERARCHY, 0.5, 64);
     c[1].kv.staged = 1;
-    cand_init(&c[2], "f16 hierarchy 10% delta 1 sync", KV_POLICY_HIERARCHY, 0.1, 1);
+    cand_init(&c[2], "f32 hierarchy 10% delta 1 sync", KV_POLICY_HIERARCHY, 0.1, 1);
     c[2].kv.sync_transfers = 1;
-    cand_init(&c[3], "f16 hierarchy 70% delta 3", KV_POLICY_HIERARCHY, 0.7, 3);
-    for (int i = 0; i < 4; i++) c[i].kv.window = 16, c[i].kv.f16 = 1;
+    cand_init(&c[3], "f32 hierarchy 70% delta 3", KV_POLICY_HIERARCHY, 0.7, 3);
+    for (int i = 0; i < 4; i++) c[i].kv.window = 16, c[i].kv.f16 = 0;
     REQUIRE(lockstep(t_shared(model), 1, 64, 300, c, 4, check_hierarchy) == 0);
     for (int i = 0; i < 4; i++) {
-        CHECKF(c[i].first_diff < 0, "%s: logits differ from full f16 at step %d", c[i].name, c[i].first_diff);
+        CHECKF(c[i].first_diff < 0, "%s: logits differ from full f32 at step %d", c[i].name, c[i].first_diff);
         CHECKF(c[i].bad == 0, "%s: %d step checks failed", c[i].name, c[i].bad);
         CHECK(c[i].st.bytes_moved_down > 0 && c[i].st.tokens[2] == 0 && c[i].st.tokens[3] == 0);
         CHECK(!c[i].kv.staged || c[i].st.bytes_staged > 0);
     }
 }
-TEST(kv_model_hierarchy_f16_bit_exact_qwen2) { hierarchy_f16(QWEN2); }
-TEST(kv_model_hierarchy_f16_bit_exact_llama) { hierarchy_f16(LLAMA); }
+TEST(kv_model_hierarchy_f32_bit_exact_qwen2) { hierarchy_f32(QWEN2); }
+TEST(kv_model_hierarchy_f32_bit_exact_llama) { hierarchy_f32(LLAMA); }
 
 /* An absolute T0 budget (--hbm-budget): T0 never holds more bytes than it, at any step. */
 TEST(kv_model_t0_within_byte_budget) {
     cand c[1];
     cand_init(&c[0], "hierarchy 160 tokens", KV_POLICY_HIERARCHY, -1, 16);
     c[0].kv.window = 16;
-    /* qwen2 fixture: 2 layers x 2 kv heads x 64 head dim x K,V x f32 = 2048 bytes per token */
+    /* qwen2 fixture, f32 cache: 2 layers x 2 kv heads x 64 head dim x K,V x 4 bytes = 2048 bytes per token */
+    c[0].kv.f16 = 0;
     c[0].kv.hbm_budget_bytes = 160 * 2048;
     REQUIRE(lockstep(t_shared(QWEN2), 1, 64, 300, c, 1, check_hierarchy) == 0);
     CHECKF(c[0].first_diff < 0, "logits differ from full at step %d", c[0].first_diff);
@@ -287,9 +289,10 @@ static void check_evicted_not_in_view(cand *c, int step) {
         if (v.n != len) bad(c, step, "view length");
         for (int p = 0; p < len; p++) {
             int t3 = kv_token_tier(kv, 0, p) == 3;
-            if (t3 != (v.k[p] == NULL) || t3 != (v.v[p] == NULL)) {
-                snprintf(err, sizeof err, "layer %d position %d: tier %d but view row %p", l, p, kv_token_tier(kv, 0, p),
-                         (const void *)v.k[p]);
+            const void *kr = v.k16 ? (const void *)v.k16[p] : (const void *)v.k[p];
+            const void *vr = v.k16 ? (const void *)v.v16[p] : (const void *)v.v[p];
+            if (t3 != (kr == NULL) || t3 != (vr == NULL)) {
+                snprintf(err, sizeof err, "layer %d position %d: tier %d but view row %p", l, p, kv_token_tier(kv, 0, p), kr);
                 bad(c, step, err);
             }
         }
@@ -427,22 +430,23 @@ static void baselines_half(const char *model, int f16) {
     /* H2O keeps half of every row: about half of the length is gone from each, on average */
     CHECKF(c[1].st.evicted_equiv > 0.4 * (128 + 300), "h2o evicted_equiv %.1f", c[1].st.evicted_equiv);
 }
-TEST(kv_model_baselines_hold_budget_qwen2) { baselines_half(QWEN2, 0); }
-TEST(kv_model_baselines_hold_budget_llama) { baselines_half(LLAMA, 0); }
-/* the same with an f16 cache (R-KV then reads its keys widened from fp16) */
-TEST(kv_model_baselines_hold_budget_f16) { baselines_half(QWEN2, 1); }
+/* f16 caches (the default; R-KV reads its keys widened from fp16) and an f32 one */
+TEST(kv_model_baselines_hold_budget_qwen2) { baselines_half(QWEN2, 1); }
+TEST(kv_model_baselines_hold_budget_llama) { baselines_half(LLAMA, 1); }
+TEST(kv_model_baselines_hold_budget_f32) { baselines_half(QWEN2, 0); }
 
 /* An absolute budget (bytes -> tokens through kv_token_bytes): H2O holds that many per row. */
 TEST(kv_model_baselines_byte_budget) {
     cand c[1];
     cand_init(&c[0], "h2o 100 tokens", KV_POLICY_H2O, -1, 64);
-    c[0].kv.hbm_budget_bytes = 100 * 2048; /* qwen2 fixture: 2048 bytes per token */
+    c[0].kv.f16 = 1; /* 1024 bytes per token below */
+    c[0].kv.hbm_budget_bytes = 100 * 1024; /* qwen2 fixture, f16: 1024 bytes per token */
     c[0].no_compare = 1;
     REQUIRE(lockstep(t_shared(QWEN2), 1, 128, 100, c, 1, NULL) == 0);
     CHECK(c[0].bad == 0);
-    CHECK(c[0].st.t0_budget_bytes == 100 * 2048 && c[0].st.limit_bytes == 100 * 2048);
-    CHECK(c[0].st.held_bytes == 100 * 2048);
-    CHECK(c[0].st.peak_held_bytes == 100 * 2048);
+    CHECK(c[0].st.t0_budget_bytes == 100 * 1024 && c[0].st.limit_bytes == 100 * 1024);
+    CHECK(c[0].st.held_bytes == 100 * 1024);
+    CHECK(c[0].st.peak_held_bytes == 100 * 1024);
 }
 
 /* ---- the real models (TIERKV_SLOW_TESTS=1) ---- */

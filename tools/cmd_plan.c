@@ -4,7 +4,7 @@
  *
  * Model of the numbers (per sequence, at length --ctx, then times --batch):
  *   kv bytes per token  = 2 (K, V) x layers x kv heads x head dim x bytes per element (--kv-type,
- *                         f16 by default here, as on a GPU; the engine's own default is f32);
+ *                         f16 by default, the engine's default too);
  *   T2 bytes per token  = 2 x layers x kv heads x (head dim + 4): int8 rows + one f32 scale per head;
  *   T0 tokens           = hbm ratio x ctx, or the absolute budget / batch / kv bytes per token,
  *                         never below the protected sinks + window; T2 = t2 ratio x ctx,
@@ -75,7 +75,6 @@ static double mib(double b) { return b / (1024.0 * 1024.0); }
 int cmd_plan(int argc, char **argv) {
     kv_options o;
     kv_options_default(&o);
-    o.f16 = 1; /* plan sizes a GPU cache: f16 unless --kv-type f32 */
     o.policy = KV_POLICY_HIERARCHY;
     const char *model = NULL, *shape_name = NULL;
     long batch = 1, ctx = 4096;

@@ -108,7 +108,7 @@ int kv_flags_parse(kv_options *o, int argc, char **argv, int *i, char *err, size
 const char *kv_flags_usage(void) {
     return "KV cache (memory hierarchy):\n"
            "      --policy NAME       full (default) | hierarchy | evict | quant | streaming | h2o | rkv | snapkv\n"
-           "      --kv-type T         element type of T0/T1 rows: f32 (default) or f16 (half the bytes)\n"
+           "      --kv-type T         element type of T0/T1 rows: f16 (default, as llama.cpp) or f32\n"
            "      --hbm-ratio R       T0 (fast memory) share of the current length, 0..1\n"
            "      --hbm-budget SIZE   T0 bytes for all sequences (split equally): 4096, 64KB, 256MiB, 1.5GB\n"
            "      --t2-ratio R        int8 host tier share of the length (policy hierarchy)\n"

@@ -46,6 +46,7 @@ void kv_options_default(kv_options *o) {
     o->delta = 64;
     o->sinks = 4;
     o->window = 64;
+    o->f16 = 1; /* llama.cpp's default cache type; f32 on request */
 }
 
 /* Sets the keep mask of position pos for every layer and kv head (head-wise policies only). */

@@ -9,8 +9,8 @@
  * policy can score tokens; after a decode step it calls kv_step_end, where re-tiering happens.
  *
  * Rows hold kv_dim = n_head_kv * head_dim values, head g at [g*head_dim, (g+1)*head_dim): f32, or
- * fp16 when kv_options.f16 is set (T0 and T1 then hold fp16, halving their bytes; the forward still
- * hands f32 rows to kv_put, which rounds them once, like llama.cpp's default f16 cache).
+ * fp16 when kv_options.f16 is set, the default (T0 and T1 then hold fp16, half the bytes; the forward
+ * still hands f32 rows to kv_put, which rounds them once, like llama.cpp's default f16 cache).
  * Threading: the kv_* calls come from the forward's main thread only; the transfer engine is
  * internal. A view stays valid until the next kv_* call on the same sequence. */
 #ifndef TKV_KV_H
@@ -49,10 +49,10 @@ typedef struct {
     int window;                /* protected last positions (default 64); the newest token always is */
     int staged;                /* 1: T1 rows are copied to a staging area per layer before attention */
     int sync_transfers;        /* 1: moves run on the caller's thread (for debugging and tests) */
-    int f16;                   /* 1: T0/T1 rows are fp16 (views give k16/v16), 0: f32 (views give k/v) */
+    int f16;                   /* 1 (default): T0/T1 rows are fp16 (views give k16/v16); 0: f32 (views give k/v) */
 } kv_options;
 
-/* Defaults: policy full, delta 64, sinks 4, window 64, ratios unset, async transfers. */
+/* Defaults: policy full, delta 64, sinks 4, window 64, ratios unset, async transfers, f16 rows. */
 void kv_options_default(kv_options *o);
 
 typedef struct {
