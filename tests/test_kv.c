@@ -391,29 +391,36 @@ static void compare_runs(kv_options a, kv_options b, int steps, int *n_diff, int
     kv_free(kb);
 }
 
+/* both element types: f16 (the default) and f32 */
 TEST(kv_staged_equals_in_place) {
-    kv_options a;
-    shape(&a, 3, 4, 2, 16, 1, 160);
-    a.policy = KV_POLICY_HIERARCHY; a.hbm_ratio = 0.2; a.t2_ratio = 0.2; a.delta = 5; a.window = 8; a.sync_transfers = 1;
-    kv_options b = a;
-    b.staged = 1;
-    int diff, t1;
-    compare_runs(a, b, 150, &diff, &t1);
-    CHECK(diff == 0);
-    CHECK(t1 > 0);
+    for (int f16 = 0; f16 < 2; f16++) {
+        kv_options a;
+        shape(&a, 3, 4, 2, 16, 1, 160);
+        a.policy = KV_POLICY_HIERARCHY; a.hbm_ratio = 0.2; a.t2_ratio = 0.2; a.delta = 5; a.window = 8; a.sync_transfers = 1;
+        a.f16 = f16;
+        kv_options b = a;
+        b.staged = 1;
+        int diff, t1;
+        compare_runs(a, b, 150, &diff, &t1);
+        CHECKF(diff == 0, "f16 %d", f16);
+        CHECK(t1 > 0);
+    }
 }
 
 TEST(kv_async_equals_sync) {
-    kv_options a;
-    shape(&a, 4, 4, 2, 16, 1, 160);
-    a.policy = KV_POLICY_HIERARCHY; a.hbm_ratio = 0.25; a.t2_ratio = 0.25; a.evict_ratio = 0.1; a.delta = 3; a.window = 4;
-    a.sync_transfers = 1;
-    kv_options b = a;
-    b.sync_transfers = 0;
-    int diff, t1;
-    compare_runs(a, b, 150, &diff, &t1);
-    CHECK(diff == 0);
-    CHECK(t1 > 0);
+    for (int f16 = 0; f16 < 2; f16++) {
+        kv_options a;
+        shape(&a, 4, 4, 2, 16, 1, 160);
+        a.policy = KV_POLICY_HIERARCHY; a.hbm_ratio = 0.25; a.t2_ratio = 0.25; a.evict_ratio = 0.1; a.delta = 3; a.window = 4;
+        a.sync_transfers = 1;
+        a.f16 = f16;
+        kv_options b = a;
+        b.sync_transfers = 0;
+        int diff, t1;
+        compare_runs(a, b, 150, &diff, &t1);
+        CHECKF(diff == 0, "f16 %d", f16);
+        CHECK(t1 > 0);
+    }
 }
 
 /* Fake attention over the views: the full cache and the hierarchy (0% eviction, no T2) must give
@@ -494,24 +501,12 @@ TEST(kv_fake_attention_bit_exact) {
     fake_attention_bit_exact(1); /* fp16 rows: T0 and T1 hold the same fp16 bits */
 }
 
-/* fp16 caches: staging and asynchronous moves change nothing either, and T0/T1 rows take half the
- * bytes of f32 ones (T2 is int8 either way) */
-TEST(kv_f16_staged_async_and_bytes) {
+/* fp16 caches: T0/T1 rows take half the bytes of f32 ones (T2 is int8 either way) */
+TEST(kv_f16_bytes) {
     kv_options a;
     shape(&a, 3, 4, 2, 16, 1, 160);
     a.f16 = 1;
-    a.policy = KV_POLICY_HIERARCHY; a.hbm_ratio = 0.25; a.t2_ratio = 0.25; a.evict_ratio = 0.1; a.delta = 3; a.window = 4;
-    a.sync_transfers = 1;
-    kv_options b = a;
-    b.staged = 1;
-    int diff, t1;
-    compare_runs(a, b, 150, &diff, &t1);
-    CHECK(diff == 0);
-    CHECK(t1 > 0);
-    b = a;
-    b.sync_transfers = 0;
-    compare_runs(a, b, 150, &diff, &t1);
-    CHECK(diff == 0);
+    a.policy = KV_POLICY_HIERARCHY; a.hbm_ratio = 0.25; a.t2_ratio = 0.25; a.evict_ratio = 0.1;
     char err[256];
     kv_options c = a;
     c.f16 = 0;

@@ -432,50 +432,29 @@ void kv_view_layer(kv_cache *kv, int seq, int layer, kv_view *out) {
     TKV_ASSERT(layer >= 0 && layer < kv->o.n_layer);
     fence(kv, seq, layer);
     if (layer == kv->o.n_layer - 1) s->fresh_from = s->len; /* every layer of the new tokens is written */
-    size_t kd = (size_t)kv->kv_dim;
+    size_t kd = (size_t)kv->kv_dim, es = kv->o.f16 ? sizeof(uint16_t) : sizeof(float);
     int64_t staged = 0;
-    memset(out, 0, sizeof *out);
-    if (kv->o.f16) {
-        uint16_t *stage = s->stage;
-        for (int p = 0; p < s->len; p++) {
-            int t = s->tier[p];
-            const kv_store *st = &s->st[t < 3 ? t : 0];
-            if (t == KV_T0 || (t == KV_T1 && !kv->o.staged)) {
-                s->hk[p] = store_hrow(st, layer, s->slot[p], 0);
-                s->hv[p] = store_hrow(st, layer, s->slot[p], 1);
-            } else if (t == KV_T3) {
-                s->hk[p] = s->hv[p] = NULL;
-            } else { /* T1 staged (a copy), or T2 dequantised and rounded to fp16 */
-                uint16_t *k = stage + (size_t)p * 2 * kd, *v = k + kd;
-                store_read_layer_f16(st, s->slot[p], layer, k, v);
-                s->hk[p] = k;
-                s->hv[p] = v;
-                staged += (int64_t)(2 * kd * sizeof(uint16_t));
-            }
+    for (int p = 0; p < s->len; p++) {
+        int t = s->tier[p];
+        const kv_store *st = &s->st[t < 3 ? t : 0];
+        const void *k = NULL, *v = NULL;
+        if (t == KV_T0 || (t == KV_T1 && !kv->o.staged)) {
+            k = store_any_row(st, layer, s->slot[p], 0);
+            v = store_any_row(st, layer, s->slot[p], 1);
+        } else if (t != KV_T3) { /* T1 staged (a copy), or T2 dequantised: into the staging row of this position */
+            char *sk = (char *)s->stage + (size_t)p * 2 * kd * es, *sv = sk + kd * es;
+            if (kv->o.f16) store_read_layer_f16(st, s->slot[p], layer, (uint16_t *)sk, (uint16_t *)sv);
+            else store_read_layer(st, s->slot[p], layer, (float *)sk, (float *)sv);
+            k = sk;
+            v = sv;
+            staged += (int64_t)(2 * kd * es);
         }
-        out->k16 = s->hk;
-        out->v16 = s->hv;
-    } else {
-        float *stage = s->stage;
-        for (int p = 0; p < s->len; p++) {
-            int t = s->tier[p];
-            const kv_store *st = &s->st[t < 3 ? t : 0];
-            if (t == KV_T0 || (t == KV_T1 && !kv->o.staged)) {
-                s->vk[p] = store_row(st, layer, s->slot[p], 0);
-                s->vv[p] = store_row(st, layer, s->slot[p], 1);
-            } else if (t == KV_T3) {
-                s->vk[p] = s->vv[p] = NULL;
-            } else { /* T1 staged, or T2 dequantised: into the staging row of this position */
-                float *k = stage + (size_t)p * 2 * kd, *v = k + kd;
-                store_read_layer(st, s->slot[p], layer, k, v);
-                s->vk[p] = k;
-                s->vv[p] = v;
-                staged += (int64_t)(2 * kd * sizeof(float));
-            }
-        }
-        out->k = s->vk;
-        out->v = s->vv;
+        if (kv->o.f16) s->hk[p] = k, s->hv[p] = v;
+        else s->vk[p] = k, s->vv[p] = v;
     }
+    memset(out, 0, sizeof *out);
+    if (kv->o.f16) out->k16 = s->hk, out->v16 = s->hv;
+    else out->k = s->vk, out->v = s->vv;
     s->c.bytes_staged += staged;
     out->keep = s->keep_used ? s->keep + (size_t)layer * kv->o.n_head_kv * kv->o.n_ctx : NULL;
     out->keep_stride = s->keep_used ? kv->o.n_ctx : 0;

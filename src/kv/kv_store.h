@@ -41,6 +41,11 @@ static inline float *store_row(const kv_store *st, int layer, int slot, int whic
 static inline uint16_t *store_hrow(const kv_store *st, int layer, int slot, int which) {
     return st->f16 + (((size_t)layer * st->n_slots + slot) * 2 + which) * st->kv_dim;
 }
+/* The row of an F32 or F16 store, whichever its kind. */
+static inline const void *store_any_row(const kv_store *st, int layer, int slot, int which) {
+    return st->kind == KV_STORE_F16 ? (const void *)store_hrow(st, layer, slot, which)
+                                    : (const void *)store_row(st, layer, slot, which);
+}
 static inline int8_t *store_qrow(const kv_store *st, int layer, int slot, int which) {
     return st->q8 + (((size_t)layer * st->n_slots + slot) * 2 + which) * st->kv_dim;
 }
