@@ -153,6 +153,12 @@ TEST(eval_resume_after_kill) {
     char *se = slurp(dir, "stderr.txt");
     CHECK(se && strstr(se, "another configuration"));
     free(se);
+    /* so is another KV element type (the file was written with the default, f16) */
+    CHECK(run_eval(dir, "r.jsonl", "--n 5 --kv-type f32") == 1);
+    CHECK(n_lines(dir, "r.jsonl") == 5);
+    se = slurp(dir, "stderr.txt");
+    CHECK(se && strstr(se, "kv type f16"));
+    free(se);
 }
 
 TEST(eval_truncated_last_line) {
@@ -174,6 +180,33 @@ TEST(eval_truncated_last_line) {
     char *se = slurp(dir, "stderr.txt");
     CHECK(se && strstr(se, "truncated"));
     free(se);
+}
+
+/* A results file written before kv_type was recorded ran with an f32 cache: it resumes with
+ * --kv-type f32 and is refused under the default f16. */
+TEST(eval_old_file_is_f32) {
+    const char *dir = setup("oldkv");
+    if (!dir) SKIP("fixture model or built binary missing");
+    REQUIRE(run_eval(dir, "r.jsonl", "--n 2 --kv-type f32") == 0);
+    char p[600];
+    snprintf(p, sizeof p, "%s/r.jsonl", dir);
+    char *s = slurp(dir, "r.jsonl");
+    REQUIRE(s);
+    int removed = 0;
+    for (char *k; (k = strstr(s, "\"kv_type\":\"f32\",")) != NULL; removed++)
+        memmove(k, k + strlen("\"kv_type\":\"f32\","), strlen(k + strlen("\"kv_type\":\"f32\",")) + 1);
+    CHECK(removed == 2);
+    FILE *f = fopen(p, "w");
+    REQUIRE(f);
+    fputs(s, f);
+    fclose(f);
+    free(s);
+    CHECK(run_eval(dir, "r.jsonl", "--n 3") == 1);
+    char *se = slurp(dir, "stderr.txt");
+    CHECK(se && strstr(se, "kv type f32"));
+    free(se);
+    CHECK(run_eval(dir, "r.jsonl", "--n 3 --kv-type f32") == 0);
+    CHECK(n_lines(dir, "r.jsonl") == 3);
 }
 
 TEST(eval_parallel_matches_serial) {
