@@ -122,7 +122,7 @@ typedef struct {
     int64_t bytes_moved_host;   /* T1 <-> T2 conversions (host side, no bus traffic) */
     /* The baselines (streaming, h2o, rkv, snapkv) drop tokens per (layer, kv head) row; a token's
      * slot (bytes[0]) is freed only once every row dropped it. What they hold, counted per row:
-     * held_bytes = held (layer, kv head, position) rows x 2*head_dim*4 (other policies: T0+T1+T2
+     * held_bytes = held (layer, kv head, position) rows x 2*head_dim*(2 or 4 bytes) (other policies: T0+T1+T2
      * bytes); peak_held_bytes = the most held right after a policy step (the prompt is held whole
      * until its end, as in the papers); t0_budget_bytes = the method's budget now (raised to its
      * floor); limit_bytes = what its published rule allows now: the budget, plus for rkv the tokens
