@@ -16,6 +16,8 @@ typedef struct {
     int n_seq;           /* sequences decoded together, default 1 */
     int max_batch;       /* prefill chunk, default 64 */
     int isa;             /* -1: best from cpuid; else a cpu_isa value (0 generic, 1 avx2, 2 avx512) */
+    int mmap_weights;    /* 1: map the file; 0 (default): copy it into huge-page memory when the
+                            kernel allows and memory suffices (gguf_load, GGUF_AUTO) */
     kv_options kv;       /* policy and budgets; the shape fields are filled from the model */
 } tkv_options;
 

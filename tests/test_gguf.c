@@ -101,6 +101,37 @@ TEST(gguf_open_errors) {
     CHECK(gguf_open(path, &f, err, sizeof err) == -1 && strstr(err, path));
 }
 
+/* gguf_load's copy must parse to the same file as the mapping, byte for byte, on a 2 MiB boundary
+ * (huge pages need it); bad paths and bad bytes give the same errors as gguf_open. */
+TEST(gguf_load_copy_equals_map) {
+    static const char *rels[] = {"fixtures/models/qwen2-Q4_K_M.gguf", "fixtures/models/llama-Q8_0.gguf"};
+    char err[512], path[512];
+    for (int i = 0; i < 2; i++) {
+        gguf_file a, b, c;
+        REQUIRE(gguf_load(t_shared(rels[i]), GGUF_MMAP, &a, err, sizeof err) == 0);
+        REQUIRE(gguf_load(t_shared(rels[i]), GGUF_COPY, &b, err, sizeof err) == 0);
+        REQUIRE(gguf_load(t_shared(rels[i]), GGUF_AUTO, &c, err, sizeof err) == 0);
+        CHECK(a.size == b.size && b.size == c.size && a.n_tensors == b.n_tensors && a.n_kv == b.n_kv);
+        CHECK(b.map && ((uintptr_t)b.map & (((uintptr_t)2 << 20) - 1)) == 0 && b.map_size % ((uint64_t)2 << 20) == 0);
+        CHECK(a.bytes != b.bytes && memcmp(a.bytes, b.bytes, (size_t)a.size) == 0);
+        for (uint64_t t = 0; t < a.n_tensors && t < b.n_tensors; t++)
+            CHECK(a.tensors[t].offset == b.tensors[t].offset && a.tensors[t].data - a.bytes == b.tensors[t].data - b.bytes);
+        gguf_free(&a);
+        gguf_free(&b);
+        gguf_free(&c);
+    }
+    gguf_file f;
+    CHECK(gguf_load("/nonexistent/x.gguf", GGUF_COPY, &f, err, sizeof err) == -1 && strstr(err, "/nonexistent/x.gguf"));
+    CHECK(gguf_load(t_tmpdir(), GGUF_COPY, &f, err, sizeof err) == -1 && strstr(err, "directory"));
+    snprintf(path, sizeof path, "%s/bad-load.gguf", t_tmpdir());
+    FILE *fp = fopen(path, "wb");
+    REQUIRE(fp);
+    fputs("GGUF\3\0\0\0 not really", fp);
+    fclose(fp);
+    CHECK(gguf_load(path, GGUF_COPY, &f, err, sizeof err) == -1 && strstr(err, path));
+    CHECK(gguf_load(path, GGUF_AUTO, &f, err, sizeof err) == -1 && strstr(err, path));
+}
+
 /* ---- an in-memory builder for (possibly invalid) GGUF bytes ---- */
 
 typedef struct {

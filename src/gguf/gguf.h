@@ -52,7 +52,7 @@ typedef struct {
     uint64_t data_start;
     const uint8_t *bytes;
     uint64_t size;
-    void *map;           /* set by gguf_open: mmap base to unmap */
+    void *map;           /* set by gguf_open/gguf_load: base of the mapping to unmap */
     uint64_t map_size;
 } gguf_file;
 
@@ -66,8 +66,13 @@ int ggml_type_supported(uint32_t type);
 /* Parses bytes[0..size). On error returns -1 with a message naming the problem (and the byte offset
  * where it makes sense); *out is left zeroed. On success the caller frees with gguf_free. */
 int gguf_parse(const uint8_t *bytes, size_t size, gguf_file *out, char *err, size_t errlen);
-int gguf_open(const char *path, gguf_file *out, char *err, size_t errlen);
-void gguf_free(gguf_file *f); /* also unmaps when opened with gguf_open */
+int gguf_open(const char *path, gguf_file *out, char *err, size_t errlen); /* maps the file */
+/* For inference (gguf_load.c): GGUF_COPY reads the file into read-only huge-page memory, GGUF_MMAP
+ * maps it, GGUF_AUTO copies when huge pages are allowed and the file is at most half of the
+ * available memory. */
+typedef enum { GGUF_AUTO, GGUF_MMAP, GGUF_COPY } gguf_load_mode;
+int gguf_load(const char *path, gguf_load_mode mode, gguf_file *out, char *err, size_t errlen);
+void gguf_free(gguf_file *f); /* also unmaps what gguf_open or gguf_load mapped */
 
 /* Lookups (linear scan is fine: a few hundred keys, used at load time only). */
 const gguf_kv *gguf_find(const gguf_file *f, const char *key);

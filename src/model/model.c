@@ -206,9 +206,9 @@ int model_bind(gguf_file *f, model **out, char *err, size_t errlen) {
     return 0;
 }
 
-int model_open(const char *path, model **out, char *err, size_t errlen) {
+int model_open(const char *path, int mmap_only, model **out, char *err, size_t errlen) {
     gguf_file f;
-    if (gguf_open(path, &f, err, errlen)) return -1;
+    if (gguf_load(path, mmap_only ? GGUF_MMAP : GGUF_AUTO, &f, err, errlen)) return -1;
     if (model_bind(&f, out, err, errlen)) {
         gguf_free(&f);
         return -1;

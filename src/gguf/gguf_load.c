@@ -1,0 +1,113 @@
+/* gguf_load.c — opens a GGUF file for inference. GGUF_MMAP maps the file (gguf_open). GGUF_COPY
+ * reads it into anonymous memory aligned to 2 MiB and advised for transparent huge pages, then
+ * makes it read-only: decode streams every weight once per token, and with 4 KiB pages that is a
+ * page walk per 4 KiB and a hardware prefetcher stopped at every page boundary (measured: the 7B
+ * Q8_0 shape decodes 2.59 -> 2.90 tok/s). GGUF_AUTO copies when the kernel allows huge pages and
+ * the file is at most half of the memory available, and maps otherwise.
+ * Costs of the copy, chosen knowingly: one read of the file at load, and memory not shared with
+ * other processes through the page cache. Errors name the path. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "gguf/gguf.h"
+
+#define THP_BYTES ((size_t)2 << 20)
+
+/* 1 unless the kernel reports transparent huge pages as "[never]" (or has none). */
+static int thp_allowed(void) {
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f) return 0;
+    char buf[128];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return n > 0 && !strstr(buf, "[never]");
+}
+
+/* MemAvailable in bytes, 0 when unknown. */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* Anonymous read-write memory of len bytes (a multiple of THP_BYTES) starting on a 2 MiB boundary. */
+static uint8_t *map_aligned(size_t len) {
+    uint8_t *raw = mmap(NULL, len + THP_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    uint8_t *a = (uint8_t *)(((uintptr_t)raw + THP_BYTES - 1) & ~(uintptr_t)(THP_BYTES - 1));
+    size_t head = (size_t)(a - raw), tail = THP_BYTES - head;
+    if (head) munmap(raw, head);
+    if (tail) munmap(a + len, tail);
+    return a;
+}
+
+static int load_copy(const char *path, gguf_file *out, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return tkv_errf(err, errlen, "gguf: cannot open '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 || (unsigned long long)st.st_size > (size_t)-1 / 2) {
+        close(fd);
+        return gguf_open(path, out, err, errlen); /* its messages say what is wrong with the path */
+    }
+    size_t size = (size_t)st.st_size, len = (size + THP_BYTES - 1) & ~(THP_BYTES - 1);
+    uint8_t *a = map_aligned(len);
+    if (!a) {
+        int e = errno;
+        close(fd);
+        return tkv_errf(err, errlen, "gguf: cannot allocate %zu bytes for '%s': %s (--mmap maps the file instead)", len, path, strerror(e));
+    }
+    (void)madvise(a, len, MADV_HUGEPAGE); /* advice: without huge pages the copy still works */
+    size_t done = 0;
+    while (done < size) {
+        size_t want = size - done < ((size_t)1 << 26) ? size - done : ((size_t)1 << 26);
+        ssize_t r = pread(fd, a + done, want, (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : 0;
+            close(fd);
+            munmap(a, len);
+            return tkv_errf(err, errlen, "gguf: reading '%s' stopped at byte %zu of %zu: %s", path, done, size,
+                            e ? strerror(e) : "the file shrank while being read");
+        }
+        done += (size_t)r;
+    }
+    close(fd);
+    if (mprotect(a, len, PROT_READ) != 0) { /* weights are never written: keep it that way */
+        int e = errno;
+        munmap(a, len);
+        return tkv_errf(err, errlen, "gguf: cannot make the copy of '%s' read-only: %s", path, strerror(e));
+    }
+    char msg[512];
+    if (gguf_parse(a, size, out, msg, sizeof msg) != 0) {
+        munmap(a, len);
+        return tkv_errf(err, errlen, "%s: %s", path, msg);
+    }
+    out->map = a;
+    out->map_size = len;
+    return 0;
+}
+
+int gguf_load(const char *path, gguf_load_mode mode, gguf_file *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (mode == GGUF_AUTO) {
+        struct stat st;
+        uint64_t avail = mem_available();
+        int copy = stat(path, &st) == 0 && S_ISREG(st.st_mode) && thp_allowed() && avail &&
+                   (uint64_t)st.st_size <= avail / 2;
+        mode = copy ? GGUF_COPY : GGUF_MMAP;
+    }
+    return mode == GGUF_COPY ? load_copy(path, out, err, errlen) : gguf_open(path, out, err, errlen);
+}
