@@ -16,20 +16,8 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/hugemem.h"
 #include "gguf/gguf.h"
-
-#define THP_BYTES ((size_t)2 << 20)
-
-/* 1 unless the kernel reports transparent huge pages as "[never]" (or has none). */
-static int thp_allowed(void) {
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-    if (!f) return 0;
-    char buf[128];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return n > 0 && !strstr(buf, "[never]");
-}
 
 /* MemAvailable in bytes, 0 when unknown. */
 static uint64_t mem_available(void) {
@@ -43,17 +31,6 @@ static uint64_t mem_available(void) {
     return (uint64_t)kb * 1024;
 }
 
-/* Anonymous read-write memory of len bytes (a multiple of THP_BYTES) starting on a 2 MiB boundary. */
-static uint8_t *map_aligned(size_t len) {
-    uint8_t *raw = mmap(NULL, len + THP_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return NULL;
-    uint8_t *a = (uint8_t *)(((uintptr_t)raw + THP_BYTES - 1) & ~(uintptr_t)(THP_BYTES - 1));
-    size_t head = (size_t)(a - raw), tail = THP_BYTES - head;
-    if (head) munmap(raw, head);
-    if (tail) munmap(a + len, tail);
-    return a;
-}
-
 static int load_copy(const char *path, gguf_file *out, char *err, size_t errlen) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return tkv_errf(err, errlen, "gguf: cannot open '%s': %s", path, strerror(errno));
@@ -62,14 +39,13 @@ static int load_copy(const char *path, gguf_file *out, char *err, size_t errlen)
         close(fd);
         return gguf_open(path, out, err, errlen); /* its messages say what is wrong with the path */
     }
-    size_t size = (size_t)st.st_size, len = (size + THP_BYTES - 1) & ~(THP_BYTES - 1);
-    uint8_t *a = map_aligned(len);
+    size_t size = (size_t)st.st_size, len = 0;
+    uint8_t *a = tkv_huge_alloc(size, &len);
     if (!a) {
         int e = errno;
         close(fd);
         return tkv_errf(err, errlen, "gguf: cannot allocate %zu bytes for '%s': %s (--mmap maps the file instead)", len, path, strerror(e));
     }
-    (void)madvise(a, len, MADV_HUGEPAGE); /* advice: without huge pages the copy still works */
     size_t done = 0;
     while (done < size) {
         size_t want = size - done < ((size_t)1 << 26) ? size - done : ((size_t)1 << 26);
@@ -78,7 +54,7 @@ static int load_copy(const char *path, gguf_file *out, char *err, size_t errlen)
         if (r <= 0) {
             int e = r < 0 ? errno : 0;
             close(fd);
-            munmap(a, len);
+            tkv_huge_free(a, len);
             return tkv_errf(err, errlen, "gguf: reading '%s' stopped at byte %zu of %zu: %s", path, done, size,
                             e ? strerror(e) : "the file shrank while being read");
         }
@@ -87,12 +63,12 @@ static int load_copy(const char *path, gguf_file *out, char *err, size_t errlen)
     close(fd);
     if (mprotect(a, len, PROT_READ) != 0) { /* weights are never written: keep it that way */
         int e = errno;
-        munmap(a, len);
+        tkv_huge_free(a, len);
         return tkv_errf(err, errlen, "gguf: cannot make the copy of '%s' read-only: %s", path, strerror(e));
     }
     char msg[512];
     if (gguf_parse(a, size, out, msg, sizeof msg) != 0) {
-        munmap(a, len);
+        tkv_huge_free(a, len);
         return tkv_errf(err, errlen, "%s: %s", path, msg);
     }
     out->map = a;
@@ -105,7 +81,7 @@ int gguf_load(const char *path, gguf_load_mode mode, gguf_file *out, char *err, 
     if (mode == GGUF_AUTO) {
         struct stat st;
         uint64_t avail = mem_available();
-        int copy = stat(path, &st) == 0 && S_ISREG(st.st_mode) && thp_allowed() && avail &&
+        int copy = stat(path, &st) == 0 && S_ISREG(st.st_mode) && tkv_huge_allowed() && avail &&
                    (uint64_t)st.st_size <= avail / 2;
         mode = copy ? GGUF_COPY : GGUF_MMAP;
     }
