@@ -1,6 +1,7 @@
 /* half.h — exact fp16/bf16 <-> f32 conversions (FORMATS.md 2.2), portable C, no intrinsics. */
 #ifndef TKV_HALF_H
 #define TKV_HALF_H
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -39,6 +40,14 @@ static inline uint16_t tkv_f32_to_f16(float f) {
     uint32_t rem = ax & 0x1fff;
     if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
     return (uint16_t)(sign | r);
+}
+
+/* Rows of n elements, the same conversions. */
+static inline void tkv_f16_row_to_f32(const uint16_t *x, float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = tkv_f16_to_f32(x[i]);
+}
+static inline void tkv_f32_row_to_f16(const float *x, uint16_t *y, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = tkv_f32_to_f16(x[i]);
 }
 
 static inline float tkv_bf16_to_f32(uint16_t h) { return tkv_bits_f32((uint32_t)h << 16); }

@@ -65,9 +65,9 @@ static int64_t elem_bytes(const kv_options *o) { return o->f16 ? (int64_t)sizeof
 int64_t kv_row_bytes(const kv_cache *kv) { return 2 * (int64_t)kv->o.head_dim * elem_bytes(&kv->o); }
 
 int64_t kv_token_bytes(const kv_cache *kv, int tier) {
-    int64_t full = (int64_t)kv->o.n_layer * 2 * kv->kv_dim * elem_bytes(&kv->o);
-    if (tier == KV_T2) return (int64_t)kv->o.n_layer * 2 * (kv->kv_dim + kv->o.n_head_kv * (int64_t)sizeof(float));
-    return tier == KV_T3 ? 0 : full;
+    if (tier == KV_T3) return 0;
+    int kind = tier == KV_T2 ? KV_STORE_Q8 : kv->o.f16 ? KV_STORE_F16 : KV_STORE_F32;
+    return store_kind_token_bytes(kind, kv->o.n_layer, kv->o.n_head_kv, kv->o.head_dim);
 }
 
 /* ---- protection and budgets ---- */
@@ -432,7 +432,7 @@ void kv_view_layer(kv_cache *kv, int seq, int layer, kv_view *out) {
     TKV_ASSERT(layer >= 0 && layer < kv->o.n_layer);
     fence(kv, seq, layer);
     if (layer == kv->o.n_layer - 1) s->fresh_from = s->len; /* every layer of the new tokens is written */
-    size_t kd = (size_t)kv->kv_dim, es = kv->o.f16 ? sizeof(uint16_t) : sizeof(float);
+    size_t kd = (size_t)kv->kv_dim, es = (size_t)elem_bytes(&kv->o);
     int64_t staged = 0;
     for (int p = 0; p < s->len; p++) {
         int t = s->tier[p];
@@ -607,7 +607,7 @@ static void step_view(void *ctx, int layer, kv_view *out) {
         s->vk[p] = NULL;
         if (!s->hk[p]) continue;
         float *k = s->hook_k + (size_t)p * kd;
-        for (size_t i = 0; i < kd; i++) k[i] = tkv_f16_to_f32(s->hk[p][i]);
+        tkv_f16_row_to_f32(s->hk[p], k, kd);
         s->vk[p] = k;
     }
     out->k = s->vk;

@@ -8,6 +8,12 @@
 #include "base/half.h"
 #include "kv/kv_codec.h"
 
+int64_t store_kind_token_bytes(int kind, int n_layer, int n_head_kv, int head_dim) {
+    int64_t kv_dim = (int64_t)n_head_kv * head_dim;
+    if (kind == KV_STORE_Q8) return (int64_t)n_layer * 2 * (kv_dim + n_head_kv * (int64_t)sizeof(float));
+    return (int64_t)n_layer * 2 * kv_dim * (kind == KV_STORE_F16 ? (int64_t)sizeof(uint16_t) : (int64_t)sizeof(float));
+}
+
 void store_init(kv_store *st, int kind, int n_slots, int n_layer, int n_head_kv, int head_dim) {
     memset(st, 0, sizeof *st);
     st->kind = kind;
@@ -20,14 +26,12 @@ void store_init(kv_store *st, int kind, int n_slots, int n_layer, int n_head_kv,
     size_t rows = (size_t)n_layer * (size_t)n_slots * 2;
     /* rows are not zeroed: a slot is always written before it is read, and untouched pages stay
      * uncommitted */
+    st->token_bytes = store_kind_token_bytes(kind, n_layer, n_head_kv, head_dim);
     if (kind == KV_STORE_F32) {
-        st->token_bytes = (int64_t)n_layer * 2 * st->kv_dim * (int64_t)sizeof(float);
         if (n_slots > 0) st->f32 = tkv_xmalloc(rows * st->kv_dim * sizeof(float));
     } else if (kind == KV_STORE_F16) {
-        st->token_bytes = (int64_t)n_layer * 2 * st->kv_dim * (int64_t)sizeof(uint16_t);
         if (n_slots > 0) st->f16 = tkv_xmalloc(rows * st->kv_dim * sizeof(uint16_t));
     } else {
-        st->token_bytes = (int64_t)n_layer * 2 * (st->kv_dim + n_head_kv * (int64_t)sizeof(float));
         if (n_slots > 0) {
             st->q8 = tkv_xmalloc(rows * st->kv_dim);
             st->scales = tkv_xmalloc(rows * n_head_kv * sizeof(float));
@@ -57,19 +61,11 @@ void store_release(kv_store *st, int slot) {
     st->free_stack[st->n_free++] = slot;
 }
 
-static void to_f16(const float *x, uint16_t *y, int n) {
-    for (int i = 0; i < n; i++) y[i] = tkv_f32_to_f16(x[i]);
-}
-
-static void from_f16(const uint16_t *x, float *y, int n) {
-    for (int i = 0; i < n; i++) y[i] = tkv_f16_to_f32(x[i]);
-}
-
 /* one row (K or V) of a slot as f32, into buf (or a pointer to the F32 row itself) */
 static const float *row_f32(const kv_store *st, int layer, int slot, int which, float *buf) {
     switch (st->kind) {
     case KV_STORE_F32: return store_row(st, layer, slot, which);
-    case KV_STORE_F16: from_f16(store_hrow(st, layer, slot, which), buf, st->kv_dim); return buf;
+    case KV_STORE_F16: tkv_f16_row_to_f32(store_hrow(st, layer, slot, which), buf, (size_t)st->kv_dim); return buf;
     default:
         kv_q8_decode_row(store_qrow(st, layer, slot, which), store_scales(st, layer, slot, which), st->n_head_kv,
                          st->head_dim, buf);
@@ -81,7 +77,7 @@ static const float *row_f32(const kv_store *st, int layer, int slot, int which, 
 static void put_row(kv_store *st, int layer, int slot, int which, const float *x) {
     switch (st->kind) {
     case KV_STORE_F32: memcpy(store_row(st, layer, slot, which), x, (size_t)st->kv_dim * sizeof(float)); break;
-    case KV_STORE_F16: to_f16(x, store_hrow(st, layer, slot, which), st->kv_dim); break;
+    case KV_STORE_F16: tkv_f32_row_to_f16(x, store_hrow(st, layer, slot, which), (size_t)st->kv_dim); break;
     default:
         kv_q8_encode_row(x, st->n_head_kv, st->head_dim, store_qrow(st, layer, slot, which),
                          store_scales(st, layer, slot, which));
@@ -119,8 +115,8 @@ void store_read_layer_f16(const kv_store *st, int slot, int layer, uint16_t *k, 
         return;
     }
     float buf[KV_STORE_MAX_DIM];
-    to_f16(row_f32(st, layer, slot, 0, buf), k, st->kv_dim);
-    to_f16(row_f32(st, layer, slot, 1, buf), v, st->kv_dim);
+    tkv_f32_row_to_f16(row_f32(st, layer, slot, 0, buf), k, (size_t)st->kv_dim);
+    tkv_f32_row_to_f16(row_f32(st, layer, slot, 1, buf), v, (size_t)st->kv_dim);
 }
 
 void store_write_layer(kv_store *st, int slot, int layer, const float *k, const float *v) {

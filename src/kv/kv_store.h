@@ -29,6 +29,8 @@ typedef struct {
 } kv_store;
 
 void store_init(kv_store *st, int kind, int n_slots, int n_layer, int n_head_kv, int head_dim);
+/* Bytes one token takes in a store of this kind (the token_bytes store_init sets). */
+int64_t store_kind_token_bytes(int kind, int n_layer, int n_head_kv, int head_dim);
 void store_free(kv_store *st);
 /* Slot id or -1 when full. Lowest ids are handed out first (deterministic). */
 int store_alloc(kv_store *st);
