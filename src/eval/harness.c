@@ -75,8 +75,8 @@ static int rec_from_json(const struct json_value *o, struct harness_rec *x) {
     /* evicted_equiv (positions dropped, averaged over (layer, kv head) rows) is absent from files
      * written before it existed; tokens_evicted is the same number for whole-token policies but
      * undercounts the per-head baselines, whose share is then unknown */
-    int whole_token = pol && (!strcmp(pol, "full") || !strcmp(pol, "hierarchy") || !strcmp(pol, "evict") ||
-                              !strcmp(pol, "quant") || !strcmp(pol, "streaming"));
+    kv_policy_kind kind;
+    int whole_token = pol && kv_policy_parse(pol, &kind) == 0 && kv_policy_whole_token(kind);
     x->tokens_evicted = num_or(kv, "evicted_equiv", whole_token ? num_or(kv, "tokens_evicted", 0) : NAN);
     snprintf(x->policy, sizeof x->policy, "%s", pol ? pol : "");
     x->max_tokens = (int)num_or(o, "max_tokens", 0);

@@ -176,5 +176,7 @@ int64_t kv_token_bytes(const kv_cache *kv, int tier);
 
 const char *kv_policy_name(kv_policy_kind p);
 int kv_policy_parse(const char *name, kv_policy_kind *out); /* 0 ok, -1 unknown */
+/* 1 if the policy drops a position from every (layer, kv head) row at once, 0 if head-wise. */
+int kv_policy_whole_token(kv_policy_kind k);
 
 #endif

@@ -23,6 +23,11 @@ const kv_policy_ops *kv_policy_ops_of(kv_policy_kind k) {
     return (k >= 0 && k < KV_POLICY_COUNT) ? &ops_table[k] : NULL;
 }
 
+int kv_policy_whole_token(kv_policy_kind k) {
+    const kv_policy_ops *o = kv_policy_ops_of(k);
+    return o && !o->head_masks;
+}
+
 const char *kv_policy_name(kv_policy_kind p) {
     return (p >= 0 && p < KV_POLICY_COUNT) ? ops_table[p].name : "?";
 }
