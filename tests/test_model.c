@@ -234,9 +234,11 @@ TEST(model_real_logits_0_5b) { real_case("qwen2.5-coder-0.5b-instruct-awq-q4_k_m
 TEST(model_real_logits_1_5b) { real_case("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-1.5b.chat"); }
 
 /* Greedy ids for a prompt: prefill in chunks of `batch`, decode n steps on `threads` threads. */
-static int greedy_run(const char *model, const int32_t *prompt, int np, int n, int threads, int batch, int isa, int32_t *out) {
+static int greedy_run(const char *model, const int32_t *prompt, int np, int n, int threads, int batch, int isa, int mmap_w,
+                      int32_t *out) {
     tkv_options o;
     tkv_options_default(&o);
+    o.mmap_weights = mmap_w;
     o.n_threads = threads;
     o.max_batch = batch;
     o.n_ctx = np + n + 1;
@@ -264,15 +266,18 @@ TEST(model_greedy_deterministic_threads_batches) {
     int32_t prompt[40];
     for (int i = 0; i < 40; i++) prompt[i] = (i * 37 + 11) % 1024;
     int32_t a[32], b[32], c[32], d[32];
-    REQUIRE(greedy_run(model, prompt, 40, 32, 1, 64, -1, a) == 0);
-    REQUIRE(greedy_run(model, prompt, 40, 32, 2, 64, -1, b) == 0);
-    REQUIRE(greedy_run(model, prompt, 40, 32, 2, 7, -1, c) == 0);
-    REQUIRE(greedy_run(model, prompt, 40, 32, 3, 1, -1, d) == 0);
+    REQUIRE(greedy_run(model, prompt, 40, 32, 1, 64, -1, 0, a) == 0);
+    REQUIRE(greedy_run(model, prompt, 40, 32, 2, 64, -1, 0, b) == 0);
+    REQUIRE(greedy_run(model, prompt, 40, 32, 2, 7, -1, 0, c) == 0);
+    REQUIRE(greedy_run(model, prompt, 40, 32, 3, 1, -1, 0, d) == 0);
     CHECK(memcmp(a, b, sizeof a) == 0);
     CHECK(memcmp(a, c, sizeof a) == 0);
     CHECK(memcmp(a, d, sizeof a) == 0);
     /* the same run twice */
-    REQUIRE(greedy_run(model, prompt, 40, 32, 2, 64, -1, d) == 0);
+    REQUIRE(greedy_run(model, prompt, 40, 32, 2, 64, -1, 0, d) == 0);
+    CHECK(memcmp(a, d, sizeof a) == 0);
+    /* weights mapped from the file instead of copied into huge-page memory */
+    REQUIRE(greedy_run(model, prompt, 40, 32, 2, 64, -1, 1, d) == 0);
     CHECK(memcmp(a, d, sizeof a) == 0);
 }
 
