@@ -73,6 +73,10 @@ int gguf_open(const char *path, gguf_file *out, char *err, size_t errlen); /* ma
 typedef enum { GGUF_AUTO, GGUF_MMAP, GGUF_COPY } gguf_load_mode;
 int gguf_load(const char *path, gguf_load_mode mode, gguf_file *out, char *err, size_t errlen);
 void gguf_free(gguf_file *f); /* also unmaps what gguf_open or gguf_load mapped */
+/* For gguf_open/gguf_load: parses size bytes at map, a mapping of map_len bytes that the
+ * gguf_file then owns; on error unmaps it and names path. */
+int gguf_parse_mapping(const char *path, void *map, size_t size, size_t map_len, gguf_file *out, char *err,
+                       size_t errlen);
 
 /* Lookups (linear scan is fine: a few hundred keys, used at load time only). */
 const gguf_kv *gguf_find(const gguf_file *f, const char *key);

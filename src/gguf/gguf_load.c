@@ -66,14 +66,7 @@ static int load_copy(const char *path, gguf_file *out, char *err, size_t errlen)
         tkv_huge_free(a, len);
         return tkv_errf(err, errlen, "gguf: cannot make the copy of '%s' read-only: %s", path, strerror(e));
     }
-    char msg[512];
-    if (gguf_parse(a, size, out, msg, sizeof msg) != 0) {
-        tkv_huge_free(a, len);
-        return tkv_errf(err, errlen, "%s: %s", path, msg);
-    }
-    out->map = a;
-    out->map_size = len;
-    return 0;
+    return gguf_parse_mapping(path, a, size, len, out, err, errlen);
 }
 
 int gguf_load(const char *path, gguf_load_mode mode, gguf_file *out, char *err, size_t errlen) {

@@ -43,13 +43,18 @@ int gguf_open(const char *path, gguf_file *out, char *err, size_t errlen) {
     int e = errno;
     close(fd);
     if (map == MAP_FAILED) return tkv_errf(err, errlen, "gguf: cannot mmap '%s': %s", path, strerror(e));
+    return gguf_parse_mapping(path, map, size, size, out, err, errlen);
+}
+
+int gguf_parse_mapping(const char *path, void *map, size_t size, size_t map_len, gguf_file *out, char *err,
+                       size_t errlen) {
     char msg[512];
     if (gguf_parse(map, size, out, msg, sizeof msg) != 0) {
-        munmap(map, size);
+        munmap(map, map_len);
         return tkv_errf(err, errlen, "%s: %s", path, msg);
     }
     out->map = map;
-    out->map_size = size;
+    out->map_size = map_len;
     return 0;
 }
 
