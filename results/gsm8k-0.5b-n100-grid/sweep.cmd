@@ -1,2 +1,3 @@
 tierkv sweep --dir results/gsm8k-0.5b-n100-grid --no-plot --policies full --kv-type f32 -m qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 100 --max-tokens 1024 --parallel 16
 tierkv sweep --dir results/gsm8k-0.5b-n100-grid --no-plot --policies hierarchy --t0 0.3,0.5,0.7 --evict 0.03 --kv-type f32 -m qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 100 --max-tokens 1024 --parallel 16
+tierkv sweep --dir results/gsm8k-0.5b-n100-grid --no-plot --policies hierarchy --t0 0.3,0.5,0.7 --evict 0.1 --kv-type f32 -m qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 100 --max-tokens 1024 --parallel 16
