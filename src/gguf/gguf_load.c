@@ -31,20 +31,14 @@ static uint64_t mem_available(void) {
     return (uint64_t)kb * 1024;
 }
 
-static int load_copy(const char *path, gguf_file *out, char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return tkv_errf(err, errlen, "gguf: cannot open '%s': %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 || (unsigned long long)st.st_size > (size_t)-1 / 2) {
-        close(fd);
-        return gguf_open(path, out, err, errlen); /* its messages say what is wrong with the path */
-    }
-    size_t size = (size_t)st.st_size, len = 0;
+/* Reads the size bytes of the open file fd into huge-page memory and parses them; closes fd. */
+static int load_copy(const char *path, int fd, size_t size, gguf_file *out, char *err, size_t errlen) {
+    size_t len = 0;
     uint8_t *a = tkv_huge_alloc(size, &len);
     if (!a) {
         int e = errno;
         close(fd);
-        return tkv_errf(err, errlen, "gguf: cannot allocate %zu bytes for '%s': %s (--mmap maps the file instead)", len, path, strerror(e));
+        return tkv_errf(err, errlen, "gguf: cannot allocate %zu bytes for '%s': %s (--mmap maps the file instead)", size, path, strerror(e));
     }
     size_t done = 0;
     while (done < size) {
@@ -71,12 +65,19 @@ static int load_copy(const char *path, gguf_file *out, char *err, size_t errlen)
 
 int gguf_load(const char *path, gguf_load_mode mode, gguf_file *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    if (mode == GGUF_AUTO) {
-        struct stat st;
+    if (mode == GGUF_MMAP) return gguf_open(path, out, err, errlen);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return tkv_errf(err, errlen, "gguf: cannot open '%s': %s", path, strerror(errno));
+    struct stat st;
+    int copy = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+               (unsigned long long)st.st_size <= (size_t)-1 / 2;
+    if (copy && mode == GGUF_AUTO) {
         uint64_t avail = mem_available();
-        int copy = stat(path, &st) == 0 && S_ISREG(st.st_mode) && tkv_huge_allowed() && avail &&
-                   (uint64_t)st.st_size <= avail / 2;
-        mode = copy ? GGUF_COPY : GGUF_MMAP;
+        copy = tkv_huge_allowed() && avail && (uint64_t)st.st_size <= avail / 2;
     }
-    return mode == GGUF_COPY ? load_copy(path, out, err, errlen) : gguf_open(path, out, err, errlen);
+    if (!copy) { /* map it; gguf_open's messages say what is wrong with a path that is no file */
+        close(fd);
+        return gguf_open(path, out, err, errlen);
+    }
+    return load_copy(path, fd, (size_t)st.st_size, out, err, errlen);
 }
