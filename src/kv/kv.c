@@ -62,12 +62,16 @@ static kv_seq *get_seq(const kv_cache *kv, int seq) {
 
 static int64_t elem_bytes(const kv_options *o) { return o->f16 ? (int64_t)sizeof(uint16_t) : (int64_t)sizeof(float); }
 
+/* The store kind of a tier: T0/T1 hold the cache's element type, T2 int8. */
+static int tier_kind(const kv_options *o, int tier) {
+    return tier == KV_T2 ? KV_STORE_Q8 : o->f16 ? KV_STORE_F16 : KV_STORE_F32;
+}
+
 int64_t kv_row_bytes(const kv_cache *kv) { return 2 * (int64_t)kv->o.head_dim * elem_bytes(&kv->o); }
 
 int64_t kv_token_bytes(const kv_cache *kv, int tier) {
     if (tier == KV_T3) return 0;
-    int kind = tier == KV_T2 ? KV_STORE_Q8 : kv->o.f16 ? KV_STORE_F16 : KV_STORE_F32;
-    return store_kind_token_bytes(kind, kv->o.n_layer, kv->o.n_head_kv, kv->o.head_dim);
+    return store_kind_token_bytes(tier_kind(&kv->o, tier), kv->o.n_layer, kv->o.n_head_kv, kv->o.head_dim);
 }
 
 /* ---- protection and budgets ---- */
@@ -186,10 +190,9 @@ kv_cache *kv_init(const kv_options *o, char *err, size_t errlen) {
         if (ops->head_masks) s->keep = tkv_xcalloc(n * o->n_head_kv * o->n_layer, 1);
         /* hook-only policies (baselines) evict by themselves: T0 is sized for everything */
         int t0_slots = abs_tokens > 0 && ops->select ? abs_tokens : o->n_ctx;
-        int kind = o->f16 ? KV_STORE_F16 : KV_STORE_F32;
-        store_init(&s->st[KV_T0], kind, t0_slots, o->n_layer, o->n_head_kv, o->head_dim);
-        store_init(&s->st[KV_T1], kind, ops->uses_t1 ? o->n_ctx : 0, o->n_layer, o->n_head_kv, o->head_dim);
-        store_init(&s->st[KV_T2], KV_STORE_Q8, ops->uses_t2 ? o->n_ctx : 0, o->n_layer, o->n_head_kv, o->head_dim);
+        store_init(&s->st[KV_T0], tier_kind(o, KV_T0), t0_slots, o->n_layer, o->n_head_kv, o->head_dim);
+        store_init(&s->st[KV_T1], tier_kind(o, KV_T1), ops->uses_t1 ? o->n_ctx : 0, o->n_layer, o->n_head_kv, o->head_dim);
+        store_init(&s->st[KV_T2], tier_kind(o, KV_T2), ops->uses_t2 ? o->n_ctx : 0, o->n_layer, o->n_head_kv, o->head_dim);
         s->prot = tkv_xcalloc(n, 1);
         s->target = tkv_xcalloc(n, 1);
         s->order = tkv_xcalloc(n, sizeof(int32_t));
