@@ -29,7 +29,7 @@ static uint32_t rnd(void) {
 static float rndf(void) { return (float)(rnd() & 0xffffff) / 16777216.0f * 2.0f - 1.0f; } /* [-1, 1) */
 
 static const uint32_t all_types[] = {CPU_T_F32, CPU_T_F16, CPU_T_BF16, CPU_T_Q4_0, CPU_T_Q4_1, CPU_T_Q5_0,
-                                     CPU_T_Q5_1, CPU_T_Q8_0, CPU_T_Q4_K, CPU_T_Q5_K, CPU_T_Q6_K};
+                                     CPU_T_Q5_1, CPU_T_Q8_0, CPU_T_Q4_K, CPU_T_Q5_K, CPU_T_Q6_K, CPU_T_Q4_KX};
 #define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
 
 static int isa_available(cpu_isa isa) { return isa <= cpu_detect_isa(); }
@@ -49,7 +49,7 @@ static void rand_weights(uint32_t type, uint8_t *w, int64_t n) {
         case CPU_T_F16: put16(p, tkv_f32_to_f16(rndf())); break;
         case CPU_T_BF16: put16(p, tkv_f32_to_bf16(rndf())); break;
         case CPU_T_Q4_0: case CPU_T_Q5_0: case CPU_T_Q8_0: put16(p, tkv_f32_to_f16(rndf() * 0.01f)); break;
-        case CPU_T_Q4_1: case CPU_T_Q5_1: case CPU_T_Q4_K: case CPU_T_Q5_K:
+        case CPU_T_Q4_1: case CPU_T_Q5_1: case CPU_T_Q4_K: case CPU_T_Q5_K: case CPU_T_Q4_KX:
             put16(p, tkv_f32_to_f16(rndf() * 0.01f));
             put16(p + 2, tkv_f32_to_f16(rndf() * 0.01f));
             break;
@@ -78,6 +78,12 @@ static void act_dequant(uint32_t act_type, const void *a, float *y, int64_t n) {
         case CPU_T_Q8_0: { const cpu_block_q8_0 *b = (const cpu_block_q8_0 *)a + i / 32; y[i] = tkv_f16_to_f32(b->d) * b->qs[i % 32]; break; }
         case CPU_T_Q8_1: { const cpu_block_q8_1 *b = (const cpu_block_q8_1 *)a + i / 32; y[i] = tkv_f16_to_f32(b->d) * b->qs[i % 32]; break; }
         case CPU_T_Q8_K: { const cpu_block_q8_K *b = (const cpu_block_q8_K *)a + i / 256; y[i] = b->d * b->qs[i % 256]; break; }
+        case CPU_T_Q8_KX: { /* element 32s + j sits at word 8*(j/4) + s (repack.c) */
+            const cpu_block_q8_K *b = (const cpu_block_q8_K *)a + i / 256;
+            int e = (int)(i % 256), s = e / 32, j = e % 32;
+            y[i] = b->d * b->qs[32 * (j / 4) + 4 * s + j % 4];
+            break;
+        }
         }
     }
 }
@@ -92,7 +98,7 @@ static void term_magnitude(uint32_t type, const uint8_t *w, float *y, int64_t n,
     size_t bs = bytes / (size_t)(n / blck);
     for (int64_t b = 0; b < n / blck; b++) {
         uint8_t *p = tmp + (size_t)b * bs;
-        if (type == CPU_T_Q4_K || type == CPU_T_Q5_K) { p[1] &= 0x7f; p[3] |= 0x80; }
+        if (type == CPU_T_Q4_K || type == CPU_T_Q5_K || type == CPU_T_Q4_KX) { p[1] &= 0x7f; p[3] |= 0x80; }
         if (type == CPU_T_Q4_1 || type == CPU_T_Q5_1) { p[1] &= 0x7f; p[3] &= 0x7f; }
     }
     cpu_ops_for(type, CPU_ISA_GENERIC)->dequant_row(tmp, y, n);
@@ -320,6 +326,38 @@ TEST(kernels_vec_dot) {
     }
 }
 
+/* Q4_K rows repacked into Q4_KX (repack.c) give the generic Q4_K results bit for bit: the same
+ * dequantised values, the same dot products against the matching activations. */
+TEST(kernels_repack_q4_K) {
+    _Alignas(64) static uint8_t w[MAXN * 4], wx[MAXN * 4], a[MAXN * 4], ax[MAXN * 4];
+    static float x[MAXN], y0[MAXN], y1[MAXN];
+    CHECK(cpu_repack_type(CPU_T_Q4_K) == CPU_T_Q4_KX && cpu_repack_type(CPU_T_Q6_K) == 0 && cpu_repack_type(CPU_T_Q8_0) == 0);
+    CHECK(cpu_weight_row_size(CPU_T_Q4_KX, 512) == cpu_weight_row_size(CPU_T_Q4_K, 512));
+    const cpu_type_ops *g = cpu_ops_for(CPU_T_Q4_K, CPU_ISA_GENERIC), *gx = cpu_ops_for(CPU_T_Q4_KX, CPU_ISA_GENERIC);
+    REQUIRE(g && gx);
+    for (int li = 0; li < 5; li++)
+        for (int rep = 0; rep < 3; rep++) {
+            int64_t n = lens256[li], rows = 3;
+            size_t row = cpu_weight_row_size(CPU_T_Q4_K, n);
+            for (int r = 0; r < rows; r++) rand_weights(CPU_T_Q4_K, w + r * row, n);
+            memcpy(wx, w, row * (size_t)rows);
+            cpu_repack_rows(CPU_T_Q4_K, wx, n, rows);
+            CHECK(rows * row <= sizeof w && memcmp(w, wx, row * (size_t)rows) != 0);
+            rand_acts(x, n);
+            g->quantize_act(x, a, n);
+            gx->quantize_act(x, ax, n);
+            for (int r = 0; r < rows; r++) {
+                g->dequant_row(w + r * row, y0, n);
+                gx->dequant_row(wx + r * row, y1, n);
+                CHECKF(memcmp(y0, y1, (size_t)n * 4) == 0, "dequant n %lld row %d", (long long)n, r);
+                float s0, s1;
+                g->vec_dot(n, &s0, w + r * row, a);
+                gx->vec_dot(n, &s1, wx + r * row, ax);
+                CHECKF(memcmp(&s0, &s1, 4) == 0, "dot n %lld row %d: %.9g vs %.9g", (long long)n, r, s1, s0);
+            }
+        }
+}
+
 TEST(kernels_f32_ops) {
     static float a[MAXN], b[MAXN], y0[MAXN], y1[MAXN];
     for (int isa = 1; isa <= 2; isa++) {
@@ -365,7 +403,7 @@ TEST(kernels_matmul) {
         }
         /* amax[i]: max |x| of the activation block holding element i (0 for unquantized types) */
         uint32_t at = cpu_ops_for(t, CPU_ISA_GENERIC)->act_type;
-        int64_t ab = at == CPU_T_Q8_K ? 256 : at == CPU_T_Q8_0 || at == CPU_T_Q8_1 ? 32 : 0;
+        int64_t ab = at == CPU_T_Q8_K || at == CPU_T_Q8_KX ? 256 : at == CPU_T_Q8_0 || at == CPU_T_Q8_1 ? 32 : 0;
         for (int k = 0; k < NTOK; k++) {
             rand_acts(x + k * n_in, n_in);
             for (int64_t b0 = 0; ab && b0 < n_in; b0 += ab) {
@@ -426,17 +464,17 @@ TEST(kernels_matmul) {
  * cpu_matmul calls give, for one token and for batches, with 1 and 3 threads. */
 TEST(kernels_matmul_multi) {
     enum { NIN = 512, NTOK = 6, MAXO = 70 };
-    const uint32_t types[3] = {CPU_T_Q5_0, CPU_T_Q4_K, CPU_T_Q8_0};
-    const int64_t nout[3] = {70, 9, 33};
-    static float x[NTOK * NIN], ya[3][NTOK * MAXO], yb[3][NTOK * MAXO];
-    static uint8_t w[3][MAXO * NIN * 2];
-    cpu_mm_out o[3];
-    for (int k = 0; k < 3; k++) {
+    const uint32_t types[4] = {CPU_T_Q5_0, CPU_T_Q4_K, CPU_T_Q8_0, CPU_T_Q4_KX};
+    const int64_t nout[4] = {70, 9, 33, 17};
+    static float x[NTOK * NIN], ya[4][NTOK * MAXO], yb[4][NTOK * MAXO];
+    static uint8_t w[4][MAXO * NIN * 2];
+    cpu_mm_out o[4];
+    for (int k = 0; k < 4; k++) {
         rand_weights(types[k], w[k], nout[k] * NIN);
         o[k] = (cpu_mm_out){.type = types[k], .w = w[k], .n_out = nout[k], .y = yb[k], .y_stride = MAXO};
     }
     rand_acts(x, NTOK * NIN);
-    size_t ss = cpu_matmul_multi_scratch_size(o, 3, NIN, NTOK);
+    size_t ss = cpu_matmul_multi_scratch_size(o, 4, NIN, NTOK);
     void *scratch = tkv_xaligned(64, ss);
     for (int th = 1; th <= 3; th += 2) {
         tkv_pool *pool = pool_init(th);
@@ -445,9 +483,9 @@ TEST(kernels_matmul_multi) {
             const int ntoks[] = {1, 2, 6};
             for (int ti = 0; ti < 3; ti++) {
                 int nt = ntoks[ti];
-                for (int k = 0; k < 3; k++)
+                for (int k = 0; k < 4; k++)
                     cpu_matmul(pool, (cpu_isa)isa, types[k], w[k], NIN, nout[k], x, nt, ya[k], MAXO, scratch);
-                for (int np = 2; np <= 3; np++) {
+                for (int np = 2; np <= 4; np++) {
                     memset(yb, 0, sizeof yb);
                     cpu_matmul_multi(pool, (cpu_isa)isa, o, np, NIN, x, nt, scratch);
                     for (int k = 0; k < np; k++)

@@ -36,6 +36,17 @@ typedef struct {
 /* NULL if the type is not supported. */
 const cpu_type_ops *cpu_ops_for(uint32_t type, cpu_isa isa);
 
+/* Layouts the kernels prefer to the file's (repack.c): cpu_repack_type(t) is the type id of t's
+ * repacked rows (0 when t has none; Q4_K -> Q4_KX, same bytes per row, reordered), and
+ * cpu_repack_rows rewrites n_rows rows of n elements of type t into it, in place. The repacked
+ * type has its own op table entries; its results are those of the original type (tested). */
+uint32_t cpu_repack_type(uint32_t type);
+void cpu_repack_rows(uint32_t type, void *w, int64_t n, int64_t n_rows);
+
+/* Weight geometry of a supported type: elements per block (0 if unsupported), bytes of n elements. */
+int64_t cpu_type_blck(uint32_t type);
+size_t cpu_weight_row_size(uint32_t type, int64_t n);
+
 /* Bytes of an activation row of n elements for weight type `type`. */
 size_t cpu_act_row_size(uint32_t type, int64_t n);
 

@@ -19,12 +19,15 @@ enum {
     CPU_T_F32 = 0, CPU_T_F16 = 1, CPU_T_Q4_0 = 2, CPU_T_Q4_1 = 3, CPU_T_Q5_0 = 6, CPU_T_Q5_1 = 7,
     CPU_T_Q8_0 = 8, CPU_T_Q8_1 = 9, CPU_T_Q4_K = 12, CPU_T_Q5_K = 13, CPU_T_Q6_K = 14, CPU_T_Q8_K = 15,
     CPU_T_BF16 = 30,
+    /* tierkv's own layouts (repack.c), never in a file: ids above any ggml type */
+    CPU_T_Q4_KX = 1012, CPU_T_Q8_KX = 1015,
 };
 #define CPU_QK 32   /* elements per 32-block */
 #define CPU_QKK 256 /* elements per K super-block */
 enum {
     CPU_BS_Q4_0 = 18, CPU_BS_Q4_1 = 20, CPU_BS_Q5_0 = 22, CPU_BS_Q5_1 = 24, CPU_BS_Q8_0 = 34,
     CPU_BS_Q8_1 = 36, CPU_BS_Q4_K = 144, CPU_BS_Q5_K = 176, CPU_BS_Q6_K = 210, CPU_BS_Q8_K = 292,
+    CPU_BS_Q4_KX = 144,
 };
 
 typedef struct {
@@ -65,9 +68,6 @@ static inline int cpu_round_even(float v) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
-/* Weight geometry of a supported type: elements per block (0 if unsupported), bytes of n elements. */
-int64_t cpu_type_blck(uint32_t type);
-size_t cpu_weight_row_size(uint32_t type, int64_t n);
 
 typedef void (*cpu_quant_fn)(const float *x, void *y, int64_t n);
 typedef void (*cpu_dot_fn)(int64_t n, float *s, const void *w, const void *a);
@@ -105,6 +105,9 @@ CPU_DECL_DOT(gen, f32) CPU_DECL_DOT(gen, f16) CPU_DECL_DOT(gen, bf16) CPU_DECL_D
 CPU_DECL_DOT(gen, q4_1) CPU_DECL_DOT(gen, q5_0) CPU_DECL_DOT(gen, q5_1) CPU_DECL_DOT(gen, q8_0)
 CPU_DECL_DOT(gen, q4_K) CPU_DECL_DOT(gen, q5_K) CPU_DECL_DOT(gen, q6_K)
 CPU_DECL_F32(gen)
+/* repack.c: Q4_KX weights against Q8_KX activations */
+CPU_DECL_QUANT(gen, q8_KX) CPU_DECL_DEQ(gen, q4_KX) CPU_DECL_DOT(gen, q4_KX)
+void cpu_q8_KX_from_q8_K(void *y, int64_t n); /* in place, every block of an n-element row */
 
 /* AVX2 and AVX-512: the hot paths; the tables fall back to gen for the rest. */
 #define CPU_DECL_FAST(isa)                                                                   \
@@ -112,6 +115,7 @@ CPU_DECL_F32(gen)
     CPU_DECL_DOT(isa, f32) CPU_DECL_DOT(isa, f16) CPU_DECL_DOT(isa, bf16)                    \
     CPU_DECL_DOT(isa, q4_0) CPU_DECL_DOT(isa, q5_0) CPU_DECL_DOT(isa, q8_0)                  \
     CPU_DECL_DOT(isa, q4_K) CPU_DECL_DOT(isa, q5_K) CPU_DECL_DOT(isa, q6_K)                  \
+    CPU_DECL_QUANT(isa, q8_KX) CPU_DECL_DOT(isa, q4_KX)                                      \
     CPU_DECL_F32(isa)
 CPU_DECL_FAST(avx2)
 CPU_DECL_FAST(avx512)

@@ -331,6 +331,64 @@ INLINE void q5_K_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t w
 X86_DOT_TILE(q4_K, 1, 4)
 X86_DOT_TILE(q5_K, 1, 4)
 
+/* ---- Q4_KX against Q8_KX (repack.c): i16 lanes that always hold one sub-block ---- */
+
+/* Per block and token: s16 = Σ_t maddubs(v_t, a_t) over the 8 vectors of the block, so i16 lane
+ * pair (2s, 2s+1) holds sub-block s only (each lane 16 products, |sum| <= 16*15*127 < 2^15: exact).
+ * One madd by [sc_s, sc_s] gives i32 lane s = sc_s * dot_s, one madd of [m_s, m_s] against the 16
+ * bsums gives m_s * (bsum_2s + bsum_2s+1); acc += (d*d_a)*isum, acc -= (dmin*d_a)*msum, 8 lanes. */
+INLINE __m256i dup_bytes_i16(uint64_t v) { /* 8 bytes -> 16 i16 lanes [v0, v0, v1, v1, ...] */
+    __m128i x = _mm_cvtsi64_si128((long long)v);
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(x, x));
+}
+
+INLINE void q4_KX_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, int nr,
+                       int nc) {
+    __m256 acc[TR_MAX][TC_MAX];
+    UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) acc[r][k] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int64_t i = 0; i < n / CPU_QKK; i++) {
+        __m256i s16[TR_MAX][TC_MAX];
+        uint64_t sc[TR_MAX], mn[TR_MAX];
+        UNROLL for (int r = 0; r < nr; r++) {
+            k4_scales(w + r * ws + (size_t)i * CPU_BS_Q4_KX + 4, &sc[r], &mn[r]);
+            UNROLL for (int k = 0; k < nc; k++) s16[r][k] = _mm256_setzero_si256();
+        }
+        UNROLL for (int u = 0; u < 4; u++) {
+            UNROLL for (int r = 0; r < nr; r++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(w + r * ws + (size_t)i * CPU_BS_Q4_KX + 16 + 32 * u));
+                __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                UNROLL for (int k = 0; k < nc; k++) {
+                    const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
+                    __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * u)));
+                    __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * u + 32)));
+                    s16[r][k] = _mm256_add_epi16(s16[r][k], _mm256_add_epi16(p0, p1));
+                }
+            }
+            UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) KEEP(s16[r][k]);
+        }
+        UNROLL for (int r = 0; r < nr; r++) {
+            const uint8_t *wb = w + r * ws + (size_t)i * CPU_BS_Q4_KX;
+            float d = f16v(wb), dmin = f16v(wb + 2);
+            __m256i scv = dup_bytes_i16(sc[r]), mv = dup_bytes_i16(mn[r]);
+            UNROLL for (int k = 0; k < nc; k++) {
+                const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
+                __m256i isum = _mm256_madd_epi16(s16[r][k], scv);
+                __m256i msum = _mm256_madd_epi16(mv, _mm256_loadu_si256((const __m256i *)y->bsums));
+                acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(isum), acc[r][k]);
+                acc[r][k] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * y->d), _mm256_cvtepi32_ps(msum), acc[r][k]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) s[k * ss + r] = hsum_ps(acc[r][k]);
+}
+X86_DOT_TILE(q4_KX, 1, 4)
+
+void FN(quant_q8_KX)(const float *x, void *y, int64_t n) {
+    FN(quant_q8_K)(x, y, n);
+    cpu_q8_KX_from_q8_K(y, n);
+}
+
 /* ---- Q6_K against Q8_K: Σ sc_s Σ q*a  -  32 Σ sc_s bsums[s], with q = 0..63 unsigned ---- */
 
 /* the 32 six-bit values j (0..3) of half h: low or high nibbles of ql, two bits of qh */

@@ -1,0 +1,116 @@
+/* repack.c — Q4_KX: the Q4_K super-block with its 128 nibble bytes reordered for batched matmul,
+ * and Q8_KX, the activation block that goes with it; the generic (reference) kernels of both.
+ *
+ * Why: on AVX2 without VNNI every 32 products of a Q4_K dot take a maddubs (u8*s8 pairs to i16)
+ * and a madd (i16 pairs times the sub-block scale to i32), and both are integer multiplies that
+ * x86 cores of this class issue on one port. If the i16 lanes of a vector always hold the same
+ * sub-block, the maddubs results of a whole super-block can be added as i16 first (16 products of
+ * at most 15*127 per lane: 30480 < 32767, no overflow) and scaled by one madd: 9 multiplies per
+ * 256 products instead of 16. The file's order puts a sub-block's 32 values in one vector, so the
+ * bytes are moved once, at load (cpu_repack_rows), not on every use.
+ *
+ * Layout (FORMATS.md 2.5 for Q4_K): d, dmin and the 12 scale bytes are unchanged (bytes 0..15).
+ * Q4_K nibble byte 16 + 32c + l holds element l of sub-block 2c (low nibble) and 2c+1 (high).
+ * Q4_KX nibble byte 16 + 32u + 4s + b holds element 8u + b of sub-block s (low nibble) and element
+ * 8u + 4 + b (high), for u < 4, s < 8, b < 4. So the low nibbles of bytes 32u.. and the high ones
+ * form vectors v_t (t = 2u, 2u+1) with v_t[4s + b] = element 4t + b of sub-block s: each 4-byte
+ * group (two i16 lanes after maddubs) is always sub-block s.
+ * Q8_KX is Q8_K with qs in the matching order, qs'[32t + 4s + b] = qs[32s + 4t + b] (a transpose of
+ * 8 x 8 four-byte words); d and bsums are Q8_K's (bsums over the original order).
+ * The integers every dot computes are those of Q4_K, and the generic dot below does the same f32
+ * steps as the Q4_K one, so generic Q4_KX and Q4_K give the same bits (tested). */
+#include <string.h>
+
+#include "backend/cpu/ops_impl.h"
+#include "base/half.h"
+
+/* the 8 x 8 transpose of 4-byte words: word 8s + t <-> word 8t + s (its own inverse) */
+static void transpose_words(const int8_t *in, int8_t *out) {
+    for (int s = 0; s < 8; s++)
+        for (int t = 0; t < 8; t++) memcpy(out + 32 * t + 4 * s, in + 32 * s + 4 * t, 4);
+}
+
+void cpu_q8_KX_from_q8_K(void *y, int64_t n) {
+    cpu_block_q8_K *b = y;
+    int8_t tmp[CPU_QKK];
+    for (int64_t i = 0; i < n / CPU_QKK; i++) {
+        transpose_words(b[i].qs, tmp);
+        memcpy(b[i].qs, tmp, sizeof tmp);
+    }
+}
+
+void cpu_gen_quant_q8_KX(const float *x, void *y, int64_t n) {
+    cpu_gen_quant_q8_K(x, y, n);
+    cpu_q8_KX_from_q8_K(y, n);
+}
+
+/* nibble of element e (0..255) of a Q4_KX block's 128 nibble bytes */
+static int q4kx_q(const uint8_t *qs, int e) {
+    int s = e / 32, j = e % 32, u = j / 8, h = (j / 4) & 1, b = j % 4;
+    uint8_t v = qs[32 * u + 4 * s + b];
+    return h ? v >> 4 : v & 0x0F;
+}
+
+/* one block's nibbles, Q4_K order -> Q4_KX order */
+static void repack_q4_K_block(uint8_t *blk) {
+    uint8_t *qs = blk + 16, out[128];
+    for (int s = 0; s < 8; s++)
+        for (int j = 0; j < 32; j++) {
+            int c = s / 2, q = s & 1 ? qs[32 * c + j] >> 4 : qs[32 * c + j] & 0x0F;
+            int u = j / 8, h = (j / 4) & 1, b = j % 4, p = 32 * u + 4 * s + b;
+            out[p] = (uint8_t)(h ? (out[p] & 0x0F) | (q << 4) : (out[p] & 0xF0) | q);
+        }
+    memcpy(qs, out, sizeof out);
+}
+
+uint32_t cpu_repack_type(uint32_t type) { return type == CPU_T_Q4_K ? CPU_T_Q4_KX : 0; }
+
+void cpu_repack_rows(uint32_t type, void *w, int64_t n, int64_t n_rows) {
+    if (type != CPU_T_Q4_K) return;
+    uint8_t *p = w;
+    for (int64_t i = 0; i < n_rows * (n / CPU_QKK); i++, p += CPU_BS_Q4_K) repack_q4_K_block(p);
+}
+
+void cpu_gen_dequant_q4_KX(const void *w, float *y, int64_t n) {
+    const uint8_t *b = w;
+    for (int64_t i = 0; i < n / CPU_QKK; i++, b += CPU_BS_Q4_KX, y += CPU_QKK) {
+        float d = tkv_f16_to_f32(tkv_rd16(b)), dmin = tkv_f16_to_f32(tkv_rd16(b + 2));
+        for (int s = 0; s < 8; s++) {
+            uint8_t sc, m;
+            cpu_k4_scale_min(b + 4, s, &sc, &m);
+            float d1 = d * (float)sc, m1 = dmin * (float)m;
+            for (int j = 0; j < 32; j++) y[32 * s + j] = d1 * (float)q4kx_q(b + 16, 32 * s + j) - m1;
+        }
+    }
+}
+
+/* the f32 steps of the Q4_K reference: sum += (d*d_a)*isum - (dmin*d_a)*msum per block */
+void cpu_gen_dot_q4_KX(int64_t n, float *s, const void *w, const void *a) {
+    const uint8_t *b = w;
+    const cpu_block_q8_K *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / CPU_QKK; i++, b += CPU_BS_Q4_KX) {
+        int isum = 0, msum = 0;
+        for (int sb = 0; sb < 8; sb++) {
+            uint8_t sc, m;
+            cpu_k4_scale_min(b + 4, sb, &sc, &m);
+            int ss = 0;
+            for (int j = 0; j < 32; j++) { /* element 32sb + j sits at qs' word 8*(j/4) + sb */
+                int e = 32 * sb + j;
+                ss += q4kx_q(b + 16, e) * y[i].qs[32 * (j / 4) + 4 * sb + j % 4];
+            }
+            isum += sc * ss;
+            msum += m * (y[i].bsums[2 * sb] + y[i].bsums[2 * sb + 1]);
+        }
+        sum += (tkv_f16_to_f32(tkv_rd16(b)) * y[i].d) * (float)isum - (tkv_f16_to_f32(tkv_rd16(b + 2)) * y[i].d) * (float)msum;
+    }
+    *s = sum;
+}
+
+void cpu_gen_dottile_q4_KX(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
+                           const void *a, size_t a_stride, int nx) {
+    for (int k = 0; k < nx; k++)
+        for (int r = 0; r < nr; r++)
+            cpu_gen_dot_q4_KX(n, s + (size_t)k * s_stride + r, (const uint8_t *)w + (size_t)r * w_stride,
+                              (const uint8_t *)a + (size_t)k * a_stride);
+}
