@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/cpu/ops.h"
 #include "base/err.h"
 #include "t.h"
 #include "tierkv.h"
@@ -279,6 +280,48 @@ TEST(model_greedy_deterministic_threads_batches) {
     /* weights mapped from the file instead of copied into huge-page memory */
     REQUIRE(greedy_run(model, prompt, 40, 32, 2, 64, -1, 1, d) == 0);
     CHECK(memcmp(a, d, sizeof a) == 0);
+}
+
+/* Q4_K matrices reordered at load (Q4_KX, the default) give the file layout's logits bit for bit
+ * with the generic kernels (whose f32 steps are the same for both layouts), and within float
+ * summation noise with this CPU's kernels. */
+static int prompt_logits(const char *model, int isa, int keep_layout, const int32_t *prompt, int np, float **out) {
+    tkv_options o;
+    tkv_options_default(&o);
+    o.isa = isa;
+    o.keep_layout = keep_layout;
+    o.n_ctx = np + 1;
+    o.max_batch = 8;
+    char err[512];
+    tkv_engine *e;
+    if (tkv_engine_open(model, &o, &e, err, sizeof err)) return -1;
+    int V = tkv_n_vocab(e);
+    *out = malloc((size_t)V * np * sizeof(float));
+    int rc = tkv_prefill(e, 0, prompt, np, *out, 1, err, sizeof err);
+    tkv_engine_close(e);
+    return rc ? -1 : V;
+}
+
+TEST(model_repacked_layout_same_logits) {
+    const char *model = t_shared("fixtures/models/qwen2-Q4_K_M.gguf");
+    int32_t prompt[12];
+    for (int i = 0; i < 12; i++) prompt[i] = (i * 59 + 3) % 1024;
+    float *g = NULL, *gx = NULL, *f = NULL, *fx = NULL;
+    int V = prompt_logits(model, 0, 1, prompt, 12, &g);
+    REQUIRE(V > 0 && prompt_logits(model, 0, 0, prompt, 12, &gx) == V);
+    size_t n = (size_t)V * 12;
+    CHECK(memcmp(g, gx, n * sizeof(float)) == 0);
+    if (cpu_detect_isa() != CPU_ISA_GENERIC) {
+        REQUIRE(prompt_logits(model, -1, 1, prompt, 12, &f) == V && prompt_logits(model, -1, 0, prompt, 12, &fx) == V);
+        double d_file = 0, d_x = 0;
+        for (size_t i = 0; i < n; i++) {
+            d_file = fmax(d_file, fabs((double)f[i] - g[i]));
+            d_x = fmax(d_x, fabs((double)fx[i] - g[i]));
+        }
+        printf("    %s against generic: file layout max |d| %.3g, Q4_KX %.3g\n", cpu_isa_name(cpu_detect_isa()), d_file, d_x);
+        CHECKF(d_x <= 2 * d_file + 1e-3, "Q4_KX %.3g, file layout %.3g", d_x, d_file);
+    }
+    free(g); free(gx); free(f); free(fx);
 }
 
 /* Decoding two sequences in one batch gives each the logits it gets alone. */

@@ -70,6 +70,10 @@ int common_parse(common_opts *c, int argc, char **argv, int *i, char *err, size_
         c->eo.mmap_weights = 1;
         return 1;
     }
+    if (!strcmp(a, "--keep-layout")) {
+        c->eo.keep_layout = 1;
+        return 1;
+    }
     if (!strcmp(a, "--isa")) {
         if (need_value(argc, argv, *i, err, errlen)) return -1;
         const char *s = argv[++*i];
@@ -89,7 +93,8 @@ const char *common_usage(void) {
            "  -c, --ctx N         positions per sequence (default 4096)\n"
            "  -b, --batch N       prefill chunk (default 64)\n"
            "      --isa NAME      kernels: auto (cpuid), generic, avx2, avx512\n"
-           "      --mmap          map the model file instead of copying it into huge-page memory\n";
+           "      --mmap          map the model file instead of copying it into huge-page memory\n"
+           "      --keep-layout   run Q4_K weights in the file's layout (default: reordered at load for batches)\n";
 }
 
 int common_model_path(common_opts *c, char *err, size_t errlen) {

@@ -41,7 +41,7 @@ int tkv_engine_open(const char *path, const tkv_options *o, tkv_engine **out, ch
     tkv_engine *e = tkv_xcalloc(1, sizeof *e);
     e->o = *o;
     e->isa = o->isa < 0 ? cpu_detect_isa() : (cpu_isa)o->isa;
-    if (model_open(path, o->mmap_weights, &e->m, err, errlen)) { free(e); return -1; }
+    if (model_open(path, o->mmap_weights, !o->keep_layout, &e->m, err, errlen)) { free(e); return -1; }
     kv_options ko = o->kv;
     ko.n_layer = e->m->cfg.n_layer;
     ko.n_head = e->m->cfg.n_head;

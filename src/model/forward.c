@@ -252,7 +252,7 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
 
     /* x [n x E] = embeddings */
     const cpu_type_ops *eops = cpu_ops_for(m->tok_embd.type, f->opt.isa);
-    size_t erow = (size_t)(E / (int)ggml_blck_size(m->tok_embd.type)) * ggml_type_size(m->tok_embd.type);
+    size_t erow = cpu_weight_row_size(m->tok_embd.type, E);
     for (int t = 0; t < n; t++)
         eops->dequant_row((const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * erow, f->x + (size_t)t * E, E);
     rope_tables(f, pos, n);

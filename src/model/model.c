@@ -3,9 +3,11 @@
  * is reported together with every other missing one, so a user fixes a file in one go. */
 #include "model/model.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "backend/cpu/ops.h"
 #include "base/err.h"
@@ -206,11 +208,51 @@ int model_bind(gguf_file *f, model **out, char *err, size_t errlen) {
     return 0;
 }
 
-int model_open(const char *path, int mmap_only, model **out, char *err, size_t errlen) {
+/* Matrix i of 2 + 7 * n_layer: tok_embd, output (NULL when tied: it shares tok_embd's rows), then
+ * each layer's q, k, v, o, gate, up, down. */
+static model_mat *mat_at(model *m, int i) {
+    if (i == 0) return &m->tok_embd;
+    if (i == 1) return m->tied_output ? NULL : &m->output;
+    model_layer *L = &m->layers[(i - 2) / 7];
+    model_mat *lm[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
+    return lm[(i - 2) % 7];
+}
+
+/* The pages are the model's own (a copy, or a MAP_PRIVATE mapping), read-only: made writable for
+ * the rewrite and read-only again. */
+static int repack_weights(model *m, char *err, size_t errlen) {
+    int n = 2 + 7 * m->cfg.n_layer, any = 0;
+    for (int i = 0; i < n; i++) {
+        model_mat *w = mat_at(m, i);
+        any |= w && w->data && cpu_repack_type(w->type) != 0;
+    }
+    if (!any || !m->file.map) return 0;
+    if (mprotect(m->file.map, (size_t)m->file.map_size, PROT_READ | PROT_WRITE) != 0)
+        return tkv_errf(err, errlen, "model: cannot make the weights writable to reorder them: %s (--keep-layout runs the file's layout)",
+                        strerror(errno));
+    for (int i = 0; i < n; i++) {
+        model_mat *w = mat_at(m, i);
+        uint32_t rt = w && w->data ? cpu_repack_type(w->type) : 0;
+        if (!rt) continue;
+        cpu_repack_rows(w->type, (void *)w->data, w->n_in, w->n_out);
+        w->type = rt;
+    }
+    if (m->tied_output) m->output = m->tok_embd;
+    if (mprotect(m->file.map, (size_t)m->file.map_size, PROT_READ) != 0)
+        return tkv_errf(err, errlen, "model: cannot make the weights read-only again: %s", strerror(errno));
+    return 0;
+}
+
+int model_open(const char *path, int mmap_only, int repack, model **out, char *err, size_t errlen) {
     gguf_file f;
     if (gguf_load(path, mmap_only ? GGUF_MMAP : GGUF_AUTO, &f, err, errlen)) return -1;
     if (model_bind(&f, out, err, errlen)) {
         gguf_free(&f);
+        return -1;
+    }
+    if (repack && repack_weights(*out, err, errlen)) {
+        model_close(*out);
+        *out = NULL;
         return -1;
     }
     return 0;

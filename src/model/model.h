@@ -59,8 +59,12 @@ typedef struct model {
 /* Reads the configuration from metadata; errors name the missing or bad key. */
 int model_config_from_gguf(const gguf_file *f, model_config *c, char *err, size_t errlen);
 /* Opens (gguf_load: a huge-page copy when possible; mmap_only maps the file), parses and binds.
- * Errors list every missing tensor, or name a bad shape or type. */
-int model_open(const char *path, int mmap_only, model **out, char *err, size_t errlen);
+ * With repack, every matrix whose type the CPU kernels prefer in another layout (cpu_repack_type:
+ * Q4_K -> Q4_KX) is rewritten in place in the model's private pages and its type changed; the
+ * results are those of the file's layout (tested in the kernels). Under mmap_only the written pages
+ * stop being shared with the page cache. Errors list every missing tensor, or name a bad shape or
+ * type. */
+int model_open(const char *path, int mmap_only, int repack, model **out, char *err, size_t errlen);
 /* Binds a file already parsed (takes ownership of *f on success). */
 int model_bind(gguf_file *f, model **out, char *err, size_t errlen);
 void model_close(model *m);
