@@ -29,7 +29,7 @@ static uint32_t rnd(void) {
 static float rndf(void) { return (float)(rnd() & 0xffffff) / 16777216.0f * 2.0f - 1.0f; } /* [-1, 1) */
 
 static const uint32_t all_types[] = {CPU_T_F32, CPU_T_F16, CPU_T_BF16, CPU_T_Q4_0, CPU_T_Q4_1, CPU_T_Q5_0,
-                                     CPU_T_Q5_1, CPU_T_Q8_0, CPU_T_Q4_K, CPU_T_Q5_K, CPU_T_Q6_K, CPU_T_Q4_KX};
+                                     CPU_T_Q5_1, CPU_T_Q8_0, CPU_T_Q4_K, CPU_T_Q5_K, CPU_T_Q6_K, CPU_T_Q4_KX, CPU_T_Q6_KX};
 #define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
 
 static int isa_available(cpu_isa isa) { return isa <= cpu_detect_isa(); }
@@ -53,7 +53,7 @@ static void rand_weights(uint32_t type, uint8_t *w, int64_t n) {
             put16(p, tkv_f32_to_f16(rndf() * 0.01f));
             put16(p + 2, tkv_f32_to_f16(rndf() * 0.01f));
             break;
-        case CPU_T_Q6_K: put16(p + 208, tkv_f32_to_f16(rndf() * 0.01f)); break;
+        case CPU_T_Q6_K: case CPU_T_Q6_KX: put16(p + 208, tkv_f32_to_f16(rndf() * 0.01f)); break;
         }
     }
 }
@@ -82,6 +82,12 @@ static void act_dequant(uint32_t act_type, const void *a, float *y, int64_t n) {
             const cpu_block_q8_K *b = (const cpu_block_q8_K *)a + i / 256;
             int e = (int)(i % 256), s = e / 32, j = e % 32;
             y[i] = b->d * b->qs[32 * (j / 4) + 4 * s + j % 4];
+            break;
+        }
+        case CPU_T_Q8_KX6: { /* element 16s + j sits at 2-byte word 16*(j/2) + s */
+            const cpu_block_q8_K *b = (const cpu_block_q8_K *)a + i / 256;
+            int e = (int)(i % 256), s = e / 16, j = e % 16;
+            y[i] = b->d * b->qs[32 * (j / 2) + 2 * s + j % 2];
             break;
         }
         }
@@ -326,36 +332,43 @@ TEST(kernels_vec_dot) {
     }
 }
 
-/* Q4_K rows repacked into Q4_KX (repack.c) give the generic Q4_K results bit for bit: the same
- * dequantised values, the same dot products against the matching activations. */
-TEST(kernels_repack_q4_K) {
+/* Q4_K / Q6_K rows repacked into Q4_KX / Q6_KX (repack.c) give the generic results of the file's
+ * layout bit for bit: the same dequantised values, the same dot products against the matching
+ * activations. */
+TEST(kernels_repack) {
     _Alignas(64) static uint8_t w[MAXN * 4], wx[MAXN * 4], a[MAXN * 4], ax[MAXN * 4];
     static float x[MAXN], y0[MAXN], y1[MAXN];
-    CHECK(cpu_repack_type(CPU_T_Q4_K) == CPU_T_Q4_KX && cpu_repack_type(CPU_T_Q6_K) == 0 && cpu_repack_type(CPU_T_Q8_0) == 0);
-    CHECK(cpu_weight_row_size(CPU_T_Q4_KX, 512) == cpu_weight_row_size(CPU_T_Q4_K, 512));
-    const cpu_type_ops *g = cpu_ops_for(CPU_T_Q4_K, CPU_ISA_GENERIC), *gx = cpu_ops_for(CPU_T_Q4_KX, CPU_ISA_GENERIC);
-    REQUIRE(g && gx);
-    for (int li = 0; li < 5; li++)
-        for (int rep = 0; rep < 3; rep++) {
-            int64_t n = lens256[li], rows = 3;
-            size_t row = cpu_weight_row_size(CPU_T_Q4_K, n);
-            for (int r = 0; r < rows; r++) rand_weights(CPU_T_Q4_K, w + r * row, n);
-            memcpy(wx, w, row * (size_t)rows);
-            cpu_repack_rows(CPU_T_Q4_K, wx, n, rows);
-            CHECK(rows * row <= sizeof w && memcmp(w, wx, row * (size_t)rows) != 0);
-            rand_acts(x, n);
-            g->quantize_act(x, a, n);
-            gx->quantize_act(x, ax, n);
-            for (int r = 0; r < rows; r++) {
-                g->dequant_row(w + r * row, y0, n);
-                gx->dequant_row(wx + r * row, y1, n);
-                CHECKF(memcmp(y0, y1, (size_t)n * 4) == 0, "dequant n %lld row %d", (long long)n, r);
-                float s0, s1;
-                g->vec_dot(n, &s0, w + r * row, a);
-                gx->vec_dot(n, &s1, wx + r * row, ax);
-                CHECKF(memcmp(&s0, &s1, 4) == 0, "dot n %lld row %d: %.9g vs %.9g", (long long)n, r, s1, s0);
+    CHECK(cpu_repack_type(CPU_T_Q4_K) == CPU_T_Q4_KX && cpu_repack_type(CPU_T_Q6_K) == CPU_T_Q6_KX);
+    CHECK(cpu_repack_type(CPU_T_Q5_K) == 0 && cpu_repack_type(CPU_T_Q8_0) == 0 && cpu_repack_type(CPU_T_Q4_KX) == 0);
+    const uint32_t from[2] = {CPU_T_Q4_K, CPU_T_Q6_K};
+    for (int ti = 0; ti < 2; ti++) {
+        uint32_t t = from[ti], tx = cpu_repack_type(t);
+        CHECK(cpu_weight_row_size(tx, 512) == cpu_weight_row_size(t, 512));
+        const cpu_type_ops *g = cpu_ops_for(t, CPU_ISA_GENERIC), *gx = cpu_ops_for(tx, CPU_ISA_GENERIC);
+        REQUIRE(g && gx);
+        for (int li = 0; li < 5; li++)
+            for (int rep = 0; rep < 3; rep++) {
+                int64_t n = lens256[li], rows = 3;
+                size_t row = cpu_weight_row_size(t, n);
+                REQUIRE(row * (size_t)rows <= sizeof w);
+                for (int r = 0; r < rows; r++) rand_weights(t, w + r * row, n);
+                memcpy(wx, w, row * (size_t)rows);
+                cpu_repack_rows(t, wx, n, rows);
+                CHECK(memcmp(w, wx, row * (size_t)rows) != 0);
+                rand_acts(x, n);
+                g->quantize_act(x, a, n);
+                gx->quantize_act(x, ax, n);
+                for (int r = 0; r < rows; r++) {
+                    g->dequant_row(w + r * row, y0, n);
+                    gx->dequant_row(wx + r * row, y1, n);
+                    CHECKF(memcmp(y0, y1, (size_t)n * 4) == 0, "dequant type %u n %lld row %d", t, (long long)n, r);
+                    float s0, s1;
+                    g->vec_dot(n, &s0, w + r * row, a);
+                    gx->vec_dot(n, &s1, wx + r * row, ax);
+                    CHECKF(memcmp(&s0, &s1, 4) == 0, "dot type %u n %lld row %d: %.9g vs %.9g", t, (long long)n, r, s1, s0);
+                }
             }
-        }
+    }
 }
 
 TEST(kernels_f32_ops) {
@@ -403,7 +416,7 @@ TEST(kernels_matmul) {
         }
         /* amax[i]: max |x| of the activation block holding element i (0 for unquantized types) */
         uint32_t at = cpu_ops_for(t, CPU_ISA_GENERIC)->act_type;
-        int64_t ab = at == CPU_T_Q8_K || at == CPU_T_Q8_KX ? 256 : at == CPU_T_Q8_0 || at == CPU_T_Q8_1 ? 32 : 0;
+        int64_t ab = at == CPU_T_Q8_K || at == CPU_T_Q8_KX || at == CPU_T_Q8_KX6 ? 256 : at == CPU_T_Q8_0 || at == CPU_T_Q8_1 ? 32 : 0;
         for (int k = 0; k < NTOK; k++) {
             rand_acts(x + k * n_in, n_in);
             for (int64_t b0 = 0; ab && b0 < n_in; b0 += ab) {

@@ -194,20 +194,11 @@ void cpu_gen_dequant_q5_K(const void *w, float *y, int64_t n) {
     for (int64_t i = 0; i < n / CPU_QKK; i++, b += CPU_BS_Q5_K, y += CPU_QKK) dequant_k45(b, b + 16, b + 48, y);
 }
 
-/* Q6_K quant of element e (0..255) of block b. */
-static int q6k_q(const uint8_t *b, int e) {
-    int h = e / 128, r = e % 128, quarter = r / 32, l = r % 32;
-    const uint8_t *L = b + 64 * h, *H = b + 128 + 32 * h;
-    int lo = (quarter & 1) ? L[l + 32] : L[l];
-    lo = (quarter & 2) ? lo >> 4 : lo & 0x0F;
-    return lo | (((H[l] >> (2 * quarter)) & 3) << 4);
-}
-
 void cpu_gen_dequant_q6_K(const void *w, float *y, int64_t n) {
     const uint8_t *b = w;
     for (int64_t i = 0; i < n / CPU_QKK; i++, b += CPU_BS_Q6_K, y += CPU_QKK) {
         float d = F16(b + 208);
-        for (int e = 0; e < CPU_QKK; e++) y[e] = (d * (float)(int8_t)b[192 + e / 16]) * (float)(q6k_q(b, e) - 32);
+        for (int e = 0; e < CPU_QKK; e++) y[e] = (d * (float)(int8_t)b[192 + e / 16]) * (float)(cpu_q6k_q(b, e) - 32);
     }
 }
 
@@ -343,7 +334,7 @@ void cpu_gen_dot_q6_K(int64_t n, float *s, const void *w, const void *a) {
         int isum = 0;
         for (int sub = 0; sub < 16; sub++) {
             int ss = 0;
-            for (int e = 16 * sub; e < 16 * sub + 16; e++) ss += (q6k_q(b, e) - 32) * y[i].qs[e];
+            for (int e = 16 * sub; e < 16 * sub + 16; e++) ss += (cpu_q6k_q(b, e) - 32) * y[i].qs[e];
             isum += (int8_t)b[192 + sub] * ss;
         }
         sum += (F16(b + 208) * y[i].d) * (float)isum;

@@ -20,14 +20,14 @@ enum {
     CPU_T_Q8_0 = 8, CPU_T_Q8_1 = 9, CPU_T_Q4_K = 12, CPU_T_Q5_K = 13, CPU_T_Q6_K = 14, CPU_T_Q8_K = 15,
     CPU_T_BF16 = 30,
     /* tierkv's own layouts (repack.c), never in a file: ids above any ggml type */
-    CPU_T_Q4_KX = 1012, CPU_T_Q8_KX = 1015,
+    CPU_T_Q4_KX = 1012, CPU_T_Q6_KX = 1014, CPU_T_Q8_KX = 1015, CPU_T_Q8_KX6 = 1016,
 };
 #define CPU_QK 32   /* elements per 32-block */
 #define CPU_QKK 256 /* elements per K super-block */
 enum {
     CPU_BS_Q4_0 = 18, CPU_BS_Q4_1 = 20, CPU_BS_Q5_0 = 22, CPU_BS_Q5_1 = 24, CPU_BS_Q8_0 = 34,
     CPU_BS_Q8_1 = 36, CPU_BS_Q4_K = 144, CPU_BS_Q5_K = 176, CPU_BS_Q6_K = 210, CPU_BS_Q8_K = 292,
-    CPU_BS_Q4_KX = 144,
+    CPU_BS_Q4_KX = 144, CPU_BS_Q6_KX = 210,
 };
 
 typedef struct {
@@ -57,6 +57,15 @@ static inline void cpu_k4_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_
         *sc = (uint8_t)((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
         *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
     }
+}
+
+/* Q6_K 6-bit quant (0..63) of element e (0..255) of block b (FORMATS.md 2.5). */
+static inline int cpu_q6k_q(const uint8_t *b, int e) {
+    int h = e / 128, r = e % 128, quarter = r / 32, l = r % 32;
+    const uint8_t *L = b + 64 * h, *H = b + 128 + 32 * h;
+    int lo = (quarter & 1) ? L[l + 32] : L[l];
+    lo = (quarter & 2) ? lo >> 4 : lo & 0x0F;
+    return lo | (((H[l] >> (2 * quarter)) & 3) << 4);
 }
 
 /* Round to nearest, ties to even, for |v| < 2^22: the magic-number trick llama.cpp's Q8_K
@@ -107,7 +116,10 @@ CPU_DECL_DOT(gen, q4_K) CPU_DECL_DOT(gen, q5_K) CPU_DECL_DOT(gen, q6_K)
 CPU_DECL_F32(gen)
 /* repack.c: Q4_KX weights against Q8_KX activations */
 CPU_DECL_QUANT(gen, q8_KX) CPU_DECL_DEQ(gen, q4_KX) CPU_DECL_DOT(gen, q4_KX)
-void cpu_q8_KX_from_q8_K(void *y, int64_t n); /* in place, every block of an n-element row */
+CPU_DECL_QUANT(gen, q8_KX6) CPU_DECL_DEQ(gen, q6_KX) CPU_DECL_DOT(gen, q6_KX)
+/* Q8_K -> Q8_KX / Q8_KX6 in place, every block of an n-element row */
+void cpu_q8_KX_from_q8_K(void *y, int64_t n);
+void cpu_q8_KX6_from_q8_K(void *y, int64_t n);
 
 /* AVX2 and AVX-512: the hot paths; the tables fall back to gen for the rest. */
 #define CPU_DECL_FAST(isa)                                                                   \
@@ -116,6 +128,7 @@ void cpu_q8_KX_from_q8_K(void *y, int64_t n); /* in place, every block of an n-e
     CPU_DECL_DOT(isa, q4_0) CPU_DECL_DOT(isa, q5_0) CPU_DECL_DOT(isa, q8_0)                  \
     CPU_DECL_DOT(isa, q4_K) CPU_DECL_DOT(isa, q5_K) CPU_DECL_DOT(isa, q6_K)                  \
     CPU_DECL_QUANT(isa, q8_KX) CPU_DECL_DOT(isa, q4_KX)                                      \
+    CPU_DECL_QUANT(isa, q8_KX6) CPU_DECL_DOT(isa, q6_KX)                                     \
     CPU_DECL_F32(isa)
 CPU_DECL_FAST(avx2)
 CPU_DECL_FAST(avx512)

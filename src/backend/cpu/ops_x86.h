@@ -384,6 +384,63 @@ INLINE void q4_KX_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t 
 }
 X86_DOT_TILE(q4_KX, 1, 4)
 
+/* ---- Q6_KX against Q8_KX6 (repack.c): i16 lane s always holds sub-block s ---- */
+
+/* v_t of a Q6_KX block: 4 low bits from a nibble of chunk t/2, 2 high bits from chunk t/4 */
+INLINE __m256i q6x_unpack(const uint8_t *b, int t) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256i L = _mm256_loadu_si256((const __m256i *)(b + 32 * (t / 2)));
+    __m256i H = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * (t / 4)));
+    __m256i lo = _mm256_and_si256(t & 1 ? _mm256_srli_epi16(L, 4) : L, m4);
+    int k = t & 3;
+    __m256i hi = k == 0 ? _mm256_slli_epi16(H, 4) : k == 1 ? _mm256_slli_epi16(H, 2) : k == 2 ? H : _mm256_srli_epi16(H, 2);
+    return _mm256_or_si256(lo, _mm256_and_si256(hi, m30));
+}
+
+/* Per block and token: for each pair of vectors, two maddubs added as i16 (lane s: 4 products of
+ * sub-block s, |.| <= 4*63*127 < 2^15), then one madd by the 16 scales; minus 32 * Σ sc_s bsum_s;
+ * acc += (d*d_a) * isum, 8 lanes. */
+INLINE void q6_KX_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, int nr,
+                       int nc) {
+    __m256 acc[TR_MAX][TC_MAX];
+    UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) acc[r][k] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CPU_QKK; i++) {
+        __m256i isum[TR_MAX][TC_MAX];
+        UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) isum[r][k] = _mm256_setzero_si256();
+        UNROLL for (int j = 0; j < 4; j++) {
+            UNROLL for (int r = 0; r < nr; r++) {
+                const uint8_t *wb = w + r * ws + (size_t)i * CPU_BS_Q6_KX;
+                __m256i v0 = q6x_unpack(wb, 2 * j), v1 = q6x_unpack(wb, 2 * j + 1);
+                __m256i scv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + 192)));
+                UNROLL for (int k = 0; k < nc; k++) {
+                    const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
+                    __m256i p0 = _mm256_maddubs_epi16(v0, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j)));
+                    __m256i p1 = _mm256_maddubs_epi16(v1, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32)));
+                    isum[r][k] = madd_acc(isum[r][k], _mm256_add_epi16(p0, p1), scv);
+                }
+            }
+            UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) KEEP(isum[r][k]);
+        }
+        UNROLL for (int k = 0; k < nc; k++) {
+            const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
+            __m256i bsums = _mm256_loadu_si256((const __m256i *)y->bsums);
+            UNROLL for (int r = 0; r < nr; r++) {
+                const uint8_t *wb = w + r * ws + (size_t)i * CPU_BS_Q6_KX;
+                __m256i off = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + 192))), bsums);
+                __m256i is = _mm256_sub_epi32(isum[r][k], _mm256_slli_epi32(off, 5));
+                acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(f16v(wb + 208) * y->d), _mm256_cvtepi32_ps(is), acc[r][k]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) s[k * ss + r] = hsum_ps(acc[r][k]);
+}
+X86_DOT_TILE(q6_KX, 1, 4)
+
+void FN(quant_q8_KX6)(const float *x, void *y, int64_t n) {
+    FN(quant_q8_K)(x, y, n);
+    cpu_q8_KX6_from_q8_K(y, n);
+}
+
 void FN(quant_q8_KX)(const float *x, void *y, int64_t n) {
     FN(quant_q8_K)(x, y, n);
     cpu_q8_KX_from_q8_K(y, n);

@@ -18,7 +18,14 @@
  * Q8_KX is Q8_K with qs in the matching order, qs'[32t + 4s + b] = qs[32s + 4t + b] (a transpose of
  * 8 x 8 four-byte words); d and bsums are Q8_K's (bsums over the original order).
  * The integers every dot computes are those of Q4_K, and the generic dot below does the same f32
- * steps as the Q4_K one, so generic Q4_KX and Q4_K give the same bits (tested). */
+ * steps as the Q4_K one, so generic Q4_KX and Q4_K give the same bits (tested).
+ *
+ * Q6_KX does the same for Q6_K, whose 16 sub-blocks of 16 have one i16 lane each: v_t[2s + b] =
+ * element 2t + b of sub-block s (t < 8, s < 16, b < 2). Values reach 63, so only two maddubs
+ * results add as i16 (4 products of at most 63*127: 32004) before the madd: 12 multiplies per 256
+ * products instead of 16. Bytes 0..127: low nibbles of chunk u (32 bytes) are v_2u's low 4 bits,
+ * high nibbles v_2u+1's; bytes 128..191: bits 2k, 2k+1 of chunk c are v_4c+k's top 2 bits; the 16
+ * scales and d stay at 192..209. Q8_KX6: qs'[32t + 2s + b] = qs[16s + 2t + b]. */
 #include <string.h>
 
 #include "backend/cpu/ops_impl.h"
@@ -63,12 +70,83 @@ static void repack_q4_K_block(uint8_t *blk) {
     memcpy(qs, out, sizeof out);
 }
 
-uint32_t cpu_repack_type(uint32_t type) { return type == CPU_T_Q4_K ? CPU_T_Q4_KX : 0; }
+/* 6-bit value of element e of a Q6_KX block */
+static int q6kx_q(const uint8_t *b, int e) {
+    int s = e / 16, j = e % 16, t = j / 2, p = 2 * s + j % 2;
+    int lo = (b[32 * (t / 2) + p] >> (4 * (t & 1))) & 0x0F;
+    int hi = (b[128 + 32 * (t / 4) + p] >> (2 * (t & 3))) & 3;
+    return lo | hi << 4;
+}
+
+static void repack_q6_K_block(uint8_t *blk) {
+    uint8_t out[192] = {0};
+    for (int e = 0; e < CPU_QKK; e++) {
+        int q = cpu_q6k_q(blk, e), s = e / 16, j = e % 16, t = j / 2, p = 2 * s + j % 2;
+        out[32 * (t / 2) + p] |= (uint8_t)((q & 0x0F) << (4 * (t & 1)));
+        out[128 + 32 * (t / 4) + p] |= (uint8_t)((q >> 4) << (2 * (t & 3)));
+    }
+    memcpy(blk, out, sizeof out);
+}
+
+void cpu_q8_KX6_from_q8_K(void *y, int64_t n) {
+    cpu_block_q8_K *b = y;
+    int8_t tmp[CPU_QKK];
+    for (int64_t i = 0; i < n / CPU_QKK; i++) {
+        for (int s = 0; s < 16; s++)
+            for (int t = 0; t < 8; t++) memcpy(tmp + 32 * t + 2 * s, b[i].qs + 16 * s + 2 * t, 2);
+        memcpy(b[i].qs, tmp, sizeof tmp);
+    }
+}
+
+void cpu_gen_quant_q8_KX6(const float *x, void *y, int64_t n) {
+    cpu_gen_quant_q8_K(x, y, n);
+    cpu_q8_KX6_from_q8_K(y, n);
+}
+
+void cpu_gen_dequant_q6_KX(const void *w, float *y, int64_t n) {
+    const uint8_t *b = w;
+    for (int64_t i = 0; i < n / CPU_QKK; i++, b += CPU_BS_Q6_KX, y += CPU_QKK) {
+        float d = tkv_f16_to_f32(tkv_rd16(b + 208));
+        for (int e = 0; e < CPU_QKK; e++) y[e] = (d * (float)(int8_t)b[192 + e / 16]) * (float)(q6kx_q(b, e) - 32);
+    }
+}
+
+/* the integers and f32 steps of the Q6_K reference */
+void cpu_gen_dot_q6_KX(int64_t n, float *s, const void *w, const void *a) {
+    const uint8_t *b = w;
+    const cpu_block_q8_K *y = a;
+    float sum = 0;
+    for (int64_t i = 0; i < n / CPU_QKK; i++, b += CPU_BS_Q6_KX) {
+        int isum = 0;
+        for (int sub = 0; sub < 16; sub++) {
+            int ss = 0;
+            for (int j = 0; j < 16; j++) ss += (q6kx_q(b, 16 * sub + j) - 32) * y[i].qs[32 * (j / 2) + 2 * sub + j % 2];
+            isum += (int8_t)b[192 + sub] * ss;
+        }
+        sum += (tkv_f16_to_f32(tkv_rd16(b + 208)) * y[i].d) * (float)isum;
+    }
+    *s = sum;
+}
+
+void cpu_gen_dottile_q6_KX(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
+                           const void *a, size_t a_stride, int nx) {
+    for (int k = 0; k < nx; k++)
+        for (int r = 0; r < nr; r++)
+            cpu_gen_dot_q6_KX(n, s + (size_t)k * s_stride + r, (const uint8_t *)w + (size_t)r * w_stride,
+                              (const uint8_t *)a + (size_t)k * a_stride);
+}
+
+uint32_t cpu_repack_type(uint32_t type) {
+    return type == CPU_T_Q4_K ? CPU_T_Q4_KX : type == CPU_T_Q6_K ? CPU_T_Q6_KX : 0;
+}
 
 void cpu_repack_rows(uint32_t type, void *w, int64_t n, int64_t n_rows) {
-    if (type != CPU_T_Q4_K) return;
     uint8_t *p = w;
-    for (int64_t i = 0; i < n_rows * (n / CPU_QKK); i++, p += CPU_BS_Q4_K) repack_q4_K_block(p);
+    int64_t blocks = n_rows * (n / CPU_QKK);
+    if (type == CPU_T_Q4_K)
+        for (int64_t i = 0; i < blocks; i++, p += CPU_BS_Q4_K) repack_q4_K_block(p);
+    else if (type == CPU_T_Q6_K)
+        for (int64_t i = 0; i < blocks; i++, p += CPU_BS_Q6_K) repack_q6_K_block(p);
 }
 
 void cpu_gen_dequant_q4_KX(const void *w, float *y, int64_t n) {
