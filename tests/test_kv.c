@@ -216,6 +216,51 @@ TEST(kv_budget_raised_to_protected) {
     kv_free(kv);
 }
 
+/* A copied prompt prefix holds the source's rows bit for bit, as prompt tokens; what cannot be
+ * copied (policies that score the prompt, a busy destination, too long a prefix) is refused. */
+TEST(kv_copy_prefix) {
+    for (int f16 = 0; f16 < 2; f16++) {
+        kv_options o;
+        shape(&o, 2, 4, 2, 8, 3, 64);
+        o.f16 = f16;
+        o.policy = KV_POLICY_HIERARCHY;
+        o.hbm_ratio = 0.5; o.sinks = 1; o.window = 2; o.sync_transfers = 1;
+        char err[256];
+        kv_cache *kv = kv_init(&o, err, sizeof err);
+        REQUIRE(kv);
+        CHECK(kv_can_copy_prefix(kv));
+        for (int p = 0; p < 10; p++) {
+            REQUIRE(kv_append(kv, 0, p, 1, err, sizeof err) == 0);
+            write_token(kv, &o, 0, p);
+        }
+        CHECK(kv_seq_copy_prefix(kv, 0, 1, 11, err, sizeof err) == -1 && strstr(err, "cannot copy 11"));
+        REQUIRE(kv_seq_copy_prefix(kv, 0, 1, 7, err, sizeof err) == 0);
+        CHECK(kv_seq_len(kv, 1) == 7);
+        CHECK(kv_seq_copy_prefix(kv, 0, 1, 3, err, sizeof err) == -1); /* not empty */
+        for (int l = 0; l < 2; l++) {
+            kv_view a, b;
+            kv_view_layer(kv, 0, l, &a);
+            kv_view_layer(kv, 1, l, &b);
+            for (int p = 0; p < 7; p++) CHECKF(vsame(&a, &b, p, 16), "f16 %d layer %d pos %d", f16, l, p);
+        }
+        for (int p = 0; p < 7; p++) CHECK(kv_token_tier(kv, 1, p) == 0);
+        REQUIRE(kv_check(kv, err, sizeof err) == 0);
+        kv_free(kv);
+    }
+    kv_options o;
+    shape(&o, 1, 2, 1, 8, 2, 32);
+    o.policy = KV_POLICY_H2O;
+    o.hbm_ratio = 0.5;
+    char err[256];
+    kv_cache *kv = kv_init(&o, err, sizeof err);
+    REQUIRE(kv);
+    CHECK(!kv_can_copy_prefix(kv));
+    REQUIRE(kv_append(kv, 0, 0, 1, err, sizeof err) == 0);
+    write_token(kv, &o, 0, 0);
+    CHECK(kv_seq_copy_prefix(kv, 0, 1, 1, err, sizeof err) == -1 && strstr(err, "scores the prompt"));
+    kv_free(kv);
+}
+
 /* ---- T2 codec ---- */
 
 TEST(kv_t2_roundtrip_bound) {

@@ -415,6 +415,33 @@ int kv_append(kv_cache *kv, int seq, int pos, int is_prompt, char *err, size_t e
     return 0;
 }
 
+int kv_can_copy_prefix(const kv_cache *kv) { return !kv->ops->hooks && !kv->ops->prefill_scores; }
+
+int kv_seq_copy_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen) {
+    const kv_seq *s = get_seq(kv, src);
+    if (!kv_can_copy_prefix(kv))
+        return tkv_errf(err, errlen, "kv: policy %s scores the prompt's own attention; its prefix cannot be copied", kv->ops->name);
+    if (src == dst || get_seq(kv, dst)->len != 0 || n < 1 || n > s->len)
+        return tkv_errf(err, errlen, "kv: cannot copy %d positions of sequence %d (holding %d) into sequence %d (holding %d)", n, src,
+                        s->len, dst, get_seq(kv, dst)->len);
+    for (int p = 0; p < n; p++)
+        if (s->tier[p] != KV_T0 && s->tier[p] != KV_T1)
+            return tkv_errf(err, errlen, "kv: position %d of sequence %d is not held exactly (tier %d)", p, src, s->tier[p]);
+    size_t kd = (size_t)kv->kv_dim;
+    float *k = tkv_xmalloc(2 * kd * sizeof(float)), *v = k + kd;
+    int rc = 0;
+    for (int p = 0; p < n && !rc; p++) {
+        rc = kv_append(kv, dst, p, 1, err, errlen);
+        for (int l = 0; l < kv->o.n_layer && !rc; l++) {
+            fence(kv, src, l);
+            store_read_layer(&s->st[s->tier[p]], s->slot[p], l, k, v);
+            kv_put(kv, dst, l, p, k, v);
+        }
+    }
+    free(k);
+    return rc;
+}
+
 static kv_store *new_slot(kv_cache *kv, int seq, int layer, int pos, int *slot) {
     kv_seq *s = get_seq(kv, seq);
     TKV_ASSERT(pos >= 0 && pos < s->len && layer >= 0 && layer < kv->o.n_layer);

@@ -79,6 +79,16 @@ void kv_seq_reset(kv_cache *kv, int seq);
 /* Number of positions the sequence holds. */
 int kv_seq_len(const kv_cache *kv, int seq);
 
+/* Prefix sharing: whether this policy's state depends on nothing but the positions' K/V and the
+ * prompt flags (no scoring of the prompt's own attention: full, hierarchy, evict, quant), so that a
+ * prompt prefix copied from another sequence is the same as one prefilled in place. */
+int kv_can_copy_prefix(const kv_cache *kv);
+/* Appends positions 0..n-1 of sequence src, as prompt tokens, to the empty sequence dst: their K/V
+ * rows of every layer are copied (f16 rows go through f32 and back, which is exact). Refused with a
+ * message when the policy scores the prompt (kv_can_copy_prefix), dst is not empty, src is shorter
+ * than n or one of those positions is not held exactly (T2 or evicted). */
+int kv_seq_copy_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen);
+
 /* Adds the token at position pos (must equal kv_seq_len); its K and V for every layer are then given
  * by kv_put. is_prompt marks prompt tokens (protected in T0). Returns -1 with a message when the
  * sequence is full. */
