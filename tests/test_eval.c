@@ -227,6 +227,38 @@ TEST(eval_parallel_matches_serial) {
     free_outputs(a), free_outputs(b), free_outputs(c);
 }
 
+/* A prompt prefix all problems share (here a long system prompt) is prefilled once and copied into
+ * each slot: the outputs are those of prefilling every prompt whole, for the reference cache and for
+ * the hierarchy with eviction (whose scores ignore the prompt's own attention). */
+TEST(eval_prefix_cache_same_outputs) {
+    const char *dir = setup("prefix");
+    if (!dir) SKIP("fixture model or built binary missing");
+    const char *sys = "--system 'You are a careful assistant. Think about each quantity, write every step, check the "
+                      "arithmetic twice and give one final number.'";
+    const char *pol[2] = {"", "--policy hierarchy --hbm-ratio 0.3 --evict-ratio 0.1 --window 2 --sinks 1 --delta 1"};
+    for (int k = 0; k < 2; k++) {
+        char ex[512];
+        snprintf(ex, sizeof ex, "%s %s --parallel 2 --max-tokens 12", sys, pol[k]);
+        REQUIRE(run_eval(dir, k ? "h1.jsonl" : "f1.jsonl", ex) == 0);
+        char *se = slurp(dir, "stderr.txt");
+        CHECKF(se && strstr(se, "prompt tokens are shared"), "policy %d: the prefix was not shared", k);
+        free(se);
+        snprintf(ex, sizeof ex, "%s %s --parallel 2 --max-tokens 12 --no-prefix-cache", sys, pol[k]);
+        REQUIRE(run_eval(dir, k ? "h2.jsonl" : "f2.jsonl", ex) == 0);
+        se = slurp(dir, "stderr.txt");
+        CHECK(se && !strstr(se, "prompt tokens are shared"));
+        free(se);
+        char *a[5], *b[5];
+        outputs(dir, k ? "h1.jsonl" : "f1.jsonl", a);
+        outputs(dir, k ? "h2.jsonl" : "f2.jsonl", b);
+        for (int i = 0; i < 5; i++) {
+            REQUIRE(a[i] && b[i]);
+            CHECKF(!strcmp(a[i], b[i]), "policy %d t-%d: shared prefix '%s' vs whole prompt '%s'", k, i, a[i], b[i]);
+        }
+        free_outputs(a), free_outputs(b);
+    }
+}
+
 TEST(eval_bad_flags_and_missing_data) {
     const char *dir = setup("flags");
     if (!dir) SKIP("fixture model or built binary missing");

@@ -35,6 +35,8 @@ static void usage(FILE *out) {
             "      --summary-json FILE write the summary as JSON\n"
             "      --system TEXT       system prompt (default: the chat template's own, e.g. Qwen's)\n"
             "      --no-system         no system turn at all\n"
+            "      --no-prefix-cache   prefill every prompt whole (default: a prefix all prompts share is prefilled\n"
+            "                          once and copied, for policies that do not score the prompt)\n"
             "      --template NAME     chat template: chatml, deepseek-r1, llama3 (default: from the model file)\n"
             "      --quiet             no progress line\n"
             "%s%s",
@@ -82,6 +84,7 @@ int cmd_eval(int argc, char **argv) {
         if (r < 0) { fprintf(stderr, "tierkv eval: %s\n", err); usage(stderr); return 2; }
         if (r > 0) continue;
         if (!strcmp(a, "--no-system")) { o.no_system = 1; continue; }
+        if (!strcmp(a, "--no-prefix-cache")) { o.no_prefix_cache = 1; continue; }
         if (!strcmp(a, "--quiet")) { quiet = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "tierkv eval: unknown flag or missing value: %s\n", a); usage(stderr); return 2; }
         const char *v = argv[++i];

@@ -316,6 +316,7 @@ struct run {
     tkv_engine *e;
     tok_vocab *vocab;
     int V, P;
+    int prefix_len;    /* > 0: every prompt starts with these ids, prefilled once in sequence P */
     float *slot_logits; /* [P][V]: next-token logits of each slot */
     struct slot *slots;
     char *piece;
@@ -364,9 +365,24 @@ static int slot_fill(struct run *r, int k, char *err, size_t errlen) {
     kv_get_stats(tkv_kv_of(r->e), k, &s->st0);
     s->t0_seen = 0;
     char perr[512];
-    if (tkv_prefill(r->e, k, r->ids[p], r->n_ids[p], r->slot_logits + (size_t)k * (size_t)r->V, 0, perr, sizeof perr))
+    int L = r->prefix_len;
+    if ((L && kv_seq_copy_prefix(tkv_kv_of(r->e), r->P, k, L, perr, sizeof perr)) ||
+        tkv_prefill(r->e, k, r->ids[p] + L, r->n_ids[p] - L, r->slot_logits + (size_t)k * (size_t)r->V, 0, perr, sizeof perr))
         return tkv_errf(err, errlen, "problem %s: %s", r->set->items[r->pending[p]].id, perr);
     return 0;
+}
+
+/* Prompt ids every pending problem starts with, leaving each at least one of its own (0 when fewer
+ * than PREFIX_MIN: not worth a sequence). */
+#define PREFIX_MIN 16
+static int common_prefix(const struct run *r) {
+    int L = r->n_ids[0] - 1;
+    for (size_t p = 1; p < r->n_pending && L >= PREFIX_MIN; p++) {
+        int i = 0, m = r->n_ids[p] - 1 < L ? r->n_ids[p] - 1 : L;
+        while (i < m && r->ids[p][i] == r->ids[0][i]) i++;
+        L = i;
+    }
+    return L >= PREFIX_MIN ? L : 0;
 }
 
 static void fmt_eta(double s, char *b, size_t n) {
@@ -592,13 +608,22 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
             if (erc) goto out;
         }
         tkv_options eo = o->eo;
-        eo.n_seq = (size_t)o->parallel < r.n_pending ? o->parallel : (int)r.n_pending;
+        r.P = eo.n_seq = (size_t)o->parallel < r.n_pending ? o->parallel : (int)r.n_pending;
         if (eo.n_ctx < max_prompt + o->max_tokens) eo.n_ctx = max_prompt + o->max_tokens;
+        /* the shared prompt prefix is prefilled once, into one more sequence, and copied into each
+         * slot: the same K/V as prefilling it there (tested), computed once. Not with an absolute T0
+         * budget, which is split over the sequences, nor for policies that score the prompt. */
+        int L = o->no_prefix_cache || r.n_pending < 2 || eo.kv.hbm_budget_bytes ? 0 : common_prefix(&r);
+        eo.n_seq += L > 0;
         if (o->progress)
             fprintf(o->progress, "[eval] %s: %zu problems, %zu already in the results file, %zu to run, %d at once\n",
-                    o->task_label, r.total, r.done, r.n_pending, eo.n_seq);
+                    o->task_label, r.total, r.done, r.n_pending, r.P);
         if (tkv_engine_open(o->model_path, &eo, &r.e, err, errlen)) goto out;
-        r.P = eo.n_seq;
+        if (L && kv_can_copy_prefix(tkv_kv_of(r.e))) {
+            if (tkv_prefill(r.e, r.P, r.ids[0], L, NULL, 0, err, errlen)) goto out;
+            r.prefix_len = L;
+            if (o->progress) fprintf(o->progress, "[eval] the first %d prompt tokens are shared: prefilled once\n", L);
+        }
         r.V = tkv_n_vocab(r.e);
         r.slot_logits = tkv_xmalloc((size_t)r.P * (size_t)r.V * sizeof(float));
         r.slots = tkv_xcalloc((size_t)r.P, sizeof *r.slots);

@@ -36,6 +36,7 @@ struct harness_opts {
     tkv_options eo;            /* n_seq is set to parallel, n_ctx raised to fit prompt + max_tokens */
     FILE *progress;            /* progress and warnings; NULL: quiet */
     int progress_tty;          /* 1: refresh one line in place with \r */
+    int no_prefix_cache;       /* 1: prefill every prompt whole (default: a prefix all share is prefilled once) */
 };
 
 /* What the summaries need of one results line. */
