@@ -342,18 +342,8 @@ void cpu_gen_dot_q6_K(int64_t n, float *s, const void *w, const void *a) {
     *s = sum;
 }
 
-/* vec_dot_tile: the reference is vec_dot per (weight row, activation row), so equality holds by
- * construction. */
-#define GEN_NX(t)                                                                                          \
-    void cpu_gen_dottile_##t(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr, \
-                             const void *a, size_t a_stride, int nx) {                                     \
-        for (int k = 0; k < nx; k++)                                                                       \
-            for (int r = 0; r < nr; r++)                                                                   \
-                cpu_gen_dot_##t(n, s + (size_t)k * s_stride + r, (const uint8_t *)w + (size_t)r * w_stride, \
-                                (const uint8_t *)a + (size_t)k * a_stride);                                \
-    }
-GEN_NX(f32) GEN_NX(f16) GEN_NX(bf16) GEN_NX(q4_0) GEN_NX(q4_1) GEN_NX(q5_0) GEN_NX(q5_1) GEN_NX(q8_0)
-GEN_NX(q4_K) GEN_NX(q5_K) GEN_NX(q6_K)
+CPU_GEN_NX(f32) CPU_GEN_NX(f16) CPU_GEN_NX(bf16) CPU_GEN_NX(q4_0) CPU_GEN_NX(q4_1) CPU_GEN_NX(q5_0) CPU_GEN_NX(q5_1) CPU_GEN_NX(q8_0)
+CPU_GEN_NX(q4_K) CPU_GEN_NX(q5_K) CPU_GEN_NX(q6_K)
 
 /* ---- f32 helpers ---- */
 

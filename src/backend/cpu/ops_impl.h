@@ -104,6 +104,16 @@ typedef void (*cpu_deq_fn)(const void *w, float *y, int64_t n);
     void cpu_##isa##_attn_wsum_f16(const float *att, size_t stride, int group, int hd, const uint16_t *const *rows, \
                                    size_t off, int n, float *out);
 
+/* vec_dot_tile: the reference is vec_dot per (weight row, activation row), so equality holds by
+ * construction. */
+#define CPU_GEN_NX(t)                                                                                          \
+    void cpu_gen_dottile_##t(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr, \
+                             const void *a, size_t a_stride, int nx) {                                     \
+        for (int k = 0; k < nx; k++)                                                                       \
+            for (int r = 0; r < nr; r++)                                                                   \
+                cpu_gen_dot_##t(n, s + (size_t)k * s_stride + r, (const uint8_t *)w + (size_t)r * w_stride, \
+                                (const uint8_t *)a + (size_t)k * a_stride);                                \
+    }
 /* generic: everything */
 CPU_DECL_QUANT(gen, f32) CPU_DECL_QUANT(gen, f16) CPU_DECL_QUANT(gen, bf16)
 CPU_DECL_QUANT(gen, q8_0) CPU_DECL_QUANT(gen, q8_1) CPU_DECL_QUANT(gen, q8_K)

@@ -128,13 +128,7 @@ void cpu_gen_dot_q6_KX(int64_t n, float *s, const void *w, const void *a) {
     *s = sum;
 }
 
-void cpu_gen_dottile_q6_KX(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
-                           const void *a, size_t a_stride, int nx) {
-    for (int k = 0; k < nx; k++)
-        for (int r = 0; r < nr; r++)
-            cpu_gen_dot_q6_KX(n, s + (size_t)k * s_stride + r, (const uint8_t *)w + (size_t)r * w_stride,
-                              (const uint8_t *)a + (size_t)k * a_stride);
-}
+CPU_GEN_NX(q6_KX)
 
 uint32_t cpu_repack_type(uint32_t type) {
     return type == CPU_T_Q4_K ? CPU_T_Q4_KX : type == CPU_T_Q6_K ? CPU_T_Q6_KX : 0;
@@ -185,10 +179,4 @@ void cpu_gen_dot_q4_KX(int64_t n, float *s, const void *w, const void *a) {
     *s = sum;
 }
 
-void cpu_gen_dottile_q4_KX(int64_t n, float *s, size_t s_stride, const void *w, size_t w_stride, int nr,
-                           const void *a, size_t a_stride, int nx) {
-    for (int k = 0; k < nx; k++)
-        for (int r = 0; r < nr; r++)
-            cpu_gen_dot_q4_KX(n, s + (size_t)k * s_stride + r, (const uint8_t *)w + (size_t)r * w_stride,
-                              (const uint8_t *)a + (size_t)k * a_stride);
-}
+CPU_GEN_NX(q4_KX)
