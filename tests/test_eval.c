@@ -257,6 +257,13 @@ TEST(eval_prefix_cache_same_outputs) {
         }
         free_outputs(a), free_outputs(b);
     }
+    /* H2O scores the prompt's own attention: every prompt is prefilled whole */
+    char ex[512];
+    snprintf(ex, sizeof ex, "%s --policy h2o --hbm-ratio 0.5 --parallel 2 --max-tokens 4", sys);
+    REQUIRE(run_eval(dir, "o.jsonl", ex) == 0);
+    char *se = slurp(dir, "stderr.txt");
+    CHECK(se && !strstr(se, "prompt tokens are shared"));
+    free(se);
 }
 
 TEST(eval_bad_flags_and_missing_data) {

@@ -228,7 +228,7 @@ TEST(kv_copy_prefix) {
         char err[256];
         kv_cache *kv = kv_init(&o, err, sizeof err);
         REQUIRE(kv);
-        CHECK(kv_can_copy_prefix(kv));
+        CHECK(kv_policy_copies_prefix(KV_POLICY_HIERARCHY) && kv_policy_copies_prefix(KV_POLICY_FULL));
         for (int p = 0; p < 10; p++) {
             REQUIRE(kv_append(kv, 0, p, 1, err, sizeof err) == 0);
             write_token(kv, &o, 0, p);
@@ -254,7 +254,7 @@ TEST(kv_copy_prefix) {
     char err[256];
     kv_cache *kv = kv_init(&o, err, sizeof err);
     REQUIRE(kv);
-    CHECK(!kv_can_copy_prefix(kv));
+    CHECK(!kv_policy_copies_prefix(KV_POLICY_H2O) && !kv_policy_copies_prefix(KV_POLICY_SNAPKV));
     REQUIRE(kv_append(kv, 0, 0, 1, err, sizeof err) == 0);
     write_token(kv, &o, 0, 0);
     CHECK(kv_seq_copy_prefix(kv, 0, 1, 1, err, sizeof err) == -1 && strstr(err, "scores the prompt"));

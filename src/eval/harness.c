@@ -613,13 +613,14 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
         /* the shared prompt prefix is prefilled once, into one more sequence, and copied into each
          * slot: the same K/V as prefilling it there (tested), computed once. Not with an absolute T0
          * budget, which is split over the sequences, nor for policies that score the prompt. */
-        int L = o->no_prefix_cache || r.n_pending < 2 || eo.kv.hbm_budget_bytes ? 0 : common_prefix(&r);
+        int L = o->no_prefix_cache || r.n_pending < 2 || eo.kv.hbm_budget_bytes || !kv_policy_copies_prefix(eo.kv.policy)
+                    ? 0 : common_prefix(&r);
         eo.n_seq += L > 0;
         if (o->progress)
             fprintf(o->progress, "[eval] %s: %zu problems, %zu already in the results file, %zu to run, %d at once\n",
                     o->task_label, r.total, r.done, r.n_pending, r.P);
         if (tkv_engine_open(o->model_path, &eo, &r.e, err, errlen)) goto out;
-        if (L && kv_can_copy_prefix(tkv_kv_of(r.e))) {
+        if (L) {
             if (tkv_prefill(r.e, r.P, r.ids[0], L, NULL, 0, err, errlen)) goto out;
             r.prefix_len = L;
             if (o->progress) fprintf(o->progress, "[eval] the first %d prompt tokens are shared: prefilled once\n", L);

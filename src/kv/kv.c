@@ -415,11 +415,9 @@ int kv_append(kv_cache *kv, int seq, int pos, int is_prompt, char *err, size_t e
     return 0;
 }
 
-int kv_can_copy_prefix(const kv_cache *kv) { return !kv->ops->hooks && !kv->ops->prefill_scores; }
-
 int kv_seq_copy_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen) {
     const kv_seq *s = get_seq(kv, src);
-    if (!kv_can_copy_prefix(kv))
+    if (!kv_policy_copies_prefix(kv->o.policy))
         return tkv_errf(err, errlen, "kv: policy %s scores the prompt's own attention; its prefix cannot be copied", kv->ops->name);
     if (src == dst || get_seq(kv, dst)->len != 0 || n < 1 || n > s->len)
         return tkv_errf(err, errlen, "kv: cannot copy %d positions of sequence %d (holding %d) into sequence %d (holding %d)", n, src,

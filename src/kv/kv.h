@@ -79,13 +79,9 @@ void kv_seq_reset(kv_cache *kv, int seq);
 /* Number of positions the sequence holds. */
 int kv_seq_len(const kv_cache *kv, int seq);
 
-/* Prefix sharing: whether this policy's state depends on nothing but the positions' K/V and the
- * prompt flags (no scoring of the prompt's own attention: full, hierarchy, evict, quant), so that a
- * prompt prefix copied from another sequence is the same as one prefilled in place. */
-int kv_can_copy_prefix(const kv_cache *kv);
 /* Appends positions 0..n-1 of sequence src, as prompt tokens, to the empty sequence dst: their K/V
  * rows of every layer are copied (f16 rows go through f32 and back, which is exact). Refused with a
- * message when the policy scores the prompt (kv_can_copy_prefix), dst is not empty, src is shorter
+ * message when the policy scores the prompt (kv_policy_copies_prefix), dst is not empty, src is shorter
  * than n or one of those positions is not held exactly (T2 or evicted). */
 int kv_seq_copy_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen);
 
@@ -188,5 +184,9 @@ const char *kv_policy_name(kv_policy_kind p);
 int kv_policy_parse(const char *name, kv_policy_kind *out); /* 0 ok, -1 unknown */
 /* 1 if the policy drops a position from every (layer, kv head) row at once, 0 if head-wise. */
 int kv_policy_whole_token(kv_policy_kind k);
+/* 1 if the policy's state depends on nothing but the positions' K/V and prompt flags (it does not
+ * score the prompt's own attention: full, hierarchy, evict, quant), so that a prompt prefix copied
+ * from another sequence (kv_seq_copy_prefix) is the same as one prefilled in place. */
+int kv_policy_copies_prefix(kv_policy_kind k);
 
 #endif

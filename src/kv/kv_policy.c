@@ -28,6 +28,11 @@ int kv_policy_whole_token(kv_policy_kind k) {
     return o && !o->head_masks;
 }
 
+int kv_policy_copies_prefix(kv_policy_kind k) {
+    const kv_policy_ops *o = kv_policy_ops_of(k);
+    return o && !o->hooks && !o->prefill_scores;
+}
+
 const char *kv_policy_name(kv_policy_kind p) {
     return (p >= 0 && p < KV_POLICY_COUNT) ? ops_table[p].name : "?";
 }
