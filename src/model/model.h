@@ -1,5 +1,6 @@
 /* model.h — a loaded qwen2/llama model: its configuration, read from GGUF metadata alone, and its
- * weights bound to the mmapped file (no copies, except norms/biases stored in a non-F32 type).
+ * weights bound to the loaded file's bytes (no copies, except norms/biases stored in a non-F32 type;
+ * model_open may reorder some matrices in place for the kernels).
  *
  * Architecture (both archs are the same graph, FORMATS.md section 4):
  *   x = embed(token)
