@@ -4,4 +4,4 @@ tierkv sweep --dir results/gsm8k-0.5b-n200-grid --no-plot --policies hierarchy -
 tierkv sweep --dir results/gsm8k-0.5b-n200-grid --no-plot --policies hierarchy --t0 0.3,0.5,0.7 --evict 0.1 --kv-type f32 -m qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 200 --max-tokens 1024 --parallel 16
 tierkv sweep --dir results/gsm8k-0.5b-n200-grid --no-plot --policies hierarchy --t0 0.5 --evict 0 --kv-type f32 -m qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 200 --max-tokens 1024 --parallel 16
 tierkv sweep --dir results/gsm8k-0.5b-n200-grid --no-plot --policies hierarchy --t0 0.3,0.7 --evict 0 --kv-type f32 -m qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 200 --max-tokens 1024 --parallel 16
-# (run in another folder from the 40-problem files of results/gsm8k-0.5b-n40-sweep, then copied here; T0 70% stayed at 40 problems, stopped for time)
+# (run in another folder from the 40-problem files of results/gsm8k-0.5b-n40-sweep, then copied here)
