@@ -60,12 +60,12 @@ static int q4kx_q(const uint8_t *qs, int e) {
 
 /* one block's nibbles, Q4_K order -> Q4_KX order */
 static void repack_q4_K_block(uint8_t *blk) {
-    uint8_t *qs = blk + 16, out[128];
+    uint8_t *qs = blk + 16, out[128] = {0};
     for (int s = 0; s < 8; s++)
         for (int j = 0; j < 32; j++) {
             int c = s / 2, q = s & 1 ? qs[32 * c + j] >> 4 : qs[32 * c + j] & 0x0F;
-            int u = j / 8, h = (j / 4) & 1, b = j % 4, p = 32 * u + 4 * s + b;
-            out[p] = (uint8_t)(h ? (out[p] & 0x0F) | (q << 4) : (out[p] & 0xF0) | q);
+            int u = j / 8, h = (j / 4) & 1, b = j % 4;
+            out[32 * u + 4 * s + b] |= (uint8_t)(q << (4 * h));
         }
     memcpy(qs, out, sizeof out);
 }
