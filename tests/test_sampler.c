@@ -1,8 +1,10 @@
 /* test_sampler.c - sampling: greedy, seeds, the distribution, top-k/top-p/min-p cuts, the
- * repetition penalty, and the stop-string matcher over streamed text. */
+ * repetition penalty, the stop-string matcher over streamed text, and the greedy argmax against
+ * the plain loop. */
 #include <math.h>
 #include <string.h>
 
+#include "base/argmax.h"
 #include "model/sampler.h"
 #include "t.h"
 
@@ -24,6 +26,40 @@ TEST(sampler_greedy) {
     sampler_init(&s, &o, 5);
     for (int i = 0; i < 50; i++) CHECK(sampler_sample(&s, l, 5, NULL, 0) == 1);
     sampler_free(&s);
+}
+
+static int plain_argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* tkv_argmax_f32 against the plain loop: every length up to 40 and a vocabulary-sized one, the
+ * maximum anywhere, ties (first wins), -inf, NaNs (never chosen, unless first), -0 against +0. */
+TEST(argmax_matches_plain_loop) {
+    static float x[151936];
+    uint32_t st = 12345;
+    int cases = 0;
+    for (int n = 1; n <= 41; n++)
+        for (int rep = 0; rep < 60; rep++) {
+            int len = n == 41 ? 151936 : n;
+            for (int i = 0; i < len; i++) {
+                st = st * 1664525u + 1013904223u;
+                x[i] = (float)(int)((st >> 16) % 7) - 3.0f; /* few values: many ties */
+            }
+            st = st * 1664525u + 1013904223u;
+            int at = (int)((st >> 8) % (uint32_t)len);
+            if (rep % 6 == 1) x[at] = NAN;
+            if (rep % 6 == 2) x[0] = NAN;
+            if (rep % 6 == 3) x[at] = -INFINITY;
+            if (rep % 6 == 4) { for (int i = 0; i < len; i++) x[i] = -0.0f; x[at] = 0.0f; }
+            if (rep % 6 == 5) x[at] = 9.0f;
+            int want = plain_argmax(x, len), got = tkv_argmax_f32(x, len);
+            CHECKF(got == want, "n %d rep %d: %d, plain loop %d", len, rep, got, want);
+            cases++;
+        }
+    CHECK(cases == 41 * 60);
 }
 
 TEST(sampler_seed_reproducible) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/argmax.h"
 #include "base/err.h"
 #include "cmds.h"
 #include "common.h"
@@ -65,7 +66,7 @@ int cmd_logits(int argc, char **argv) {
     if (fwrite(all + (size_t)first * V, sizeof(float), (size_t)(n - first) * V, fo) != (size_t)(n - first) * V) goto write_fail;
     float *row = all + (size_t)(n - 1) * V;
     for (long s = 0; s < greedy; s++) {
-        int32_t tok = feed ? feed[s] : argmax_f32(row, V);
+        int32_t tok = feed ? feed[s] : tkv_argmax_f32(row, V);
         gids[s] = tok;
         int seq0 = 0;
         if (tkv_decode(e, &seq0, &tok, 1, all, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); goto done; }

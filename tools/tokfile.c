@@ -53,9 +53,3 @@ int read_token_file(const char *path, int32_t **ids, int *n, char *err, size_t e
     return 0;
 }
 
-int argmax_f32(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}

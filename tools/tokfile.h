@@ -6,6 +6,5 @@
 
 /* Reads ids into a malloc'd array; -1 with a message naming the file and the bad item. */
 int read_token_file(const char *path, int32_t **ids, int *n, char *err, size_t errlen);
-int argmax_f32(const float *x, int n);
 
 #endif

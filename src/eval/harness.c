@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/argmax.h"
 #include "base/err.h"
 #include "eval/json.h"
 #include "eval/stats.h"
@@ -329,13 +330,6 @@ struct run {
     double t_begin;
 };
 
-static int32_t argmax(const float *x, int n) {
-    int32_t b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 static void text_add(struct slot *s, const char *p, size_t n) {
     if (s->tn + n + 1 > s->tcap) {
         size_t cap = s->tcap ? s->tcap : 1024;
@@ -524,7 +518,7 @@ static int decode_loop(struct run *r, char *err, size_t errlen) {
             struct slot *s = &r->slots[k];
             if (s->item < 0) continue;
             active = 1;
-            int32_t t = argmax(r->slot_logits + (size_t)k * (size_t)V, V);
+            int32_t t = tkv_argmax_f32(r->slot_logits + (size_t)k * (size_t)V, V);
             s->gen++;
             r->run_tokens++;
             int eog = tok_is_eog(r->vocab, t);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/argmax.h"
 #include "base/err.h"
 
 sampler_opts sampler_defaults(void) {
@@ -93,8 +94,7 @@ int32_t sampler_sample(sampler *s, float *logits, int n_vocab, const int32_t *hi
     TKV_ASSERT(n_vocab > 0 && n_vocab <= s->n_vocab);
     const sampler_opts *o = &s->o;
     penalize(o, s->seen, logits, n_vocab, history, n_hist);
-    int best = 0;
-    for (int i = 1; i < n_vocab; i++) if (logits[i] > logits[best]) best = i;
+    int best = tkv_argmax_f32(logits, n_vocab);
     if (o->temperature <= 0) return best;
     float maxl = logits[best];
 
