@@ -29,15 +29,23 @@ static uint32_t rnd(void) {
 static float rndf(void) { return (float)(rnd() & 0xffffff) / 16777216.0f * 2.0f - 1.0f; } /* [-1, 1) */
 
 static const uint32_t all_types[] = {CPU_T_F32, CPU_T_F16, CPU_T_BF16, CPU_T_Q4_0, CPU_T_Q4_1, CPU_T_Q5_0,
-                                     CPU_T_Q5_1, CPU_T_Q8_0, CPU_T_Q4_K, CPU_T_Q5_K, CPU_T_Q6_K, CPU_T_Q4_KX, CPU_T_Q6_KX};
+                                     CPU_T_Q5_1, CPU_T_Q8_0, CPU_T_Q4_K, CPU_T_Q5_K, CPU_T_Q6_K, CPU_T_Q4_KX, CPU_T_Q6_KX,
+                                     CPU_T_Q5_0X, CPU_T_Q8_0X};
 #define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
 
 static int isa_available(cpu_isa isa) { return isa <= cpu_detect_isa(); }
 
 static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 
-/* Random weight row of n elements: random bytes, then finite small f16 scale fields. */
+/* Random weight row of n elements: random bytes, then finite small f16 scale fields; the reordered
+ * 32-block types are random rows of their file type, repacked. */
 static void rand_weights(uint32_t type, uint8_t *w, int64_t n) {
+    if (type == CPU_T_Q5_0X || type == CPU_T_Q8_0X) {
+        uint32_t file = type == CPU_T_Q5_0X ? CPU_T_Q5_0 : CPU_T_Q8_0;
+        rand_weights(file, w, n);
+        cpu_repack_rows(file, w, n, 1);
+        return;
+    }
     size_t bytes = cpu_weight_row_size(type, n);
     for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd();
     int64_t blck = cpu_type_blck(type);
@@ -82,6 +90,12 @@ static void act_dequant(uint32_t act_type, const void *a, float *y, int64_t n) {
             const cpu_block_q8_K *b = (const cpu_block_q8_K *)a + i / 256;
             int e = (int)(i % 256), s = e / 32, j = e % 32;
             y[i] = b->d * b->qs[32 * (j / 4) + 4 * s + j % 4];
+            break;
+        }
+        case CPU_T_Q8_0XA: { /* element 32j + k of a group sits at vector k/8, byte 8j + k%8 (repack32.c) */
+            const cpu_block_q8_0XA *b = (const cpu_block_q8_0XA *)a + i / 128;
+            int e = (int)(i % 128), j = e / 32, k = e % 32;
+            y[i] = b->d[2 * j] * b->qs[32 * (k / 8) + 8 * j + k % 8];
             break;
         }
         case CPU_T_Q8_KX6: { /* element 16s + j sits at 2-byte word 16*(j/2) + s */
@@ -204,11 +218,13 @@ TEST(kernels_hand_dequant) {
 static const int64_t lens32[] = {32, 64, 96, 224, 352, 896};
 static const int64_t lens256[] = {256, 512, 768, 1792, 2816};
 static const int64_t lensf[] = {1, 7, 33, 96, 255, 896, 2816};
+static const int64_t lens128[] = {128, 384, 896, 2816};
 
 static void lengths(uint32_t type, const int64_t **l, int *nl) {
     int64_t blck = cpu_type_blck(type);
     if (blck == 256) { *l = lens256; *nl = 5; }
     else if (blck == 32) { *l = lens32; *nl = 6; }
+    else if (blck == 128) { *l = lens128; *nl = 4; }
     else { *l = lensf; *nl = 7; }
 }
 
@@ -332,23 +348,29 @@ TEST(kernels_vec_dot) {
     }
 }
 
-/* Q4_K / Q6_K rows repacked into Q4_KX / Q6_KX (repack.c) give the generic results of the file's
- * layout bit for bit: the same dequantised values, the same dot products against the matching
- * activations. */
+/* Q4_K / Q6_K / Q5_0 / Q8_0 rows repacked into Q4_KX / Q6_KX / Q5_0X / Q8_0X (repack.c,
+ * repack32.c) give the generic results of the file's layout bit for bit: the same dequantised
+ * values, the same dot products against the matching activations. */
 TEST(kernels_repack) {
     _Alignas(64) static uint8_t w[MAXN * 4], wx[MAXN * 4], a[MAXN * 4], ax[MAXN * 4];
     static float x[MAXN], y0[MAXN], y1[MAXN];
-    CHECK(cpu_repack_type(CPU_T_Q4_K) == CPU_T_Q4_KX && cpu_repack_type(CPU_T_Q6_K) == CPU_T_Q6_KX);
-    CHECK(cpu_repack_type(CPU_T_Q5_K) == 0 && cpu_repack_type(CPU_T_Q8_0) == 0 && cpu_repack_type(CPU_T_Q4_KX) == 0);
-    const uint32_t from[2] = {CPU_T_Q4_K, CPU_T_Q6_K};
-    for (int ti = 0; ti < 2; ti++) {
-        uint32_t t = from[ti], tx = cpu_repack_type(t);
-        CHECK(cpu_weight_row_size(tx, 512) == cpu_weight_row_size(t, 512));
-        const cpu_type_ops *g = cpu_ops_for(t, CPU_ISA_GENERIC), *gx = cpu_ops_for(tx, CPU_ISA_GENERIC);
-        REQUIRE(g && gx);
-        for (int li = 0; li < 5; li++)
+    CHECK(cpu_repack_type(CPU_T_Q4_K, 256) == CPU_T_Q4_KX && cpu_repack_type(CPU_T_Q6_K, 256) == CPU_T_Q6_KX);
+    CHECK(cpu_repack_type(CPU_T_Q5_0, 896) == CPU_T_Q5_0X && cpu_repack_type(CPU_T_Q8_0, 128) == CPU_T_Q8_0X);
+    CHECK(cpu_repack_type(CPU_T_Q5_0, 96) == 0 && cpu_repack_type(CPU_T_Q8_0, 2816 + 32) == 0); /* no whole groups */
+    CHECK(cpu_repack_type(CPU_T_Q5_K, 256) == 0 && cpu_repack_type(CPU_T_Q4_0, 256) == 0 && cpu_repack_type(CPU_T_Q4_KX, 256) == 0);
+    const uint32_t from[4] = {CPU_T_Q4_K, CPU_T_Q6_K, CPU_T_Q5_0, CPU_T_Q8_0};
+    for (int ti = 0; ti < 4; ti++) {
+        uint32_t t = from[ti];
+        const int64_t *lens = ti < 2 ? lens256 : lens128;
+        int nl = ti < 2 ? 5 : 4;
+        for (int li = 0; li < nl; li++)
             for (int rep = 0; rep < 3; rep++) {
-                int64_t n = lens256[li], rows = 3;
+                int64_t n = lens[li], rows = 3;
+                uint32_t tx = cpu_repack_type(t, n);
+                REQUIRE(tx != 0);
+                CHECK(cpu_weight_row_size(tx, n) == cpu_weight_row_size(t, n));
+                const cpu_type_ops *g = cpu_ops_for(t, CPU_ISA_GENERIC), *gx = cpu_ops_for(tx, CPU_ISA_GENERIC);
+                REQUIRE(g && gx);
                 size_t row = cpu_weight_row_size(t, n);
                 REQUIRE(row * (size_t)rows <= sizeof w);
                 for (int r = 0; r < rows; r++) rand_weights(t, w + r * row, n);
@@ -401,7 +423,7 @@ TEST(kernels_matmul) {
      * (this once hung; see pool.c) */
     for (int ti = 0; ti < N_TYPES; ti++) {
         uint32_t t = all_types[ti];
-        int64_t n_in = cpu_type_blck(t) == 256 ? 768 : cpu_type_blck(t) == 32 ? 896 : 200;
+        int64_t n_in = cpu_type_blck(t) == 256 ? 768 : cpu_type_blck(t) == 32 || cpu_type_blck(t) == 128 ? 896 : 200;
         size_t row = cpu_weight_row_size(t, n_in);
         uint8_t *w = malloc(row * NOUT);
         float *x = malloc(sizeof(float) * (size_t)n_in * NTOK), *wd = malloc(sizeof(float) * (size_t)n_in * NOUT);
@@ -416,7 +438,7 @@ TEST(kernels_matmul) {
         }
         /* amax[i]: max |x| of the activation block holding element i (0 for unquantized types) */
         uint32_t at = cpu_ops_for(t, CPU_ISA_GENERIC)->act_type;
-        int64_t ab = at == CPU_T_Q8_K || at == CPU_T_Q8_KX || at == CPU_T_Q8_KX6 ? 256 : at == CPU_T_Q8_0 || at == CPU_T_Q8_1 ? 32 : 0;
+        int64_t ab = at == CPU_T_Q8_K || at == CPU_T_Q8_KX || at == CPU_T_Q8_KX6 ? 256 : at == CPU_T_Q8_0 || at == CPU_T_Q8_1 || at == CPU_T_Q8_0XA ? 32 : 0;
         for (int k = 0; k < NTOK; k++) {
             rand_acts(x + k * n_in, n_in);
             for (int64_t b0 = 0; ab && b0 < n_in; b0 += ab) {

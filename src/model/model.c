@@ -224,7 +224,7 @@ static int repack_weights(model *m, char *err, size_t errlen) {
     int n = 2 + 7 * m->cfg.n_layer, any = 0;
     for (int i = 0; i < n; i++) {
         model_mat *w = mat_at(m, i);
-        any |= w && w->data && cpu_repack_type(w->type) != 0;
+        any |= w && w->data && cpu_repack_type(w->type, w->n_in) != 0 && (i > 0 || m->tied_output);
     }
     if (!any || !m->file.map) return 0;
     if (mprotect(m->file.map, (size_t)m->file.map_size, PROT_READ | PROT_WRITE) != 0)
@@ -232,8 +232,8 @@ static int repack_weights(model *m, char *err, size_t errlen) {
                         strerror(errno));
     for (int i = 0; i < n; i++) {
         model_mat *w = mat_at(m, i);
-        uint32_t rt = w && w->data ? cpu_repack_type(w->type) : 0;
-        if (!rt) continue;
+        uint32_t rt = w && w->data ? cpu_repack_type(w->type, w->n_in) : 0;
+        if (!rt || (i == 0 && !m->tied_output)) continue; /* an untied embedding is only looked up */
         cpu_repack_rows(w->type, (void *)w->data, w->n_in, w->n_out);
         w->type = rt;
     }

@@ -61,8 +61,10 @@ typedef struct model {
 int model_config_from_gguf(const gguf_file *f, model_config *c, char *err, size_t errlen);
 /* Opens (gguf_load: a huge-page copy when possible; mmap_only maps the file), parses and binds.
  * With repack, every matrix whose type the CPU kernels prefer in another layout (cpu_repack_type:
- * Q4_K -> Q4_KX) is rewritten in place in the model's private pages and its type changed; the
- * results are those of the file's layout (tested in the kernels). Under mmap_only the written pages
+ * Q4_K -> Q4_KX, Q5_0 -> Q5_0X, ...) is rewritten in place in the model's private pages and its
+ * type changed (not an untied embedding, which is only looked up); the integers are those of the
+ * file's layout (tested in the kernels), the f32 sums of the 32-block types are added in another
+ * order. Under mmap_only the written pages
  * stop being shared with the page cache. Errors list every missing tensor, or name a bad shape or
  * type. */
 int model_open(const char *path, int mmap_only, int repack, model **out, char *err, size_t errlen);

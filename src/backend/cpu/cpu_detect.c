@@ -49,6 +49,7 @@ static const cpu_type_ops gen_table[] = {
     OPS(CPU_T_Q4_K, CPU_T_Q8_K, gen, q8_K, gen, q4_K), OPS(CPU_T_Q5_K, CPU_T_Q8_K, gen, q8_K, gen, q5_K),
     OPS(CPU_T_Q6_K, CPU_T_Q8_K, gen, q8_K, gen, q6_K),  OPS(CPU_T_Q4_KX, CPU_T_Q8_KX, gen, q8_KX, gen, q4_KX),
     OPS(CPU_T_Q6_KX, CPU_T_Q8_KX6, gen, q8_KX6, gen, q6_KX),
+    OPS(CPU_T_Q5_0X, CPU_T_Q8_0XA, gen, q8_0XA, gen, q5_0X), OPS(CPU_T_Q8_0X, CPU_T_Q8_0XA, gen, q8_0XA, gen, q8_0X),
 };
 
 static const cpu_type_ops avx2_table[] = {
@@ -59,6 +60,7 @@ static const cpu_type_ops avx2_table[] = {
     OPS(CPU_T_Q4_K, CPU_T_Q8_K, avx2, q8_K, avx2, q4_K), OPS(CPU_T_Q5_K, CPU_T_Q8_K, avx2, q8_K, avx2, q5_K),
     OPS(CPU_T_Q6_K, CPU_T_Q8_K, avx2, q8_K, avx2, q6_K), OPS(CPU_T_Q4_KX, CPU_T_Q8_KX, avx2, q8_KX, avx2, q4_KX),
     OPS(CPU_T_Q6_KX, CPU_T_Q8_KX6, avx2, q8_KX6, avx2, q6_KX),
+    OPS(CPU_T_Q5_0X, CPU_T_Q8_0XA, avx2, q8_0XA, avx2, q5_0X), OPS(CPU_T_Q8_0X, CPU_T_Q8_0XA, avx2, q8_0XA, avx2, q8_0X),
 };
 
 static const cpu_type_ops avx512_table[] = {
@@ -69,6 +71,7 @@ static const cpu_type_ops avx512_table[] = {
     OPS(CPU_T_Q4_K, CPU_T_Q8_K, avx512, q8_K, avx512, q4_K), OPS(CPU_T_Q5_K, CPU_T_Q8_K, avx512, q8_K, avx512, q5_K),
     OPS(CPU_T_Q6_K, CPU_T_Q8_K, avx512, q8_K, avx512, q6_K), OPS(CPU_T_Q4_KX, CPU_T_Q8_KX, avx512, q8_KX, avx512, q4_KX),
     OPS(CPU_T_Q6_KX, CPU_T_Q8_KX6, avx512, q8_KX6, avx512, q6_KX),
+    OPS(CPU_T_Q5_0X, CPU_T_Q8_0XA, avx512, q8_0XA, avx512, q5_0X), OPS(CPU_T_Q8_0X, CPU_T_Q8_0XA, avx512, q8_0XA, avx512, q8_0X),
 };
 
 #define N_TYPES (sizeof gen_table / sizeof gen_table[0])
@@ -89,6 +92,7 @@ size_t cpu_act_row_size(uint32_t type, int64_t n) {
     case CPU_T_Q8_0: return (size_t)(n / CPU_QK) * CPU_BS_Q8_0;
     case CPU_T_Q8_1: return (size_t)(n / CPU_QK) * CPU_BS_Q8_1;
     case CPU_T_Q8_K: case CPU_T_Q8_KX: case CPU_T_Q8_KX6: return (size_t)(n / CPU_QKK) * CPU_BS_Q8_K;
+    case CPU_T_Q8_0XA: return (size_t)(n / CPU_QKX) * CPU_BS_Q8_0XA;
     default: return 0;
     }
 }
@@ -99,7 +103,7 @@ static const struct { uint32_t type, blck, size; } geometry[] = {
     {CPU_T_Q4_0, 32, CPU_BS_Q4_0}, {CPU_T_Q4_1, 32, CPU_BS_Q4_1}, {CPU_T_Q5_0, 32, CPU_BS_Q5_0},
     {CPU_T_Q5_1, 32, CPU_BS_Q5_1}, {CPU_T_Q8_0, 32, CPU_BS_Q8_0}, {CPU_T_Q4_K, 256, CPU_BS_Q4_K},
     {CPU_T_Q5_K, 256, CPU_BS_Q5_K}, {CPU_T_Q6_K, 256, CPU_BS_Q6_K}, {CPU_T_Q4_KX, 256, CPU_BS_Q4_KX},
-    {CPU_T_Q6_KX, 256, CPU_BS_Q6_KX},
+    {CPU_T_Q6_KX, 256, CPU_BS_Q6_KX}, {CPU_T_Q5_0X, CPU_QKX, CPU_BS_Q5_0X}, {CPU_T_Q8_0X, CPU_QKX, CPU_BS_Q8_0X},
 };
 
 int64_t cpu_type_blck(uint32_t type) {

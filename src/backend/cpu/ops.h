@@ -36,11 +36,13 @@ typedef struct {
 /* NULL if the type is not supported. */
 const cpu_type_ops *cpu_ops_for(uint32_t type, cpu_isa isa);
 
-/* Layouts the kernels prefer to the file's (repack.c): cpu_repack_type(t) is the type id of t's
- * repacked rows (0 when t has none; Q4_K -> Q4_KX, same bytes per row, reordered), and
- * cpu_repack_rows rewrites n_rows rows of n elements of type t into it, in place. The repacked
- * type has its own op table entries; its results are those of the original type (tested). */
-uint32_t cpu_repack_type(uint32_t type);
+/* Layouts the kernels prefer to the file's (repack.c, repack32.c): cpu_repack_type(t, n) is the
+ * type id of t's repacked rows of n elements (0 when there is none; Q4_K -> Q4_KX, Q5_0 -> Q5_0X
+ * when n is a multiple of 128, ...: same bytes per row, reordered), and cpu_repack_rows rewrites
+ * n_rows rows of n elements of type t into it, in place. The repacked type has its own op table
+ * entries; its integers are those of the original type and its generic results the same bits
+ * (tested). */
+uint32_t cpu_repack_type(uint32_t type, int64_t n);
 void cpu_repack_rows(uint32_t type, void *w, int64_t n, int64_t n_rows);
 
 /* Weight geometry of a supported type: elements per block (0 if unsupported), bytes of n elements. */

@@ -21,13 +21,16 @@ enum {
     CPU_T_BF16 = 30,
     /* tierkv's own layouts (repack.c), never in a file: ids above any ggml type */
     CPU_T_Q4_KX = 1012, CPU_T_Q6_KX = 1014, CPU_T_Q8_KX = 1015, CPU_T_Q8_KX6 = 1016,
+    CPU_T_Q5_0X = 1006, CPU_T_Q8_0X = 1008, CPU_T_Q8_0XA = 1017, /* repack32.c */
 };
 #define CPU_QK 32   /* elements per 32-block */
 #define CPU_QKK 256 /* elements per K super-block */
+#define CPU_QKX 128 /* elements per Q5_0X / Q8_0X group (four 32-blocks) */
 enum {
     CPU_BS_Q4_0 = 18, CPU_BS_Q4_1 = 20, CPU_BS_Q5_0 = 22, CPU_BS_Q5_1 = 24, CPU_BS_Q8_0 = 34,
     CPU_BS_Q8_1 = 36, CPU_BS_Q4_K = 144, CPU_BS_Q5_K = 176, CPU_BS_Q6_K = 210, CPU_BS_Q8_K = 292,
-    CPU_BS_Q4_KX = 144, CPU_BS_Q6_KX = 210,
+    CPU_BS_Q4_KX = 144, CPU_BS_Q6_KX = 210, CPU_BS_Q5_0X = 4 * CPU_BS_Q5_0, CPU_BS_Q8_0X = 4 * CPU_BS_Q8_0,
+    CPU_BS_Q8_0XA = 192,
 };
 
 typedef struct {
@@ -44,6 +47,13 @@ typedef struct {
     int8_t qs[256];
     int16_t bsums[16];  /* sums of 16 consecutive qs */
 } cpu_block_q8_K;
+/* Q8_0 activations for Q5_0X / Q8_0X weights, four blocks in the vector order of repack32.c */
+typedef struct {
+    float d[8];       /* i32 lane l: the f16 scale of block l/2, as f32 */
+    int32_t c[8];     /* i32 lane l: 16 * the sum of the qs it covers (Q5_0X's offset) */
+    int8_t qs[128];   /* vector m, byte 8j + b: element 8m + b of block j */
+} cpu_block_q8_0XA;
+_Static_assert(sizeof(cpu_block_q8_0XA) == CPU_BS_Q8_0XA, "q8_0XA layout");
 _Static_assert(sizeof(cpu_block_q8_0) == CPU_BS_Q8_0, "q8_0 layout");
 _Static_assert(sizeof(cpu_block_q8_1) == CPU_BS_Q8_1, "q8_1 layout");
 _Static_assert(sizeof(cpu_block_q8_K) == CPU_BS_Q8_K, "q8_K layout");
@@ -127,6 +137,12 @@ CPU_DECL_F32(gen)
 /* repack.c: Q4_KX weights against Q8_KX activations */
 CPU_DECL_QUANT(gen, q8_KX) CPU_DECL_DEQ(gen, q4_KX) CPU_DECL_DOT(gen, q4_KX)
 CPU_DECL_QUANT(gen, q8_KX6) CPU_DECL_DEQ(gen, q6_KX) CPU_DECL_DOT(gen, q6_KX)
+/* repack32.c: Q5_0X / Q8_0X weights against Q8_0XA activations */
+CPU_DECL_QUANT(gen, q8_0XA) CPU_DECL_DEQ(gen, q5_0X) CPU_DECL_DOT(gen, q5_0X)
+CPU_DECL_DEQ(gen, q8_0X) CPU_DECL_DOT(gen, q8_0X)
+void cpu_q8_0XA_from_q8_0(const cpu_block_q8_0 *b, cpu_block_q8_0XA *y); /* 4 Q8_0 blocks -> 1 group */
+void cpu_repack_q5_0_group(uint8_t *g); /* 4 Q5_0 blocks -> 1 Q5_0X group, in place */
+void cpu_repack_q8_0_group(uint8_t *g); /* 4 Q8_0 blocks -> 1 Q8_0X group, in place */
 /* Q8_K -> Q8_KX / Q8_KX6 in place, every block of an n-element row */
 void cpu_q8_KX_from_q8_K(void *y, int64_t n);
 void cpu_q8_KX6_from_q8_K(void *y, int64_t n);
@@ -139,6 +155,7 @@ void cpu_q8_KX6_from_q8_K(void *y, int64_t n);
     CPU_DECL_DOT(isa, q4_K) CPU_DECL_DOT(isa, q5_K) CPU_DECL_DOT(isa, q6_K)                  \
     CPU_DECL_QUANT(isa, q8_KX) CPU_DECL_DOT(isa, q4_KX)                                      \
     CPU_DECL_QUANT(isa, q8_KX6) CPU_DECL_DOT(isa, q6_KX)                                     \
+    CPU_DECL_QUANT(isa, q8_0XA) CPU_DECL_DOT(isa, q5_0X) CPU_DECL_DOT(isa, q8_0X)            \
     CPU_DECL_F32(isa)
 CPU_DECL_FAST(avx2)
 CPU_DECL_FAST(avx512)

@@ -446,6 +446,135 @@ void FN(quant_q8_KX)(const float *x, void *y, int64_t n) {
     cpu_q8_KX_from_q8_K(y, n);
 }
 
+/* ---- Q5_0X / Q8_0X against Q8_0XA (repack32.c): i32 lanes 2j, 2j+1 always hold block j ---- */
+
+/* Q8_0 of 4 blocks, then vector m = qword m of each block's 32 quants (a 4 x 4 qword transpose);
+ * c = 16 * the per-lane sums (maddubs by 1, then madd by 16); the same bytes as ops_generic.c. */
+void FN(quant_q8_0XA)(const float *x, void *y, int64_t n) {
+    cpu_block_q8_0 b[4];
+    cpu_block_q8_0XA *g = y;
+    for (int64_t i = 0; i < n / CPU_QKX; i++, g++) {
+        FN(quant_q8_0)(x + i * CPU_QKX, b, CPU_QKX);
+        __m256i B[4], V[4], s16 = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            B[j] = _mm256_loadu_si256((const __m256i *)b[j].qs);
+            g->d[2 * j] = g->d[2 * j + 1] = _cvtsh_ss(b[j].d);
+        }
+        __m256i t0 = _mm256_unpacklo_epi64(B[0], B[1]), t1 = _mm256_unpackhi_epi64(B[0], B[1]);
+        __m256i t2 = _mm256_unpacklo_epi64(B[2], B[3]), t3 = _mm256_unpackhi_epi64(B[2], B[3]);
+        V[0] = _mm256_permute2x128_si256(t0, t2, 0x20);
+        V[1] = _mm256_permute2x128_si256(t1, t3, 0x20);
+        V[2] = _mm256_permute2x128_si256(t0, t2, 0x31);
+        V[3] = _mm256_permute2x128_si256(t1, t3, 0x31);
+        for (int m = 0; m < 4; m++) {
+            _mm256_storeu_si256((__m256i *)(g->qs + 32 * m), V[m]);
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_set1_epi8(1), V[m]));
+        }
+        _mm256_storeu_si256((__m256i *)g->c, _mm256_madd_epi16(s16, _mm256_set1_epi16(16)));
+    }
+}
+
+/* the 4 f16 block scales of a group -> 8 lanes [d0, d0, d1, d1, d2, d2, d3, d3] */
+INLINE __m256 x4_scales(const uint8_t *g) {
+    __m128 d = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)g));
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d), _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+}
+
+/* the 16 fifth-bit bytes of a Q5_0X group as 32: the low half as stored (vector m's bit m), the
+ * high half shifted down by 4 (bit 4 + m to bit m), so vector m's bit is bit m in every byte */
+INLINE __m256i q5x_bits(const uint8_t *g) {
+    __m128i h = _mm_loadu_si128((const __m128i *)(g + 8));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(h), _mm_srli_epi16(h, 4), 1);
+}
+
+/* vector m of a Q5_0X group, u = nibble | fifth bit << 4 (0..31), from q5x_bits; the 16-bit
+ * shifts move bits across bytes only into positions the masks drop */
+INLINE __m256i q5x_unpack(const uint8_t *g, __m256i hb, int m) {
+    __m256i nb = _mm256_loadu_si256((const __m256i *)(g + 24 + 32 * (m / 2)));
+    __m256i lo = _mm256_and_si256(m & 1 ? _mm256_srli_epi16(nb, 4) : nb, _mm256_set1_epi8(0x0F));
+    __m256i hi = _mm256_and_si256(_mm256_slli_epi16(hb, 4 - m), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(lo, hi);
+}
+
+/* acc += (d_w * d_a) * isum over 8 lanes, isum = block j's integers in lanes 2j, 2j+1 */
+INLINE __m256 x4_fma(__m256 acc, __m256 dw, const cpu_block_q8_0XA *y, __m256i isum) {
+    return _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_loadu_ps(y->d)), _mm256_cvtepi32_ps(isum), acc);
+}
+
+/* Per group and token: s16 = Σ_m maddubs(u_m, a_m), i16 lanes of 8 products of at most 31*127
+ * (31496 < 2^15: exact); one madd by 1, minus the activation's 16 * Σa per lane, gives Σ (u-16)*a.
+ * With VNNI the four vpdpbusd give the same i32 lanes directly. */
+INLINE void q5_0X_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, int nr,
+                       int nc) {
+    __m256 acc[TR_MAX][TC_MAX];
+    UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) acc[r][k] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CPU_QKX; i++) {
+        __m256i sum[TR_MAX][TC_MAX];
+        UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) sum[r][k] = _mm256_setzero_si256();
+        UNROLL for (int m = 0; m < 4; m++) {
+            UNROLL for (int r = 0; r < nr; r++) {
+                const uint8_t *g = w + r * ws + (size_t)i * CPU_BS_Q5_0X;
+                __m256i u = q5x_unpack(g, q5x_bits(g), m);
+                UNROLL for (int k = 0; k < nc; k++) {
+                    const cpu_block_q8_0XA *y = (const cpu_block_q8_0XA *)(a + (size_t)k * st) + i;
+                    __m256i av = _mm256_loadu_si256((const __m256i *)(y->qs + 32 * m));
+#ifdef __AVX512VNNI__
+                    sum[r][k] = _mm256_dpbusd_epi32(sum[r][k], u, av);
+#else
+                    sum[r][k] = _mm256_add_epi16(sum[r][k], _mm256_maddubs_epi16(u, av));
+#endif
+                }
+            }
+            UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) KEEP(sum[r][k]);
+        }
+        UNROLL for (int r = 0; r < nr; r++) {
+            __m256 dw = x4_scales(w + r * ws + (size_t)i * CPU_BS_Q5_0X);
+            UNROLL for (int k = 0; k < nc; k++) {
+                const cpu_block_q8_0XA *y = (const cpu_block_q8_0XA *)(a + (size_t)k * st) + i;
+#ifdef __AVX512VNNI__
+                __m256i s32 = sum[r][k];
+#else
+                __m256i s32 = _mm256_madd_epi16(sum[r][k], _mm256_set1_epi16(1));
+#endif
+                acc[r][k] = x4_fma(acc[r][k], dw, y, _mm256_sub_epi32(s32, _mm256_loadu_si256((const __m256i *)y->c)));
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) s[k * ss + r] = hsum_ps(acc[r][k]);
+}
+X86_DOT_TILE(q5_0X, 1, 4)
+
+/* Per group and token: Σ_m |w_m| . sign(a_m, w_m) to i32 lanes (dot_u8s8; pairs at most
+ * 2*128*127 < 2^15: exact), block j's integers in lanes 2j, 2j+1. */
+INLINE void q8_0X_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, int nr,
+                       int nc) {
+    __m256 acc[TR_MAX][TC_MAX];
+    UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) acc[r][k] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / CPU_QKX; i++) {
+        __m256i sum[TR_MAX][TC_MAX];
+        UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) sum[r][k] = _mm256_setzero_si256();
+        UNROLL for (int m = 0; m < 4; m++) {
+            UNROLL for (int r = 0; r < nr; r++) {
+                __m256i wq = _mm256_loadu_si256((const __m256i *)(w + r * ws + (size_t)i * CPU_BS_Q8_0X + 8 + 32 * m));
+                __m256i aw = _mm256_abs_epi8(wq);
+                UNROLL for (int k = 0; k < nc; k++) {
+                    const cpu_block_q8_0XA *y = (const cpu_block_q8_0XA *)(a + (size_t)k * st) + i;
+                    __m256i av = _mm256_loadu_si256((const __m256i *)(y->qs + 32 * m));
+                    sum[r][k] = dot_u8s8(sum[r][k], aw, _mm256_sign_epi8(av, wq));
+                }
+            }
+            UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) KEEP(sum[r][k]);
+        }
+        UNROLL for (int r = 0; r < nr; r++) {
+            __m256 dw = x4_scales(w + r * ws + (size_t)i * CPU_BS_Q8_0X);
+            UNROLL for (int k = 0; k < nc; k++)
+                acc[r][k] = x4_fma(acc[r][k], dw, (const cpu_block_q8_0XA *)(a + (size_t)k * st) + i, sum[r][k]);
+        }
+    }
+    UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) s[k * ss + r] = hsum_ps(acc[r][k]);
+}
+X86_DOT_TILE(q8_0X, 1, 4)
+
 /* ---- Q6_K against Q8_K: Σ sc_s Σ q*a  -  32 Σ sc_s bsums[s], with q = 0..63 unsigned ---- */
 
 /* the 32 six-bit values j (0..3) of half h: low or high nibbles of ql, two bits of qh */

@@ -1,5 +1,7 @@
 /* repack.c — Q4_KX: the Q4_K super-block with its 128 nibble bytes reordered for batched matmul,
- * and Q8_KX, the activation block that goes with it; the generic (reference) kernels of both.
+ * and Q8_KX, the activation block that goes with it; the generic (reference) kernels of both; and
+ * cpu_repack_type / cpu_repack_rows for every reordered layout (the 32-block ones, Q5_0X and
+ * Q8_0X, are in repack32.c).
  *
  * Why: on AVX2 without VNNI every 32 products of a Q4_K dot take a maddubs (u8*s8 pairs to i16)
  * and a madd (i16 pairs times the sub-block scale to i32), and both are integer multiplies that
@@ -29,6 +31,7 @@
 #include <string.h>
 
 #include "backend/cpu/ops_impl.h"
+#include "base/err.h"
 #include "base/half.h"
 
 /* the 8 x 8 transpose of 4-byte words: word 8s + t <-> word 8t + s (its own inverse) */
@@ -130,17 +133,28 @@ void cpu_gen_dot_q6_KX(int64_t n, float *s, const void *w, const void *a) {
 
 CPU_GEN_NX(q6_KX)
 
-uint32_t cpu_repack_type(uint32_t type) {
-    return type == CPU_T_Q4_K ? CPU_T_Q4_KX : type == CPU_T_Q6_K ? CPU_T_Q6_KX : 0;
+uint32_t cpu_repack_type(uint32_t type, int64_t n) {
+    switch (type) {
+    case CPU_T_Q4_K: return CPU_T_Q4_KX;
+    case CPU_T_Q6_K: return CPU_T_Q6_KX;
+    case CPU_T_Q5_0: return n % CPU_QKX == 0 ? CPU_T_Q5_0X : 0; /* repack32.c */
+    case CPU_T_Q8_0: return n % CPU_QKX == 0 ? CPU_T_Q8_0X : 0;
+    default: return 0;
+    }
 }
 
 void cpu_repack_rows(uint32_t type, void *w, int64_t n, int64_t n_rows) {
     uint8_t *p = w;
-    int64_t blocks = n_rows * (n / CPU_QKK);
-    if (type == CPU_T_Q4_K)
-        for (int64_t i = 0; i < blocks; i++, p += CPU_BS_Q4_K) repack_q4_K_block(p);
-    else if (type == CPU_T_Q6_K)
-        for (int64_t i = 0; i < blocks; i++, p += CPU_BS_Q6_K) repack_q6_K_block(p);
+    TKV_ASSERT(cpu_repack_type(type, n) != 0);
+    int64_t bs = (int64_t)cpu_weight_row_size(type, n) / (n / cpu_type_blck(type)), blck = cpu_type_blck(type);
+    int64_t groups = n_rows * (n / cpu_type_blck(cpu_repack_type(type, n)));
+    int64_t gbytes = bs * (cpu_type_blck(cpu_repack_type(type, n)) / blck);
+    for (int64_t i = 0; i < groups; i++, p += gbytes) {
+        if (type == CPU_T_Q4_K) repack_q4_K_block(p);
+        else if (type == CPU_T_Q6_K) repack_q6_K_block(p);
+        else if (type == CPU_T_Q5_0) cpu_repack_q5_0_group(p);
+        else cpu_repack_q8_0_group(p);
+    }
 }
 
 void cpu_gen_dequant_q4_KX(const void *w, float *y, int64_t n) {
