@@ -412,6 +412,15 @@ TEST(kernels_f32_ops) {
             memcpy(y0, b, (size_t)n * 4); memcpy(y1, b, (size_t)n * 4);
             g->scale_f32(y0, -1.7f, n); o->scale_f32(y1, -1.7f, n);
             CHECK(memcmp(y0, y1, (size_t)n * 4) == 0);
+            /* swiglu: gates over -100..100 (both signs of the exp's range, the cutoff near -87,
+             * zeros of both signs), within 4 ulp of the generic expf-based value */
+            for (int64_t i = 0; i < n; i++) {
+                a[i] = i % 17 == 3 ? 0.0f : i % 17 == 5 ? -0.0f : rndf() * (i % 3 == 0 ? 100.0f : 6.0f);
+                y0[i] = y1[i] = a[i];
+            }
+            g->swiglu(y0, b, n); o->swiglu(y1, b, n);
+            for (int64_t i = 0; i < n; i++)
+                CHECKF(fabsf(y0[i] - y1[i]) <= 4 * 0x1p-23f * fabsf(y0[i]) + 1e-30f, "swiglu isa %d z %g: %g vs %g", isa, a[i], y1[i], y0[i]);
         }
     }
 }

@@ -222,15 +222,13 @@ static void attention(fwd *f, int layer, const int *seq, const int *pos, int n) 
     f->att_seconds += tkv_now_s() - t_start;
 }
 
-static float silu(float z) { return z / (1.0f + expf(-z)); }
+typedef struct { float *gate; const float *up; const cpu_f32_ops *f32; } swiglu_job;
 
-typedef struct { float *gate; const float *up; } swiglu_job;
-
-/* gate[i] = silu(gate[i]) * up[i]; split over the pool (expf dominates at prefill sizes) */
+/* gate[i] = silu(gate[i]) * up[i]; split over the pool (the exp dominates at prefill sizes) */
 static void swiglu_task(void *ctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     swiglu_job *J = ctx;
-    for (int64_t i = i0; i < i1; i++) J->gate[i] = silu(J->gate[i]) * J->up[i];
+    J->f32->swiglu(J->gate + i0, J->up + i0, i1 - i0);
 }
 
 int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const uint8_t *is_prompt,
@@ -274,7 +272,7 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
 
         rmsnorm(f->h, f->x, L->ffn_norm, n, E, c->rms_eps);
         matmul_fused(f, (const model_mat *const[]){&L->wgate, &L->wup}, (float *const[]){f->gate, f->up}, 2, f->h, n);
-        swiglu_job sj = {f->gate, f->up};
+        swiglu_job sj = {f->gate, f->up, f->f32};
         pool_for_grain(f->pool, (int64_t)n * F, 1024, swiglu_task, &sj);
         matmul(f, &L->wdown, f->gate, n, f->tmp);
         for (size_t i = 0; i < (size_t)n * E; i++) f->x[i] += f->tmp[i];

@@ -58,6 +58,9 @@ typedef struct {
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n); /* y += a*x */
     void (*scale_f32)(float *y, float a, int64_t n);                /* y *= a */
+    /* gate[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z); SIMD variants use their own exp
+     * and agree with the generic expf within a few ulp (tested) */
+    void (*swiglu)(float *gate, const float *up, int64_t n);
     /* Attention of one group of query heads sharing a KV head, over positions 0..n-1 in order.
      * scores: att[h*stride + j] = dot(q + h*hd, rows[j] + off) * scale for h < group, or -INFINITY
      * where rows[j] is NULL or keep[j] == 0 (keep may be NULL). Each dot sums over d in order of

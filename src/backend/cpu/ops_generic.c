@@ -361,6 +361,10 @@ void cpu_gen_scale_f32(float *y, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
 
+void cpu_gen_swiglu(float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
 void cpu_gen_attn_scores(const float *q, int group, int hd, const float *const *rows, size_t off,
                          const uint8_t *keep, int n, float scale, float *att, size_t stride) {
     for (int j = 0; j < n; j++) {

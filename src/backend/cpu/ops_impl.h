@@ -104,6 +104,7 @@ typedef void (*cpu_deq_fn)(const void *w, float *y, int64_t n);
     float cpu_##isa##_dot_f32v(const float *a, const float *b, int64_t n);   \
     void cpu_##isa##_axpy_f32(float *y, float a, const float *x, int64_t n); \
     void cpu_##isa##_scale_f32(float *y, float a, int64_t n);                                      \
+    void cpu_##isa##_swiglu(float *gate, const float *up, int64_t n);                              \
     void cpu_##isa##_attn_scores(const float *q, int group, int hd, const float *const *rows, size_t off, \
                                  const uint8_t *keep, int n, float scale, float *att, size_t stride);     \
     void cpu_##isa##_attn_wsum(const float *att, size_t stride, int group, int hd, const float *const *rows, \

@@ -875,6 +875,20 @@ INLINE __m256 exp_neg_ps(__m256 x) {
     return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
+/* silu(z) = z / (1 + e^-z) with t = e^-|z| <= 1 (no overflow): z / (1 + t) for z >= 0,
+ * z * t / (1 + t) below; the tail as the generic loop */
+void FN(swiglu)(float *gate, const float *up, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 z = _mm256_loadu_ps(gate + i);
+        __m256 t = exp_neg_ps(_mm256_or_ps(z, _mm256_set1_ps(-0.0f)));
+        __m256 num = _mm256_blendv_ps(z, _mm256_mul_ps(z, t), z); /* sign bit of z picks z * t */
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(num, _mm256_add_ps(one, t)), _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
 int FN(softmax)(float *a, int n) {
     __m256 vmx = _mm256_set1_ps(-INFINITY);
     int j = 0;
