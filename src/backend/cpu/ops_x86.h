@@ -709,6 +709,31 @@ INLINE __m256 ld8(const void *row, int d, int F16) {
                : _mm256_loadu_ps((const float *)row + d);
 }
 
+/* fp16 key rows are widened once per 8 positions into a stack block for all heads of the group
+ * (the f16 -> f32 conversions cost as much as the products) when the head dim fits */
+#define ATTN_WIDE_HD 256
+
+/* scores of 8 positions whose key rows are the f32 rows wide[i*hd ..] */
+static void attn_scores_block8(const float *q, int group, int hd, const float *wide, float *att, size_t stride, int j,
+                               __m256 vscale) {
+    for (int h = 0; h < group; h++) {
+        const float *qh = q + (size_t)h * hd;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+        for (int d = 0; d < hd; d += 8) {
+            __m256 qv = _mm256_loadu_ps(qh + d);
+            a0 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + d), a0);
+            a1 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + hd + d), a1);
+            a2 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + 2 * hd + d), a2);
+            a3 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + 3 * hd + d), a3);
+            a4 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + 4 * hd + d), a4);
+            a5 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + 5 * hd + d), a5);
+            a6 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + 6 * hd + d), a6);
+            a7 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + 7 * hd + d), a7);
+        }
+        _mm256_storeu_ps(att + (size_t)h * stride + j, _mm256_mul_ps(hsum8_ps(a0, a1, a2, a3, a4, a5, a6, a7), vscale));
+    }
+}
+
 INLINE void attn_scores_body(const float *q, int group, int hd, const void *const *rows, size_t off,
                              const uint8_t *keep, int n, float scale, float *att, size_t stride, int F16) {
     __m256 vscale = _mm256_set1_ps(scale);
@@ -721,6 +746,15 @@ INLINE void attn_scores_body(const float *q, int group, int hd, const void *cons
             const void *k2 = row_at(rows, j + 2, off, F16), *k3 = row_at(rows, j + 3, off, F16);
             const void *k4 = row_at(rows, j + 4, off, F16), *k5 = row_at(rows, j + 5, off, F16);
             const void *k6 = row_at(rows, j + 6, off, F16), *k7 = row_at(rows, j + 7, off, F16);
+            _Alignas(32) float wide[8 * ATTN_WIDE_HD];
+            if (F16 && group > 1 && hd <= ATTN_WIDE_HD) { /* widen the 8 rows once for all heads (exact) */
+                const void *kr[8] = {k0, k1, k2, k3, k4, k5, k6, k7};
+                for (int i = 0; i < 8; i++)
+                    for (int d = 0; d < hd; d += 8) _mm256_store_ps(wide + i * hd + d, ld8(kr[i], d, 1));
+                attn_scores_block8(q, group, hd, wide, att, stride, j, vscale);
+                j += 8;
+                continue;
+            }
             for (int h = 0; h < group; h++) {
                 const float *qh = q + (size_t)h * hd;
                 __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
