@@ -18,8 +18,9 @@ typedef struct {
     int isa;             /* -1: best from cpuid; else a cpu_isa value (0 generic, 1 avx2, 2 avx512) */
     int mmap_weights;    /* 1: map the file; 0 (default): copy it into huge-page memory when the
                             kernel allows and memory suffices (gguf_load, GGUF_AUTO) */
-    int keep_layout;     /* 1: run the weights in the file's layouts; 0 (default): Q4_K matrices are
-                            reordered at load into Q4_KX, which the batched kernels run faster */
+    int keep_layout;     /* 1: run the weights in the file's layouts; 0 (default): Q4_K, Q6_K, Q5_0
+                            and Q8_0 matrices are reordered at load (Q4_KX, ...), which the
+                            batched kernels run faster */
     kv_options kv;       /* policy and budgets; the shape fields are filled from the model */
 } tkv_options;
 

@@ -94,7 +94,8 @@ const char *common_usage(void) {
            "  -b, --batch N       prefill chunk (default 64)\n"
            "      --isa NAME      kernels: auto (cpuid), generic, avx2, avx512\n"
            "      --mmap          map the model file instead of copying it into huge-page memory\n"
-           "      --keep-layout   run Q4_K weights in the file's layout (default: reordered at load for batches)\n";
+           "      --keep-layout   run Q4_K/Q6_K/Q5_0/Q8_0 weights in the file's layout (default: reordered at load\n"
+           "                      for batched kernels)\n";
 }
 
 int common_model_path(common_opts *c, char *err, size_t errlen) {
