@@ -141,7 +141,6 @@ CPU_DECL_QUANT(gen, q8_KX6) CPU_DECL_DEQ(gen, q6_KX) CPU_DECL_DOT(gen, q6_KX)
 /* repack32.c: Q5_0X / Q8_0X weights against Q8_0XA activations */
 CPU_DECL_QUANT(gen, q8_0XA) CPU_DECL_DEQ(gen, q5_0X) CPU_DECL_DOT(gen, q5_0X)
 CPU_DECL_DEQ(gen, q8_0X) CPU_DECL_DOT(gen, q8_0X)
-void cpu_q8_0XA_from_q8_0(const cpu_block_q8_0 *b, cpu_block_q8_0XA *y); /* 4 Q8_0 blocks -> 1 group */
 void cpu_repack_q5_0_group(uint8_t *g); /* 4 Q5_0 blocks -> 1 Q5_0X group, in place */
 void cpu_repack_q8_0_group(uint8_t *g); /* 4 Q8_0 blocks -> 1 Q8_0X group, in place */
 /* Q8_K -> Q8_KX / Q8_KX6 in place, every block of an n-element row */

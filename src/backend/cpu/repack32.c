@@ -72,7 +72,8 @@ void cpu_repack_q8_0_group(uint8_t *g) {
     memcpy(g, out, sizeof out);
 }
 
-void cpu_q8_0XA_from_q8_0(const cpu_block_q8_0 *b, cpu_block_q8_0XA *y) {
+/* 4 Q8_0 blocks -> one Q8_0XA group */
+static void q8_0XA_from_q8_0(const cpu_block_q8_0 *b, cpu_block_q8_0XA *y) {
     memset(y->c, 0, sizeof y->c);
     for (int j = 0; j < 4; j++) {
         y->d[2 * j] = y->d[2 * j + 1] = tkv_f16_to_f32(b[j].d);
@@ -88,54 +89,37 @@ void cpu_gen_quant_q8_0XA(const float *x, void *y, int64_t n) {
     cpu_block_q8_0 b[4];
     for (int64_t i = 0; i < n / CPU_QKX; i++) {
         cpu_gen_quant_q8_0(x + i * CPU_QKX, b, CPU_QKX);
-        cpu_q8_0XA_from_q8_0(b, (cpu_block_q8_0XA *)y + i);
+        q8_0XA_from_q8_0(b, (cpu_block_q8_0XA *)y + i);
     }
 }
 
-void cpu_gen_dequant_q5_0X(const void *w, float *y, int64_t n) {
-    const uint8_t *g = w;
-    for (int64_t i = 0; i < n / CPU_QKX; i++, g += CPU_BS_Q5_0X, y += CPU_QKX)
-        for (int e = 0; e < CPU_QKX; e++) y[e] = tkv_f16_to_f32(tkv_rd16(g + 2 * (e / 32))) * (float)(q5x_u(g, x4_pos(e)) - 16);
-}
+/* signed quant at vector byte q of a group: Q5_0X (u - 16) or Q8_0X */
+static int x4_w(const uint8_t *g, int q, int q5) { return q5 ? q5x_u(g, q) - 16 : (int8_t)g[8 + q]; }
 
-void cpu_gen_dequant_q8_0X(const void *w, float *y, int64_t n) {
-    const uint8_t *g = w;
-    for (int64_t i = 0; i < n / CPU_QKX; i++, g += CPU_BS_Q8_0X, y += CPU_QKX)
-        for (int e = 0; e < CPU_QKX; e++) y[e] = tkv_f16_to_f32(tkv_rd16(g + 2 * (e / 32))) * (float)(int8_t)g[8 + x4_pos(e)];
+static void dequant_x4(const uint8_t *g, float *y, int64_t n, int q5) {
+    for (int64_t i = 0; i < n / CPU_QKX; i++, g += q5 ? CPU_BS_Q5_0X : CPU_BS_Q8_0X, y += CPU_QKX)
+        for (int e = 0; e < CPU_QKX; e++) y[e] = tkv_f16_to_f32(tkv_rd16(g + 2 * (e / 32))) * (float)x4_w(g, x4_pos(e), q5);
 }
 
 /* the f32 steps of the Q5_0 / Q8_0 references: sum += (d_w * d_a) * isum, block by block */
-void cpu_gen_dot_q5_0X(int64_t n, float *s, const void *w, const void *a) {
-    const uint8_t *g = w;
-    const cpu_block_q8_0XA *y = a;
+static void dot_x4(int64_t n, float *s, const uint8_t *g, const cpu_block_q8_0XA *y, int q5) {
     float sum = 0;
-    for (int64_t i = 0; i < n / CPU_QKX; i++, g += CPU_BS_Q5_0X)
+    for (int64_t i = 0; i < n / CPU_QKX; i++, g += q5 ? CPU_BS_Q5_0X : CPU_BS_Q8_0X)
         for (int j = 0; j < 4; j++) {
             int isum = 0;
             for (int k = 0; k < 32; k++) {
                 int q = x4_pos(32 * j + k);
-                isum += (q5x_u(g, q) - 16) * y[i].qs[q];
+                isum += x4_w(g, q, q5) * y[i].qs[q];
             }
             sum += (tkv_f16_to_f32(tkv_rd16(g + 2 * j)) * y[i].d[2 * j]) * (float)isum;
         }
     *s = sum;
 }
 
-void cpu_gen_dot_q8_0X(int64_t n, float *s, const void *w, const void *a) {
-    const uint8_t *g = w;
-    const cpu_block_q8_0XA *y = a;
-    float sum = 0;
-    for (int64_t i = 0; i < n / CPU_QKX; i++, g += CPU_BS_Q8_0X)
-        for (int j = 0; j < 4; j++) {
-            int isum = 0;
-            for (int k = 0; k < 32; k++) {
-                int q = x4_pos(32 * j + k);
-                isum += (int8_t)g[8 + q] * y[i].qs[q];
-            }
-            sum += (tkv_f16_to_f32(tkv_rd16(g + 2 * j)) * y[i].d[2 * j]) * (float)isum;
-        }
-    *s = sum;
-}
+void cpu_gen_dequant_q5_0X(const void *w, float *y, int64_t n) { dequant_x4(w, y, n, 1); }
+void cpu_gen_dequant_q8_0X(const void *w, float *y, int64_t n) { dequant_x4(w, y, n, 0); }
+void cpu_gen_dot_q5_0X(int64_t n, float *s, const void *w, const void *a) { dot_x4(n, s, w, a, 1); }
+void cpu_gen_dot_q8_0X(int64_t n, float *s, const void *w, const void *a) { dot_x4(n, s, w, a, 0); }
 
 CPU_GEN_NX(q5_0X)
 CPU_GEN_NX(q8_0X)
