@@ -501,11 +501,14 @@ INLINE __m256 x4_fma(__m256 acc, __m256 dw, const cpu_block_q8_0XA *y, __m256i i
     return _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_loadu_ps(y->d)), _mm256_cvtepi32_ps(isum), acc);
 }
 
-/* Per group and token: s16 = Σ_m maddubs(u_m, a_m), i16 lanes of 8 products of at most 31*127
- * (31496 < 2^15: exact); one madd by 1, minus the activation's 16 * Σa per lane, gives Σ (u-16)*a.
- * With VNNI the four vpdpbusd give the same i32 lanes directly. */
-INLINE void q5_0X_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, int nr,
-                       int nc) {
+/* Per group and token, to i32 lanes 2j, 2j+1 holding block j's integers:
+ * Q5_0X (q5): s16 = Σ_m maddubs(u_m, a_m), i16 lanes of 8 products of at most 31*127 (31496 < 2^15:
+ * exact); one madd by 1, minus the activation's 16 * Σa per lane, gives Σ (u-16)*a. With VNNI the
+ * four vpdpbusd give the same i32 lanes directly.
+ * Q8_0X: Σ_m |w_m| . sign(a_m, w_m) to i32 lanes (dot_u8s8; pairs at most 2*128*127 < 2^15: exact). */
+INLINE void x4_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, int nr,
+                    int nc, int q5) {
+    const size_t bs = q5 ? CPU_BS_Q5_0X : CPU_BS_Q8_0X;
     __m256 acc[TR_MAX][TC_MAX];
     UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) acc[r][k] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / CPU_QKX; i++) {
@@ -513,66 +516,46 @@ INLINE void q5_0X_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t 
         UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) sum[r][k] = _mm256_setzero_si256();
         UNROLL for (int m = 0; m < 4; m++) {
             UNROLL for (int r = 0; r < nr; r++) {
-                const uint8_t *g = w + r * ws + (size_t)i * CPU_BS_Q5_0X;
-                __m256i u = q5x_unpack(g, q5x_bits(g), m);
+                const uint8_t *g = w + r * ws + (size_t)i * bs;
+                __m256i wq = q5 ? q5x_unpack(g, q5x_bits(g), m) : _mm256_loadu_si256((const __m256i *)(g + 8 + 32 * m));
+                __m256i aw = q5 ? wq : _mm256_abs_epi8(wq);
                 UNROLL for (int k = 0; k < nc; k++) {
                     const cpu_block_q8_0XA *y = (const cpu_block_q8_0XA *)(a + (size_t)k * st) + i;
                     __m256i av = _mm256_loadu_si256((const __m256i *)(y->qs + 32 * m));
+                    if (!q5) sum[r][k] = dot_u8s8(sum[r][k], aw, _mm256_sign_epi8(av, wq));
 #ifdef __AVX512VNNI__
-                    sum[r][k] = _mm256_dpbusd_epi32(sum[r][k], u, av);
+                    else sum[r][k] = _mm256_dpbusd_epi32(sum[r][k], aw, av);
 #else
-                    sum[r][k] = _mm256_add_epi16(sum[r][k], _mm256_maddubs_epi16(u, av));
+                    else sum[r][k] = _mm256_add_epi16(sum[r][k], _mm256_maddubs_epi16(aw, av));
 #endif
                 }
             }
             UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) KEEP(sum[r][k]);
         }
         UNROLL for (int r = 0; r < nr; r++) {
-            __m256 dw = x4_scales(w + r * ws + (size_t)i * CPU_BS_Q5_0X);
+            __m256 dw = x4_scales(w + r * ws + (size_t)i * bs);
             UNROLL for (int k = 0; k < nc; k++) {
                 const cpu_block_q8_0XA *y = (const cpu_block_q8_0XA *)(a + (size_t)k * st) + i;
-#ifdef __AVX512VNNI__
                 __m256i s32 = sum[r][k];
-#else
-                __m256i s32 = _mm256_madd_epi16(sum[r][k], _mm256_set1_epi16(1));
+#ifndef __AVX512VNNI__
+                if (q5) s32 = _mm256_madd_epi16(s32, _mm256_set1_epi16(1));
 #endif
-                acc[r][k] = x4_fma(acc[r][k], dw, y, _mm256_sub_epi32(s32, _mm256_loadu_si256((const __m256i *)y->c)));
+                if (q5) s32 = _mm256_sub_epi32(s32, _mm256_loadu_si256((const __m256i *)y->c));
+                acc[r][k] = x4_fma(acc[r][k], dw, y, s32);
             }
         }
     }
     UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) s[k * ss + r] = hsum_ps(acc[r][k]);
 }
-X86_DOT_TILE(q5_0X, 1, 4)
-
-/* Per group and token: Σ_m |w_m| . sign(a_m, w_m) to i32 lanes (dot_u8s8; pairs at most
- * 2*128*127 < 2^15: exact), block j's integers in lanes 2j, 2j+1. */
+INLINE void q5_0X_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, int nr,
+                       int nc) {
+    x4_tile(n, s, ss, w, ws, a, st, nr, nc, 1);
+}
 INLINE void q8_0X_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, int nr,
                        int nc) {
-    __m256 acc[TR_MAX][TC_MAX];
-    UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) acc[r][k] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / CPU_QKX; i++) {
-        __m256i sum[TR_MAX][TC_MAX];
-        UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) sum[r][k] = _mm256_setzero_si256();
-        UNROLL for (int m = 0; m < 4; m++) {
-            UNROLL for (int r = 0; r < nr; r++) {
-                __m256i wq = _mm256_loadu_si256((const __m256i *)(w + r * ws + (size_t)i * CPU_BS_Q8_0X + 8 + 32 * m));
-                __m256i aw = _mm256_abs_epi8(wq);
-                UNROLL for (int k = 0; k < nc; k++) {
-                    const cpu_block_q8_0XA *y = (const cpu_block_q8_0XA *)(a + (size_t)k * st) + i;
-                    __m256i av = _mm256_loadu_si256((const __m256i *)(y->qs + 32 * m));
-                    sum[r][k] = dot_u8s8(sum[r][k], aw, _mm256_sign_epi8(av, wq));
-                }
-            }
-            UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) KEEP(sum[r][k]);
-        }
-        UNROLL for (int r = 0; r < nr; r++) {
-            __m256 dw = x4_scales(w + r * ws + (size_t)i * CPU_BS_Q8_0X);
-            UNROLL for (int k = 0; k < nc; k++)
-                acc[r][k] = x4_fma(acc[r][k], dw, (const cpu_block_q8_0XA *)(a + (size_t)k * st) + i, sum[r][k]);
-        }
-    }
-    UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) s[k * ss + r] = hsum_ps(acc[r][k]);
+    x4_tile(n, s, ss, w, ws, a, st, nr, nc, 0);
 }
+X86_DOT_TILE(q5_0X, 1, 4)
 X86_DOT_TILE(q8_0X, 1, 4)
 
 /* ---- Q6_K against Q8_K: Σ sc_s Σ q*a  -  32 Σ sc_s bsums[s], with q = 0..63 unsigned ---- */
