@@ -696,22 +696,22 @@ INLINE __m256 ld8(const void *row, int d, int F16) {
  * (the f16 -> f32 conversions cost as much as the products) when the head dim fits */
 #define ATTN_WIDE_HD 256
 
-/* scores of 8 positions whose key rows are the f32 rows wide[i*hd ..] */
-static void attn_scores_block8(const float *q, int group, int hd, const float *wide, float *att, size_t stride, int j,
-                               __m256 vscale) {
+/* scores of positions j..j+7 for every head, key rows k[0..7] (fp16 when F16) */
+INLINE void attn_scores8(const float *q, int group, int hd, const void *const *k, float *att, size_t stride, int j,
+                         __m256 vscale, int F16) {
     for (int h = 0; h < group; h++) {
         const float *qh = q + (size_t)h * hd;
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
         for (int d = 0; d < hd; d += 8) {
             __m256 qv = _mm256_loadu_ps(qh + d);
-            a0 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + d), a0);
-            a1 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + hd + d), a1);
-            a2 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + 2 * hd + d), a2);
-            a3 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + 3 * hd + d), a3);
-            a4 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + 4 * hd + d), a4);
-            a5 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + 5 * hd + d), a5);
-            a6 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + 6 * hd + d), a6);
-            a7 = _mm256_fmadd_ps(qv, _mm256_load_ps(wide + 7 * hd + d), a7);
+            a0 = _mm256_fmadd_ps(qv, ld8(k[0], d, F16), a0);
+            a1 = _mm256_fmadd_ps(qv, ld8(k[1], d, F16), a1);
+            a2 = _mm256_fmadd_ps(qv, ld8(k[2], d, F16), a2);
+            a3 = _mm256_fmadd_ps(qv, ld8(k[3], d, F16), a3);
+            a4 = _mm256_fmadd_ps(qv, ld8(k[4], d, F16), a4);
+            a5 = _mm256_fmadd_ps(qv, ld8(k[5], d, F16), a5);
+            a6 = _mm256_fmadd_ps(qv, ld8(k[6], d, F16), a6);
+            a7 = _mm256_fmadd_ps(qv, ld8(k[7], d, F16), a7);
         }
         _mm256_storeu_ps(att + (size_t)h * stride + j, _mm256_mul_ps(hsum8_ps(a0, a1, a2, a3, a4, a5, a6, a7), vscale));
     }
@@ -725,35 +725,17 @@ INLINE void attn_scores_body(const float *q, int group, int hd, const void *cons
         int block = j + 8 <= n;
         for (int i = 0; block && i < 8; i++) block = rows[j + i] && (!keep || keep[j + i]);
         if (block) {
-            const void *k0 = row_at(rows, j, off, F16), *k1 = row_at(rows, j + 1, off, F16);
-            const void *k2 = row_at(rows, j + 2, off, F16), *k3 = row_at(rows, j + 3, off, F16);
-            const void *k4 = row_at(rows, j + 4, off, F16), *k5 = row_at(rows, j + 5, off, F16);
-            const void *k6 = row_at(rows, j + 6, off, F16), *k7 = row_at(rows, j + 7, off, F16);
+            const void *k[8];
+            for (int i = 0; i < 8; i++) k[i] = row_at(rows, j + i, off, F16);
             _Alignas(32) float wide[8 * ATTN_WIDE_HD];
             if (F16 && group > 1 && hd <= ATTN_WIDE_HD) { /* widen the 8 rows once for all heads (exact) */
-                const void *kr[8] = {k0, k1, k2, k3, k4, k5, k6, k7};
-                for (int i = 0; i < 8; i++)
-                    for (int d = 0; d < hd; d += 8) _mm256_store_ps(wide + i * hd + d, ld8(kr[i], d, 1));
-                attn_scores_block8(q, group, hd, wide, att, stride, j, vscale);
-                j += 8;
-                continue;
-            }
-            for (int h = 0; h < group; h++) {
-                const float *qh = q + (size_t)h * hd;
-                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-                for (int d = 0; d < hd; d += 8) {
-                    __m256 qv = _mm256_loadu_ps(qh + d);
-                    a0 = _mm256_fmadd_ps(qv, ld8(k0, d, F16), a0);
-                    a1 = _mm256_fmadd_ps(qv, ld8(k1, d, F16), a1);
-                    a2 = _mm256_fmadd_ps(qv, ld8(k2, d, F16), a2);
-                    a3 = _mm256_fmadd_ps(qv, ld8(k3, d, F16), a3);
-                    a4 = _mm256_fmadd_ps(qv, ld8(k4, d, F16), a4);
-                    a5 = _mm256_fmadd_ps(qv, ld8(k5, d, F16), a5);
-                    a6 = _mm256_fmadd_ps(qv, ld8(k6, d, F16), a6);
-                    a7 = _mm256_fmadd_ps(qv, ld8(k7, d, F16), a7);
+                for (int i = 0; i < 8; i++) {
+                    for (int d = 0; d < hd; d += 8) _mm256_store_ps(wide + i * hd + d, ld8(k[i], d, 1));
+                    k[i] = wide + i * hd;
                 }
-                _mm256_storeu_ps(att + (size_t)h * stride + j, _mm256_mul_ps(hsum8_ps(a0, a1, a2, a3, a4, a5, a6, a7), vscale));
-            }
+                attn_scores8(q, group, hd, k, att, stride, j, vscale, 0);
+            } else
+                attn_scores8(q, group, hd, k, att, stride, j, vscale, F16);
             j += 8;
             continue;
         }
