@@ -218,22 +218,25 @@ static model_mat *mat_at(model *m, int i) {
     return lm[(i - 2) % 7];
 }
 
+/* The layout matrix i is rewritten into (0: none). An untied embedding is only looked up. */
+static uint32_t repack_target(model *m, int i) {
+    model_mat *w = mat_at(m, i);
+    return w && w->data && (i > 0 || m->tied_output) ? cpu_repack_type(w->type, w->n_in) : 0;
+}
+
 /* The pages are the model's own (a copy, or a MAP_PRIVATE mapping), read-only: made writable for
  * the rewrite and read-only again. */
 static int repack_weights(model *m, char *err, size_t errlen) {
     int n = 2 + 7 * m->cfg.n_layer, any = 0;
-    for (int i = 0; i < n; i++) {
-        model_mat *w = mat_at(m, i);
-        any |= w && w->data && cpu_repack_type(w->type, w->n_in) != 0 && (i > 0 || m->tied_output);
-    }
+    for (int i = 0; i < n; i++) any |= repack_target(m, i) != 0;
     if (!any || !m->file.map) return 0;
     if (mprotect(m->file.map, (size_t)m->file.map_size, PROT_READ | PROT_WRITE) != 0)
         return tkv_errf(err, errlen, "model: cannot make the weights writable to reorder them: %s (--keep-layout runs the file's layout)",
                         strerror(errno));
     for (int i = 0; i < n; i++) {
         model_mat *w = mat_at(m, i);
-        uint32_t rt = w && w->data ? cpu_repack_type(w->type, w->n_in) : 0;
-        if (!rt || (i == 0 && !m->tied_output)) continue; /* an untied embedding is only looked up */
+        uint32_t rt = repack_target(m, i);
+        if (!rt) continue;
         cpu_repack_rows(w->type, (void *)w->data, w->n_in, w->n_out);
         w->type = rt;
     }

@@ -145,11 +145,11 @@ uint32_t cpu_repack_type(uint32_t type, int64_t n) {
 
 void cpu_repack_rows(uint32_t type, void *w, int64_t n, int64_t n_rows) {
     uint8_t *p = w;
-    TKV_ASSERT(cpu_repack_type(type, n) != 0);
-    int64_t bs = (int64_t)cpu_weight_row_size(type, n) / (n / cpu_type_blck(type)), blck = cpu_type_blck(type);
-    int64_t groups = n_rows * (n / cpu_type_blck(cpu_repack_type(type, n)));
-    int64_t gbytes = bs * (cpu_type_blck(cpu_repack_type(type, n)) / blck);
-    for (int64_t i = 0; i < groups; i++, p += gbytes) {
+    uint32_t rt = cpu_repack_type(type, n);
+    TKV_ASSERT(rt != 0);
+    int64_t group = cpu_type_blck(rt); /* elements per reordered block or group */
+    size_t gbytes = cpu_weight_row_size(type, group);
+    for (int64_t i = 0; i < n_rows * (n / group); i++, p += gbytes) {
         if (type == CPU_T_Q4_K) repack_q4_K_block(p);
         else if (type == CPU_T_Q6_K) repack_q6_K_block(p);
         else if (type == CPU_T_Q5_0) cpu_repack_q5_0_group(p);
