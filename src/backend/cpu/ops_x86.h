@@ -875,7 +875,7 @@ INLINE __m256 exp_neg_ps(__m256 x) {
 }
 
 /* silu(z) = z / (1 + e^-z) with t = e^-|z| <= 1 (no overflow): z / (1 + t) for z >= 0,
- * z * t / (1 + t) below; the tail as the generic loop */
+ * z * t / (1 + t) below; the tail by the generic op */
 void FN(swiglu)(float *gate, const float *up, int64_t n) {
     const __m256 one = _mm256_set1_ps(1.0f);
     int64_t i = 0;
@@ -885,7 +885,7 @@ void FN(swiglu)(float *gate, const float *up, int64_t n) {
         __m256 num = _mm256_blendv_ps(z, _mm256_mul_ps(z, t), z); /* sign bit of z picks z * t */
         _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(num, _mm256_add_ps(one, t)), _mm256_loadu_ps(up + i)));
     }
-    for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    cpu_gen_swiglu(gate + i, up + i, n - i);
 }
 
 int FN(softmax)(float *a, int n) {
