@@ -87,7 +87,7 @@ static void act_dequant(uint32_t act_type, const void *a, float *y, int64_t n) {
         case CPU_T_Q8_1: { const cpu_block_q8_1 *b = (const cpu_block_q8_1 *)a + i / 32; y[i] = tkv_f16_to_f32(b->d) * b->qs[i % 32]; break; }
         case CPU_T_Q8_K: { const cpu_block_q8_K *b = (const cpu_block_q8_K *)a + i / 256; y[i] = b->d * b->qs[i % 256]; break; }
         case CPU_T_Q8_KX: { /* element 32s + j sits at word 8*(j/4) + s (repack.c) */
-            const cpu_block_q8_K *b = (const cpu_block_q8_K *)a + i / 256;
+            const cpu_block_q8_KX *b = (const cpu_block_q8_KX *)a + i / 256;
             int e = (int)(i % 256), s = e / 32, j = e % 32;
             y[i] = b->d * b->qs[32 * (j / 4) + 4 * s + j % 4];
             break;

@@ -335,8 +335,9 @@ X86_DOT_TILE(q5_K, 1, 4)
 
 /* Per block and token: s16 = Σ_t maddubs(v_t, a_t) over the 8 vectors of the block, so i16 lane
  * pair (2s, 2s+1) holds sub-block s only (each lane 16 products, |sum| <= 16*15*127 < 2^15: exact).
- * One madd by [sc_s, sc_s] gives i32 lane s = sc_s * dot_s, one madd of [m_s, m_s] against the 16
- * bsums gives m_s * (bsum_2s + bsum_2s+1); acc += (d*d_a)*isum, acc -= (dmin*d_a)*msum, 8 lanes. */
+ * One madd by [sc_s, sc_s] gives i32 lane s = sc_s * dot_s; acc += (d*d_a)*isum, then the mins:
+ * acc -= (dmin*m_s) * ms_s, where ms_s = d_a * (sum of the activations of sub-block s) is in the
+ * Q8_KX block. 8 lanes. */
 INLINE __m256i dup_bytes_i16(uint64_t v) { /* 8 bytes -> 16 i16 lanes [v0, v0, v1, v1, ...] */
     __m128i x = _mm_cvtsi64_si128((long long)v);
     return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(x, x));
@@ -359,7 +360,7 @@ INLINE void q4_KX_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t 
                 __m256i raw = _mm256_loadu_si256((const __m256i *)(w + r * ws + (size_t)i * CPU_BS_Q4_KX + 16 + 32 * u));
                 __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
                 UNROLL for (int k = 0; k < nc; k++) {
-                    const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
+                    const cpu_block_q8_KX *y = (const cpu_block_q8_KX *)(a + (size_t)k * st) + i;
                     __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * u)));
                     __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * u + 32)));
                     s16[r][k] = _mm256_add_epi16(s16[r][k], _mm256_add_epi16(p0, p1));
@@ -370,13 +371,13 @@ INLINE void q4_KX_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t 
         UNROLL for (int r = 0; r < nr; r++) {
             const uint8_t *wb = w + r * ws + (size_t)i * CPU_BS_Q4_KX;
             float d = f16v(wb), dmin = f16v(wb + 2);
-            __m256i scv = dup_bytes_i16(sc[r]), mv = dup_bytes_i16(mn[r]);
+            __m256i scv = dup_bytes_i16(sc[r]);
+            __m256 mf = _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn[r]))));
             UNROLL for (int k = 0; k < nc; k++) {
-                const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
+                const cpu_block_q8_KX *y = (const cpu_block_q8_KX *)(a + (size_t)k * st) + i;
                 __m256i isum = _mm256_madd_epi16(s16[r][k], scv);
-                __m256i msum = _mm256_madd_epi16(mv, _mm256_loadu_si256((const __m256i *)y->bsums));
                 acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(d * y->d), _mm256_cvtepi32_ps(isum), acc[r][k]);
-                acc[r][k] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * y->d), _mm256_cvtepi32_ps(msum), acc[r][k]);
+                acc[r][k] = _mm256_fnmadd_ps(mf, _mm256_loadu_ps(y->ms), acc[r][k]);
             }
         }
     }
@@ -442,8 +443,12 @@ void FN(quant_q8_KX6)(const float *x, void *y, int64_t n) {
 }
 
 void FN(quant_q8_KX)(const float *x, void *y, int64_t n) {
-    FN(quant_q8_K)(x, y, n);
-    cpu_q8_KX_from_q8_K(y, n);
+    cpu_block_q8_KX *out = y;
+    cpu_block_q8_K b;
+    for (int64_t i = 0; i < n / CPU_QKK; i++) {
+        FN(quant_q8_K)(x + i * CPU_QKK, &b, CPU_QKK);
+        cpu_q8_KX_from_q8_K(&b, out + i);
+    }
 }
 
 /* ---- Q5_0X / Q8_0X against Q8_0XA (repack32.c): i32 lanes 2j, 2j+1 always hold block j ---- */
