@@ -14,7 +14,7 @@
 #include "backend/cpu/ops_impl.h"
 #include "base/err.h"
 
-#define MM_NX 4        /* tokens per vec_dot_tile call */
+#define MM_NX 8        /* tokens per vec_dot_tile call */
 #define MM_ROWS 16     /* weight rows per cache block (prefill) */
 #define MM_GRAIN 16    /* rows per pool chunk unit */
 #define MM_ALIGN 64

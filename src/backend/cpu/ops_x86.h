@@ -167,7 +167,7 @@ void FN(quant_q8_K)(const float *x, void *y, int64_t n) {
  * into its own 8-lane accumulator, then one horizontal sum) are the same sequence whatever R and C
  * are, so every tile output equals vec_dot (the 1x1 tile) bit for bit. */
 #define TR_MAX 2
-#define TC_MAX 4
+#define TC_MAX 8
 #define UNROLL _Pragma("GCC unroll 8")
 
 /* vec_dot and vec_dot_tile of a type: R x C tiles, then the leftover rows and tokens one at a time. */
@@ -383,7 +383,7 @@ INLINE void q4_KX_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t 
     }
     UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) s[k * ss + r] = hsum_ps(acc[r][k]);
 }
-X86_DOT_TILE(q4_KX, 1, 4)
+X86_DOT_TILE(q4_KX, 1, 8)
 
 /* ---- Q6_KX against Q8_KX6 (repack.c): i16 lane s always holds sub-block s ---- */
 
@@ -435,7 +435,7 @@ INLINE void q6_KX_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t 
     }
     UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) s[k * ss + r] = hsum_ps(acc[r][k]);
 }
-X86_DOT_TILE(q6_KX, 1, 4)
+X86_DOT_TILE(q6_KX, 1, 8)
 
 void FN(quant_q8_KX6)(const float *x, void *y, int64_t n) {
     FN(quant_q8_K)(x, y, n);
