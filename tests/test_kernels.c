@@ -99,7 +99,7 @@ static void act_dequant(uint32_t act_type, const void *a, float *y, int64_t n) {
             break;
         }
         case CPU_T_Q8_KX6: { /* element 16s + j sits at 2-byte word 16*(j/2) + s */
-            const cpu_block_q8_K *b = (const cpu_block_q8_K *)a + i / 256;
+            const cpu_block_q8_KX6 *b = (const cpu_block_q8_KX6 *)a + i / 256;
             int e = (int)(i % 256), s = e / 16, j = e % 16;
             y[i] = b->d * b->qs[32 * (j / 2) + 2 * s + j % 2];
             break;
@@ -391,6 +391,42 @@ TEST(kernels_repack) {
                 }
             }
     }
+}
+
+/* Q6_KX at the edges of its i16 sums (ops_x86.h): every quant 63 (each maddubs lane 2*63*127, four of
+ * them add to the partial sums after the offset came off) or 0 (the offset alone, -8*32*127), against
+ * activations of +-127; every ISA within a relative 1e-5 of the generic dot. */
+TEST(kernels_q6_KX_extremes) {
+    enum { N = 512 };
+    _Alignas(64) static uint8_t w[2 * CPU_BS_Q6_K], a[N * 2];
+    static float x[N];
+    const uint8_t fill[3] = {0xFF, 0x00, 0xA5}; /* q = 63, q = 0, a mix */
+    for (int f = 0; f < 3; f++)
+        for (int sign = 0; sign < 2; sign++) {
+            for (int b = 0; b < N / CPU_QKK; b++) {
+                uint8_t *p = w + b * CPU_BS_Q6_K;
+                memset(p, fill[f], 192);
+                memset(p + 192, f == 2 ? 0x80 : 127, 16); /* scales -128 or 127 */
+                put16(p + 208, tkv_f32_to_f16(0.01f));
+            }
+            cpu_repack_rows(CPU_T_Q6_K, w, N, 1);
+            /* Q8_K maps the first element of the largest magnitude to -127: all equal gives -127
+             * everywhere; the first one opposite to the rest gives the rest +127 */
+            for (int i = 0; i < N; i++) x[i] = sign && i % 256 == 0 ? -1.0f : 1.0f;
+            const cpu_type_ops *g = cpu_ops_for(CPU_T_Q6_KX, CPU_ISA_GENERIC);
+            g->quantize_act(x, a, N);
+            float s0;
+            g->vec_dot(N, &s0, w, a);
+            CHECK(fabsf(s0) > 1.0f);
+            for (int isa = 1; isa <= 2; isa++) {
+                if (!isa_available((cpu_isa)isa)) continue;
+                const cpu_type_ops *o = cpu_ops_for(CPU_T_Q6_KX, (cpu_isa)isa);
+                float s1;
+                o->quantize_act(x, a, N);
+                o->vec_dot(N, &s1, w, a);
+                CHECKF(fabsf(s1 - s0) <= 1e-5f * fabsf(s0), "fill %02x sign %d isa %d: %.9g vs %.9g", fill[f], sign, isa, s1, s0);
+            }
+        }
 }
 
 TEST(kernels_f32_ops) {

@@ -91,7 +91,8 @@ size_t cpu_act_row_size(uint32_t type, int64_t n) {
     case CPU_T_F16: case CPU_T_BF16: return (size_t)n * 2;
     case CPU_T_Q8_0: return (size_t)(n / CPU_QK) * CPU_BS_Q8_0;
     case CPU_T_Q8_1: return (size_t)(n / CPU_QK) * CPU_BS_Q8_1;
-    case CPU_T_Q8_K: case CPU_T_Q8_KX6: return (size_t)(n / CPU_QKK) * CPU_BS_Q8_K;
+    case CPU_T_Q8_K: return (size_t)(n / CPU_QKK) * CPU_BS_Q8_K;
+    case CPU_T_Q8_KX6: return (size_t)(n / CPU_QKK) * CPU_BS_Q8_KX6;
     case CPU_T_Q8_KX: return (size_t)(n / CPU_QKK) * CPU_BS_Q8_KX;
     case CPU_T_Q8_0XA: return (size_t)(n / CPU_QKX) * CPU_BS_Q8_0XA;
     default: return 0;

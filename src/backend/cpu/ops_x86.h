@@ -398,8 +398,12 @@ INLINE __m256i q6x_unpack(const uint8_t *b, int t) {
     return _mm256_or_si256(lo, _mm256_and_si256(hi, m30));
 }
 
-/* Per block and token: for each pair of vectors, two maddubs added as i16 (lane s: 4 products of
- * sub-block s, |.| <= 4*63*127 < 2^15), then one madd by the 16 scales; minus 32 * Σ sc_s bsum_s;
+/* Per block and token, for each half h of the 8 vectors: four maddubs minus the activation's
+ * c[h] (32 * the sum of the 8 activations each lane covers), so i16 lane s holds Σ (q - 32) * a over
+ * 8 products of sub-block s, |.| <= 8*32*127 < 2^15. With c taken off first, every partial sum is
+ * Σ (q - 32) * a over the products added so far minus 32 * a over the rest: within the same bound,
+ * so no i16 step overflows (a maddubs lane is at most 2*63*127 and does not saturate).
+ * Then one madd by the 16 scales per half: 10 multiplies per 256 products (8 + 2), no offset madd;
  * acc += (d*d_a) * isum, 8 lanes. */
 INLINE void q6_KX_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t ws, const uint8_t *a, size_t st, int nr,
                        int nc) {
@@ -408,28 +412,28 @@ INLINE void q6_KX_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t 
     for (int64_t i = 0; i < n / CPU_QKK; i++) {
         __m256i isum[TR_MAX][TC_MAX];
         UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) isum[r][k] = _mm256_setzero_si256();
-        UNROLL for (int j = 0; j < 4; j++) {
+        UNROLL for (int h = 0; h < 2; h++) {
             UNROLL for (int r = 0; r < nr; r++) {
                 const uint8_t *wb = w + r * ws + (size_t)i * CPU_BS_Q6_KX;
-                __m256i v0 = q6x_unpack(wb, 2 * j), v1 = q6x_unpack(wb, 2 * j + 1);
+                __m256i v[4];
+                UNROLL for (int t = 0; t < 4; t++) v[t] = q6x_unpack(wb, 4 * h + t);
                 __m256i scv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + 192)));
                 UNROLL for (int k = 0; k < nc; k++) {
-                    const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
-                    __m256i p0 = _mm256_maddubs_epi16(v0, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j)));
-                    __m256i p1 = _mm256_maddubs_epi16(v1, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32)));
-                    isum[r][k] = madd_acc(isum[r][k], _mm256_add_epi16(p0, p1), scv);
+                    const cpu_block_q8_KX6 *y = (const cpu_block_q8_KX6 *)(a + (size_t)k * st) + i;
+                    __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(v[0], _mm256_loadu_si256((const __m256i *)(y->qs + 128 * h))),
+                                                 _mm256_loadu_si256((const __m256i *)y->c[h]));
+                    UNROLL for (int t = 1; t < 4; t++)
+                        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(v[t], _mm256_loadu_si256((const __m256i *)(y->qs + 128 * h + 32 * t))));
+                    isum[r][k] = madd_acc(isum[r][k], p, scv);
                 }
             }
             UNROLL for (int r = 0; r < nr; r++) UNROLL for (int k = 0; k < nc; k++) KEEP(isum[r][k]);
         }
         UNROLL for (int k = 0; k < nc; k++) {
-            const cpu_block_q8_K *y = (const cpu_block_q8_K *)(a + (size_t)k * st) + i;
-            __m256i bsums = _mm256_loadu_si256((const __m256i *)y->bsums);
+            const cpu_block_q8_KX6 *y = (const cpu_block_q8_KX6 *)(a + (size_t)k * st) + i;
             UNROLL for (int r = 0; r < nr; r++) {
                 const uint8_t *wb = w + r * ws + (size_t)i * CPU_BS_Q6_KX;
-                __m256i off = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(wb + 192))), bsums);
-                __m256i is = _mm256_sub_epi32(isum[r][k], _mm256_slli_epi32(off, 5));
-                acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(f16v(wb + 208) * y->d), _mm256_cvtepi32_ps(is), acc[r][k]);
+                acc[r][k] = _mm256_fmadd_ps(_mm256_set1_ps(f16v(wb + 208) * y->d), _mm256_cvtepi32_ps(isum[r][k]), acc[r][k]);
             }
         }
     }
@@ -438,8 +442,12 @@ INLINE void q6_KX_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t 
 X86_DOT_TILE(q6_KX, 1, 8)
 
 void FN(quant_q8_KX6)(const float *x, void *y, int64_t n) {
-    FN(quant_q8_K)(x, y, n);
-    cpu_q8_KX6_from_q8_K(y, n);
+    cpu_block_q8_KX6 *out = y;
+    cpu_block_q8_K b;
+    for (int64_t i = 0; i < n / CPU_QKK; i++) {
+        FN(quant_q8_K)(x + i * CPU_QKK, &b, CPU_QKK);
+        cpu_q8_KX6_from_q8_K(&b, out + i);
+    }
 }
 
 void FN(quant_q8_KX)(const float *x, void *y, int64_t n) {
