@@ -30,7 +30,7 @@ enum {
     CPU_BS_Q4_0 = 18, CPU_BS_Q4_1 = 20, CPU_BS_Q5_0 = 22, CPU_BS_Q5_1 = 24, CPU_BS_Q8_0 = 34,
     CPU_BS_Q8_1 = 36, CPU_BS_Q4_K = 144, CPU_BS_Q5_K = 176, CPU_BS_Q6_K = 210, CPU_BS_Q8_K = 292,
     CPU_BS_Q4_KX = 144, CPU_BS_Q6_KX = 210, CPU_BS_Q5_0X = 4 * CPU_BS_Q5_0, CPU_BS_Q8_0X = 4 * CPU_BS_Q8_0,
-    CPU_BS_Q8_0XA = 192, CPU_BS_Q8_KX = 324, CPU_BS_Q8_KX6 = 356,
+    CPU_BS_Q8_0XA = 192, CPU_BS_Q8_KX = 324, CPU_BS_Q8_KX6 = 324,
 };
 
 typedef struct {
@@ -55,13 +55,12 @@ typedef struct {
     int16_t bsums[16];
     float ms[8];
 } cpu_block_q8_KX;
-/* Q8_K activations for Q6_KX weights (repack.c): qs in the Q6_KX vector order; bsums as Q8_K's;
- * c[h][s] = 32 * the sum of elements 8h..8h+7 of 16-element sub-block s (|.| <= 32512), the offset
- * of Q6_K's q - 32 for the 8 products the AVX2 tile adds per i16 lane */
+/* Q8_K activations for Q6_KX weights (repack.c): qs in the Q6_KX vector order; no bsums (no Q6_KX
+ * kernel reads them); c[h][s] = 32 * the sum of elements 8h..8h+7 of 16-element sub-block s
+ * (|.| <= 32512), the offset of Q6_K's q - 32 for the 8 products the AVX2 tile adds per i16 lane */
 typedef struct {
     float d;
     int8_t qs[256];
-    int16_t bsums[16];
     int16_t c[2][16];
 } cpu_block_q8_KX6;
 /* Q8_0 activations for Q5_0X / Q8_0X weights, four blocks in the vector order of repack32.c */
@@ -162,9 +161,10 @@ CPU_DECL_QUANT(gen, q8_0XA) CPU_DECL_DEQ(gen, q5_0X) CPU_DECL_DOT(gen, q5_0X)
 CPU_DECL_DEQ(gen, q8_0X) CPU_DECL_DOT(gen, q8_0X)
 void cpu_repack_q5_0_group(uint8_t *g); /* 4 Q5_0 blocks -> 1 Q5_0X group, in place */
 void cpu_repack_q8_0_group(uint8_t *g); /* 4 Q8_0 blocks -> 1 Q8_0X group, in place */
-/* one Q8_K block -> one Q8_KX / Q8_KX6 block */
-void cpu_q8_KX_from_q8_K(const cpu_block_q8_K *in, cpu_block_q8_KX *out);
-void cpu_q8_KX6_from_q8_K(const cpu_block_q8_K *in, cpu_block_q8_KX6 *out);
+/* a row of Q8_KX / Q8_KX6: each 256 values quantized to Q8_K by q8_K (the ISA's quantizer), then
+ * reordered and given their sums */
+void cpu_quant_q8_KX_with(cpu_quant_fn q8_K, const float *x, void *y, int64_t n);
+void cpu_quant_q8_KX6_with(cpu_quant_fn q8_K, const float *x, void *y, int64_t n);
 
 /* AVX2 and AVX-512: the hot paths; the tables fall back to gen for the rest. */
 #define CPU_DECL_FAST(isa)                                                                   \

@@ -441,23 +441,8 @@ INLINE void q6_KX_tile(int64_t n, float *s, size_t ss, const uint8_t *w, size_t 
 }
 X86_DOT_TILE(q6_KX, 1, 8)
 
-void FN(quant_q8_KX6)(const float *x, void *y, int64_t n) {
-    cpu_block_q8_KX6 *out = y;
-    cpu_block_q8_K b;
-    for (int64_t i = 0; i < n / CPU_QKK; i++) {
-        FN(quant_q8_K)(x + i * CPU_QKK, &b, CPU_QKK);
-        cpu_q8_KX6_from_q8_K(&b, out + i);
-    }
-}
-
-void FN(quant_q8_KX)(const float *x, void *y, int64_t n) {
-    cpu_block_q8_KX *out = y;
-    cpu_block_q8_K b;
-    for (int64_t i = 0; i < n / CPU_QKK; i++) {
-        FN(quant_q8_K)(x + i * CPU_QKK, &b, CPU_QKK);
-        cpu_q8_KX_from_q8_K(&b, out + i);
-    }
-}
+void FN(quant_q8_KX6)(const float *x, void *y, int64_t n) { cpu_quant_q8_KX6_with(FN(quant_q8_K), x, y, n); }
+void FN(quant_q8_KX)(const float *x, void *y, int64_t n) { cpu_quant_q8_KX_with(FN(quant_q8_K), x, y, n); }
 
 /* ---- Q5_0X / Q8_0X against Q8_0XA (repack32.c): i32 lanes 2j, 2j+1 always hold block j ---- */
 

@@ -29,11 +29,12 @@
  * Q6_KX does the same for Q6_K, whose 16 sub-blocks of 16 have one i16 lane each: v_t[2s + b] =
  * element 2t + b of sub-block s (t < 8, s < 16, b < 2). Values reach 63, so on their own only two
  * maddubs results add as i16 (4 products of at most 63*127: 32004) before the madd; with the offset
- * 32 taken off as i16 (Q8_KX6's c, below) four do: 10 multiplies per 256 products instead of 16. Bytes 0..127: low nibbles of chunk u (32 bytes) are v_2u's low 4 bits,
- * high nibbles v_2u+1's; bytes 128..191: bits 2k, 2k+1 of chunk c are v_4c+k's top 2 bits; the 16
- * scales and d stay at 192..209. Q8_KX6: qs'[32t + 2s + b] = qs[16s + 2t + b], and 64 bytes more,
- * c[h][s] = 32 * (elements 8h..8h+7 of sub-block s): the AVX2 tile subtracts them as i16 so that
- * four maddubs (of q, 0..63) add before a madd instead of two, with no offset madd afterwards. */
+ * 32 taken off as i16 (Q8_KX6's c, below) four do: 10 multiplies per 256 products instead of 16.
+ * Bytes 0..127: low nibbles of chunk u (32 bytes) are v_2u's low 4 bits, high nibbles v_2u+1's;
+ * bytes 128..191: bits 2k, 2k+1 of chunk c are v_4c+k's top 2 bits; the 16 scales and d stay at
+ * 192..209. Q8_KX6: d and qs'[32t + 2s + b] = qs[16s + 2t + b] (no bsums: the Q6_K dot never uses
+ * them), and c[h][s] = 32 * (elements 8h..8h+7 of sub-block s): the AVX2 tile subtracts them as
+ * i16 so that four maddubs (of q, 0..63) add before a madd instead of two, with no offset madd. */
 #include <string.h>
 
 #include "backend/cpu/ops_impl.h"
@@ -46,21 +47,23 @@ static void transpose_words(const int8_t *in, int8_t *out) {
         for (int t = 0; t < 8; t++) memcpy(out + 32 * t + 4 * s, in + 32 * s + 4 * t, 4);
 }
 
-void cpu_q8_KX_from_q8_K(const cpu_block_q8_K *in, cpu_block_q8_KX *out) {
+static void q8_KX_from_q8_K(const cpu_block_q8_K *in, cpu_block_q8_KX *out) {
     out->d = in->d;
     transpose_words(in->qs, out->qs);
     memcpy(out->bsums, in->bsums, sizeof out->bsums);
     for (int s = 0; s < 8; s++) out->ms[s] = in->d * (float)(in->bsums[2 * s] + in->bsums[2 * s + 1]);
 }
 
-void cpu_gen_quant_q8_KX(const float *x, void *y, int64_t n) {
+void cpu_quant_q8_KX_with(cpu_quant_fn q8_K, const float *x, void *y, int64_t n) {
     cpu_block_q8_KX *out = y;
     cpu_block_q8_K b;
     for (int64_t i = 0; i < n / CPU_QKK; i++) {
-        cpu_gen_quant_q8_K(x + i * CPU_QKK, &b, CPU_QKK);
-        cpu_q8_KX_from_q8_K(&b, out + i);
+        q8_K(x + i * CPU_QKK, &b, CPU_QKK);
+        q8_KX_from_q8_K(&b, out + i);
     }
 }
+
+void cpu_gen_quant_q8_KX(const float *x, void *y, int64_t n) { cpu_quant_q8_KX_with(cpu_gen_quant_q8_K, x, y, n); }
 
 /* nibble of element e (0..255) of a Q4_KX block's 128 nibble bytes */
 static int q4kx_q(const uint8_t *qs, int e) {
@@ -99,7 +102,7 @@ static void repack_q6_K_block(uint8_t *blk) {
     memcpy(blk, out, sizeof out);
 }
 
-void cpu_q8_KX6_from_q8_K(const cpu_block_q8_K *in, cpu_block_q8_KX6 *out) {
+static void q8_KX6_from_q8_K(const cpu_block_q8_K *in, cpu_block_q8_KX6 *out) {
     out->d = in->d;
     for (int s = 0; s < 16; s++) {
         for (int t = 0; t < 8; t++) memcpy(out->qs + 32 * t + 2 * s, in->qs + 16 * s + 2 * t, 2);
@@ -109,17 +112,18 @@ void cpu_q8_KX6_from_q8_K(const cpu_block_q8_K *in, cpu_block_q8_KX6 *out) {
             out->c[h][s] = (int16_t)(32 * sum);
         }
     }
-    memcpy(out->bsums, in->bsums, sizeof out->bsums);
 }
 
-void cpu_gen_quant_q8_KX6(const float *x, void *y, int64_t n) {
+void cpu_quant_q8_KX6_with(cpu_quant_fn q8_K, const float *x, void *y, int64_t n) {
     cpu_block_q8_KX6 *out = y;
     cpu_block_q8_K b;
     for (int64_t i = 0; i < n / CPU_QKK; i++) {
-        cpu_gen_quant_q8_K(x + i * CPU_QKK, &b, CPU_QKK);
-        cpu_q8_KX6_from_q8_K(&b, out + i);
+        q8_K(x + i * CPU_QKK, &b, CPU_QKK);
+        q8_KX6_from_q8_K(&b, out + i);
     }
 }
+
+void cpu_gen_quant_q8_KX6(const float *x, void *y, int64_t n) { cpu_quant_q8_KX6_with(cpu_gen_quant_q8_K, x, y, n); }
 
 void cpu_gen_dequant_q6_KX(const void *w, float *y, int64_t n) {
     const uint8_t *b = w;
