@@ -47,7 +47,19 @@ static void transpose_words(const int8_t *in, int8_t *out) {
         for (int t = 0; t < 8; t++) memcpy(out + 32 * t + 4 * s, in + 32 * s + 4 * t, 4);
 }
 
-static void q8_KX_from_q8_K(const cpu_block_q8_K *in, cpu_block_q8_KX *out) {
+/* a row quantized to Q8_K one block at a time by q8_K (the ISA's quantizer), each block then
+ * rewritten by conv into an activation block of bs bytes */
+typedef void (*q8_K_conv_fn)(const cpu_block_q8_K *in, void *out);
+static void quant_via_q8_K(cpu_quant_fn q8_K, q8_K_conv_fn conv, size_t bs, const float *x, void *y, int64_t n) {
+    cpu_block_q8_K b;
+    for (int64_t i = 0; i < n / CPU_QKK; i++) {
+        q8_K(x + i * CPU_QKK, &b, CPU_QKK);
+        conv(&b, (uint8_t *)y + (size_t)i * bs);
+    }
+}
+
+static void q8_KX_from_q8_K(const cpu_block_q8_K *in, void *vout) {
+    cpu_block_q8_KX *out = vout;
     out->d = in->d;
     transpose_words(in->qs, out->qs);
     memcpy(out->bsums, in->bsums, sizeof out->bsums);
@@ -55,12 +67,7 @@ static void q8_KX_from_q8_K(const cpu_block_q8_K *in, cpu_block_q8_KX *out) {
 }
 
 void cpu_quant_q8_KX_with(cpu_quant_fn q8_K, const float *x, void *y, int64_t n) {
-    cpu_block_q8_KX *out = y;
-    cpu_block_q8_K b;
-    for (int64_t i = 0; i < n / CPU_QKK; i++) {
-        q8_K(x + i * CPU_QKK, &b, CPU_QKK);
-        q8_KX_from_q8_K(&b, out + i);
-    }
+    quant_via_q8_K(q8_K, q8_KX_from_q8_K, CPU_BS_Q8_KX, x, y, n);
 }
 
 void cpu_gen_quant_q8_KX(const float *x, void *y, int64_t n) { cpu_quant_q8_KX_with(cpu_gen_quant_q8_K, x, y, n); }
@@ -102,7 +109,8 @@ static void repack_q6_K_block(uint8_t *blk) {
     memcpy(blk, out, sizeof out);
 }
 
-static void q8_KX6_from_q8_K(const cpu_block_q8_K *in, cpu_block_q8_KX6 *out) {
+static void q8_KX6_from_q8_K(const cpu_block_q8_K *in, void *vout) {
+    cpu_block_q8_KX6 *out = vout;
     out->d = in->d;
     for (int s = 0; s < 16; s++) {
         for (int t = 0; t < 8; t++) memcpy(out->qs + 32 * t + 2 * s, in->qs + 16 * s + 2 * t, 2);
@@ -115,12 +123,7 @@ static void q8_KX6_from_q8_K(const cpu_block_q8_K *in, cpu_block_q8_KX6 *out) {
 }
 
 void cpu_quant_q8_KX6_with(cpu_quant_fn q8_K, const float *x, void *y, int64_t n) {
-    cpu_block_q8_KX6 *out = y;
-    cpu_block_q8_K b;
-    for (int64_t i = 0; i < n / CPU_QKK; i++) {
-        q8_K(x + i * CPU_QKK, &b, CPU_QKK);
-        q8_KX6_from_q8_K(&b, out + i);
-    }
+    quant_via_q8_K(q8_K, q8_KX6_from_q8_K, CPU_BS_Q8_KX6, x, y, n);
 }
 
 void cpu_gen_quant_q8_KX6(const float *x, void *y, int64_t n) { cpu_quant_q8_KX6_with(cpu_gen_quant_q8_K, x, y, n); }
