@@ -49,12 +49,7 @@ run_server() {
   done
   rm -rf "$W/resp"; mkdir -p "$W/resp"
   t0=$(now)
-  i=0
-  while IFS= read -r line; do
-    printf '%s\n' "$line" >"$W/req.$i.json"
-    echo "$i"
-    i=$((i + 1))
-  done <"$W/requests.jsonl" |
+  seq 0 $((n_req - 1)) |
     xargs -P "$SLOTS" -I{} curl -sf -H 'Content-Type: application/json' --data-binary @"$W/req.{}.json" \
       -o "$W/resp/{}.json" "http://127.0.0.1:$PORT/v1/chat/completions"
   t1=$(now)
@@ -83,6 +78,11 @@ head -n "$N" "$DATA" | jq -c --arg sys "$SYSTEM" --argjson max "$MAX_TOKENS" \
   '{messages: [{role: "system", content: $sys},
                {role: "user", content: (.question + "\nPlease reason step by step, and put your final answer within \\boxed{}.")}],
     max_tokens: $max, temperature: 0, top_k: 1, seed: 0}' >"$W/requests.jsonl"
+n_req=0 # one request file per problem, written once for every round
+while IFS= read -r line; do
+  printf '%s\n' "$line" >"$W/req.$n_req.json"
+  n_req=$((n_req + 1))
+done <"$W/requests.jsonl"
 ratios=()
 for round in $(seq 1 "$REPEAT"); do
   [ "$REPEAT" -gt 1 ] && echo "# round $round"
