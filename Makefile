@@ -33,6 +33,14 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(CFLAGS) -c $< -o $@
 
+# The build stamp (src/base/version.h): rebuilt every time, so results always name the code that
+# made them.
+GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 --exclude '*' 2>/dev/null || echo unknown)
+$(BUILD)/src/base/version.o: src/base/version.c FORCE
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(CFLAGS) -DTKV_COMMIT='"$(GIT_COMMIT)"' -DTKV_FLAGS='"$(CC) $(OPT) $(CFLAGS)"' -c $< -o $@
+FORCE:
+
 $(BUILD)/libtierkv.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -77,5 +85,5 @@ demo:
 	build/tierkv run -m "$$model" --chat -n 400 --policy hierarchy --hbm-ratio 0.5 --evict-ratio 0.03 --stats \
 	  -p "$(DEMO_Q) Please reason step by step, and put your final answer within \\boxed{}."
 
-.PHONY: all test asan ubsan fuzz clean format demo
+.PHONY: all test asan ubsan fuzz clean format demo FORCE
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -123,6 +123,51 @@ TEST(eval_results_and_summary) {
     free(so);
 }
 
+/* Every line carries the build and a check; an edited line is caught, an untouched one passes. */
+TEST(eval_lines_checked_and_verified) {
+    const char *dir = setup("verify");
+    if (!dir) SKIP("fixture model or built binary missing");
+    char extra[700];
+    snprintf(extra, sizeof extra, "--parallel 2 --summary-json %s/summary.json", dir);
+    REQUIRE(run_eval(dir, "r.jsonl", extra) == 0);
+    char *b = slurp(dir, "r.jsonl");
+    REQUIRE(b);
+    size_t pos = 0, n, len = strlen(b);
+    const char *line;
+    int lines = 0;
+    while (eval_next_line(b, len, &pos, &line, &n)) {
+        lines++;
+        CHECK(harness_verify_line(line, n) == 1);
+        CHECK(memmem(line, n, "\"build\":\"", 9) != NULL);
+        char *copy = strndup(line, n);
+        char *digit = strstr(copy, "\"gen_tokens\":") + 13; /* one changed number */
+        *digit = *digit == '1' ? '2' : '1';
+        CHECK(harness_verify_line(copy, n) == -1);
+        free(copy);
+    }
+    CHECK(lines == 5);
+    CHECK(harness_verify_line("{\"id\":\"x\"}", 10) == 0); /* written before checks existed */
+    CHECK(harness_verify_line("{\"id\":\"x\",\"check\":\"00\"}", 22) == -1);
+    /* the command line tool: intact file exit 0, an edited copy exit 1 naming the line */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s verify %s/r.jsonl >%s/v.txt 2>&1", t_bin(), dir, dir);
+    CHECK(system(cmd) == 0);
+    char *v = slurp(dir, "v.txt");
+    CHECK(v && strstr(v, "5 lines, 5 intact, 0 unchecked, 0 altered"));
+    free(v);
+    snprintf(cmd, sizeof cmd, "sed '3s/\"correct\":false/\"correct\":true/' %s/r.jsonl > %s/e.jsonl && "
+                              "%s verify %s/e.jsonl >%s/v2.txt 2>&1", dir, dir, t_bin(), dir, dir);
+    int st = system(cmd);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    v = slurp(dir, "v2.txt");
+    CHECK(v && strstr(v, "e.jsonl:3:") && strstr(v, "1 altered"));
+    free(v);
+    free(b);
+    char *s = slurp(dir, "summary.json");
+    CHECK(s && strstr(s, "\"commit\":\"") && strstr(s, "\"build_flags\":\"") && strstr(s, "\"command\":\"tierkv eval"));
+    free(s);
+}
+
 TEST(eval_resume_after_kill) {
     const char *dir = setup("resume");
     if (!dir) SKIP("fixture model or built binary missing");

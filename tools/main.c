@@ -16,6 +16,7 @@ static const struct { const char *name; int (*fn)(int, char **); const char *wha
     {"grade", cmd_grade, "grade model outputs (JSONL) for gsm8k, math or arc"},
     {"eval", cmd_eval, "run a benchmark task end to end"},
     {"sweep", cmd_sweep, "run eval over a grid of KV policies and budgets, tables and plots"},
+    {"verify", cmd_verify, "check that results files were not edited by hand (per-line checks)"},
 };
 
 static void usage(FILE *out) {

@@ -21,6 +21,7 @@
 #include "model/chat.h"
 #include "model/tokenizer.h"
 #include "base/clock.h"
+#include "base/version.h"
 
 static char *xstrdup(const char *s) {
     size_t n = strlen(s) + 1;
@@ -247,6 +248,8 @@ int harness_summary_write_json(const char *path, const struct harness_opts *o, c
     json_out_key(&j, "data"), json_out_str(&j, file_name(o->data_path));
     json_out_key(&j, "results"), o->out_path ? json_out_str(&j, o->out_path) : json_out_null(&j);
     json_out_key(&j, "command"), json_out_str(&j, cmd ? cmd : "");
+    json_out_key(&j, "commit"), json_out_str(&j, tkv_build_commit());
+    json_out_key(&j, "build_flags"), json_out_str(&j, tkv_build_flags());
     json_out_key(&j, "policy"), json_out_str(&j, kv_policy_name(o->eo.kv.policy));
     json_out_key(&j, "hbm_ratio"), json_out_num(&j, o->eo.kv.hbm_ratio);
     json_out_key(&j, "t2_ratio"), json_out_num(&j, o->eo.kv.t2_ratio);
@@ -292,6 +295,31 @@ int harness_summary_write_json(const char *path, const struct harness_opts *o, c
 void harness_ids_free(char **ids, size_t n) {
     for (size_t i = 0; i < n; i++) free(ids[i]);
     free(ids);
+}
+
+/* ---- line checks ---- */
+
+#define CHECK_KEY ",\"check\":\""
+
+/* Closes the object being written with its check: the FNV-1a 64 of every byte before `,"check":"`. */
+void harness_sign(struct json_out *j) {
+    char hex[24];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tkv_fnv1a64(j->p, j->n));
+    json_out_key(j, "check"), json_out_str(j, hex);
+    json_out_obj_end(j);
+}
+
+int harness_verify_line(const char *line, size_t n) {
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+    size_t klen = sizeof CHECK_KEY - 1, at = (size_t)-1;
+    /* the last `,"check":"`: inside a string value its quotes would be escaped */
+    for (size_t i = 0; i + klen <= n; i++)
+        if (!memcmp(line + i, CHECK_KEY, klen)) at = i;
+    if (at == (size_t)-1) return 0;
+    if (n != at + klen + 16 + 2 || memcmp(line + n - 2, "\"}", 2)) return -1;
+    char hex[24];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tkv_fnv1a64(line, at));
+    return memcmp(hex, line + at + klen, 16) ? -1 : 1;
 }
 
 /* ---- the decode loop ---- */
@@ -456,7 +484,8 @@ static int slot_finish(struct run *r, int k, int by_length, char *err, size_t er
     json_out_key(&j, "hbm_budget_bytes"), json_out_int(&j, (int64_t)o->eo.kv.hbm_budget_bytes);
     json_out_key(&j, "kv_type"), json_out_str(&j, o->eo.kv.f16 ? "f16" : "f32");
     json_out_key(&j, "max_tokens"), json_out_int(&j, o->max_tokens);
-    json_out_obj_end(&j);
+    json_out_key(&j, "build"), json_out_str(&j, tkv_build_commit());
+    harness_sign(&j);
 
     int rc = 0;
     if (r->out) {

@@ -11,7 +11,7 @@
  * A results line: {"id","task","model","prompt_tokens","output","pred","gold","correct","strict",
  * "gen_tokens","finish":"eog"|"length","seconds","kv":{tier tokens, peak T0 bytes, bytes moved,
  * evicted — of that sequence, for this problem only},"policy","hbm_ratio","t2_ratio","evict_ratio",
- * "hbm_budget_bytes","max_tokens"}. Not done here: flags and environment (the tools read those). */
+ * "hbm_budget_bytes","max_tokens","build","check"} (see harness_verify_line). Not done here: flags and environment (the tools read those). */
 #ifndef TKV_EVAL_HARNESS_H
 #define TKV_EVAL_HARNESS_H
 #include <stddef.h>
@@ -89,6 +89,14 @@ void harness_summary_print(FILE *f, const struct harness_summary *s);
 int harness_run(const struct harness_opts *o, struct harness_summary *s, char ***sel_ids, size_t *n_sel,
                 char *err, size_t errlen);
 void harness_ids_free(char **ids, size_t n);
+
+/* Every results line ends with "build" (the commit that wrote it, base/version.h) and "check": the
+ * FNV-1a 64 (16 hex digits) of the line's bytes before `,"check":"`. An edit by hand that does not
+ * recompute it is caught by harness_verify_line: 1 intact, 0 no check (written before checks
+ * existed), -1 altered. harness_sign closes a json_out object with its check. */
+struct json_out;
+void harness_sign(struct json_out *j);
+int harness_verify_line(const char *line, size_t n);
 
 /* The summary as one JSON object (with the options that produced it, the command line `cmd` and the
  * selection's ids) written to path. */

@@ -1,0 +1,23 @@
+/* version.c — build stamp (see version.h). TKV_COMMIT and TKV_FLAGS come from the Makefile, which
+ * recompiles this one file at every build so the stamp never goes stale. */
+#include "base/version.h"
+
+#ifndef TKV_COMMIT
+#define TKV_COMMIT "unknown"
+#endif
+#ifndef TKV_FLAGS
+#define TKV_FLAGS "unknown"
+#endif
+
+const char *tkv_build_commit(void) { return TKV_COMMIT; }
+const char *tkv_build_flags(void) { return TKV_FLAGS; }
+
+uint64_t tkv_fnv1a64(const void *p, size_t n) {
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
