@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# fidelity-runs.sh — the long accuracy runs of the paper's four benchmarks on the 1.5B default
+# model (issue 22), one configuration after another, each through `tierkv sweep` into its own
+# results directory, so that a killed run resumes where it stopped (rerun the same command).
+#
+#   scripts/fidelity-runs.sh [-n N] [--only SUBSTR] [--list] [TIERKV_BINARY]
+#
+# -n N           problems per benchmark (default 200)
+# --only SUBSTR  run only the configurations whose label contains SUBSTR (e.g. math500, h2o)
+# --list         print the configurations in the order they run, run nothing
+# The binary defaults to build/tierkv. Results go to results/<bench>-1.5b-n<N>[-<max>]/; every line
+# records the build that wrote it (`tierkv verify`); scripts/results.sh turns them into docs.
+# Runs at nice 19 with 2 threads, 16 problems at once: meant for the background while other work is
+# built. Stop it (kill -STOP / -CONT its process group) while a benchmark is timing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=200
+only=
+list=0
+bin=build/tierkv
+while [ $# -gt 0 ]; do
+    case $1 in
+    -n) N=${2:?-n needs a number}; shift 2 ;;
+    --only) only=${2:?--only needs a substring}; shift 2 ;;
+    --list) list=1; shift ;;
+    -h | --help) sed -n '2,/^set -euo/s/^# \{0,1\}//p' "$0" | sed '$d'; exit 0 ;;
+    -*) echo "fidelity-runs.sh: bad argument '$1'" >&2; exit 2 ;;
+    *) bin=$1; shift ;;
+    esac
+done
+case $N in '' | *[!0-9]*) echo "fidelity-runs.sh: -n needs a positive number, got '$N'" >&2; exit 2 ;; esac
+[ -x "$bin" ] || { echo "fidelity-runs.sh: $bin is not an executable tierkv" >&2; exit 1; }
+model=$(scripts/fetch-model.sh 1.5b)
+data=${TIERKV_DATA:-../shared/data}
+
+# label | sweep dir | task | data file | max tokens | policy flags for tierkv sweep
+configs=(
+    "math500-full|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies full"
+    "math500-hier3|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.03"
+    "arc-full|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies full"
+    "arc-hier3|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.03"
+    "mathl5-full|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies full"
+    "mathl5-hier3|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.03"
+    "math500-hier10|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.1"
+    "arc-hier10|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.1"
+    "mathl5-hier10|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.1"
+    "math500-evict|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies evict --t0 0.5"
+    "arc-evict|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies evict --t0 0.5"
+    "mathl5-evict|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies evict --t0 0.5"
+    "math500-h2o|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5"
+    "arc-h2o|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies h2o --t0 0.5"
+    "mathl5-h2o|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies h2o --t0 0.5"
+    "math500-rkv|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5"
+    "arc-rkv|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies rkv --t0 0.5"
+    "mathl5-rkv|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies rkv --t0 0.5"
+)
+for c in "${configs[@]}"; do
+    IFS='|' read -r label dir task file max flags <<<"$c"
+    [ -z "$only" ] || [[ $label == *"$only"* ]] || continue
+    if [ $list = 1 ]; then echo "$label: results/$dir $flags"; continue; fi
+    echo "== $label ($(date -u +%H:%M:%S))"
+    # shellcheck disable=SC2086 # flags are words
+    nice -n 19 "$bin" sweep --dir "results/$dir" --no-plot $flags -m "$model" --task "$task" \
+        --data "$data/$file" --n "$N" --max-tokens "$max" --parallel 16 -t 2
+done
