@@ -1,0 +1,226 @@
+/* backend.h — the seam between the engine (the forward pass and the KV module) and the hardware.
+ *
+ * One op table (be_ops) per implementation: backend/cpu (the default; generic / AVX2 / AVX-512
+ * kernels chosen inside it from cpuid) and backend/cuda (built by `make cuda`). The forward and the
+ * KV module include this header only; they never see a kernel, an ISA or a stream.
+ *
+ * Memory. Every buffer an op reads or writes lives in the backend's memory (be_alloc): on the CPU
+ * that is host memory; on a GPU, BE_MEM_DEVICE is device memory and BE_MEM_PINNED page-locked host
+ * memory the device reaches by DMA. The engine never dereferences a BE_MEM_DEVICE pointer; small
+ * host-side arrays (token ids, positions, slot tables, move lists) are passed by host pointer and
+ * read during the call (an implementation copies what it needs before returning).
+ *
+ * Ordering. Ops run in call order, as if synchronously, on one "compute" queue. The one exception is
+ * copy_moves, which may run on a second "copy" queue (the transfer engine calls it from its own
+ * thread); copy_wait(layer) orders the compute queue after every copy submitted for that layer.
+ * be_read is the only call that waits for the compute queue.
+ *
+ * KV storage: pools and slot references. The KV module owns the decisions (who lives where); the
+ * backend owns the bytes. A tier's storage is a pool of slots in chunks of 1 << chunk_shift slots,
+ * each chunk one alloc (by the KV module: chunk bytes = (1 << chunk_shift) * layers * record_bytes,
+ * in the pool's be_mem) laid out [layer % layers][slot in chunk][record], where a record
+ * holds one token's K and V for one layer in the pool's format (be_kv_fmt). A token's place is a
+ * slot reference, BE_SLOT(tier, slot); BE_SLOT_NONE marks an evicted position. The STAGE tier is
+ * layer-less scratch (layers = 1, or 2 for a double-buffered prefetch): rows staged there for layer l
+ * are read as layer l % layers.
+ *
+ * Attention reads a *slot table* per sequence: entry p is position p's slot reference. Kernels never
+ * know why a token sits where it does; positions are visited in order 0..n-1 whatever the tiers, so
+ * the same values give the same result wherever they are stored (the hierarchy's exactness).
+ *
+ * Errors: prepare/alloc may fail with a message (int + err/errlen); an op given valid arguments
+ * cannot fail (an implementation aborts through its check macro on a device error). */
+#ifndef TKV_BACKEND_H
+#define TKV_BACKEND_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct be_backend be_backend;
+
+typedef enum {
+    BE_MEM_HOST = 0,   /* pageable host memory */
+    BE_MEM_PINNED = 1, /* host memory the device can DMA (CPU backend: host memory) */
+    BE_MEM_DEVICE = 2, /* the fast memory (CPU backend: host memory standing in for HBM) */
+} be_mem;
+
+/* ---- KV pools --------------------------------------------------------------------------------- */
+
+enum { BE_T0 = 0, BE_T1 = 1, BE_T2 = 2, BE_STAGE = 3, BE_N_POOLS = 4 };
+
+/* Slot references: tier in bits 30..31, slot in bits 0..29. */
+#define BE_SLOT(tier, slot) ((int32_t)(((uint32_t)(tier) << 30) | (uint32_t)(slot)))
+#define BE_SLOT_TIER(r) ((int)(((uint32_t)(r) >> 30) & 3u))
+#define BE_SLOT_IDX(r) ((int32_t)((uint32_t)(r) & 0x3fffffffu))
+#define BE_SLOT_NONE ((int32_t)-1) /* evicted; never a valid reference (tier 3 is STAGE, slot 2^30-1 unused) */
+
+/* Record formats of one (token, layer): K then V, each kv_dim = n_head_kv * head_dim values.
+ * Q8_HEAD: int8 K, int8 V, then f32 scales K[n_head_kv], V[n_head_kv] (one per head, symmetric,
+ * round to nearest: |x - q*s| <= amax/254). More T2 codecs are added here as formats. */
+typedef enum { BE_KV_F32 = 0, BE_KV_F16 = 1, BE_KV_Q8_HEAD = 2, BE_KV_N_FMT } be_kv_fmt;
+
+/* Bytes of one record of fmt (one token, one layer, K and V). */
+size_t be_kv_record_bytes(be_kv_fmt fmt, int n_head_kv, int head_dim);
+/* 1 when records of fmt hold exactly what the forward wrote (after the cache's element rounding):
+ * the lossless tiers T0/T1 use such formats. */
+int be_kv_fmt_exact(be_kv_fmt fmt);
+
+typedef struct {
+    be_kv_fmt fmt;
+    be_mem mem;
+    int layers;          /* layer dimension of each chunk: n_layer (T0..T2), 1 or 2 (STAGE) */
+    int chunk_shift;     /* slots per chunk = 1 << chunk_shift */
+    int n_chunks;        /* chunks allocated so far (the pool grows by whole chunks) */
+    void **chunks;       /* [n_chunks] chunk bases in backend memory (host array of pointers) */
+    size_t record_bytes; /* be_kv_record_bytes(fmt, ...) */
+} be_kv_pool;
+
+/* The four pools of one KV cache, and its shape. */
+typedef struct {
+    int n_layer, n_head_kv, head_dim;
+    be_kv_pool pool[BE_N_POOLS];
+} be_kv_pools;
+
+/* One move of the transfer engine: the record of slot `src` copied into slot `dst` for one layer,
+ * converting between the two pools' formats (exact between F16/F32 and the same format; through f32
+ * with the codec otherwise). STAGE destinations are written at layer % layers. */
+typedef struct {
+    int32_t src, dst; /* slot references */
+} be_move;
+
+/* ---- weights ---------------------------------------------------------------------------------- */
+
+/* A weight matrix as the backend runs it: n_out rows of n_in elements. `type` may be a layout the
+ * backend prepared (prepare_weight may reorder blocks: Q4_K -> Q4_KX on the CPU), so only the
+ * backend interprets it. */
+typedef struct {
+    const void *data;
+    uint32_t type;
+    int64_t n_in, n_out;
+} be_mat;
+
+/* Roles tell prepare_weight how a matrix is used. */
+enum { BE_W_MATMUL = 0, BE_W_EMBED = 1, BE_W_EMBED_AND_OUTPUT = 2 };
+
+/* One output of a fused matrix product: y[t * y_stride + r] = dot(row r of w, x[t]). */
+typedef struct {
+    const be_mat *w;
+    float *y;
+    int64_t y_stride;
+} be_mm_out;
+#define BE_MM_MAX_OUTS 4
+
+/* ---- attention -------------------------------------------------------------------------------- */
+
+/* How the attention weights are reported for the KV policy (the scorer). */
+enum {
+    BE_MASS_NONE = 0,  /* not needed */
+    BE_MASS_HEADS = 1, /* mass[t][h][j]: the softmax weight of query head h on position j */
+    BE_MASS_SUM = 2,   /* mass[t][0][j]: the sum over query heads of their weights on j */
+};
+
+typedef struct {
+    int n_tok;                   /* query rows */
+    int layer;
+    int n_head, n_head_kv, head_dim;
+    float scale;                 /* 1/sqrt(head_dim) */
+    const float *q;              /* [n_tok][n_head * head_dim], after RoPE */
+    float *o;                    /* [n_tok][n_head * head_dim] */
+    const be_kv_pools *pools;
+    const int32_t *const *slots; /* [n_tok] host: the slot table of the token's sequence (tokens of one
+                                    sequence may share a pointer); BE_SLOT_NONE entries are skipped */
+    const int *n_pos;            /* [n_tok] positions 0..n_pos-1 are attended (causal: pos + 1) */
+    const uint8_t *const *keep;  /* [n_tok] NULL, or per-(kv head, position) keep masks: entry
+                                    keep[t][g * keep_stride + j] != 0 for kv head g to read j */
+    int keep_stride;
+    int mass_mode;               /* BE_MASS_* */
+    float *mass;                 /* [n_tok][mass heads][mass_stride], masked positions 0 */
+    int mass_stride;             /* >= the largest n_pos */
+    uint64_t tables_gen;         /* slots, n_pos and keep are the same as in the previous call with the
+                                    same nonzero tables_gen (one forward call: every layer), so an
+                                    implementation may keep its device copy; 0: always read them */
+} be_attn;
+
+/* ---- the op table ----------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;            /* "cpu", "cuda" */
+    void (*close)(be_backend *b);
+    const char *(*describe)(const be_backend *b); /* kernels in use, e.g. "avx512" or "sm_90" */
+
+    /* memory */
+    void *(*alloc)(be_backend *b, size_t bytes, be_mem mem, char *err, size_t errlen);
+    void (*free)(be_backend *b, void *p, be_mem mem);
+    void (*upload)(be_backend *b, void *dst, const void *src, size_t bytes);   /* host -> backend */
+    /* A host-readable copy of backend memory: returns src itself where it is host memory, else
+     * copies into host_tmp (bytes) and returns it. Waits for the compute queue. */
+    const void *(*read)(be_backend *b, const void *src, size_t bytes, void *host_tmp);
+
+    /* weights: binds (and may reorder, in place in the model's private pages, or copy to the device)
+     * a matrix of the file; fails with a message for a type this backend cannot run */
+    int (*prepare_weight)(be_backend *b, be_mat *m, int role, char *err, size_t errlen);
+    /* f32 vectors (norms, biases) into backend memory */
+    const float *(*prepare_vector)(be_backend *b, const float *host, int64_t n, char *err, size_t errlen);
+    /* scratch bytes the matmul needs for n_tok rows of the given outputs (allocated by the caller) */
+    size_t (*matmul_scratch)(const be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, int64_t n_tok);
+
+    /* dense ops over activations [rows][n] */
+    void (*embed)(be_backend *b, const be_mat *emb, const int32_t *tokens, int n, float *x);
+    void (*matmul)(be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, const float *x, int64_t n_tok,
+                   void *scratch);
+    void (*rmsnorm)(be_backend *b, float *y, const float *x, const float *w, int rows, int n, float eps);
+    void (*add_bias)(be_backend *b, float *y, const float *bias, int rows, int n);
+    void (*add)(be_backend *b, float *y, const float *x, int64_t n); /* y += x */
+    /* RoPE in place on rows [n_rows][n_heads * head_dim] at positions pos[n_rows] (host): angle of
+     * pair i = pos * scale * base^(-2i/head_dim) as an f32 running product; neox pairs (i, i+hd/2) */
+    void (*rope)(be_backend *b, float *x, int n_rows, int n_heads, int head_dim, const int *pos, float base,
+                 float scale, int neox);
+    void (*swiglu)(be_backend *b, float *gate, const float *up, int64_t n); /* gate = silu(gate) * up */
+    /* dst[i] = src[rows[i]] for i < n, rows of `width` floats (rows is host) */
+    void (*gather_rows)(be_backend *b, float *dst, const float *src, const int *rows, int n, int width);
+
+    /* KV */
+    /* writes the K and V rows [n][kv_dim] of n new tokens for one layer into their slots (host
+     * array of references), rounding to the pool's format */
+    void (*kv_write)(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, const float *k,
+                     const float *v);
+    /* reads one layer's K (and V, if v is not NULL) of n slots as f32 into host memory [n][kv_dim] */
+    void (*kv_read)(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, float *k, float *v);
+    /* executes moves for one layer (may be asynchronous on the copy queue; see copy_wait) */
+    void (*copy_moves)(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer);
+    /* orders later compute after every copy_moves already submitted for `layer` */
+    void (*copy_wait)(be_backend *b, int layer);
+    /* attention over slot tables; scratch from attention_scratch */
+    size_t (*attention_scratch)(const be_backend *b, int n_tok, int max_pos, int n_head, int head_dim);
+    void (*attention)(be_backend *b, const be_attn *a, void *scratch);
+} be_ops;
+
+struct be_backend {
+    const be_ops *ops;
+};
+
+typedef struct {
+    const char *name;   /* "cpu" (NULL: "cpu") or "cuda" */
+    int n_threads;      /* CPU threads */
+    const char *kernels;/* CPU: "auto" (NULL), "generic", "avx2", "avx512"; CUDA: ignored */
+    int keep_layout;    /* 1: run weights in the file's layout (no reordering at prepare) */
+    int device;         /* CUDA device ordinal */
+} be_params;
+
+/* Opens a backend by name; fails with a message naming what is missing (an unknown name, a CUDA
+ * backend in a build without `make cuda`, no GPU, kernels the CPU lacks). */
+int be_open(const be_params *p, be_backend **out, char *err, size_t errlen);
+static inline void be_close(be_backend *b) {
+    if (b) b->ops->close(b);
+}
+
+/* Address of the record of slot reference r for layer l in host-addressable pools (CPU backend,
+ * pinned/host pools): for the KV module's host-side readers and the CPU kernels. */
+static inline void *be_kv_record(const be_kv_pools *p, int32_t r, int layer) {
+    const be_kv_pool *q = &p->pool[BE_SLOT_TIER(r)];
+    int32_t s = BE_SLOT_IDX(r);
+    size_t per = (size_t)1 << q->chunk_shift;
+    char *base = (char *)q->chunks[s >> q->chunk_shift];
+    return base + (((size_t)(layer % q->layers) * per) + ((size_t)s & (per - 1))) * q->record_bytes;
+}
+
+#endif
