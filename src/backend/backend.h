@@ -138,7 +138,22 @@ typedef struct {
     uint64_t tables_gen;         /* slots, n_pos and keep are the same as in the previous call with the
                                     same nonzero tables_gen (one forward call: every layer), so an
                                     implementation may keep its device copy; 0: always read them */
+    /* Split attention (T0 on the device, T1 where it lies, merged by log-sum-exp): tiers (bit per
+     * BE_T0..BE_STAGE) restricts the positions read to those whose slot is in one of these tiers (0:
+     * all); with part != NULL the call writes a partial result instead of o: part->o the weighted V
+     * sum with weights e^(s - part->m) (not normalised), part->m the largest score, part->l the sum
+     * of those weights, per (token, query head); mass, if asked, holds the same unnormalised weights
+     * (attention_merge rescales it). A part whose positions are all masked has m = -inf, l = 0. */
+    unsigned tiers;
+    struct be_attn_part *part;
 } be_attn;
+
+typedef struct be_attn_part {
+    float *o; /* [n_tok][n_head * head_dim] */
+    float *m; /* [n_tok][n_head] */
+    float *l; /* [n_tok][n_head] */
+    float *mass; /* [n_tok][mass heads][mass_stride] or NULL: this part's unnormalised weights */
+} be_attn_part;
 
 /* ---- the op table ----------------------------------------------------------------------------- */
 
@@ -192,6 +207,11 @@ typedef struct {
     /* attention over slot tables; scratch from attention_scratch */
     size_t (*attention_scratch)(const be_backend *b, int n_tok, int max_pos, int n_head, int head_dim);
     void (*attention)(be_backend *b, const be_attn *a, void *scratch);
+    /* o = (sum_k e^(m_k - M) o_k) / (sum_k e^(m_k - M) l_k), M = max m_k, over n_parts partial
+     * results of the same queries (host or backend memory as the parts were written); each part's
+     * mass, if any, is rescaled in place by e^(m_k - M) / L into normalised weights */
+    void (*attention_merge)(be_backend *b, float *o, const be_attn_part *parts, int n_parts, int n_tok, int n_head,
+                            int head_dim, int mass_heads, int mass_stride, const int *n_pos);
 } be_ops;
 
 struct be_backend {
