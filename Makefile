@@ -11,7 +11,7 @@ LDLIBS  = -lm -pthread
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
 
-LIB_SRC  = $(sort $(wildcard src/base/*.c src/gguf/*.c src/backend/cpu/*.c src/model/*.c src/kv/*.c src/eval/*.c))
+LIB_SRC  = $(sort $(wildcard src/base/*.c src/gguf/*.c src/backend/*.c src/backend/cpu/*.c src/model/*.c src/kv/*.c src/engine/*.c src/eval/*.c))
 TOOL_SRC = $(sort $(wildcard tools/*.c))
 TEST_SRC = $(sort $(wildcard tests/*.c))
 

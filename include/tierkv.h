@@ -1,50 +1,250 @@
-/* tierkv.h — the public API: open a model, make a session (one KV hierarchy holding n_seq
- * sequences, a thread pool and the forward's buffers), feed prompts, decode tokens.
- * Errors: functions return 0 on success and -1 with a message in (err, errlen). Nothing exits. */
+/* tierkv.h — the public API. A *model* is a loaded GGUF file: weights prepared for a backend, its
+ * tokenizer and chat template; it is read-only and shared. A *session* runs sequences on a model:
+ * one KV cache whose tiers (T0 fast memory, T1 host, T2 host int8, T3 evicted) are pools shared by
+ * every live sequence under one T0 budget, the forward's buffers, and the statistics. A *sequence*
+ * is one KV timeline inside a session, opened and closed at any time between steps.
+ *
+ * Errors: functions that can fail return 0 on success and a negative code with a one-line message in
+ * (err, errlen): TKV_ERR for bad input (never retry as is), TKV_EFULL when the session cannot take
+ * it now (all sequence slots live, or the budgets are taken by live sequences: retry after one
+ * closes). Nothing exits; nothing is half done (a refused sequence holds no memory).
+ * Threads: one thread at a time per session (and per model while it computes). */
 #ifndef TIERKV_H
 #define TIERKV_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
-#include "kv/kv.h"
+enum { TKV_OK = 0, TKV_ERR = -1, TKV_EFULL = -2 };
 
-typedef struct tkv_engine tkv_engine;
+/* ---- model ------------------------------------------------------------------------------------ */
+
+typedef struct tkv_model tkv_model;
 
 typedef struct {
-    int n_threads;       /* default 2 */
-    int n_ctx;           /* positions per sequence, default 4096 */
-    int n_seq;           /* sequences decoded together, default 1 */
-    int max_batch;       /* prefill chunk, default 64 */
-    int isa;             /* -1: best from cpuid; else a cpu_isa value (0 generic, 1 avx2, 2 avx512) */
-    int mmap_weights;    /* 1: map the file; 0 (default): copy it into huge-page memory when the
-                            kernel allows and memory suffices (gguf_load, GGUF_AUTO) */
-    int keep_layout;     /* 1: run the weights in the file's layouts; 0 (default): Q4_K, Q6_K, Q5_0
-                            and Q8_0 matrices are reordered at load (Q4_KX, ...), which the
-                            batched kernels run faster */
-    kv_options kv;       /* policy and budgets; the shape fields are filled from the model */
-} tkv_options;
+    const char *backend; /* "cpu" (NULL) or "cuda" (a `make cuda` build) */
+    int n_threads;       /* CPU threads, default 2 */
+    const char *kernels; /* CPU kernels: NULL/"auto" (from cpuid), "generic", "avx2", "avx512" */
+    int mmap_weights;    /* 1: map the file; 0 (default): read it into huge-page memory when possible */
+    int keep_layout;     /* 1: run the weights in the file's layouts; 0 (default): reordered at load for
+                            the batched kernels (same integers, float sums in another order) */
+    int device;          /* CUDA device ordinal */
+    int vocab_only;      /* 1: the tokenizer and chat template only (a vocabulary file is enough; no
+                            weights are read and no session can be opened) */
+} tkv_model_params;
 
-void tkv_options_default(tkv_options *o);
+void tkv_model_params_default(tkv_model_params *p);
+int tkv_model_open(const char *path, const tkv_model_params *p, tkv_model **out, char *err, size_t errlen);
+void tkv_model_close(tkv_model *m);
 
-int tkv_engine_open(const char *model_path, const tkv_options *o, tkv_engine **out, char *err, size_t errlen);
-void tkv_engine_close(tkv_engine *e);
+typedef struct {
+    char arch[16];
+    int n_vocab, n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
+    uint64_t weight_bytes; /* bytes of the weights one forward token reads */
+    const char *backend;   /* "cpu" or "cuda" */
+    const char *kernels;   /* what the backend runs, e.g. "avx512" */
+} tkv_model_info;
+void tkv_model_get_info(const tkv_model *m, tkv_model_info *out);
 
-/* Model facts. */
-int tkv_n_vocab(const tkv_engine *e);
-const char *tkv_isa_name(const tkv_engine *e);
-struct model;
-const struct model *tkv_model_of(const tkv_engine *e);
-kv_cache *tkv_kv_of(tkv_engine *e);
+/* ---- text ------------------------------------------------------------------------------------- */
 
-/* Appends n prompt tokens to sequence seq (chunked by max_batch). If logits is not NULL it
- * receives the logits of the last token; with all_logits, of every token (n x n_vocab). */
-int tkv_prefill(tkv_engine *e, int seq, const int32_t *tokens, int n, float *logits, int all_logits,
-                char *err, size_t errlen);
-/* One decode step for n sequences at once: token tokens[i] appended to sequence seqs[i];
- * logits (n x n_vocab) receives the next-token logits of each. */
-int tkv_decode(tkv_engine *e, const int *seqs, const int32_t *tokens, int n, float *logits, char *err, size_t errlen);
-/* Forgets a sequence. */
-void tkv_seq_reset(tkv_engine *e, int seq);
-int tkv_seq_len(const tkv_engine *e, int seq);
+enum { TKV_TOK_ADD_SPECIAL = 1, TKV_TOK_PARSE_SPECIAL = 2 };
+/* Encodes text[0..len) into up to cap ids; returns the total count (call again with more room when it
+ * exceeds cap), or TKV_ERR for text over 1 GiB. Invalid UTF-8 bytes become U+FFFD. */
+int tkv_tokenize(const tkv_model *m, const char *text, size_t len, int flags, int32_t *out, int cap);
+/* The bytes of one token (a part of a UTF-8 character, maybe): length, or TKV_ERR for a bad id. */
+int tkv_token_piece(const tkv_model *m, int32_t id, int special, const char **bytes);
+int tkv_token_is_eog(const tkv_model *m, int32_t id);
+/* Streaming detokenizer: valid UTF-8 out, an incomplete character held until the next token. */
+typedef struct {
+    unsigned char hold[4];
+    int n_hold;
+} tkv_detok;
+void tkv_detok_init(tkv_detok *d);
+size_t tkv_detok_out_size(const tkv_model *m); /* room tkv_detok_token may write */
+size_t tkv_detok_token(tkv_detok *d, const tkv_model *m, int32_t id, int special, char *out);
+size_t tkv_detok_flush(tkv_detok *d, char *out); /* at most 12 bytes */
+/* Whole-sequence decode, malloc'd and NUL-terminated; NULL for an id out of range. */
+char *tkv_detokenize(const tkv_model *m, const int32_t *ids, int n, int special, size_t *len);
+
+typedef struct {
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content; /* UTF-8 (invalid bytes become U+FFFD) */
+} tkv_chat_msg;
+
+typedef struct tkv_chat tkv_chat;
+enum { TKV_CHAT_NO_DEFAULT_SYSTEM = 1 };
+/* The chat format named (chatml, deepseek-r1, llama3) or, with name NULL, the one the file's
+ * tokenizer.chat_template stands for; fails naming the choices. */
+int tkv_chat_open(const tkv_model *m, const char *name, int flags, tkv_chat **out, char *err, size_t errlen);
+void tkv_chat_close(tkv_chat *c);
+const char *tkv_chat_name(const tkv_chat *c);
+/* Renders and encodes messages (special tokens typed inside a message stay text); the malloc'd ids
+ * in *ids, their count returned (TKV_ERR with a message for a bad role or empty list). */
+int tkv_chat_encode(const tkv_chat *c, const tkv_chat_msg *msgs, int n, int add_generation_prompt, int32_t **ids,
+                    char *err, size_t errlen);
+/* The rendered text (malloc'd), as tkv_chat_encode tokenises it. */
+char *tkv_chat_render(const tkv_chat *c, const tkv_chat_msg *msgs, int n, int add_generation_prompt, size_t *len);
+/* Reasoning markers of the format (DeepSeek-R1: "<think>" and "</think>"; the generation prompt
+ * already opens the think block when *opened_by_prompt). Returns 0 and NULLs for formats without. */
+int tkv_chat_reasoning(const tkv_chat *c, const char **open, const char **close, int *opened_by_prompt);
+
+/* ---- sampling --------------------------------------------------------------------------------- */
+
+typedef struct {
+    float temperature;    /* <= 0: greedy */
+    int top_k;            /* <= 0: off */
+    float top_p;          /* [0, 1]; 1: off */
+    float min_p;          /* [0, 1]; 0: off */
+    float repeat_penalty; /* > 0; 1: off */
+    int repeat_last_n;    /* < 0: the whole history */
+    uint64_t seed;
+} tkv_sampling;
+/* llama.cpp's defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalty, seed 0. */
+void tkv_sampling_default(tkv_sampling *p);
+typedef struct tkv_sampler tkv_sampler;
+/* Refuses NaN, infinite and out-of-range values with a message naming the parameter. */
+int tkv_sampler_open(const tkv_sampling *p, int n_vocab, tkv_sampler **out, char *err, size_t errlen);
+void tkv_sampler_close(tkv_sampler *s);
+/* Next token; logits are modified in place (penalty); history = ids so far, most recent last. */
+int32_t tkv_sampler_sample(tkv_sampler *s, float *logits, const int32_t *history, int n_hist);
+/* The first index of the largest value (greedy decoding). */
+int32_t tkv_argmax(const float *x, int n);
+
+/* Stop strings over streamed text: text that may begin a stop string is held back. */
+typedef struct tkv_stop tkv_stop;
+tkv_stop *tkv_stop_open(const char *const *stops, int n_stops);
+void tkv_stop_close(tkv_stop *s);
+size_t tkv_stop_out_size(const tkv_stop *s, size_t n); /* room tkv_stop_feed may write for n bytes in */
+/* Released text into out; returns 1 once a stop string matched (the text from it on is dropped). */
+int tkv_stop_feed(tkv_stop *s, const char *text, size_t n, char *out, size_t *out_n);
+size_t tkv_stop_flush(tkv_stop *s, char *out);
+
+/* ---- KV hierarchy options --------------------------------------------------------------------- */
+
+typedef enum {
+    TKV_POLICY_FULL = 0,  /* every token in T0: the reference */
+    TKV_POLICY_HIERARCHY, /* T0 by score, then T1 (exact), then T2 (int8), evict only the tail */
+    TKV_POLICY_EVICT,     /* the same scores and budgets; what does not fit in T0 is evicted */
+    TKV_POLICY_QUANT,     /* what does not fit in T0 goes to T2 */
+    TKV_POLICY_STREAMING, /* the baselines of the literature */
+    TKV_POLICY_H2O,
+    TKV_POLICY_RKV,
+    TKV_POLICY_SNAPKV,
+    TKV_POLICY_COUNT
+} tkv_policy;
+const char *tkv_policy_name(tkv_policy p);
+int tkv_policy_parse(const char *name, tkv_policy *out); /* 0, or TKV_ERR for an unknown name */
+
+typedef struct {
+    tkv_policy policy;
+    double hbm_ratio;          /* T0 share of each sequence's length, [0, 1]; < 0: not given */
+    uint64_t hbm_budget_bytes; /* T0 bytes for all live sequences together; 0: not given */
+    double t2_ratio;           /* T2 share of each sequence's length; < 0: not given */
+    double evict_ratio;        /* evicted share (at most) of each sequence's length; < 0: not given */
+    int delta;                 /* re-tier every delta decode steps (64) */
+    int sinks;                 /* protected first tokens (4) */
+    int window;                /* protected last tokens (64) */
+    int staged;                /* T1 rows copied into a staging area per layer before attention */
+    int sync_transfers;        /* moves on the caller's thread (debugging) */
+    int f16;                   /* T0/T1 element type: 1 fp16 (default), 0 f32 */
+    int t0_tokens;             /* T0 tokens per sequence (absolute, as R-KV and SnapKV budgets are
+                                  given); 0: not given */
+    int protect_prompt;        /* baselines: the prompt is kept outside their budget, as our policies
+                                  keep it; 0: as published (the prompt counts in the budget) */
+} tkv_kv_params;
+void tkv_kv_params_default(tkv_kv_params *p);
+
+/* ---- sessions and sequences ------------------------------------------------------------------- */
+
+typedef struct tkv_session tkv_session;
+
+typedef struct {
+    int max_seqs;     /* sequences live at once (default 16) */
+    int max_ctx;      /* the longest context a sequence may ask for (default 4096) */
+    int max_batch;    /* tokens per forward call, the prefill chunk (default 64, at least max_seqs) */
+    tkv_kv_params kv;
+} tkv_session_params;
+void tkv_session_params_default(tkv_session_params *p);
+/* Validates the budgets (a T0 budget that cannot hold one sequence's protected tokens, shares that do
+ * not add up) with a message saying why. Memory for the tiers grows with use. */
+int tkv_session_open(tkv_model *m, const tkv_session_params *p, tkv_session **out, char *err, size_t errlen);
+void tkv_session_close(tkv_session *s);
+
+/* Opens an empty sequence that will hold at most n_ctx positions, n_prompt of them the prompt it is
+ * about to be given. Admission: TKV_EFULL (with the numbers) when max_seqs sequences are live or the
+ * T0 budget, net of what the live sequences reserve, cannot hold this one's protected tokens (its
+ * prompt, sinks and window; its whole context for policy full); TKV_ERR when it could never fit
+ * (n_ctx above max_ctx, or more than the whole budget). */
+int tkv_seq_open(tkv_session *s, int n_ctx, int n_prompt, int *seq, char *err, size_t errlen);
+/* Frees the sequence's slots at once (its counters go into the session's totals). */
+void tkv_seq_close(tkv_session *s, int seq);
+int tkv_seq_len(const tkv_session *s, int seq);
+/* Positions 0..n-1 of sequence src become the prompt of the empty sequence dst, sharing the same K/V
+ * rows in the pool (held once, counted once in T0). Only for policies that do not score the prompt
+ * (full, hierarchy, evict, quant); TKV_ERR otherwise. */
+int tkv_seq_share_prefix(tkv_session *s, int src, int dst, int n, char *err, size_t errlen);
+int tkv_policy_shares_prefix(tkv_policy p);
+
+/* Appends n prompt tokens to seq (chunked by max_batch). logits (if not NULL) receives the last
+ * token's logits, or with all_logits every token's (n x n_vocab). */
+int tkv_prefill(tkv_session *s, int seq, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
+                size_t errlen);
+/* One decode step of n sequences at once: tokens[i] appended to seqs[i] (distinct); logits
+ * [n x n_vocab] receives each one's next-token logits, the same as decoding it alone. */
+int tkv_decode(tkv_session *s, const int *seqs, const int32_t *tokens, int n, float *logits, char *err,
+               size_t errlen);
+
+/* ---- statistics ------------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t tokens[4];          /* tokens per tier T0..T3 (T3 = evicted) */
+    int64_t bytes[4];           /* bytes per tier (T3: 0); prefix rows shared by sequences count once in
+                                   the total, in each sharing sequence's own stats */
+    int64_t peak_t0_bytes;      /* total: the most T0 held at once by all sequences together */
+    int64_t t0_budget_bytes;    /* the budget in force (after raising to the protected tokens) */
+    int64_t budget_raised;      /* times a budget was raised to hold protected tokens */
+    int64_t bytes_moved_down, bytes_moved_up, bytes_moved_host, bytes_staged;
+    int64_t tokens_evicted;
+    double evicted_equiv;       /* positions no longer readable, averaged over (layer, kv head) rows */
+    int64_t retiers, sync_demotions;
+    double move_seconds, retier_seconds, fence_wait_seconds;
+    int64_t held_bytes, peak_held_bytes, limit_bytes; /* the baselines, per row (see docs/BASELINES.md) */
+    int64_t shared_tokens;      /* prefix tokens held once for several sequences */
+    int64_t shared_bytes_saved; /* bytes those would take if every sequence held its own copy */
+    int live_seqs;
+} tkv_stats;
+/* seq >= 0: that live sequence since it opened; seq < 0: the session (live and closed sequences). */
+int tkv_stats_get(const tkv_session *s, int seq, tkv_stats *out, char *err, size_t errlen);
+/* Waits for every move in flight (so statistics are settled). */
+void tkv_sync(tkv_session *s);
+/* A table for people (seq < 0: the session), the re-tiering log, and JSON ({"policy", "total",
+ * "seqs": [...]}); the write functions return -1 when the stream reports an error. */
+void tkv_stats_print(FILE *f, const tkv_session *s, int seq);
+void tkv_retier_log_print(FILE *f, const tkv_session *s);
+int tkv_stats_write_json(FILE *f, const tkv_session *s);
+/* Bytes one token takes in tier 0..2 under these options (the model's shape). */
+int64_t tkv_token_bytes(const tkv_session *s, int tier);
+
+/* ---- capacity planning (tierkv plan): the budget rules of a session, without a model ---------- */
+
+typedef struct {
+    int n_layer, n_head, n_head_kv, head_dim;
+} tkv_shape;
+typedef struct {
+    int64_t token_bytes[3];      /* per tier */
+    int64_t t0_tokens, t1_tokens, t2_tokens, t3_tokens; /* per sequence at the full length */
+    int64_t t0_bytes_total;      /* all sequences */
+    int t0_raised;               /* 1: the budget was raised to the protected tokens */
+    int64_t protected_tokens;    /* per sequence */
+} tkv_plan_result;
+/* Where the tokens of `batch` sequences of `ctx` positions (`prompt` of them prompt) sit at the end,
+ * by the same budget code a session runs; TKV_ERR with the session's own message for bad budgets. */
+int tkv_plan(const tkv_shape *sh, const tkv_kv_params *kv, int batch, int ctx, int prompt, tkv_plan_result *out,
+             char *err, size_t errlen);
+
+/* The build: git commit (with -dirty) and compiler flags. */
+const char *tkv_build_commit(void);
+const char *tkv_build_flags(void);
 
 #endif

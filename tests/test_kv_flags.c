@@ -6,7 +6,7 @@
 #include "../tools/kv_flags.h"
 #include "t.h"
 
-static int parse1(kv_options *o, const char *a, const char *b, int *consumed_to) {
+static int parse1(tkv_kv_params *o, const char *a, const char *b, int *consumed_to) {
     char *argv[3] = {(char *)a, (char *)b, NULL};
     int i = 0;
     char err[256];
@@ -16,10 +16,10 @@ static int parse1(kv_options *o, const char *a, const char *b, int *consumed_to)
 }
 
 TEST(kv_flags_parse_values) {
-    kv_options o;
-    kv_options_default(&o);
+    tkv_kv_params o;
+    tkv_kv_params_default(&o);
     int to;
-    CHECK(parse1(&o, "--policy", "hierarchy", &to) == 1 && to == 1 && o.policy == KV_POLICY_HIERARCHY);
+    CHECK(parse1(&o, "--policy", "hierarchy", &to) == 1 && to == 1 && o.policy == TKV_POLICY_HIERARCHY);
     CHECK(parse1(&o, "--hbm-ratio=0.25", NULL, &to) == 1 && to == 0 && o.hbm_ratio == 0.25);
     CHECK(parse1(&o, "--hbm-ratio", "1.5", &to) == -1);
     CHECK(parse1(&o, "--t2-ratio", "-0.1", &to) == -1);

@@ -22,7 +22,7 @@
 #include "kv/kv.h"
 #include "model/model.h"
 #include "t.h"
-#include "tierkv.h"
+#include "t_engine.h"
 
 #define QWEN2 "fixtures/models/qwen2-Q4_K_M.gguf"
 #define LLAMA "fixtures/models/llama-Q8_0.gguf"
@@ -31,7 +31,7 @@ typedef struct {
     const char *name;
     kv_options kv;    /* policy and budgets (the engine fills the shape) */
     int no_compare;   /* 1: logits may differ (budgets that evict); first_diff is still recorded */
-    tkv_engine *e;
+    te_engine *e;
     float *lg;
     int first_diff;   /* first logits row that differed from the reference, -1 none */
     int bad;          /* per-step check failures (the first message is printed) */
@@ -71,8 +71,8 @@ static void prompt_ids(int32_t *p, int n, int vocab) {
 /* Reference plus k candidates in lockstep; returns -1 (with a failed check) if an engine fails. */
 static int lockstep(const char *model, int threads, int np, int n_gen, cand *c, int k, check_fn fn) {
     char err[512];
-    tkv_options o;
-    tkv_options_default(&o);
+    te_options o;
+    te_options_default(&o);
     o.n_threads = threads;
     o.n_ctx = np + n_gen + 1;
     o.kv.f16 = k > 0 ? c[0].kv.f16 : 0; /* the full reference stores the candidates' element type */
@@ -81,22 +81,22 @@ static int lockstep(const char *model, int threads, int np, int n_gen, cand *c, 
             CHECK(!"lockstep candidates must share one KV element type");
             return -1;
         }
-    tkv_engine *ref;
-    if (tkv_engine_open(model, &o, &ref, err, sizeof err)) {
+    te_engine *ref;
+    if (te_open(model, &o, &ref, err, sizeof err)) {
         fprintf(stderr, "    open %s: %s\n", model, err);
         CHECK(!"engine open");
         return -1;
     }
-    int V = tkv_n_vocab(ref), rc = 0;
+    int V = te_n_vocab(ref), rc = 0;
     int32_t *prompt = malloc((size_t)np * sizeof *prompt);
     prompt_ids(prompt, np, V < 50000 ? V : 50000);
     float *lg = malloc((size_t)V * sizeof(float));
     for (int i = 0; i < k; i++) {
-        tkv_options oc = o;
+        te_options oc = o;
         oc.kv = c[i].kv;
         c[i].np = np;
         c[i].lg = malloc((size_t)V * sizeof(float));
-        if (tkv_engine_open(model, &oc, &c[i].e, err, sizeof err)) {
+        if (te_open(model, &oc, &c[i].e, err, sizeof err)) {
             fprintf(stderr, "    open %s: %s\n", c[i].name, err);
             CHECK(!"candidate engine open");
             rc = -1;
@@ -104,18 +104,18 @@ static int lockstep(const char *model, int threads, int np, int n_gen, cand *c, 
             goto done;
         }
     }
-    if (tkv_prefill(ref, 0, prompt, np, lg, 0, err, sizeof err)) goto fail;
+    if (te_prefill(ref, 0, prompt, np, lg, 0, err, sizeof err)) goto fail;
     for (int i = 0; i < k; i++) {
-        if (tkv_prefill(c[i].e, 0, prompt, np, c[i].lg, 0, err, sizeof err)) goto fail;
+        if (te_prefill(c[i].e, 0, prompt, np, c[i].lg, 0, err, sizeof err)) goto fail;
         if (memcmp(lg, c[i].lg, (size_t)V * sizeof(float)) && c[i].first_diff < 0) c[i].first_diff = 0;
     }
     for (int s = 0; s < n_gen; s++) {
         int32_t tok = argmax(lg, V);
         int seq = 0;
-        if (tkv_decode(ref, &seq, &tok, 1, lg, err, sizeof err)) goto fail;
+        if (te_decode(ref, &seq, &tok, 1, lg, err, sizeof err)) goto fail;
         for (int i = 0; i < k; i++) {
             int32_t t = argmax(c[i].lg, V);
-            if (tkv_decode(c[i].e, &seq, &t, 1, c[i].lg, err, sizeof err)) goto fail;
+            if (te_decode(c[i].e, &seq, &t, 1, c[i].lg, err, sizeof err)) goto fail;
             if (c[i].first_diff < 0 && memcmp(lg, c[i].lg, (size_t)V * sizeof(float)))
                 c[i].first_diff = s + 1;
             if (fn) fn(&c[i], s);
@@ -128,27 +128,27 @@ fail:
     rc = -1;
 done:
     for (int i = 0; i < k; i++) {
-        kv_cache *kv = tkv_kv_of(c[i].e);
+        kv_cache *kv = te_kv(c[i].e);
         kv_sync(kv);
         kv_get_stats(kv, -1, &c[i].st);
         if (kv_check(kv, err, sizeof err)) bad(&c[i], n_gen, err);
-        tkv_engine_close(c[i].e);
+        te_close(c[i].e);
         free(c[i].lg);
     }
-    tkv_engine_close(ref);
+    te_close(ref);
     free(lg);
     free(prompt);
     return rc;
 }
 
-static const model_config *cfg_of(cand *c) { return &tkv_model_of(c->e)->cfg; }
+static const model_config *cfg_of(cand *c) { return &te_model(c->e)->cfg; }
 
 /* ---- the hierarchy: lossless tiers are bit-exact ---- */
 
 /* kv_check (slots, T0 within its budget, protected tokens in T0) and, independently, the protected
  * positions through kv_token_tier. */
 static void check_hierarchy(cand *c, int step) {
-    kv_cache *kv = tkv_kv_of(c->e);
+    kv_cache *kv = te_kv(c->e);
     char err[256];
     if (kv_check(kv, err, sizeof err)) bad(c, step, err);
     int len = kv_seq_len(kv, 0), w = c->kv.window > 1 ? c->kv.window : 1;
@@ -278,7 +278,7 @@ TEST(kv_model_protected_stay_in_t0) {
 /* ---- eviction: an evicted token is never read again ---- */
 
 static void check_evicted_not_in_view(cand *c, int step) {
-    kv_cache *kv = tkv_kv_of(c->e);
+    kv_cache *kv = te_kv(c->e);
     const model_config *m = cfg_of(c);
     char err[256];
     if (kv_check(kv, err, sizeof err)) bad(c, step, err);
@@ -304,7 +304,7 @@ static uint8_t evicted_once[4096];
 /* Evictions are final: once T3, a position stays T3 (so no later view ever hands out its row). */
 static void check_evict_final(cand *c, int step) {
     check_evicted_not_in_view(c, step);
-    kv_cache *kv = tkv_kv_of(c->e);
+    kv_cache *kv = te_kv(c->e);
     int len = kv_seq_len(kv, 0);
     for (int p = 0; p < len && p < 4096; p++) {
         int t3 = kv_token_tier(kv, 0, p) == 3;
@@ -363,7 +363,7 @@ static int rule_limit(kv_policy_kind p, int n, int np, int sinks) {
 }
 
 static void check_baseline_budget(cand *c, int step) {
-    kv_cache *kv = tkv_kv_of(c->e);
+    kv_cache *kv = te_kv(c->e);
     const model_config *m = cfg_of(c);
     char err[256];
     if (kv_check(kv, err, sizeof err)) bad(c, step, err);

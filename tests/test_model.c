@@ -10,7 +10,7 @@
 #include "backend/cpu/ops.h"
 #include "base/err.h"
 #include "t.h"
-#include "tierkv.h"
+#include "t_engine.h"
 
 typedef struct {
     int n_vocab, n_prompt, first, rows, n_greedy;
@@ -110,28 +110,28 @@ static void compare_row(const float *ours, const float *ref, int V, double tol, 
 /* Runs the reference prompt, then teacher-forces the reference greedy tokens, comparing every row. */
 static int run_compare(const char *model_path, const ref_data *r, double tol, int threads, int f16, cmp_stats *s) {
     memset(s, 0, sizeof *s);
-    tkv_options o;
-    tkv_options_default(&o);
+    te_options o;
+    te_options_default(&o);
     o.kv.f16 = f16;
     o.n_threads = threads;
     o.n_ctx = r->n_prompt + r->n_greedy + 8;
     char err[512];
-    tkv_engine *e;
-    if (tkv_engine_open(model_path, &o, &e, err, sizeof err)) { fprintf(stderr, "  %s\n", err); return -1; }
+    te_engine *e;
+    if (te_open(model_path, &o, &e, err, sizeof err)) { fprintf(stderr, "  %s\n", err); return -1; }
     int V = r->n_vocab;
-    if (tkv_n_vocab(e) != V) { tkv_engine_close(e); return -1; }
+    if (te_n_vocab(e) != V) { te_close(e); return -1; }
     float *all = malloc((size_t)r->n_prompt * V * sizeof(float));
-    if (tkv_prefill(e, 0, r->prompt, r->n_prompt, all, 1, err, sizeof err)) { fprintf(stderr, "  %s\n", err); free(all); tkv_engine_close(e); return -1; }
+    if (te_prefill(e, 0, r->prompt, r->n_prompt, all, 1, err, sizeof err)) { fprintf(stderr, "  %s\n", err); free(all); te_close(e); return -1; }
     int row = 0;
     for (int p = r->first; p < r->n_prompt; p++, row++) compare_row(all + (size_t)p * V, r->logits + (size_t)row * V, V, tol, s);
     for (int g = 0; g < r->n_greedy; g++, row++) {
         int seq = 0;
-        if (tkv_decode(e, &seq, &r->greedy[g], 1, all, err, sizeof err)) { fprintf(stderr, "  %s\n", err); break; }
+        if (te_decode(e, &seq, &r->greedy[g], 1, all, err, sizeof err)) { fprintf(stderr, "  %s\n", err); break; }
         compare_row(all, r->logits + (size_t)row * V, V, tol, s);
     }
     s->rms = sqrt(s->rms / (s->rows ? s->rows : 1));
     free(all);
-    tkv_engine_close(e);
+    te_close(e);
     return 0;
 }
 
@@ -237,28 +237,28 @@ TEST(model_real_logits_1_5b) { real_case("qwen2.5-coder-1.5b-instruct-q4_k_m.ggu
 /* Greedy ids for a prompt: prefill in chunks of `batch`, decode n steps on `threads` threads. */
 static int greedy_run(const char *model, const int32_t *prompt, int np, int n, int threads, int batch, int isa, int mmap_w,
                       int32_t *out) {
-    tkv_options o;
-    tkv_options_default(&o);
+    te_options o;
+    te_options_default(&o);
     o.mmap_weights = mmap_w;
     o.n_threads = threads;
     o.max_batch = batch;
     o.n_ctx = np + n + 1;
     o.isa = isa;
     char err[512];
-    tkv_engine *e;
-    if (tkv_engine_open(model, &o, &e, err, sizeof err)) return -1;
-    int V = tkv_n_vocab(e);
+    te_engine *e;
+    if (te_open(model, &o, &e, err, sizeof err)) return -1;
+    int V = te_n_vocab(e);
     float *lg = malloc((size_t)V * sizeof(float));
-    int rc = tkv_prefill(e, 0, prompt, np, lg, 0, err, sizeof err);
+    int rc = te_prefill(e, 0, prompt, np, lg, 0, err, sizeof err);
     for (int i = 0; i < n && rc == 0; i++) {
         int best = 0;
         for (int k = 1; k < V; k++) if (lg[k] > lg[best]) best = k;
         out[i] = best;
         int seq = 0;
-        rc = tkv_decode(e, &seq, &out[i], 1, lg, err, sizeof err);
+        rc = te_decode(e, &seq, &out[i], 1, lg, err, sizeof err);
     }
     free(lg);
-    tkv_engine_close(e);
+    te_close(e);
     return rc;
 }
 
@@ -286,19 +286,19 @@ TEST(model_greedy_deterministic_threads_batches) {
  * with the generic kernels (whose f32 steps are the same for both layouts), and within float
  * summation noise with this CPU's kernels. */
 static int prompt_logits(const char *model, int isa, int keep_layout, const int32_t *prompt, int np, float **out) {
-    tkv_options o;
-    tkv_options_default(&o);
+    te_options o;
+    te_options_default(&o);
     o.isa = isa;
     o.keep_layout = keep_layout;
     o.n_ctx = np + 1;
     o.max_batch = 8;
     char err[512];
-    tkv_engine *e;
-    if (tkv_engine_open(model, &o, &e, err, sizeof err)) return -1;
-    int V = tkv_n_vocab(e);
+    te_engine *e;
+    if (te_open(model, &o, &e, err, sizeof err)) return -1;
+    int V = te_n_vocab(e);
     *out = malloc((size_t)V * np * sizeof(float));
-    int rc = tkv_prefill(e, 0, prompt, np, *out, 1, err, sizeof err);
-    tkv_engine_close(e);
+    int rc = te_prefill(e, 0, prompt, np, *out, 1, err, sizeof err);
+    te_close(e);
     return rc ? -1 : V;
 }
 
@@ -327,63 +327,63 @@ TEST(model_repacked_layout_same_logits) {
 /* Decoding two sequences in one batch gives each the logits it gets alone. */
 TEST(model_multi_sequence_batch_matches_single) {
     const char *model = t_shared("fixtures/models/llama-Q8_0.gguf");
-    tkv_options o;
-    tkv_options_default(&o);
+    te_options o;
+    te_options_default(&o);
     o.n_seq = 2;
     o.n_ctx = 64;
     char err[512];
-    tkv_engine *e;
-    REQUIRE(tkv_engine_open(model, &o, &e, err, sizeof err) == 0);
-    int V = tkv_n_vocab(e);
+    te_engine *e;
+    REQUIRE(te_open(model, &o, &e, err, sizeof err) == 0);
+    int V = te_n_vocab(e);
     int32_t p0[10], p1[13];
     for (int i = 0; i < 10; i++) p0[i] = (i * 91 + 5) % V;
     for (int i = 0; i < 13; i++) p1[i] = (i * 53 + 17) % V;
     float *l0 = malloc((size_t)V * 4), *l1 = malloc((size_t)V * 4), *both = malloc((size_t)2 * V * 4);
-    REQUIRE(tkv_prefill(e, 0, p0, 10, l0, 0, err, sizeof err) == 0);
-    REQUIRE(tkv_prefill(e, 1, p1, 13, l1, 0, err, sizeof err) == 0);
+    REQUIRE(te_prefill(e, 0, p0, 10, l0, 0, err, sizeof err) == 0);
+    REQUIRE(te_prefill(e, 1, p1, 13, l1, 0, err, sizeof err) == 0);
     float *alone0 = malloc((size_t)8 * V * 4), *alone1 = malloc((size_t)8 * V * 4);
     int32_t t0 = 3, t1 = 7;
     int seqs[2] = {0, 1};
     for (int s = 0; s < 8; s++) {
         int32_t toks[2] = {t0 + s, t1 + s};
-        REQUIRE(tkv_decode(e, seqs, toks, 2, both, err, sizeof err) == 0);
+        REQUIRE(te_decode(e, seqs, toks, 2, both, err, sizeof err) == 0);
         memcpy(alone0 + (size_t)s * V, both, (size_t)V * 4);
         memcpy(alone1 + (size_t)s * V, both + V, (size_t)V * 4);
     }
-    tkv_engine_close(e);
+    te_close(e);
     /* now each alone */
     o.n_seq = 1;
     for (int which = 0; which < 2; which++) {
-        REQUIRE(tkv_engine_open(model, &o, &e, err, sizeof err) == 0);
-        REQUIRE(tkv_prefill(e, 0, which ? p1 : p0, which ? 13 : 10, l0, 0, err, sizeof err) == 0);
+        REQUIRE(te_open(model, &o, &e, err, sizeof err) == 0);
+        REQUIRE(te_prefill(e, 0, which ? p1 : p0, which ? 13 : 10, l0, 0, err, sizeof err) == 0);
         for (int s = 0; s < 8; s++) {
             int32_t tok = (which ? t1 : t0) + s;
             int seq = 0;
-            REQUIRE(tkv_decode(e, &seq, &tok, 1, l0, err, sizeof err) == 0);
+            REQUIRE(te_decode(e, &seq, &tok, 1, l0, err, sizeof err) == 0);
             CHECK(memcmp(l0, (which ? alone1 : alone0) + (size_t)s * V, (size_t)V * 4) == 0);
         }
-        tkv_engine_close(e);
+        te_close(e);
     }
     free(l0); free(l1); free(both); free(alone0); free(alone1);
 }
 
 TEST(model_bad_inputs_error_cleanly) {
-    tkv_options o;
-    tkv_options_default(&o);
+    te_options o;
+    te_options_default(&o);
     char err[512];
-    tkv_engine *e;
-    CHECK(tkv_engine_open("/nonexistent/model.gguf", &o, &e, err, sizeof err) != 0);
+    te_engine *e;
+    CHECK(te_open("/nonexistent/model.gguf", &o, &e, err, sizeof err) != 0);
     CHECK(strstr(err, "nonexistent") != NULL);
     /* a vocab-only file has no tensors: the binder lists what is missing */
-    CHECK(tkv_engine_open(t_shared("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf"), &o, &e, err, sizeof err) != 0);
+    CHECK(te_open(t_shared("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf"), &o, &e, err, sizeof err) != 0);
     CHECKF(strstr(err, "missing") && strstr(err, "token_embd.weight"), "got: %s", err);
     o.n_ctx = 16;
-    REQUIRE(tkv_engine_open(t_shared("fixtures/models/qwen2-Q8_0.gguf"), &o, &e, err, sizeof err) == 0);
+    REQUIRE(te_open(t_shared("fixtures/models/qwen2-Q8_0.gguf"), &o, &e, err, sizeof err) == 0);
     int32_t toks[20] = {0};
-    CHECK(tkv_prefill(e, 0, toks, 20, NULL, 0, err, sizeof err) != 0); /* does not fit */
+    CHECK(te_prefill(e, 0, toks, 20, NULL, 0, err, sizeof err) != 0); /* does not fit */
     toks[0] = 5000;
-    CHECK(tkv_prefill(e, 0, toks, 1, NULL, 0, err, sizeof err) != 0); /* bad id */
+    CHECK(te_prefill(e, 0, toks, 1, NULL, 0, err, sizeof err) != 0); /* bad id */
     CHECK(strstr(err, "5000") != NULL);
-    CHECK(tkv_prefill(e, 3, toks, 1, NULL, 0, err, sizeof err) != 0); /* bad sequence */
-    tkv_engine_close(e);
+    CHECK(te_prefill(e, 3, toks, 1, NULL, 0, err, sizeof err) != 0); /* bad sequence */
+    te_close(e);
 }

@@ -3,6 +3,7 @@
  * drawn from a fixed-seed generator: speed does not depend on them. Each number is the median of
  * --reps repetitions. KV flags apply, so `--policy hierarchy --hbm-ratio 0.5` measures the
  * hierarchy's cost against a `--policy full` run of the same command. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,6 @@
 #include "base/err.h"
 #include "base/hugemem.h"
 #include "base/pool.h"
-#include "model/model.h"
 #include "cmds.h"
 #include "common.h"
 #include "kv_flags.h"
@@ -30,6 +30,7 @@ static void usage(FILE *out) {
             "      --parallel N     also time N sequences decoding together (aggregate tok/s)\n"
             "      --reps N         repetitions; the median is reported (default 3)\n"
             "      --json           JSON lines instead of CSV\n"
+            "      --stats-json FILE write the KV statistics (total and per sequence) as JSON at the end\n"
             "      --membw          also measure memory read bandwidth on the bench threads and print\n"
             "                       the decode floor it sets: weight bytes per token / bandwidth\n"
             "%s%s",
@@ -58,11 +59,11 @@ static void report(int json, const char *test, int depth, int n_tok, int n_seq, 
     if (json)
         printf("{\"test\": \"%s\", \"depth\": %d, \"tokens\": %d, \"sequences\": %d, \"tok_per_s\": %.3f, \"threads\": %d, "
                "\"kernels\": \"%s\", \"policy\": \"%s\", \"hbm_ratio\": %.3f, \"evict_ratio\": %.3f}\n",
-               test, depth, n_tok, n_seq, tps, c->eo.n_threads, isa, kv_policy_name(c->eo.kv.policy),
-               c->eo.kv.hbm_ratio, c->eo.kv.evict_ratio);
+               test, depth, n_tok, n_seq, tps, c->mp.n_threads, isa, tkv_policy_name(c->sp.kv.policy),
+               c->sp.kv.hbm_ratio, c->sp.kv.evict_ratio);
     else
-        printf("%s,%d,%d,%d,%.3f,%d,%s,%s,%.3f,%.3f\n", test, depth, n_tok, n_seq, tps, c->eo.n_threads, isa,
-               kv_policy_name(c->eo.kv.policy), c->eo.kv.hbm_ratio, c->eo.kv.evict_ratio);
+        printf("%s,%d,%d,%d,%.3f,%d,%s,%s,%.3f,%.3f\n", test, depth, n_tok, n_seq, tps, c->mp.n_threads, isa,
+               tkv_policy_name(c->sp.kv.policy), c->sp.kv.hbm_ratio, c->sp.kv.evict_ratio);
     fflush(stdout);
 }
 
@@ -104,11 +105,19 @@ static double measure_read_bandwidth(int threads, int huge) {
     return median(s, 5);
 }
 
+/* Closes *seq if open and opens a fresh sequence of n_ctx positions in its place. */
+static int reopen(tkv_session *e, int *seq, int n_ctx, int n_prompt, char *err, size_t errlen) {
+    if (*seq >= 0) tkv_seq_close(e, *seq);
+    *seq = -1;
+    return tkv_seq_open(e, n_ctx, n_prompt, seq, err, errlen);
+}
+
 int cmd_bench(int argc, char **argv) {
     common_opts c;
     common_opts_default(&c);
     long n_prompt = 512, n_gen = 32, reps = 3, parallel = 0;
     int depths[MAX_DEPTHS] = {0, 1024, 4096}, n_depths = 3, json = 0, membw = 0;
+    const char *stats_json = NULL;
     char err[512];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -120,7 +129,8 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "--membw")) { membw = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "tierkv bench: unknown flag or missing value: %s\n", a); usage(stderr); return 2; }
         const char *v = argv[++i];
-        if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
+        if (!strcmp(a, "--stats-json")) stats_json = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
             if (parse_int(v, 0, 1 << 20, &n_prompt)) { fprintf(stderr, "tierkv bench: bad %s '%s'\n", a, v); return 2; }
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
             if (parse_int(v, 0, 1 << 20, &n_gen)) { fprintf(stderr, "tierkv bench: bad %s '%s'\n", a, v); return 2; }
@@ -145,94 +155,122 @@ int cmd_bench(int argc, char **argv) {
     for (int k = 0; k < n_depths; k++) if (depths[k] > max_depth) max_depth = depths[k];
     long need = max_depth + (n_prompt > n_gen * reps ? n_prompt : n_gen * reps) + 1;
     if (parallel > 1 && need < PAR_PROMPT + n_gen + 1) need = PAR_PROMPT + n_gen + 1; /* tokens the parallel run reads */
-    if (need > c.eo.n_ctx) c.eo.n_ctx = (int)need;
+    if (c.ctx_given && need > c.sp.max_ctx) {
+        fprintf(stderr, "tierkv bench: the runs need %ld positions, more than --ctx %d\n", need, c.sp.max_ctx);
+        return 1;
+    }
+    c.sp.max_ctx = (int)need;
     int n_seq = parallel > 1 ? (int)parallel : 1;
-    c.eo.n_seq = n_seq;
-    if (parallel > 1 && c.eo.max_batch < n_seq) c.eo.max_batch = n_seq;
-    tkv_engine *e;
-    if (tkv_engine_open(c.model_path, &c.eo, &e, err, sizeof err)) { fprintf(stderr, "tierkv bench: %s\n", err); return 1; }
-    int V = tkv_n_vocab(e);
-    int32_t *toks = tkv_xmalloc((size_t)need * sizeof(int32_t));
-    float *logits = tkv_xmalloc((size_t)V * (size_t)n_seq * sizeof(float));
-    int *seqs = tkv_xmalloc((size_t)n_seq * sizeof(int));
-    int32_t *step = tkv_xmalloc((size_t)n_seq * sizeof(int32_t));
-    double samples[MAX_REPS];
+    c.sp.max_seqs = n_seq;
+    if (parallel > 1 && c.sp.max_batch < n_seq) c.sp.max_batch = n_seq;
+    FILE *fj = NULL;
+    if (stats_json && !(fj = fopen(stats_json, "w"))) {
+        fprintf(stderr, "tierkv bench: cannot write --stats-json '%s': %s\n", stats_json, strerror(errno));
+        return 1;
+    }
+    tkv_model *m = NULL;
+    tkv_session *e = NULL;
+    int32_t *toks = NULL, *step = NULL;
+    float *logits = NULL;
+    int *seqs = NULL;
     int rc = 1;
+    if (tkv_model_open(c.model_path, &c.mp, &m, err, sizeof err) || tkv_session_open(m, &c.sp, &e, err, sizeof err)) {
+        fprintf(stderr, "tierkv bench: %s\n", err);
+        goto done;
+    }
+    tkv_model_info info;
+    tkv_model_get_info(m, &info);
+    int V = info.n_vocab;
+    toks = tkv_xmalloc((size_t)need * sizeof(int32_t));
+    logits = tkv_xmalloc((size_t)V * (size_t)n_seq * sizeof(float));
+    seqs = tkv_xmalloc((size_t)n_seq * sizeof(int));
+    step = tkv_xmalloc((size_t)n_seq * sizeof(int32_t));
+    for (int k = 0; k < n_seq; k++) seqs[k] = -1;
+    double samples[MAX_REPS];
     if (!json) printf("test,depth,tokens,sequences,tok_per_s,threads,kernels,policy,hbm_ratio,evict_ratio\n");
     for (int k = 0; k < n_depths; k++) {
         int d = depths[k];
         for (int t = 0; t < need; t++) toks[t] = rand_tok(V);
         if (n_prompt > 0) {
             for (int r = 0; r < reps; r++) {
-                tkv_seq_reset(e, 0);
-                if (d > 0 && tkv_prefill(e, 0, toks, d, NULL, 0, err, sizeof err)) goto fail;
+                if (reopen(e, &seqs[0], (int)need, d + (int)n_prompt, err, sizeof err)) goto fail;
+                if (d > 0 && tkv_prefill(e, seqs[0], toks, d, NULL, 0, err, sizeof err)) goto fail;
                 double t0 = tkv_now_s();
-                if (tkv_prefill(e, 0, toks + d, (int)n_prompt, logits, 0, err, sizeof err)) goto fail;
+                if (tkv_prefill(e, seqs[0], toks + d, (int)n_prompt, logits, 0, err, sizeof err)) goto fail;
                 samples[r] = n_prompt / (tkv_now_s() - t0);
             }
             char name[32];
             snprintf(name, sizeof name, "pp%ld", n_prompt);
-            report(json, name, d, (int)n_prompt, 1, median(samples, (int)reps), &c, tkv_isa_name(e));
+            report(json, name, d, (int)n_prompt, 1, median(samples, (int)reps), &c, info.kernels);
         }
         if (n_gen > 0) {
             /* the context is prefilled once; the repetitions then decode one after another, so
              * repetition r starts at depth d + 1 + r*n_gen (a small drift, against re-prefilling
              * thousands of tokens per repetition) */
-            tkv_seq_reset(e, 0);
-            if (d > 0 && tkv_prefill(e, 0, toks, d, NULL, 0, err, sizeof err)) goto fail;
-            int seq = 0, at = d;
+            if (reopen(e, &seqs[0], (int)need, d, err, sizeof err)) goto fail;
+            if (d > 0 && tkv_prefill(e, seqs[0], toks, d, NULL, 0, err, sizeof err)) goto fail;
+            int at = d;
             /* one untimed step warms caches and the thread pool */
-            if (tkv_decode(e, &seq, &toks[at++], 1, logits, err, sizeof err)) goto fail;
+            if (tkv_decode(e, &seqs[0], &toks[at++], 1, logits, err, sizeof err)) goto fail;
             for (int r = 0; r < reps; r++) {
                 double t0 = tkv_now_s();
-                for (int s = 0; s < n_gen; s++)
-                    if (tkv_decode(e, &seq, &toks[at++], 1, logits, err, sizeof err)) goto fail;
+                for (int st = 0; st < n_gen; st++)
+                    if (tkv_decode(e, &seqs[0], &toks[at++], 1, logits, err, sizeof err)) goto fail;
                 samples[r] = n_gen / (tkv_now_s() - t0);
             }
             char name[32];
             snprintf(name, sizeof name, "tg%ld", n_gen);
-            report(json, name, d, (int)n_gen, 1, median(samples, (int)reps), &c, tkv_isa_name(e));
+            report(json, name, d, (int)n_gen, 1, median(samples, (int)reps), &c, info.kernels);
         }
     }
     if (parallel > 1 && n_gen > 0) {
         /* every sequence gets a short prompt, then all decode together */
         int pl = PAR_PROMPT;
         for (int r = 0; r < reps; r++) {
-            for (int s = 0; s < n_seq; s++) {
-                tkv_seq_reset(e, s);
-                if (tkv_prefill(e, s, toks, pl, NULL, 0, err, sizeof err)) goto fail;
-                seqs[s] = s;
+            for (int q = 0; q < n_seq; q++) {
+                if (reopen(e, &seqs[q], pl + (int)n_gen + 1, pl, err, sizeof err)) goto fail;
+                if (tkv_prefill(e, seqs[q], toks, pl, NULL, 0, err, sizeof err)) goto fail;
             }
             double t0 = tkv_now_s();
             for (int g = 0; g < n_gen; g++) {
-                for (int s = 0; s < n_seq; s++) step[s] = toks[pl + g];
+                for (int q = 0; q < n_seq; q++) step[q] = toks[pl + g];
                 if (tkv_decode(e, seqs, step, n_seq, logits, err, sizeof err)) goto fail;
             }
             samples[r] = (double)n_gen * n_seq / (tkv_now_s() - t0);
         }
         char name[32];
         snprintf(name, sizeof name, "tg%ld_x%d", n_gen, n_seq);
-        report(json, name, pl, (int)n_gen, n_seq, median(samples, (int)reps), &c, tkv_isa_name(e));
+        report(json, name, pl, (int)n_gen, n_seq, median(samples, (int)reps), &c, info.kernels);
     }
     if (membw) {
-        double bw = measure_read_bandwidth(c.eo.n_threads, !c.eo.mmap_weights);
-        double wb = (double)tkv_model_of(e)->weight_bytes;
+        double bw = measure_read_bandwidth(c.mp.n_threads, !c.mp.mmap_weights);
+        double wb = (double)info.weight_bytes;
         if (json)
             printf("{\"test\": \"membw\", \"read_gb_per_s\": %.2f, \"weight_bytes\": %.0f, \"decode_floor_tok_per_s\": %.2f, \"threads\": %d}\n",
-                   bw / 1e9, wb, bw / wb, c.eo.n_threads);
+                   bw / 1e9, wb, bw / wb, c.mp.n_threads);
         else
             printf("# membw: %.2f GB/s read on %d threads (%s pages); weights %.0f MB per token -> decode at most %.2f tok/s\n",
-                   bw / 1e9, c.eo.n_threads, c.eo.mmap_weights ? "4 KiB" : "huge", wb / 1e6, bw / wb);
+                   bw / 1e9, c.mp.n_threads, c.mp.mmap_weights ? "4 KiB" : "huge", wb / 1e6, bw / wb);
     }
-    rc = 0;
+    if (fj) {
+        tkv_sync(e);
+        int jerr = tkv_stats_write_json(fj, e);
+        jerr |= fclose(fj) != 0;
+        fj = NULL;
+        if (jerr) { fprintf(stderr, "tierkv bench: writing --stats-json '%s' failed\n", stats_json); goto done; }
+    }
+    rc = fflush(stdout) || ferror(stdout) ? 1 : 0;
+    if (rc) fprintf(stderr, "tierkv bench: writing to stdout failed\n");
     goto done;
 fail:
     fprintf(stderr, "tierkv bench: %s\n", err);
 done:
+    if (fj) fclose(fj);
     free(toks);
     free(logits);
     free(seqs);
     free(step);
-    tkv_engine_close(e);
+    tkv_session_close(e);
+    tkv_model_close(m);
     return rc;
 }

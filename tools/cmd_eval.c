@@ -68,7 +68,7 @@ static char *join_args(int argc, char **argv) {
 int cmd_eval(int argc, char **argv) {
     common_opts c;
     common_opts_default(&c);
-    c.eo.n_ctx = 0; /* sized by the harness from the prompts unless --ctx is given */
+    c.sp.max_ctx = 0; /* sized by the harness from the prompts unless --ctx is given */
     struct harness_opts o;
     memset(&o, 0, sizeof o);
     o.n = -1;
@@ -130,7 +130,8 @@ int cmd_eval(int argc, char **argv) {
     }
     if (common_model_path(&c, err, sizeof err)) { fprintf(stderr, "tierkv eval: %s\n", err); return 1; }
     o.model_path = c.model_path;
-    o.eo = c.eo;
+    o.mp = c.mp;
+    o.sp = c.sp;
     o.progress = quiet ? NULL : stderr;
     o.progress_tty = isatty(2);
 
@@ -139,7 +140,7 @@ int cmd_eval(int argc, char **argv) {
     size_t n_ids = 0;
     if (harness_run(&o, &s, &ids, &n_ids, err, sizeof err)) { fprintf(stderr, "tierkv eval: %s\n", err); return 1; }
     printf("model             %s\ntask              %s (%s)\npolicy            %s\n", o.model_path, o.task_label, o.data_path,
-           kv_policy_name(o.eo.kv.policy));
+           tkv_policy_name(o.sp.kv.policy));
     harness_summary_print(stdout, &s);
     fflush(stdout);
     int rc = 0;

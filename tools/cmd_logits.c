@@ -1,11 +1,11 @@
 /* cmd_logits.c — `tierkv logits`: feeds token ids as one prompt, writes the logits of positions
  * P..n-1 and then of N greedy steps (the layout of ../shared/fixtures/models), and prints the
  * greedy ids as JSON. The tool for comparing tierkv with another engine. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/argmax.h"
 #include "base/err.h"
 #include "cmds.h"
 #include "common.h"
@@ -52,40 +52,73 @@ int cmd_logits(int argc, char **argv) {
         if (greedy == 0 || greedy > n_feed) greedy = n_feed;
     }
     if (first >= n) { fprintf(stderr, "tierkv logits: --first-pos %ld is past the prompt (%d tokens)\n", first, n); free(ids); free(feed); return 2; }
-    if (c.eo.n_ctx < n + greedy) c.eo.n_ctx = n + (int)greedy;
-    tkv_engine *e;
-    if (tkv_engine_open(c.model_path, &c.eo, &e, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); free(ids); free(feed); return 1; }
-    int V = tkv_n_vocab(e);
-    float *all = tkv_xmalloc((size_t)n * V * sizeof(float));
-    int rc = 1;
+    long need = n + greedy;
+    if (c.ctx_given && need > c.sp.max_ctx) {
+        fprintf(stderr, "tierkv logits: %d prompt tokens and %ld steps need %ld positions, more than --ctx %d\n", n, greedy,
+                need, c.sp.max_ctx);
+        free(ids); free(feed);
+        return 1;
+    }
+    if (!c.ctx_given) c.sp.max_ctx = (int)need;
+    c.sp.max_seqs = 1;
+    tkv_model *m = NULL;
+    tkv_session *s = NULL;
+    float *all = NULL;
+    int32_t *gids = NULL;
+    int rc = 1, seq = -1;
     FILE *fo = NULL;
-    int32_t *gids = tkv_xcalloc((size_t)greedy + 1, sizeof(int32_t));
-    if (tkv_prefill(e, 0, ids, n, all, 1, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); goto done; }
+    if (tkv_model_open(c.model_path, &c.mp, &m, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); goto done; }
+    tkv_model_info info;
+    tkv_model_get_info(m, &info);
+    int V = info.n_vocab;
+    /* every id is checked before the output file exists, so a bad one leaves no partial file */
+    for (int k = 0; k < n + (feed ? (int)greedy : 0); k++) {
+        int32_t id = k < n ? ids[k] : feed[k - n];
+        if (id < 0 || id >= V) {
+            fprintf(stderr, "tierkv logits: token id %d (%s %d) is out of range 0..%d\n", id, k < n ? "prompt position" : "--feed step",
+                    k < n ? k : k - n, V - 1);
+            goto done;
+        }
+    }
+    if (tkv_session_open(m, &c.sp, &s, err, sizeof err) || tkv_seq_open(s, (int)need, n, &seq, err, sizeof err)) {
+        fprintf(stderr, "tierkv logits: %s\n", err);
+        goto done;
+    }
+    all = tkv_xmalloc((size_t)n * V * sizeof(float));
+    gids = tkv_xcalloc((size_t)greedy + 1, sizeof(int32_t));
+    if (tkv_prefill(s, seq, ids, n, all, 1, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); goto done; }
     fo = fopen(out_path, "wb");
-    if (!fo) { fprintf(stderr, "tierkv logits: cannot write '%s'\n", out_path); goto done; }
+    if (!fo) { fprintf(stderr, "tierkv logits: cannot write '%s': %s\n", out_path, strerror(errno)); goto done; }
     if (fwrite(all + (size_t)first * V, sizeof(float), (size_t)(n - first) * V, fo) != (size_t)(n - first) * V) goto write_fail;
     float *row = all + (size_t)(n - 1) * V;
-    for (long s = 0; s < greedy; s++) {
-        int32_t tok = feed ? feed[s] : tkv_argmax_f32(row, V);
-        gids[s] = tok;
-        int seq0 = 0;
-        if (tkv_decode(e, &seq0, &tok, 1, all, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); goto done; }
+    for (long st = 0; st < greedy; st++) {
+        int32_t tok = feed ? feed[st] : tkv_argmax(row, V);
+        gids[st] = tok;
+        if (tkv_decode(s, &seq, &tok, 1, all, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); goto fail_rm; }
         row = all;
         if (fwrite(row, sizeof(float), (size_t)V, fo) != (size_t)V) goto write_fail;
     }
+    if (fclose(fo) != 0) { fo = NULL; goto write_fail; }
+    fo = NULL;
     printf("{\"n_vocab\": %d, \"n_prompt\": %d, \"first_logit_pos\": %ld, \"rows\": %ld, \"greedy\": [", V, n, first, n - first + greedy);
-    for (long s = 0; s < greedy; s++) printf("%s%d", s ? "," : "", gids[s]);
+    for (long st = 0; st < greedy; st++) printf("%s%d", st ? "," : "", gids[st]);
     printf("]}\n");
-    rc = 0;
+    rc = fflush(stdout) || ferror(stdout) ? 1 : 0;
+    if (rc) fprintf(stderr, "tierkv logits: writing to stdout failed\n");
     goto done;
 write_fail:
-    fprintf(stderr, "tierkv logits: writing '%s' failed\n", out_path);
+    fprintf(stderr, "tierkv logits: writing '%s' failed: %s\n", out_path, strerror(errno));
+fail_rm:
+    if (fo) fclose(fo);
+    fo = NULL;
+    remove(out_path); /* ours: created above */
 done:
-    if (fo && fclose(fo) != 0 && rc == 0) { fprintf(stderr, "tierkv logits: writing '%s' failed\n", out_path); rc = 1; }
+    if (fo) fclose(fo);
     free(gids);
     free(all);
     free(ids);
     free(feed);
-    tkv_engine_close(e);
+    tkv_session_close(s);
+    tkv_model_close(m);
     return rc;
 }

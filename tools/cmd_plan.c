@@ -20,7 +20,7 @@
 #include "base/err.h"
 #include "cmds.h"
 #include "gguf/gguf.h"
-#include "kv/kv.h"
+#include "common.h"
 #include "kv_flags.h"
 
 typedef struct {
@@ -35,10 +35,11 @@ static const plan_shape shapes[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: tierkv plan (-m MODEL.gguf | --shape NAME) [--batch B] [--ctx N] [--kv-type f16|f32] [kv flags]\n"
+    fprintf(f, "usage: tierkv plan (-m MODEL.gguf | --shape NAME) [--batch B] [--ctx N] [--prompt N] [--kv-type f16|f32] [kv flags]\n"
                "  shapes:");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) fprintf(f, " %s", shapes[i].name);
-    fprintf(f, "\n  --batch B (1) sequences, --ctx N (4096) positions each\n%s", kv_flags_usage());
+    fprintf(f, "\n  --batch B (1) sequences, --ctx N (4096) positions each, --prompt N (0) of them the prompt\n%s",
+            kv_flags_usage());
 }
 
 static int shape_from_gguf(const char *path, plan_shape *s, char *err, size_t errlen) {
@@ -73,27 +74,31 @@ done:
 static double mib(double b) { return b / (1024.0 * 1024.0); }
 
 int cmd_plan(int argc, char **argv) {
-    kv_options o;
-    kv_options_default(&o);
-    o.policy = KV_POLICY_HIERARCHY;
+    tkv_kv_params o;
+    tkv_kv_params_default(&o);
+    o.policy = TKV_POLICY_HIERARCHY;
     const char *model = NULL, *shape_name = NULL;
-    long batch = 1, ctx = 4096;
+    long batch = 1, ctx = 4096, prompt = 0;
     char err[512];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = kv_flags_parse(&o, argc, argv, &i, err, sizeof err);
         if (r < 0) { fprintf(stderr, "tierkv plan: %s\n", err); return 2; }
         if (r > 0) continue;
-        if (i + 1 >= argc && strcmp(a, "-h") && strcmp(a, "--help")) { fprintf(stderr, "tierkv plan: %s needs a value or is unknown\n", a); usage(stderr); return 2; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = argv[++i];
-        else if (!strcmp(a, "--shape")) shape_name = argv[++i];
-        else if (!strcmp(a, "--batch") || !strcmp(a, "-b")) batch = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) ctx = strtol(argv[++i], NULL, 10);
-        else { fprintf(stderr, "tierkv plan: unknown flag %s\n", a); usage(stderr); return 2; }
+        if (i + 1 >= argc) { fprintf(stderr, "tierkv plan: %s needs a value or is unknown\n", a); usage(stderr); return 2; }
+        const char *v = argv[++i];
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--shape")) shape_name = v;
+        else if (!strcmp(a, "--batch") || !strcmp(a, "-b")) {
+            if (parse_int(v, 1, 1 << 20, &batch)) { fprintf(stderr, "tierkv plan: --batch wants 1..1048576, got '%s'\n", v); return 2; }
+        } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
+            if (parse_int(v, 1, 1 << 30, &ctx)) { fprintf(stderr, "tierkv plan: --ctx wants a number of positions 1..2^30, got '%s'\n", v); return 2; }
+        } else if (!strcmp(a, "--prompt")) {
+            if (parse_int(v, 0, 1 << 30, &prompt)) { fprintf(stderr, "tierkv plan: --prompt wants a token count, got '%s'\n", v); return 2; }
+        } else { fprintf(stderr, "tierkv plan: unknown flag %s\n", a); usage(stderr); return 2; }
     }
-    int elem = o.f16 ? 2 : 4;
-    if (batch < 1 || batch > 1 << 20 || ctx < 1 || ctx > 1 << 30) { fprintf(stderr, "tierkv plan: --batch and --ctx must be positive\n"); return 2; }
+    if (prompt > ctx) { fprintf(stderr, "tierkv plan: --prompt %ld is longer than --ctx %ld\n", prompt, ctx); return 2; }
     if (!model == !shape_name) { fprintf(stderr, "tierkv plan: give exactly one of -m MODEL.gguf and --shape NAME\n"); usage(stderr); return 2; }
     plan_shape sh = {0};
     if (model) {
@@ -103,46 +108,31 @@ int cmd_plan(int argc, char **argv) {
             if (!strcmp(shapes[i].name, shape_name)) sh = shapes[i];
         if (!sh.name) { fprintf(stderr, "tierkv plan: unknown shape '%s'\n", shape_name); usage(stderr); return 2; }
     }
-    double r0 = o.hbm_ratio, r2 = o.t2_ratio > 0 ? o.t2_ratio : 0, r3 = o.evict_ratio > 0 ? o.evict_ratio : 0;
-    if (r0 >= 0 && o.hbm_budget_bytes) { fprintf(stderr, "tierkv plan: give --hbm-ratio or --hbm-budget, not both\n"); return 2; }
-    if ((r0 > 0 ? r0 : 0) + r2 + r3 > 1.0 + 1e-9) { fprintf(stderr, "tierkv plan: budgets add up to more than the length\n"); return 2; }
-
-    double kvb = 2.0 * sh.n_layer * sh.n_head_kv * sh.head_dim * elem;
-    double t2b = 2.0 * sh.n_layer * sh.n_head_kv * (sh.head_dim + 4.0);
-    double n = (double)ctx, prot = fmin(n, (double)o.sinks + (o.window > 1 ? o.window : 1));
-    double t0, t1, t2, t3;
-    if (o.policy == KV_POLICY_FULL || (r0 < 0 && !o.hbm_budget_bytes)) {
-        t0 = n; t1 = t2 = t3 = 0;
-        if (o.policy != KV_POLICY_FULL) fprintf(stderr, "tierkv plan: no T0 budget given: showing the full cache\n");
-    } else {
-        t0 = o.hbm_budget_bytes ? floor((double)o.hbm_budget_bytes / (double)batch / kvb) : floor(r0 * n + 1e-9);
-        if (t0 < prot) {
-            if (o.hbm_budget_bytes) { fprintf(stderr, "tierkv plan: the budget holds %.0f tokens per sequence, fewer than the %.0f protected (sinks + window)\n", t0, prot); return 1; }
-            printf("note: T0 raised from %.0f to the %.0f protected tokens (sinks + window)\n", t0, prot);
-            t0 = prot;
-        }
-        t0 = fmin(t0, n);
-        double rest = n - t0;
-        t3 = fmin(rest, floor(r3 * n + 1e-9));
-        if (o.policy == KV_POLICY_EVICT) { t3 = rest; t2 = t1 = 0; }
-        else if (o.policy == KV_POLICY_QUANT) { t2 = rest - t3; t1 = 0; }
-        else { t2 = fmin(rest - t3, floor(r2 * n + 1e-9)); t1 = rest - t2 - t3; }
-    }
-    double B = (double)batch, full = n * kvb * B;
+    if (o.policy != TKV_POLICY_FULL && o.hbm_ratio < 0 && !o.hbm_budget_bytes && !o.t0_tokens)
+        fprintf(stderr, "tierkv plan: no T0 budget given: showing the full cache\n");
+    tkv_shape ts = {sh.n_layer, sh.n_head_kv, sh.n_head_kv, sh.head_dim};
+    tkv_plan_result pr;
+    int prc = tkv_plan(&ts, &o, (int)batch, (int)ctx, (int)prompt, &pr, err, sizeof err);
+    if (prc) { fprintf(stderr, "tierkv plan: %s\n", err); return 1; }
+    if (pr.t0_raised) printf("note: T0 raised to the %lld protected tokens (prompt, sinks, window)\n", (long long)pr.protected_tokens);
+    double kvb = (double)pr.token_bytes[0], t2b = (double)pr.token_bytes[2], B = (double)batch, n = (double)ctx;
+    double t0 = (double)pr.t0_tokens, t1 = (double)pr.t1_tokens, t2 = (double)pr.t2_tokens, t3 = (double)pr.t3_tokens;
     printf("plan: %s (%d layers, %d kv heads, head dim %d), %s KV, batch %ld, ctx %ld, policy %s\n", sh.name, sh.n_layer,
-           sh.n_head_kv, sh.head_dim, elem == 2 ? "f16" : "f32", batch, ctx, kv_policy_name(o.policy));
+           sh.n_head_kv, sh.head_dim, o.f16 ? "f16" : "f32", batch, ctx, tkv_policy_name(o.policy));
     printf("  KV bytes per token: %.0f (%.1f KiB); int8 T2: %.0f\n", kvb, kvb / 1024, t2b);
     printf("  %-18s %12s %12s\n", "tier", "tokens/seq", "MiB (batch)");
     printf("  %-18s %12.0f %12.2f\n", "T0 fast memory", t0, mib(t0 * kvb * B));
     printf("  %-18s %12.0f %12.2f\n", "T1 host full", t1, mib(t1 * kvb * B));
     printf("  %-18s %12.0f %12.2f\n", "T2 host int8", t2, mib(t2 * t2b * B));
     printf("  %-18s %12.0f %12s\n", "T3 evicted", t3, "0");
+    double full = n * kvb * B;
     printf("  full cache %.2f MiB; fast memory saved %.2f MiB (%.1f%%)\n", mib(full), mib(full - t0 * kvb * B),
            100.0 * (1.0 - t0 / n));
     double bus = (t1 * kvb + t2 * t2b) * B;
-    double moves = t0 < n && o.policy != KV_POLICY_EVICT ? (1.0 - t0 / n) * kvb * B : 0; /* evictions copy nothing */
+    double moves = t0 < n && o.policy != TKV_POLICY_EVICT ? (1.0 - t0 / n) * kvb * B : 0; /* evictions copy nothing */
     printf("  bus per decode step: %.2f MiB streamed from host (T1 %.2f + T2 %.2f)\n", mib(bus), mib(t1 * kvb * B), mib(t2 * t2b * B));
     printf("  tier moves: >= %.2f MiB per re-tier (every %d steps), %.3f MiB per step amortised\n", mib(moves * o.delta),
            o.delta, mib(moves));
+    if (fflush(stdout) || ferror(stdout)) { fprintf(stderr, "tierkv plan: writing to stdout failed\n"); return 1; }
     return 0;
 }

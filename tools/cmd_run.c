@@ -1,23 +1,21 @@
 /* cmd_run.c — `tierkv run`: generate text with the tiered KV cache, streaming it as it comes.
  * Text in and out by default (with --chat the prompt goes through the model's chat template);
  * --tokens FILE feeds token ids instead. Speed and, with --stats, the KV hierarchy's statistics
- * go to stderr, so stdout holds only the generated text. */
+ * go to stderr, so stdout holds only the generated text. A write error on stdout or on the stats
+ * file is an error (exit 1), never a silent success. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
 
+#include "base/clock.h"
 #include "base/err.h"
 #include "cmds.h"
-#include "eval/eval.h"
 #include "common.h"
+#include "eval/eval.h"
 #include "kv_flags.h"
-#include "model/chat.h"
-#include "model/model.h"
-#include "model/sampler.h"
-#include "model/tokenizer.h"
 #include "tokfile.h"
-#include "base/clock.h"
 
 #define MAX_STOPS 16
 
@@ -43,6 +41,34 @@ static void usage(FILE *out) {
             common_usage(), kv_flags_usage());
 }
 
+/* The prompt's token ids: text through the chat template (--chat) or the tokenizer, or --tokens. */
+static int prompt_ids(tkv_model *m, const char *text, int chat, const char *system, const char *tmpl_name,
+                      int32_t **ids, int *n_ids, char *err, size_t errlen) {
+    if (chat) {
+        tkv_chat *ct;
+        if (tkv_chat_open(m, tmpl_name, 0, &ct, err, errlen)) return -1;
+        tkv_chat_msg msgs[2];
+        int nm = 0;
+        if (system) msgs[nm++] = (tkv_chat_msg){"system", system};
+        msgs[nm++] = (tkv_chat_msg){"user", text};
+        *n_ids = tkv_chat_encode(ct, msgs, nm, 1, ids, err, errlen);
+        tkv_chat_close(ct);
+        return *n_ids < 0 ? -1 : 0;
+    }
+    size_t len = strlen(text);
+    int need = tkv_tokenize(m, text, len, TKV_TOK_ADD_SPECIAL, NULL, 0);
+    if (need < 0) return tkv_errf(err, errlen, "the prompt is too large to tokenize (%zu bytes)", len);
+    *ids = tkv_xmalloc((size_t)(need > 0 ? need : 1) * sizeof(int32_t));
+    *n_ids = tkv_tokenize(m, text, len, TKV_TOK_ADD_SPECIAL, *ids, need);
+    return 0;
+}
+
+/* Writes n bytes to stdout; 0, or -1 when stdout reports an error (a full disk, a closed pipe). */
+static int out_write(const char *p, size_t n) {
+    if (n && fwrite(p, 1, n, stdout) != n) return -1;
+    return fflush(stdout) ? -1 : 0;
+}
+
 int cmd_run(int argc, char **argv) {
     common_opts c;
     common_opts_default(&c);
@@ -50,7 +76,8 @@ int cmd_run(int argc, char **argv) {
     const char *stops[MAX_STOPS];
     int n_stops = 0, chat = 0, ignore_eos = 0, special = 0, stats = 0;
     long n_predict = 256;
-    sampler_opts so = sampler_defaults();
+    tkv_sampling so;
+    tkv_sampling_default(&so);
     so.temperature = 0;
     char err[512];
     for (int i = 1; i < argc; i++) {
@@ -78,12 +105,12 @@ int cmd_run(int argc, char **argv) {
             if (!*v) { fprintf(stderr, "tierkv run: --stop needs a non-empty string\n"); return 2; }
             stops[n_stops++] = v;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if (parse_int(v, 0, 1 << 24, &n_predict)) { fprintf(stderr, "tierkv run: bad -n '%s'\n", v); return 2; }
+            if (parse_int(v, 0, 1 << 24, &n_predict)) { fprintf(stderr, "tierkv run: bad -n '%s' (0..16777216)\n", v); return 2; }
         } else if (!strcmp(a, "--seed")) {
             char *end;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (*end || !*v) { fprintf(stderr, "tierkv run: bad --seed '%s'\n", v); return 2; }
-            so.seed = s;
+            unsigned long long sd = strtoull(v, &end, 10);
+            if (*end || !*v || *v == '-') { fprintf(stderr, "tierkv run: bad --seed '%s'\n", v); return 2; }
+            so.seed = sd;
         } else if (!strcmp(a, "--top-k")) {
             if (parse_int(v, 0, 1 << 30, &lv)) { fprintf(stderr, "tierkv run: bad --top-k '%s'\n", v); return 2; }
             so.top_k = (int)lv;
@@ -91,14 +118,11 @@ int cmd_run(int argc, char **argv) {
             if (parse_int(v, -1, 1 << 30, &lv)) { fprintf(stderr, "tierkv run: bad --repeat-last-n '%s'\n", v); return 2; }
             so.repeat_last_n = (int)lv;
         } else if (!strcmp(a, "--temp") || !strcmp(a, "--top-p") || !strcmp(a, "--min-p") || !strcmp(a, "--repeat-penalty")) {
-            if (parse_double(v, &dv) || dv < 0 || dv > 1e6) { fprintf(stderr, "tierkv run: bad %s '%s'\n", a, v); return 2; }
+            if (parse_double(v, &dv)) { fprintf(stderr, "tierkv run: bad %s '%s' (a finite number)\n", a, v); return 2; }
             if (!strcmp(a, "--temp")) so.temperature = (float)dv;
             else if (!strcmp(a, "--top-p")) so.top_p = (float)dv;
             else if (!strcmp(a, "--min-p")) so.min_p = (float)dv;
-            else {
-                if (dv <= 0) { fprintf(stderr, "tierkv run: --repeat-penalty must be > 0\n"); return 2; }
-                so.repeat_penalty = (float)dv;
-            }
+            else so.repeat_penalty = (float)dv;
         } else { fprintf(stderr, "tierkv run: unknown flag %s\n", a); usage(stderr); return 2; }
     }
     if (!!prompt + !!prompt_file + !!tok_file != 1) {
@@ -107,125 +131,134 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
     if (tok_file && chat) { fprintf(stderr, "tierkv run: --chat needs text (-p or -f), not --tokens\n"); return 2; }
+    {   /* the sampling values are checked before anything is loaded */
+        tkv_sampler *probe;
+        if (tkv_sampler_open(&so, 1, &probe, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); return 2; }
+        tkv_sampler_close(probe);
+    }
     if (common_model_path(&c, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); return 1; }
 
     int rc = 1;
-    char *text = NULL;
-    int32_t *ids = NULL;
+    char *text = NULL, *piece = NULL, *shown = NULL;
+    int32_t *ids = NULL, *hist = NULL;
     int n_ids = 0;
-    tok_vocab *vocab = NULL;
-    tkv_engine *e = NULL;
+    tkv_model *m = NULL;
+    tkv_session *s = NULL;
+    tkv_sampler *smp = NULL;
+    tkv_stop *sm = NULL;
     float *logits = NULL;
-    int32_t *hist = NULL;
-    sampler smp;
-    int smp_init = 0;
-    stop_matcher sm;
-    stop_init(&sm, stops, n_stops);
+    FILE *fj = NULL;
 
     size_t text_len;
-    if (prompt_file && eval_read_file(prompt_file, &text, &text_len, err, sizeof err)) { fprintf(stderr, "tierkv run: cannot read %s\n", err); goto out; }
-    if (tok_file && read_token_file(tok_file, &ids, &n_ids, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); goto out; }
-
-    /* the context must hold prompt and generation: size it once the prompt is known */
-    {
-        gguf_file gf;
-        if (gguf_open(c.model_path, &gf, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); goto out; }
-        vocab = tok_load(&gf, err, sizeof err);
-        if (!vocab) { fprintf(stderr, "tierkv run: %s\n", err); gguf_free(&gf); goto out; }
-        if (!tok_file) {
-            const char *ptext = text ? text : prompt;
-            if (chat) {
-                chat_template tmpl;
-                if (chat_template_from_gguf(&gf, tmpl_name, &tmpl, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); gguf_free(&gf); goto out; }
-                chat_msg msgs[2];
-                int nm = 0;
-                if (system) msgs[nm++] = (chat_msg){"system", system};
-                msgs[nm++] = (chat_msg){"user", ptext};
-                n_ids = chat_encode(&tmpl, vocab, msgs, nm, 1, &ids);
-            } else {
-                size_t len = strlen(ptext);
-                int need = tok_encode(vocab, ptext, len, TOK_ADD_SPECIAL, NULL, 0);
-                ids = tkv_xmalloc((size_t)(need > 0 ? need : 1) * sizeof(int32_t));
-                n_ids = tok_encode(vocab, ptext, len, TOK_ADD_SPECIAL, ids, need);
-            }
+    if (prompt_file) {
+        if (eval_read_file(prompt_file, &text, &text_len, err, sizeof err)) { fprintf(stderr, "tierkv run: cannot read %s\n", err); goto out; }
+        if (memchr(text, 0, text_len)) {
+            fprintf(stderr, "tierkv run: %s holds a NUL byte (at offset %zu): a text prompt cannot contain one\n", prompt_file,
+                    (size_t)((char *)memchr(text, 0, text_len) - text));
+            goto out;
         }
-        gguf_free(&gf);
+    }
+    if (tok_file && read_token_file(tok_file, &ids, &n_ids, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); goto out; }
+    if (stats_json && !(fj = fopen(stats_json, "w"))) { /* before the work, not after it */
+        fprintf(stderr, "tierkv run: cannot write --stats-json '%s': %s\n", stats_json, strerror(errno));
+        goto out;
+    }
+    if (tkv_model_open(c.model_path, &c.mp, &m, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); goto out; }
+    if (!tok_file && prompt_ids(m, text ? text : prompt, chat, system, tmpl_name, &ids, &n_ids, err, sizeof err)) {
+        fprintf(stderr, "tierkv run: %s\n", err);
+        goto out;
     }
     if (n_ids < 1) { fprintf(stderr, "tierkv run: the prompt is empty after tokenization\n"); goto out; }
-    if ((long)n_ids + n_predict > c.eo.n_ctx) c.eo.n_ctx = n_ids + (int)n_predict;
-    if (tkv_engine_open(c.model_path, &c.eo, &e, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); goto out; }
-    int V = tkv_n_vocab(e);
+    tkv_model_info info;
+    tkv_model_get_info(m, &info);
+    for (int k = 0; k < n_ids; k++)
+        if (ids[k] < 0 || ids[k] >= info.n_vocab) {
+            fprintf(stderr, "tierkv run: token id %d (at %d) is out of range 0..%d\n", ids[k], k, info.n_vocab - 1);
+            goto out;
+        }
+    /* the context holds the prompt and the generation: -c caps it, never raised silently */
+    long need = (long)n_ids + n_predict;
+    if (c.ctx_given && need > c.sp.max_ctx) {
+        fprintf(stderr, "tierkv run: the prompt (%d tokens) and -n %ld need %ld positions, more than --ctx %d\n", n_ids,
+                n_predict, need, c.sp.max_ctx);
+        goto out;
+    }
+    if (!c.ctx_given) c.sp.max_ctx = (int)need;
+    c.sp.max_seqs = 1;
+    if (tkv_session_open(m, &c.sp, &s, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); goto out; }
+    int seq;
+    if (tkv_seq_open(s, (int)need, n_ids, &seq, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); goto out; }
+    int V = info.n_vocab;
     logits = tkv_xmalloc((size_t)V * sizeof(float));
     hist = tkv_xmalloc(((size_t)n_ids + (size_t)n_predict + 1) * sizeof(int32_t));
     memcpy(hist, ids, (size_t)n_ids * sizeof(int32_t));
     int n_hist = n_ids;
-    sampler_init(&smp, &so, V);
-    smp_init = 1;
+    if (tkv_sampler_open(&so, V, &smp, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); goto out; }
+    sm = tkv_stop_open(stops, n_stops);
 
     double t0 = tkv_now_s();
-    if (tkv_prefill(e, 0, ids, n_ids, logits, 0, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); goto out; }
+    if (tkv_prefill(s, seq, ids, n_ids, logits, 0, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); goto out; }
     double t1 = tkv_now_s();
-    tok_stream ts;
-    tok_stream_init(&ts);
-    size_t outcap = TOK_STREAM_OUT(tok_max_piece(vocab)) + 64;
-    size_t stop_room = 0;
-    for (int k = 0; k < n_stops; k++) stop_room += strlen(stops[k]);
-    char *piece = tkv_xmalloc(outcap), *shown = tkv_xmalloc(outcap + stop_room + 16);
-    int n_gen = 0, stopped = 0;
+    tkv_detok ts;
+    tkv_detok_init(&ts);
+    size_t outcap = tkv_detok_out_size(m);
+    piece = tkv_xmalloc(outcap);
+    shown = tkv_xmalloc(tkv_stop_out_size(sm, outcap));
+    int n_gen = 0, stopped = 0, werr = 0;
     const char *why = "length";
     for (; n_gen < n_predict; n_gen++) {
-        int32_t tok = sampler_sample(&smp, logits, V, hist, n_hist);
+        int32_t tok = tkv_sampler_sample(smp, logits, hist, n_hist);
         hist[n_hist++] = tok;
-        if (!ignore_eos && tok_is_eog(vocab, tok)) { why = "end of generation token"; n_gen++; break; }
-        size_t np = tok_stream_token(&ts, vocab, tok, special, piece);
+        if (!ignore_eos && tkv_token_is_eog(m, tok)) { why = "end of generation token"; n_gen++; break; }
+        size_t np = tkv_detok_token(&ts, m, tok, special, piece);
         size_t ns = 0;
-        stopped = stop_feed(&sm, piece, np, shown, &ns);
-        fwrite(shown, 1, ns, stdout);
-        fflush(stdout);
+        stopped = tkv_stop_feed(sm, piece, np, shown, &ns);
+        werr |= out_write(shown, ns);
+        if (werr) { why = "stdout write error"; n_gen++; break; }
         if (stopped) { why = "stop string"; n_gen++; break; }
         if (n_gen + 1 == n_predict) { n_gen++; break; }
-        int seq = 0;
-        if (tkv_decode(e, &seq, &tok, 1, logits, err, sizeof err)) { fprintf(stderr, "\ntierkv run: %s\n", err); free(piece); free(shown); goto out; }
+        if (tkv_decode(s, &seq, &tok, 1, logits, err, sizeof err)) { fprintf(stderr, "\ntierkv run: %s\n", err); goto out; }
     }
-    if (!stopped) {
-        size_t np = tok_stream_flush(&ts, piece);
+    if (!stopped && !werr) {
+        size_t np = tkv_detok_flush(&ts, piece);
         size_t ns = 0;
-        stop_feed(&sm, piece, np, shown, &ns);
-        fwrite(shown, 1, ns, stdout);
-        ns = stop_flush(&sm, shown);
-        fwrite(shown, 1, ns, stdout);
+        tkv_stop_feed(sm, piece, np, shown, &ns);
+        werr |= out_write(shown, ns);
+        ns = tkv_stop_flush(sm, shown);
+        werr |= out_write(shown, ns);
     }
-    printf("\n");
-    fflush(stdout);
+    werr |= out_write("\n", 1);
     double t2 = tkv_now_s();
-    free(piece);
-    free(shown);
-    kv_cache *kv = tkv_kv_of(e);
-    kv_sync(kv);
-    fprintf(stderr, "\n[tierkv] model %s | kernels %s | threads %d | policy %s\n",
-            strrchr(c.model_path, '/') ? strrchr(c.model_path, '/') + 1 : c.model_path, tkv_isa_name(e), c.eo.n_threads,
-            kv_policy_name(c.eo.kv.policy));
-    fprintf(stderr, "[tierkv] prompt %d tokens in %.2f s (%.1f tok/s) | generated %d tokens in %.2f s (%.2f tok/s) | stop: %s\n",
-            n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0, why);
+    tkv_sync(s);
+    fprintf(stderr, "\n[tierkv] model %s | %s kernels %s | threads %d | policy %s\n",
+            strrchr(c.model_path, '/') ? strrchr(c.model_path, '/') + 1 : c.model_path, info.backend, info.kernels,
+            c.mp.n_threads, tkv_policy_name(c.sp.kv.policy));
+    fprintf(stderr, "[tierkv] prompt %d tokens in %.2f s (%.1f tok/s) | generated %d tokens in %.2f s (%.2f tok/s) | stop: %s%s\n",
+            n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0, why,
+            !strcmp(why, "length") ? " (the -n cap)" : "");
     if (stats) {
-        kv_stats_print(stderr, kv, -1);
-        kv_retier_log_print(stderr, kv);
+        tkv_stats_print(stderr, s, -1);
+        tkv_retier_log_print(stderr, s);
     }
-    if (stats_json) {
-        FILE *fj = fopen(stats_json, "w");
-        if (!fj) { fprintf(stderr, "tierkv run: cannot write '%s'\n", stats_json); goto out; }
-        kv_stats_write_json(fj, kv);
-        fclose(fj);
+    if (werr) { fprintf(stderr, "tierkv run: writing the text to stdout failed: %s\n", strerror(errno)); goto out; }
+    if (fj) {
+        int jerr = tkv_stats_write_json(fj, s);
+        jerr |= fclose(fj) != 0;
+        fj = NULL;
+        if (jerr) { fprintf(stderr, "tierkv run: writing --stats-json '%s' failed: %s\n", stats_json, strerror(errno)); goto out; }
     }
     rc = 0;
 out:
-    if (smp_init) sampler_free(&smp);
-    stop_free(&sm);
+    if (fj) fclose(fj);
+    tkv_sampler_close(smp);
+    tkv_stop_close(sm);
+    free(piece);
+    free(shown);
     free(logits);
     free(hist);
     free(ids);
     free(text);
-    tok_free(vocab);
-    tkv_engine_close(e);
+    tkv_session_close(s);
+    tkv_model_close(m);
     return rc;
 }

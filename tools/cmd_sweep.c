@@ -312,15 +312,15 @@ int cmd_sweep(int argc, char **argv) {
     char pbuf[512];
     snprintf(pbuf, sizeof pbuf, "%s", pol_list);
     for (char *save = NULL, *p = strtok_r(pbuf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
-        kv_policy_kind kind;
-        if (kv_policy_parse(p, &kind)) { fprintf(stderr, "tierkv sweep: unknown policy '%s'\n", p); free(pass); return 2; }
-        int is_full = kind == KV_POLICY_FULL, is_h = kind == KV_POLICY_HIERARCHY;
+        tkv_policy kind;
+        if (tkv_policy_parse(p, &kind)) { fprintf(stderr, "tierkv sweep: unknown policy '%s'\n", p); free(pass); return 2; }
+        int is_full = kind == TKV_POLICY_FULL, is_h = kind == TKV_POLICY_HIERARCHY;
         for (int i = 0; i < (is_full ? 1 : n_t0); i++)
             for (int j = 0; j < (is_h ? n_ev : 1); j++) {
                 if (n == MAX_CFG) { fprintf(stderr, "tierkv sweep: more than %d configurations\n", MAX_CFG); free(pass); return 2; }
                 struct cfg *c = &cf[n++];
                 memset(c, 0, sizeof *c);
-                const char *pn = kv_policy_name(kind);
+                const char *pn = tkv_policy_name(kind);
                 c->t0 = is_full ? -1 : t0[i];
                 c->ev = is_h ? ev[j] : -1;
                 snprintf(c->policy, sizeof c->policy, "%s", pn);

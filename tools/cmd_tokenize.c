@@ -11,8 +11,7 @@
 
 #include "cmds.h"
 #include "eval/eval.h"
-#include "gguf/gguf.h"
-#include "model/tokenizer.h"
+#include "tierkv.h"
 
 typedef struct { const char *model, *text, *file; int special, bos; } tok_args;
 
@@ -30,11 +29,13 @@ static int parse_args(int argc, char **argv, tok_args *a, int allow_bos) {
     return a->model && (!a->text != !a->file) ? 0 : -1;
 }
 
-static tok_vocab *open_vocab(const char *path, gguf_file *g) {
+static tkv_model *open_vocab(const char *path) {
     char err[512];
-    if (gguf_open(path, g, err, sizeof err)) { fprintf(stderr, "tierkv: %s\n", err); return NULL; }
-    tok_vocab *v = tok_load(g, err, sizeof err);
-    if (!v) { fprintf(stderr, "tierkv: %s: %s\n", path, err); gguf_free(g); }
+    tkv_model_params p;
+    tkv_model_params_default(&p);
+    p.vocab_only = 1;
+    tkv_model *v;
+    if (tkv_model_open(path, &p, &v, err, sizeof err)) { fprintf(stderr, "tierkv: %s: %s\n", path, err); return NULL; }
     return v;
 }
 
@@ -55,13 +56,12 @@ int cmd_tokenize(int argc, char **argv) {
     size_t n;
     char *text = input(&a, &n);
     if (!text) return 1;
-    gguf_file g;
-    tok_vocab *v = open_vocab(a.model, &g);
+    tkv_model *v = open_vocab(a.model);
     if (!v) { free(text); return 1; }
-    int flags = (a.special ? TOK_PARSE_SPECIAL : 0) | (a.bos ? TOK_ADD_SPECIAL : 0);
+    int flags = (a.special ? TKV_TOK_PARSE_SPECIAL : 0) | (a.bos ? TKV_TOK_ADD_SPECIAL : 0);
     int cap = (int)n + 8;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    int k = ids ? tok_encode(v, text, n, flags, ids, cap) : -1;
+    int k = ids ? tkv_tokenize(v, text, n, flags, ids, cap) : -1;
     int rc = 0;
     if (k < 0 || k > cap) { fprintf(stderr, "tierkv: input too large\n"); rc = 1; }
     else {
@@ -70,8 +70,7 @@ int cmd_tokenize(int argc, char **argv) {
     }
     free(ids);
     free(text);
-    tok_free(v);
-    gguf_free(&g);
+    tkv_model_close(v);
     return rc;
 }
 
@@ -84,9 +83,10 @@ int cmd_detokenize(int argc, char **argv) {
     size_t n;
     char *text = input(&a, &n);
     if (!text) return 1;
-    gguf_file g;
-    tok_vocab *v = open_vocab(a.model, &g);
+    tkv_model *v = open_vocab(a.model);
     if (!v) { free(text); return 1; }
+    tkv_model_info info;
+    tkv_model_get_info(v, &info);
     int32_t *ids = malloc((n / 2 + 1) * sizeof *ids); /* each id needs a digit and a separator */
     int k = 0, rc = 0;
     for (char *p = text; ids && *p;) {
@@ -95,8 +95,8 @@ int cmd_detokenize(int argc, char **argv) {
         char *end;
         errno = 0;
         long id = strtol(p, &end, 10);
-        if (end == p || errno || id < 0 || id >= tok_n_vocab(v)) {
-            fprintf(stderr, "tierkv: bad token id at '%.20s' (vocabulary has %d tokens)\n", p, tok_n_vocab(v));
+        if (end == p || errno || id < 0 || id >= info.n_vocab) {
+            fprintf(stderr, "tierkv: bad token id at '%.20s' (vocabulary has %d tokens)\n", p, info.n_vocab);
             rc = 1;
             break;
         }
@@ -105,13 +105,12 @@ int cmd_detokenize(int argc, char **argv) {
     }
     if (!rc && ids) {
         size_t len;
-        char *s = tok_decode(v, ids, k, a.special, &len);
+        char *s = tkv_detokenize(v, ids, k, a.special, &len);
         fwrite(s, 1, len, stdout);
         free(s);
     }
     free(ids);
     free(text);
-    tok_free(v);
-    gguf_free(&g);
+    tkv_model_close(v);
     return rc;
 }

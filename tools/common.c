@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,8 @@
 
 void common_opts_default(common_opts *c) {
     memset(c, 0, sizeof *c);
-    tkv_options_default(&c->eo);
+    tkv_model_params_default(&c->mp);
+    tkv_session_params_default(&c->sp);
 }
 
 int parse_int(const char *s, long lo, long hi, long *out) {
@@ -30,7 +32,7 @@ int parse_double(const char *s, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || *end) return -1;
+    if (errno || *end || !isfinite(v)) return -1; /* "nan" and "inf" are not values any flag takes */
     *out = v;
     return 0;
 }
@@ -51,40 +53,46 @@ int common_parse(common_opts *c, int argc, char **argv, int *i, char *err, size_
     if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
         if (need_value(argc, argv, *i, err, errlen)) return -1;
         if (parse_int(argv[++*i], 1, 256, &v)) return tkv_errf(err, errlen, "-t wants a thread count 1..256, got '%s'", argv[*i]);
-        c->eo.n_threads = (int)v;
+        c->mp.n_threads = (int)v;
         return 1;
     }
     if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
         if (need_value(argc, argv, *i, err, errlen)) return -1;
         if (parse_int(argv[++*i], 1, 1 << 20, &v)) return tkv_errf(err, errlen, "--ctx wants 1..1048576, got '%s'", argv[*i]);
-        c->eo.n_ctx = (int)v;
+        c->sp.max_ctx = (int)v;
+        c->ctx_given = 1;
         return 1;
     }
     if (!strcmp(a, "--batch") || !strcmp(a, "-b")) {
         if (need_value(argc, argv, *i, err, errlen)) return -1;
         if (parse_int(argv[++*i], 1, 4096, &v)) return tkv_errf(err, errlen, "--batch wants 1..4096, got '%s'", argv[*i]);
-        c->eo.max_batch = (int)v;
+        c->sp.max_batch = (int)v;
         return 1;
     }
     if (!strcmp(a, "--mmap")) {
-        c->eo.mmap_weights = 1;
+        c->mp.mmap_weights = 1;
         return 1;
     }
     if (!strcmp(a, "--keep-layout")) {
-        c->eo.keep_layout = 1;
+        c->mp.keep_layout = 1;
         return 1;
     }
     if (!strcmp(a, "--isa")) {
         if (need_value(argc, argv, *i, err, errlen)) return -1;
         const char *s = argv[++*i];
-        if (!strcmp(s, "generic")) c->eo.isa = 0;
-        else if (!strcmp(s, "avx2")) c->eo.isa = 1;
-        else if (!strcmp(s, "avx512")) c->eo.isa = 2;
-        else if (!strcmp(s, "auto")) c->eo.isa = -1;
-        else return tkv_errf(err, errlen, "--isa wants generic, avx2, avx512 or auto, got '%s'", s);
+        if (strcmp(s, "generic") && strcmp(s, "avx2") && strcmp(s, "avx512") && strcmp(s, "auto"))
+            return tkv_errf(err, errlen, "--isa wants generic, avx2, avx512 or auto, got '%s'", s);
+        c->mp.kernels = s;
         return 1;
     }
-    return kv_flags_parse(&c->eo.kv, argc, argv, i, err, errlen);
+    if (!strcmp(a, "--backend")) {
+        if (need_value(argc, argv, *i, err, errlen)) return -1;
+        const char *s = argv[++*i];
+        if (strcmp(s, "cpu") && strcmp(s, "cuda")) return tkv_errf(err, errlen, "--backend wants cpu or cuda, got '%s'", s);
+        c->mp.backend = s;
+        return 1;
+    }
+    return kv_flags_parse(&c->sp.kv, argc, argv, i, err, errlen);
 }
 
 const char *common_usage(void) {
@@ -92,7 +100,8 @@ const char *common_usage(void) {
            "  -t, --threads N     threads (default 2)\n"
            "  -c, --ctx N         positions per sequence (default 4096)\n"
            "  -b, --batch N       prefill chunk (default 64)\n"
-           "      --isa NAME      kernels: auto (cpuid), generic, avx2, avx512\n"
+           "      --isa NAME      CPU kernels: auto (cpuid), generic, avx2, avx512\n"
+           "      --backend NAME  cpu (default) or cuda (a `make cuda` build)\n"
            "      --mmap          map the model file instead of copying it into huge-page memory\n"
            "      --keep-layout   run Q4_K/Q6_K/Q5_0/Q8_0 weights in the file's layout (default: reordered at load\n"
            "                      for batched kernels)\n";

@@ -1,6 +1,6 @@
 /* common.h — flags shared by the commands that load a model (run, logits, bench, eval, serve):
- * -m MODEL, -t THREADS, --ctx N, --batch N, --isa generic|avx2|avx512, and the KV hierarchy flags
- * (tools/kv_flags.h). Also the default model path. */
+ * -m MODEL, -t THREADS, --ctx N, --batch N, --isa generic|avx2|avx512, --backend cpu|cuda, and the KV
+ * hierarchy flags (tools/kv_flags.h). Also the default model path. */
 #ifndef TKV_TOOLS_COMMON_H
 #define TKV_TOOLS_COMMON_H
 #include <stddef.h>
@@ -9,7 +9,9 @@
 
 typedef struct {
     const char *model_path; /* NULL: the cached default */
-    tkv_options eo;
+    tkv_model_params mp;    /* -t, --isa, --mmap, --keep-layout, --backend */
+    tkv_session_params sp;  /* -c (max_ctx), -b (max_batch), the KV flags (sp.kv) */
+    int ctx_given;          /* 1: -c was given (a command must not raise it silently) */
 } common_opts;
 
 void common_opts_default(common_opts *c);

@@ -50,7 +50,7 @@ static int parse_count(const char *flag, const char *s, long lo, long hi, int *o
     return 0;
 }
 
-int kv_flags_parse(kv_options *o, int argc, char **argv, int *i, char *err, size_t errlen) {
+int kv_flags_parse(tkv_kv_params *o, int argc, char **argv, int *i, char *err, size_t errlen) {
     const char *a = argv[*i];
     if (strncmp(a, "--", 2) != 0) return 0;
     static const char *with_value[] = {"--policy", "--hbm-ratio", "--hbm-budget", "--t2-ratio",
@@ -75,8 +75,8 @@ int kv_flags_parse(kv_options *o, int argc, char **argv, int *i, char *err, size
     else return tkv_errf(err, errlen, "%s needs a value", name);
 
     if (!strcmp(name, "--policy")) {
-        kv_policy_kind p;
-        if (kv_policy_parse(val, &p))
+        tkv_policy p;
+        if (tkv_policy_parse(val, &p))
             return tkv_errf(err, errlen, "--policy wants full, hierarchy, evict, quant, streaming, h2o, rkv or snapkv, got '%s'", val);
         o->policy = p;
         return 1;

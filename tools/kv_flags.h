@@ -1,5 +1,5 @@
 /* kv_flags.h — the KV hierarchy flags shared by run, logits, bench, eval and serve. Only mains parse
- * flags; this fills a kv_options (src/kv/kv.h). Values go in the next argument or after '='
+ * flags; this fills the public tkv_kv_params (include/tierkv.h). Values go in the next argument or after '='
  * (--hbm-ratio 0.25, --hbm-ratio=0.25).
  *
  *   --policy NAME        full | hierarchy | evict | quant | streaming | h2o | rkv | snapkv
@@ -16,11 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kv/kv.h"
+#include "tierkv.h"
 
 /* Consumes the flag at argv[*i] (and its value, advancing *i to the last argument used).
  * Returns 1 if consumed, 0 if it is not a kv flag, -1 on a bad value (message in err). */
-int kv_flags_parse(kv_options *o, int argc, char **argv, int *i, char *err, size_t errlen);
+int kv_flags_parse(tkv_kv_params *o, int argc, char **argv, int *i, char *err, size_t errlen);
 /* Usage lines for the flags above (two spaces of indent, newline-terminated). */
 const char *kv_flags_usage(void);
 /* Parses a size as above into bytes; 0 ok, -1 bad. */

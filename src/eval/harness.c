@@ -13,14 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/argmax.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "eval/json.h"
 #include "eval/stats.h"
-#include "gguf/gguf.h"
-#include "model/chat.h"
-#include "model/tokenizer.h"
-#include "base/clock.h"
 #include "base/version.h"
 
 static char *xstrdup(const char *s) {
@@ -77,8 +73,10 @@ static int rec_from_json(const struct json_value *o, struct harness_rec *x) {
     /* evicted_equiv (positions dropped, averaged over (layer, kv head) rows) is absent from files
      * written before it existed; tokens_evicted is the same number for whole-token policies but
      * undercounts the per-head baselines, whose share is then unknown */
-    kv_policy_kind kind;
-    int whole_token = pol && kv_policy_parse(pol, &kind) == 0 && kv_policy_whole_token(kind);
+    tkv_policy kind;
+    /* the policies that drop a position from every (layer, kv head) row at once */
+    int whole_token = pol && tkv_policy_parse(pol, &kind) == 0 && kind != TKV_POLICY_H2O && kind != TKV_POLICY_RKV &&
+                      kind != TKV_POLICY_SNAPKV;
     x->tokens_evicted = num_or(kv, "evicted_equiv", whole_token ? num_or(kv, "tokens_evicted", 0) : NAN);
     snprintf(x->policy, sizeof x->policy, "%s", pol ? pol : "");
     x->max_tokens = (int)num_or(o, "max_tokens", 0);
@@ -250,12 +248,12 @@ int harness_summary_write_json(const char *path, const struct harness_opts *o, c
     json_out_key(&j, "command"), json_out_str(&j, cmd ? cmd : "");
     json_out_key(&j, "commit"), json_out_str(&j, tkv_build_commit());
     json_out_key(&j, "build_flags"), json_out_str(&j, tkv_build_flags());
-    json_out_key(&j, "policy"), json_out_str(&j, kv_policy_name(o->eo.kv.policy));
-    json_out_key(&j, "hbm_ratio"), json_out_num(&j, o->eo.kv.hbm_ratio);
-    json_out_key(&j, "t2_ratio"), json_out_num(&j, o->eo.kv.t2_ratio);
-    json_out_key(&j, "evict_ratio"), json_out_num(&j, o->eo.kv.evict_ratio);
-    json_out_key(&j, "hbm_budget_bytes"), json_out_int(&j, (int64_t)o->eo.kv.hbm_budget_bytes);
-    json_out_key(&j, "kv_type"), json_out_str(&j, o->eo.kv.f16 ? "f16" : "f32");
+    json_out_key(&j, "policy"), json_out_str(&j, tkv_policy_name(o->sp.kv.policy));
+    json_out_key(&j, "hbm_ratio"), json_out_num(&j, o->sp.kv.hbm_ratio);
+    json_out_key(&j, "t2_ratio"), json_out_num(&j, o->sp.kv.t2_ratio);
+    json_out_key(&j, "evict_ratio"), json_out_num(&j, o->sp.kv.evict_ratio);
+    json_out_key(&j, "hbm_budget_bytes"), json_out_int(&j, (int64_t)o->sp.kv.hbm_budget_bytes);
+    json_out_key(&j, "kv_type"), json_out_str(&j, o->sp.kv.f16 ? "f16" : "f32");
     json_out_key(&j, "max_tokens"), json_out_int(&j, o->max_tokens);
     json_out_key(&j, "parallel"), json_out_int(&j, o->parallel);
     json_out_key(&j, "n"), json_out_int(&j, s->n);
@@ -326,12 +324,12 @@ int harness_verify_line(const char *line, size_t n) {
 
 struct slot {
     int item;          /* index into the pending list; -1: free */
+    int seq;           /* its sequence while item >= 0 */
     int gen;           /* tokens generated so far */
     char *text;        /* output so far */
     size_t tn, tcap;
-    tok_stream ts;
+    tkv_detok ts;
     double t_start;
-    kv_stats st0;      /* the slot's counters when the problem started */
     int64_t t0_seen;   /* largest T0 bytes seen at a step end */
 };
 
@@ -342,10 +340,11 @@ struct run {
     int32_t **ids;     /* [n_pending] prompt ids */
     int *n_ids;
     size_t n_pending, next;
-    tkv_engine *e;
-    tok_vocab *vocab;
+    tkv_model *m;
+    tkv_session *e;
     int V, P;
-    int prefix_len;    /* > 0: every prompt starts with these ids, prefilled once in sequence P */
+    int prefix_len;    /* > 0: every prompt starts with these ids, prefilled once in sequence prefix_seq */
+    int prefix_seq;
     float *slot_logits; /* [P][V]: next-token logits of each slot */
     struct slot *slots;
     char *piece;
@@ -378,19 +377,21 @@ static int slot_fill(struct run *r, int k, char *err, size_t errlen) {
     s->item = -1;
     if (r->next == r->n_pending) return 0;
     size_t p = r->next++;
-    s->item = (int)p;
     s->gen = 0;
     s->tn = 0;
     text_add(s, "", 0);
-    tok_stream_init(&s->ts);
+    tkv_detok_init(&s->ts);
     s->t_start = tkv_now_s();
-    kv_get_stats(tkv_kv_of(r->e), k, &s->st0);
     s->t0_seen = 0;
     char perr[512];
-    int L = r->prefix_len;
-    if ((L && kv_seq_copy_prefix(tkv_kv_of(r->e), r->P, k, L, perr, sizeof perr)) ||
-        tkv_prefill(r->e, k, r->ids[p] + L, r->n_ids[p] - L, r->slot_logits + (size_t)k * (size_t)r->V, 0, perr, sizeof perr))
-        return tkv_errf(err, errlen, "problem %s: %s", r->set->items[r->pending[p]].id, perr);
+    int L = r->prefix_len, n = r->n_ids[p];
+    const char *id = r->set->items[r->pending[p]].id;
+    if (tkv_seq_open(r->e, n + r->o->max_tokens, n, &s->seq, perr, sizeof perr))
+        return tkv_errf(err, errlen, "problem %s: %s", id, perr);
+    s->item = (int)p;
+    if ((L && tkv_seq_share_prefix(r->e, r->prefix_seq, s->seq, L, perr, sizeof perr)) ||
+        tkv_prefill(r->e, s->seq, r->ids[p] + L, n - L, r->slot_logits + (size_t)k * (size_t)r->V, 0, perr, sizeof perr))
+        return tkv_errf(err, errlen, "problem %s: %s", id, perr);
     return 0;
 }
 
@@ -434,13 +435,13 @@ static int slot_finish(struct run *r, int k, int by_length, char *err, size_t er
     struct slot *s = &r->slots[k];
     const struct harness_opts *o = r->o;
     const struct eval_item *it = &r->set->items[r->pending[s->item]];
-    size_t nf = tok_stream_flush(&s->ts, r->piece);
+    size_t nf = tkv_detok_flush(&s->ts, r->piece);
     text_add(s, r->piece, nf);
-    kv_cache *kv = tkv_kv_of(r->e);
-    kv_sync(kv);
-    kv_stats st;
-    kv_get_stats(kv, k, &st);
-    int64_t peak = st.peak_t0_bytes > s->st0.peak_t0_bytes ? st.peak_t0_bytes : s->t0_seen;
+    tkv_sync(r->e);
+    tkv_stats st;
+    char serr[256];
+    TKV_ASSERT(tkv_stats_get(r->e, s->seq, &st, serr, sizeof serr) == 0);
+    int64_t peak = st.peak_t0_bytes > s->t0_seen ? st.peak_t0_bytes : s->t0_seen;
     if (st.bytes[0] > peak) peak = st.bytes[0];
     struct eval_verdict v;
     eval_grade(o->task, s->text, it->answer, it->n_choices, &v);
@@ -469,20 +470,20 @@ static int slot_finish(struct run *r, int k, int by_length, char *err, size_t er
     json_out_arr_end(&j);
     json_out_key(&j, "peak_t0_bytes"), json_out_int(&j, peak);
     json_out_key(&j, "t0_budget_bytes"), json_out_int(&j, st.t0_budget_bytes);
-    json_out_key(&j, "bytes_moved_down"), json_out_int(&j, st.bytes_moved_down - s->st0.bytes_moved_down);
-    json_out_key(&j, "bytes_moved_up"), json_out_int(&j, st.bytes_moved_up - s->st0.bytes_moved_up);
-    json_out_key(&j, "bytes_moved_host"), json_out_int(&j, st.bytes_moved_host - s->st0.bytes_moved_host);
-    json_out_key(&j, "bytes_staged"), json_out_int(&j, st.bytes_staged - s->st0.bytes_staged);
-    json_out_key(&j, "tokens_evicted"), json_out_int(&j, st.tokens_evicted - s->st0.tokens_evicted);
-    json_out_key(&j, "retiers"), json_out_int(&j, st.retiers - s->st0.retiers);
+    json_out_key(&j, "bytes_moved_down"), json_out_int(&j, st.bytes_moved_down);
+    json_out_key(&j, "bytes_moved_up"), json_out_int(&j, st.bytes_moved_up);
+    json_out_key(&j, "bytes_moved_host"), json_out_int(&j, st.bytes_moved_host);
+    json_out_key(&j, "bytes_staged"), json_out_int(&j, st.bytes_staged);
+    json_out_key(&j, "tokens_evicted"), json_out_int(&j, st.tokens_evicted);
+    json_out_key(&j, "retiers"), json_out_int(&j, st.retiers);
     json_out_key(&j, "evicted_equiv"), json_out_num(&j, st.evicted_equiv);
     json_out_obj_end(&j);
-    json_out_key(&j, "policy"), json_out_str(&j, kv_policy_name(o->eo.kv.policy));
-    json_out_key(&j, "hbm_ratio"), json_out_num(&j, o->eo.kv.hbm_ratio);
-    json_out_key(&j, "t2_ratio"), json_out_num(&j, o->eo.kv.t2_ratio);
-    json_out_key(&j, "evict_ratio"), json_out_num(&j, o->eo.kv.evict_ratio);
-    json_out_key(&j, "hbm_budget_bytes"), json_out_int(&j, (int64_t)o->eo.kv.hbm_budget_bytes);
-    json_out_key(&j, "kv_type"), json_out_str(&j, o->eo.kv.f16 ? "f16" : "f32");
+    json_out_key(&j, "policy"), json_out_str(&j, tkv_policy_name(o->sp.kv.policy));
+    json_out_key(&j, "hbm_ratio"), json_out_num(&j, o->sp.kv.hbm_ratio);
+    json_out_key(&j, "t2_ratio"), json_out_num(&j, o->sp.kv.t2_ratio);
+    json_out_key(&j, "evict_ratio"), json_out_num(&j, o->sp.kv.evict_ratio);
+    json_out_key(&j, "hbm_budget_bytes"), json_out_int(&j, (int64_t)o->sp.kv.hbm_budget_bytes);
+    json_out_key(&j, "kv_type"), json_out_str(&j, o->sp.kv.f16 ? "f16" : "f32");
     json_out_key(&j, "max_tokens"), json_out_int(&j, o->max_tokens);
     json_out_key(&j, "build"), json_out_str(&j, tkv_build_commit());
     harness_sign(&j);
@@ -505,40 +506,42 @@ static int slot_finish(struct run *r, int k, int by_length, char *err, size_t er
     r->correct += (size_t)v.correct;
     r->run_done++;
     eval_verdict_free(&v);
-    tkv_seq_reset(r->e, k);
+    tkv_seq_close(r->e, s->seq);
     s->item = -1;
     progress(r, 0);
     return rc;
 }
 
 /* Tokenises every pending prompt; the context must hold the longest one plus max_tokens. */
-static int encode_prompts(struct run *r, const gguf_file *gf, int *max_prompt, char *err, size_t errlen) {
+static int encode_prompts(struct run *r, int *max_prompt, char *err, size_t errlen) {
     const struct harness_opts *o = r->o;
-    chat_template tmpl;
-    if (chat_template_from_gguf(gf, o->template_name, &tmpl, err, errlen)) return -1;
-    if (o->no_system) tmpl.default_system[0] = 0;
+    tkv_chat *ct;
+    if (tkv_chat_open(r->m, o->template_name, o->no_system ? TKV_CHAT_NO_DEFAULT_SYSTEM : 0, &ct, err, errlen)) return -1;
     *max_prompt = 0;
-    for (size_t p = 0; p < r->n_pending; p++) {
+    int rc = 0;
+    for (size_t p = 0; p < r->n_pending && !rc; p++) {
         const struct eval_item *it = &r->set->items[r->pending[p]];
         char *user = eval_build_prompt(o->task, it);
-        chat_msg msgs[2];
+        tkv_chat_msg msgs[2];
         int nm = 0;
-        if (o->system && !o->no_system) msgs[nm++] = (chat_msg){"system", o->system};
-        msgs[nm++] = (chat_msg){"user", user};
-        r->n_ids[p] = chat_encode(&tmpl, r->vocab, msgs, nm, 1, &r->ids[p]);
+        if (o->system && !o->no_system) msgs[nm++] = (tkv_chat_msg){"system", o->system};
+        msgs[nm++] = (tkv_chat_msg){"user", user};
+        char perr[256];
+        r->n_ids[p] = tkv_chat_encode(ct, msgs, nm, 1, &r->ids[p], perr, sizeof perr);
         free(user);
-        if (r->n_ids[p] < 1) return tkv_errf(err, errlen, "problem %s: the prompt is empty after tokenization", it->id);
-        if (r->n_ids[p] > *max_prompt) *max_prompt = r->n_ids[p];
+        if (r->n_ids[p] < 1) rc = tkv_errf(err, errlen, "problem %s: the prompt is empty after tokenization", it->id);
+        else if (r->n_ids[p] > *max_prompt) *max_prompt = r->n_ids[p];
     }
-    return 0;
+    tkv_chat_close(ct);
+    return rc;
 }
 
 static int decode_loop(struct run *r, char *err, size_t errlen) {
     int P = r->P, V = r->V;
     int *seqs = tkv_xmalloc((size_t)P * sizeof(int));
     int32_t *toks = tkv_xmalloc((size_t)P * sizeof(int32_t));
+    int *slot_of = tkv_xmalloc((size_t)P * sizeof(int)); /* decode row -> slot */
     float *blog = tkv_xmalloc((size_t)P * (size_t)V * sizeof(float));
-    kv_cache *kv = tkv_kv_of(r->e);
     int rc = 0;
     for (int k = 0; k < P && !rc; k++) rc = slot_fill(r, k, err, errlen);
     while (!rc) {
@@ -547,29 +550,31 @@ static int decode_loop(struct run *r, char *err, size_t errlen) {
             struct slot *s = &r->slots[k];
             if (s->item < 0) continue;
             active = 1;
-            int32_t t = tkv_argmax_f32(r->slot_logits + (size_t)k * (size_t)V, V);
+            int32_t t = tkv_argmax(r->slot_logits + (size_t)k * (size_t)V, V);
             s->gen++;
             r->run_tokens++;
-            int eog = tok_is_eog(r->vocab, t);
-            if (!eog) text_add(s, r->piece, tok_stream_token(&s->ts, r->vocab, t, 0, r->piece));
+            int eog = tkv_token_is_eog(r->m, t);
+            if (!eog) text_add(s, r->piece, tkv_detok_token(&s->ts, r->m, t, 0, r->piece));
             if (eog || s->gen >= r->o->max_tokens) {
                 rc = slot_finish(r, k, !eog, err, errlen);
                 if (!rc) rc = slot_fill(r, k, err, errlen); /* picks its first token next step */
                 continue;
             }
-            seqs[nb] = k;
+            slot_of[nb] = k;
+            seqs[nb] = s->seq;
             toks[nb++] = t;
         }
         if (rc || !active) break;
         if (!nb) continue;
         if (tkv_decode(r->e, seqs, toks, nb, blog, err, errlen)) { rc = -1; break; }
         for (int b = 0; b < nb; b++) {
-            memcpy(r->slot_logits + (size_t)seqs[b] * (size_t)V, blog + (size_t)b * (size_t)V, (size_t)V * sizeof(float));
-            kv_stats st;
-            kv_get_stats(kv, seqs[b], &st);
-            if (st.bytes[0] > r->slots[seqs[b]].t0_seen) r->slots[seqs[b]].t0_seen = st.bytes[0];
+            struct slot *s = &r->slots[slot_of[b]];
+            memcpy(r->slot_logits + (size_t)slot_of[b] * (size_t)V, blog + (size_t)b * (size_t)V, (size_t)V * sizeof(float));
+            tkv_stats st;
+            if (!tkv_stats_get(r->e, s->seq, &st, NULL, 0) && st.bytes[0] > s->t0_seen) s->t0_seen = st.bytes[0];
         }
     }
+    free(slot_of);
     free(seqs);
     free(toks);
     free(blog);
@@ -605,9 +610,9 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
     harness_results_sort(&res);
     for (size_t i = lo; i < hi; i++) {
         const struct harness_rec *x = harness_find(&res, set.items[i].id);
-        if (x && (strcmp(x->policy, kv_policy_name(o->eo.kv.policy)) || x->max_tokens != o->max_tokens ||
-                  x->hbm_ratio != o->eo.kv.hbm_ratio || x->t2_ratio != o->eo.kv.t2_ratio ||
-                  x->evict_ratio != o->eo.kv.evict_ratio || x->kv_f16 != o->eo.kv.f16)) {
+        if (x && (strcmp(x->policy, tkv_policy_name(o->sp.kv.policy)) || x->max_tokens != o->max_tokens ||
+                  x->hbm_ratio != o->sp.kv.hbm_ratio || x->t2_ratio != o->sp.kv.t2_ratio ||
+                  x->evict_ratio != o->sp.kv.evict_ratio || x->kv_f16 != o->sp.kv.f16)) {
             tkv_errf(err, errlen,
                      "%s holds %s from another configuration (policy %s, max_tokens %d, hbm/t2/evict ratios %g/%g/%g, "
                      "kv type %s); give another --out to keep both",
@@ -622,36 +627,39 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
         r.ids = tkv_xcalloc(r.n_pending, sizeof *r.ids);
         r.n_ids = tkv_xcalloc(r.n_pending, sizeof *r.n_ids);
         int max_prompt = 0;
-        {
-            gguf_file gf;
-            if (gguf_open(o->model_path, &gf, err, errlen)) goto out;
-            r.vocab = tok_load(&gf, err, errlen);
-            int erc = r.vocab ? encode_prompts(&r, &gf, &max_prompt, err, errlen) : -1;
-            gguf_free(&gf);
-            if (erc) goto out;
+        if (tkv_model_open(o->model_path, &o->mp, &r.m, err, errlen)) goto out;
+        if (encode_prompts(&r, &max_prompt, err, errlen)) goto out;
+        tkv_session_params sp = o->sp;
+        r.P = (size_t)o->parallel < r.n_pending ? o->parallel : (int)r.n_pending;
+        sp.max_seqs = r.P;
+        if (sp.max_ctx && sp.max_ctx < max_prompt + o->max_tokens) {
+            tkv_errf(err, errlen, "the longest prompt (%d tokens) and --max-tokens %d need %d positions, more than --ctx %d",
+                     max_prompt, o->max_tokens, max_prompt + o->max_tokens, sp.max_ctx);
+            goto out;
         }
-        tkv_options eo = o->eo;
-        r.P = eo.n_seq = (size_t)o->parallel < r.n_pending ? o->parallel : (int)r.n_pending;
-        if (eo.n_ctx < max_prompt + o->max_tokens) eo.n_ctx = max_prompt + o->max_tokens;
-        /* the shared prompt prefix is prefilled once, into one more sequence, and copied into each
+        if (!sp.max_ctx) sp.max_ctx = max_prompt + o->max_tokens;
+        /* the shared prompt prefix is prefilled once, into one more sequence, and shared by each
          * slot: the same K/V as prefilling it there (tested), computed once. Not with an absolute T0
          * budget, which is split over the sequences, nor for policies that score the prompt. */
-        int L = o->no_prefix_cache || r.n_pending < 2 || eo.kv.hbm_budget_bytes || !kv_policy_copies_prefix(eo.kv.policy)
+        int L = o->no_prefix_cache || r.n_pending < 2 || sp.kv.hbm_budget_bytes || !tkv_policy_shares_prefix(sp.kv.policy)
                     ? 0 : common_prefix(&r);
-        eo.n_seq += L > 0;
+        sp.max_seqs += L > 0;
         if (o->progress)
             fprintf(o->progress, "[eval] %s: %zu problems, %zu already in the results file, %zu to run, %d at once\n",
                     o->task_label, r.total, r.done, r.n_pending, r.P);
-        if (tkv_engine_open(o->model_path, &eo, &r.e, err, errlen)) goto out;
+        if (tkv_session_open(r.m, &sp, &r.e, err, errlen)) goto out;
         if (L) {
-            if (tkv_prefill(r.e, r.P, r.ids[0], L, NULL, 0, err, errlen)) goto out;
+            if (tkv_seq_open(r.e, L, L, &r.prefix_seq, err, errlen)) goto out;
+            if (tkv_prefill(r.e, r.prefix_seq, r.ids[0], L, NULL, 0, err, errlen)) goto out;
             r.prefix_len = L;
             if (o->progress) fprintf(o->progress, "[eval] the first %d prompt tokens are shared: prefilled once\n", L);
         }
-        r.V = tkv_n_vocab(r.e);
+        tkv_model_info info;
+        tkv_model_get_info(r.m, &info);
+        r.V = info.n_vocab;
         r.slot_logits = tkv_xmalloc((size_t)r.P * (size_t)r.V * sizeof(float));
         r.slots = tkv_xcalloc((size_t)r.P, sizeof *r.slots);
-        r.piece = tkv_xmalloc(TOK_STREAM_OUT(tok_max_piece(r.vocab)) + 16);
+        r.piece = tkv_xmalloc(tkv_detok_out_size(r.m));
         if (o->out_path) {
             r.out = fopen(o->out_path, "ab");
             if (!r.out) { tkv_errf(err, errlen, "%s: cannot open for appending: %s", o->out_path, strerror(errno)); goto out; }
@@ -683,8 +691,8 @@ out:
     free(r.ids);
     free(r.n_ids);
     free(r.pending);
-    tkv_engine_close(r.e);
-    tok_free(r.vocab);
+    tkv_session_close(r.e);
+    tkv_model_close(r.m);
     harness_results_free(&res);
     eval_set_free(&set);
     return rc;

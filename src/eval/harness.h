@@ -2,10 +2,11 @@
  * through the engine with continuous batching, keeps one JSON line per finished problem (so a killed
  * run resumes where it stopped), and reads such files back for summaries and paired comparisons.
  *
- * Continuous batching: `parallel` sequence slots (n_seq = parallel). Every step the slots that hold a
- * problem pick their greedy token; the ones still going decode together in one tkv_decode call. A slot
- * whose problem ends (end-of-generation token or max_tokens) writes its line, is reset, and is refilled
- * at once with the next problem (prefilled, then it joins the next decode step). Greedy outputs do not
+ * Continuous batching: `parallel` slots, each a sequence of one session. Every step the slots that
+ * hold a problem pick their greedy token; the ones still going decode together in one tkv_decode
+ * call. A slot whose problem ends (end-of-generation token or max_tokens) writes its line, closes its
+ * sequence, and is refilled at once with the next problem (a new sequence, prefilled, then it joins
+ * the next decode step). The public API only (include/tierkv.h). Greedy outputs do not
  * depend on `parallel` because the engine's batched decode gives each sequence the logits it gets alone.
  *
  * A results line: {"id","task","model","prompt_tokens","output","pred","gold","correct","strict",
@@ -33,7 +34,9 @@ struct harness_opts {
     int no_system;             /* 1: no system turn at all (not even the template's default) */
     const char *template_name; /* NULL: the template named by the model file */
     const char *model_path;
-    tkv_options eo;            /* n_seq is set to parallel, n_ctx raised to fit prompt + max_tokens */
+    tkv_model_params mp;       /* threads, kernels, weights */
+    tkv_session_params sp;     /* the KV options (sp.kv); max_seqs is set to parallel (+1 for a shared
+                                  prefix), max_ctx to the longest prompt + max_tokens unless given */
     FILE *progress;            /* progress and warnings; NULL: quiet */
     int progress_tty;          /* 1: refresh one line in place with \r */
     int no_prefix_cache;       /* 1: prefill every prompt whole (default: a prefix all share is prefilled once) */
