@@ -146,6 +146,9 @@ typedef struct {
     int sinks;                 /* protected first tokens (4) */
     int window;                /* protected last tokens (64) */
     int staged;                /* T1 rows copied into a staging area per layer before attention */
+    int split;                 /* attention in two parts merged by log-sum-exp: T0 (and staged rows)
+                                  on the backend, T1 where its rows lie (the host), so no T1 row
+                                  crosses the bus; not with staged */
     int sync_transfers;        /* moves on the caller's thread (debugging) */
     int f16;                   /* T0/T1 element type: 1 fp16 (default), 0 f32 */
     int t0_tokens;             /* T0 tokens per sequence (absolute, as R-KV and SnapKV budgets are

@@ -4,14 +4,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "base/half.h"
 #include "kv/kv.h"
-#include "kv/kv_codec.h"
+#include "backend/cpu/kv_codec.h"
 #include "kv/baselines.h"
 #include "kv/kv_policy.h"
 #include "t.h"
 
 /* ---- helpers ---- */
+
+/* A CPU backend for every cache of this file (opened once, kept to the end). */
+static be_backend *cpu(void) {
+    static be_backend *b;
+    char err[256];
+    if (!b) TKV_ASSERT(be_open(&(be_params){.name = "cpu", .n_threads = 1}, &b, err, sizeof err) == 0);
+    return b;
+}
+
+/* A cache with all o->n_seq sequences added (ids 0..n_seq-1), each of o->n_ctx positions, as the
+ * tests below drive them; NULL with a message when the options or an admission are refused. */
+static kv_cache *kv_open_all(const kv_options *o, char *err, size_t errlen) {
+    kv_cache *kv = kv_init(o, cpu(), err, errlen);
+    for (int q = 0; kv && q < o->n_seq; q++) {
+        int id;
+        if (kv_seq_add(kv, o->n_ctx, 0, &id, err, errlen) || id != q) {
+            kv_free(kv);
+            return NULL;
+        }
+    }
+    return kv;
+}
 
 static uint64_t rng_next(uint64_t *s) {
     *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17;
@@ -132,7 +155,7 @@ TEST(kv_policy_caps_per_kind) {
 
 static int init_fails(kv_options *o, const char *needle) {
     char err[512] = "";
-    kv_cache *kv = kv_init(o, err, sizeof err);
+    kv_cache *kv = kv_open_all(o, err, sizeof err);
     if (kv) { kv_free(kv); return 0; }
     if (needle && !strstr(err, needle)) { fprintf(stderr, "    message: %s\n", err); return 0; }
     return 1;
@@ -161,11 +184,14 @@ TEST(kv_options_refused) {
     CHECK(init_fails(&o, "multiple"));
     o.n_head = 4;
     char err[256];
-    kv_cache *kv = kv_init(&o, err, sizeof err);
+    kv_cache *kv = kv_open_all(&o, err, sizeof err);
     CHECK(kv != NULL);
     kv_free(kv);
 }
 
+/* One absolute T0 budget for all live sequences: a sequence's prompt may grow into what the others'
+ * reservations (their prompt, sinks and window) leave of it, and no further; the refusal names the
+ * numbers and leaves the sequence as it was. */
 TEST(kv_abs_budget_prompt_too_long) {
     kv_options o;
     shape(&o, 2, 4, 2, 8, 2, 256);
@@ -173,18 +199,26 @@ TEST(kv_abs_budget_prompt_too_long) {
     o.sinks = 2; o.window = 8;
     o.f16 = 0;
     int64_t tb = 2 * 2 * 16 * 4; /* layers x K,V x kv_dim x f32 */
-    o.hbm_budget_bytes = (uint64_t)(2 * 20 * tb); /* 20 tokens per sequence (split equally over 2) */
+    o.hbm_budget_bytes = (uint64_t)(40 * tb); /* 40 tokens for both sequences */
     char err[512];
-    kv_cache *kv = kv_init(&o, err, sizeof err);
+    kv_cache *kv = kv_open_all(&o, err, sizeof err); /* each reserves sinks 2 + window 8 = 10 */
     REQUIRE(kv);
     int pos = 0, rc = 0;
-    for (; pos < 30 && rc == 0; pos++) rc = kv_append(kv, 0, pos, 1, err, sizeof err);
-    CHECK(rc == -1 && pos == 13); /* 12 prompt + window 8 = 20 fit; the 13th does not */
-    CHECK(strstr(err, "does not fit in T0") != NULL);
-    CHECK(kv_seq_len(kv, 0) == 12);
+    for (; pos < 40 && rc == 0; pos++) rc = kv_append(kv, 0, pos, 1, err, sizeof err);
+    /* 40 - 10 (the other sequence) = 30 for this one: 22 prompt tokens + window 8; the 23rd fails */
+    CHECK(rc == -1 && pos == 23);
+    CHECK(strstr(err, "does not fit in T0") != NULL && strstr(err, "40 tokens") != NULL);
+    CHECK(kv_seq_len(kv, 0) == 22);
     kv_stats st;
-    kv_get_stats(kv, 0, &st);
-    CHECK(st.t0_budget_bytes == 20 * tb);
+    kv_get_stats(kv, -1, &st);
+    CHECK(st.t0_budget_bytes == 40 * tb);
+    REQUIRE(kv_check(kv, err, sizeof err) == 0);
+    /* a third sequence cannot be admitted while the two hold their reservations */
+    kv_seq_remove(kv, 1);
+    int id;
+    CHECK(kv_seq_add(kv, 256, 9, &id, err, sizeof err) == -2 && strstr(err, "reserve 30 of the 40"));
+    CHECK(kv_seq_add(kv, 256, 0, &id, err, sizeof err) == 0 && id == 1); /* 30 + 10 = 40 fits exactly */
+    CHECK(kv_seq_add(kv, 300, 0, &id, err, sizeof err) == -1 && strstr(err, "1..256"));
     kv_free(kv);
 }
 
@@ -195,7 +229,7 @@ TEST(kv_budget_raised_to_protected) {
     o.policy = KV_POLICY_EVICT;
     o.hbm_ratio = 0.001; o.sinks = 2; o.window = 4; o.delta = 4; o.sync_transfers = 1;
     char err[256];
-    kv_cache *kv = kv_init(&o, err, sizeof err);
+    kv_cache *kv = kv_open_all(&o, err, sizeof err);
     REQUIRE(kv);
     float *att = calloc((size_t)o.n_head * o.n_ctx, sizeof(float));
     uint64_t rng = 7;
@@ -226,7 +260,7 @@ TEST(kv_copy_prefix) {
         o.policy = KV_POLICY_HIERARCHY;
         o.hbm_ratio = 0.5; o.sinks = 1; o.window = 2; o.sync_transfers = 1;
         char err[256];
-        kv_cache *kv = kv_init(&o, err, sizeof err);
+        kv_cache *kv = kv_open_all(&o, err, sizeof err);
         REQUIRE(kv);
         CHECK(kv_policy_copies_prefix(KV_POLICY_HIERARCHY) && kv_policy_copies_prefix(KV_POLICY_FULL));
         for (int p = 0; p < 10; p++) {
@@ -252,7 +286,7 @@ TEST(kv_copy_prefix) {
     o.policy = KV_POLICY_H2O;
     o.hbm_ratio = 0.5;
     char err[256];
-    kv_cache *kv = kv_init(&o, err, sizeof err);
+    kv_cache *kv = kv_open_all(&o, err, sizeof err);
     REQUIRE(kv);
     CHECK(!kv_policy_copies_prefix(KV_POLICY_H2O) && !kv_policy_copies_prefix(KV_POLICY_SNAPKV));
     REQUIRE(kv_append(kv, 0, 0, 1, err, sizeof err) == 0);
@@ -343,11 +377,11 @@ static void random_run(const run_cfg *c, uint64_t seed, int steps, int check_eac
     if (c->budget_tokens) {
         kv_options p = o;
         p.policy = KV_POLICY_FULL;
-        probe = kv_init(&p, err, sizeof err);
+        probe = kv_open_all(&p, err, sizeof err);
         o.hbm_budget_bytes = c->budget_tokens * (uint64_t)kv_token_bytes(probe, 0) * (uint64_t)o.n_seq;
         kv_free(probe);
     }
-    kv_cache *kv = kv_init(&o, err, sizeof err);
+    kv_cache *kv = kv_open_all(&o, err, sizeof err);
     if (!kv) { fprintf(stderr, "    %s\n", err); CHECK(kv != NULL); return; }
     float *att = calloc((size_t)o.n_head * o.n_ctx, sizeof(float));
     uint8_t *gone[2] = {calloc((size_t)o.n_ctx, 1), calloc((size_t)o.n_ctx, 1)};
@@ -405,7 +439,7 @@ TEST(kv_random_hierarchy_invariants) {
 /* The same run in two caches that differ in one mechanism option must give identical views. */
 static void compare_runs(kv_options a, kv_options b, int steps, int *n_diff, int *n_t1) {
     char err[256];
-    kv_cache *ka = kv_init(&a, err, sizeof err), *kb = kv_init(&b, err, sizeof err);
+    kv_cache *ka = kv_open_all(&a, err, sizeof err), *kb = kv_open_all(&b, err, sizeof err);
     *n_diff = 1; *n_t1 = 0;
     if (!ka || !kb) { kv_free(ka); kv_free(kb); return; }
     *n_diff = 0;
@@ -502,7 +536,7 @@ static void fake_attention_bit_exact(int f16) {
     h = f;
     h.policy = KV_POLICY_HIERARCHY; h.hbm_ratio = 0.4; h.delta = 4; h.window = 8; h.sinks = 2;
     char err[256];
-    kv_cache *kf = kv_init(&f, err, sizeof err), *kh = kv_init(&h, err, sizeof err);
+    kv_cache *kf = kv_open_all(&f, err, sizeof err), *kh = kv_open_all(&h, err, sizeof err);
     REQUIRE(kf && kh);
     float q[H * HD], of[H * HD], oh[H * HD], *wf = malloc(sizeof(float) * H * CTX), *wh = malloc(sizeof(float) * H * CTX);
     uint64_t rng = 99;
@@ -555,7 +589,7 @@ TEST(kv_f16_bytes) {
     char err[256];
     kv_options c = a;
     c.f16 = 0;
-    kv_cache *k16 = kv_init(&a, err, sizeof err), *k32 = kv_init(&c, err, sizeof err);
+    kv_cache *k16 = kv_open_all(&a, err, sizeof err), *k32 = kv_open_all(&c, err, sizeof err);
     REQUIRE(k16 && k32);
     CHECK(kv_token_bytes(k16, 0) * 2 == kv_token_bytes(k32, 0) && kv_token_bytes(k16, 1) == kv_token_bytes(k16, 0));
     CHECK(kv_token_bytes(k16, 2) == kv_token_bytes(k32, 2) && kv_token_bytes(k16, 3) == 0);

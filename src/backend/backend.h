@@ -159,6 +159,8 @@ typedef struct be_attn_part {
 
 typedef struct {
     const char *name;            /* "cpu", "cuda" */
+    int unified;                 /* 1: every memory kind is host memory (the CPU backend): host buffers
+                                    may be given to ops directly, and backend memory read in place */
     void (*close)(be_backend *b);
     const char *(*describe)(const be_backend *b); /* kernels in use, e.g. "avx512" or "sm_90" */
 

@@ -1,5 +1,5 @@
-/* session.c — tkv_session: sequences that come and go on one KV cache and one forward, and the
- * prefill/decode calls of include/tierkv.h. Owns the per-call index arrays (sized at open), so prefill
+/* session.c — tkv_session: sequences that come and go on one KV cache (one set of tier pools, one T0
+ * budget) and one forward, and the prefill/decode calls of include/tierkv.h. Owns the per-call index arrays (sized at open), so prefill
  * and decode allocate nothing; validates every id and position before the forward runs. */
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +26,8 @@ void engine_kv_options(const tkv_kv_params *p, kv_options *o) {
     o->policy = (kv_policy_kind)p->policy;
     o->hbm_ratio = p->hbm_ratio;
     o->hbm_budget_bytes = p->hbm_budget_bytes;
+    o->t0_tokens = p->t0_tokens;
+    o->protect_prompt = p->protect_prompt;
     o->t2_ratio = p->t2_ratio;
     o->evict_ratio = p->evict_ratio;
     o->delta = p->delta;
@@ -48,13 +50,12 @@ kv_cache *engine_kv(tkv_session *s) { return s->kv; }
 
 int tkv_session_open(tkv_model *m, const tkv_session_params *p, tkv_session **out, char *err, size_t errlen) {
     *out = NULL;
+    if (!m->m) return tkv_errf(err, errlen, "the model was opened for its vocabulary only");
     if (p->max_ctx < 1 || p->max_ctx > (1 << 24))
         return tkv_errf(err, errlen, "context %d out of range 1..%d", p->max_ctx, 1 << 24);
     if (p->max_seqs < 1 || p->max_seqs > 4096) return tkv_errf(err, errlen, "sequences %d out of range 1..4096", p->max_seqs);
     if (p->max_batch < 1 || p->max_batch > 4096) return tkv_errf(err, errlen, "batch %d out of range 1..4096", p->max_batch);
-    if (!m->m) return tkv_errf(err, errlen, "the model was opened for its vocabulary only");
-    if (p->kv.t0_tokens || p->kv.protect_prompt)
-        return tkv_errf(err, errlen, "kv: per-sequence token budgets and prompt protection for the baselines are not built yet");
+    if (p->kv.split && p->kv.staged) return tkv_errf(err, errlen, "kv: --split reads T1 where it lies; --staged copies it: choose one");
     tkv_session *s = tkv_xcalloc(1, sizeof *s);
     s->model = m;
     s->p = *p;
@@ -68,13 +69,21 @@ int tkv_session_open(tkv_model *m, const tkv_session_params *p, tkv_session **ou
     ko.head_dim = c->head_dim;
     ko.n_seq = p->max_seqs;
     ko.n_ctx = p->max_ctx;
-    s->kv = kv_init(&ko, err, errlen);
+    s->kv = kv_init(&ko, m->be, err, errlen);
     if (!s->kv) { free(s); return TKV_ERR; }
-    fwd_options fo = {.max_batch = s->p.max_batch, .n_ctx = p->max_ctx, .n_seq = p->max_seqs, .isa = m->isa};
-    s->fw = fwd_init(m->m, s->kv, m->pool, &fo, err, errlen);
+    be_backend *host = NULL;
+    if (p->kv.split) {
+        if (m->be->ops->unified) host = m->be;
+        else {
+            be_params hp = {.name = "cpu", .n_threads = m->p.n_threads, .kernels = NULL};
+            if (be_open(&hp, &s->host, err, errlen)) { tkv_session_close(s); return TKV_ERR; }
+            host = s->host;
+        }
+    }
+    fwd_options fo = {.max_batch = s->p.max_batch, .n_ctx = p->max_ctx, .split = p->kv.split};
+    s->fw = fwd_init(m->m, s->kv, m->be, host, &fo, err, errlen);
     if (!s->fw) { tkv_session_close(s); return TKV_ERR; }
     size_t nb = (size_t)s->p.max_batch;
-    s->seqs = tkv_xcalloc((size_t)p->max_seqs, sizeof *s->seqs);
     s->tok = tkv_xcalloc(nb, sizeof(int32_t));
     s->seq = tkv_xcalloc(nb, sizeof(int));
     s->pos = tkv_xcalloc(nb, sizeof(int));
@@ -88,55 +97,29 @@ void tkv_session_close(tkv_session *s) {
     if (!s) return;
     fwd_free(s->fw);
     kv_free(s->kv);
-    free(s->seqs);
+    be_close(s->host);
     free(s->tok); free(s->seq); free(s->pos); free(s->prompt); free(s->want);
     free(s);
 }
 
-static int live(const tkv_session *s, int seq) { return seq >= 0 && seq < s->p.max_seqs && s->seqs[seq].open; }
+static int live(const tkv_session *s, int seq) { return kv_seq_live(s->kv, seq); }
 
 int tkv_seq_open(tkv_session *s, int n_ctx, int n_prompt, int *seq, char *err, size_t errlen) {
     *seq = -1;
     if (n_ctx < 1 || n_ctx > s->p.max_ctx)
         return tkv_errf(err, errlen, "a context of %d positions does not fit the session's %d", n_ctx, s->p.max_ctx);
-    if (n_prompt < 0 || n_prompt > n_ctx)
-        return tkv_errf(err, errlen, "a prompt of %d tokens does not fit a context of %d", n_prompt, n_ctx);
-    for (int q = 0; q < s->p.max_seqs; q++) {
-        if (s->seqs[q].open) continue;
-        kv_seq_reset(s->kv, q);
-        s->seqs[q].open = 1;
-        kv_get_stats(s->kv, q, &s->seqs[q].base);
-        s->n_open++;
-        *seq = q;
-        return 0;
-    }
-    tkv_errf(err, errlen, "all %d sequences of the session are live", s->p.max_seqs);
-    return TKV_EFULL;
-}
-
-static void add_counters(kv_stats *to, const kv_stats *a, const kv_stats *minus) {
-#define D(f) to->f += a->f - (minus ? minus->f : 0)
-    D(budget_raised); D(bytes_moved_down); D(bytes_moved_up); D(bytes_moved_host); D(bytes_staged);
-    D(tokens_evicted); D(retiers); D(sync_demotions); D(move_seconds); D(retier_seconds); D(fence_wait_seconds);
-#undef D
+    int rc = kv_seq_add(s->kv, n_ctx, n_prompt, seq, err, errlen);
+    return rc == -2 ? TKV_EFULL : rc ? TKV_ERR : 0;
 }
 
 void tkv_seq_close(tkv_session *s, int seq) {
-    if (!live(s, seq)) return;
-    kv_sync(s->kv);
-    kv_stats st;
-    kv_get_stats(s->kv, seq, &st);
-    add_counters(&s->closed, &st, &s->seqs[seq].base);
-    kv_seq_reset(s->kv, seq);
-    s->seqs[seq].open = 0;
-    s->n_open--;
+    if (live(s, seq)) kv_seq_remove(s->kv, seq);
 }
 
 int tkv_seq_len(const tkv_session *s, int seq) { return live(s, seq) ? kv_seq_len(s->kv, seq) : -1; }
 
 int tkv_seq_share_prefix(tkv_session *s, int src, int dst, int n, char *err, size_t errlen) {
-    if (!live(s, src) || !live(s, dst)) return tkv_errf(err, errlen, "sequence %d or %d is not open", src, dst);
-    return kv_seq_copy_prefix(s->kv, src, dst, n, err, errlen) ? TKV_ERR : 0;
+    return kv_seq_share_prefix(s->kv, src, dst, n, err, errlen) ? TKV_ERR : 0;
 }
 
 int tkv_prefill(tkv_session *s, int seq, const int32_t *tokens, int n, float *logits, int all_logits, char *err,

@@ -1,7 +1,6 @@
 /* stats.c (engine) — statistics of a session through the public API (per live sequence since it
  * opened, or the session: live sequences plus the counters of closed ones), their printing, and the
  * capacity plan of `tierkv plan`. Reads the KV module's counters; changes nothing. */
-#include <math.h>
 #include <string.h>
 
 #include "base/err.h"
@@ -27,30 +26,16 @@ static void to_public(const kv_stats *k, tkv_stats *o) {
     o->held_bytes = k->held_bytes;
     o->peak_held_bytes = k->peak_held_bytes;
     o->limit_bytes = k->limit_bytes;
+    o->shared_tokens = k->shared_tokens;
+    o->shared_bytes_saved = k->shared_bytes_saved;
+    o->live_seqs = k->live_seqs;
 }
 
 int tkv_stats_get(const tkv_session *s, int seq, tkv_stats *out, char *err, size_t errlen) {
     kv_stats k;
-    if (seq >= 0) {
-        if (seq >= s->p.max_seqs || !s->seqs[seq].open) return tkv_errf(err, errlen, "sequence %d is not open", seq);
-        kv_get_stats(s->kv, seq, &k);
-        const kv_stats *b = &s->seqs[seq].base;
-#define D(f) k.f -= b->f
-        D(budget_raised); D(bytes_moved_down); D(bytes_moved_up); D(bytes_moved_host); D(bytes_staged);
-        D(tokens_evicted); D(retiers); D(sync_demotions); D(move_seconds); D(retier_seconds); D(fence_wait_seconds);
-#undef D
-        to_public(&k, out);
-        out->live_seqs = 1;
-        return 0;
-    }
-    kv_get_stats(s->kv, -1, &k);
-    const kv_stats *c = &s->closed;
-#define A(f) k.f += c->f
-    A(budget_raised); A(bytes_moved_down); A(bytes_moved_up); A(bytes_moved_host); A(bytes_staged);
-    A(tokens_evicted); A(retiers); A(sync_demotions); A(move_seconds); A(retier_seconds); A(fence_wait_seconds);
-#undef A
+    if (seq >= 0 && !kv_seq_live(s->kv, seq)) return tkv_errf(err, errlen, "sequence %d is not open", seq);
+    kv_get_stats(s->kv, seq, &k);
     to_public(&k, out);
-    out->live_seqs = s->n_open;
     return 0;
 }
 
@@ -67,45 +52,23 @@ int tkv_stats_write_json(FILE *f, const tkv_session *s) {
 
 int64_t tkv_token_bytes(const tkv_session *s, int tier) { return kv_token_bytes(s->kv, tier); }
 
-/* ---- plan ---- */
+/* ---- plan: the KV module's own budget rules ---- */
 
 int tkv_plan(const tkv_shape *sh, const tkv_kv_params *kv, int batch, int ctx, int prompt, tkv_plan_result *out,
              char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    if (sh->n_layer < 1 || sh->n_head_kv < 1 || sh->head_dim < 1)
-        return tkv_errf(err, errlen, "plan: bad shape (layers %d, kv heads %d, head dim %d)", sh->n_layer, sh->n_head_kv,
-                        sh->head_dim);
-    if (batch < 1 || ctx < 1 || prompt < 0 || prompt > ctx)
-        return tkv_errf(err, errlen, "plan: batch %d, context %d, prompt %d out of range", batch, ctx, prompt);
-    double r0 = kv->hbm_ratio, r2 = kv->t2_ratio > 0 ? kv->t2_ratio : 0, r3 = kv->evict_ratio > 0 ? kv->evict_ratio : 0;
-    if (r0 >= 0 && kv->hbm_budget_bytes) return tkv_errf(err, errlen, "plan: give --hbm-ratio or --hbm-budget, not both");
-    if ((r0 > 0 ? r0 : 0) + r2 + r3 > 1.0 + 1e-9) return tkv_errf(err, errlen, "plan: budgets add up to more than the length");
-    int elem = kv->f16 ? 2 : 4;
-    double kvb = 2.0 * sh->n_layer * sh->n_head_kv * sh->head_dim * elem;
-    double t2b = 2.0 * sh->n_layer * sh->n_head_kv * (sh->head_dim + 4.0);
-    double n = (double)ctx, prot = fmin(n, (double)prompt + kv->sinks + (kv->window > 1 ? kv->window : 1));
-    double t0, t1 = 0, t2 = 0, t3 = 0;
-    if (kv->policy == TKV_POLICY_FULL || (r0 < 0 && !kv->hbm_budget_bytes)) {
-        t0 = n;
-    } else {
-        t0 = kv->hbm_budget_bytes ? floor((double)kv->hbm_budget_bytes / (double)batch / kvb) : floor(r0 * n + 1e-9);
-        if (t0 < prot) {
-            if (kv->hbm_budget_bytes)
-                return tkv_errf(err, errlen, "plan: the budget holds %.0f tokens per sequence, fewer than the %.0f protected", t0, prot);
-            out->t0_raised = 1;
-            t0 = prot;
-        }
-        t0 = fmin(t0, n);
-        double rest = n - t0;
-        t3 = fmin(rest, floor(r3 * n + 1e-9));
-        if (kv->policy == TKV_POLICY_EVICT) t3 = rest;
-        else if (kv->policy == TKV_POLICY_QUANT) t2 = rest - t3;
-        else t2 = fmin(rest - t3, floor(r2 * n + 1e-9)), t1 = rest - t2 - t3;
-    }
-    out->token_bytes[0] = out->token_bytes[1] = (int64_t)kvb;
-    out->token_bytes[2] = (int64_t)t2b;
-    out->t0_tokens = (int64_t)t0, out->t1_tokens = (int64_t)t1, out->t2_tokens = (int64_t)t2, out->t3_tokens = (int64_t)t3;
-    out->t0_bytes_total = (int64_t)(t0 * kvb) * batch;
-    out->protected_tokens = (int64_t)prot;
+    kv_options o;
+    engine_kv_options(kv, &o);
+    o.n_layer = sh->n_layer;
+    o.n_head = sh->n_head;
+    o.n_head_kv = sh->n_head_kv;
+    o.head_dim = sh->head_dim;
+    kv_plan_result r;
+    if (kv_plan(&o, batch, ctx, prompt, &r, err, errlen)) return TKV_ERR;
+    for (int t = 0; t < 3; t++) out->token_bytes[t] = r.token_bytes[t];
+    out->t0_tokens = r.t0, out->t1_tokens = r.t1, out->t2_tokens = r.t2, out->t3_tokens = r.t3;
+    out->t0_bytes_total = r.t0_bytes_total;
+    out->t0_raised = r.raised;
+    out->protected_tokens = r.protected_tokens;
     return 0;
 }

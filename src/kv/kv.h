@@ -1,30 +1,37 @@
 /* kv.h — the KV cache as the forward pass sees it: a memory hierarchy behind a small interface.
  *
- * The forward never owns a KV array. Per token it asks for the rows to write the token's K (after
- * RoPE) and V into; per layer it asks for a *view*: one K and one V row pointer per position of the
- * sequence, in original position order, wherever each token lives (T0 pool, T1 host, T2 dequantised
- * into staging). Evicted positions have NULL rows and are skipped by attention. A per-(kv head,
- * position) keep mask lets head-wise policies (H2O) drop a token for some heads only.
- * After a layer's attention the forward reports the attention weights (kv_observe) so that the
- * policy can score tokens; after a decode step it calls kv_step_end, where re-tiering happens.
+ * One cache holds every live sequence. Its tiers are pools of slots owned by the cache, shared by all
+ * sequences (T0 fast memory, T1 host at full precision, T2 host int8; T3 = evicted, no slot); a slot
+ * holds one token's K and V for every layer, in the backend's memory (src/backend/backend.h: the
+ * cache decides, the backend stores and copies). Sequences are added and removed at run time, each
+ * with its own context limit; admission is refused with the numbers when the budgets cannot hold one
+ * more (never half-admitted). Pools grow by chunks with use; a T0 byte budget (hbm_budget_bytes)
+ * holds for all live sequences together and re-tiering ranks tokens across them by score.
+ *
+ * The forward, per call: kv_append every token (reserves its T0 slot), then per layer
+ * kv_layer_begin (waits for that layer's in-flight moves, stages T1/T2 rows the attention must read
+ * from STAGE), writes K (after RoPE) and V into kv_new_slot through the backend, and attends over
+ * each sequence's slot table (kv_attn_slots: entry p is where position p is read, BE_SLOT_NONE when
+ * evicted; kv_attn_keep: per-(kv head, position) masks of head-wise policies); kv_observe hands the
+ * attention weights to the policy; kv_batch_end closes the call (re-tiering happens there).
  *
  * Rows hold kv_dim = n_head_kv * head_dim values, head g at [g*head_dim, (g+1)*head_dim): f32, or
- * fp16 when kv_options.f16 is set, the default (T0 and T1 then hold fp16, half the bytes; the forward
- * still hands f32 rows to kv_put, which rounds them once, like llama.cpp's default f16 cache).
- * Threading: the kv_* calls come from the forward's main thread only; the transfer engine is
- * internal. A view stays valid until the next kv_* call on the same sequence. */
+ * fp16 when kv_options.f16 is set, the default (as llama.cpp's f16 cache: rounded once).
+ * Threading: kv_* calls come from one thread; the transfer engine is internal. */
 #ifndef TKV_KV_H
 #define TKV_KV_H
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
+#include "backend/backend.h"
+
 typedef enum {
     KV_POLICY_FULL = 0,   /* every token in T0, nothing moves: the reference */
     KV_POLICY_HIERARCHY,  /* T0 by score, then T1 (exact), then T2 (int8), evict only the tail */
     KV_POLICY_EVICT,      /* same scores and budgets, what does not fit in T0 is evicted */
     KV_POLICY_QUANT,      /* what does not fit in T0 goes to T2 */
-    KV_POLICY_STREAMING,  /* baselines (issue 6) */
+    KV_POLICY_STREAMING,  /* baselines (docs/BASELINES.md) */
     KV_POLICY_H2O,
     KV_POLICY_RKV,
     KV_POLICY_SNAPKV,
@@ -34,30 +41,108 @@ typedef enum {
 typedef struct {
     /* model shape */
     int n_layer, n_head, n_head_kv, head_dim;
-    /* capacity: sequences and positions per sequence */
+    /* capacity: sequences live at once, and the longest context one may ask for */
     int n_seq, n_ctx;
-    /* policy and budgets; ratios < 0 and budget 0 mean "not given". Policy full ignores budgets.
-     * hbm_budget_bytes is split equally over the n_seq sequences (each gets its own T0 slots);
-     * give either hbm_ratio or hbm_budget_bytes. T1 takes what T0, T2 and eviction do not. */
+    /* policy and budgets; ratios < 0 and budget 0 mean "not given". Policy full ignores ratios.
+     *   hbm_ratio: T0 share of each sequence's current length (each sequence its own budget);
+     *   hbm_budget_bytes: T0 bytes for all live sequences together (hierarchy, evict, quant: one
+     *     pool ranked across sequences; full: admission reserves each sequence's whole context; the
+     *     baselines, which keep per-sequence budgets by definition: an equal share per sequence slot);
+     *   t0_tokens: T0 tokens per sequence, absolute (raised to the protected tokens for our policies;
+     *     the method's budget for the baselines).
+     * T2 and eviction are shares of each sequence's length; T1 takes the rest. */
     kv_policy_kind policy;
     double hbm_ratio;          /* T0 share of current length */
     double t2_ratio;           /* T2 share of current length */
     double evict_ratio;        /* evicted share of current length */
     uint64_t hbm_budget_bytes; /* absolute T0 budget for all sequences together */
+    int t0_tokens;             /* absolute T0 budget per sequence, in tokens */
+    int protect_prompt;        /* baselines: the prompt is kept outside their budget */
     int delta;                 /* re-tier every delta decode steps (default 64) */
     int sinks;                 /* protected first tokens (default 4) */
     int window;                /* protected last positions (default 64); the newest token always is */
     int staged;                /* 1: T1 rows are copied to a staging area per layer before attention */
     int sync_transfers;        /* 1: moves run on the caller's thread (for debugging and tests) */
-    int f16;                   /* 1 (default): T0/T1 rows are fp16 (views give k16/v16); 0: f32 (views give k/v) */
+    int f16;                   /* 1 (default): T0/T1 rows are fp16; 0: f32 */
 } kv_options;
 
 /* Defaults: policy full, delta 64, sinks 4, window 64, ratios unset, async transfers, f16 rows. */
 void kv_options_default(kv_options *o);
 
+typedef struct kv_cache kv_cache;
+
+/* Validates the options (budgets that cannot hold one sequence's protected tokens or do not add up
+ * are refused here with a message saying why). Memory is taken from the backend as the pools grow;
+ * an absolute T0 budget is allocated whole here. The backend must outlive the cache. */
+kv_cache *kv_init(const kv_options *o, be_backend *be, char *err, size_t errlen);
+void kv_free(kv_cache *kv);
+
+/* Adds an empty sequence of at most n_ctx positions, n_prompt of them the prompt it is about to get.
+ * Returns 0 and its id (0..n_seq-1, the lowest free), -2 (TKV_EFULL: with the numbers) when n_seq
+ * sequences are live or the T0 budget net of the live sequences' reservations cannot hold this one's
+ * protected tokens now, -1 when it could never be admitted. */
+int kv_seq_add(kv_cache *kv, int n_ctx, int n_prompt, int *seq, char *err, size_t errlen);
+/* Removes a sequence: its slots return to the pools at once (its counters join the cache's totals). */
+void kv_seq_remove(kv_cache *kv, int seq);
+/* Forgets a sequence's tokens, keeping it live (kv_seq_remove + kv_seq_add with the same limits). */
+void kv_seq_reset(kv_cache *kv, int seq);
+int kv_seq_live(const kv_cache *kv, int seq);
+/* Number of positions the sequence holds. */
+int kv_seq_len(const kv_cache *kv, int seq);
+
+/* Positions 0..n-1 of sequence src become the prompt of the empty sequence dst, sharing src's slots
+ * (refcounted: the rows are held once and never move while shared). Refused with a message when the
+ * policy scores the prompt (kv_policy_copies_prefix), dst is not empty, src is shorter than n or one
+ * of those positions is not held exactly (T2 or evicted). */
+int kv_seq_share_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen);
+/* The old name of the same operation. */
+int kv_seq_copy_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen);
+
+/* Adds the token at position pos (must equal kv_seq_len) and reserves its T0 slot (demoting the
+ * lowest-scored unprotected token first when T0 is at its budget). is_prompt marks prompt tokens
+ * (protected in T0). Returns -1 with a message when the sequence is full or the token cannot fit. */
+int kv_append(kv_cache *kv, int seq, int pos, int is_prompt, char *err, size_t errlen);
+/* The slot of an appended token, for the backend's kv_write. */
+int32_t kv_new_slot(const kv_cache *kv, int seq, int pos);
+/* Stores one layer's K (after RoPE) and V of an appended token (fences the layer first): a
+ * convenience over kv_layer_begin + be kv_write, for tests and one-off writes. */
+void kv_put(kv_cache *kv, int seq, int layer, int pos, const float *k, const float *v);
+
+/* The pools, for the backend's ops. */
+const be_kv_pools *kv_pools(const kv_cache *kv);
+
+/* Before a layer's K/V writes and attention for these sequences: waits for in-flight moves of this
+ * layer (the per-layer fence) and stages the rows attention reads from STAGE (T2 always, T1 with
+ * --staged) for this layer. */
+void kv_layer_begin(kv_cache *kv, const int *seqs, int n_seqs, int layer);
+/* What attention reads for a sequence: positions 0..kv_seq_len-1 (valid until the next kv_append,
+ * kv_batch_end or kv_seq_* call), and the keep masks of layer `layer` (NULL: all kept), with stride
+ * kv_keep_stride. */
+const int32_t *kv_attn_slots(const kv_cache *kv, int seq);
+const uint8_t *kv_attn_keep(const kv_cache *kv, int seq, int layer);
+int kv_keep_stride(const kv_cache *kv);
+/* The attention weights the policy reads (BE_MASS_NONE for policy full, else BE_MASS_HEADS). */
+int kv_mass_mode(const kv_cache *kv);
+/* Bumps when any slot table may have changed (attention's tables_gen): after appends and moves. */
+uint64_t kv_tables_gen(const kv_cache *kv);
+
+/* Attention weights of the query at q_pos, layer `layer`: att[h * att_stride + j] for heads
+ * h < n_head and positions j <= q_pos (0 where masked or evicted). Policies accumulate scores here. */
+void kv_observe(kv_cache *kv, int seq, int layer, int q_pos, const float *att, int att_stride);
+
+/* End of one forward call over these tokens' sequences (is_prompt per token, NULL: none): every
+ * layer of the new tokens is written; for each sequence that decoded a token, a decode step ends
+ * (scoring bookkeeping, and every delta steps the re-tiering, whose moves start asynchronously;
+ * all sequences due in this step share one batch of moves). */
+void kv_batch_end(kv_cache *kv, const int *seqs, const uint8_t *is_prompt, int n);
+/* One decode step of one sequence ended (kv_batch_end of one decoded token). */
+void kv_step_end(kv_cache *kv, int seq);
+
+/* A host view of one layer, for tests and host-side readers: one K and one V row pointer per
+ * position in original order (NULL when evicted), f32 (k/v) or fp16 (k16/v16) as the cache's
+ * element type, T2 rows dequantised into staging, and the keep mask. Needs host-addressable pools
+ * (the CPU backend). Valid until the next kv_* call on the same sequence. */
 typedef struct {
-    /* f32 caches: k[pos] is kv_dim floats, or NULL if evicted; k16/v16 are NULL.
-     * f16 caches: k16[pos] is kv_dim fp16 values, or NULL if evicted; k/v are NULL. */
     const float *const *k;
     const float *const *v;
     const uint16_t *const *k16;
@@ -66,49 +151,13 @@ typedef struct {
     int keep_stride;
     int n;                 /* positions 0..n-1 exist */
 } kv_view;
-
-typedef struct kv_cache kv_cache;
-
-/* Validates the options (budgets that cannot hold the protected tokens or do not add up are refused
- * here with a message saying why) and preallocates everything. */
-kv_cache *kv_init(const kv_options *o, char *err, size_t errlen);
-void kv_free(kv_cache *kv);
-
-/* Forgets a sequence (its slots return to the pools). */
-void kv_seq_reset(kv_cache *kv, int seq);
-/* Number of positions the sequence holds. */
-int kv_seq_len(const kv_cache *kv, int seq);
-
-/* Appends positions 0..n-1 of sequence src, as prompt tokens, to the empty sequence dst: their K/V
- * rows of every layer are copied (f16 rows go through f32 and back, which is exact). Refused with a
- * message when the policy scores the prompt (kv_policy_copies_prefix), dst is not empty, src is shorter
- * than n or one of those positions is not held exactly (T2 or evicted). */
-int kv_seq_copy_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen);
-
-/* Adds the token at position pos (must equal kv_seq_len); its K and V for every layer are then given
- * by kv_put. is_prompt marks prompt tokens (protected in T0). Returns -1 with a message when the
- * sequence is full. */
-int kv_append(kv_cache *kv, int seq, int pos, int is_prompt, char *err, size_t errlen);
-/* Stores one layer's K (after RoPE) and V of an appended token, converting to the cache's type. */
-void kv_put(kv_cache *kv, int seq, int layer, int pos, const float *k, const float *v);
-
-/* The view of one layer for attention. Waits for in-flight moves of this layer (the per-layer fence)
- * and stages T1/T2 rows when needed. */
 void kv_view_layer(kv_cache *kv, int seq, int layer, kv_view *out);
 
-/* Attention weights of the query at q_pos, layer `layer`: att[h * att_stride + j] for heads
- * h < n_head and positions j <= q_pos (0 where masked or evicted). Policies accumulate scores here. */
-void kv_observe(kv_cache *kv, int seq, int layer, int q_pos, const float *att, int att_stride);
-
-/* End of one decode step of the sequence (after every layer): scoring bookkeeping, and every delta
- * steps the re-tiering, whose moves start asynchronously. */
-void kv_step_end(kv_cache *kv, int seq);
-
-/* Statistics, summed over sequences (per-sequence with seq >= 0). */
+/* Statistics, summed over sequences (per-sequence with seq >= 0, since it was added). */
 typedef struct {
     int64_t tokens[4];          /* tokens per tier T0..T3 (T3 = evicted) */
-    int64_t bytes[4];           /* bytes per tier (T3: 0) */
-    int64_t peak_t0_bytes;
+    int64_t bytes[4];           /* bytes per tier (T3: 0); total: physical (shared prefix rows once) */
+    int64_t peak_t0_bytes;      /* total: the most T0 bytes held at once by all sequences together */
     int64_t t0_budget_bytes;    /* effective budget (after raising to the protected tokens) */
     int64_t budget_raised;      /* times the budget was raised to hold the protected tokens */
     int64_t bytes_moved_down;   /* T0 -> slower tiers */
@@ -123,34 +172,34 @@ typedef struct {
     double move_seconds;        /* time the transfer engine spent copying */
     double retier_seconds;      /* time spent ranking and planning */
     double fence_wait_seconds;  /* time the forward waited at per-layer fences */
-    /* added by the kv module (after the fields above, which the forward already uses) */
     int64_t sync_demotions;     /* T0 tokens demoted synchronously because a new token would overflow T0 */
     int64_t bytes_moved_host;   /* T1 <-> T2 conversions (host side, no bus traffic) */
-    /* The baselines (streaming, h2o, rkv, snapkv) drop tokens per (layer, kv head) row; a token's
-     * slot (bytes[0]) is freed only once every row dropped it. What they hold, counted per row:
-     * held_bytes = held (layer, kv head, position) rows x 2*head_dim*(2 or 4 bytes) (other policies: T0+T1+T2
-     * bytes); peak_held_bytes = the most held right after a policy step (the prompt is held whole
-     * until its end, as in the papers); t0_budget_bytes = the method's budget now (raised to its
-     * floor); limit_bytes = what its published rule allows now: the budget, plus for rkv the tokens
-     * since its last compression (up to its 128-token buffer) and for snapkv every decode token
-     * (it compresses the prompt only). Non-baselines: limit = budget, peak_held = 0. */
+    /* The baselines drop tokens per (layer, kv head) row (docs/BASELINES.md): held_bytes = held
+     * (layer, kv head, position) rows x 2*head_dim*(2 or 4 bytes) (other policies: T0+T1+T2 bytes);
+     * peak_held_bytes = the most held right after a policy step; limit_bytes = what the method's
+     * published rule allows now. Non-baselines: limit = budget, peak_held = 0. */
     int64_t held_bytes;
     int64_t peak_held_bytes;
     int64_t limit_bytes;
+    int64_t shared_tokens;      /* positions whose slot another sequence holds too */
+    int64_t shared_bytes_saved; /* T0 bytes those would take if each holder had its own copy */
+    int live_seqs;
 } kv_stats;
+/* seq >= 0: a live sequence since it was added; seq < 0: the cache over its lifetime (live
+ * sequences now, plus the counters of removed ones). */
 void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out);
 
-/* Waits for every in-flight move of every sequence and settles their accounting (stats, log). */
+/* Waits for every move in flight and settles their accounting (stats, log). */
 void kv_sync(kv_cache *kv);
 
 /* Stats as one JSON object (no newline) into buf; returns the length snprintf would write. */
 int kv_stats_json(const kv_stats *s, char *buf, size_t n);
-/* {"policy":..., "total":{...}, "seqs":[{...}, ...]} for the whole cache, newline-terminated. */
+/* {"policy":..., "total":{...}, "seqs":[{...}, ...]} (live sequences), newline-terminated. */
 void kv_stats_write_json(FILE *f, const kv_cache *kv);
 /* A short table for people: one line per tier (tokens, MiB), moves, staging, times. seq < 0: total. */
 void kv_stats_print(FILE *f, const kv_cache *kv, int seq);
 
-/* One record per re-tiering (after its moves completed). */
+/* One record per re-tiering of a sequence (after its batch completed). */
 typedef struct {
     int seq;
     int len;                 /* sequence length when it was planned */
@@ -162,7 +211,7 @@ typedef struct {
     int moves;               /* tokens that changed tier with a copy */
     int evicted;             /* tokens newly evicted */
     double plan_seconds;     /* ranking and slot allocation, on the caller's thread */
-    double move_seconds;     /* transfer engine time */
+    double move_seconds;     /* transfer engine time of the batch it was part of */
 } kv_retier_record;
 typedef void (*kv_retier_fn)(void *ctx, const kv_retier_record *r);
 /* Calls fn (on the forward's thread) for every re-tiering once its moves are done; NULL to stop. */
@@ -185,8 +234,22 @@ int kv_policy_parse(const char *name, kv_policy_kind *out); /* 0 ok, -1 unknown 
 /* 1 if the policy drops a position from every (layer, kv head) row at once, 0 if head-wise. */
 int kv_policy_whole_token(kv_policy_kind k);
 /* 1 if the policy's state depends on nothing but the positions' K/V and prompt flags (it does not
- * score the prompt's own attention: full, hierarchy, evict, quant), so that a prompt prefix copied
- * from another sequence (kv_seq_copy_prefix) is the same as one prefilled in place. */
+ * score the prompt's own attention: full, hierarchy, evict, quant), so that a prompt prefix shared
+ * with another sequence (kv_seq_share_prefix) is the same as one prefilled in place. */
 int kv_policy_copies_prefix(kv_policy_kind k);
+
+/* ---- budgets without a cache (tierkv plan and the session's checks use the same rules) ---- */
+
+typedef struct {
+    int64_t token_bytes[3];      /* per tier */
+    int64_t t0, t1, t2, t3;      /* tokens per sequence at length ctx */
+    int raised;                  /* the T0 budget was raised to the protected tokens */
+    int64_t protected_tokens;    /* per sequence at length ctx */
+    int64_t t0_bytes_total;      /* for `batch` sequences together */
+} kv_plan_result;
+/* Where the tokens of `batch` sequences of `ctx` positions (`prompt` of them prompt) sit at the end
+ * of a run, by the same budget code the cache runs (the steady state after a re-tiering, without its
+ * headroom). Refuses bad options and budgets with kv_init's messages. */
+int kv_plan(const kv_options *o, int batch, int ctx, int prompt, kv_plan_result *out, char *err, size_t errlen);
 
 #endif

@@ -24,11 +24,13 @@
  *     to it.
  * One prompt per sequence: prompt tokens appended after generation started are scheduled like
  * generated ones (R-KV) or never compressed (SnapKV). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
 #include "kv/baselines.h"
+#include "kv/kv_internal.h"
 #include "kv/kv_policy.h"
 
 typedef struct {
@@ -191,9 +193,8 @@ static int streaming_step(void *p, kv_step_io *io) {
 
 /* ---- H2O: accumulated attention, heavy hitters + recent half, per row ---- */
 
-static void h2o_observe(void *p, int layer, int q_pos, int is_prompt, const float *att, int att_stride,
-                        const kv_view *view) {
-    (void)is_prompt; (void)view;
+static void h2o_observe(void *p, int layer, int q_pos, int is_prompt, const float *att, int att_stride, int n) {
+    (void)is_prompt; (void)n;
     bl_state *b = p;
     for (int g = 0; g < b->n_head_kv; g++)
         kv_bl_h2o_accumulate(&b->h2o[layer * b->n_head_kv + g], att + (size_t)g * b->group * att_stride, att_stride,
@@ -221,11 +222,10 @@ static int h2o_step(void *p, kv_step_io *io) {
 static float *imp_row(const bl_state *b, int r) { return b->imp + (size_t)r * b->n_ctx; }
 static uint8_t *mask_row(const bl_state *b, int r) { return b->mask + (size_t)r * b->n_ctx; }
 
-static void rkv_observe(void *p, int layer, int q_pos, int is_prompt, const float *att, int att_stride,
-                        const kv_view *view) {
+static void rkv_observe(void *p, int layer, int q_pos, int is_prompt, const float *att, int att_stride, int n) {
     bl_state *b = p;
     if (!b->n_prompt) { /* still in the first prompt: its end is not known yet */
-        if (is_prompt) ring_put(b, layer, q_pos, att, att_stride, view->n);
+        if (is_prompt) ring_put(b, layer, q_pos, att, att_stride, n);
         return;
     }
     int n_c = kv_bl_rkv_window_end(&b->ro, q_pos, b->n_prompt);
@@ -260,12 +260,11 @@ static int rkv_compress(bl_state *b, kv_step_io *io, int n, int budget) {
         for (int g = 0; g < b->n_head_kv; g++) need |= n - b->dropped[l * b->n_head_kv + g] > budget;
         if (!need) continue;
         TKV_ASSERT(n == b->n_prompt || b->imp_point[l] == n);
-        kv_view v;
-        io->view_layer(io->view_ctx, l, &v);
+        const float *const *keys = io->keys_layer(io->view_ctx, l);
         for (int g = 0; g < b->n_head_kv; g++) {
             int r = l * b->n_head_kv + g;
             if (n - b->dropped[r] <= budget) continue;
-            if (kv_bl_rkv_select(&b->ro, n, budget, imp_row(b, r), v.k, g * b->head_dim, b->head_dim, mask_row(b, r),
+            if (kv_bl_rkv_select(&b->ro, n, budget, imp_row(b, r), keys, g * b->head_dim, b->head_dim, mask_row(b, r),
                                  b->tmp, b->scratch, b->scratch_bytes, io->err, io->errlen))
                 return -1;
             sync_row(b, io, r, b->tmp);
@@ -295,10 +294,9 @@ static int rkv_step(void *p, kv_step_io *io) {
 
 /* ---- SnapKV: the prompt's last 32 queries vote once, at the prompt end ---- */
 
-static void snapkv_observe(void *p, int layer, int q_pos, int is_prompt, const float *att, int att_stride,
-                           const kv_view *view) {
+static void snapkv_observe(void *p, int layer, int q_pos, int is_prompt, const float *att, int att_stride, int n) {
     bl_state *b = p;
-    if (is_prompt) ring_put(b, layer, q_pos, att, att_stride, view->n);
+    if (is_prompt) ring_put(b, layer, q_pos, att, att_stride, n);
 }
 
 static int snapkv_step(void *p, kv_step_io *io) {
@@ -337,3 +335,61 @@ const kv_policy_hooks kv_bl_hooks_streaming = {bl_init, bl_free, bl_reset, NULL,
 const kv_policy_hooks kv_bl_hooks_h2o = {bl_init, bl_free, bl_reset, h2o_observe, h2o_step};
 const kv_policy_hooks kv_bl_hooks_rkv = {bl_init, bl_free, bl_reset, rkv_observe, rkv_step};
 const kv_policy_hooks kv_bl_hooks_snapkv = {bl_init, bl_free, bl_reset, snapkv_observe, snapkv_step};
+
+/* ---- a hook policy's step applied to the cache ---- */
+
+typedef struct {
+    kv_cache *kv;
+    kv_seq *s;
+} step_ctx;
+
+/* The hooks read keys as f32 (R-KV's similarities), through the backend: an f16 cache widens them
+ * exactly. Evicted positions are NULL. */
+static const float *const *keys_layer(void *ctx, int layer) {
+    step_ctx *c = ctx;
+    kv_cache *kv = c->kv;
+    kv_seq *s = c->s;
+    kv_fence(kv, layer);
+    int m = 0;
+    for (int p = 0; p < s->len; p++)
+        if (s->ref[p] != BE_SLOT_NONE) s->order[m++] = s->ref[p];
+    if (m) kv->be->ops->kv_read(kv->be, &kv->pools, layer, s->order, m, s->hook_k, NULL);
+    for (int p = 0, i = 0; p < s->len; p++)
+        s->hook_rows[p] = s->ref[p] == BE_SLOT_NONE ? NULL : s->hook_k + (size_t)(i++) * kv->kv_dim;
+    return s->hook_rows;
+}
+
+/* Runs a hook policy's step: it may rewrite keep masks and evict whole tokens (T0 -> T3 at once). */
+void kv_policy_step(kv_cache *kv, int seq) {
+    kv_seq *s = kv_get_seq(kv, seq);
+    const kv_policy_hooks *h = kv->ops->hooks;
+    if (!h || !h->step) return;
+    char msg[256] = "";
+    int len = s->len;
+    memset(s->target, 0, (size_t)len);
+    for (int i = 0; i < len; i++) s->cur[i] = s->ref[i] == BE_SLOT_NONE ? KV_T3 : (uint8_t)BE_SLOT_TIER(s->ref[i]);
+    step_ctx vc = {kv, s};
+    kv_step_io io = {len, s->n_prompt, kv_bl_budget(kv, len), kv->o.n_layer, kv->o.n_head_kv, kv->o.n_head, s->cur, s->keep,
+                     kv_keep_stride(kv), s->target, s->keep_used, msg, sizeof msg, keys_layer, &vc, 0, 0, 0, 0};
+    if (h->step(s->pstate, &io) != 0) {
+        fprintf(stderr, "tierkv: policy %s: %s\n", kv->ops->name, msg);
+        TKV_ASSERT(!"policy step failed");
+    }
+    s->keep_used = io.keep_used;
+    s->bl_budget = io.budget;
+    s->bl_limit = io.limit;
+    s->bl_len = len;
+    s->bl_held_rows = io.held_rows;
+    s->c.budget_raised += io.raised;
+    if (io.held_rows * kv_row_bytes(kv) > s->c.peak_held_bytes) s->c.peak_held_bytes = io.held_rows * kv_row_bytes(kv);
+    kv_complete_batch(kv);
+    for (int i = 0; i < len; i++) {
+        if (!s->target[i] || s->ref[i] == BE_SLOT_NONE) continue;
+        int32_t old = s->ref[i];
+        kv_place(kv, s, i, BE_SLOT_NONE);
+        if (BE_SLOT_TIER(old) == BE_T0) s->t0_held--;
+        kv_slot_drop(kv, old);
+        s->c.tokens_evicted++;
+        kv->tables_gen++;
+    }
+}

@@ -1,6 +1,6 @@
 /* kv_check.c — the consistency checker behind kv_check (for tests and debugging): recomputes every
- * invariant of kv_internal.h from scratch. All of it is main-thread metadata (the engine only copies
- * row bytes), so it does not wait for in-flight moves. Not used in decode. */
+ * invariant of kv_internal.h from scratch. All of it is this thread's metadata (the engine only
+ * copies row bytes), so it does not wait for in-flight moves. Not used in decode. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,14 +18,14 @@ static int check_baseline(const kv_cache *kv, int q, char *err, size_t errlen) {
         if (held > limit) return tkv_errf(err, errlen, "seq %d: %s holds %d tokens, its limit is %d", q, kv->ops->name, held, limit);
         return 0;
     }
-    size_t nc = (size_t)kv->o.n_ctx;
+    size_t nc = (size_t)kv_keep_stride(kv);
     int rows = kv->o.n_layer * kv->o.n_head_kv;
     for (int r = 0; r < rows; r++) {
         const uint8_t *k = s->keep + (size_t)r * nc;
         int held = 0;
         for (int p = 0; p < s->len; p++) {
             held += k[p] != 0;
-            if (k[p] && s->tier[p] == KV_T3)
+            if (k[p] && s->ref[p] == BE_SLOT_NONE)
                 return tkv_errf(err, errlen, "seq %d: evicted position %d still held by layer %d kv head %d", q, p,
                                 r / kv->o.n_head_kv, r % kv->o.n_head_kv);
         }
@@ -34,7 +34,7 @@ static int check_baseline(const kv_cache *kv, int q, char *err, size_t errlen) {
                             r / kv->o.n_head_kv, r % kv->o.n_head_kv, held, limit);
     }
     for (int p = 0; p < s->len; p++) {
-        if (s->tier[p] == KV_T3) continue;
+        if (s->ref[p] == BE_SLOT_NONE) continue;
         int any = 0;
         for (int r = 0; r < rows && !any; r++) any = s->keep[(size_t)r * nc + p] != 0;
         if (!any) return tkv_errf(err, errlen, "seq %d: position %d is held by no (layer, kv head) but keeps its slot", q, p);
@@ -42,59 +42,98 @@ static int check_baseline(const kv_cache *kv, int q, char *err, size_t errlen) {
     return 0;
 }
 
-static int check_seq(const kv_cache *kv, int q, uint8_t *mark, char *err, size_t errlen) {
+static int tier_of(int32_t r) { return r == BE_SLOT_NONE ? 3 : BE_SLOT_TIER(r); }
+
+static int check_seq(const kv_cache *kv, int q, int32_t *count[BE_N_POOLS], char *err, size_t errlen) {
     const kv_seq *s = &kv->seq[q];
     int64_t cnt[4] = {0, 0, 0, 0};
-    for (int t = 0; t < 3; t++) {
-        const kv_store *st = &s->st[t];
-        memset(mark, 0, (size_t)kv->o.n_ctx);
-        for (int i = 0; i < st->n_free; i++) {
-            int sl = st->free_stack[i];
-            if (sl < 0 || sl >= st->n_slots || mark[sl]++)
-                return tkv_errf(err, errlen, "seq %d T%d: free slot %d bad or listed twice", q, t, sl);
-        }
-        for (int i = 0; i < s->n_deferred; i++) {
-            if (s->deferred[i].tier != t) continue;
-            int sl = s->deferred[i].slot;
-            if (sl < 0 || sl >= st->n_slots || mark[sl]++)
-                return tkv_errf(err, errlen, "seq %d T%d: deferred slot %d bad or also free", q, t, sl);
-        }
-        for (int p = 0; p < s->len; p++) {
-            if (s->tier[p] != t) continue;
-            int sl = s->slot[p];
-            if (sl < 0 || sl >= st->n_slots || mark[sl]++)
-                return tkv_errf(err, errlen, "seq %d T%d: position %d has slot %d, bad or shared", q, t, p, sl);
-        }
-        for (int sl = 0; sl < st->n_slots; sl++)
-            if (!mark[sl]) return tkv_errf(err, errlen, "seq %d T%d: slot %d leaked", q, t, sl);
-    }
-    int nprompt = 0;
+    int nprompt = 0, t0_deferred = 0;
     for (int p = 0; p < s->len; p++) {
-        cnt[s->tier[p]]++;
+        int32_t r = s->ref[p], a = s->att[p];
+        int t = tier_of(r);
+        cnt[t]++;
         nprompt += s->prompt[p];
-        if (s->tier[p] == KV_T3 && s->slot[p] != -1) return tkv_errf(err, errlen, "seq %d: evicted %d owns a slot", q, p);
-        if (kv->ops->select && kv_is_protected(kv, s, p, s->len) && s->tier[p] != KV_T0)
-            return tkv_errf(err, errlen, "seq %d: protected position %d is in T%d", q, p, s->tier[p]);
+        if (r != BE_SLOT_NONE) {
+            if (t == BE_STAGE || BE_SLOT_IDX(r) >= kv->tp[t].n_slots)
+                return tkv_errf(err, errlen, "seq %d: position %d has a bad slot (tier %d, slot %d)", q, p, t, BE_SLOT_IDX(r));
+            count[t][BE_SLOT_IDX(r)]++;
+        }
+        int staged = t == BE_T2 || (t == BE_T1 && kv->o.staged);
+        if (staged) {
+            if (a == BE_SLOT_NONE || BE_SLOT_TIER(a) != BE_STAGE || BE_SLOT_IDX(a) >= kv->tp[BE_STAGE].n_slots)
+                return tkv_errf(err, errlen, "seq %d: position %d in T%d is read through no stage slot", q, p, t);
+            count[BE_STAGE][BE_SLOT_IDX(a)]++;
+        } else if (a != r) {
+            return tkv_errf(err, errlen, "seq %d: position %d is read from a place it is not", q, p);
+        }
+        if (kv->ops->select && kv_is_protected(kv, s, p, s->len) && t != KV_T0)
+            return tkv_errf(err, errlen, "seq %d: protected position %d is in T%d", q, p, t);
     }
     for (int t = 0; t < 4; t++)
         if (cnt[t] != s->ntok[t])
             return tkv_errf(err, errlen, "seq %d: T%d holds %lld tokens, counted %lld", q, t, (long long)cnt[t], (long long)s->ntok[t]);
     if (nprompt != s->n_prompt) return tkv_errf(err, errlen, "seq %d: %d prompt tokens, counted %d", q, nprompt, s->n_prompt);
+    for (int i = 0; kv->batch.active && i < kv->batch.n_deferred; i++)
+        t0_deferred += kv->batch.deferred[i].seq == q && BE_SLOT_TIER(kv->batch.deferred[i].ref) == BE_T0;
+    if (s->t0_held != s->ntok[KV_T0] + t0_deferred)
+        return tkv_errf(err, errlen, "seq %d: holds %d T0 slots, counted %lld tokens + %d deferred", q, s->t0_held,
+                        (long long)s->ntok[KV_T0], t0_deferred);
     if (kv->ops->tiered && !kv->ops->select) return check_baseline(kv, q, err, errlen);
-    int budget = kv_t0_budget(kv, s, s->len, NULL);
-    int used = store_in_use(&s->st[KV_T0]);
-    if (used > budget) return tkv_errf(err, errlen, "seq %d: T0 uses %d slots, budget %d tokens", q, used, budget);
-    int64_t t0_bytes = (int64_t)used * kv_token_bytes(kv, KV_T0);
+    if (kv->mode != KV_B_SHARED) {
+        int budget = kv_t0_budget(kv, s, s->len, NULL);
+        if (s->t0_held > budget) return tkv_errf(err, errlen, "seq %d: T0 uses %d slots, budget %d tokens", q, s->t0_held, budget);
+    }
+    int64_t t0_bytes = (int64_t)s->t0_held * kv_token_bytes(kv, KV_T0);
     if (t0_bytes > s->c.peak_t0_bytes && s->len > 0)
         return tkv_errf(err, errlen, "seq %d: T0 bytes %lld above the recorded peak", q, (long long)t0_bytes);
     return 0;
 }
 
+/* Every slot of every pool: free exactly when no one holds it, held by as many as reference it. */
+static int check_pools(const kv_cache *kv, int32_t *count[BE_N_POOLS], char *err, size_t errlen) {
+    for (int i = 0; kv->batch.active && i < kv->batch.n_deferred; i++) {
+        int32_t r = kv->batch.deferred[i].ref;
+        count[BE_SLOT_TIER(r)][BE_SLOT_IDX(r)]++;
+    }
+    for (int t = 0; t < BE_N_POOLS; t++) {
+        const kv_tpool *p = &kv->tp[t];
+        uint8_t *isfree = calloc((size_t)(p->n_slots > 0 ? p->n_slots : 1), 1);
+        if (!isfree) return tkv_errf(err, errlen, "kv_check: out of memory");
+        int rc = 0;
+        for (int i = 0; i < p->n_free && !rc; i++) {
+            int sl = p->free[i];
+            if (sl < 0 || sl >= p->n_slots || isfree[sl]++) rc = tkv_errf(err, errlen, "T%d: free slot %d bad or listed twice", t, sl);
+        }
+        for (int sl = 0; sl < p->n_slots && !rc; sl++) {
+            if (isfree[sl] && (p->holders[sl] || count[t][sl]))
+                rc = tkv_errf(err, errlen, "T%d: slot %d is free but held (%d holders, %d references)", t, sl, p->holders[sl],
+                              count[t][sl]);
+            else if (!isfree[sl] && p->holders[sl] != count[t][sl])
+                rc = tkv_errf(err, errlen, "T%d: slot %d has %d holders but %d references%s", t, sl, p->holders[sl], count[t][sl],
+                              count[t][sl] ? "" : " (leaked)");
+        }
+        free(isfree);
+        if (rc) return rc;
+        if (kv_tpool_in_use(p) > p->cap_slots)
+            return tkv_errf(err, errlen, "T%d: %lld slots in use, above its budget of %lld", t, (long long)kv_tpool_in_use(p),
+                            (long long)p->cap_slots);
+        if (kv_tpool_in_use(p) > p->peak) return tkv_errf(err, errlen, "T%d: use above the recorded peak", t);
+    }
+    if (kv->mode == KV_B_SHARED && kv->reserved > kv->shared_tokens)
+        return tkv_errf(err, errlen, "T0: %lld tokens reserved, above the budget of %lld", (long long)kv->reserved,
+                        (long long)kv->shared_tokens);
+    return 0;
+}
+
 int kv_check(const kv_cache *kv, char *err, size_t errlen) {
-    uint8_t *mark = malloc((size_t)kv->o.n_ctx);
-    if (!mark) return tkv_errf(err, errlen, "kv_check: out of memory");
+    int32_t *count[BE_N_POOLS];
+    for (int t = 0; t < BE_N_POOLS; t++) count[t] = calloc((size_t)(kv->tp[t].n_slots > 0 ? kv->tp[t].n_slots : 1), sizeof(int32_t));
     int rc = 0;
-    for (int q = 0; q < kv->o.n_seq && rc == 0; q++) rc = check_seq(kv, q, mark, err, errlen);
-    free(mark);
+    for (int t = 0; t < BE_N_POOLS; t++)
+        if (!count[t]) rc = tkv_errf(err, errlen, "kv_check: out of memory");
+    for (int q = 0; q < kv->o.n_seq && rc == 0; q++)
+        if (kv->seq[q].live) rc = check_seq(kv, q, count, err, errlen);
+    if (!rc) rc = check_pools(kv, count, err, errlen);
+    for (int t = 0; t < BE_N_POOLS; t++) free(count[t]);
     return rc;
 }

@@ -1,13 +1,24 @@
-/* kv_internal.h — the state behind kv.h, shared by kv.c (mechanism: slots, moves, views), kv_stats.c
- * (reporting) and kv_check.c (consistency). Not for use outside src/kv.
+/* kv_internal.h — the state behind kv.h, shared by the KV module's files. Not for use outside src/kv.
+ *
+ *   kv.c         the interface: init/free, sequences in and out, appends, observe, the call's end
+ *   kv_pool.c    mechanism: pools of slots per tier (chunks, free lists, holders), who is where
+ *   kv_budget.c  budgets and protection, option checks, admission, the plan for `tierkv plan`
+ *   kv_plan.c    the planner: scores + budgets -> target tiers -> one batch of moves; sync demotion
+ *   kv_view.c    what attention reads: slot tables, staging, host views
+ *   kv_xfer.c    the transfer engine thread; kv_baselines.c the baselines' adapter
+ *   kv_stats.c, kv_check.c   reporting and the consistency checker
  *
  * Invariants (kv_check verifies them):
- *   - tier[pos]/slot[pos] is the token's location *after* the last planned re-tiering; while a batch
- *     is in flight, layer l's bytes are there once the engine has finished layer l (the fence);
- *   - a slot is owned by exactly one token, or is free, or is a source slot waiting for its batch to
- *     finish (`deferred`);
- *   - T0 slots in use (owned + deferred) never exceed the T0 budget at the current length;
- *   - protected positions are in T0; T3 positions own no slot and never change tier again;
+ *   - ref[pos] is the token's location *after* the last planned re-tiering; while a batch is in
+ *     flight, layer l's bytes are there once the engine has finished layer l (the fence);
+ *   - a slot is held by the sequences that reference it (holders = their count; > 1 only for a
+ *     shared prompt prefix, whose slots never move), or is free, or waits for its batch to finish
+ *     (deferred);
+ *   - T0 slots in use (held + deferred) never exceed the shared budget; each sequence's own T0 slots
+ *     (t0_held, deferred ones it gave up included) never exceed its budget in the per-sequence modes;
+ *   - protected positions are in T0; T3 positions hold no slot and never change tier again;
+ *   - att[pos] = ref[pos], except positions read through STAGE (T2, and T1 when staged), which own
+ *     one stage slot each;
  *   - hook-only policies (the baselines) protect nothing and use only T0 and T3: no (layer, kv head)
  *     row holds more than the limit their last step reported (plus the tokens appended since), a T3
  *     position is held by no row, and a T0 position by at least one (else its slot would be freed). */
@@ -17,52 +28,86 @@
 
 #include "kv/kv.h"
 #include "kv/kv_policy.h"
-#include "kv/kv_store.h"
 #include "kv/kv_xfer.h"
 
+#define KV_CHUNK_SHIFT 8 /* 256 slots per chunk */
+
+/* How the T0 budget is given (kv_budget.c). */
+enum {
+    KV_B_NONE = 0,   /* policy full without a byte budget: T0 grows with the tokens */
+    KV_B_RATIO,      /* hbm_ratio: each sequence its own share of its length */
+    KV_B_SEQ,        /* t0_tokens (or the baselines' share of a byte budget): tokens per sequence */
+    KV_B_SHARED,     /* hbm_budget_bytes: one budget for all live sequences */
+};
+
+/* One tier's pool of slots. The chunk pointer array (pools.pool[tier].chunks) is allocated at its
+ * full capacity at init and never moves: the transfer thread reads it while this thread grows the
+ * pool. Everything else here is this thread's. */
 typedef struct {
-    int32_t pos;
-    uint8_t from, to;  /* tiers */
-    int32_t src, dst;  /* slots */
-} kv_move;
+    int tier;
+    int cap_chunks;       /* capacity of the chunk array */
+    int64_t cap_slots;    /* hard cap on slots in use (a shared T0 budget), else INT64_MAX */
+    int n_slots;          /* slots in the chunks allocated so far */
+    int32_t *free;        /* [n_slots] free slot ids, lowest on top */
+    int n_free;
+    uint16_t *holders;    /* [n_slots] sequences holding each slot (0: free or deferred) */
+    int64_t peak;         /* most slots in use at once */
+} kv_tpool;
+
+static inline int64_t kv_tpool_in_use(const kv_tpool *p) { return p->n_slots - p->n_free; }
 
 typedef struct {
-    uint8_t tier;
-    int32_t slot;
-} kv_slot_ref;
+    int32_t ref;          /* slot given up, freed when its batch completes */
+    int16_t seq;          /* the sequence that gave it up */
+} kv_deferred;
+
+/* The one batch of moves in flight (all sequences that re-tiered in one step). */
+typedef struct {
+    int active;
+    be_move *moves;       /* the engine's list: demotions first, then the rest */
+    int n_moves, cap_moves;
+    be_move *rest;        /* planning scratch for the non-demotion moves */
+    int n_rest, cap_rest;
+    kv_deferred *deferred;
+    int n_deferred, cap_deferred;
+    int32_t *recycle;     /* T0 slots given up by demotions, handed to promotions */
+    int n_recycle, cap_recycle;
+    int16_t *recycle_seq; /* [cap_recycle] the sequence that gave each up */
+    int *seqs;            /* [n_seq] sequences with a record in this batch */
+    int n_seqs;
+} kv_batch;
 
 typedef struct {
+    int live;
+    int n_ctx;                /* this sequence's capacity */
     int len;                  /* positions held */
     int n_prompt;             /* prompt positions among them */
     int fresh_from;           /* positions >= this were appended but maybe not written yet */
     int steps_since;          /* decode steps since the last re-tiering */
     int64_t n_decode;         /* decode steps so far */
-    uint8_t *tier;            /* [n_ctx] KV_T0..KV_T3 */
-    int32_t *slot;            /* [n_ctx] slot in st[tier] (-1 for T3) */
+    int reserve;              /* T0 tokens reserved at admission (shared budget, policy full with one) */
+    int t0_held;              /* T0 slots this sequence holds or gave up in the batch in flight */
+    int32_t *ref;             /* [n_ctx] BE_SLOT(tier, slot), BE_SLOT_NONE for T3 */
+    int32_t *att;             /* [n_ctx] where attention reads the position (ref, or a STAGE slot) */
     uint8_t *prompt;          /* [n_ctx] 1 = prompt token */
-    uint8_t *lossy;           /* [n_ctx] 1 = went through T2 once (its f32 rows are dequantised) */
+    uint8_t *lossy;           /* [n_ctx] 1 = went through T2 once */
     double *score;            /* [n_ctx] hierarchy score */
     float *head_score;        /* [n_head_kv][n_ctx] or NULL (ops->head_scores) */
     float *prefill_score;     /* [n_head_kv][n_ctx] or NULL (ops->prefill_scores) */
-    uint8_t *keep;            /* [n_layer][n_head_kv][n_ctx] per-head keep masks (head-wise baselines), or NULL */
+    uint8_t *keep;            /* [n_layer][n_head_kv][keep stride] per-head keep masks, or NULL */
     int keep_used;
-    kv_store st[3];           /* T0, T1, T2 */
     int64_t ntok[4];          /* tokens per tier */
+    int64_t n_shared;         /* positions whose slot has other holders */
     /* re-tiering scratch, all [n_ctx] */
-    uint8_t *prot, *target;
-    int32_t *order, *scratch, *recycle;
-    /* the batch of moves in flight (at most one) */
-    kv_move *moves;           /* [n_ctx] */
-    int n_moves;
-    kv_slot_ref *deferred;    /* [n_ctx] source slots to free when the batch is done */
-    int n_deferred;
-    int batch_active;
+    uint8_t *prot, *target, *cur;
+    int32_t *order, *scratch;
+    int in_batch;             /* 1 while its record waits in the batch in flight */
     kv_retier_record rec;     /* of the batch in flight */
-    /* views */
-    const float **vk, **vv;   /* [n_ctx] (f32 caches) */
-    const uint16_t **hk, **hv; /* [n_ctx] (f16 caches) */
-    void *stage;              /* [n_ctx][2][kv_dim] of the cache's element type: T1 (staged) and T2 rows for one layer */
-    float *hook_k;            /* [n_ctx][kv_dim] f32 keys for hooks that read K (f16 caches, R-KV), or NULL */
+    /* host views (kv_view_layer) and the hooks' f32 keys */
+    const float **vk, **vv;   /* [n_ctx] */
+    const uint16_t **hk, **hv;
+    float *hook_k;            /* [n_ctx][kv_dim] f32 keys for hooks that read K (R-KV), or NULL */
+    const float **hook_rows;  /* [n_ctx] */
     kv_stats c;               /* counters; tokens/bytes/budget are filled in by kv_get_stats */
     void *pstate;             /* the policy hooks' state (baselines), or NULL */
     /* what the hooks' last step reported (kv_step_io), 0 before the first step */
@@ -74,25 +119,96 @@ typedef struct {
 struct kv_cache {
     kv_options o;
     const kv_policy_ops *ops;
+    be_backend *be;
+    be_kv_pools pools;        /* what the backend reads: formats, chunks */
+    kv_tpool tp[BE_N_POOLS];  /* T0, T1, T2, STAGE */
     int kv_dim;
-    int abs_tokens;           /* per-sequence T0 budget in tokens from hbm_budget_bytes; 0 = ratio mode */
     int window;               /* effective window: max(1, o.window) */
+    int mode;                 /* KV_B_* */
+    int seq_tokens;           /* KV_B_SEQ: T0 tokens per sequence */
+    int64_t shared_tokens;    /* KV_B_SHARED (and full with a byte budget): T0 tokens for all */
+    int64_t reserved;         /* T0 tokens reserved by live sequences */
     kv_seq *seq;              /* [n_seq] */
-    kv_xfer *xfer;            /* NULL when sync_transfers or policy full */
+    int n_live;
+    kv_batch batch;
+    kv_xfer *xfer;            /* NULL when sync_transfers or nothing ever moves */
+    int steps_since;          /* KV_B_SHARED: decode steps since the last re-tiering of all */
+    uint64_t tables_gen;
+    int64_t stage_bytes_layer;/* bytes one staged row pair takes (for bytes_staged) */
+    be_move *stage_moves;     /* [cap] stage copies of one layer */
+    int cap_stage_moves;
+    kv_stats retired;         /* counters of removed sequences */
     kv_retier_record *log;    /* [KV_RETIER_LOG_MAX] */
     int log_n;
     kv_retier_fn cb;
     void *cb_ctx;
+    /* cross-sequence ranking scratch (kv_plan.c) */
+    kv_share_seq *share;      /* [n_seq] */
+    int *share_room;          /* [n_seq] */
+    uint8_t *mark;            /* [T0 slots] */
+    int cap_mark;
 };
 
-/* T0 budget in tokens of sequence s at length len (raised to the protected tokens in ratio mode). */
+/* ---- kv_pool.c ---- */
+int kv_pools_init(kv_cache *kv, char *err, size_t errlen);
+void kv_pools_free(kv_cache *kv);
+/* A fresh slot of tier t for sequence seq (holders 1), growing the pool by a chunk when needed;
+ * BE_SLOT_NONE when the tier is at its cap. Aborts (with a message) when memory runs out. */
+int32_t kv_slot_alloc(kv_cache *kv, int tier);
+/* One more holder of a slot (a shared prefix). */
+void kv_slot_hold(kv_cache *kv, int32_t ref);
+/* One holder fewer; the slot returns to its pool's free list at zero. Returns the holders left. */
+int kv_slot_drop(kv_cache *kv, int32_t ref);
+int kv_slot_holders(const kv_cache *kv, int32_t ref);
+/* Records the T0 peak after any change of its use. */
+void kv_pool_note_peak(kv_cache *kv, int tier);
+
+/* ---- kv_budget.c ---- */
+int kv_validate(const kv_options *o, const kv_policy_ops *ops, int *mode, int *seq_tokens, int64_t *shared_tokens,
+                char *err, size_t errlen);
+/* T0 budget in tokens of sequence s at length len (raised to the protected tokens, *raised set). */
 int kv_t0_budget(const kv_cache *kv, const kv_seq *s, int len, int *raised);
 /* Number of protected positions at length len. */
 int kv_prot_count(const kv_cache *kv, const kv_seq *s, int len);
 int kv_is_protected(const kv_cache *kv, const kv_seq *s, int pos, int len);
+/* T0 tokens a sequence of n_ctx positions with an n_prompt-token prompt must be able to hold. */
+int kv_reserve_need(const kv_cache *kv, int n_ctx, int n_prompt);
+/* The baselines' budget in tokens at length len. */
+int kv_bl_budget(const kv_cache *kv, int len);
 /* Bytes of one (layer, kv head) row of one token: K and V, f32 or fp16. */
 int64_t kv_row_bytes(const kv_cache *kv);
-/* Waits for s's batch and frees its source slots. */
-void kv_complete_batch(kv_cache *kv, int seq);
+int kv_ratio_tokens(double r, int len);
+
+/* ---- kv.c ---- */
+/* Sets the keep mask of position pos for every layer and kv head (head-wise policies only). */
+void kv_set_keep(const kv_cache *kv, kv_seq *s, int pos, uint8_t v);
+
+/* ---- kv_plan.c ---- */
+/* Position pos of s now lives at ref (BE_SLOT_NONE: evicted): tier counts, lossy flag, stage slot
+ * and keep masks follow. The old slot is the caller's to release or defer. */
+void kv_place(kv_cache *kv, kv_seq *s, int pos, int32_t ref);
+/* Re-tiers the sequences seqs[0..n) (all live ones in the shared mode) into one batch and starts it. */
+void kv_retier(kv_cache *kv, const int *seqs, int n);
+/* Waits for the batch in flight and frees its source slots. */
+void kv_complete_batch(kv_cache *kv);
+/* Finds a T0 slot for the token being appended to s at position s->len (prompt flag already set). */
+int32_t kv_t0_slot_for_new(kv_cache *kv, kv_seq *s, char *err, size_t errlen);
+/* The per-layer fence: waits until the batch in flight has finished layer `layer`. */
+void kv_fence(kv_cache *kv, int layer);
+
+/* ---- kv_view.c ---- */
+/* Position pos of s moved (ref changed): its attention entry and stage slot follow. */
+void kv_att_update(kv_cache *kv, kv_seq *s, int pos);
+/* Releases s's stage slot of pos, if any. */
+void kv_att_release(kv_cache *kv, kv_seq *s, int pos);
+
+/* ---- kv_baselines.c (through the policy hooks) ---- */
+void kv_policy_step(kv_cache *kv, int seq);
+
+static inline kv_seq *kv_get_seq(const kv_cache *kv, int seq) {
+    extern void tkv_assert_fail(const char *, const char *, int) __attribute__((noreturn));
+    if (!(seq >= 0 && seq < kv->o.n_seq && kv->seq[seq].live)) tkv_assert_fail("live sequence", __FILE__, __LINE__);
+    return &kv->seq[seq];
+}
 
 #endif

@@ -99,3 +99,51 @@ void kv_select_ranked(const kv_select_in *in, kv_select_out *out) {
     while (k < m) out->target[in->order[k++]] = KV_T3;
     out->keep_used = 0;
 }
+
+/* ---- one T0 budget for several sequences (see kv_policy.h) ---- */
+
+typedef struct {
+    double v;  /* normalised score of the sequence's next candidate */
+    int seq;
+} share_head;
+
+size_t kv_share_scratch_item(void) { return sizeof(share_head); }
+
+static int head_before(const share_head *a, const share_head *b) {
+    if (a->v != b->v) return a->v > b->v;
+    return a->seq < b->seq;
+}
+
+static void sift_down(share_head *h, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && head_before(&h[l], &h[m])) m = l;
+        if (r < n && head_before(&h[r], &h[m])) m = r;
+        if (m == i) return;
+        share_head t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+void kv_policy_share_t0(const kv_share_seq *seqs, int n, int room0, int *room, void *scratch) {
+    share_head *h = scratch;
+    int nh = 0;
+    for (int i = 0; i < n; i++) {
+        room[i] = 0;
+        if (seqs[i].n_cand > 0) h[nh++] = (share_head){seqs[i].score[seqs[i].order[0]] * seqs[i].norm, i};
+    }
+    for (int i = nh / 2 - 1; i >= 0; i--) sift_down(h, nh, i);
+    while (room0 > 0 && nh > 0) {
+        int q = h[0].seq;
+        room[q]++;
+        room0--;
+        if (room[q] < seqs[q].n_cand) {
+            h[0].v = seqs[q].score[seqs[q].order[room[q]]] * seqs[q].norm;
+        } else {
+            h[0] = h[--nh];
+        }
+        sift_down(h, nh, 0);
+    }
+}

@@ -58,10 +58,9 @@ typedef struct {
     int keep_used;            /* out: 1 once the masks mean something */
     char *err;                /* for a message when step returns -1 (the decode then asserts) */
     size_t errlen;
-    /* any layer's view (K rows for R-KV's redundancy at a compression point); valid until the next
-     * view_layer call. Evicted positions are NULL, like the forward's view. Its k rows are always
-     * f32 (an f16 cache widens them); v/k16/v16 are not for the hooks. */
-    void (*view_layer)(void *ctx, int layer, kv_view *out);
+    /* any layer's K rows as f32 (R-KV's redundancy at a compression point): one row pointer per
+     * position, NULL where evicted; valid until the next keys_layer call */
+    const float *const *(*keys_layer)(void *ctx, int layer);
     void *view_ctx;
     /* out, for the stats and kv_check: what the policy holds after this step, per (layer, kv head)
      * row. budget = the method's budget at this length after raising it to the method's floor;
@@ -76,9 +75,8 @@ typedef struct {
     void *(*init)(const kv_options *o, char *err, size_t errlen); /* per sequence, at kv_init */
     void (*free)(void *st);
     void (*reset)(void *st);
-    /* view: the layer's view the attention just used (keys for R-KV); valid during the call */
-    void (*observe)(void *st, int layer, int q_pos, int is_prompt, const float *att, int att_stride,
-                    const kv_view *view);
+    /* n: positions the sequence holds (the attention just read 0..q_pos of them) */
+    void (*observe)(void *st, int layer, int q_pos, int is_prompt, const float *att, int att_stride, int n);
     int (*step)(void *st, kv_step_io *io);
 } kv_policy_hooks;
 
@@ -112,5 +110,24 @@ void kv_select_ranked(const kv_select_in *in, kv_select_out *out);
 
 /* Sorts idx[0..m) by score descending, ties later position first. Stable merge sort, no allocation. */
 void kv_rank(const double *score, int32_t *idx, int m, int32_t *scratch);
+
+/* ---- one T0 budget for several sequences ----
+ * A sequence's raw scores grow with its decode steps (each step hands out one unit of attention
+ * mass over its positions), so a long sequence's tokens would outrank a short one's. Each sequence's
+ * scores are normalised by its mean: norm = score * len / (sum of its scores), so a token scores 1
+ * when it gets exactly the share of attention a uniform spread would give it, in a sequence of any
+ * length and age. The normalisation is monotone within a sequence, so its own ranking (kv_rank) is
+ * unchanged and each sequence gets a prefix of it. */
+typedef struct {
+    const double *score;      /* raw scores, indexed by position */
+    const int32_t *order;     /* [n_cand] candidate positions, ranked (kv_rank) */
+    int n_cand;
+    double norm;              /* len / sum of the sequence's scores (0 when the sum is 0) */
+} kv_share_seq;
+/* Splits room0 T0 places over the sequences' candidates by normalised score, highest first (ties:
+ * lower sequence index, then the sequence's own rank), writing each one's count to room[i]: a k-way
+ * merge of the ranked lists. scratch holds n * kv_share_scratch_item() bytes. Pure. */
+size_t kv_share_scratch_item(void);
+void kv_policy_share_t0(const kv_share_seq *seqs, int n, int room0, int *room, void *scratch);
 
 #endif

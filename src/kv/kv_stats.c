@@ -9,7 +9,7 @@ static void add_seq(const kv_cache *kv, const kv_seq *s, kv_stats *o) {
         o->tokens[t] += s->ntok[t];
         o->bytes[t] += s->ntok[t] * kv_token_bytes(kv, t);
     }
-    o->peak_t0_bytes += s->c.peak_t0_bytes; /* total: sum of per-sequence peaks (an upper bound) */
+    o->peak_t0_bytes += s->c.peak_t0_bytes;
     if (kv->ops->select || !kv->ops->tiered) {
         int64_t b = (int64_t)kv_t0_budget(kv, s, s->len, NULL) * kv_token_bytes(kv, 0);
         o->t0_budget_bytes += b;
@@ -26,6 +26,7 @@ static void add_seq(const kv_cache *kv, const kv_seq *s, kv_stats *o) {
         o->t0_budget_bytes += (int64_t)(fresh ? s->len : s->bl_budget) * kv_token_bytes(kv, 0);
         o->limit_bytes += (int64_t)(fresh ? s->len : s->bl_limit + new_tokens) * kv_token_bytes(kv, 0);
     }
+    for (int p = 0; p < s->len; p++) o->shared_tokens += s->ref[p] != BE_SLOT_NONE && kv_slot_holders(kv, s->ref[p]) > 1;
     o->budget_raised += s->c.budget_raised;
     o->bytes_moved_down += s->c.bytes_moved_down;
     o->bytes_moved_up += s->c.bytes_moved_up;
@@ -34,15 +35,44 @@ static void add_seq(const kv_cache *kv, const kv_seq *s, kv_stats *o) {
     o->retiers += s->c.retiers;
     o->move_seconds += s->c.move_seconds;
     o->retier_seconds += s->c.retier_seconds;
-    o->fence_wait_seconds += s->c.fence_wait_seconds;
     o->sync_demotions += s->c.sync_demotions;
     o->bytes_moved_host += s->c.bytes_moved_host;
+    o->live_seqs++;
 }
 
 void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out) {
     memset(out, 0, sizeof *out);
+    if (seq >= 0) {
+        add_seq(kv, kv_get_seq(kv, seq), out);
+        return;
+    }
     for (int q = 0; q < kv->o.n_seq; q++)
-        if (seq < 0 || seq == q) add_seq(kv, &kv->seq[q], out);
+        if (kv->seq[q].live) add_seq(kv, &kv->seq[q], out);
+    /* the cache as a whole: what removed sequences did, and T0 as it is in memory (a prefix held by
+     * several sequences counts once), with its one peak */
+    const kv_stats *r = &kv->retired;
+    out->budget_raised += r->budget_raised;
+    out->bytes_moved_down += r->bytes_moved_down;
+    out->bytes_moved_up += r->bytes_moved_up;
+    out->bytes_moved_host += r->bytes_moved_host;
+    out->bytes_staged += r->bytes_staged;
+    out->tokens_evicted += r->tokens_evicted;
+    out->retiers += r->retiers;
+    out->sync_demotions += r->sync_demotions;
+    out->move_seconds += r->move_seconds;
+    out->retier_seconds += r->retier_seconds;
+    out->fence_wait_seconds = r->fence_wait_seconds;
+    int64_t tb0 = kv_token_bytes(kv, 0);
+    const kv_tpool *p0 = &kv->tp[BE_T0];
+    int64_t held_once = 0, saved = 0;
+    for (int i = 0; i < p0->n_slots; i++) {
+        held_once += p0->holders[i] > 0;
+        saved += p0->holders[i] > 1 ? p0->holders[i] - 1 : 0;
+    }
+    if (kv->ops->select || !kv->ops->tiered) out->bytes[0] = held_once * tb0;
+    out->shared_bytes_saved = saved * tb0;
+    out->peak_t0_bytes = p0->peak * tb0;
+    if (kv->mode == KV_B_SHARED && kv->ops->select) out->t0_budget_bytes = out->limit_bytes = kv->shared_tokens * tb0;
 }
 
 int kv_stats_json(const kv_stats *s, char *buf, size_t n) {
@@ -51,14 +81,16 @@ int kv_stats_json(const kv_stats *s, char *buf, size_t n) {
                     "\"t0_budget_bytes\":%lld,\"budget_raised\":%lld,\"bytes_moved_down\":%lld,\"bytes_moved_up\":%lld,"
                     "\"bytes_moved_host\":%lld,\"bytes_staged\":%lld,\"tokens_evicted\":%lld,\"retiers\":%lld,"
                     "\"evicted_equiv\":%.2f,\"sync_demotions\":%lld,\"held_bytes\":%lld,\"peak_held_bytes\":%lld,\"limit_bytes\":%lld,"
-                    "\"move_seconds\":%.6f,\"retier_seconds\":%.6f,\"fence_wait_seconds\":%.6f}",
+                    "\"move_seconds\":%.6f,\"retier_seconds\":%.6f,\"fence_wait_seconds\":%.6f,\"shared_tokens\":%lld,"
+                    "\"shared_bytes_saved\":%lld,\"live_seqs\":%d}",
                     (long long)s->tokens[0], (long long)s->tokens[1], (long long)s->tokens[2], (long long)s->tokens[3],
                     (long long)s->bytes[0], (long long)s->bytes[1], (long long)s->bytes[2], (long long)s->bytes[3],
                     (long long)s->peak_t0_bytes, (long long)s->t0_budget_bytes, (long long)s->budget_raised,
                     (long long)s->bytes_moved_down, (long long)s->bytes_moved_up, (long long)s->bytes_moved_host,
                     (long long)s->bytes_staged, (long long)s->tokens_evicted, (long long)s->retiers,
                     s->evicted_equiv, (long long)s->sync_demotions, (long long)s->held_bytes, (long long)s->peak_held_bytes,
-                    (long long)s->limit_bytes, s->move_seconds, s->retier_seconds, s->fence_wait_seconds);
+                    (long long)s->limit_bytes, s->move_seconds, s->retier_seconds, s->fence_wait_seconds,
+                    (long long)s->shared_tokens, (long long)s->shared_bytes_saved, s->live_seqs);
 }
 
 void kv_stats_write_json(FILE *f, const kv_cache *kv) {
@@ -68,10 +100,11 @@ void kv_stats_write_json(FILE *f, const kv_cache *kv) {
     kv_stats_json(&st, buf, sizeof buf);
     fprintf(f, "{\"policy\":\"%s\",\"staged\":%d,\"sync_transfers\":%d,\"total\":%s,\"seqs\":[", kv_policy_name(kv->o.policy),
             kv->o.staged, kv->o.sync_transfers, buf);
-    for (int q = 0; q < kv->o.n_seq; q++) {
+    for (int q = 0, k = 0; q < kv->o.n_seq; q++) {
+        if (!kv->seq[q].live) continue;
         kv_get_stats(kv, q, &st);
         kv_stats_json(&st, buf, sizeof buf);
-        fprintf(f, "%s%s", q ? "," : "", buf);
+        fprintf(f, "%s%s", k++ ? "," : "", buf);
     }
     fprintf(f, "]}\n");
 }
@@ -81,7 +114,8 @@ static double mib(int64_t b) { return (double)b / (1024.0 * 1024.0); }
 void kv_stats_print(FILE *f, const kv_cache *kv, int seq) {
     kv_stats s;
     kv_get_stats(kv, seq, &s);
-    static const char *names[4] = {"T0 fast (f32)", "T1 host (f32)", "T2 host (int8)", "T3 evicted"};
+    const char *names[4] = {kv->o.f16 ? "T0 fast (f16)" : "T0 fast (f32)", kv->o.f16 ? "T1 host (f16)" : "T1 host (f32)",
+                            "T2 host (int8)", "T3 evicted"};
     fprintf(f, "kv %s%s: policy %s, %s transfers%s\n", seq < 0 ? "total" : "sequence ", seq < 0 ? "" : "",
             kv_policy_name(kv->o.policy), kv->o.sync_transfers ? "sync" : "async", kv->o.staged ? ", staged T1" : "");
     if (seq >= 0) fprintf(f, "  (sequence %d)\n", seq);
@@ -101,6 +135,9 @@ void kv_stats_print(FILE *f, const kv_cache *kv, int seq) {
     if (kv->ops->tiered && !kv->ops->select)
         fprintf(f, "  %.1f positions dropped per (layer, kv head) row on average (T3 counts only those no row holds)\n",
                 s.evicted_equiv);
+    if (s.shared_tokens)
+        fprintf(f, "  shared prompt prefix: %lld positions held once, %.2f MiB of T0 saved\n", (long long)s.shared_tokens,
+                mib(s.shared_bytes_saved));
     fprintf(f, "  staged %.2f MiB; time: plan %.3f s, moves %.3f s, fence waits %.3f s\n", mib(s.bytes_staged),
             s.retier_seconds, s.move_seconds, s.fence_wait_seconds);
 }

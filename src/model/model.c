@@ -9,8 +9,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "backend/cpu/ops.h"
 #include "base/err.h"
+#include "base/half.h"
 
 static int get_u32_opt(const gguf_file *f, const char *key, uint32_t *out, uint32_t def, char *err, size_t errlen) {
     if (!gguf_find(f, key)) { *out = def; return 0; }
@@ -114,9 +114,11 @@ static void bind_mat(binder *b, model_mat *m, const char *name, int64_t n_in, in
                  (long long)n_in, (long long)n_out);
         return;
     }
-    if (!cpu_ops_for(t->type, CPU_ISA_GENERIC)) {
+    uint32_t blck = ggml_type_supported(t->type) ? ggml_blck_size(t->type) : 0;
+    if (!blck || n_in % blck) {
         b->bad = 1;
-        tkv_errf(b->err, b->errlen, "model: tensor '%s' has type %s, which tierkv cannot run", name, ggml_type_name(t->type));
+        tkv_errf(b->err, b->errlen, "model: tensor '%s' has type %s, which tierkv cannot run with rows of %lld", name,
+                 ggml_type_name(t->type), (long long)n_in);
         return;
     }
     m->data = t->data;
@@ -135,14 +137,15 @@ static const float *bind_vec(binder *b, model *mdl, const char *name, int64_t n,
         return NULL;
     }
     if (t->type == GGML_F32) return (const float *)t->data; /* data_start and offsets are 32-aligned */
-    const cpu_type_ops *ops = cpu_ops_for(t->type, CPU_ISA_GENERIC);
-    if (!ops) {
+    if (t->type != GGML_F16 && t->type != GGML_BF16) {
         b->bad = 1;
-        tkv_errf(b->err, b->errlen, "model: tensor '%s' has type %s, which tierkv cannot run", name, ggml_type_name(t->type));
+        tkv_errf(b->err, b->errlen, "model: vector '%s' has type %s (norms and biases are F32, F16 or BF16)", name,
+                 ggml_type_name(t->type));
         return NULL;
     }
     float *v = tkv_xmalloc((size_t)n * sizeof(float));
-    ops->dequant_row(t->data, v, n);
+    const uint16_t *h = (const uint16_t *)(const void *)t->data;
+    for (int64_t i = 0; i < n; i++) v[i] = t->type == GGML_F16 ? tkv_f16_to_f32(h[i]) : tkv_bf16_to_f32(h[i]);
     mdl->owned = realloc(mdl->owned, (size_t)(mdl->n_owned + 1) * sizeof(float *));
     TKV_ASSERT(mdl->owned);
     mdl->owned[mdl->n_owned++] = v;
@@ -218,44 +221,62 @@ static model_mat *mat_at(model *m, int i) {
     return lm[(i - 2) % 7];
 }
 
-/* The layout matrix i is rewritten into (0: none). An untied embedding is only looked up. */
-static uint32_t repack_target(model *m, int i) {
-    model_mat *w = mat_at(m, i);
-    return w && w->data && (i > 0 || m->tied_output) ? cpu_repack_type(w->type, w->n_in) : 0;
+static const float **vec_at(model *m, int i) {
+    if (i == 0) return &m->output_norm;
+    model_layer *L = &m->layers[(i - 1) / 6];
+    const float **lv[6] = {&L->attn_norm, &L->ffn_norm, &L->bq, &L->bk, &L->bv, &L->bo};
+    return lv[(i - 1) % 6];
 }
 
-/* The pages are the model's own (a copy, or a MAP_PRIVATE mapping), read-only: made writable for
- * the rewrite and read-only again. */
-static int repack_weights(model *m, char *err, size_t errlen) {
-    int n = 2 + 7 * m->cfg.n_layer, any = 0;
-    for (int i = 0; i < n; i++) any |= repack_target(m, i) != 0;
-    if (!any || !m->file.map) return 0;
-    if (mprotect(m->file.map, (size_t)m->file.map_size, PROT_READ | PROT_WRITE) != 0)
+static const char *mat_name(int i, char *buf, size_t n) {
+    static const char *lm[7] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+    if (i == 0) return "token_embd.weight";
+    if (i == 1) return "output.weight";
+    snprintf(buf, n, "blk.%d.%s.weight", (i - 2) / 7, lm[(i - 2) % 7]);
+    return buf;
+}
+
+int model_prepare(model *m, be_backend *be, char *err, size_t errlen) {
+    if (be->ops->unified && !m->file.map) return tkv_errf(err, errlen, "model: the weights are not in pages of the model's own");
+    int writable = be->ops->unified;
+    /* the pages are the model's own (a copy, or a MAP_PRIVATE mapping), read-only: made writable
+     * for the backend's rewrite and read-only again */
+    if (writable && mprotect(m->file.map, (size_t)m->file.map_size, PROT_READ | PROT_WRITE) != 0)
         return tkv_errf(err, errlen, "model: cannot make the weights writable to reorder them: %s (--keep-layout runs the file's layout)",
                         strerror(errno));
-    for (int i = 0; i < n; i++) {
+    int rc = 0, n = 2 + 7 * m->cfg.n_layer;
+    char name[64], perr[256];
+    for (int i = 0; i < n && !rc; i++) {
         model_mat *w = mat_at(m, i);
-        uint32_t rt = repack_target(m, i);
-        if (!rt) continue;
-        cpu_repack_rows(w->type, (void *)w->data, w->n_in, w->n_out);
-        w->type = rt;
+        if (!w || !w->data) continue;
+        int role = i > 0 ? BE_W_MATMUL : m->tied_output ? BE_W_EMBED_AND_OUTPUT : BE_W_EMBED;
+        if (be->ops->prepare_weight(be, w, role, perr, sizeof perr))
+            rc = tkv_errf(err, errlen, "model: %s: %s", mat_name(i, name, sizeof name), perr);
     }
     if (m->tied_output) m->output = m->tok_embd;
-    if (mprotect(m->file.map, (size_t)m->file.map_size, PROT_READ) != 0)
-        return tkv_errf(err, errlen, "model: cannot make the weights read-only again: %s", strerror(errno));
-    return 0;
+    for (int i = 0; i < 1 + 6 * m->cfg.n_layer && !rc; i++) {
+        const float **v = vec_at(m, i);
+        if (!*v) continue;
+        int64_t len = i == 0 ? m->cfg.n_embd : 0;
+        if (i > 0) {
+            int k = (i - 1) % 6;
+            len = k < 2 || k == 5 ? m->cfg.n_embd : k == 2 ? (int64_t)m->cfg.n_head * m->cfg.head_dim
+                                                            : (int64_t)m->cfg.n_head_kv * m->cfg.head_dim;
+        }
+        const float *d = be->ops->prepare_vector(be, *v, len, perr, sizeof perr);
+        if (!d) rc = tkv_errf(err, errlen, "model: a norm or bias vector: %s", perr);
+        else *v = d;
+    }
+    if (writable && mprotect(m->file.map, (size_t)m->file.map_size, PROT_READ) != 0 && !rc)
+        rc = tkv_errf(err, errlen, "model: cannot make the weights read-only again: %s", strerror(errno));
+    return rc;
 }
 
-int model_open(const char *path, int mmap_only, int repack, model **out, char *err, size_t errlen) {
+int model_open(const char *path, int mmap_only, model **out, char *err, size_t errlen) {
     gguf_file f;
     if (gguf_load(path, mmap_only ? GGUF_MMAP : GGUF_AUTO, &f, err, errlen)) return -1;
     if (model_bind(&f, out, err, errlen)) {
         gguf_free(&f);
-        return -1;
-    }
-    if (repack && repack_weights(*out, err, errlen)) {
-        model_close(*out);
-        *out = NULL;
         return -1;
     }
     return 0;

@@ -1,6 +1,7 @@
 /* model.h — a loaded qwen2/llama model: its configuration, read from GGUF metadata alone, and its
- * weights bound to the loaded file's bytes (no copies, except norms/biases stored in a non-F32 type;
- * model_open may reorder some matrices in place for the kernels).
+ * weights bound to the loaded file's bytes (no copies, except norms/biases stored in F16 or BF16),
+ * then prepared for a backend (model_prepare: the CPU reorders some matrices in place for its
+ * kernels, a GPU copies them to the device).
  *
  * Architecture (both archs are the same graph, FORMATS.md section 4):
  *   x = embed(token)
@@ -14,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "gguf/gguf.h"
 
 typedef struct {
@@ -30,11 +32,8 @@ typedef struct {
     float rope_scale;     /* linear RoPE scaling: theta *= rope_scale (1 = none) */
 } model_config;
 
-typedef struct {
-    const void *data;     /* n_out rows of n_in elements, ggml type `type` */
-    uint32_t type;
-    int64_t n_in, n_out;
-} model_mat;
+/* n_out rows of n_in elements, ggml type `type` (after model_prepare: the backend's) */
+typedef be_mat model_mat;
 
 typedef struct {
     const float *attn_norm;            /* [n_embd] */
@@ -59,15 +58,15 @@ typedef struct model {
 
 /* Reads the configuration from metadata; errors name the missing or bad key. */
 int model_config_from_gguf(const gguf_file *f, model_config *c, char *err, size_t errlen);
-/* Opens (gguf_load: a huge-page copy when possible; mmap_only maps the file), parses and binds.
- * With repack, every matrix whose type the CPU kernels prefer in another layout (cpu_repack_type:
- * Q4_K -> Q4_KX, Q5_0 -> Q5_0X, ...) is rewritten in place in the model's private pages and its
- * type changed (not an untied embedding, which is only looked up); the integers are those of the
- * file's layout (tested in the kernels), the f32 sums of the 32-block types are added in another
- * order. Under mmap_only the written pages
- * stop being shared with the page cache. Errors list every missing tensor, or name a bad shape or
- * type. */
-int model_open(const char *path, int mmap_only, int repack, model **out, char *err, size_t errlen);
+/* Opens (gguf_load: a huge-page copy when possible; mmap_only maps the file), parses and binds:
+ * names, shapes, block sizes and the norm/bias types are checked here, the weight types by the
+ * backend at model_prepare. Errors list every missing tensor, or name a bad shape or type. */
+int model_open(const char *path, int mmap_only, model **out, char *err, size_t errlen);
+/* Hands every matrix and vector to the backend (prepare_weight / prepare_vector). The model's pages
+ * are made writable for it on a unified backend (the CPU reorders Q4_K, Q6_K, Q5_0, Q8_0 matrices in
+ * place, not an untied embedding, which is only looked up; under mmap_only the written pages stop
+ * being shared with the page cache) and read-only again after. */
+int model_prepare(model *m, be_backend *be, char *err, size_t errlen);
 /* Binds a file already parsed (takes ownership of *f on success). */
 int model_bind(gguf_file *f, model **out, char *err, size_t errlen);
 void model_close(model *m);

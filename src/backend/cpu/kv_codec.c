@@ -1,5 +1,5 @@
 /* kv_codec.c — int8 per-head codec for T2 (grouping and error bound in kv_codec.h). */
-#include "kv/kv_codec.h"
+#include "backend/cpu/kv_codec.h"
 
 #include <math.h>
 

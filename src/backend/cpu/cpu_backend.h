@@ -1,0 +1,34 @@
+/* cpu_backend.h — the CPU implementation of backend.h: the op table over the kernels of ops.h
+ * (generic C, AVX2 or AVX-512, chosen once from cpuid or by be_params.kernels) and a thread pool.
+ * Everything lives in host memory (unified). Internal to src/backend: the engine opens it through
+ * be_open. */
+#ifndef TKV_CPU_BACKEND_H
+#define TKV_CPU_BACKEND_H
+#include <stddef.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/ops.h"
+#include "base/pool.h"
+
+typedef struct {
+    be_backend base;
+    tkv_pool *pool;
+    cpu_isa isa;
+    const cpu_f32_ops *f32;
+    int keep_layout;
+    char desc[32];
+} cpu_be;
+
+int cpu_backend_open(const be_params *p, be_backend **out, char *err, size_t errlen);
+
+/* The op table's parts, by file. */
+void cpu_be_attention(be_backend *b, const be_attn *a, void *scratch);              /* cpu_attention.c */
+size_t cpu_be_attention_scratch(const be_backend *b, int n_tok, int max_pos, int n_head, int head_dim);
+void cpu_be_attention_merge(be_backend *b, float *o, const be_attn_part *parts, int n_parts, int n_tok, int n_head,
+                            int head_dim, int mass_heads, int mass_stride, const int *n_pos);
+void cpu_be_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, const float *k,
+                     const float *v);                                                   /* cpu_kvcopy.c */
+void cpu_be_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, float *k, float *v);
+void cpu_be_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer);
+
+#endif

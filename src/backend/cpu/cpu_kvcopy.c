@@ -1,0 +1,88 @@
+/* cpu_kvcopy.c — the KV record ops of the CPU backend: new tokens' rows written into their slots,
+ * rows read back as f32, and the move lists of the transfer engine (one layer at a time), converting
+ * between record formats: F32/F16 exactly (fp16 rows widen exactly; f32 -> f16 rounds to nearest
+ * even, once, as llama.cpp's f16 cache), to and from Q8_HEAD through f32 with kv_codec.
+ * A record is K then V (each kv_dim values), and for Q8_HEAD their per-head scales after both.
+ * copy_moves may run on the transfer thread: it reads pool chunk arrays that never move. */
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kv_codec.h"
+#include "base/err.h"
+#include "base/half.h"
+
+#define MAX_DIM 8192 /* kv_dim at most (checked by the KV module's options) */
+
+/* Row `which` (0 K, 1 V) of a record as f32 into buf. */
+static void rec_get(be_kv_fmt fmt, const uint8_t *rec, int which, int n_head_kv, int head_dim, float *buf) {
+    size_t kd = (size_t)n_head_kv * (size_t)head_dim;
+    switch (fmt) {
+    case BE_KV_F32: memcpy(buf, rec + (size_t)which * kd * 4, kd * 4); break;
+    case BE_KV_F16: tkv_f16_row_to_f32((const uint16_t *)(const void *)(rec + (size_t)which * kd * 2), buf, kd); break;
+    default: {
+        float sc[1024];
+        TKV_ASSERT(n_head_kv <= 1024);
+        memcpy(sc, rec + 2 * kd + (size_t)which * n_head_kv * 4, (size_t)n_head_kv * 4);
+        kv_q8_decode_row((const int8_t *)(rec + (size_t)which * kd), sc, n_head_kv, head_dim, buf);
+    }
+    }
+}
+
+static void rec_put(be_kv_fmt fmt, uint8_t *rec, int which, int n_head_kv, int head_dim, const float *x) {
+    size_t kd = (size_t)n_head_kv * (size_t)head_dim;
+    switch (fmt) {
+    case BE_KV_F32: memcpy(rec + (size_t)which * kd * 4, x, kd * 4); break;
+    case BE_KV_F16: tkv_f32_row_to_f16(x, (uint16_t *)(void *)(rec + (size_t)which * kd * 2), kd); break;
+    default: {
+        float sc[1024];
+        TKV_ASSERT(n_head_kv <= 1024);
+        kv_q8_encode_row(x, n_head_kv, head_dim, (int8_t *)(rec + (size_t)which * kd), sc);
+        memcpy(rec + 2 * kd + (size_t)which * n_head_kv * 4, sc, (size_t)n_head_kv * 4);
+    }
+    }
+}
+
+static be_kv_fmt fmt_of(const be_kv_pools *p, int32_t ref) { return p->pool[BE_SLOT_TIER(ref)].fmt; }
+
+void cpu_be_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, const float *k,
+                     const float *v) {
+    (void)b;
+    size_t kd = (size_t)p->n_head_kv * (size_t)p->head_dim;
+    for (int i = 0; i < n; i++) {
+        uint8_t *rec = be_kv_record(p, slots[i], layer);
+        be_kv_fmt f = fmt_of(p, slots[i]);
+        rec_put(f, rec, 0, p->n_head_kv, p->head_dim, k + (size_t)i * kd);
+        rec_put(f, rec, 1, p->n_head_kv, p->head_dim, v + (size_t)i * kd);
+    }
+}
+
+void cpu_be_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, float *k, float *v) {
+    (void)b;
+    size_t kd = (size_t)p->n_head_kv * (size_t)p->head_dim;
+    for (int i = 0; i < n; i++) {
+        const uint8_t *rec = be_kv_record(p, slots[i], layer);
+        be_kv_fmt f = fmt_of(p, slots[i]);
+        rec_get(f, rec, 0, p->n_head_kv, p->head_dim, k + (size_t)i * kd);
+        if (v) rec_get(f, rec, 1, p->n_head_kv, p->head_dim, v + (size_t)i * kd);
+    }
+}
+
+void cpu_be_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer) {
+    (void)b;
+    float buf[MAX_DIM];
+    TKV_ASSERT((size_t)p->n_head_kv * (size_t)p->head_dim <= MAX_DIM);
+    for (int i = 0; i < n; i++) {
+        const be_move *m = &moves[i];
+        be_kv_fmt fs = fmt_of(p, m->src), fd = fmt_of(p, m->dst);
+        const uint8_t *src = be_kv_record(p, m->src, layer);
+        uint8_t *dst = be_kv_record(p, m->dst, layer);
+        if (fs == fd) {
+            memcpy(dst, src, p->pool[BE_SLOT_TIER(m->src)].record_bytes);
+            continue;
+        }
+        for (int w = 0; w < 2; w++) {
+            rec_get(fs, src, w, p->n_head_kv, p->head_dim, buf);
+            rec_put(fd, dst, w, p->n_head_kv, p->head_dim, buf);
+        }
+    }
+}

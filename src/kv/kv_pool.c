@@ -1,0 +1,143 @@
+/* kv_pool.c — the mechanism under the hierarchy: one pool of slots per tier (T0, T1, T2, and the
+ * layer-less STAGE scratch), shared by every sequence of the cache. A pool grows by whole chunks of
+ * 1 << KV_CHUNK_SHIFT slots taken from the backend (device memory for T0 and STAGE, pinned host
+ * memory for T1, host memory for T2); a shared T0 budget is allocated whole at init and never grows.
+ * Slots are handed out lowest id first from a free stack (deterministic); each slot counts its
+ * holders (sequences), so a prompt prefix can be held once by several sequences.
+ * Knows nothing about scores, budgets or policies. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "kv/kv_internal.h"
+
+/* The pool layout of each tier: element format, memory, layer dimension. */
+static void tier_layout(const kv_cache *kv, int t, be_kv_fmt *fmt, be_mem *mem, int *layers) {
+    be_kv_fmt exact = kv->o.f16 ? BE_KV_F16 : BE_KV_F32;
+    switch (t) {
+    case BE_T0: *fmt = exact, *mem = BE_MEM_DEVICE, *layers = kv->o.n_layer; break;
+    case BE_T1: *fmt = exact, *mem = BE_MEM_PINNED, *layers = kv->o.n_layer; break;
+    case BE_T2: *fmt = BE_KV_Q8_HEAD, *mem = BE_MEM_HOST, *layers = kv->o.n_layer; break;
+    default: *fmt = exact, *mem = BE_MEM_DEVICE, *layers = 1; break; /* STAGE: one layer at a time */
+    }
+}
+
+static size_t chunk_bytes(const be_kv_pool *p) { return ((size_t)1 << p->chunk_shift) * (size_t)p->layers * p->record_bytes; }
+
+/* Adds one chunk to pool t; -1 with a message when the chunk array is full or memory is out. */
+static int grow(kv_cache *kv, int t, char *err, size_t errlen) {
+    be_kv_pool *bp = &kv->pools.pool[t];
+    kv_tpool *p = &kv->tp[t];
+    if (bp->n_chunks >= p->cap_chunks)
+        return tkv_errf(err, errlen, "kv: T%d pool is at its %d chunks (%lld slots)", t, p->cap_chunks,
+                        (long long)p->cap_chunks << KV_CHUNK_SHIFT);
+    size_t bytes = chunk_bytes(bp);
+    void *c = kv->be->ops->alloc(kv->be, bytes, bp->mem, err, errlen);
+    if (!c) return -1;
+    bp->chunks[bp->n_chunks++] = c;
+    int per = 1 << KV_CHUNK_SHIFT, base = p->n_slots;
+    int32_t *nf = realloc(p->free, (size_t)(p->n_slots + per) * sizeof *nf);
+    uint16_t *nh = realloc(p->holders, (size_t)(p->n_slots + per) * sizeof *nh);
+    TKV_ASSERT(nf && nh);
+    p->free = nf;
+    p->holders = nh;
+    memset(p->holders + base, 0, (size_t)per * sizeof *nh);
+    /* new slots go under the free ones left (there are none when we grow), lowest on top */
+    memmove(p->free + per, p->free, (size_t)p->n_free * sizeof *nf);
+    for (int i = 0; i < per; i++) p->free[i] = base + per - 1 - i;
+    p->n_free += per;
+    p->n_slots += per;
+    return 0;
+}
+
+int kv_pools_init(kv_cache *kv, char *err, size_t errlen) {
+    const kv_options *o = &kv->o;
+    kv->pools.n_layer = o->n_layer;
+    kv->pools.n_head_kv = o->n_head_kv;
+    kv->pools.head_dim = o->head_dim;
+    int64_t per = (int64_t)1 << KV_CHUNK_SHIFT;
+    int64_t all = (int64_t)o->n_seq * o->n_ctx; /* the most tokens any pool can ever hold */
+    for (int t = 0; t < BE_N_POOLS; t++) {
+        be_kv_pool *bp = &kv->pools.pool[t];
+        kv_tpool *p = &kv->tp[t];
+        memset(p, 0, sizeof *p);
+        p->tier = t;
+        p->cap_slots = INT64_MAX;
+        tier_layout(kv, t, &bp->fmt, &bp->mem, &bp->layers);
+        bp->chunk_shift = KV_CHUNK_SHIFT;
+        bp->record_bytes = be_kv_record_bytes(bp->fmt, o->n_head_kv, o->head_dim);
+        int used = t == BE_T0 || (t == BE_T1 && kv->ops->uses_t1) || (t == BE_T2 && kv->ops->uses_t2) ||
+                   (t == BE_STAGE && (kv->ops->uses_t2 || (kv->ops->uses_t1 && o->staged)));
+        int64_t slots = !used ? 0 : t == BE_T0 && kv->mode == KV_B_SHARED ? kv->shared_tokens : all;
+        if (t == BE_T0 && kv->mode == KV_B_SHARED) p->cap_slots = kv->shared_tokens;
+        int64_t chunks = (slots + per - 1) / per;
+        if (chunks > (1 << 22)) chunks = 1 << 22;
+        p->cap_chunks = (int)chunks;
+        bp->chunks = tkv_xcalloc((size_t)(chunks > 0 ? chunks : 1), sizeof(void *));
+    }
+    if (kv->mode == KV_B_SHARED) /* the hard budget is allocated once, whole */
+        while (kv->tp[BE_T0].n_slots < kv->shared_tokens)
+            if (grow(kv, BE_T0, err, errlen)) return -1;
+    return 0;
+}
+
+void kv_pools_free(kv_cache *kv) {
+    for (int t = 0; t < BE_N_POOLS; t++) {
+        be_kv_pool *bp = &kv->pools.pool[t];
+        for (int c = 0; c < bp->n_chunks; c++) kv->be->ops->free(kv->be, bp->chunks[c], bp->mem);
+        free(bp->chunks);
+        free(kv->tp[t].free);
+        free(kv->tp[t].holders);
+        memset(bp, 0, sizeof *bp);
+        memset(&kv->tp[t], 0, sizeof kv->tp[t]);
+    }
+}
+
+void kv_pool_note_peak(kv_cache *kv, int tier) {
+    kv_tpool *p = &kv->tp[tier];
+    int64_t u = kv_tpool_in_use(p);
+    if (u > p->peak) p->peak = u;
+}
+
+int32_t kv_slot_alloc(kv_cache *kv, int tier) {
+    kv_tpool *p = &kv->tp[tier];
+    if (kv_tpool_in_use(p) >= p->cap_slots) return BE_SLOT_NONE;
+    if (p->n_free == 0) {
+        char err[256];
+        if (grow(kv, tier, err, sizeof err)) {
+            /* pools are sized for every admitted sequence at its full length: running out here means
+             * the machine's memory did, which admission could not foresee */
+            fprintf(stderr, "tierkv: %s\n", err);
+            TKV_ASSERT(!"kv: a tier pool could not grow");
+        }
+    }
+    int32_t s = p->free[--p->n_free];
+    p->holders[s] = 1;
+    kv_pool_note_peak(kv, tier);
+    return BE_SLOT(tier, s);
+}
+
+void kv_slot_hold(kv_cache *kv, int32_t ref) {
+    kv_tpool *p = &kv->tp[BE_SLOT_TIER(ref)];
+    int32_t s = BE_SLOT_IDX(ref);
+    TKV_ASSERT(s < p->n_slots && p->holders[s] > 0 && p->holders[s] < UINT16_MAX);
+    p->holders[s]++;
+}
+
+int kv_slot_drop(kv_cache *kv, int32_t ref) {
+    kv_tpool *p = &kv->tp[BE_SLOT_TIER(ref)];
+    int32_t s = BE_SLOT_IDX(ref);
+    TKV_ASSERT(ref != BE_SLOT_NONE && s < p->n_slots && p->holders[s] > 0);
+    if (--p->holders[s] > 0) return p->holders[s];
+    TKV_ASSERT(p->n_free < p->n_slots);
+    p->free[p->n_free++] = s;
+    return 0;
+}
+
+int kv_slot_holders(const kv_cache *kv, int32_t ref) {
+    const kv_tpool *p = &kv->tp[BE_SLOT_TIER(ref)];
+    int32_t s = BE_SLOT_IDX(ref);
+    return s < p->n_slots ? p->holders[s] : 0;
+}
