@@ -56,6 +56,7 @@ int te_open(const char *path, const te_options *o, te_engine **out, char *err, s
     sp.max_ctx = o->n_ctx;
     sp.max_batch = o->max_batch;
     to_params(&o->kv, &sp.kv);
+    sp.kv.split = o->split;
     e->seq = tkv_xcalloc((size_t)(o->n_seq > 0 ? o->n_seq : 1), sizeof(int));
     if (tkv_model_open(path, &mp, &e->m, err, errlen) || tkv_session_open(e->m, &sp, &e->s, err, errlen)) {
         te_close(e);

@@ -18,6 +18,7 @@ typedef struct {
     int max_batch;    /* default 64 */
     int isa;          /* -1: auto; 0 generic, 1 avx2, 2 avx512 */
     int mmap_weights, keep_layout;
+    int split;        /* split attention (tkv_kv_params.split) */
     kv_options kv;
 } te_options;
 

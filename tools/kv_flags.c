@@ -53,17 +53,20 @@ static int parse_count(const char *flag, const char *s, long lo, long hi, int *o
 int kv_flags_parse(tkv_kv_params *o, int argc, char **argv, int *i, char *err, size_t errlen) {
     const char *a = argv[*i];
     if (strncmp(a, "--", 2) != 0) return 0;
-    static const char *with_value[] = {"--policy", "--hbm-ratio", "--hbm-budget", "--t2-ratio",
-                                       "--evict-ratio", "--delta", "--sinks", "--window", "--kv-type"};
+    static const char *with_value[] = {"--policy", "--hbm-ratio", "--hbm-budget", "--t2-ratio", "--evict-ratio",
+                                       "--delta", "--sinks", "--window", "--kv-type", "--t0-tokens"};
     char name[32];
     const char *eq = strchr(a, '='), *val = NULL;
     size_t len = eq ? (size_t)(eq - a) : strlen(a);
     if (len >= sizeof name) return 0;
     memcpy(name, a, len);
     name[len] = 0;
-    if (!strcmp(name, "--staged") || !strcmp(name, "--sync-transfers")) {
+    if (!strcmp(name, "--staged") || !strcmp(name, "--sync-transfers") || !strcmp(name, "--split") ||
+        !strcmp(name, "--protect-prompt")) {
         if (eq) return tkv_errf(err, errlen, "%s takes no value", name);
         if (!strcmp(name, "--staged")) o->staged = 1;
+        else if (!strcmp(name, "--split")) o->split = 1;
+        else if (!strcmp(name, "--protect-prompt")) o->protect_prompt = 1;
         else o->sync_transfers = 1;
         return 1;
     }
@@ -101,6 +104,7 @@ int kv_flags_parse(tkv_kv_params *o, int argc, char **argv, int *i, char *err, s
         return 1;
     }
     if (!strcmp(name, "--delta")) return parse_count(name, val, 1, 1 << 30, &o->delta, err, errlen) ? -1 : 1;
+    if (!strcmp(name, "--t0-tokens")) return parse_count(name, val, 1, 1 << 30, &o->t0_tokens, err, errlen) ? -1 : 1;
     if (!strcmp(name, "--sinks")) return parse_count(name, val, 0, 1 << 30, &o->sinks, err, errlen) ? -1 : 1;
     return parse_count(name, val, 0, 1 << 30, &o->window, err, errlen) ? -1 : 1; /* --window */
 }
@@ -110,12 +114,15 @@ const char *kv_flags_usage(void) {
            "      --policy NAME       full (default) | hierarchy | evict | quant | streaming | h2o | rkv | snapkv\n"
            "      --kv-type T         element type of T0/T1 rows: f16 (default, as llama.cpp) or f32\n"
            "      --hbm-ratio R       T0 (fast memory) share of the current length, 0..1\n"
-           "      --hbm-budget SIZE   T0 bytes for all sequences (split equally): 4096, 64KB, 256MiB, 1.5GB\n"
+           "      --hbm-budget SIZE   T0 bytes for all live sequences together: 4096, 64KB, 256MiB, 1.5GB\n"
+           "      --t0-tokens N       T0 tokens per sequence (as R-KV and SnapKV budgets are given)\n"
            "      --t2-ratio R        int8 host tier share of the length (policy hierarchy)\n"
            "      --evict-ratio R     evicted share at most (hierarchy, quant)\n"
            "      --delta N           re-tier every N decode steps (64)\n"
            "      --sinks N           protected first tokens (4)\n"
            "      --window N          protected last tokens (64)\n"
            "      --staged            copy T1/T2 rows into a staging area per layer before attention\n"
+           "      --split             attend T1 where it lies and merge by log-sum-exp (no T1 row crosses the bus)\n"
+           "      --protect-prompt    baselines: keep the prompt outside their budget, as our policies do\n"
            "      --sync-transfers    run tier moves on the calling thread\n";
 }

@@ -4,13 +4,14 @@
  *
  *   --policy NAME        full | hierarchy | evict | quant | streaming | h2o | rkv | snapkv
  *   --hbm-ratio R        T0 share of the current length, 0..1
- *   --hbm-budget SIZE    T0 bytes for all sequences together (split equally): 4096, 4096B, 64KB,
+ *   --hbm-budget SIZE    T0 bytes for all live sequences together: 4096, 4096B, 64KB,
  *                        1.5GB (powers of 1000), 256KiB, 256MiB, 2GiB (powers of 1024); K/M/G alone
  *                        mean KiB/MiB/GiB. No token unit: bytes per token depend on the model
  *                        (tierkv plan prints them); use --hbm-ratio for a share of tokens.
  *   --t2-ratio R, --evict-ratio R   shares of the current length, 0..1
  *   --delta N, --sinks N, --window N
- *   --staged, --sync-transfers       switches */
+ *   --t0-tokens N        T0 tokens per sequence
+ *   --staged, --split, --sync-transfers, --protect-prompt   switches */
 #ifndef TKV_TOOLS_KV_FLAGS_H
 #define TKV_TOOLS_KV_FLAGS_H
 #include <stddef.h>

@@ -173,8 +173,7 @@ int kv_validate(const kv_options *o, const kv_policy_ops *ops, int *mode, int *s
                                 (unsigned long long)o->hbm_budget_bytes, (unsigned long long)tokens, (long long)tb, need,
                                 (long long)need * tb);
             *mode = KV_B_SHARED;
-            int64_t all = (int64_t)o->n_seq * o->n_ctx;
-            *shared_tokens = (int64_t)tokens < all ? (int64_t)tokens : all;
+            *shared_tokens = tokens > (uint64_t)INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)tokens;
         }
     }
     return 0;

@@ -70,15 +70,15 @@ int kv_pools_init(kv_cache *kv, char *err, size_t errlen) {
         bp->record_bytes = be_kv_record_bytes(bp->fmt, o->n_head_kv, o->head_dim);
         int used = t == BE_T0 || (t == BE_T1 && kv->ops->uses_t1) || (t == BE_T2 && kv->ops->uses_t2) ||
                    (t == BE_STAGE && (kv->ops->uses_t2 || (kv->ops->uses_t1 && o->staged)));
-        int64_t slots = !used ? 0 : t == BE_T0 && kv->mode == KV_B_SHARED ? kv->shared_tokens : all;
+        int64_t slots = !used ? 0 : t == BE_T0 && kv->mode == KV_B_SHARED && kv->shared_tokens < all ? kv->shared_tokens : all;
         if (t == BE_T0 && kv->mode == KV_B_SHARED) p->cap_slots = kv->shared_tokens;
         int64_t chunks = (slots + per - 1) / per;
         if (chunks > (1 << 22)) chunks = 1 << 22;
         p->cap_chunks = (int)chunks;
         bp->chunks = tkv_xcalloc((size_t)(chunks > 0 ? chunks : 1), sizeof(void *));
     }
-    if (kv->mode == KV_B_SHARED) /* the hard budget is allocated once, whole */
-        while (kv->tp[BE_T0].n_slots < kv->shared_tokens)
+    if (kv->mode == KV_B_SHARED) /* the hard budget is allocated once, whole (no more than can ever be used) */
+        while (kv->tp[BE_T0].n_slots < kv->shared_tokens && kv->tp[BE_T0].n_slots < all)
             if (grow(kv, BE_T0, err, errlen)) return -1;
     return 0;
 }
