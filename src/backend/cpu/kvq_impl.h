@@ -1,0 +1,24 @@
+/* kvq_impl.h — what kvq.c shares with kvq_avx2.c: the codec table and the generic block decode
+ * (the AVX2 decode falls back to it for nothing but checks itself against it in tests). */
+#ifndef TKV_KVQ_IMPL_H
+#define TKV_KVQ_IMPL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/kvq.h"
+
+/* How a block (or q8h group) is quantised. */
+enum { KVQ_K_Q8H, KVQ_K_Q8B, KVQ_K_Q4S, KVQ_K_Q4A, KVQ_K_Q4S7 };
+
+typedef struct {
+    const char *name;
+    int kind; /* KVQ_K_* */
+    int rot;  /* 1: the Hadamard rotation per head first */
+} kvq_info;
+
+extern const kvq_info kvq_infos[KVQ_N];
+
+/* Decodes the block of elements [e, e + 32) of a row record of n_row elements into y[32]. */
+void kvq_decode_block(int kind, const uint8_t *rec, size_t n_row, size_t e, float *y);
+
+#endif
