@@ -27,7 +27,7 @@ static float rndf(void) { return (float)((rnd() >> 11) * (1.0 / 9007199254740992
 
 enum { MAXD = 8 * 256 };
 
-static int rotated(kvq_codec c) { return c == KVQ_Q8BH || c == KVQ_Q4BH || c == KVQ_Q4AH || c == KVQ_Q4S7H; }
+static int rotated(kvq_codec c) { return c == KVQ_Q8BH || c == KVQ_Q4BH; }
 
 /* A row like a K row: per-channel scales, a few outlier channels, one magnitude per row. */
 static void fill_row(float *x, int G, int hd, float mag, int outliers) {
@@ -305,7 +305,7 @@ TEST(kvq_special) {
             kvq_decode_row(c, rec, G, HD, y);
             for (int i = 0; i < N; i++) CHECK(isfinite(y[i]));
             int lo = HD, hi = 2 * HD; /* what must be zero */
-            if (c == KVQ_Q8B || c == KVQ_Q4B || c == KVQ_Q4A || c == KVQ_Q4S7) lo = HD + 32, hi = HD + 64;
+            if (c == KVQ_Q8B || c == KVQ_Q4B) lo = HD + 32, hi = HD + 64;
             for (int i = lo; i < hi; i++) CHECKF(y[i] == 0, "%s bad %d: y[%d] = %g", kvq_name(c), k, i, y[i]);
             CHECK(isinf(kvq_error_bound(c, x, G, HD)) && isinf(kvq_error_bound(c, x + HD, 1, HD)));
             for (int g = 0; g < G; g += 2) {

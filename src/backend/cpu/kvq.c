@@ -14,9 +14,7 @@
 const kvq_info kvq_infos[KVQ_N] = {
     [KVQ_Q8H] = {"q8h", KVQ_K_Q8H, 0},   [KVQ_Q8B] = {"q8b", KVQ_K_Q8B, 0},
     [KVQ_Q8BH] = {"q8bh", KVQ_K_Q8B, 1}, [KVQ_Q4B] = {"q4b", KVQ_K_Q4S, 0},
-    [KVQ_Q4BH] = {"q4bh", KVQ_K_Q4S, 1}, [KVQ_Q4A] = {"q4a", KVQ_K_Q4A, 0},
-    [KVQ_Q4AH] = {"q4ah", KVQ_K_Q4A, 1}, [KVQ_Q4S7] = {"q4s7", KVQ_K_Q4S7, 0},
-    [KVQ_Q4S7H] = {"q4s7h", KVQ_K_Q4S7, 1},
+    [KVQ_Q4BH] = {"q4bh", KVQ_K_Q4S, 1},
 };
 
 const char *kvq_name(kvq_codec c) { return (unsigned)c < KVQ_N ? kvq_infos[c].name : NULL; }
@@ -46,7 +44,6 @@ size_t kvq_row_bytes(kvq_codec c, int n_head_kv, int head_dim) {
     switch (kvq_infos[c].kind) {
     case KVQ_K_Q8H: return n + 4 * (size_t)n_head_kv;
     case KVQ_K_Q8B: return n + 2 * nb;
-    case KVQ_K_Q4A: return n / 2 + 4 * nb;
     default: return n / 2 + 2 * nb;
     }
 }
@@ -66,14 +63,6 @@ static float amax_of(const float *x, int n) {
 
 static int block_in_range(float amax) { return amax >= KVQ_AMAX_MIN && amax <= KVQ_AMAX_MAX; }
 static int clampi(long r, int lo, int hi) { return r < lo ? lo : r > hi ? hi : (int)r; }
-
-/* bf16 rounded toward -inf (finite f). */
-static uint16_t bf16_floor(float f) {
-    uint32_t x = tkv_f32_bits(f);
-    uint16_t h = (uint16_t)(x >> 16);
-    if ((x & 0xffffu) && (x >> 31)) h++;
-    return h;
-}
 
 /* q8h: the old per-head codec, the same f32 operations. Returns the scale. */
 static float q8h_encode(const float *x, int n, int8_t *q) {
@@ -103,17 +92,6 @@ static float q4s_xmax(const float *x, float *amax_opp) {
 }
 
 static uint16_t q4s_scale(float amax, float xm) { return block_in_range(amax) ? tkv_f32_to_bf16(xm / -8.0f) : 0; }
-static uint16_t q4s7_scale(float amax) { return block_in_range(amax) ? tkv_f32_to_bf16(amax / 7.0f) : 0; }
-
-/* q4a: min rounded down (so x - m >= 0), step over the range. */
-static void q4a_scale(const float *x, float amax, uint16_t *d, uint16_t *m) {
-    *d = *m = 0;
-    if (!block_in_range(amax)) return;
-    float lo = x[0], hi = x[0];
-    for (int i = 1; i < KVQ_BLOCK; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
-    *m = bf16_floor(lo);
-    *d = tkv_f32_to_bf16((hi - tkv_bf16_to_f32(*m)) / 15.0f);
-}
 
 static void put_nibbles(uint8_t *p, const int *q) {
     for (int j = 0; j < KVQ_BLOCK / 2; j++) p[j] = (uint8_t)(q[j] | (q[j + KVQ_BLOCK / 2] << 4));
@@ -121,39 +99,27 @@ static void put_nibbles(uint8_t *p, const int *q) {
 
 /* One block of 32 values into the row record: quants at element offset e (block b = e / 32). */
 static void encode_block(int kind, const float *x, uint8_t *rec, size_t n_row, size_t e) {
-    size_t b = e / KVQ_BLOCK, nb = n_row / KVQ_BLOCK;
+    size_t b = e / KVQ_BLOCK;
     float amax = amax_of(x, KVQ_BLOCK);
-    int q[KVQ_BLOCK];
-    uint16_t d = 0, m = 0;
     if (kind == KVQ_K_Q8B) {
-        d = q8_scale(amax);
+        uint16_t d = q8_scale(amax);
         float inv = d ? 1.0f / tkv_bf16_to_f32(d) : 0.0f;
         int8_t *qs = (int8_t *)rec + e;
         for (int i = 0; i < KVQ_BLOCK; i++) qs[i] = (int8_t)(d ? clampi(lrintf(x[i] * inv), -127, 127) : 0);
         memcpy(rec + n_row + 2 * b, &d, 2);
         return;
     }
-    if (kind == KVQ_K_Q4S) {
-        float opp, xm = q4s_xmax(x, &opp);
-        d = q4s_scale(amax, xm);
-        float inv = d ? 1.0f / tkv_bf16_to_f32(d) : 0.0f;
-        for (int i = 0; i < KVQ_BLOCK; i++) q[i] = d ? clampi(lrintf(x[i] * inv) + 8, 0, 15) : 8;
-    } else if (kind == KVQ_K_Q4S7) {
-        d = q4s7_scale(amax);
-        float inv = d ? 1.0f / tkv_bf16_to_f32(d) : 0.0f;
-        for (int i = 0; i < KVQ_BLOCK; i++) q[i] = d ? clampi(lrintf(x[i] * inv), -7, 7) + 8 : 8;
-    } else {
-        q4a_scale(x, amax, &d, &m);
-        float inv = d ? 1.0f / tkv_bf16_to_f32(d) : 0.0f, mf = tkv_bf16_to_f32(m);
-        for (int i = 0; i < KVQ_BLOCK; i++) q[i] = d ? clampi(lrintf((x[i] - mf) * inv), 0, 15) : 0;
-        memcpy(rec + n_row / 2 + 2 * nb + 2 * b, &m, 2);
-    }
+    float opp, xm = q4s_xmax(x, &opp);
+    uint16_t d = q4s_scale(amax, xm);
+    float inv = d ? 1.0f / tkv_bf16_to_f32(d) : 0.0f;
+    int q[KVQ_BLOCK];
+    for (int i = 0; i < KVQ_BLOCK; i++) q[i] = d ? clampi(lrintf(x[i] * inv) + 8, 0, 15) : 8; /* zeros: level 8 */
     put_nibbles(rec + e / 2, q);
     memcpy(rec + n_row / 2 + 2 * b, &d, 2);
 }
 
 void kvq_decode_block(int kind, const uint8_t *rec, size_t n_row, size_t e, float *y) {
-    size_t b = e / KVQ_BLOCK, nb = n_row / KVQ_BLOCK;
+    size_t b = e / KVQ_BLOCK;
     uint16_t d16;
     if (kind == KVQ_K_Q8B) {
         memcpy(&d16, rec + n_row + 2 * b, 2);
@@ -165,16 +131,6 @@ void kvq_decode_block(int kind, const uint8_t *rec, size_t n_row, size_t e, floa
     memcpy(&d16, rec + n_row / 2 + 2 * b, 2);
     float d = tkv_bf16_to_f32(d16);
     const uint8_t *p = rec + e / 2;
-    if (kind == KVQ_K_Q4A) {
-        uint16_t m16;
-        memcpy(&m16, rec + n_row / 2 + 2 * nb + 2 * b, 2);
-        float m = tkv_bf16_to_f32(m16);
-        for (int j = 0; j < KVQ_BLOCK / 2; j++) {
-            y[j] = (float)(p[j] & 15) * d + m;
-            y[j + KVQ_BLOCK / 2] = (float)(p[j] >> 4) * d + m;
-        }
-        return;
-    }
     for (int j = 0; j < KVQ_BLOCK / 2; j++) {
         y[j] = (float)((p[j] & 15) - 8) * d;
         y[j + KVQ_BLOCK / 2] = (float)((p[j] >> 4) - 8) * d;
@@ -238,12 +194,7 @@ static double block_bound(int kind, const float *x) {
     if (!block_in_range(amax)) return amax;
     double h;
     if (kind == KVQ_K_Q8B) h = tkv_bf16_to_f32(q8_scale(amax)) / 2.0;
-    else if (kind == KVQ_K_Q4S7) h = tkv_bf16_to_f32(q4s7_scale(amax)) / 2.0;
-    else if (kind == KVQ_K_Q4A) {
-        uint16_t d, m;
-        q4a_scale(x, amax, &d, &m);
-        h = tkv_bf16_to_f32(d) / 2.0;
-    } else {
+    else {
         float opp, xm = q4s_xmax(x, &opp);
         double d = fabs((double)tkv_bf16_to_f32(q4s_scale(amax, xm)));
         h = fmax(d / 2.0, (double)opp - 7.0 * d);

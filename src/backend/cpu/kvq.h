@@ -12,7 +12,7 @@
  * Blocks never straddle heads (head_dim % 32 == 0), so a head slice is a valid row of its own
  * (n_head_kv = 1): that is how a per-head bound is asked for.
  *
- * Records (little-endian, no alignment assumed; nb = kv_dim / 32):
+ * Records (host byte order: T2 lives in memory only; no alignment assumed; nb = kv_dim / 32):
  *   q8h          int8 q[kv_dim], f32 s[n_head_kv]            kv_dim + 4 n_head_kv bytes
  *   q8b, q8bh    int8 q[kv_dim], bf16 d[nb]                  kv_dim * 17/16
  *   q4b, q4bh    u8 p[kv_dim/2], bf16 d[nb]                  kv_dim * 9/16
@@ -61,8 +61,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* KVQ_Q4A..KVQ_Q4S7H: 4-bit candidates kept only for the measurement in docs/T2-CODECS.md. */
-typedef enum { KVQ_Q8H = 0, KVQ_Q8B, KVQ_Q8BH, KVQ_Q4B, KVQ_Q4BH, KVQ_Q4A, KVQ_Q4AH, KVQ_Q4S7, KVQ_Q4S7H, KVQ_N } kvq_codec;
+typedef enum { KVQ_Q8H = 0, KVQ_Q8B, KVQ_Q8BH, KVQ_Q4B, KVQ_Q4BH, KVQ_N } kvq_codec;
 
 #define KVQ_BLOCK 32
 #define KVQ_ROT_MIN 32            /* rotated codecs: head_dim a power of two in [32, 256] */

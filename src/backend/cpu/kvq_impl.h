@@ -8,7 +8,7 @@
 #include "backend/cpu/kvq.h"
 
 /* How a block (or q8h group) is quantised. */
-enum { KVQ_K_Q8H, KVQ_K_Q8B, KVQ_K_Q4S, KVQ_K_Q4A, KVQ_K_Q4S7 };
+enum { KVQ_K_Q8H, KVQ_K_Q8B, KVQ_K_Q4S };
 
 typedef struct {
     const char *name;
