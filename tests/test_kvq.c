@@ -9,12 +9,14 @@
  *   no looser than its closed form (so a vacuous bound fails too).
  * kvq_q8h_is_old: q8h records and decodes equal kv_codec.c's bit for bit.
  * kvq_special: zeros decode to +0; NaN/inf, tiny and huge groups follow the documented rules.
- * kvq_scores: |q . k - q . k^| <= ||q||_1 e_head. */
+ * kvq_scores: |q . k - q . k^| <= ||q||_1 e_head.
+ * kvq_avx2: the AVX2 decode equals the generic one bit for bit (and writes nothing past the row). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/kvq.h"
+#include "backend/cpu/ops.h"
 #include "kv/kv_codec.h"
 #include "t.h"
 
@@ -347,4 +349,28 @@ TEST(kvq_scores) {
                     CHECKF(fabs(s - sh) <= b, "%s hd %d: score error %g > %g", kvq_name(c), hd, fabs(s - sh), b);
                 }
             }
+}
+
+TEST(kvq_avx2) {
+    if (cpu_detect_isa() < CPU_ISA_AVX2) SKIP("no AVX2 on this CPU");
+    static float x[MAXD], y0[MAXD], y1[MAXD + 8];
+    static uint8_t rec[2 * MAXD];
+    static const int hds[] = {20, 32, 64, 96, 128, 256}; /* 20: q8h's scalar tail */
+    for (int c = 0; c < KVQ_N; c++)
+        for (int h = 0; h < 6; h++) {
+            int hd = hds[h];
+            if (!kvq_supported(c, hd, NULL, 0)) continue;
+            for (int G = 1; G <= 8; G++)
+                for (int m = -30; m <= 30; m += 10) {
+                    int n = G * hd;
+                    fill_row(x, G, hd, powf(10.0f, (float)m), m == 0);
+                    if (G == 3) x[hd + 5] = NAN, memset(x, 0, sizeof(float) * 32);
+                    kvq_encode_row(c, x, G, hd, rec);
+                    kvq_decode_row(c, rec, G, hd, y0);
+                    memset(y1, 0xff, sizeof y1);
+                    kvq_decode_row_avx2(c, rec, G, hd, y1);
+                    CHECKF(memcmp(y0, y1, sizeof(float) * n) == 0, "%s hd %d G %d", kvq_name(c), hd, G);
+                    CHECK(((uint32_t *)y1)[n] == 0xffffffffu); /* nothing written past the row */
+                }
+        }
 }

@@ -82,6 +82,9 @@ size_t kvq_row_bytes(kvq_codec c, int n_head_kv, int head_dim);
 /* x[n_head_kv * head_dim] -> rec[kvq_row_bytes]; rec -> y. head_dim must be supported (asserted). */
 void kvq_encode_row(kvq_codec c, const float *x, int n_head_kv, int head_dim, void *rec);
 void kvq_decode_row(kvq_codec c, const void *rec, int n_head_kv, int head_dim, float *y);
+/* The same decode with AVX2 (kvq_avx2.c; call only where cpu_detect_isa() >= CPU_ISA_AVX2): equal to
+ * kvq_decode_row bit for bit. */
+void kvq_decode_row_avx2(kvq_codec c, const void *rec, int n_head_kv, int head_dim, float *y);
 
 /* The bound above: max over the row of the elements' bounds (INFINITY if a value is not finite). */
 double kvq_error_bound(kvq_codec c, const float *x, int n_head_kv, int head_dim);
