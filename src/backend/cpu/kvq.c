@@ -118,7 +118,8 @@ static void encode_block(int kind, const float *x, uint8_t *rec, size_t n_row, s
     memcpy(rec + n_row / 2 + 2 * b, &d, 2);
 }
 
-void kvq_decode_block(int kind, const uint8_t *rec, size_t n_row, size_t e, float *y) {
+/* The block of elements [e, e + 32) of a row record of n_row elements into y[32]. */
+static void decode_block(int kind, const uint8_t *rec, size_t n_row, size_t e, float *y) {
     size_t b = e / KVQ_BLOCK;
     uint16_t d16;
     if (kind == KVQ_K_Q8B) {
@@ -178,7 +179,7 @@ void kvq_decode_row(kvq_codec c, const void *rec, int n_head_kv, int head_dim, f
         }
         return;
     }
-    for (size_t e = 0; e < n; e += KVQ_BLOCK) kvq_decode_block(in->kind, r, n, e, y + e);
+    for (size_t e = 0; e < n; e += KVQ_BLOCK) decode_block(in->kind, r, n, e, y + e);
     if (in->rot)
         for (int g = 0; g < n_head_kv; g++) kvq_unrotate(y + (size_t)g * head_dim, head_dim);
 }

@@ -1,5 +1,4 @@
-/* kvq_impl.h — what kvq.c shares with kvq_avx2.c: the codec table and the generic block decode
- * (the AVX2 decode falls back to it for nothing but checks itself against it in tests). */
+/* kvq_impl.h — what kvq.c shares with kvq_avx2.c: the codec table (name, block kind, rotation). */
 #ifndef TKV_KVQ_IMPL_H
 #define TKV_KVQ_IMPL_H
 #include <stddef.h>
@@ -17,8 +16,5 @@ typedef struct {
 } kvq_info;
 
 extern const kvq_info kvq_infos[KVQ_N];
-
-/* Decodes the block of elements [e, e + 32) of a row record of n_row elements into y[32]. */
-void kvq_decode_block(int kind, const uint8_t *rec, size_t n_row, size_t e, float *y);
 
 #endif
