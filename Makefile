@@ -14,6 +14,7 @@ AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -m
 LIB_SRC  = $(sort $(wildcard src/base/*.c src/gguf/*.c src/backend/*.c src/backend/cpu/*.c src/model/*.c src/kv/*.c src/engine/*.c src/eval/*.c))
 TOOL_SRC = $(sort $(wildcard tools/*.c))
 TEST_SRC = $(sort $(wildcard tests/*.c))
+BENCH_SRC = $(sort $(wildcard bench/*.c))
 
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ = $(TOOL_SRC:%.c=$(BUILD)/%.o)
@@ -51,6 +52,11 @@ $(BUILD)/tierkv: $(TOOL_OBJ) $(BUILD)/libtierkv.a
 $(BUILD)/tierkv-tests: $(TEST_OBJ) $(TOOL_LIB_OBJ) $(BUILD)/libtierkv.a
 	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $(TEST_OBJ) $(TOOL_LIB_OBJ) $(BUILD)/libtierkv.a $(LDFLAGS) $(LDLIBS)
 
+# Measurement programs: bench/x.c -> build/bench/x (`make bench`).
+bench: $(BENCH_SRC:%.c=$(BUILD)/%)
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libtierkv.a
+	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtierkv.a $(LDFLAGS) $(LDLIBS)
+
 # TESTS=substring picks tests by name; SHARED points at the shared fixtures.
 SHARED ?= ../shared
 test: $(BUILD)/tierkv-tests $(BUILD)/tierkv
@@ -85,5 +91,5 @@ demo:
 	build/tierkv run -m "$$model" --chat -n 400 --policy hierarchy --hbm-ratio 0.5 --evict-ratio 0.03 --stats \
 	  -p "$(DEMO_Q) Please reason step by step, and put your final answer within \\boxed{}."
 
-.PHONY: all test asan ubsan fuzz clean format demo FORCE
--include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+.PHONY: all bench test asan ubsan fuzz clean format demo FORCE
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_SRC:%.c=$(BUILD)/%.d)
