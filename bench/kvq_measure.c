@@ -23,9 +23,7 @@
 #include "backend/cpu/kvq.h"
 #include "base/err.h"
 #include "eval/eval.h"
-#include "gguf/gguf.h"
-#include "model/model.h"
-#include "model/tokenizer.h"
+#include "engine/engine.h"
 #include "tierkv.h"
 
 enum { NQ = 8 };
@@ -127,32 +125,34 @@ static int real(const char *model_path, const char *text_path, int n_tok) {
     char *text = NULL;
     size_t len = 0;
     if (eval_read_file(text_path, &text, &len, err, sizeof err)) { fprintf(stderr, "kvq_measure: %s\n", err); return 1; }
-    gguf_file gf;
-    if (gguf_open(model_path, &gf, err, sizeof err)) { fprintf(stderr, "kvq_measure: %s\n", err); return 1; }
-    tok_vocab *vocab = tok_load(&gf, err, sizeof err);
-    gguf_free(&gf);
-    if (!vocab) { fprintf(stderr, "kvq_measure: %s\n", err); return 1; }
-    int need = tok_encode(vocab, text, len, TOK_ADD_SPECIAL, NULL, 0);
+    tkv_model *m;
+    if (tkv_model_open(model_path, NULL, &m, err, sizeof err)) { fprintf(stderr, "kvq_measure: %s\n", err); return 1; }
+    int need = tkv_tokenize(m, text, len, TKV_TOK_ADD_SPECIAL, NULL, 0);
     int32_t *ids = tkv_xmalloc((size_t)(need > 0 ? need : 1) * sizeof(int32_t));
-    int n_ids = tok_encode(vocab, text, len, TOK_ADD_SPECIAL, ids, need);
-    tok_free(vocab);
+    int n_ids = tkv_tokenize(m, text, len, TKV_TOK_ADD_SPECIAL, ids, need);
     free(text);
     if (n_ids > n_tok) n_ids = n_tok;
-    tkv_options o;
-    tkv_options_default(&o);
-    o.n_ctx = n_ids + 1;
-    o.kv.f16 = 0; /* the f32 rows the forward wrote */
-    tkv_engine *e;
-    if (tkv_engine_open(model_path, &o, &e, err, sizeof err)) { fprintf(stderr, "kvq_measure: %s\n", err); return 1; }
-    if (tkv_prefill(e, 0, ids, n_ids, NULL, 0, err, sizeof err)) { fprintf(stderr, "kvq_measure: %s\n", err); return 1; }
-    const model_config *mc = &tkv_model_of(e)->cfg;
-    int L = mc->n_layer, G = mc->n_head_kv, hd = mc->head_dim, kd = G * hd;
+    tkv_session_params sp;
+    tkv_session_params_default(&sp);
+    sp.max_seqs = 1;
+    sp.max_ctx = n_ids + 1;
+    sp.kv.f16 = 0; /* the f32 rows the forward wrote */
+    tkv_session *e;
+    int seq;
+    if (tkv_session_open(m, &sp, &e, err, sizeof err) || tkv_seq_open(e, n_ids + 1, n_ids, &seq, err, sizeof err) ||
+        tkv_prefill(e, seq, ids, n_ids, NULL, 0, err, sizeof err)) {
+        fprintf(stderr, "kvq_measure: %s\n", err);
+        return 1;
+    }
+    tkv_model_info mi;
+    tkv_model_get_info(m, &mi);
+    int L = mi.n_layer, G = mi.n_head_kv, hd = mi.head_dim, kd = G * hd;
     float *k = tkv_xmalloc((size_t)n_ids * kd * sizeof(float)), *v = tkv_xmalloc((size_t)n_ids * kd * sizeof(float));
     float *q = tkv_xmalloc((size_t)G * NQ * hd * sizeof(float));
     stats sk[KVQ_N] = {0}, sv[KVQ_N] = {0};
     for (int l = 0; l < L; l++) {
         kv_view vw;
-        kv_view_layer(tkv_kv_of(e), 0, l, &vw);
+        kv_view_layer(engine_kv(e), seq, l, &vw);
         for (int t = 0; t < n_ids; t++) {
             memcpy(k + (size_t)t * kd, vw.k[t], (size_t)kd * sizeof(float));
             memcpy(v + (size_t)t * kd, vw.v[t], (size_t)kd * sizeof(float));
@@ -166,7 +166,8 @@ static int real(const char *model_path, const char *text_path, int n_tok) {
     printf("real rows: %d tokens x %d layers, %d kv heads, head_dim %d\n\n", n_ids, L, G, hd);
     print_table(sk, sv, G, hd);
     free(k), free(v), free(q), free(ids);
-    tkv_engine_close(e);
+    tkv_session_close(e);
+    tkv_model_close(m);
     return 0;
 }
 

@@ -17,7 +17,7 @@
 
 #include "backend/cpu/kvq.h"
 #include "backend/cpu/ops.h"
-#include "kv/kv_codec.h"
+#include "backend/cpu/kv_codec.h"
 #include "t.h"
 
 static uint64_t rs = 0x2545f4914f6cdd1dull;
