@@ -599,16 +599,17 @@ TEST(cuda_dense_ops) {
 }
 
 #ifdef TKV_CUDA
-/* Pools on the backend: T0 device, T1 and T2 pinned, STAGE device with 2 layers. */
+/* Pools on the backend: T0 device, T1 pinned, T2 pinned (or pageable host memory, as a KV module may
+ * keep it), STAGE device with 2 layers. */
 typedef struct {
     be_kv_pools p;
     void *chunks[BE_N_POOLS][16];
 } dpools;
 static void dpools_init(be_backend *B, dpools *d, int n_layer, int nkv, int hd, const be_kv_fmt fmt[4], int shift,
-                        int n_chunks) {
+                        int n_chunks, int t2_host) {
     memset(d, 0, sizeof *d);
     d->p.n_layer = n_layer, d->p.n_head_kv = nkv, d->p.head_dim = hd;
-    const be_mem mem[4] = {BE_MEM_DEVICE, BE_MEM_PINNED, BE_MEM_PINNED, BE_MEM_DEVICE};
+    const be_mem mem[4] = {BE_MEM_DEVICE, BE_MEM_PINNED, t2_host ? BE_MEM_HOST : BE_MEM_PINNED, BE_MEM_DEVICE};
     for (int i = 0; i < BE_N_POOLS; i++) {
         be_kv_pool *q = &d->p.pool[i];
         q->fmt = fmt[i], q->mem = mem[i], q->layers = i == BE_STAGE ? 2 : n_layer, q->chunk_shift = shift;
@@ -655,9 +656,10 @@ TEST(cuda_kv_write_read_moves) {
     const int nkv = 4, hd = 128, kd = nkv * hd, L = 2, shift = 7, nch = 2, S = nch << shift;
     const be_kv_fmt fmts[4] = {BE_KV_F16, BE_KV_F16, BE_KV_Q8_HEAD, BE_KV_F16};
     const be_kv_fmt fmts32[4] = {BE_KV_F32, BE_KV_F32, BE_KV_Q8_HEAD, BE_KV_F32};
-    for (int variant = 0; variant < 2; variant++) {
+    /* variants: f16 tiers, f32 tiers, f16 tiers with T2 in pageable host memory */
+    for (int variant = 0; variant < 3; variant++) {
         dpools d;
-        dpools_init(B, &d, L, nkv, hd, variant ? fmts32 : fmts, shift, nch);
+        dpools_init(B, &d, L, nkv, hd, variant == 1 ? fmts32 : fmts, shift, nch, variant == 2);
         truth tr = {calloc((size_t)4 * S * L * 2 * kd, 4), S, L, kd};
         float *dk = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE), *dv = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE);
         int32_t *refs = malloc((size_t)S * 4);
@@ -665,7 +667,21 @@ TEST(cuda_kv_write_read_moves) {
             for (int tier = 0; tier < 4; tier++) {
                 int slots = tier == BE_STAGE && layer ? 0 : S; /* STAGE has 2 layers: layer 1 written below */
                 for (int s = 0; s < slots; s++) refs[s] = BE_SLOT(tier, s);
-                if (slots) write_random(B, &d, &tr, refs, slots, layer, dk, dv);
+                if (!slots) continue;
+                if (tier == BE_T2 && variant == 2) { /* kv_write does not reach pageable memory: the host encodes */
+                    int32_t one;
+                    float *kk = malloc((size_t)kd * 8);
+                    for (int s = 0; s < S; s++) {
+                        one = BE_SLOT(BE_T2, s);
+                        rand_vec(kk, 2 * (size_t)kd, 1.5f);
+                        rec_encode(be_kv_record(&d.p, one, layer), BE_KV_Q8_HEAD, nkv, hd, kk, kk + kd);
+                        float *t = tr_at(&tr, one, layer);
+                        rec_decode(be_kv_record(&d.p, one, layer), BE_KV_Q8_HEAD, nkv, hd, t, t + kd);
+                    }
+                    free(kk);
+                    continue;
+                }
+                write_random(B, &d, &tr, refs, slots, layer, dk, dv);
             }
         /* kv_read gives back exactly what the pool format holds */
         float *k = malloc((size_t)S * kd * 4), *v = malloc((size_t)S * kd * 4);
@@ -679,7 +695,8 @@ TEST(cuda_kv_write_read_moves) {
                 bad += memcmp(v + (size_t)s * kd, t + kd, (size_t)kd * 4) != 0;
             }
         }
-        CHECKF(bad == 0, "kv_write/kv_read (%s): %d rows differ from the host codec", variant ? "f32" : "f16", bad);
+        static const char *vname[3] = {"f16", "f32", "f16, T2 pageable"};
+        CHECKF(bad == 0, "kv_write/kv_read (%s): %d rows differ from the host codec", vname[variant], bad);
         /* moves: a long run for the copy engine, scattered records, conversions, a freed T0 slot reused */
         be_move mv[200];
         int n = 0;
@@ -711,10 +728,9 @@ TEST(cuda_kv_write_read_moves) {
                 bad += memcmp(k, t, (size_t)kd * 4) != 0 || memcmp(v, t + kd, (size_t)kd * 4) != 0;
             }
             CHECKF(bad == 0, "copy_moves layer %d (%s): %d records differ from the moves in list order", layer,
-                   variant ? "f32" : "f16", bad);
+                   vname[variant], bad);
         }
-        printf("    kv_write/kv_read/copy_moves (%s T0/T1/STAGE, Q8 T2): exact against the host codec\n",
-               variant ? "f32" : "f16");
+        printf("    kv_write/kv_read/copy_moves (%s T0/T1/STAGE, Q8 T2): exact against the host codec\n", vname[variant]);
         free(k), free(v), free(refs), free(tr.v);
         B->ops->free(B, dk, BE_MEM_DEVICE), B->ops->free(B, dv, BE_MEM_DEVICE);
         dpools_free(B, &d);
@@ -778,7 +794,7 @@ TEST(cuda_attention) {
         const int L = 3, shift = 8, nch = 3, S = nch << shift, layer = 1;
         const be_kv_fmt fmts[4] = {BE_KV_F16, BE_KV_F16, BE_KV_Q8_HEAD, BE_KV_F16};
         dpools d;
-        dpools_init(B, &d, L, nkv, hd, fmts, shift, nch);
+        dpools_init(B, &d, L, nkv, hd, fmts, shift, nch, 0);
         truth tr = {calloc((size_t)4 * S * L * 2 * kd, 4), S, L, kd};
         float *dk = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE), *dv = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE);
         int32_t *refs = malloc((size_t)S * 4);
@@ -857,7 +873,7 @@ TEST(cuda_attention) {
             /* the T1 records (pinned) copied slot for slot into a second pool in device memory, and
              * the T1 references read from there: the same f16 bits from another memory */
             dpools d2;
-            dpools_init(B, &d2, L, nkv, hd, fmts, shift, nch);
+            dpools_init(B, &d2, L, nkv, hd, fmts, shift, nch, 0);
             be_move *mv = malloc((size_t)S * sizeof *mv);
             for (int s = 0; s < S; s++) mv[s] = (be_move){BE_SLOT(BE_T1, s), BE_SLOT(BE_T0, s)};
             be_kv_pools cross = d.p; /* T1 = d's pinned T1, T0 = d2's device T0 */

@@ -350,6 +350,10 @@ void cu_attention(be_backend *b, const be_attn *a, void *scratch) {
     x.n_chunk = L.n_chunk;
     x.scale = a->scale;
     x.tiers = a->tiers ? a->tiers : 0xfu;
+    for (int i = 0; i < BE_N_POOLS; i++) /* the GPU cannot read pageable host memory: stage it or split */
+        CU_REQUIRE(!((x.tiers >> i) & 1u) || a->pools->pool[i].mem != BE_MEM_HOST || a->pools->pool[i].n_chunks == 0,
+                   "attention: a tier in pageable host memory (T2 of a KV module that keeps it in BE_MEM_HOST): read it "
+                   "through STAGE (--staged) or leave it out with tiers (split)");
     x.q = a->q;
     x.tok = (const cu_tok_info *)(S + plan.tok_off);
     x.slots = (const int32_t *)(S + plan.slots_off);

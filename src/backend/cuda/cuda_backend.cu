@@ -228,33 +228,39 @@ static void cu_close(be_backend *b) {
     free(B);
 }
 
-static const be_ops CU_OPS = {
-    "cuda",
-    cu_close,
-    cu_describe,
-    cu_alloc,
-    cu_free,
-    cu_upload,
-    cu_read,
-    cu_prepare_weight,
-    cu_prepare_vector,
-    cu_matmul_scratch,
-    cu_embed,
-    cu_matmul,
-    cu_rmsnorm,
-    cu_add_bias,
-    cu_add,
-    cu_rope,
-    cu_swiglu,
-    cu_gather_rows,
-    cu_kv_write,
-    cu_kv_read,
-    cu_copy_moves,
-    cu_copy_wait,
-    cu_attention_scratch,
-    cu_attention,
-    cu_attention_merge,
-};
+/* Filled field by field (not positionally), so fields the seam gains later stay zero unless this
+ * backend sets them (e.g. a "unified memory" flag: 0 here, the GPU's memory is not the host's). */
+static be_ops cu_ops_table(void) {
+    be_ops o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.close = cu_close;
+    o.describe = cu_describe;
+    o.alloc = cu_alloc;
+    o.free = cu_free;
+    o.upload = cu_upload;
+    o.read = cu_read;
+    o.prepare_weight = cu_prepare_weight;
+    o.prepare_vector = cu_prepare_vector;
+    o.matmul_scratch = cu_matmul_scratch;
+    o.embed = cu_embed;
+    o.matmul = cu_matmul;
+    o.rmsnorm = cu_rmsnorm;
+    o.add_bias = cu_add_bias;
+    o.add = cu_add;
+    o.rope = cu_rope;
+    o.swiglu = cu_swiglu;
+    o.gather_rows = cu_gather_rows;
+    o.kv_write = cu_kv_write;
+    o.kv_read = cu_kv_read;
+    o.copy_moves = cu_copy_moves;
+    o.copy_wait = cu_copy_wait;
+    o.attention_scratch = cu_attention_scratch;
+    o.attention = cu_attention;
+    o.attention_merge = cu_attention_merge;
+    return o;
+}
+static const be_ops CU_OPS = cu_ops_table();
 
 extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err, size_t errlen) {
     *out = NULL;

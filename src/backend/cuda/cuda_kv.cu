@@ -12,6 +12,9 @@
  *                                           dequantises on the GPU
  *   pinned -> pinned (T1 -> T2)             the same kernel: both sides cross PCIe, but the move stays
  *                                           ordered in the copy stream with every other move
+ *   a side in pageable host memory          (a T2 the KV module put in BE_MEM_HOST) bounced through the
+ *                                           pinned move ring by the CPU: sources gathered before the
+ *                                           kernel, destinations scattered after it, synchronously
  * The codec is kv_codec.c's, bit for bit (one f32 scale per kv head, amax / 127, round to nearest
  * even, clamp to +-127; zeros or non-finite groups encode as zeros with scale 0).
  *
@@ -28,6 +31,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "base/half.h"
 
 #define KV_WARPS 4
 #define CU_DMA_MIN ((size_t)128 << 10) /* a run at least this long goes to the copy engine */
@@ -94,6 +98,9 @@ __global__ void kv_write_kernel(const kv_dst *d, kv_geom g, const float *k, cons
     }
 }
 
+static int is_host(const be_kv_pools *p, int tier) { return p->pool[tier].mem == BE_MEM_HOST; }
+static size_t up16(size_t x) { return (x + 15) & ~(size_t)15; }
+
 static kv_geom geom_of(const be_kv_pools *p) { return kv_geom{p->n_head_kv * p->head_dim, p->n_head_kv, p->head_dim}; }
 
 void cu_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, const float *k,
@@ -105,7 +112,7 @@ void cu_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *
     kv_dst *d = (kv_dst *)cu_ring_reserve(&B->arg, (size_t)n * sizeof(kv_dst), 16, &dev);
     for (int i = 0; i < n; i++) {
         const be_kv_pool *q = &p->pool[BE_SLOT_TIER(slots[i])];
-        CU_REQUIRE(q->mem != BE_MEM_HOST, "kv_write: a pool in pageable host memory");
+        CU_REQUIRE(q->mem != BE_MEM_HOST, "kv_write: a pool in pageable host memory (new rows go to T0 or T1)");
         d[i].rec = (uint64_t)(uintptr_t)be_kv_record(p, slots[i], layer);
         d[i].fmt = (int32_t)q->fmt;
         d[i].pad = 0;
@@ -120,9 +127,27 @@ void cu_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *
 __global__ void kv_read_kernel(const kv_dst *d, kv_geom g, float *k, float *v) {
     const int i = blockIdx.x;
     const uint8_t *rec = (const uint8_t *)d[i].rec;
+    if (!rec) return; /* in pageable host memory: decoded on the host */
     for (int e = threadIdx.x; e < g.kv_dim; e += blockDim.x) {
         k[(int64_t)i * g.kv_dim + e] = kv_get(rec, d[i].fmt, g, 0, e);
         if (v) v[(int64_t)i * g.kv_dim + e] = kv_get(rec, d[i].fmt, g, 1, e);
+    }
+}
+
+/* the host's decoding of a record in pageable host memory (the same arithmetic as kv_get) */
+static void host_decode(const uint8_t *rec, int fmt, const kv_geom &g, float *k, float *v) {
+    for (int part = 0; part < 2; part++) {
+        float *x = part ? v : k;
+        if (!x) continue;
+        for (int e = 0; e < g.kv_dim; e++) {
+            if (fmt == BE_KV_F32) memcpy(&x[e], rec + 4 * ((size_t)part * g.kv_dim + e), 4);
+            else if (fmt == BE_KV_F16) x[e] = tkv_f16_to_f32(tkv_rd16(rec + 2 * ((size_t)part * g.kv_dim + e)));
+            else {
+                float sc;
+                memcpy(&sc, rec + 2 * (size_t)g.kv_dim + 4 * ((size_t)part * g.n_head_kv + e / g.hd), 4);
+                x[e] = (float)((const int8_t *)rec)[(size_t)part * g.kv_dim + e] * sc;
+            }
+        }
     }
 }
 
@@ -139,7 +164,7 @@ void cu_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *s
         kv_dst *d = (kv_dst *)cu_ring_reserve(&B->arg, (size_t)m * sizeof(kv_dst), 16, &dev);
         for (int i = 0; i < m; i++) {
             const be_kv_pool *q = &p->pool[BE_SLOT_TIER(slots[i0 + i])];
-            d[i].rec = (uint64_t)(uintptr_t)be_kv_record(p, slots[i0 + i], layer);
+            d[i].rec = q->mem == BE_MEM_HOST ? 0 : (uint64_t)(uintptr_t)be_kv_record(p, slots[i0 + i], layer);
             d[i].fmt = (int32_t)q->fmt;
         }
         CUDA_CHECK(cudaMemcpyAsync(dev, d, (size_t)m * sizeof(kv_dst), cudaMemcpyHostToDevice, B->compute));
@@ -149,6 +174,14 @@ void cu_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *s
         CUDA_CHECK(cudaStreamSynchronize(B->compute));
         memcpy(k + (size_t)i0 * g.kv_dim, bk, (size_t)m * row);
         if (v) memcpy(v + (size_t)i0 * g.kv_dim, bv, (size_t)m * row);
+        /* records in pageable host memory: the kernel skipped them; decoded here */
+        for (int i = 0; i < m; i++) {
+            int32_t r = slots[i0 + i];
+            if (!is_host(p, BE_SLOT_TIER(r))) continue;
+            const uint8_t *rec = (const uint8_t *)be_kv_record(p, r, layer);
+            host_decode(rec, p->pool[BE_SLOT_TIER(r)].fmt, g, k + (size_t)(i0 + i) * g.kv_dim,
+                        v ? v + (size_t)(i0 + i) * g.kv_dim : NULL);
+        }
     }
 }
 
@@ -193,34 +226,81 @@ static void grow_move_ws(cu_backend *B, int n) {
     B->move_cap = cap;
 }
 
-/* the kernel's descriptors of runs [r0, r1), streamed through the move ring in launches */
-static void launch_runs(cu_backend *B, const cu_move_run *runs, int r0, int r1, kv_geom g) {
-    const size_t per_launch = B->mv.pos.seg / sizeof(mv_desc);
+/* ring bytes one record of run u takes: its descriptor, and a bounce area for a side in pageable
+ * host memory */
+static size_t rec_need(const be_kv_pools *p, const cu_move_run *u) {
+    return sizeof(mv_desc) + (is_host(p, u->src_tier) ? up16(u->src_bytes) : 0) + (is_host(p, u->dst_tier) ? up16(u->dst_bytes) : 0);
+}
+
+/* Runs [r0, r1) of one phase through the copy kernel, in batches that fit one ring segment:
+ * [descriptors][bounce areas]. A source in pageable host memory (which the GPU cannot read) is
+ * gathered by the CPU into the batch's bounce area and goes up with the descriptors; a destination
+ * there is written by the kernel into the device twin of its bounce area, copied down, and
+ * scattered by the CPU once the copy stream is done (this batch is then synchronous: the CPU must
+ * see the bytes before the call returns). */
+static void launch_runs(cu_backend *B, const be_kv_pools *p, const cu_move_run *runs, int r0, int r1, kv_geom g) {
+    const size_t seg = B->mv.pos.seg;
     int r = r0;
-    uint32_t in_run = 0; /* records of runs[r] already described */
+    uint32_t in_run = 0;
     while (r < r1) {
-        size_t cnt = 0;
-        for (int q = r; q < r1 && cnt < per_launch; q++) cnt += runs[q].n - (q == r ? in_run : 0);
-        if (cnt > per_launch) cnt = per_launch;
-        if (!cnt) break;
-        uint8_t *dev;
-        mv_desc *d = (mv_desc *)cu_ring_reserve(&B->mv, cnt * sizeof(mv_desc), 16, &dev);
-        size_t k = 0;
-        while (k < cnt) {
-            const cu_move_run *u = &runs[r];
-            for (; in_run < u->n && k < cnt; in_run++, k++) {
-                d[k].src = u->src + (uint64_t)in_run * u->src_bytes;
-                d[k].dst = u->dst + (uint64_t)in_run * u->dst_bytes;
-                d[k].sf = u->src_fmt, d[k].df = u->dst_fmt;
-                d[k].bytes = (int32_t)u->src_bytes;
-                d[k].pad = 0;
-            }
-            if (in_run == u->n) r++, in_run = 0;
+        /* how many records fit */
+        size_t cnt = 0, bounce = 0;
+        int qr = r;
+        uint32_t qi = in_run;
+        while (qr < r1) {
+            size_t need = rec_need(p, &runs[qr]);
+            if (sizeof(mv_desc) * (cnt + 1) + bounce + (need - sizeof(mv_desc)) > seg) break;
+            bounce += need - sizeof(mv_desc);
+            cnt++;
+            if (++qi == runs[qr].n) qr++, qi = 0;
         }
-        CUDA_CHECK(cudaMemcpyAsync(dev, d, cnt * sizeof(mv_desc), cudaMemcpyHostToDevice, B->copy));
+        CU_REQUIRE(cnt > 0, "copy_moves: a record larger than a move-ring segment");
+        size_t dbytes = up16(cnt * sizeof(mv_desc)), total = dbytes + bounce;
+        uint8_t *dev;
+        uint8_t *host = cu_ring_reserve(&B->mv, total, 256, &dev);
+        mv_desc *d = (mv_desc *)host;
+        size_t at = dbytes;
+        int any_host_dst = 0;
+        qr = r, qi = in_run;
+        for (size_t k = 0; k < cnt; k++) {
+            const cu_move_run *u = &runs[qr];
+            uint64_t src = u->src + (uint64_t)qi * u->src_bytes, dst = u->dst + (uint64_t)qi * u->dst_bytes;
+            if (is_host(p, u->src_tier)) {
+                memcpy(host + at, (const void *)(uintptr_t)src, u->src_bytes);
+                src = (uint64_t)(uintptr_t)(dev + at);
+                at += up16(u->src_bytes);
+            }
+            if (is_host(p, u->dst_tier)) {
+                dst = (uint64_t)(uintptr_t)(dev + at);
+                at += up16(u->dst_bytes);
+                any_host_dst = 1;
+            }
+            d[k].src = src, d[k].dst = dst;
+            d[k].sf = u->src_fmt, d[k].df = u->dst_fmt;
+            d[k].bytes = (int32_t)u->src_bytes;
+            d[k].pad = 0;
+            if (++qi == u->n) qr++, qi = 0;
+        }
+        CUDA_CHECK(cudaMemcpyAsync(dev, host, total, cudaMemcpyHostToDevice, B->copy));
         kv_move_kernel<<<(unsigned)((cnt + KV_WARPS - 1) / KV_WARPS), KV_WARPS * 32, 0, B->copy>>>((const mv_desc *)dev,
                                                                                                (int)cnt, g);
         CU_LAUNCHED();
+        if (any_host_dst) {
+            CUDA_CHECK(cudaMemcpyAsync(host + dbytes, dev + dbytes, bounce, cudaMemcpyDeviceToHost, B->copy));
+            CUDA_CHECK(cudaStreamSynchronize(B->copy));
+            at = dbytes;
+            qr = r, qi = in_run;
+            for (size_t k = 0; k < cnt; k++) {
+                const cu_move_run *u = &runs[qr];
+                if (is_host(p, u->src_tier)) at += up16(u->src_bytes);
+                if (is_host(p, u->dst_tier)) {
+                    memcpy((void *)(uintptr_t)(u->dst + (uint64_t)qi * u->dst_bytes), host + at, u->dst_bytes);
+                    at += up16(u->dst_bytes);
+                }
+                if (++qi == u->n) qr++, qi = 0;
+            }
+        }
+        r = qr, in_run = qi;
     }
 }
 
@@ -232,11 +312,7 @@ void cu_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, in
     pthread_mutex_lock(&B->mv_lock);
     grow_move_ws(B, n);
     int to_stage = 0;
-    for (int i = 0; i < n; i++) {
-        CU_REQUIRE(p->pool[BE_SLOT_TIER(moves[i].src)].mem != BE_MEM_HOST && p->pool[BE_SLOT_TIER(moves[i].dst)].mem != BE_MEM_HOST,
-                   "copy_moves: a pool in pageable host memory");
-        to_stage |= BE_SLOT_TIER(moves[i].dst) == BE_STAGE;
-    }
+    for (int i = 0; i < n; i++) to_stage |= BE_SLOT_TIER(moves[i].dst) == BE_STAGE;
     int n_runs = cu_plan_moves(p, moves, n, layer, B->runs, B->move_ws);
     CU_REQUIRE(n_runs >= 0, "copy_moves: the moves of one layer form a cycle (a swap cannot run in place)");
     if (to_stage) {
@@ -251,9 +327,11 @@ void cu_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, in
         /* the long plain runs to the copy engines; the rest, in order, to the kernel */
         int k0 = r0;
         for (int r = r0; r <= r1; r++) {
-            int dma = r < r1 && B->runs[r].same && (size_t)B->runs[r].n * B->runs[r].src_bytes >= CU_DMA_MIN;
+            const cu_move_run *u = &B->runs[r];
+            int dma = r < r1 && u->same && !is_host(p, u->src_tier) && !is_host(p, u->dst_tier) &&
+                      (size_t)u->n * u->src_bytes >= CU_DMA_MIN;
             if (r < r1 && !dma) continue;
-            if (k0 < r) launch_runs(B, B->runs, k0, r, g);
+            if (k0 < r) launch_runs(B, p, B->runs, k0, r, g);
             if (dma)
                 CUDA_CHECK(cudaMemcpyAsync((void *)(uintptr_t)B->runs[r].dst, (const void *)(uintptr_t)B->runs[r].src,
                                            (size_t)B->runs[r].n * B->runs[r].src_bytes, cudaMemcpyDefault, B->copy));

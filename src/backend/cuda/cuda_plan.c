@@ -70,7 +70,8 @@ int cu_plan_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, cu_
             if (phase[i] != ph) continue;
             const be_kv_pool *ps = &p->pool[BE_SLOT_TIER(mv[i].src)], *pd = &p->pool[BE_SLOT_TIER(mv[i].dst)];
             uint64_t s = rec_addr(p, mv[i].src, layer), d = rec_addr(p, mv[i].dst, layer);
-            if (cur && cur->src_fmt == (uint8_t)ps->fmt && cur->dst_fmt == (uint8_t)pd->fmt &&
+            int ts = BE_SLOT_TIER(mv[i].src), td = BE_SLOT_TIER(mv[i].dst);
+            if (cur && cur->src_tier == ts && cur->dst_tier == td &&
                 s == cur->src + (uint64_t)cur->n * cur->src_bytes && d == cur->dst + (uint64_t)cur->n * cur->dst_bytes) {
                 cur->n++;
                 continue;
@@ -81,6 +82,7 @@ int cu_plan_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, cu_
             cur->src_fmt = (uint8_t)ps->fmt, cur->dst_fmt = (uint8_t)pd->fmt;
             cur->phase = (uint8_t)ph;
             cur->same = ps->fmt == pd->fmt;
+            cur->src_tier = (uint8_t)ts, cur->dst_tier = (uint8_t)td;
         }
     }
     return n_runs;

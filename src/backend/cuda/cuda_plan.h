@@ -26,6 +26,7 @@ typedef struct {
     uint8_t src_fmt, dst_fmt;      /* be_kv_fmt */
     uint8_t phase;                 /* runs of phase k start after every run of phase k - 1 ends */
     uint8_t same;                  /* 1: same format, a plain byte copy */
+    uint8_t src_tier, dst_tier;    /* BE_T0..BE_STAGE: a run never mixes pools (nor memory kinds) */
 } cu_move_run;
 
 #define CU_MAX_PHASES 4
