@@ -420,7 +420,7 @@ __global__ void at_merge_kernel(const mg_args a, float *o) {
             if (f[k] != 0.0f) s += f[k] * a.p[k].o[th * a.hd + d];
         o[th * a.hd + d] = L > 0.0f ? s / L : 0.0f;
     }
-    if (!a.n_pos) return;
+    if (!a.n_pos || a.mass_heads <= 0) return; /* no masses asked for */
     if (a.mass_heads > 1) { /* exact: each head's weights rescaled by its own factor */
 #pragma unroll
         for (int k = 0; k < CU_MAX_PARTS; k++) {
@@ -473,7 +473,7 @@ void cu_attention_merge(be_backend *b, float *o, const be_attn_part *parts, int 
     }
     a.n_parts = n_parts, a.n_tok = n_tok, a.n_head = n_head, a.hd = head_dim;
     a.mass_heads = mass_heads, a.mass_stride = mass_stride;
-    a.n_pos = any_mass && n_pos ? (const int *)cu_ring_put(&B->arg, n_pos, (size_t)n_tok * sizeof(int)) : NULL;
+    a.n_pos = any_mass && n_pos && mass_heads > 0 ? (const int *)cu_ring_put(&B->arg, n_pos, (size_t)n_tok * sizeof(int)) : NULL;
     dim3 grid((unsigned)n_head, (unsigned)n_tok);
     at_merge_kernel<<<grid, 128, 0, B->compute>>>(a, o);
     CU_LAUNCHED();
