@@ -1,5 +1,7 @@
 # tierkv — one Makefile. `make` builds build/tierkv; `make test` runs the suite;
-# `make asan` / `make ubsan` run it under sanitizers; `make fuzz` builds libFuzzer targets (clang).
+# `make asan` / `make ubsan` run it under sanitizers; `make fuzz` builds libFuzzer targets (clang);
+# `make cuda` builds the same binaries with the CUDA backend into build-cuda/ (needs nvcc; plain
+# `make` does not), `make cuda-test` runs that suite (its CUDA tests skip without a GPU).
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2
@@ -11,12 +13,28 @@ LDLIBS  = -lm -pthread
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
 
-LIB_SRC  = $(sort $(wildcard src/base/*.c src/gguf/*.c src/backend/*.c src/backend/cpu/*.c src/model/*.c src/kv/*.c src/engine/*.c src/eval/*.c))
+LIB_SRC  = $(sort $(wildcard src/base/*.c src/gguf/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/model/*.c src/kv/*.c src/engine/*.c src/eval/*.c))
 TOOL_SRC = $(sort $(wildcard tools/*.c))
 TEST_SRC = $(sort $(wildcard tests/*.c))
 BENCH_SRC = $(sort $(wildcard bench/*.c))
 
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
+
+# CUDA=1 (set by `make cuda`): the .cu files of src/backend/cuda, nvcc for Hopper (sm_90 code and
+# compute_90 PTX), TKV_CUDA for the C files, and the static CUDA runtime.
+CUDA      ?= 0
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+CU_ARCH   ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS = -std=c++17 -O3 -g -lineinfo -DTKV_CUDA -D_GNU_SOURCE -Iinclude -Isrc $(CU_ARCH) --Werror all-warnings \
+            -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
+ifeq ($(CUDA),1)
+BASEFLAGS += -DTKV_CUDA
+CU_SRC  = $(sort $(wildcard src/backend/cuda/*.cu))
+CU_OBJ  = $(CU_SRC:%.cu=$(BUILD)/%.o)
+LIB_OBJ += $(CU_OBJ)
+LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+endif
 TOOL_OBJ = $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/%.o)
 # tools/main.c holds main(); the other tool files are commands the test binary may also call.
@@ -33,13 +51,16 @@ $(BUILD)/%_avx512.o: %_avx512.c
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(CFLAGS) -c $< -o $@
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 # The build stamp (src/base/version.h): rebuilt every time, so results always name the code that
 # made them.
 GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 --exclude '*' 2>/dev/null || echo unknown)
 $(BUILD)/src/base/version.o: src/base/version.c FORCE
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(CFLAGS) -DTKV_COMMIT='"$(GIT_COMMIT)"' -DTKV_FLAGS='"$(CC) $(OPT) $(CFLAGS)"' -c $< -o $@
+	$(CC) $(BASEFLAGS) $(CFLAGS) -DTKV_COMMIT='"$(GIT_COMMIT)"' -DTKV_FLAGS='"$(CC) $(OPT) $(CFLAGS)$(if $(filter 1,$(CUDA)), +cuda sm_90)"' -c $< -o $@
 FORCE:
 
 $(BUILD)/libtierkv.a: $(LIB_OBJ)
@@ -62,6 +83,13 @@ SHARED ?= ../shared
 test: $(BUILD)/tierkv-tests $(BUILD)/tierkv
 	TIERKV_SHARED=$(SHARED) TIERKV_BIN=$(BUILD)/tierkv $(BUILD)/tierkv-tests $(TESTS)
 
+# The CUDA build: compile and link only; `make cuda-test` also runs the suite (CUDA tests skip
+# without a GPU, with the runtime's reason).
+cuda:
+	$(MAKE) CUDA=1 BUILD=build-cuda build-cuda/tierkv build-cuda/tierkv-tests
+cuda-test:
+	$(MAKE) CUDA=1 BUILD=build-cuda test
+
 asan:
 	$(MAKE) test BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address"
 ubsan:
@@ -76,7 +104,7 @@ build-fuzz/fuzz_bin/%: fuzz/%.c build-fuzz/libtierkv.a
 	clang $(BASEFLAGS) -O1 -fsanitize=fuzzer,address,undefined -o $@ $< build-fuzz/libtierkv.a $(LDLIBS)
 
 clean:
-	rm -rf build build-asan build-ubsan build-fuzz
+	rm -rf build build-asan build-ubsan build-fuzz build-cuda
 
 format:
 	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(wildcard src/*/*.h src/backend/*/*.h include/*.h tests/*.h)
@@ -91,5 +119,5 @@ demo:
 	build/tierkv run -m "$$model" --chat -n 400 --policy hierarchy --hbm-ratio 0.5 --evict-ratio 0.03 --stats \
 	  -p "$(DEMO_Q) Please reason step by step, and put your final answer within \\boxed{}."
 
-.PHONY: all bench test asan ubsan fuzz clean format demo FORCE
+.PHONY: all bench test cuda cuda-test asan ubsan fuzz clean format demo FORCE
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_SRC:%.c=$(BUILD)/%.d)

@@ -1,0 +1,308 @@
+/* cuda_backend.cu — the CUDA backend's handle: open/close, the op table, memory (alloc, free,
+ * upload, read), the pinned staging rings and the device copies of the KV pools' chunk tables.
+ * Owns the two streams and every event. Invariants: cuda_internal.h. Does not hold kernels (the
+ * other .cu files do) or any policy. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_internal.h"
+extern "C" {
+#include "base/err.h"
+}
+
+void cu_fatal(const char *what, const char *msg, const char *file, int line) {
+    fprintf(stderr, "tierkv: CUDA backend: %s:%d: %s: %s\n", file, line, what, msg);
+    abort();
+}
+
+void cu_bind(cu_backend *B) {
+    static thread_local int bound = -1;
+    if (bound != B->device) {
+        CUDA_CHECK(cudaSetDevice(B->device));
+        bound = B->device;
+    }
+}
+
+void cu_own(cu_backend *B, void *p) {
+    if (B->n_owned == B->cap_owned) {
+        B->cap_owned = B->cap_owned ? 2 * B->cap_owned : 256;
+        B->owned = (void **)realloc(B->owned, (size_t)B->cap_owned * sizeof(void *));
+        CU_REQUIRE(B->owned, "out of host memory");
+    }
+    B->owned[B->n_owned++] = p;
+}
+
+void cu_require_device_readable(const void *p, const char *what) {
+    cudaPointerAttributes at;
+    CUDA_CHECK(cudaPointerGetAttributes(&at, p));
+    if (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeHost && at.type != cudaMemoryTypeManaged)
+        cu_fatal(what, "pageable host memory: the device cannot read it (allocate it with BE_MEM_PINNED or BE_MEM_DEVICE)",
+                 __FILE__, __LINE__);
+}
+
+/* ---- rings ---- */
+
+static void ring_init(cu_ring *r, size_t bytes, cudaStream_t s) {
+    cu_ring_init(&r->pos, bytes, CU_RING_SEGS);
+    CUDA_CHECK(cudaHostAlloc((void **)&r->host, r->pos.cap, cudaHostAllocPortable));
+    CUDA_CHECK(cudaMalloc((void **)&r->dev, r->pos.cap));
+    for (int k = 0; k < CU_RING_SEGS; k++) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&r->ev[k], cudaEventDisableTiming));
+        r->recorded[k] = 0;
+    }
+    r->stream = s;
+}
+
+static void ring_free(cu_ring *r) {
+    if (!r->host) return;
+    for (int k = 0; k < CU_RING_SEGS; k++) CUDA_CHECK(cudaEventDestroy(r->ev[k]));
+    CUDA_CHECK(cudaFreeHost(r->host));
+    CUDA_CHECK(cudaFree(r->dev));
+    r->host = NULL;
+}
+
+uint8_t *cu_ring_reserve(cu_ring *r, size_t bytes, size_t align, uint8_t **dev) {
+    int left, entered;
+    size_t at = cu_ring_take(&r->pos, bytes, align, &left, &entered);
+    if (left >= 0) {
+        CUDA_CHECK(cudaEventRecord(r->ev[left], r->stream));
+        r->recorded[left] = 1;
+    }
+    if (entered >= 0 && r->recorded[entered]) CUDA_CHECK(cudaEventSynchronize(r->ev[entered]));
+    if (dev) *dev = r->dev + at;
+    return r->host + at;
+}
+
+const void *cu_ring_put(cu_ring *r, const void *src, size_t bytes) {
+    uint8_t *dev;
+    uint8_t *h = cu_ring_reserve(r, bytes ? bytes : 1, 16, &dev);
+    if (bytes) {
+        memcpy(h, src, bytes);
+        CUDA_CHECK(cudaMemcpyAsync(dev, h, bytes, cudaMemcpyHostToDevice, r->stream));
+    }
+    return dev;
+}
+
+void cu_ring_upload(cu_ring *r, void *dev_dst, const void *src, size_t bytes) {
+    size_t piece = r->pos.seg / 2;
+    for (size_t at = 0; at < bytes; at += piece) {
+        size_t nb = bytes - at < piece ? bytes - at : piece;
+        uint8_t *h = cu_ring_reserve(r, nb, 16, NULL);
+        memcpy(h, (const uint8_t *)src + at, nb);
+        CUDA_CHECK(cudaMemcpyAsync((uint8_t *)dev_dst + at, h, nb, cudaMemcpyHostToDevice, r->stream));
+    }
+}
+
+/* ---- chunk tables ---- */
+
+void cu_pools_sync(cu_backend *B, const be_kv_pools *p, cu_pools_view *v) {
+    cu_chunk_cache *c = NULL;
+    for (int k = 0; k < CU_CHUNK_CACHES; k++)
+        if (B->cc[k].key == p) c = &B->cc[k];
+    if (!c) { /* the least recently used entry; its device tables are rewritten in stream order */
+        c = &B->cc[0];
+        for (int k = 1; k < CU_CHUNK_CACHES; k++)
+            if (B->cc[k].last_use < c->last_use) c = &B->cc[k];
+        c->key = p;
+        for (int i = 0; i < BE_N_POOLS; i++) c->n[i] = -1;
+    }
+    c->last_use = ++B->cc_clock;
+    for (int i = 0; i < BE_N_POOLS; i++) {
+        const be_kv_pool *q = &p->pool[i];
+        CU_REQUIRE(q->n_chunks >= 0 && q->n_chunks <= CU_MAX_CHUNKS, "a KV pool has more chunks than CU_MAX_CHUNKS");
+        if (q->n_chunks != c->n[i] || (q->n_chunks && memcmp(c->host[i], q->chunks, (size_t)q->n_chunks * sizeof(void *)))) {
+            if (q->n_chunks) {
+                memcpy(c->host[i], q->chunks, (size_t)q->n_chunks * sizeof(void *));
+                cu_ring_upload(&B->arg, c->dev[i], q->chunks, (size_t)q->n_chunks * sizeof(void *));
+            }
+            c->n[i] = q->n_chunks;
+        }
+        v->p[i].chunks = (const uint8_t *const *)c->dev[i];
+        v->p[i].rec = (int64_t)q->record_bytes;
+        v->p[i].fmt = (int)q->fmt;
+        v->p[i].layers = q->layers > 0 ? q->layers : 1;
+        v->p[i].shift = q->chunk_shift;
+    }
+    v->n_head_kv = p->n_head_kv;
+    v->head_dim = p->head_dim;
+}
+
+/* ---- memory ops ---- */
+
+static void *cu_alloc(be_backend *b, size_t bytes, be_mem mem, char *err, size_t errlen) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    void *p = NULL;
+    cudaError_t e = cudaSuccess;
+    if (bytes == 0) bytes = 1;
+    switch (mem) {
+    case BE_MEM_DEVICE: e = cudaMalloc(&p, bytes); break;
+    case BE_MEM_PINNED: e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped); break;
+    case BE_MEM_HOST:
+        p = malloc(bytes);
+        if (!p) tkv_errf(err, errlen, "out of host memory (%zu bytes)", bytes);
+        return p;
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it */
+        tkv_errf(err, errlen, "CUDA: cannot allocate %zu bytes of %s memory: %s", bytes,
+                 mem == BE_MEM_DEVICE ? "device" : "pinned host", cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_free(be_backend *b, void *p, be_mem mem) {
+    if (!p) return;
+    cu_bind(cu_of(b));
+    if (mem == BE_MEM_DEVICE) CUDA_CHECK(cudaFree(p)); /* waits for the device */
+    else if (mem == BE_MEM_PINNED) CUDA_CHECK(cudaFreeHost(p));
+    else free(p);
+}
+
+/* Small uploads go through the ring (the source may change as soon as we return); large ones, which
+ * only happen outside decode, are copied and waited for. */
+static void cu_upload(be_backend *b, void *dst, const void *src, size_t bytes) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    if (bytes <= B->arg.pos.seg / 4) {
+        cu_ring_upload(&B->arg, dst, src, bytes);
+        return;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, B->compute));
+    CUDA_CHECK(cudaStreamSynchronize(B->compute));
+}
+
+static const void *cu_read(be_backend *b, const void *src, size_t bytes, void *host_tmp) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    cudaPointerAttributes at;
+    CUDA_CHECK(cudaPointerGetAttributes(&at, src));
+    if (at.type == cudaMemoryTypeDevice) {
+        CUDA_CHECK(cudaMemcpyAsync(host_tmp, src, bytes, cudaMemcpyDeviceToHost, B->compute));
+        CUDA_CHECK(cudaStreamSynchronize(B->compute));
+        return host_tmp;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(B->compute)); /* pinned or host: readable once the queue is done */
+    return src;
+}
+
+static const char *cu_describe(const be_backend *b) { return cu_ofc(b)->desc; }
+
+static void cu_close(be_backend *b) {
+    cu_backend *B = cu_of(b);
+    if (!B) return;
+    cu_bind(B);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (int i = 0; i < B->n_owned; i++) {
+        /* owned entries: device buffers, and the host descriptors (cw_mat) of prepared weights,
+         * told apart by the pointer's kind */
+        cudaPointerAttributes at;
+        CUDA_CHECK(cudaPointerGetAttributes(&at, B->owned[i]));
+        if (at.type == cudaMemoryTypeDevice) CUDA_CHECK(cudaFree(B->owned[i]));
+        else free(B->owned[i]);
+    }
+    free(B->owned);
+    for (int k = 0; k < CU_CHUNK_CACHES; k++)
+        for (int i = 0; i < BE_N_POOLS; i++) {
+            free(B->cc[k].host[i]);
+            if (B->cc[k].dev[i]) CUDA_CHECK(cudaFree(B->cc[k].dev[i]));
+        }
+    ring_free(&B->arg);
+    ring_free(&B->mv);
+    if (B->bounce) CUDA_CHECK(cudaFreeHost(B->bounce));
+    for (int k = 0; k < CU_MAX_LAYER_EVENTS; k++) CUDA_CHECK(cudaEventDestroy(B->layer_ev[k]));
+    for (int k = 0; k < CU_MAX_STAGE_LAYERS; k++) CUDA_CHECK(cudaEventDestroy(B->stage_ev[k]));
+    CUDA_CHECK(cudaStreamDestroy(B->compute));
+    CUDA_CHECK(cudaStreamDestroy(B->copy));
+    pthread_mutex_destroy(&B->mv_lock);
+    free(B->move_ws);
+    free(B->runs);
+    free(B->tok);
+    free(B->pieces);
+    free(B->uptr);
+    free(B->ulen);
+    free(B->uoff);
+    free(B);
+}
+
+/* Filled field by field (not positionally), so fields the seam gains later stay zero unless this
+ * backend sets them (e.g. a "unified memory" flag: 0 here, the GPU's memory is not the host's). */
+static be_ops cu_ops_table(void) {
+    be_ops o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.close = cu_close;
+    o.describe = cu_describe;
+    o.alloc = cu_alloc;
+    o.free = cu_free;
+    o.upload = cu_upload;
+    o.read = cu_read;
+    o.prepare_weight = cu_prepare_weight;
+    o.prepare_vector = cu_prepare_vector;
+    o.matmul_scratch = cu_matmul_scratch;
+    o.embed = cu_embed;
+    o.matmul = cu_matmul;
+    o.rmsnorm = cu_rmsnorm;
+    o.add_bias = cu_add_bias;
+    o.add = cu_add;
+    o.rope = cu_rope;
+    o.swiglu = cu_swiglu;
+    o.gather_rows = cu_gather_rows;
+    o.kv_write = cu_kv_write;
+    o.kv_read = cu_kv_read;
+    o.copy_moves = cu_copy_moves;
+    o.copy_wait = cu_copy_wait;
+    o.attention_scratch = cu_attention_scratch;
+    o.attention = cu_attention;
+    o.attention_merge = cu_attention_merge;
+    return o;
+}
+static const be_ops CU_OPS = cu_ops_table();
+
+extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err, size_t errlen) {
+    *out = NULL;
+    int dev = p ? p->device : 0, n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) return tkv_errf(err, errlen, "CUDA: %s", cudaGetErrorString(e));
+    if (dev < 0 || dev >= n) return tkv_errf(err, errlen, "CUDA: device %d asked for, %d present", dev, n);
+    cudaDeviceProp prop;
+    if ((e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) return tkv_errf(err, errlen, "CUDA: %s", cudaGetErrorString(e));
+    if (prop.major < 9)
+        return tkv_errf(err, errlen, "CUDA: %s is sm_%d%d; this build has code for sm_90 (Hopper) and newer only", prop.name,
+                        prop.major, prop.minor);
+    if (!prop.unifiedAddressing || !prop.canMapHostMemory)
+        return tkv_errf(err, errlen, "CUDA: %s lacks unified addressing or mapped pinned memory", prop.name);
+    if ((e = cudaSetDevice(dev)) != cudaSuccess) return tkv_errf(err, errlen, "CUDA: %s", cudaGetErrorString(e));
+    if ((e = cudaFree(0)) != cudaSuccess) return tkv_errf(err, errlen, "CUDA: cannot create a context: %s", cudaGetErrorString(e));
+
+    cu_backend *B = (cu_backend *)calloc(1, sizeof *B);
+    if (!B) return tkv_errf(err, errlen, "out of host memory");
+    B->base.ops = &CU_OPS;
+    B->device = dev;
+    B->prop = prop;
+    cu_bind(B);
+    snprintf(B->desc, sizeof B->desc, "sm_%d%d (%.100s, %d SMs, %.0f GiB)", prop.major, prop.minor, prop.name,
+             prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    /* from here on a failure is a device fault, not an environment the user can fix: the check
+     * macro aborts */
+    CUDA_CHECK(cudaStreamCreateWithFlags(&B->compute, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&B->copy, cudaStreamNonBlocking));
+    for (int k = 0; k < CU_MAX_LAYER_EVENTS; k++) CUDA_CHECK(cudaEventCreateWithFlags(&B->layer_ev[k], cudaEventDisableTiming));
+    for (int k = 0; k < CU_MAX_STAGE_LAYERS; k++) CUDA_CHECK(cudaEventCreateWithFlags(&B->stage_ev[k], cudaEventDisableTiming));
+    ring_init(&B->arg, CU_ARG_RING_BYTES, B->compute);
+    ring_init(&B->mv, CU_MOVE_RING_BYTES, B->copy);
+    pthread_mutex_init(&B->mv_lock, NULL);
+    CUDA_CHECK(cudaHostAlloc((void **)&B->bounce, CU_BOUNCE_BYTES, cudaHostAllocPortable | cudaHostAllocMapped));
+    for (int k = 0; k < CU_CHUNK_CACHES; k++)
+        for (int i = 0; i < BE_N_POOLS; i++) {
+            B->cc[k].host[i] = (void **)calloc(CU_MAX_CHUNKS, sizeof(void *));
+            CU_REQUIRE(B->cc[k].host[i], "out of host memory");
+            CUDA_CHECK(cudaMalloc((void **)&B->cc[k].dev[i], CU_MAX_CHUNKS * sizeof(void *)));
+            B->cc[k].n[i] = -1;
+        }
+    *out = &B->base;
+    return 0;
+}

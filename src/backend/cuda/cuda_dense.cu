@@ -1,0 +1,135 @@
+/* cuda_dense.cu — the element-wise and row-wise ops over activations in device memory: rmsnorm,
+ * add_bias, add, rope, swiglu, gather_rows. Each is one small kernel on the compute stream, bound
+ * by launch latency at decode sizes (a few KB per row); host arrays (positions, row indices) reach
+ * the device through the argument ring.
+ * Numerics, against the CPU forward: rmsnorm sums squares in double (in a fixed tree order instead
+ * of left to right), then mean in f32 and 1.0f / sqrtf(mean + eps), both correctly rounded here as
+ * on the CPU; rope takes theta_0 = pos, theta_{i+1} = theta_i * s (s = powf(base, -2/hd) computed
+ * on the host with the CPU's powf) and angle = theta_i * scale, the same f32 products, but CUDA's
+ * sinf/cosf (2 ulp) for the host libm's; swiglu uses CUDA's expf (2 ulp). */
+#include <math.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+#define DN_THREADS 256
+
+__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps) {
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < n; i += DN_THREADS) ss += (double)xr[i] * (double)xr[i];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    __shared__ double part[DN_THREADS / 32];
+    __shared__ float scale_s;
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double s = 0.0;
+        for (int k = 0; k < DN_THREADS / 32; k++) s += part[k];
+        float mean = (float)(s / n);
+        scale_s = 1.0f / sqrtf(mean + eps);
+    }
+    __syncthreads();
+    float sc = scale_s;
+    for (int i = threadIdx.x; i < n; i += DN_THREADS) yr[i] = __fmul_rn(__fmul_rn(xr[i], sc), w[i]);
+}
+
+void cu_rmsnorm(be_backend *b, float *y, const float *x, const float *w, int rows, int n, float eps) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    if (rows <= 0) return;
+    rmsnorm_kernel<<<rows, DN_THREADS, 0, B->compute>>>(y, x, w, n, eps);
+    CU_LAUNCHED();
+}
+
+__global__ void add_bias_kernel(float *y, const float *bias, int64_t total, int n) {
+    int64_t i = (int64_t)blockIdx.x * DN_THREADS + threadIdx.x;
+    if (i < total) y[i] += bias[i % n];
+}
+
+void cu_add_bias(be_backend *b, float *y, const float *bias, int rows, int n) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    int64_t total = (int64_t)rows * n;
+    if (total <= 0 || !bias) return;
+    add_bias_kernel<<<(unsigned)((total + DN_THREADS - 1) / DN_THREADS), DN_THREADS, 0, B->compute>>>(y, bias, total, n);
+    CU_LAUNCHED();
+}
+
+__global__ void add_kernel(float *y, const float *x, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * DN_THREADS + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+
+void cu_add(be_backend *b, float *y, const float *x, int64_t n) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    if (n <= 0) return;
+    add_kernel<<<(unsigned)((n + DN_THREADS - 1) / DN_THREADS), DN_THREADS, 0, B->compute>>>(y, x, n);
+    CU_LAUNCHED();
+}
+
+/* one thread per (row, head, pair); the angle's running product is replayed per thread so every
+ * pair gets the CPU's exact sequence of f32 products */
+__global__ void rope_kernel(float *x, int n_rows, int n_heads, int hd, const int *pos, float s, float scale, int neox) {
+    const int half = hd / 2;
+    int64_t id = (int64_t)blockIdx.x * DN_THREADS + threadIdx.x;
+    if (id >= (int64_t)n_rows * n_heads * half) return;
+    int i = (int)(id % half);
+    int64_t rh = id / half; /* row * n_heads + head */
+    int row = (int)(rh / n_heads);
+    float theta = (float)pos[row];
+    for (int k = 0; k < i; k++) theta = __fmul_rn(theta, s);
+    float th = __fmul_rn(theta, scale);
+    float si, co;
+    sincosf(th, &si, &co);
+    float *v = x + rh * hd;
+    int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+    float x0 = v[ia], x1 = v[ib];
+    v[ia] = __fsub_rn(__fmul_rn(x0, co), __fmul_rn(x1, si));
+    v[ib] = __fadd_rn(__fmul_rn(x0, si), __fmul_rn(x1, co));
+}
+
+void cu_rope(be_backend *b, float *x, int n_rows, int n_heads, int head_dim, const int *pos, float base, float scale,
+             int neox) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    if (n_rows <= 0) return;
+    float s = powf(base, -2.0f / (float)head_dim);
+    const int *pd = (const int *)cu_ring_put(&B->arg, pos, (size_t)n_rows * sizeof(int));
+    int64_t n = (int64_t)n_rows * n_heads * (head_dim / 2);
+    rope_kernel<<<(unsigned)((n + DN_THREADS - 1) / DN_THREADS), DN_THREADS, 0, B->compute>>>(x, n_rows, n_heads, head_dim,
+                                                                                              pd, s, scale, neox);
+    CU_LAUNCHED();
+}
+
+__global__ void swiglu_kernel(float *g, const float *u, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * DN_THREADS + threadIdx.x;
+    if (i >= n) return;
+    float z = g[i];
+    g[i] = __fmul_rn(__fdiv_rn(z, __fadd_rn(1.0f, expf(-z))), u[i]);
+}
+
+void cu_swiglu(be_backend *b, float *gate, const float *up, int64_t n) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    if (n <= 0) return;
+    swiglu_kernel<<<(unsigned)((n + DN_THREADS - 1) / DN_THREADS), DN_THREADS, 0, B->compute>>>(gate, up, n);
+    CU_LAUNCHED();
+}
+
+__global__ void gather_kernel(float *dst, const float *src, const int *rows, int width) {
+    const float *s = src + (int64_t)rows[blockIdx.x] * width;
+    float *d = dst + (int64_t)blockIdx.x * width;
+    for (int i = threadIdx.x; i < width; i += DN_THREADS) d[i] = s[i];
+}
+
+void cu_gather_rows(be_backend *b, float *dst, const float *src, const int *rows, int n, int width) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    if (n <= 0) return;
+    const int *rd = (const int *)cu_ring_put(&B->arg, rows, (size_t)n * sizeof(int));
+    gather_kernel<<<n, DN_THREADS, 0, B->compute>>>(dst, src, rd, width);
+    CU_LAUNCHED();
+}

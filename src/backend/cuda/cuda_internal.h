@@ -1,0 +1,170 @@
+/* cuda_internal.h — internal to the .cu files of src/backend/cuda: the backend's state, the check macro, the
+ * pinned staging rings, and the ops each .cu file implements (cuda_backend.cu assembles them into
+ * the be_ops table). Nothing outside src/backend/cuda includes this header; it is CUDA C++.
+ *
+ * Invariants. Every CUDA call goes through CUDA_CHECK (a device error aborts with file:line: it is
+ * never bad input) and every launch is followed by CU_LAUNCHED(). Device and pinned memory are
+ * allocated in cuda_backend_open and prepare_*, never by an op: the ops reach host arguments
+ * through the rings, whose segments an event guards, so a decode step allocates nothing. One
+ * compute stream runs every op in call order; the copy stream runs copy_moves; the per-layer events
+ * join them. */
+#ifndef TKV_CUDA_INTERNAL_H
+#define TKV_CUDA_INTERNAL_H
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_plan.h"
+#include "backend/cuda/cuda_wlayout.h"
+
+[[noreturn]] void cu_fatal(const char *what, const char *msg, const char *file, int line);
+#define CUDA_CHECK(call)                                                                       \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess) cu_fatal(#call, cudaGetErrorString(e_), __FILE__, __LINE__);   \
+    } while (0)
+#define CU_LAUNCHED() CUDA_CHECK(cudaGetLastError())
+/* a broken invariant of the CUDA backend (a caller breaking backend.h's contract) */
+#define CU_REQUIRE(c, msg) ((c) ? (void)0 : cu_fatal(#c, msg, __FILE__, __LINE__))
+
+/* ---- sizes chosen at open (docs/CUDA.md) ---- */
+#define CU_RING_SEGS 4
+#define CU_ARG_RING_BYTES ((size_t)64 << 20)  /* compute stream: arguments, slot tables */
+#define CU_MOVE_RING_BYTES ((size_t)16 << 20) /* copy stream: move descriptors */
+#define CU_BOUNCE_BYTES ((size_t)8 << 20)     /* kv_read: pinned landing area */
+#define CU_MAX_LAYER_EVENTS 1024              /* copy events (one per layer) */
+#define CU_MAX_STAGE_LAYERS 4                 /* layer dimension of the STAGE pool */
+#define CU_CHUNK_CACHES 4                     /* distinct be_kv_pools whose chunk tables stay on the device */
+#define CU_MAX_CHUNKS 65536                   /* chunks per pool in those tables */
+#define CU_MAX_PARTS 4                        /* attention_merge */
+
+/* A pinned ring with a device twin: the host writes at an offset, the stream copies the bytes to the
+ * twin at the same offset, and kernels read the twin. One event per segment (cuda_plan.h). */
+struct cu_ring {
+    cu_ring_pos pos;
+    uint8_t *host; /* pinned */
+    uint8_t *dev;  /* device, same size */
+    cudaEvent_t ev[CU_RING_SEGS];
+    int recorded[CU_RING_SEGS];
+    cudaStream_t stream;
+};
+/* host pointer of a fresh reservation; *dev the twin's address of the same bytes */
+uint8_t *cu_ring_reserve(cu_ring *r, size_t bytes, size_t align, uint8_t **dev);
+/* bytes (<= one segment) copied into the ring and queued to its twin: returns the twin's pointer */
+const void *cu_ring_put(cu_ring *r, const void *src, size_t bytes);
+/* any number of bytes to a device destination through the ring, in pieces */
+void cu_ring_upload(cu_ring *r, void *dev_dst, const void *src, size_t bytes);
+
+/* Device copies of the chunk pointer tables of one be_kv_pools (refreshed when a pool grows). */
+struct cu_chunk_cache {
+    const be_kv_pools *key;
+    int n[BE_N_POOLS];
+    void **host[BE_N_POOLS]; /* host mirror: what the device copy holds */
+    void **dev[BE_N_POOLS];  /* [CU_MAX_CHUNKS] */
+    uint64_t last_use;
+};
+
+/* What a kernel needs to find the record of (tier, slot, layer). */
+struct cu_pool_view {
+    const uint8_t *const *chunks; /* device table of chunk bases */
+    int64_t rec;                  /* record bytes */
+    int fmt, layers, shift;
+};
+struct cu_pools_view {
+    cu_pool_view p[BE_N_POOLS];
+    int n_head_kv, head_dim;
+};
+
+struct cu_backend {
+    be_backend base; /* first: what the engine holds */
+    int device;
+    cudaDeviceProp prop;
+    char desc[192];
+    cudaStream_t compute, copy;
+    cudaEvent_t layer_ev[CU_MAX_LAYER_EVENTS];           /* copy stream, recorded by copy_moves */
+    cudaEvent_t stage_ev[CU_MAX_STAGE_LAYERS];           /* compute stream, recorded by attention after
+                                                            reading STAGE layer k */
+    cu_ring arg;                                         /* compute stream */
+    cu_ring mv;                                          /* copy stream */
+    pthread_mutex_t mv_lock;                             /* copy_moves may come from any thread */
+    float *bounce;                                       /* pinned, CU_BOUNCE_BYTES */
+    cu_chunk_cache cc[CU_CHUNK_CACHES];
+    uint64_t cc_clock;
+    /* attention: the device image of the last call's tables */
+    uint64_t tables_gen;
+    const void *tables_scratch;
+    size_t tables_bytes;
+    /* host workspaces of the planners: grown (host memory only) when a call is larger than any before */
+    uint64_t *move_ws;
+    cu_move_run *runs;
+    int move_cap;
+    cu_tok_info *tok;
+    cu_piece *pieces;
+    const void **uptr;
+    int *ulen, *uoff;
+    int tok_cap, piece_cap;
+    /* memory prepare_* made, freed at close */
+    void **owned;
+    int n_owned, cap_owned;
+};
+
+static inline cu_backend *cu_of(be_backend *b) { return (cu_backend *)b; }
+static inline const cu_backend *cu_ofc(const be_backend *b) { return (const cu_backend *)b; }
+/* makes the backend's device current on the calling thread (the transfer thread too) */
+void cu_bind(cu_backend *B);
+void cu_own(cu_backend *B, void *p);
+/* the chunk tables of p on the device, refreshed if a pool grew (compute stream) */
+void cu_pools_sync(cu_backend *B, const be_kv_pools *p, cu_pools_view *v);
+/* aborts unless p is device or pinned memory (what a kernel can read) */
+void cu_require_device_readable(const void *p, const char *what);
+
+/* ---- the ops, by file ---- */
+/* cuda_matmul.cu */
+int cu_prepare_weight(be_backend *b, be_mat *m, int role, char *err, size_t errlen);
+const float *cu_prepare_vector(be_backend *b, const float *host, int64_t n, char *err, size_t errlen);
+size_t cu_matmul_scratch(const be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, int64_t n_tok);
+void cu_matmul(be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, const float *x, int64_t n_tok,
+               void *scratch);
+void cu_embed(be_backend *b, const be_mat *emb, const int32_t *tokens, int n, float *x);
+/* cuda_dense.cu */
+void cu_rmsnorm(be_backend *b, float *y, const float *x, const float *w, int rows, int n, float eps);
+void cu_add_bias(be_backend *b, float *y, const float *bias, int rows, int n);
+void cu_add(be_backend *b, float *y, const float *x, int64_t n);
+void cu_rope(be_backend *b, float *x, int n_rows, int n_heads, int head_dim, const int *pos, float base, float scale,
+             int neox);
+void cu_swiglu(be_backend *b, float *gate, const float *up, int64_t n);
+void cu_gather_rows(be_backend *b, float *dst, const float *src, const int *rows, int n, int width);
+/* cuda_kv.cu */
+void cu_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, const float *k,
+                 const float *v);
+void cu_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, float *k, float *v);
+void cu_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer);
+void cu_copy_wait(be_backend *b, int layer);
+/* cuda_attn.cu */
+size_t cu_attention_scratch(const be_backend *b, int n_tok, int max_pos, int n_head, int head_dim);
+void cu_attention(be_backend *b, const be_attn *a, void *scratch);
+void cu_attention_merge(be_backend *b, float *o, const be_attn_part *parts, int n_parts, int n_tok, int n_head,
+                        int head_dim, int mass_heads, int mass_stride, const int *n_pos);
+
+/* ---- device helpers shared by the kernels ---- */
+#ifdef __CUDACC__
+__device__ __forceinline__ float cu_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float cu_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* address of the record of reference r at layer l */
+__device__ __forceinline__ const uint8_t *cu_rec(const cu_pool_view &q, int32_t r, int layer) {
+    uint32_t s = (uint32_t)r & 0x3fffffffu, per = 1u << q.shift;
+    const uint8_t *base = q.chunks[s >> q.shift];
+    return base + ((int64_t)(layer % q.layers) * per + (s & (per - 1))) * q.rec;
+}
+#endif
+
+#endif

@@ -1,0 +1,369 @@
+/* cuda_matmul.cu — weights on the device and the products that read them: prepare_weight (the file's
+ * blocks rewritten once into the layouts of cuda_wlayout.h and copied to the device),
+ * prepare_vector, matmul and embed.
+ *
+ * The matmul is written for decode, where it is bound by the bytes of the weights: each weight
+ * byte is read once from HBM with 16-byte coalesced loads, dequantised in registers (bit for bit
+ * the CPU's dequantisation) and multiplied in f32 with f32 activations (no activation
+ * quantisation: the CPU backend's results differ from these by its Q8/F16/BF16 rounding of x,
+ * FORMATS.md 2.7). A warp owns R rows; lane l reads units l, l + 32, ... of them, so a warp's load
+ * is 512 contiguous bytes per row. The activation rows (up to MM_NT tokens) are staged in shared
+ * memory in tiles of kt elements, padded by 4 floats every 64 so the 16-byte reads of the lanes of
+ * a quarter warp fall in distinct banks (exactly for F16/BF16/F32/Q4_K, 2-way for Q8_0/Q6_K); R rows
+ * share every x read. Dot products sum per lane in unit order and then across the warp by a fixed
+ * butterfly: the same inputs give the same bits on every call (no atomics), which the tiering's
+ * exactness tests need. Batches of more than MM_NT tokens run as several launches (prefill is not
+ * what this kernel is for: it reads the weights once per MM_NT tokens).
+ * Bound at batch 1 (7B, bf16): 15 GB of weights per token; at 4.8 TB/s 3.1 ms. Targets: >= 70% of
+ * the bandwidth bound; unverified until run on a GPU (bench/gpu.sh). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+extern "C" {
+#include "base/err.h"
+}
+extern "C" {
+#include "gguf/gguf.h"
+}
+
+#define MM_WARPS 4           /* warps per block */
+#define MM_NT 8              /* tokens per launch at most */
+#define MM_SMEM_BYTES 24576  /* x tile budget per block (more blocks per SM than a larger tile) */
+#define MM_STAGE_BYTES ((size_t)64 << 20) /* host staging of one prepare piece */
+
+/* ---- prepare ---- */
+
+int cu_prepare_weight(be_backend *b, be_mat *m, int role, char *err, size_t errlen) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    (void)role; /* embed and matmul read the same layout */
+    if (m->type & CW_TYPE_TAG) return 0;
+    uint32_t t = m->type;
+    if (!cw_supported(t))
+        return tkv_errf(err, errlen, "weight type %s (ggml type %u) is not supported by the CUDA backend "
+                        "(it runs F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K)", ggml_type_name(t), t);
+    size_t off[3];
+    int64_t st[3];
+    size_t total = cw_layout(t, m->n_in, m->n_out, off, st);
+    if (!total)
+        return tkv_errf(err, errlen, "CUDA backend: a %s matrix with rows of %lld elements (needs a multiple of %d)",
+                        ggml_type_name(t), (long long)m->n_in, cw_block(t) > 32 ? cw_block(t) : 32);
+    uint8_t *dev = NULL;
+    cudaError_t e = cudaMalloc((void **)&dev, total);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tkv_errf(err, errlen, "CUDA: cannot allocate %zu bytes for a weight: %s", total, cudaGetErrorString(e));
+    }
+    cw_mat *cm = (cw_mat *)calloc(1, sizeof *cm);
+    CU_REQUIRE(cm, "out of host memory");
+    size_t file_row = (size_t)(m->n_in / ggml_blck_size(t)) * ggml_type_size(t);
+    const uint8_t *file = (const uint8_t *)m->data;
+    if (t == CW_T_F32 || t == CW_T_F16 || t == CW_T_BF16) {
+        CUDA_CHECK(cudaMemcpy(dev, file, file_row * (size_t)m->n_out, cudaMemcpyHostToDevice));
+    } else {
+        /* rows in pieces through a host staging buffer: each piece is a contiguous range of each array */
+        size_t row_bytes = (size_t)(st[0] + st[1] + st[2]);
+        int64_t rows = (int64_t)(MM_STAGE_BYTES / row_bytes);
+        if (rows < 1) rows = 1;
+        uint8_t *stage = (uint8_t *)malloc((size_t)rows * row_bytes);
+        if (!stage) {
+            cudaFree(dev);
+            free(cm);
+            return tkv_errf(err, errlen, "out of host memory staging a weight");
+        }
+        for (int64_t r0 = 0; r0 < m->n_out; r0 += rows) {
+            int64_t nr = m->n_out - r0 < rows ? m->n_out - r0 : rows;
+            uint8_t *pa = stage, *pb = pa + (size_t)nr * (size_t)st[0], *pc = pb + (size_t)nr * (size_t)st[1];
+            cw_repack_rows(t, file + (size_t)r0 * file_row, m->n_in, nr, pa, pb, pc);
+            uint8_t *src[3] = {pa, pb, pc};
+            for (int k = 0; k < 3; k++)
+                if (st[k])
+                    CUDA_CHECK(cudaMemcpy(dev + off[k] + (size_t)r0 * (size_t)st[k], src[k], (size_t)nr * (size_t)st[k],
+                                          cudaMemcpyHostToDevice));
+        }
+        free(stage);
+    }
+    cm->type = t;
+    cm->n_in = m->n_in;
+    cm->n_out = m->n_out;
+    cm->a = dev + off[0], cm->b = dev + off[1], cm->c = dev + off[2];
+    cm->sa = st[0], cm->sb = st[1], cm->sc = st[2];
+    cu_own(B, dev);
+    cu_own(B, cm);
+    m->data = cm;
+    m->type = CW_TYPE_TAG | t;
+    return 0;
+}
+
+const float *cu_prepare_vector(be_backend *b, const float *host, int64_t n, char *err, size_t errlen) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    float *d = NULL;
+    cudaError_t e = cudaMalloc((void **)&d, (size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        tkv_errf(err, errlen, "CUDA: cannot allocate a vector of %lld floats: %s", (long long)n, cudaGetErrorString(e));
+        return NULL;
+    }
+    if (n > 0) CUDA_CHECK(cudaMemcpy(d, host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+    cu_own(B, d);
+    return d;
+}
+
+size_t cu_matmul_scratch(const be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, int64_t n_tok) {
+    (void)b, (void)outs, (void)n_outs, (void)n_in, (void)n_tok;
+    return 0; /* no split-k partials: every row's dot product is one warp's */
+}
+
+static const cw_mat *mat_of(const be_mat *w) {
+    CU_REQUIRE(w->type & CW_TYPE_TAG, "a matrix reached the CUDA backend without prepare_weight");
+    return (const cw_mat *)w->data;
+}
+
+/* ---- the kernel ---- */
+
+struct mm_out {
+    cw_mat w;
+    float *y;
+    int64_t y_stride;
+    int block0; /* first block of this output */
+};
+struct mm_args {
+    mm_out o[BE_MM_MAX_OUTS];
+    int n_o;
+    const float *x; /* [nt][n_in] */
+    int64_t n_in;
+    int nt;         /* tokens of this launch, <= NT */
+    int kt;         /* x tile, a multiple of 256 */
+};
+
+/* padded shared-memory index of tile element k */
+__device__ __forceinline__ int mm_pad(int k) { return k + 4 * (k >> 6); }
+
+template <int T>
+__device__ __forceinline__ void mm_decode(const cw_mat &w, int64_t row, int64_t u, float *v) {
+    if constexpr (T == CW_T_F32) cw_unit_f32(&w, row, u, v);
+    else if constexpr (T == CW_T_F16) cw_unit_16(&w, row, u, v, 0);
+    else if constexpr (T == CW_T_BF16) cw_unit_16(&w, row, u, v, 1);
+    else if constexpr (T == CW_T_Q8_0) cw_unit_q8_0(&w, row, u, v);
+    else if constexpr (T == CW_T_Q4_0) cw_unit_q4_0(&w, row, u, v);
+    else if constexpr (T == CW_T_Q5_0) cw_unit_q5_0(&w, row, u, v);
+    else if constexpr (T == CW_T_Q4_K) cw_unit_q4_k(&w, row, u, v);
+    else cw_unit_q6_k(&w, row, u, v);
+}
+
+template <int T>
+__host__ __device__ constexpr int mm_unit() {
+    return T == CW_T_F32 ? 4 : (T == CW_T_F16 || T == CW_T_BF16) ? 8 : T == CW_T_Q8_0 ? 16 : 32;
+}
+template <int T>
+__host__ __device__ constexpr int mm_nspan() {
+    return T == CW_T_Q6_K ? 4 : (T == CW_T_Q4_0 || T == CW_T_Q5_0 || T == CW_T_Q4_K) ? 2 : 1;
+}
+/* rows per warp: two when x reads would otherwise outweigh the weight bytes (4..6-bit types, or
+ * several tokens) */
+template <int T, int NT>
+__host__ __device__ constexpr int mm_rows() {
+    return (NT >= 2 || mm_unit<T>() == 32) ? 2 : 1;
+}
+
+template <int T, int NT>
+__global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a) {
+    constexpr int U = mm_unit<T>(), NS = mm_nspan<T>(), SL = U / NS, R = mm_rows<T, NT>();
+    extern __shared__ float4 xs4[];
+    float *xs = (float *)xs4;
+    /* this block's output, selected with constant indices (a run-time index into the kernel's
+     * parameters would copy them to local memory) */
+    cw_mat w = a.o[0].w;
+    float *y = a.o[0].y;
+    int64_t y_stride = a.o[0].y_stride;
+    int block0 = 0;
+#pragma unroll
+    for (int i = 1; i < BE_MM_MAX_OUTS; i++)
+        if (i < a.n_o && (int)blockIdx.x >= a.o[i].block0) w = a.o[i].w, y = a.o[i].y, y_stride = a.o[i].y_stride, block0 = a.o[i].block0;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + warp) * R;
+    const int xstride = mm_pad(a.kt); /* kt is a multiple of 64: the padded row length */
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+
+    for (int64_t k0 = 0; k0 < a.n_in; k0 += a.kt) {
+        const int klen = (int)(a.n_in - k0 < a.kt ? a.n_in - k0 : a.kt);
+        __syncthreads(); /* the previous tile is no longer read */
+        for (int t = 0; t < a.nt; t++) {
+            const float4 *src = (const float4 *)(a.x + (int64_t)t * a.n_in + k0);
+            for (int k = 4 * (int)threadIdx.x; k < klen; k += 4 * MM_WARPS * 32)
+                *(float4 *)&xs[t * xstride + mm_pad(k)] = __ldg(src + k / 4);
+        }
+        __syncthreads();
+        const int64_t u0 = k0 / U, u1 = (k0 + klen) / U;
+#pragma unroll 2
+        for (int64_t u = u0 + lane; u < u1; u += 32) {
+            float v[R][U];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (row0 + r < w.n_out) mm_decode<T>(w, row0 + r, u, v[r]);
+                else
+#pragma unroll
+                    for (int k = 0; k < U; k++) v[r][k] = 0.0f;
+            }
+#pragma unroll
+            for (int s = 0; s < NS; s++) {
+                const int base = (int)(cw_span_base(T, u, s) - k0);
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t >= a.nt) break;
+#pragma unroll
+                    for (int k4 = 0; k4 < SL / 4; k4++) {
+                        float4 xv = *(const float4 *)&xs[t * xstride + mm_pad(base + 4 * k4)];
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            const float *vv = &v[r][s * SL + 4 * k4];
+                            acc[r][t] += vv[0] * xv.x + vv[1] * xv.y + vv[2] * xv.z + vv[3] * xv.w;
+                        }
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float s = cu_warp_sum(acc[r][t]);
+            if (lane == 0 && t < a.nt && row0 + r < w.n_out) y[(int64_t)t * y_stride + row0 + r] = s;
+        }
+}
+
+template <int T, int NT>
+static void mm_launch(cu_backend *B, mm_args &a, int n_blocks) {
+    size_t smem = (size_t)NT * (size_t)(a.kt + a.kt / 16) * sizeof(float);
+    mm_kernel<T, NT><<<n_blocks, MM_WARPS * 32, smem, B->compute>>>(a);
+    CU_LAUNCHED();
+}
+
+template <int T>
+static void mm_type(cu_backend *B, mm_args &a) {
+    int nt_max = a.nt <= 1 ? 1 : a.nt <= 2 ? 2 : a.nt <= 4 ? 4 : 8;
+    int rows_per_block = MM_WARPS * (nt_max >= 2 || mm_unit<T>() == 32 ? 2 : 1);
+    int blocks = 0;
+    for (int i = 0; i < a.n_o; i++) {
+        a.o[i].block0 = blocks;
+        blocks += (int)((a.o[i].w.n_out + rows_per_block - 1) / rows_per_block);
+    }
+    /* the x tile: as much of the row as the budget holds, in whole warp steps (32 units: every lane
+     * busy) and multiples of 256 (a K-quant unit's spans stay inside one tile) */
+    const int64_t step = 32 * mm_unit<T>() > 256 ? 32 * mm_unit<T>() : 256;
+    int64_t per = (int64_t)(MM_SMEM_BYTES / sizeof(float)) * 16 / 17 / nt_max;
+    int64_t kt = per / step * step;
+    if (kt < step) kt = step;
+    int64_t whole = (a.n_in + step - 1) / step * step;
+    a.kt = (int)(kt < whole ? kt : whole);
+    switch (nt_max) {
+    case 1: mm_launch<T, 1>(B, a, blocks); break;
+    case 2: mm_launch<T, 2>(B, a, blocks); break;
+    case 4: mm_launch<T, 4>(B, a, blocks); break;
+    default: mm_launch<T, 8>(B, a, blocks); break;
+    }
+}
+
+static void mm_dispatch(cu_backend *B, uint32_t t, mm_args &a) {
+    switch (t) {
+    case CW_T_F32: mm_type<CW_T_F32>(B, a); break;
+    case CW_T_F16: mm_type<CW_T_F16>(B, a); break;
+    case CW_T_BF16: mm_type<CW_T_BF16>(B, a); break;
+    case CW_T_Q8_0: mm_type<CW_T_Q8_0>(B, a); break;
+    case CW_T_Q4_0: mm_type<CW_T_Q4_0>(B, a); break;
+    case CW_T_Q5_0: mm_type<CW_T_Q5_0>(B, a); break;
+    case CW_T_Q4_K: mm_type<CW_T_Q4_K>(B, a); break;
+    case CW_T_Q6_K: mm_type<CW_T_Q6_K>(B, a); break;
+    default: CU_REQUIRE(0, "unprepared weight type");
+    }
+}
+
+void cu_matmul(be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, const float *x, int64_t n_tok,
+               void *scratch) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    (void)scratch;
+    CU_REQUIRE(n_outs >= 1 && n_outs <= BE_MM_MAX_OUTS, "matmul: 1..BE_MM_MAX_OUTS outputs");
+    CU_REQUIRE(((uintptr_t)x & 15) == 0, "matmul: x must be 16-byte aligned");
+    for (int64_t t0 = 0; t0 < n_tok; t0 += MM_NT) {
+        int nt = (int)(n_tok - t0 < MM_NT ? n_tok - t0 : MM_NT);
+        int done[BE_MM_MAX_OUTS] = {0};
+        /* one launch per weight type among the outputs (q, k, v of a K-quant mix may differ) */
+        for (int i = 0; i < n_outs; i++) {
+            if (done[i]) continue;
+            uint32_t t = mat_of(outs[i].w)->type;
+            mm_args a;
+            memset(&a, 0, sizeof a);
+            a.x = x + t0 * n_in;
+            a.n_in = n_in;
+            a.nt = nt;
+            for (int j = i; j < n_outs; j++) {
+                const cw_mat *w = mat_of(outs[j].w);
+                if (done[j] || w->type != t) continue;
+                CU_REQUIRE(w->n_in == n_in, "matmul: a matrix's n_in differs from the activation's");
+                a.o[a.n_o].w = *w;
+                a.o[a.n_o].y = outs[j].y + t0 * outs[j].y_stride;
+                a.o[a.n_o].y_stride = outs[j].y_stride;
+                a.n_o++;
+                done[j] = 1;
+            }
+            mm_dispatch(B, t, a);
+        }
+    }
+}
+
+/* ---- embed: rows of the (prepared) embedding dequantised into x ---- */
+
+template <int T>
+__global__ void embed_kernel(const cw_mat w, const int32_t *tokens, float *x) {
+    constexpr int U = mm_unit<T>(), NS = mm_nspan<T>(), SL = U / NS;
+    const int t = blockIdx.y;
+    const int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (u >= w.n_in / U) return;
+    float v[U];
+    int64_t row = tokens[t];
+    mm_decode<T>(w, row, u, v);
+    float *xr = x + (int64_t)t * w.n_in;
+#pragma unroll
+    for (int s = 0; s < NS; s++) {
+        int64_t base = cw_span_base(T, u, s);
+#pragma unroll
+        for (int k = 0; k < SL; k++) xr[base + k] = v[s * SL + k];
+    }
+}
+
+template <int T>
+static void embed_launch(cu_backend *B, const cw_mat &w, const int32_t *tok_dev, int n, float *x) {
+    int64_t units = w.n_in / mm_unit<T>();
+    dim3 grid((unsigned)((units + 127) / 128), (unsigned)n);
+    embed_kernel<T><<<grid, 128, 0, B->compute>>>(w, tok_dev, x);
+    CU_LAUNCHED();
+}
+
+void cu_embed(be_backend *b, const be_mat *emb, const int32_t *tokens, int n, float *x) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    if (n <= 0) return;
+    const cw_mat *w = mat_of(emb);
+    for (int i = 0; i < n; i++) CU_REQUIRE(tokens[i] >= 0 && tokens[i] < w->n_out, "embed: token id out of range");
+    const int32_t *td = (const int32_t *)cu_ring_put(&B->arg, tokens, (size_t)n * sizeof(int32_t));
+    switch (w->type) {
+    case CW_T_F32: embed_launch<CW_T_F32>(B, *w, td, n, x); break;
+    case CW_T_F16: embed_launch<CW_T_F16>(B, *w, td, n, x); break;
+    case CW_T_BF16: embed_launch<CW_T_BF16>(B, *w, td, n, x); break;
+    case CW_T_Q8_0: embed_launch<CW_T_Q8_0>(B, *w, td, n, x); break;
+    case CW_T_Q4_0: embed_launch<CW_T_Q4_0>(B, *w, td, n, x); break;
+    case CW_T_Q5_0: embed_launch<CW_T_Q5_0>(B, *w, td, n, x); break;
+    case CW_T_Q4_K: embed_launch<CW_T_Q4_K>(B, *w, td, n, x); break;
+    case CW_T_Q6_K: embed_launch<CW_T_Q6_K>(B, *w, td, n, x); break;
+    default: CU_REQUIRE(0, "unprepared embedding type");
+    }
+}

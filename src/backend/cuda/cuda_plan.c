@@ -1,0 +1,190 @@
+/* cuda_plan.c — the CUDA backend's host-side planning (see cuda_plan.h). No CUDA calls, no
+ * allocation: every buffer comes from the caller. */
+#include "backend/cuda/cuda_plan.h"
+
+#include <stdlib.h>
+
+#include "base/err.h"
+
+/* ---- moves ---- */
+
+typedef struct {
+    uint64_t addr;
+    uint64_t idx;
+} addr_idx;
+
+static int cmp_addr(const void *a, const void *b) {
+    uint64_t x = ((const addr_idx *)a)->addr, y = ((const addr_idx *)b)->addr;
+    return (x > y) - (x < y);
+}
+
+/* first index of sorted[0..n) with addr >= key */
+static int lower_bound(const addr_idx *s, int n, uint64_t key) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (s[mid].addr < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static uint64_t rec_addr(const be_kv_pools *p, int32_t r, int layer) {
+    TKV_ASSERT(r != BE_SLOT_NONE);
+    return (uint64_t)(uintptr_t)be_kv_record(p, r, layer);
+}
+
+int cu_plan_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, cu_move_run *out, uint64_t *ws) {
+    if (n <= 0) return 0;
+    addr_idx *by_src = (addr_idx *)ws;            /* 2n words */
+    uint64_t *phase = ws + 2 * (size_t)n;         /* n words */
+    for (int i = 0; i < n; i++) {
+        by_src[i].addr = rec_addr(p, mv[i].src, layer);
+        by_src[i].idx = (uint64_t)i;
+        phase[i] = 0;
+    }
+    qsort(by_src, (size_t)n, sizeof *by_src, cmp_addr);
+    /* phase(i) = 1 + the largest phase of the moves reading i's destination; a few passes settle it
+     * (one per level of the dependency chains) */
+    for (int pass = 0;; pass++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            uint64_t d = rec_addr(p, mv[i].dst, layer);
+            for (int k = lower_bound(by_src, n, d); k < n && by_src[k].addr == d; k++) {
+                int j = (int)by_src[k].idx;
+                if (j == i) continue;
+                if (phase[i] < phase[j] + 1) {
+                    phase[i] = phase[j] + 1;
+                    changed = 1;
+                }
+            }
+            if (phase[i] >= CU_MAX_PHASES) return -1;
+        }
+        if (!changed) break;
+        if (pass > CU_MAX_PHASES) return -1;
+    }
+    int n_runs = 0;
+    for (uint64_t ph = 0; ph < CU_MAX_PHASES; ph++) {
+        cu_move_run *cur = NULL;
+        for (int i = 0; i < n; i++) {
+            if (phase[i] != ph) continue;
+            const be_kv_pool *ps = &p->pool[BE_SLOT_TIER(mv[i].src)], *pd = &p->pool[BE_SLOT_TIER(mv[i].dst)];
+            uint64_t s = rec_addr(p, mv[i].src, layer), d = rec_addr(p, mv[i].dst, layer);
+            int ts = BE_SLOT_TIER(mv[i].src), td = BE_SLOT_TIER(mv[i].dst);
+            if (cur && cur->src_tier == ts && cur->dst_tier == td &&
+                s == cur->src + (uint64_t)cur->n * cur->src_bytes && d == cur->dst + (uint64_t)cur->n * cur->dst_bytes) {
+                cur->n++;
+                continue;
+            }
+            cur = &out[n_runs++];
+            cur->src = s, cur->dst = d, cur->n = 1;
+            cur->src_bytes = (uint32_t)ps->record_bytes, cur->dst_bytes = (uint32_t)pd->record_bytes;
+            cur->src_fmt = (uint8_t)ps->fmt, cur->dst_fmt = (uint8_t)pd->fmt;
+            cur->phase = (uint8_t)ph;
+            cur->same = ps->fmt == pd->fmt;
+            cur->src_tier = (uint8_t)ts, cur->dst_tier = (uint8_t)td;
+        }
+    }
+    return n_runs;
+}
+
+/* ---- attention tables ---- */
+
+static size_t up16(size_t x) { return (x + 15) & ~(size_t)15; }
+
+size_t cu_tables_bound(int n_tok, int max_pos, int n_head) {
+    size_t nt = (size_t)(n_tok > 0 ? n_tok : 1), mp = (size_t)(max_pos > 0 ? max_pos : 1);
+    return up16(nt * sizeof(cu_tok_info)) + up16(nt * mp * 4) + nt * (size_t)n_head * up16(mp) + 64;
+}
+
+/* index of p in u[0..n), or n */
+static int find_ptr(const void **u, int n, const void *p) {
+    for (int k = 0; k < n; k++)
+        if (u[k] == p) return k;
+    return n;
+}
+
+void cu_plan_tables(int n_tok, const int32_t *const *slots, const int *n_pos, const uint8_t *const *keep,
+                    int keep_stride, int n_head_kv, cu_tok_info *tok, cu_piece *pieces, cu_tables_ws ws,
+                    cu_tables_plan *plan) {
+    int np = 0;
+    plan->tok_off = 0;
+    pieces[np++] = (cu_piece){.src = tok, .bytes = (size_t)n_tok * sizeof *tok, .dst = 0};
+    plan->slots_off = up16((size_t)n_tok * sizeof *tok);
+    /* distinct slot tables: length = largest n_pos of the rows that share one */
+    int nu = 0;
+    for (int t = 0; t < n_tok; t++) {
+        int k = find_ptr(ws.uptr, nu, slots[t]);
+        if (k == nu) ws.uptr[nu] = slots[t], ws.ulen[nu] = 0, nu++;
+        if (n_pos[t] > ws.ulen[k]) ws.ulen[k] = n_pos[t];
+    }
+    int at = 0; /* entries */
+    for (int k = 0; k < nu; k++) {
+        ws.uoff[k] = at;
+        if (ws.ulen[k] > 0)
+            pieces[np++] = (cu_piece){.src = ws.uptr[k], .bytes = (size_t)ws.ulen[k] * 4,
+                                      .dst = plan->slots_off + (size_t)at * 4};
+        at += ws.ulen[k];
+    }
+    for (int t = 0; t < n_tok; t++) {
+        int k = find_ptr(ws.uptr, nu, slots[t]);
+        tok[t].slot_off = ws.uoff[k];
+        tok[t].n_pos = n_pos[t];
+        tok[t].keep_off = -1;
+        tok[t].keep_stride = 0;
+    }
+    plan->keep_off = up16(plan->slots_off + (size_t)at * 4);
+    /* distinct keep masks, each kv head's row compacted to its length rounded up to 16 */
+    size_t kat = 0;
+    if (keep) {
+        nu = 0;
+        for (int t = 0; t < n_tok; t++) {
+            if (!keep[t]) continue;
+            int k = find_ptr(ws.uptr, nu, keep[t]);
+            if (k == nu) ws.uptr[nu] = keep[t], ws.ulen[nu] = 0, nu++;
+            if (n_pos[t] > ws.ulen[k]) ws.ulen[k] = n_pos[t];
+        }
+        for (int k = 0; k < nu; k++) {
+            size_t stride = up16((size_t)ws.ulen[k]);
+            ws.uoff[k] = (int)kat;
+            for (int g = 0; g < n_head_kv && ws.ulen[k] > 0; g++)
+                pieces[np++] = (cu_piece){.src = (const uint8_t *)ws.uptr[k] + (size_t)g * (size_t)keep_stride,
+                                          .bytes = (size_t)ws.ulen[k], .dst = plan->keep_off + kat + (size_t)g * stride};
+            kat += stride * (size_t)n_head_kv;
+        }
+        for (int t = 0; t < n_tok; t++) {
+            if (!keep[t]) continue;
+            int k = find_ptr(ws.uptr, nu, keep[t]);
+            tok[t].keep_off = ws.uoff[k];
+            tok[t].keep_stride = (int32_t)up16((size_t)ws.ulen[k]);
+        }
+    }
+    plan->bytes = plan->keep_off + kat;
+    plan->n_pieces = np;
+}
+
+/* ---- rings ---- */
+
+void cu_ring_init(cu_ring_pos *r, size_t cap, int n_seg) {
+    TKV_ASSERT(n_seg >= 2 && cap >= (size_t)n_seg * 256);
+    r->n_seg = n_seg;
+    r->seg = (cap / (size_t)n_seg) & ~(size_t)255;
+    r->cap = r->seg * (size_t)n_seg;
+    r->head = 0;
+    r->cur = 0;
+}
+
+size_t cu_ring_take(cu_ring_pos *r, size_t bytes, size_t align, int *left, int *entered) {
+    TKV_ASSERT(bytes <= r->seg && align && align <= 256 && !(align & (align - 1)));
+    *left = *entered = -1;
+    size_t at = (r->head + align - 1) & ~(align - 1);
+    size_t end = (size_t)(r->cur + 1) * r->seg;
+    if (at + bytes > end) {
+        *left = r->cur;
+        r->cur = (r->cur + 1) % r->n_seg;
+        *entered = r->cur;
+        at = (size_t)r->cur * r->seg;
+    }
+    r->head = at + bytes;
+    return at;
+}

@@ -1,0 +1,101 @@
+/* cuda_plan.h — the host-side planning of the CUDA backend, as pure functions of plain data: how a
+ * move list becomes runs of contiguous records in ordered phases, how one attention call's slot
+ * tables and keep masks are laid out for their device copy, and the offset arithmetic of the
+ * pinned staging rings. Plain C, compiled in every build and tested without a GPU
+ * (tests/test_cuda.c); the .cu files call these and only add the CUDA calls.
+ * Not here: streams, events, kernels. */
+#ifndef TKV_CUDA_PLAN_H
+#define TKV_CUDA_PLAN_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- moves ---------------------------------------------------------------------------------- */
+
+/* A run of moves: n records that are consecutive in the source pool and in the destination pool
+ * (the same chunk, successive slots) with the same pair of formats. */
+typedef struct {
+    uint64_t src, dst;             /* addresses of the first source and destination records */
+    uint32_t n;                    /* records */
+    uint32_t src_bytes, dst_bytes; /* record bytes of the two pools */
+    uint8_t src_fmt, dst_fmt;      /* be_kv_fmt */
+    uint8_t phase;                 /* runs of phase k start after every run of phase k - 1 ends */
+    uint8_t same;                  /* 1: same format, a plain byte copy */
+    uint8_t src_tier, dst_tier;    /* BE_T0..BE_STAGE: a run never mixes pools (nor memory kinds) */
+} cu_move_run;
+
+#define CU_MAX_PHASES 4
+
+/* Plans the n moves of one layer. A move whose destination record is another move's source (the
+ * T0 slot of a demoted token handed to a promoted one in the same batch) runs in a later phase than
+ * that move, so every move reads what was there before the call; otherwise the moves are
+ * independent. Runs come out phase by phase, list order within a phase. ws: 3 * n uint64_t of host
+ * scratch. Returns the number of runs (<= n), or -1 when the dependencies form a cycle or a chain
+ * longer than CU_MAX_PHASES (a swap cannot run in place). */
+int cu_plan_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, cu_move_run *out, uint64_t *ws);
+
+/* ---- attention tables ----------------------------------------------------------------------- */
+
+/* Per query row, in the device image. */
+typedef struct {
+    int32_t slot_off;    /* first entry of the row's slot table in the image's slot array */
+    int32_t n_pos;
+    int32_t keep_off;    /* first byte of the row's keep mask in the image's keep array, -1: none */
+    int32_t keep_stride; /* bytes between kv heads in that mask */
+} cu_tok_info;
+
+/* One host range to copy into the image. */
+typedef struct {
+    const void *src;
+    size_t bytes;
+    size_t dst; /* byte offset in the image */
+} cu_piece;
+
+typedef struct {
+    size_t tok_off, slots_off, keep_off; /* byte offsets of the three arrays in the image */
+    size_t bytes;                        /* the image */
+    int n_pieces;
+} cu_tables_plan;
+
+/* Host workspace of cu_plan_tables: n_tok entries each. */
+typedef struct {
+    const void **uptr;
+    int *ulen, *uoff;
+} cu_tables_ws;
+
+/* The image of one call's tables: the cu_tok_info rows (written into tok), then each distinct slot
+ * table once (rows of one sequence share it; its length is the largest n_pos of those rows), then
+ * each distinct keep mask once, kv head rows of its length rounded up to 16. pieces receives at most
+ * 1 + n_tok * (1 + n_head_kv) ranges, in image order; the first is tok itself. */
+void cu_plan_tables(int n_tok, const int32_t *const *slots, const int *n_pos, const uint8_t *const *keep,
+                    int keep_stride, int n_head_kv, cu_tok_info *tok, cu_piece *pieces, cu_tables_ws ws,
+                    cu_tables_plan *plan);
+/* Bound on the image bytes for n_tok rows of at most max_pos positions and n_head_kv <= n_head. */
+size_t cu_tables_bound(int n_tok, int max_pos, int n_head);
+
+/* ---- pinned staging rings ------------------------------------------------------------------- */
+
+/* A ring of n_seg equal segments. Each segment has an event on the ring's stream: recorded when the
+ * writer leaves the segment (all work queued so far may read it), waited for before the writer
+ * enters it again (that work is done), so a reservation is never overwritten while queued work
+ * can still read it. */
+typedef struct {
+    size_t cap, seg, head;
+    int cur, n_seg;
+} cu_ring_pos;
+
+void cu_ring_init(cu_ring_pos *r, size_t cap, int n_seg);
+/* Reserves bytes (<= r->seg) at an offset aligned to align (a power of two <= 256). When it does
+ * not fit in the current segment it starts the next: *left is the segment left and *entered the one
+ * entered; otherwise both are -1. */
+size_t cu_ring_take(cu_ring_pos *r, size_t bytes, size_t align, int *left, int *entered);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

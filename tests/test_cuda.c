@@ -1,0 +1,969 @@
+/* test_cuda.c — the CUDA backend.
+ * Without a GPU (every build): the host-side logic the kernels rely on.
+ *   cuda_host_wlayout: every weight type's device layout, decoded unit by unit with the very decoders
+ *     the kernels run (cuda_wlayout.h), covers each element once and equals the generic CPU
+ *     dequantisation bit for bit.
+ *   cuda_host_moves: move lists planned into runs and phases, executed run by run, leave the pools
+ *     as the moves executed one by one in list order do (demoted T0 slot handed to a promoted token in
+ *     the same batch included); a swap is refused.
+ *   cuda_host_tables: the attention tables' image (shared slot tables and keep masks once) holds
+ *     what each row's own tables hold; its size stays under the scratch bound.
+ *   cuda_host_ring: ring reservations are aligned, inside one segment, and a segment is entered only
+ *     after it was left (its event recorded).
+ * With a GPU (`make cuda`): every op against the CPU reference on fresh random data, outputs
+ * poisoned (NaN) before each run, ||out - ref|| / ||ref|| printed per op and bounded. Without
+ * TKV_CUDA these skip with "built without CUDA (make cuda)"; with it but no device, with the CUDA
+ * runtime's reason. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/ops.h"
+#include "backend/cuda/cuda_plan.h"
+#include "backend/cuda/cuda_wlayout.h"
+#include "base/half.h"
+#include "backend/cpu/kv_codec.h"
+#include "t.h"
+#ifdef TKV_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+static uint64_t rs = 0x2545f4914f6cdd1dull;
+static uint32_t rnd(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (uint32_t)(rs >> 11);
+}
+static float rndf(void) { return (float)(rnd() & 0xffffff) / 16777216.0f * 2.0f - 1.0f; }
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
+
+static const uint32_t TYPES[] = {CW_T_F32, CW_T_F16, CW_T_BF16, CW_T_Q8_0, CW_T_Q4_0, CW_T_Q5_0, CW_T_Q4_K, CW_T_Q6_K};
+#define N_TYPES (int)(sizeof TYPES / sizeof TYPES[0])
+static const char *tname(uint32_t t) {
+    switch (t) {
+    case CW_T_F32: return "F32";
+    case CW_T_F16: return "F16";
+    case CW_T_BF16: return "BF16";
+    case CW_T_Q8_0: return "Q8_0";
+    case CW_T_Q4_0: return "Q4_0";
+    case CW_T_Q5_0: return "Q5_0";
+    case CW_T_Q4_K: return "Q4_K";
+    default: return "Q6_K";
+    }
+}
+
+/* n_rows random file rows of type t: random bytes with small finite scale fields */
+static uint8_t *rand_file_rows(uint32_t t, int64_t n_in, int64_t n_rows, size_t *row_bytes) {
+    size_t rb = cpu_weight_row_size(t, n_in);
+    uint8_t *w = malloc(rb * (size_t)n_rows);
+    for (size_t i = 0; i < rb * (size_t)n_rows; i++) w[i] = (uint8_t)rnd();
+    int64_t blck = cpu_type_blck(t), nb = n_in / blck * n_rows;
+    size_t bs = rb / (size_t)(n_in / blck);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *p = w + (size_t)b * bs;
+        switch (t) {
+        case CW_T_F32: { float f = rndf(); memcpy(p, &f, 4); break; }
+        case CW_T_F16: put16(p, tkv_f32_to_f16(rndf())); break;
+        case CW_T_BF16: put16(p, tkv_f32_to_bf16(rndf())); break;
+        case CW_T_Q8_0: case CW_T_Q4_0: case CW_T_Q5_0: put16(p, tkv_f32_to_f16(rndf() * 0.01f)); break;
+        case CW_T_Q4_K: put16(p, tkv_f32_to_f16(rndf() * 0.01f)), put16(p + 2, tkv_f32_to_f16(rndf() * 0.01f)); break;
+        case CW_T_Q6_K: put16(p + 208, tkv_f32_to_f16(rndf() * 0.01f)); break;
+        }
+    }
+    *row_bytes = rb;
+    return w;
+}
+
+/* the layout of file rows in host memory, as prepare_weight builds it on the device */
+static uint8_t *host_layout(uint32_t t, const uint8_t *file, int64_t n_in, int64_t n_rows, cw_mat *m) {
+    size_t off[3];
+    int64_t st[3];
+    size_t total = cw_layout(t, n_in, n_rows, off, st);
+    if (!total) return NULL;
+    uint8_t *buf = calloc(1, total);
+    cw_repack_rows(t, file, n_in, n_rows, buf + off[0], buf + off[1], buf + off[2]);
+    *m = (cw_mat){.type = t, .n_in = n_in, .n_out = n_rows, .a = buf + off[0], .b = buf + off[1], .c = buf + off[2],
+                  .sa = st[0], .sb = st[1], .sc = st[2]};
+    return buf;
+}
+
+TEST(cuda_host_wlayout) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t t = TYPES[ti];
+        int64_t lens[] = {256, 768, 3584, 96, 896};
+        for (int li = 0; li < 5; li++) {
+            int64_t n_in = lens[li];
+            if (n_in % cw_block(t)) continue;
+            int64_t rows = 3;
+            size_t rb;
+            uint8_t *file = rand_file_rows(t, n_in, rows, &rb);
+            cw_mat m;
+            uint8_t *buf = host_layout(t, file, n_in, rows, &m);
+            REQUIRE(buf);
+            float *ref = malloc((size_t)n_in * sizeof(float)), *got = malloc((size_t)n_in * sizeof(float));
+            int *seen = malloc((size_t)n_in * sizeof(int));
+            int U = cw_unit(t), NS = cw_nspan(t), SL = U / NS, bad = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                cpu_ops_for(t, CPU_ISA_GENERIC)->dequant_row(file + (size_t)r * rb, ref, n_in);
+                memset(seen, 0, (size_t)n_in * sizeof(int));
+                for (int64_t u = 0; u < n_in / U; u++) {
+                    float v[32];
+                    cw_unit_any(&m, r, u, v);
+                    for (int s = 0; s < NS; s++)
+                        for (int k = 0; k < SL; k++) {
+                            int64_t e = cw_span_base(t, u, s) + k;
+                            if (e < 0 || e >= n_in) { bad++; continue; }
+                            seen[e]++;
+                            got[e] = v[s * SL + k];
+                        }
+                }
+                for (int64_t e = 0; e < n_in; e++)
+                    if (seen[e] != 1 || tkv_f32_bits(got[e]) != tkv_f32_bits(ref[e])) bad++;
+            }
+            CHECKF(bad == 0, "%s n_in %lld: %d elements differ from the generic dequantisation", tname(t), (long long)n_in, bad);
+            free(ref), free(got), free(seen), free(buf), free(file);
+        }
+    }
+    size_t off[3];
+    int64_t st[3];
+    CHECK(cw_layout(CW_T_Q4_K, 896, 4, off, st) == 0); /* K-quants need whole 256-blocks */
+    CHECK(cw_layout(13 /* Q5_K */, 256, 4, off, st) == 0);  /* not a type the backend runs */
+}
+
+/* ---- KV records on the host (the layout of backend.h) ---- */
+
+static size_t rec_bytes(be_kv_fmt f, int nkv, int hd) {
+    size_t kd = (size_t)nkv * hd;
+    return f == BE_KV_F32 ? 8 * kd : f == BE_KV_F16 ? 4 * kd : 2 * kd + 8 * (size_t)nkv;
+}
+static void rec_encode(uint8_t *rec, be_kv_fmt f, int nkv, int hd, const float *k, const float *v) {
+    int kd = nkv * hd;
+    for (int part = 0; part < 2; part++) {
+        const float *x = part ? v : k;
+        if (f == BE_KV_F32) memcpy(rec + (size_t)part * kd * 4, x, (size_t)kd * 4);
+        else if (f == BE_KV_F16)
+            for (int i = 0; i < kd; i++) { uint16_t h = tkv_f32_to_f16(x[i]); memcpy(rec + ((size_t)part * kd + i) * 2, &h, 2); }
+        else {
+            float sc[64];
+            kv_q8_encode_row(x, nkv, hd, (int8_t *)rec + (size_t)part * kd, sc);
+            memcpy(rec + 2 * (size_t)kd + (size_t)part * nkv * 4, sc, (size_t)nkv * 4);
+        }
+    }
+}
+static void rec_decode(const uint8_t *rec, be_kv_fmt f, int nkv, int hd, float *k, float *v) {
+    int kd = nkv * hd;
+    for (int part = 0; part < 2; part++) {
+        float *x = part ? v : k;
+        if (!x) continue;
+        if (f == BE_KV_F32) memcpy(x, rec + (size_t)part * kd * 4, (size_t)kd * 4);
+        else if (f == BE_KV_F16)
+            for (int i = 0; i < kd; i++) { uint16_t h; memcpy(&h, rec + ((size_t)part * kd + i) * 2, 2); x[i] = tkv_f16_to_f32(h); }
+        else {
+            float sc[64];
+            memcpy(sc, rec + 2 * (size_t)kd + (size_t)part * nkv * 4, (size_t)nkv * 4);
+            kv_q8_decode_row((const int8_t *)rec + (size_t)part * kd, sc, nkv, hd, x);
+        }
+    }
+}
+
+/* Host pools for the planner test: chunks from malloc. */
+typedef struct {
+    be_kv_pools p;
+    void *chunks[BE_N_POOLS][8];
+} hpools;
+
+static void hpools_init(hpools *h, int n_layer, int nkv, int hd, const be_kv_fmt fmt[4], int shift, int n_chunks) {
+    memset(h, 0, sizeof *h);
+    h->p.n_layer = n_layer, h->p.n_head_kv = nkv, h->p.head_dim = hd;
+    for (int i = 0; i < BE_N_POOLS; i++) {
+        be_kv_pool *q = &h->p.pool[i];
+        q->fmt = fmt[i], q->mem = BE_MEM_HOST, q->layers = i == BE_STAGE ? 2 : n_layer, q->chunk_shift = shift;
+        q->n_chunks = n_chunks, q->chunks = h->chunks[i];
+        q->record_bytes = rec_bytes(fmt[i], nkv, hd);
+        for (int c = 0; c < n_chunks; c++)
+            h->chunks[i][c] = calloc(1, ((size_t)1 << shift) * (size_t)q->layers * q->record_bytes);
+    }
+}
+static void hpools_free(hpools *h) {
+    for (int i = 0; i < BE_N_POOLS; i++)
+        for (int c = 0; c < h->p.pool[i].n_chunks; c++) free(h->chunks[i][c]);
+}
+
+/* one move on the host: decode, re-encode (exact for the same format: a byte copy) */
+static void host_move(const be_kv_pools *p, int32_t src, int32_t dst, int layer) {
+    const be_kv_pool *ps = &p->pool[BE_SLOT_TIER(src)], *pd = &p->pool[BE_SLOT_TIER(dst)];
+    const uint8_t *s = be_kv_record(p, src, layer);
+    uint8_t *d = be_kv_record(p, dst, layer);
+    if (ps->fmt == pd->fmt) { memmove(d, s, ps->record_bytes); return; }
+    int kd = p->n_head_kv * p->head_dim;
+    float *k = malloc((size_t)kd * 8), *v = k + kd;
+    rec_decode(s, ps->fmt, p->n_head_kv, p->head_dim, k, v);
+    rec_encode(d, pd->fmt, p->n_head_kv, p->head_dim, k, v);
+    free(k);
+}
+static void host_runs(const cu_move_run *runs, int n_runs, const be_kv_pools *p) {
+    int kd = p->n_head_kv * p->head_dim;
+    float *k = malloc((size_t)kd * 8), *v = k + kd;
+    for (int r = 0; r < n_runs; r++)
+        for (uint32_t i = 0; i < runs[r].n; i++) {
+            const uint8_t *s = (const uint8_t *)(uintptr_t)(runs[r].src + (uint64_t)i * runs[r].src_bytes);
+            uint8_t *d = (uint8_t *)(uintptr_t)(runs[r].dst + (uint64_t)i * runs[r].dst_bytes);
+            if (runs[r].same) memcpy(d, s, runs[r].src_bytes);
+            else {
+                rec_decode(s, runs[r].src_fmt, p->n_head_kv, p->head_dim, k, v);
+                rec_encode(d, runs[r].dst_fmt, p->n_head_kv, p->head_dim, k, v);
+            }
+        }
+    free(k);
+}
+static void fill_pools_random(hpools *h) {
+    for (int i = 0; i < BE_N_POOLS; i++) {
+        be_kv_pool *q = &h->p.pool[i];
+        size_t per = ((size_t)1 << q->chunk_shift) * (size_t)q->layers;
+        int kd = h->p.n_head_kv * h->p.head_dim;
+        float *k = malloc((size_t)kd * 8), *v = k + kd;
+        for (int c = 0; c < q->n_chunks; c++)
+            for (size_t r = 0; r < per; r++) {
+                for (int e = 0; e < 2 * kd; e++) k[e] = rndf();
+                rec_encode((uint8_t *)h->chunks[i][c] + r * q->record_bytes, q->fmt, h->p.n_head_kv, h->p.head_dim, k, v);
+            }
+        free(k);
+    }
+}
+static int pools_equal(const hpools *a, const hpools *b) {
+    for (int i = 0; i < BE_N_POOLS; i++) {
+        const be_kv_pool *q = &a->p.pool[i];
+        size_t bytes = ((size_t)1 << q->chunk_shift) * (size_t)q->layers * q->record_bytes;
+        for (int c = 0; c < q->n_chunks; c++)
+            if (memcmp(a->chunks[i][c], b->chunks[i][c], bytes)) return 0;
+    }
+    return 1;
+}
+static void pools_copy(hpools *dst, const hpools *src) {
+    for (int i = 0; i < BE_N_POOLS; i++) {
+        const be_kv_pool *q = &src->p.pool[i];
+        size_t bytes = ((size_t)1 << q->chunk_shift) * (size_t)q->layers * q->record_bytes;
+        for (int c = 0; c < q->n_chunks; c++) memcpy(dst->chunks[i][c], src->chunks[i][c], bytes);
+    }
+}
+
+/* A batch like kv_step_end's: demotions T0 -> T1 / T2, promotions into the T0 slots they free,
+ * staging T1/T2 -> STAGE, with runs of consecutive slots. */
+static int make_moves(be_move *mv, int slots_per_pool) {
+    int n = 0;
+    for (int s = 0; s < 8; s++) mv[n++] = (be_move){BE_SLOT(BE_T0, 3 + s), BE_SLOT(BE_T1, 10 + s)};   /* a run */
+    mv[n++] = (be_move){BE_SLOT(BE_T0, 20), BE_SLOT(BE_T2, 5)};                                       /* quantise */
+    mv[n++] = (be_move){BE_SLOT(BE_T1, 40), BE_SLOT(BE_T0, 3)};   /* promoted into a slot just demoted */
+    mv[n++] = (be_move){BE_SLOT(BE_T2, 9), BE_SLOT(BE_T0, 20)};   /* dequantised into a freed slot */
+    for (int s = 0; s < 6; s++) mv[n++] = (be_move){BE_SLOT(BE_T1, 50 + 2 * s), BE_SLOT(BE_STAGE, s)}; /* scattered */
+    for (int k = 0; k < 10; k++) {
+        int a = 64 + (int)(rnd() % (unsigned)(slots_per_pool - 64)), b = 64 + (int)(rnd() % (unsigned)(slots_per_pool - 64));
+        mv[n++] = (be_move){BE_SLOT(BE_T1, a), BE_SLOT(BE_T2, b)};
+    }
+    return n;
+}
+
+TEST(cuda_host_moves) {
+    const be_kv_fmt fmts[4] = {BE_KV_F16, BE_KV_F16, BE_KV_Q8_HEAD, BE_KV_F16};
+    hpools a, b;
+    hpools_init(&a, 3, 2, 64, fmts, 5, 4), hpools_init(&b, 3, 2, 64, fmts, 5, 4);
+    fill_pools_random(&a);
+    pools_copy(&b, &a);
+    be_move mv[64];
+    int n = make_moves(mv, 128);
+    /* the random T1 -> T2 tail may pick a destination twice; keep the first */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (mv[j].dst == mv[i].dst) { mv[i] = mv[--n]; i--; break; }
+    cu_move_run runs[64];
+    uint64_t ws[3 * 64];
+    for (int layer = 0; layer < 3; layer++) {
+        for (int i = 0; i < n; i++) host_move(&a.p, mv[i].src, mv[i].dst, layer);
+        int nr = cu_plan_moves(&b.p, mv, n, layer, runs, ws);
+        REQUIRE(nr > 0 && nr < n);
+        int total = 0, phase_ok = 1, ordered = 1;
+        for (int r = 0; r < nr; r++) {
+            total += (int)runs[r].n;
+            if (r && runs[r].phase < runs[r - 1].phase) ordered = 0;
+            /* the promotion into T0 slot 3 reads nothing another move writes, but writes what the
+             * first demotion reads: it must come in a later phase */
+            if (runs[r].dst == (uint64_t)(uintptr_t)be_kv_record(&b.p, BE_SLOT(BE_T0, 3), layer) && runs[r].phase == 0) phase_ok = 0;
+        }
+        CHECK(total == n);
+        CHECK(phase_ok && ordered);
+        CHECK(runs[0].n == 8 && runs[0].same); /* the eight consecutive demotions are one run */
+        host_runs(runs, nr, &b.p);
+        CHECKF(pools_equal(&a, &b), "layer %d: runs by phase differ from the moves in list order", layer);
+    }
+    /* a swap cannot run in place */
+    be_move sw[2] = {{BE_SLOT(BE_T0, 1), BE_SLOT(BE_T1, 1)}, {BE_SLOT(BE_T1, 1), BE_SLOT(BE_T0, 1)}};
+    CHECK(cu_plan_moves(&b.p, sw, 2, 0, runs, ws) == -1);
+    hpools_free(&a), hpools_free(&b);
+}
+
+TEST(cuda_host_tables) {
+    enum { NT = 5, NKV = 3, KS = 300 };
+    int32_t s0[200], s1[100];
+    uint8_t k0[NKV * KS];
+    for (int i = 0; i < 200; i++) s0[i] = (int32_t)rnd();
+    for (int i = 0; i < 100; i++) s1[i] = (int32_t)rnd();
+    for (int i = 0; i < NKV * KS; i++) k0[i] = (uint8_t)(rnd() & 1);
+    /* rows 0..2: one sequence in prefill (n_pos 150, 151, 152 sharing s0 and k0); rows 3, 4: another
+     * sequence without a mask, and row 4 again sequence 0 */
+    const int32_t *slots[NT] = {s0, s0, s0, s1, s0};
+    const uint8_t *keep[NT] = {k0, k0, k0, NULL, k0};
+    int n_pos[NT] = {150, 151, 152, 100, 180};
+    cu_tok_info tok[NT];
+    cu_piece pieces[1 + NT * (1 + NKV)];
+    const void *uptr[NT];
+    int ulen[NT], uoff[NT];
+    cu_tables_ws ws = {uptr, ulen, uoff};
+    cu_tables_plan plan;
+    cu_plan_tables(NT, slots, n_pos, keep, KS, NKV, tok, pieces, ws, &plan);
+    CHECK(plan.bytes <= cu_tables_bound(NT, 200, NKV));
+    CHECK(plan.n_pieces == 1 + 2 + NKV); /* tok, two slot tables, one mask of NKV rows */
+    uint8_t *img = calloc(1, plan.bytes);
+    for (int i = 0; i < plan.n_pieces; i++) {
+        REQUIRE(pieces[i].dst + pieces[i].bytes <= plan.bytes);
+        memcpy(img + pieces[i].dst, pieces[i].src, pieces[i].bytes);
+    }
+    const cu_tok_info *ti = (const cu_tok_info *)(img + plan.tok_off);
+    const int32_t *sl = (const int32_t *)(img + plan.slots_off);
+    const uint8_t *kp = img + plan.keep_off;
+    int bad = 0;
+    for (int t = 0; t < NT; t++) {
+        if (ti[t].n_pos != n_pos[t]) bad++;
+        for (int j = 0; j < n_pos[t]; j++) {
+            if (sl[ti[t].slot_off + j] != slots[t][j]) bad++;
+            for (int g = 0; g < NKV; g++) {
+                int want = keep[t] ? keep[t][g * KS + j] : 1;
+                int got = ti[t].keep_off < 0 ? 1 : kp[ti[t].keep_off + g * ti[t].keep_stride + j];
+                if (want != got) bad++;
+            }
+        }
+    }
+    CHECKF(bad == 0, "%d table entries differ in the image", bad);
+    CHECK(ti[0].slot_off == ti[4].slot_off && ti[3].keep_off == -1);
+    free(img);
+}
+
+TEST(cuda_host_ring) {
+    cu_ring_pos r;
+    cu_ring_init(&r, 4096, 4);
+    CHECK(r.seg == 1024 && r.cap == 4096);
+    int recorded[4] = {0}, bad = 0, entered_n = 0;
+    for (int i = 0; i < 2000; i++) {
+        size_t bytes = 1 + rnd() % 700, align = (size_t)1 << (rnd() % 9);
+        int left, entered;
+        int cur = r.cur;
+        size_t at = cu_ring_take(&r, bytes, align, &left, &entered);
+        if (at % align || at / r.seg != (at + bytes - 1) / r.seg || at + bytes > r.cap) bad++;
+        if (left >= 0) {
+            if (left != cur || entered != (cur + 1) % 4) bad++;
+            recorded[left] = 1;
+            entered_n++;
+            /* every segment but the very first lap's is re-entered only after it was left */
+            if (entered_n > 3 && !recorded[entered]) bad++;
+        } else if (entered != -1 || at / r.seg != (size_t)cur) bad++;
+    }
+    CHECK(bad == 0);
+    CHECK(entered_n > 4);
+}
+
+/* ====================================================================================== GPU === */
+
+#ifndef TKV_CUDA
+#define GPU_OR_SKIP() SKIP("built without CUDA (make cuda)")
+#else
+static be_backend *g_be;
+static char g_why[512];
+static be_backend *gpu(void) {
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        be_params p = {.name = "cuda", .device = 0};
+        if (cuda_backend_open(&p, &g_be, g_why, sizeof g_why)) g_be = NULL;
+        else printf("    cuda: %s\n", g_be->ops->describe(g_be));
+    }
+    return g_be;
+}
+#define GPU_OR_SKIP()                  \
+    be_backend *B = gpu();             \
+    if (!B) SKIP(g_why);               \
+    const be_ops *O = B->ops;          \
+    (void)O
+#endif
+
+#ifdef TKV_CUDA
+static void *dalloc(be_backend *B, size_t bytes, be_mem mem) {
+    char e[256];
+    void *p = B->ops->alloc(B, bytes, mem, e, sizeof e);
+    if (!p) { fprintf(stderr, "alloc: %s\n", e); abort(); }
+    return p;
+}
+static void poison(be_backend *B, void *d, size_t bytes) {
+    uint8_t *h = malloc(bytes);
+    memset(h, 0xff, bytes); /* NaN in every float */
+    B->ops->upload(B, d, h, bytes);
+    free(h);
+}
+static void fetch(be_backend *B, void *host, const void *d, size_t bytes) {
+    const void *r = B->ops->read(B, d, bytes, host);
+    if (r != host) memcpy(host, r, bytes);
+}
+static double rel_err(const float *out, const double *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(out[i])) return INFINITY;
+        num += (out[i] - ref[i]) * (out[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+static void rand_vec(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = rndf() * scale;
+}
+#define REPORT(op, err, bound)                                                      \
+    do {                                                                            \
+        printf("    %-34s rel err %.3g (bound %.0e)\n", op, (err), (double)(bound)); \
+        CHECKF((err) <= (bound), "%s: %g", op, (err));                              \
+    } while (0)
+#endif
+
+TEST(cuda_matmul) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    const int64_t n_ins[] = {256, 3584}, n_out = 67, toks[] = {1, 3, 8, 11};
+    for (int ti = 0; ti < N_TYPES; ti++)
+        for (int li = 0; li < 2; li++)
+            for (int tk = 0; tk < 4; tk++) {
+                /* two outputs of one activation: of two types (two launches), or of one (one launch) */
+                uint32_t t = TYPES[ti], t2 = tk == 1 ? t : TYPES[(ti + 3) % N_TYPES];
+                int64_t n_in = n_ins[li], nt = toks[tk];
+                size_t rb, rb2;
+                uint8_t *f1 = rand_file_rows(t, n_in, n_out, &rb), *f2 = rand_file_rows(t2, n_in, n_out + 5, &rb2);
+                be_mat m1 = {f1, t, n_in, n_out}, m2 = {f2, t2, n_in, n_out + 5};
+                char e[256];
+                REQUIRE(O->prepare_weight(B, &m1, BE_W_MATMUL, e, sizeof e) == 0);
+                REQUIRE(O->prepare_weight(B, &m2, BE_W_MATMUL, e, sizeof e) == 0);
+                float *x = malloc((size_t)(nt * n_in) * 4);
+                rand_vec(x, (size_t)(nt * n_in), 1.0f);
+                float *dx = dalloc(B, (size_t)(nt * n_in) * 4, BE_MEM_DEVICE);
+                int64_t ys = n_out + 5 + 7; /* a stride wider than the rows */
+                float *dy1 = dalloc(B, (size_t)(nt * ys) * 4, BE_MEM_DEVICE), *dy2 = dalloc(B, (size_t)(nt * ys) * 4, BE_MEM_DEVICE);
+                O->upload(B, dx, x, (size_t)(nt * n_in) * 4);
+                poison(B, dy1, (size_t)(nt * ys) * 4), poison(B, dy2, (size_t)(nt * ys) * 4);
+                be_mm_out outs[2] = {{&m1, dy1, ys}, {&m2, dy2, ys}};
+                O->matmul(B, outs, 2, n_in, dx, nt, NULL);
+                float *y = malloc((size_t)(nt * ys) * 4), *deq = malloc((size_t)n_in * 4);
+                double *ref = malloc((size_t)(nt * (n_out + 5)) * 8);
+                float *got = malloc((size_t)(nt * (n_out + 5)) * 4);
+                for (int which = 0; which < 2; which++) {
+                    uint32_t tt = which ? t2 : t;
+                    int64_t no = which ? n_out + 5 : n_out;
+                    const uint8_t *f = which ? f2 : f1;
+                    fetch(B, y, which ? dy2 : dy1, (size_t)(nt * ys) * 4);
+                    for (int64_t r = 0; r < no; r++) {
+                        cpu_ops_for(tt, CPU_ISA_GENERIC)->dequant_row(f + (size_t)r * (which ? rb2 : rb), deq, n_in);
+                        for (int64_t q = 0; q < nt; q++) {
+                            double s = 0;
+                            for (int64_t k = 0; k < n_in; k++) s += (double)deq[k] * x[q * n_in + k];
+                            ref[q * no + r] = s;
+                            got[q * no + r] = y[q * ys + r];
+                        }
+                    }
+                    char name[64];
+                    snprintf(name, sizeof name, "matmul %s n_in %lld x%lld", tname(tt), (long long)n_in, (long long)nt);
+                    double err = rel_err(got, ref, (size_t)(nt * no));
+                    if (tk == 0 || err > 1e-5) REPORT(name, err, 1e-5);
+                }
+                free(y), free(deq), free(ref), free(got), free(x), free(f1), free(f2);
+                O->free(B, dx, BE_MEM_DEVICE), O->free(B, dy1, BE_MEM_DEVICE), O->free(B, dy2, BE_MEM_DEVICE);
+            }
+    /* a type the backend does not run fails with its name */
+    uint8_t dummy[176 * 2] = {0};
+    be_mat m5 = {dummy, 13 /* Q5_K */, 256, 2};
+    char e[256] = "";
+    CHECK(O->prepare_weight(B, &m5, BE_W_MATMUL, e, sizeof e) != 0);
+    CHECK(strstr(e, "Q5_K") && strstr(e, "not supported by the CUDA backend"));
+#endif
+}
+
+TEST(cuda_embed) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t t = TYPES[ti];
+        int64_t n_in = 768, V = 40;
+        size_t rb;
+        uint8_t *f = rand_file_rows(t, n_in, V, &rb);
+        be_mat m = {f, t, n_in, V};
+        char e[256];
+        REQUIRE(O->prepare_weight(B, &m, BE_W_EMBED_AND_OUTPUT, e, sizeof e) == 0);
+        int32_t tok[5] = {0, 39, 7, 7, 21};
+        float *dx = dalloc(B, 5 * (size_t)n_in * 4, BE_MEM_DEVICE), *x = malloc(5 * (size_t)n_in * 4), *ref = malloc((size_t)n_in * 4);
+        poison(B, dx, 5 * (size_t)n_in * 4);
+        O->embed(B, &m, tok, 5, dx);
+        fetch(B, x, dx, 5 * (size_t)n_in * 4);
+        int bad = 0;
+        for (int i = 0; i < 5; i++) {
+            cpu_ops_for(t, CPU_ISA_GENERIC)->dequant_row(f + (size_t)tok[i] * rb, ref, n_in);
+            for (int64_t k = 0; k < n_in; k++) bad += tkv_f32_bits(x[i * n_in + k]) != tkv_f32_bits(ref[k]);
+        }
+        CHECKF(bad == 0, "embed %s: %d elements differ from the dequantisation", tname(t), bad);
+        free(f), free(x), free(ref);
+        O->free(B, dx, BE_MEM_DEVICE);
+    }
+    printf("    embed: all types bit-exact with the generic dequantisation\n");
+#endif
+}
+
+TEST(cuda_dense_ops) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    const int rows = 5, n = 3584 + 64;
+    size_t N = (size_t)rows * n;
+    float *x = malloc(N * 4), *y = malloc(N * 4), *w = malloc((size_t)n * 4), *out = malloc(N * 4);
+    double *ref = malloc(N * 8);
+    float *dx = dalloc(B, N * 4, BE_MEM_DEVICE), *dy = dalloc(B, N * 4, BE_MEM_DEVICE);
+    float *dw = dalloc(B, (size_t)n * 4, BE_MEM_DEVICE);
+    /* rmsnorm */
+    rand_vec(x, N, 3.0f), rand_vec(w, (size_t)n, 1.5f);
+    O->upload(B, dx, x, N * 4), O->upload(B, dw, w, (size_t)n * 4), poison(B, dy, N * 4);
+    O->rmsnorm(B, dy, dx, dw, rows, n, 1e-6f);
+    fetch(B, out, dy, N * 4);
+    for (int r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)x[r * n + i] * x[r * n + i];
+        float sc = 1.0f / sqrtf((float)(ss / n) + 1e-6f);
+        for (int i = 0; i < n; i++) ref[r * n + i] = (x[r * n + i] * sc) * w[i];
+    }
+    REPORT("rmsnorm", rel_err(out, ref, N), 1e-6);
+    /* add_bias, add */
+    rand_vec(x, N, 1.0f), rand_vec(y, N, 1.0f), rand_vec(w, (size_t)n, 1.0f);
+    O->upload(B, dx, x, N * 4), O->upload(B, dy, y, N * 4), O->upload(B, dw, w, (size_t)n * 4);
+    O->add_bias(B, dy, dw, rows, n);
+    O->add(B, dy, dx, (int64_t)N);
+    fetch(B, out, dy, N * 4);
+    for (size_t i = 0; i < N; i++) ref[i] = (double)(y[i] + w[i % n]) + x[i];
+    REPORT("add_bias + add", rel_err(out, ref, N), 1e-7);
+    /* rope, both pair styles, positions up to 40000 */
+    for (int neox = 0; neox < 2; neox++) {
+        int hd = 128, heads = 7, nr = 4, pos[4] = {0, 17, 4095, 40000};
+        size_t M = (size_t)nr * heads * hd;
+        rand_vec(x, M, 2.0f);
+        O->upload(B, dx, x, M * 4);
+        O->rope(B, dx, nr, heads, hd, pos, 10000.0f, 1.0f, neox);
+        fetch(B, out, dx, M * 4);
+        float s = powf(10000.0f, -2.0f / (float)hd);
+        for (int t = 0; t < nr; t++)
+            for (int h = 0; h < heads; h++) {
+                float theta = (float)pos[t];
+                for (int i = 0; i < hd / 2; i++) {
+                    float th = theta * 1.0f, co = cosf(th), si = sinf(th);
+                    int a = neox ? i : 2 * i, b = neox ? i + hd / 2 : 2 * i + 1;
+                    size_t o = ((size_t)t * heads + h) * hd;
+                    ref[o + a] = x[o + a] * co - x[o + b] * si;
+                    ref[o + b] = x[o + a] * si + x[o + b] * co;
+                    theta *= s;
+                }
+            }
+        REPORT(neox ? "rope (neox)" : "rope (adjacent pairs)", rel_err(out, ref, M), 1e-6);
+    }
+    /* swiglu against the generic op */
+    rand_vec(x, N, 8.0f), rand_vec(y, N, 2.0f);
+    O->upload(B, dx, x, N * 4), O->upload(B, dy, y, N * 4);
+    O->swiglu(B, dx, dy, (int64_t)N);
+    fetch(B, out, dx, N * 4);
+    float *g = malloc(N * 4);
+    memcpy(g, x, N * 4);
+    cpu_f32_ops_for(CPU_ISA_GENERIC)->swiglu(g, y, (int64_t)N);
+    for (size_t i = 0; i < N; i++) ref[i] = g[i];
+    REPORT("swiglu", rel_err(out, ref, N), 1e-6);
+    free(g);
+    /* gather_rows */
+    rand_vec(x, N, 1.0f);
+    O->upload(B, dx, x, N * 4), poison(B, dy, N * 4);
+    int rws[3] = {4, 0, 4};
+    O->gather_rows(B, dy, dx, rws, 3, n);
+    fetch(B, out, dy, (size_t)3 * n * 4);
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < n; k++) ref[i * n + k] = x[rws[i] * n + k];
+    REPORT("gather_rows", rel_err(out, ref, (size_t)3 * n), 0);
+    O->free(B, dx, BE_MEM_DEVICE), O->free(B, dy, BE_MEM_DEVICE), O->free(B, dw, BE_MEM_DEVICE);
+    free(x), free(y), free(w), free(out), free(ref);
+#endif
+}
+
+#ifdef TKV_CUDA
+/* Pools on the backend: T0 device, T1 pinned, T2 pinned (or pageable host memory, as a KV module may
+ * keep it), STAGE device with 2 layers. */
+typedef struct {
+    be_kv_pools p;
+    void *chunks[BE_N_POOLS][16];
+} dpools;
+static void dpools_init(be_backend *B, dpools *d, int n_layer, int nkv, int hd, const be_kv_fmt fmt[4], int shift,
+                        int n_chunks, int t2_host) {
+    memset(d, 0, sizeof *d);
+    d->p.n_layer = n_layer, d->p.n_head_kv = nkv, d->p.head_dim = hd;
+    const be_mem mem[4] = {BE_MEM_DEVICE, BE_MEM_PINNED, t2_host ? BE_MEM_HOST : BE_MEM_PINNED, BE_MEM_DEVICE};
+    for (int i = 0; i < BE_N_POOLS; i++) {
+        be_kv_pool *q = &d->p.pool[i];
+        q->fmt = fmt[i], q->mem = mem[i], q->layers = i == BE_STAGE ? 2 : n_layer, q->chunk_shift = shift;
+        q->n_chunks = n_chunks, q->chunks = d->chunks[i];
+        q->record_bytes = be_kv_record_bytes(fmt[i], nkv, hd);
+        for (int c = 0; c < n_chunks; c++)
+            d->chunks[i][c] = dalloc(B, ((size_t)1 << shift) * (size_t)q->layers * q->record_bytes, mem[i]);
+    }
+}
+static void dpools_free(be_backend *B, dpools *d) {
+    for (int i = 0; i < BE_N_POOLS; i++)
+        for (int c = 0; c < d->p.pool[i].n_chunks; c++) B->ops->free(B, d->chunks[i][c], d->p.pool[i].mem);
+}
+/* host truth: the decoded values of (tier, slot, layer) */
+typedef struct {
+    float *v; /* [tier][slot][layer][2 * kv_dim] */
+    int slots, layers, kd;
+} truth;
+static float *tr_at(truth *t, int32_t ref, int layer) {
+    return t->v + (((size_t)BE_SLOT_TIER(ref) * t->slots + BE_SLOT_IDX(ref)) * t->layers + layer) * 2 * t->kd;
+}
+/* writes random K/V rows into refs through kv_write and records the decoded values */
+static void write_random(be_backend *B, dpools *d, truth *tr, const int32_t *refs, int n, int layer, float *dk, float *dv) {
+    int kd = d->p.n_head_kv * d->p.head_dim;
+    float *k = malloc((size_t)n * kd * 4), *v = malloc((size_t)n * kd * 4);
+    rand_vec(k, (size_t)n * kd, 2.0f), rand_vec(v, (size_t)n * kd, 1.0f);
+    if (n > 1) memset(k + kd, 0, (size_t)kd * 4); /* an all-zero row: Q8 scale 0 */
+    B->ops->upload(B, dk, k, (size_t)n * kd * 4), B->ops->upload(B, dv, v, (size_t)n * kd * 4);
+    B->ops->kv_write(B, &d->p, layer, refs, n, dk, dv);
+    uint8_t *rec = malloc(rec_bytes(BE_KV_F32, d->p.n_head_kv, d->p.head_dim));
+    for (int i = 0; i < n; i++) {
+        be_kv_fmt f = d->p.pool[BE_SLOT_TIER(refs[i])].fmt;
+        rec_encode(rec, f, d->p.n_head_kv, d->p.head_dim, k + (size_t)i * kd, v + (size_t)i * kd);
+        float *t = tr_at(tr, refs[i], layer);
+        rec_decode(rec, f, d->p.n_head_kv, d->p.head_dim, t, t + kd);
+    }
+    free(rec), free(k), free(v);
+}
+#endif
+
+TEST(cuda_kv_write_read_moves) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    const int nkv = 4, hd = 128, kd = nkv * hd, L = 2, shift = 7, nch = 2, S = nch << shift;
+    const be_kv_fmt fmts[4] = {BE_KV_F16, BE_KV_F16, BE_KV_Q8_HEAD, BE_KV_F16};
+    const be_kv_fmt fmts32[4] = {BE_KV_F32, BE_KV_F32, BE_KV_Q8_HEAD, BE_KV_F32};
+    /* variants: f16 tiers, f32 tiers, f16 tiers with T2 in pageable host memory */
+    for (int variant = 0; variant < 3; variant++) {
+        dpools d;
+        dpools_init(B, &d, L, nkv, hd, variant == 1 ? fmts32 : fmts, shift, nch, variant == 2);
+        truth tr = {calloc((size_t)4 * S * L * 2 * kd, 4), S, L, kd};
+        float *dk = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE), *dv = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE);
+        int32_t *refs = malloc((size_t)S * 4);
+        for (int layer = 0; layer < L; layer++)
+            for (int tier = 0; tier < 4; tier++) {
+                int slots = tier == BE_STAGE && layer ? 0 : S; /* STAGE has 2 layers: layer 1 written below */
+                for (int s = 0; s < slots; s++) refs[s] = BE_SLOT(tier, s);
+                if (!slots) continue;
+                if (tier == BE_T2 && variant == 2) { /* kv_write does not reach pageable memory: the host encodes */
+                    int32_t one;
+                    float *kk = malloc((size_t)kd * 8);
+                    for (int s = 0; s < S; s++) {
+                        one = BE_SLOT(BE_T2, s);
+                        rand_vec(kk, 2 * (size_t)kd, 1.5f);
+                        rec_encode(be_kv_record(&d.p, one, layer), BE_KV_Q8_HEAD, nkv, hd, kk, kk + kd);
+                        float *t = tr_at(&tr, one, layer);
+                        rec_decode(be_kv_record(&d.p, one, layer), BE_KV_Q8_HEAD, nkv, hd, t, t + kd);
+                    }
+                    free(kk);
+                    continue;
+                }
+                write_random(B, &d, &tr, refs, slots, layer, dk, dv);
+            }
+        /* kv_read gives back exactly what the pool format holds */
+        float *k = malloc((size_t)S * kd * 4), *v = malloc((size_t)S * kd * 4);
+        int bad = 0;
+        for (int tier = 0; tier < 3; tier++) {
+            for (int s = 0; s < S; s++) refs[s] = BE_SLOT(tier, (s * 37) % S);
+            B->ops->kv_read(B, &d.p, 1, refs, S, k, v);
+            for (int s = 0; s < S; s++) {
+                const float *t = tr_at(&tr, refs[s], 1);
+                bad += memcmp(k + (size_t)s * kd, t, (size_t)kd * 4) != 0;
+                bad += memcmp(v + (size_t)s * kd, t + kd, (size_t)kd * 4) != 0;
+            }
+        }
+        static const char *vname[3] = {"f16", "f32", "f16, T2 pageable"};
+        CHECKF(bad == 0, "kv_write/kv_read (%s): %d rows differ from the host codec", vname[variant], bad);
+        /* moves: a long run for the copy engine, scattered records, conversions, a freed T0 slot reused */
+        be_move mv[200];
+        int n = 0;
+        for (int s = 0; s < 100; s++) mv[n++] = (be_move){BE_SLOT(BE_T0, s), BE_SLOT(BE_T1, 128 + s)}; /* 200 KB+ run */
+        mv[n++] = (be_move){BE_SLOT(BE_T0, 110), BE_SLOT(BE_T2, 3)};
+        mv[n++] = (be_move){BE_SLOT(BE_T1, 5), BE_SLOT(BE_T0, 0)}; /* into a slot demoted above */
+        mv[n++] = (be_move){BE_SLOT(BE_T2, 50), BE_SLOT(BE_T0, 110)};
+        mv[n++] = (be_move){BE_SLOT(BE_T1, 60), BE_SLOT(BE_T2, 61)};
+        for (int s = 0; s < 20; s++) mv[n++] = (be_move){BE_SLOT(s % 2 ? BE_T1 : BE_T2, 200 + 2 * s), BE_SLOT(BE_STAGE, s)};
+        for (int layer = 0; layer < L; layer++) {
+            /* host truth in list order (reads before writes: the moves of one call see the old values) */
+            truth old = {malloc((size_t)4 * S * L * 2 * kd * 4), S, L, kd};
+            memcpy(old.v, tr.v, (size_t)4 * S * L * 2 * kd * 4);
+            uint8_t *rec = malloc(rec_bytes(BE_KV_F32, nkv, hd));
+            for (int i = 0; i < n; i++) {
+                be_kv_fmt fd = d.p.pool[BE_SLOT_TIER(mv[i].dst)].fmt;
+                const float *s = tr_at(&old, mv[i].src, layer);
+                float *t = tr_at(&tr, mv[i].dst, BE_SLOT_TIER(mv[i].dst) == BE_STAGE ? layer % 2 : layer);
+                rec_encode(rec, fd, nkv, hd, s, s + kd);
+                rec_decode(rec, fd, nkv, hd, t, t + kd);
+            }
+            free(rec), free(old.v);
+            B->ops->copy_moves(B, &d.p, mv, n, layer);
+            B->ops->copy_wait(B, layer);
+            bad = 0;
+            for (int i = 0; i < n; i++) {
+                B->ops->kv_read(B, &d.p, layer, &mv[i].dst, 1, k, v);
+                const float *t = tr_at(&tr, mv[i].dst, BE_SLOT_TIER(mv[i].dst) == BE_STAGE ? layer % 2 : layer);
+                bad += memcmp(k, t, (size_t)kd * 4) != 0 || memcmp(v, t + kd, (size_t)kd * 4) != 0;
+            }
+            CHECKF(bad == 0, "copy_moves layer %d (%s): %d records differ from the moves in list order", layer,
+                   vname[variant], bad);
+        }
+        printf("    kv_write/kv_read/copy_moves (%s T0/T1/STAGE, Q8 T2): exact against the host codec\n", vname[variant]);
+        free(k), free(v), free(refs), free(tr.v);
+        B->ops->free(B, dk, BE_MEM_DEVICE), B->ops->free(B, dv, BE_MEM_DEVICE);
+        dpools_free(B, &d);
+    }
+#endif
+}
+
+#ifdef TKV_CUDA
+/* Reference attention over host truth: positions in order, masked/evicted/out-of-tier skipped. */
+static void ref_attention(truth *tr, const be_attn *a, double *o, double *mass, double *pm, double *pl) {
+    int G = a->n_head / a->n_head_kv, hd = a->head_dim;
+    unsigned tiers = a->tiers ? a->tiers : 0xfu;
+    for (int t = 0; t < a->n_tok; t++) {
+        int np = a->n_pos[t];
+        double *s = malloc((size_t)(np > 0 ? np : 1) * 8);
+        for (int h = 0; h < a->n_head; h++) {
+            int g = h / G;
+            const float *q = a->q + ((size_t)t * a->n_head + h) * hd; /* host copy of q */
+            double m = -INFINITY;
+            for (int j = 0; j < np; j++) {
+                int32_t r = a->slots[t][j];
+                int ok = r != BE_SLOT_NONE && ((tiers >> BE_SLOT_TIER(r)) & 1u) && (!a->keep || !a->keep[t] || a->keep[t][g * a->keep_stride + j]);
+                if (!ok) { s[j] = -INFINITY; continue; }
+                const float *kv = tr_at(tr, r, BE_SLOT_TIER(r) == BE_STAGE ? a->layer % 2 : a->layer);
+                double d = 0;
+                for (int e = 0; e < hd; e++) d += (double)q[e] * kv[g * hd + e];
+                s[j] = d * a->scale;
+                if (s[j] > m) m = s[j];
+            }
+            double l = 0;
+            for (int j = 0; j < np; j++) s[j] = s[j] == -INFINITY ? 0 : exp(s[j] - m), l += s[j];
+            double *oo = o + ((size_t)t * a->n_head + h) * hd;
+            for (int e = 0; e < hd; e++) oo[e] = 0;
+            for (int j = 0; j < np; j++) {
+                if (s[j] == 0) continue;
+                int32_t r = a->slots[t][j];
+                const float *kv = tr_at(tr, r, BE_SLOT_TIER(r) == BE_STAGE ? a->layer % 2 : a->layer) + tr->kd;
+                for (int e = 0; e < hd; e++) oo[e] += s[j] * kv[g * hd + e];
+            }
+            double norm = pm ? 1.0 : (l > 0 ? 1.0 / l : 0);
+            for (int e = 0; e < hd; e++) oo[e] *= norm;
+            if (pm) pm[(size_t)t * a->n_head + h] = m, pl[(size_t)t * a->n_head + h] = l;
+            if (mass)
+                for (int j = 0; j < np; j++) {
+                    double w = s[j] * norm;
+                    if (a->mass_mode == BE_MASS_HEADS) mass[((size_t)t * a->n_head + h) * a->mass_stride + j] = w;
+                    else mass[(size_t)t * a->mass_stride + j] += w;
+                }
+        }
+        free(s);
+    }
+}
+#endif
+
+TEST(cuda_attention) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    const struct { int n_head, nkv, hd; } shapes[] = {{28, 4, 128}, {14, 2, 64}, {40, 2, 128}, {8, 8, 32}};
+    for (int si = 0; si < 4; si++) {
+        const int H = shapes[si].n_head, nkv = shapes[si].nkv, hd = shapes[si].hd, kd = nkv * hd;
+        const int L = 3, shift = 8, nch = 3, S = nch << shift, layer = 1;
+        const be_kv_fmt fmts[4] = {BE_KV_F16, BE_KV_F16, BE_KV_Q8_HEAD, BE_KV_F16};
+        dpools d;
+        dpools_init(B, &d, L, nkv, hd, fmts, shift, nch, 0);
+        truth tr = {calloc((size_t)4 * S * L * 2 * kd, 4), S, L, kd};
+        float *dk = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE), *dv = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE);
+        int32_t *refs = malloc((size_t)S * 4);
+        for (int tier = 0; tier < 4; tier++) {
+            for (int s = 0; s < S; s++) refs[s] = BE_SLOT(tier, s);
+            write_random(B, &d, &tr, refs, S, tier == BE_STAGE ? layer % 2 : layer, dk, dv);
+        }
+        /* three rows: sequence A decoding at 700 positions, sequence B in prefill at 300 and 301 */
+        enum { NT = 3 };
+        const int P = 701;
+        int32_t *ta = malloc(P * 4), *tb = malloc(P * 4);
+        for (int j = 0; j < P; j++) {
+            int r = (int)(rnd() % 10);
+            int tier = r < 5 ? BE_T0 : r < 7 ? BE_T1 : r < 8 ? BE_T2 : r < 9 ? BE_STAGE : -1;
+            ta[j] = tier < 0 ? BE_SLOT_NONE : BE_SLOT(tier, (j * 7 + si) % S);
+            tb[j] = BE_SLOT(j % 3 == 0 ? BE_T1 : BE_T0, (j * 13 + 5) % S);
+        }
+        uint8_t *keep = malloc((size_t)nkv * P);
+        for (int i = 0; i < nkv * P; i++) keep[i] = rnd() % 8 != 0;
+        const int32_t *slots[NT] = {ta, tb, tb};
+        const uint8_t *keeps[NT] = {keep, NULL, NULL};
+        int n_pos[NT] = {700, 300, 301};
+        size_t QN = (size_t)NT * H * hd;
+        float *q = malloc(QN * 4), *o = malloc(QN * 4);
+        rand_vec(q, QN, 1.0f);
+        float *dq = dalloc(B, QN * 4, BE_MEM_DEVICE), *dout = dalloc(B, QN * 4, BE_MEM_DEVICE);
+        O->upload(B, dq, q, QN * 4);
+        size_t scratch_b = O->attention_scratch(B, NT, P, H, hd);
+        void *scratch = dalloc(B, scratch_b, BE_MEM_DEVICE);
+        const int MS = 720;
+        size_t MN = (size_t)NT * H * MS;
+        float *dmass = dalloc(B, MN * 4, BE_MEM_PINNED), *mass = malloc(MN * 4);
+        double *ref = calloc(QN, 8), *mref = calloc(MN, 8);
+        float *got_mass = malloc(MN * 4);
+        double *mref_c = malloc(MN * 8);
+        for (int mode = BE_MASS_HEADS; mode <= BE_MASS_SUM; mode++) {
+            be_attn a = {.n_tok = NT, .layer = layer, .n_head = H, .n_head_kv = nkv, .head_dim = hd,
+                         .scale = 1.0f / sqrtf((float)hd), .q = dq, .o = dout, .pools = &d.p, .slots = slots,
+                         .n_pos = n_pos, .keep = keeps, .keep_stride = P, .mass_mode = mode, .mass = dmass,
+                         .mass_stride = MS, .tables_gen = 0};
+            poison(B, dout, QN * 4), poison(B, dmass, MN * 4);
+            O->attention(B, &a, scratch);
+            fetch(B, o, dout, QN * 4);
+            fetch(B, mass, dmass, MN * 4);
+            be_attn ah = a;
+            ah.q = q;
+            memset(mref, 0, MN * 8);
+            ref_attention(&tr, &ah, ref, mref, NULL, NULL);
+            char name[80];
+            snprintf(name, sizeof name, "attention %d/%d heads, hd %d", H, nkv, hd);
+            if (mode == BE_MASS_HEADS) REPORT(name, rel_err(o, ref, QN), 1e-5);
+            /* the masses of positions < n_pos */
+            size_t nm = 0;
+            int mh = mode == BE_MASS_HEADS ? H : 1;
+            for (int t = 0; t < NT; t++)
+                for (int h = 0; h < mh; h++)
+                    for (int j = 0; j < n_pos[t]; j++) {
+                        got_mass[nm] = mass[((size_t)t * mh + h) * MS + j];
+                        mref_c[nm++] = mref[((size_t)t * mh + h) * MS + j];
+                    }
+            REPORT(mode == BE_MASS_HEADS ? "  mass per head" : "  mass summed over heads", rel_err(got_mass, mref_c, nm), 1e-5);
+        }
+        /* the tiers do not change the bits: every T1 position copied to T0 slot-for-slot gives the same o */
+        {
+            be_attn a = {.n_tok = NT, .layer = layer, .n_head = H, .n_head_kv = nkv, .head_dim = hd,
+                         .scale = 1.0f / sqrtf((float)hd), .q = dq, .o = dout, .pools = &d.p, .slots = slots,
+                         .n_pos = n_pos, .keep = keeps, .keep_stride = P, .mass_mode = BE_MASS_NONE, .tables_gen = 7};
+            O->attention(B, &a, scratch);
+            float *o1 = malloc(QN * 4), *o2 = malloc(QN * 4);
+            fetch(B, o1, dout, QN * 4);
+            /* the same tables_gen: the device copy of the tables is reused */
+            poison(B, dout, QN * 4);
+            O->attention(B, &a, scratch);
+            fetch(B, o2, dout, QN * 4);
+            CHECK(memcmp(o1, o2, QN * 4) == 0);
+            /* the T1 records (pinned) copied slot for slot into a second pool in device memory, and
+             * the T1 references read from there: the same f16 bits from another memory */
+            dpools d2;
+            dpools_init(B, &d2, L, nkv, hd, fmts, shift, nch, 0);
+            be_move *mv = malloc((size_t)S * sizeof *mv);
+            for (int s = 0; s < S; s++) mv[s] = (be_move){BE_SLOT(BE_T1, s), BE_SLOT(BE_T0, s)};
+            be_kv_pools cross = d.p; /* T1 = d's pinned T1, T0 = d2's device T0 */
+            cross.pool[BE_T0] = d2.p.pool[BE_T0];
+            O->copy_moves(B, &cross, mv, S, layer);
+            O->copy_wait(B, layer);
+            be_kv_pools moved = d.p;
+            moved.pool[BE_T1] = d2.p.pool[BE_T0];
+            moved.pool[BE_T1].layers = L;
+            a.pools = &moved;
+            a.tables_gen = 0;
+            poison(B, dout, QN * 4);
+            O->attention(B, &a, scratch);
+            fetch(B, o2, dout, QN * 4);
+            CHECKF(memcmp(o1, o2, QN * 4) == 0, "%s", "T1 rows read from device memory instead of pinned memory changed the result");
+            free(o1), free(o2), free(mv);
+            dpools_free(B, &d2);
+        }
+        /* split: T0 on one side, T1 + T2 + STAGE on the other, merged; against full */
+        {
+            float *p_o[2], *p_m[2], *p_l[2], *p_mass[2];
+            for (int k = 0; k < 2; k++) {
+                p_o[k] = dalloc(B, QN * 4, BE_MEM_DEVICE);
+                p_m[k] = dalloc(B, (size_t)NT * H * 4, k ? BE_MEM_PINNED : BE_MEM_DEVICE);
+                p_l[k] = dalloc(B, (size_t)NT * H * 4, k ? BE_MEM_PINNED : BE_MEM_DEVICE);
+                p_mass[k] = dalloc(B, MN * 4, BE_MEM_DEVICE);
+                poison(B, p_o[k], QN * 4), poison(B, p_mass[k], MN * 4);
+            }
+            be_attn_part parts[2];
+            for (int k = 0; k < 2; k++) {
+                parts[k] = (be_attn_part){p_o[k], p_m[k], p_l[k], p_mass[k]};
+                be_attn a = {.n_tok = NT, .layer = layer, .n_head = H, .n_head_kv = nkv, .head_dim = hd,
+                             .scale = 1.0f / sqrtf((float)hd), .q = dq, .o = NULL, .pools = &d.p, .slots = slots,
+                             .n_pos = n_pos, .keep = keeps, .keep_stride = P, .mass_mode = BE_MASS_HEADS,
+                             .mass_stride = MS, .tables_gen = 9, .tiers = k ? (1u << BE_T1) | (1u << BE_T2) | (1u << BE_STAGE) : 1u << BE_T0,
+                             .part = &parts[k]};
+                O->attention(B, &a, scratch);
+            }
+            /* one part's partial results against the reference restricted to its tiers */
+            float *pm = malloc((size_t)NT * H * 4), *pl = malloc((size_t)NT * H * 4);
+            double *rpm = malloc((size_t)NT * H * 8), *rpl = malloc((size_t)NT * H * 8);
+            fetch(B, o, p_o[1], QN * 4);
+            fetch(B, pm, p_m[1], (size_t)NT * H * 4), fetch(B, pl, p_l[1], (size_t)NT * H * 4);
+            be_attn ah = {.n_tok = NT, .layer = layer, .n_head = H, .n_head_kv = nkv, .head_dim = hd,
+                          .scale = 1.0f / sqrtf((float)hd), .q = q, .slots = slots, .n_pos = n_pos, .keep = keeps,
+                          .keep_stride = P, .tiers = (1u << BE_T1) | (1u << BE_T2) | (1u << BE_STAGE)};
+            ref_attention(&tr, &ah, ref, NULL, rpm, rpl);
+            /* the part's o is unnormalised relative to its own m: compare o / l */
+            for (size_t i = 0; i < QN; i++) {
+                size_t th = i / (size_t)hd;
+                o[i] = pl[th] > 0 ? o[i] / pl[th] : 0;
+                ref[i] = rpl[th] > 0 ? ref[i] / rpl[th] : 0;
+            }
+            REPORT("  split part (T1+T2+STAGE) o / l", rel_err(o, ref, QN), 1e-5);
+            int bad_m = 0;
+            for (int i = 0; i < NT * H; i++) bad_m += rpl[i] > 0 && fabs(pm[i] - rpm[i]) > 1e-5 * (1 + fabs(rpm[i]));
+            CHECK(bad_m == 0);
+            poison(B, dout, QN * 4);
+            O->attention_merge(B, dout, parts, 2, NT, H, hd, H, MS, n_pos);
+            fetch(B, o, dout, QN * 4);
+            be_attn af = ah;
+            af.tiers = 0;
+            af.mass_mode = BE_MASS_HEADS;
+            af.mass_stride = MS;
+            memset(mref, 0, MN * 8);
+            ref_attention(&tr, &af, ref, mref, NULL, NULL);
+            REPORT("  split + merge vs full", rel_err(o, ref, QN), 1e-5);
+            /* merged masses: part 0's plus part 1's equal full attention's */
+            float *m0 = malloc(MN * 4), *m1 = malloc(MN * 4);
+            fetch(B, m0, p_mass[0], MN * 4), fetch(B, m1, p_mass[1], MN * 4);
+            size_t nm = 0;
+            for (int t = 0; t < NT; t++)
+                for (int h = 0; h < H; h++)
+                    for (int j = 0; j < n_pos[t]; j++) {
+                        size_t at = ((size_t)t * H + h) * MS + j;
+                        got_mass[nm] = m0[at] + m1[at];
+                        mref_c[nm++] = mref[at];
+                    }
+            REPORT("  split masses (per head) vs full", rel_err(got_mass, mref_c, nm), 1e-5);
+            free(m0), free(m1), free(pm), free(pl), free(rpm), free(rpl);
+            for (int k = 0; k < 2; k++) {
+                O->free(B, p_o[k], BE_MEM_DEVICE), O->free(B, p_mass[k], BE_MEM_DEVICE);
+                O->free(B, p_m[k], k ? BE_MEM_PINNED : BE_MEM_DEVICE), O->free(B, p_l[k], k ? BE_MEM_PINNED : BE_MEM_DEVICE);
+            }
+        }
+        free(ta), free(tb), free(keep), free(q), free(o), free(mass), free(ref), free(mref), free(got_mass), free(mref_c);
+        free(refs), free(tr.v);
+        O->free(B, dq, BE_MEM_DEVICE), O->free(B, dout, BE_MEM_DEVICE), O->free(B, scratch, BE_MEM_DEVICE);
+        O->free(B, dmass, BE_MEM_PINNED), O->free(B, dk, BE_MEM_DEVICE), O->free(B, dv, BE_MEM_DEVICE);
+        dpools_free(B, &d);
+    }
+#endif
+}
