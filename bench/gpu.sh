@@ -21,8 +21,8 @@
 #   STAGED_FLAG   staged attention (T1 rows copied to HBM)  (default "--staged")
 #   SPLIT_FLAG    split attention (T1 part where it lies)   (default "--split")
 #   DEPTH_FLAG    bench: prefill the context as generated, unprotected tokens, so the hierarchy has
-#                 something to tier at depth (default empty: prompt tokens stay in T0, noted per row)
-#   PAR_DEPTH_FLAG bench: run --parallel 8 at each depth (default empty: batch 8 at a 128-token prompt)
+#                 something to tier at depth (default "--depth-generated")
+#   PAR_DEPTH_FLAG bench: run --parallel 8 at each depth (default "--parallel-depth")
 # Other knobs: BUDGET (280 s), MODELS, DEPTHS, RATIOS, NGEN, PARALLEL (8; 0: no batched run), WORK
 # (scratch for model files), TOKSHAPE and GREEDY (the token check's model and steps). A dry run of
 # the control flow on a CPU machine: BACKEND_FLAG="--threads 2" MODELS=qwen2.5-0.5b:Q8_0 DEPTHS=32
@@ -37,8 +37,8 @@ BIN=build-cuda/tierkv
 BACKEND_FLAG=${BACKEND_FLAG:---backend cuda}
 STAGED_FLAG=${STAGED_FLAG:---staged}
 SPLIT_FLAG=${SPLIT_FLAG:---split}
-DEPTH_FLAG=${DEPTH_FLAG:-}
-PAR_DEPTH_FLAG=${PAR_DEPTH_FLAG:-}
+DEPTH_FLAG=${DEPTH_FLAG:---depth-generated}
+PAR_DEPTH_FLAG=${PAR_DEPTH_FLAG:---parallel-depth}
 MODELS=${MODELS:-"r1-distill-qwen-7b:BF16 r1-distill-qwen-7b:Q8_0 r1-distill-qwen-14b:Q8_0 r1-distill-qwen-14b:BF16"}
 DEPTHS=${DEPTHS:-"2048 8192 32768"}
 RATIOS=${RATIOS:-"0.3 0.5 0.7"}

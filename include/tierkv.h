@@ -193,6 +193,12 @@ int tkv_policy_shares_prefix(tkv_policy p);
  * token's logits, or with all_logits every token's (n x n_vocab). */
 int tkv_prefill(tkv_session *s, int seq, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
                 size_t errlen);
+/* The same with flags: TKV_PREFILL_GENERATED appends the tokens as if they had been generated (not
+ * protected as a prompt, scored, tiered like a chain of thought): benchmarks and replays build long
+ * reasoning contexts with it in chunks instead of one decode step per token. */
+enum { TKV_PREFILL_GENERATED = 1 };
+int tkv_prefill_ex(tkv_session *s, int seq, const int32_t *tokens, int n, int flags, float *logits, int all_logits,
+                   char *err, size_t errlen);
 /* One decode step of n sequences at once: tokens[i] appended to seqs[i] (distinct); logits
  * [n x n_vocab] receives each one's next-token logits, the same as decoding it alone. */
 int tkv_decode(tkv_session *s, const int *seqs, const int32_t *tokens, int n, float *logits, char *err,

@@ -29,6 +29,9 @@ static void usage(FILE *out) {
             "  -d, --depths LIST    context depths, comma-separated (default 0,1024,4096)\n"
             "      --parallel N     also time N sequences decoding together (aggregate tok/s)\n"
             "      --reps N         repetitions; the median is reported (default 3)\n"
+            "      --depth-generated  the context of each depth is appended as generated tokens (scored and\n"
+            "                       tiered like a chain of thought) instead of a protected prompt\n"
+            "      --parallel-depth run the --parallel sequences at each depth (default: once, at a 128-token prompt)\n"
             "      --json           JSON lines instead of CSV\n"
             "      --stats-json FILE write the KV statistics (total and per sequence) as JSON at the end\n"
             "      --membw          also measure memory read bandwidth on the bench threads and print\n"
@@ -116,7 +119,7 @@ int cmd_bench(int argc, char **argv) {
     common_opts c;
     common_opts_default(&c);
     long n_prompt = 512, n_gen = 32, reps = 3, parallel = 0;
-    int depths[MAX_DEPTHS] = {0, 1024, 4096}, n_depths = 3, json = 0, membw = 0;
+    int depths[MAX_DEPTHS] = {0, 1024, 4096}, n_depths = 3, json = 0, membw = 0, depth_gen = 0, par_depth = 0;
     const char *stats_json = NULL;
     char err[512];
     for (int i = 1; i < argc; i++) {
@@ -127,6 +130,8 @@ int cmd_bench(int argc, char **argv) {
         if (r > 0) continue;
         if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--membw")) { membw = 1; continue; }
+        if (!strcmp(a, "--depth-generated")) { depth_gen = 1; continue; }
+        if (!strcmp(a, "--parallel-depth")) { par_depth = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "tierkv bench: unknown flag or missing value: %s\n", a); usage(stderr); return 2; }
         const char *v = argv[++i];
         if (!strcmp(a, "--stats-json")) stats_json = v;
@@ -155,6 +160,8 @@ int cmd_bench(int argc, char **argv) {
     for (int k = 0; k < n_depths; k++) if (depths[k] > max_depth) max_depth = depths[k];
     long need = max_depth + (n_prompt > n_gen * reps ? n_prompt : n_gen * reps) + 1;
     if (parallel > 1 && need < PAR_PROMPT + n_gen + 1) need = PAR_PROMPT + n_gen + 1; /* tokens the parallel run reads */
+    if (parallel > 1 && par_depth && need < max_depth + n_gen + 2) need = max_depth + n_gen + 2;
+    int dflags = depth_gen ? TKV_PREFILL_GENERATED : 0;
     if (c.ctx_given && need > c.sp.max_ctx) {
         fprintf(stderr, "tierkv bench: the runs need %ld positions, more than --ctx %d\n", need, c.sp.max_ctx);
         return 1;
@@ -194,7 +201,7 @@ int cmd_bench(int argc, char **argv) {
         if (n_prompt > 0) {
             for (int r = 0; r < reps; r++) {
                 if (reopen(e, &seqs[0], (int)need, d + (int)n_prompt, err, sizeof err)) goto fail;
-                if (d > 0 && tkv_prefill(e, seqs[0], toks, d, NULL, 0, err, sizeof err)) goto fail;
+                if (d > 0 && tkv_prefill_ex(e, seqs[0], toks, d, dflags, NULL, 0, err, sizeof err)) goto fail;
                 double t0 = tkv_now_s();
                 if (tkv_prefill(e, seqs[0], toks + d, (int)n_prompt, logits, 0, err, sizeof err)) goto fail;
                 samples[r] = n_prompt / (tkv_now_s() - t0);
@@ -207,8 +214,8 @@ int cmd_bench(int argc, char **argv) {
             /* the context is prefilled once; the repetitions then decode one after another, so
              * repetition r starts at depth d + 1 + r*n_gen (a small drift, against re-prefilling
              * thousands of tokens per repetition) */
-            if (reopen(e, &seqs[0], (int)need, d, err, sizeof err)) goto fail;
-            if (d > 0 && tkv_prefill(e, seqs[0], toks, d, NULL, 0, err, sizeof err)) goto fail;
+            if (reopen(e, &seqs[0], (int)need, depth_gen ? 0 : d, err, sizeof err)) goto fail;
+            if (d > 0 && tkv_prefill_ex(e, seqs[0], toks, d, dflags, NULL, 0, err, sizeof err)) goto fail;
             int at = d;
             /* one untimed step warms caches and the thread pool */
             if (tkv_decode(e, &seqs[0], &toks[at++], 1, logits, err, sizeof err)) goto fail;
@@ -223,13 +230,14 @@ int cmd_bench(int argc, char **argv) {
             report(json, name, d, (int)n_gen, 1, median(samples, (int)reps), &c, info.kernels);
         }
     }
-    if (parallel > 1 && n_gen > 0) {
-        /* every sequence gets a short prompt, then all decode together */
-        int pl = PAR_PROMPT;
+    for (int k = 0; parallel > 1 && n_gen > 0 && k < (par_depth ? n_depths : 1); k++) {
+        /* every sequence gets its context (a short prompt, or each depth), then all decode together */
+        int pl = par_depth ? (depths[k] > 0 ? depths[k] : 1) : PAR_PROMPT;
+        int pflags = par_depth ? dflags : 0;
         for (int r = 0; r < reps; r++) {
             for (int q = 0; q < n_seq; q++) {
-                if (reopen(e, &seqs[q], pl + (int)n_gen + 1, pl, err, sizeof err)) goto fail;
-                if (tkv_prefill(e, seqs[q], toks, pl, NULL, 0, err, sizeof err)) goto fail;
+                if (reopen(e, &seqs[q], pl + (int)n_gen + 1, pflags ? 0 : pl, err, sizeof err)) goto fail;
+                if (tkv_prefill_ex(e, seqs[q], toks, pl, pflags, NULL, 0, err, sizeof err)) goto fail;
             }
             double t0 = tkv_now_s();
             for (int g = 0; g < n_gen; g++) {

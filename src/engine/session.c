@@ -124,6 +124,11 @@ int tkv_seq_share_prefix(tkv_session *s, int src, int dst, int n, char *err, siz
 
 int tkv_prefill(tkv_session *s, int seq, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
                 size_t errlen) {
+    return tkv_prefill_ex(s, seq, tokens, n, 0, logits, all_logits, err, errlen);
+}
+
+int tkv_prefill_ex(tkv_session *s, int seq, const int32_t *tokens, int n, int flags, float *logits, int all_logits,
+                   char *err, size_t errlen) {
     if (!live(s, seq)) return tkv_errf(err, errlen, "sequence %d is not open", seq);
     if (n < 1) return tkv_errf(err, errlen, "empty prompt");
     int base = kv_seq_len(s->kv, seq);
@@ -137,7 +142,7 @@ int tkv_prefill(tkv_session *s, int seq, const int32_t *tokens, int n, float *lo
             s->tok[t] = tokens[i0 + t];
             s->seq[t] = seq;
             s->pos[t] = base + i0 + t;
-            s->prompt[t] = 1;
+            s->prompt[t] = !(flags & TKV_PREFILL_GENERATED);
             s->want[t] = logits && (all_logits || (last_chunk && t == nb - 1));
         }
         float *dst = logits ? (all_logits ? logits + (size_t)i0 * V : logits) : NULL;

@@ -1,7 +1,7 @@
 /* kv_pool.c — the mechanism under the hierarchy: one pool of slots per tier (T0, T1, T2, and the
  * layer-less STAGE scratch), shared by every sequence of the cache. A pool grows by whole chunks of
  * 1 << KV_CHUNK_SHIFT slots taken from the backend (device memory for T0 and STAGE, pinned host
- * memory for T1, host memory for T2); a shared T0 budget is allocated whole at init and never grows.
+ * memory for T1 and T2); a shared T0 budget is allocated whole at init and never grows.
  * Slots are handed out lowest id first from a free stack (deterministic); each slot counts its
  * holders (sequences), so a prompt prefix can be held once by several sequences.
  * Knows nothing about scores, budgets or policies. */
@@ -19,7 +19,7 @@ static void tier_layout(const kv_cache *kv, int t, be_kv_fmt *fmt, be_mem *mem, 
     switch (t) {
     case BE_T0: *fmt = exact, *mem = BE_MEM_DEVICE, *layers = kv->o.n_layer; break;
     case BE_T1: *fmt = exact, *mem = BE_MEM_PINNED, *layers = kv->o.n_layer; break;
-    case BE_T2: *fmt = BE_KV_Q8_HEAD, *mem = BE_MEM_HOST, *layers = kv->o.n_layer; break;
+    case BE_T2: *fmt = BE_KV_Q8_HEAD, *mem = BE_MEM_PINNED, *layers = kv->o.n_layer; break; /* a GPU quantises into it */
     default: *fmt = exact, *mem = BE_MEM_DEVICE, *layers = 1; break; /* STAGE: one layer at a time */
     }
 }
