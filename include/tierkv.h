@@ -153,8 +153,11 @@ typedef struct {
     int f16;                   /* T0/T1 element type: 1 fp16 (default), 0 f32 */
     int t0_tokens;             /* T0 tokens per sequence (absolute, as R-KV and SnapKV budgets are
                                   given); 0: not given */
-    int protect_prompt;        /* baselines: the prompt is kept outside their budget, as our policies
-                                  keep it; 0: as published (the prompt counts in the budget) */
+    int protect_prompt;        /* baselines: the prompt is never evicted, as our policies keep it (the
+                                  method's budget is what is left of it beside the prompt); 0: as
+                                  published (the method may drop prompt tokens) */
+    const char *t2_codec;      /* T2: "q8h" (NULL, the default: int8, a scale per token and head),
+                                  "q8b", "q8bh" (keys in blocks of 32, rotated), "q4bh" (4 bits) */
 } tkv_kv_params;
 void tkv_kv_params_default(tkv_kv_params *p);
 
@@ -222,6 +225,8 @@ typedef struct {
     int64_t shared_tokens;      /* prefix tokens held once for several sequences */
     int64_t shared_bytes_saved; /* bytes those would take if every sequence held its own copy */
     int live_seqs;
+    double t0_share_mean;       /* the share of its length a sequence held in T0, averaged over its
+                                   decode steps (the T0 share actually held, beside the one asked) */
 } tkv_stats;
 /* seq >= 0: that live sequence since it opened; seq < 0: the session (live and closed sequences). */
 int tkv_stats_get(const tkv_session *s, int seq, tkv_stats *out, char *err, size_t errlen);

@@ -37,6 +37,7 @@ static void to_params(const kv_options *k, tkv_kv_params *p) {
     p->staged = k->staged;
     p->sync_transfers = k->sync_transfers;
     p->f16 = k->f16;
+    p->t2_codec = be_kv_t2_name(k->t2_fmt);
 }
 
 int te_open(const char *path, const te_options *o, te_engine **out, char *err, size_t errlen) {

@@ -8,6 +8,7 @@
 #include "base/half.h"
 #include "kv/kv.h"
 #include "backend/cpu/kv_codec.h"
+#include "backend/cpu/kvq.h"
 #include "kv/baselines.h"
 #include "kv/kv_policy.h"
 #include "t.h"
@@ -638,4 +639,61 @@ TEST(kv_bl_topk_matches_rank_rule) {
         }
         REQUIRE(memcmp(keep, want, sizeof keep) == 0);
     }
+}
+
+/* Every T2 codec through the cache: tokens demoted to T2 read back (dequantised, then rounded to the
+ * cache's element type) within the codec's stated bound (kvq_error_bound, plus one fp16 rounding of
+ * an f16 cache); the bytes per token follow the format's record size. */
+TEST(kv_t2_codecs_in_cache) {
+    static const char *const names[] = {"q8h", "q8b", "q8bh", "q4bh"};
+    for (int f16 = 0; f16 < 2; f16++)
+        for (int c = 0; c < 4; c++) {
+            kv_options o;
+            shape(&o, 2, 4, 2, 32, 1, 120);
+            o.f16 = f16;
+            o.policy = KV_POLICY_QUANT;
+            o.hbm_ratio = 0.2; o.sinks = 2; o.window = 4; o.delta = 3; o.sync_transfers = 1;
+            REQUIRE(be_kv_t2_parse(names[c], &o.t2_fmt) == 0);
+            char err[256];
+            kv_cache *kv = kv_open_all(&o, err, sizeof err);
+            REQUIRE(kv);
+            float *att = calloc((size_t)o.n_head * o.n_ctx, sizeof(float));
+            uint64_t rng = 17;
+            for (int p = 0; p < 100; p++) {
+                REQUIRE(kv_append(kv, 0, p, p < 8, err, sizeof err) == 0);
+                write_token(kv, &o, 0, p);
+                observe_all(kv, &o, 0, p, att, &rng);
+                if (p >= 8) kv_step_end(kv, 0);
+            }
+            REQUIRE(kv_check(kv, err, sizeof err) == 0);
+            int kd = o.n_head_kv * o.head_dim, in_t2 = 0, bad = 0;
+            kvq_codec kc = KVQ_Q8H, vcod = KVQ_Q8H;
+            int ki, vi;
+            if (be_kv_fmt_codecs(o.t2_fmt, &ki, &vi)) kc = (kvq_codec)ki, vcod = (kvq_codec)vi;
+            for (int l = 0; l < o.n_layer; l++) {
+                kv_view v;
+                kv_view_layer(kv, 0, l, &v);
+                for (int p = 0; p < v.n; p++) {
+                    if (kv_token_tier(kv, 0, p) != 2) continue;
+                    in_t2 += l == 0;
+                    for (int w = 0; w < 2; w++) {
+                        /* T2 encodes what T0 held: an f16 cache's rows rounded once (<= amax/2048 each),
+                         * and the staged row is rounded to fp16 again */
+                        float x[256], x16[256];
+                        double amax = 0;
+                        for (int d = 0; d < kd; d++) {
+                            x[d] = val(0, l, p, w, d), amax = fmax(amax, fabsf(x[d]));
+                            x16[d] = f16 ? tkv_f16_to_f32(tkv_f32_to_f16(x[d])) : x[d];
+                        }
+                        double bound = kvq_error_bound(w ? vcod : kc, x16, o.n_head_kv, o.head_dim) * (1 + 1e-4) +
+                                       (f16 ? amax / 1024 : 0) + 1e-30;
+                        for (int d = 0; d < kd; d++) bad += fabs((double)vget(&v, w, p, d) - x[d]) > bound;
+                    }
+                }
+            }
+            CHECKF(in_t2 > 50 && bad == 0, "%s f16 %d: %d tokens in T2, %d values out of bound", names[c], f16, in_t2, bad);
+            CHECK(kv_token_bytes(kv, 2) == o.n_layer * (int64_t)be_kv_record_bytes(o.t2_fmt, o.n_head_kv, o.head_dim));
+            free(att);
+            kv_free(kv);
+        }
 }

@@ -54,7 +54,7 @@ int kv_flags_parse(tkv_kv_params *o, int argc, char **argv, int *i, char *err, s
     const char *a = argv[*i];
     if (strncmp(a, "--", 2) != 0) return 0;
     static const char *with_value[] = {"--policy", "--hbm-ratio", "--hbm-budget", "--t2-ratio", "--evict-ratio",
-                                       "--delta", "--sinks", "--window", "--kv-type", "--t0-tokens"};
+                                       "--delta", "--sinks", "--window", "--kv-type", "--t0-tokens", "--t2-codec"};
     char name[32];
     const char *eq = strchr(a, '='), *val = NULL;
     size_t len = eq ? (size_t)(eq - a) : strlen(a);
@@ -82,6 +82,12 @@ int kv_flags_parse(tkv_kv_params *o, int argc, char **argv, int *i, char *err, s
         if (tkv_policy_parse(val, &p))
             return tkv_errf(err, errlen, "--policy wants full, hierarchy, evict, quant, streaming, h2o, rkv or snapkv, got '%s'", val);
         o->policy = p;
+        return 1;
+    }
+    if (!strcmp(name, "--t2-codec")) {
+        if (strcmp(val, "q8h") && strcmp(val, "q8b") && strcmp(val, "q8bh") && strcmp(val, "q4bh"))
+            return tkv_errf(err, errlen, "--t2-codec wants q8h, q8b, q8bh or q4bh, got '%s'", val);
+        o->t2_codec = val;
         return 1;
     }
     if (!strcmp(name, "--kv-type")) {
@@ -118,6 +124,8 @@ const char *kv_flags_usage(void) {
            "      --t0-tokens N       T0 tokens per sequence (as R-KV and SnapKV budgets are given)\n"
            "      --t2-ratio R        int8 host tier share of the length (policy hierarchy)\n"
            "      --evict-ratio R     evicted share at most (hierarchy, quant)\n"
+           "      --t2-codec C        T2 codec: q8h (default: int8, a scale per token and head), q8b (keys in\n"
+           "                          blocks of 32), q8bh (keys rotated, then blocks), q4bh (4 bits)\n"
            "      --delta N           re-tier every N decode steps (64)\n"
            "      --sinks N           protected first tokens (4)\n"
            "      --window N          protected last tokens (64)\n"

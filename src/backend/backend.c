@@ -5,22 +5,70 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kvq.h"
 #include "base/err.h"
 #ifdef TKV_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
 
-size_t be_kv_record_bytes(be_kv_fmt fmt, int n_head_kv, int head_dim) {
-    size_t kd = (size_t)n_head_kv * (size_t)head_dim;
+/* The key and value codecs of the kvq formats. */
+static int codecs_of(be_kv_fmt fmt, kvq_codec *k, kvq_codec *v) {
     switch (fmt) {
-    case BE_KV_F32: return 2 * kd * sizeof(float);
-    case BE_KV_F16: return 2 * kd * sizeof(uint16_t);
-    case BE_KV_Q8_HEAD: return 2 * kd + 2 * (size_t)n_head_kv * sizeof(float);
+    case BE_KV_Q8B: *k = KVQ_Q8B, *v = KVQ_Q8H; return 1;
+    case BE_KV_Q8BH: *k = KVQ_Q8BH, *v = KVQ_Q8H; return 1;
+    case BE_KV_Q4BH: *k = KVQ_Q4BH, *v = KVQ_Q4B; return 1;
     default: return 0;
     }
 }
 
+size_t be_kv_record_bytes(be_kv_fmt fmt, int n_head_kv, int head_dim) {
+    size_t kd = (size_t)n_head_kv * (size_t)head_dim;
+    kvq_codec kc, vc;
+    switch (fmt) {
+    case BE_KV_F32: return 2 * kd * sizeof(float);
+    case BE_KV_F16: return 2 * kd * sizeof(uint16_t);
+    case BE_KV_Q8_HEAD: return 2 * kd + 2 * (size_t)n_head_kv * sizeof(float);
+    default:
+        if (!codecs_of(fmt, &kc, &vc)) return 0;
+        return kvq_row_bytes(kc, n_head_kv, head_dim) + kvq_row_bytes(vc, n_head_kv, head_dim);
+    }
+}
+
+size_t be_kv_k_record_bytes(be_kv_fmt fmt, int n_head_kv, int head_dim) {
+    kvq_codec kc, vc;
+    return codecs_of(fmt, &kc, &vc) ? kvq_row_bytes(kc, n_head_kv, head_dim) : 0;
+}
+
+int be_kv_fmt_codecs(be_kv_fmt fmt, int *k, int *v) {
+    kvq_codec kc, vc;
+    if (!codecs_of(fmt, &kc, &vc)) return 0;
+    *k = (int)kc, *v = (int)vc;
+    return 1;
+}
+
 int be_kv_fmt_exact(be_kv_fmt fmt) { return fmt == BE_KV_F32 || fmt == BE_KV_F16; }
+
+static const struct { be_kv_fmt fmt; const char *name; } t2_names[] = {
+    {BE_KV_Q8_HEAD, "q8h"}, {BE_KV_Q8B, "q8b"}, {BE_KV_Q8BH, "q8bh"}, {BE_KV_Q4BH, "q4bh"},
+};
+
+const char *be_kv_t2_name(be_kv_fmt fmt) {
+    for (size_t i = 0; i < sizeof t2_names / sizeof t2_names[0]; i++)
+        if (t2_names[i].fmt == fmt) return t2_names[i].name;
+    return "?";
+}
+
+int be_kv_t2_parse(const char *name, be_kv_fmt *out) {
+    for (size_t i = 0; name && i < sizeof t2_names / sizeof t2_names[0]; i++)
+        if (!strcmp(name, t2_names[i].name)) return *out = t2_names[i].fmt, 0;
+    return -1;
+}
+
+int be_kv_fmt_supported(be_kv_fmt fmt, int head_dim, char *err, size_t errlen) {
+    kvq_codec kc, vc;
+    if (!codecs_of(fmt, &kc, &vc)) return fmt < BE_KV_N_FMT ? 1 : (tkv_errf(err, errlen, "unknown KV format %d", (int)fmt), 0);
+    return kvq_supported(kc, head_dim, err, errlen) && kvq_supported(vc, head_dim, err, errlen);
+}
 
 int be_open(const be_params *p, be_backend **out, char *err, size_t errlen) {
     *out = NULL;

@@ -55,14 +55,27 @@ enum { BE_T0 = 0, BE_T1 = 1, BE_T2 = 2, BE_STAGE = 3, BE_N_POOLS = 4 };
 
 /* Record formats of one (token, layer): K then V, each kv_dim = n_head_kv * head_dim values.
  * Q8_HEAD: int8 K, int8 V, then f32 scales K[n_head_kv], V[n_head_kv] (one per head, symmetric,
- * round to nearest: |x - q*s| <= amax/254). More T2 codecs are added here as formats. */
-typedef enum { BE_KV_F32 = 0, BE_KV_F16 = 1, BE_KV_Q8_HEAD = 2, BE_KV_N_FMT } be_kv_fmt;
+ * round to nearest: |x - q*s| <= amax/254): the T2 codec "q8h".
+ * The other T2 formats are a K row record then a V row record of the codecs of
+ * src/backend/cpu/kvq.h (their bounds there): Q8B keys q8b (int8 in blocks of 32), Q8BH keys q8bh
+ * (a fixed Hadamard rotation per head, then q8b), both with values q8h (one scale per token and
+ * head); Q4BH keys q4bh and values q4b (4 bits in blocks of 32). */
+typedef enum { BE_KV_F32 = 0, BE_KV_F16 = 1, BE_KV_Q8_HEAD = 2, BE_KV_Q8B, BE_KV_Q8BH, BE_KV_Q4BH, BE_KV_N_FMT } be_kv_fmt;
 
 /* Bytes of one record of fmt (one token, one layer, K and V). */
 size_t be_kv_record_bytes(be_kv_fmt fmt, int n_head_kv, int head_dim);
 /* 1 when records of fmt hold exactly what the forward wrote (after the cache's element rounding):
  * the lossless tiers T0/T1 use such formats. */
 int be_kv_fmt_exact(be_kv_fmt fmt);
+/* The T2 formats by their codec names, "q8h", "q8b", "q8bh", "q4bh" (the keys' codec); parse
+ * returns -1 for another name; supported says why a head dim cannot be used (0 with a message). */
+const char *be_kv_t2_name(be_kv_fmt fmt);
+int be_kv_t2_parse(const char *name, be_kv_fmt *out);
+int be_kv_fmt_supported(be_kv_fmt fmt, int head_dim, char *err, size_t errlen);
+/* For the kvq formats: the bytes of the K part of a record (V follows), and the two codecs
+ * (kvq_codec values); 0 for the other formats. */
+size_t be_kv_k_record_bytes(be_kv_fmt fmt, int n_head_kv, int head_dim);
+int be_kv_fmt_codecs(be_kv_fmt fmt, int *k, int *v);
 
 typedef struct {
     be_kv_fmt fmt;

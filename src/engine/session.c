@@ -21,6 +21,13 @@ void tkv_kv_params_default(tkv_kv_params *p) {
     p->f16 = o.f16;
 }
 
+int engine_kv_options_checked(const tkv_kv_params *p, kv_options *o, char *err, size_t errlen) {
+    engine_kv_options(p, o);
+    if (p->t2_codec && be_kv_t2_parse(p->t2_codec, &o->t2_fmt))
+        return tkv_errf(err, errlen, "kv: unknown T2 codec '%s' (q8h, q8b, q8bh, q4bh)", p->t2_codec);
+    return 0;
+}
+
 void engine_kv_options(const tkv_kv_params *p, kv_options *o) {
     kv_options_default(o);
     o->policy = (kv_policy_kind)p->policy;
@@ -62,7 +69,7 @@ int tkv_session_open(tkv_model *m, const tkv_session_params *p, tkv_session **ou
     if (s->p.max_batch < p->max_seqs) s->p.max_batch = p->max_seqs;
     const model_config *c = &m->m->cfg;
     kv_options ko;
-    engine_kv_options(&p->kv, &ko);
+    if (engine_kv_options_checked(&p->kv, &ko, err, errlen)) { free(s); return TKV_ERR; }
     ko.n_layer = c->n_layer;
     ko.n_head = c->n_head;
     ko.n_head_kv = c->n_head_kv;

@@ -29,6 +29,7 @@ static void to_public(const kv_stats *k, tkv_stats *o) {
     o->shared_tokens = k->shared_tokens;
     o->shared_bytes_saved = k->shared_bytes_saved;
     o->live_seqs = k->live_seqs;
+    o->t0_share_mean = k->t0_share_mean;
 }
 
 int tkv_stats_get(const tkv_session *s, int seq, tkv_stats *out, char *err, size_t errlen) {
@@ -58,7 +59,7 @@ int tkv_plan(const tkv_shape *sh, const tkv_kv_params *kv, int batch, int ctx, i
              char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     kv_options o;
-    engine_kv_options(kv, &o);
+    if (engine_kv_options_checked(kv, &o, err, errlen)) return TKV_ERR;
     o.n_layer = sh->n_layer;
     o.n_head = sh->n_head;
     o.n_head_kv = sh->n_head_kv;

@@ -85,6 +85,11 @@ static int rec_from_json(const struct json_value *o, struct harness_rec *x) {
     x->evict_ratio = num_or(o, "evict_ratio", -1);
     const char *kt = json_get_str(o, "kv_type"); /* absent: written before f16 caches existed (f32) */
     x->kv_f16 = kt && !strcmp(kt, "f16");
+    const char *t2 = json_get_str(o, "t2_codec");
+    const struct json_value *pp = json_get(o, "protect_prompt");
+    snprintf(x->kv_extra, sizeof x->kv_extra, "%s/%d/%d/%d/%d/%d", t2 ? t2 : "q8h", (int)num_or(o, "t0_tokens", 0),
+             pp && pp->type == JSON_TRUE, (int)num_or(o, "window", 64), (int)num_or(o, "sinks", 4), (int)num_or(o, "delta", 64));
+    x->t0_share = num_or(kv, "t0_share", NAN);
     return 0;
 }
 
@@ -178,6 +183,24 @@ static int repair_tail(const char *path, FILE *warn, char *err, size_t errlen) {
     return rc;
 }
 
+/* The KV options that exist since results lines record them, written only when not the default,
+ * so older lines (which lack them) stay comparable: T2 codec, absolute tokens per sequence, the
+ * baselines' protected prompt, and window/sinks/delta when changed. */
+static void harness_out_kv_extra(struct json_out *j, const tkv_kv_params *kv) {
+    if (kv->t2_codec && strcmp(kv->t2_codec, "q8h")) json_out_key(j, "t2_codec"), json_out_str(j, kv->t2_codec);
+    if (kv->t0_tokens) json_out_key(j, "t0_tokens"), json_out_int(j, kv->t0_tokens);
+    if (kv->protect_prompt) json_out_key(j, "protect_prompt"), json_out_bool(j, 1);
+    if (kv->window != 64) json_out_key(j, "window"), json_out_int(j, kv->window);
+    if (kv->sinks != 4) json_out_key(j, "sinks"), json_out_int(j, kv->sinks);
+    if (kv->delta != 64) json_out_key(j, "delta"), json_out_int(j, kv->delta);
+}
+
+/* A line's form of the same options, to refuse mixing configurations in one results file. */
+static void kv_extra_key(const tkv_kv_params *kv, char *b, size_t n) {
+    snprintf(b, n, "%s/%d/%d/%d/%d/%d", kv->t2_codec && strcmp(kv->t2_codec, "q8h") ? kv->t2_codec : "q8h", kv->t0_tokens,
+             kv->protect_prompt, kv->window, kv->sinks, kv->delta);
+}
+
 /* ---- summaries ---- */
 
 void harness_summarize(const struct harness_results *r, char *const *ids, size_t n_ids, struct harness_summary *s) {
@@ -199,6 +222,7 @@ void harness_summarize(const struct harness_results *r, char *const *ids, size_t
         s->mean_peak_t0_bytes += x->peak_t0_bytes;
         s->mean_bytes_moved += x->bytes_moved;
         s->mean_evicted += x->tokens_evicted;
+        s->mean_t0_share += x->t0_share;
     }
     struct eval_summary es;
     eval_summarize(s->correct, s->n, &es);
@@ -211,6 +235,9 @@ void harness_summarize(const struct harness_results *r, char *const *ids, size_t
         s->mean_peak_t0_bytes /= k;
         s->mean_bytes_moved /= k;
         s->mean_evicted /= k;
+        s->mean_t0_share /= k;
+    } else {
+        s->mean_t0_share = NAN;
     }
 }
 
@@ -254,6 +281,7 @@ int harness_summary_write_json(const char *path, const struct harness_opts *o, c
     json_out_key(&j, "evict_ratio"), json_out_num(&j, o->sp.kv.evict_ratio);
     json_out_key(&j, "hbm_budget_bytes"), json_out_int(&j, (int64_t)o->sp.kv.hbm_budget_bytes);
     json_out_key(&j, "kv_type"), json_out_str(&j, o->sp.kv.f16 ? "f16" : "f32");
+    harness_out_kv_extra(&j, &o->sp.kv);
     json_out_key(&j, "max_tokens"), json_out_int(&j, o->max_tokens);
     json_out_key(&j, "parallel"), json_out_int(&j, o->parallel);
     json_out_key(&j, "n"), json_out_int(&j, s->n);
@@ -271,6 +299,7 @@ int harness_summary_write_json(const char *path, const struct harness_opts *o, c
     json_out_key(&j, "mean_peak_t0_bytes"), json_out_num(&j, s->mean_peak_t0_bytes);
     json_out_key(&j, "mean_bytes_moved"), json_out_num(&j, s->mean_bytes_moved);
     json_out_key(&j, "mean_evicted"), json_out_num(&j, s->mean_evicted);
+    json_out_key(&j, "mean_t0_share"), json_out_num(&j, s->mean_t0_share);
     json_out_key(&j, "run_problems"), json_out_int(&j, s->run_problems);
     json_out_key(&j, "run_tokens"), json_out_int(&j, s->run_tokens);
     json_out_key(&j, "run_seconds"), json_out_num(&j, s->run_seconds);
@@ -477,6 +506,7 @@ static int slot_finish(struct run *r, int k, int by_length, char *err, size_t er
     json_out_key(&j, "tokens_evicted"), json_out_int(&j, st.tokens_evicted);
     json_out_key(&j, "retiers"), json_out_int(&j, st.retiers);
     json_out_key(&j, "evicted_equiv"), json_out_num(&j, st.evicted_equiv);
+    json_out_key(&j, "t0_share"), json_out_num(&j, st.t0_share_mean);
     json_out_obj_end(&j);
     json_out_key(&j, "policy"), json_out_str(&j, tkv_policy_name(o->sp.kv.policy));
     json_out_key(&j, "hbm_ratio"), json_out_num(&j, o->sp.kv.hbm_ratio);
@@ -484,6 +514,7 @@ static int slot_finish(struct run *r, int k, int by_length, char *err, size_t er
     json_out_key(&j, "evict_ratio"), json_out_num(&j, o->sp.kv.evict_ratio);
     json_out_key(&j, "hbm_budget_bytes"), json_out_int(&j, (int64_t)o->sp.kv.hbm_budget_bytes);
     json_out_key(&j, "kv_type"), json_out_str(&j, o->sp.kv.f16 ? "f16" : "f32");
+    harness_out_kv_extra(&j, &o->sp.kv);
     json_out_key(&j, "max_tokens"), json_out_int(&j, o->max_tokens);
     json_out_key(&j, "build"), json_out_str(&j, tkv_build_commit());
     harness_sign(&j);
@@ -610,14 +641,16 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
     harness_results_sort(&res);
     for (size_t i = lo; i < hi; i++) {
         const struct harness_rec *x = harness_find(&res, set.items[i].id);
+        char extra[96];
+        kv_extra_key(&o->sp.kv, extra, sizeof extra);
         if (x && (strcmp(x->policy, tkv_policy_name(o->sp.kv.policy)) || x->max_tokens != o->max_tokens ||
                   x->hbm_ratio != o->sp.kv.hbm_ratio || x->t2_ratio != o->sp.kv.t2_ratio ||
-                  x->evict_ratio != o->sp.kv.evict_ratio || x->kv_f16 != o->sp.kv.f16)) {
+                  x->evict_ratio != o->sp.kv.evict_ratio || x->kv_f16 != o->sp.kv.f16 || strcmp(x->kv_extra, extra))) {
             tkv_errf(err, errlen,
                      "%s holds %s from another configuration (policy %s, max_tokens %d, hbm/t2/evict ratios %g/%g/%g, "
-                     "kv type %s); give another --out to keep both",
+                     "kv type %s, t2 codec/t0 tokens/protect/window/sinks/delta %s); give another --out to keep both",
                      o->out_path, x->id, x->policy, x->max_tokens, x->hbm_ratio, x->t2_ratio, x->evict_ratio,
-                     x->kv_f16 ? "f16" : "f32");
+                     x->kv_f16 ? "f16" : "f32", x->kv_extra);
             goto out;
         }
         if (x) r.done++, r.correct += (size_t)x->correct;

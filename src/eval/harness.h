@@ -55,6 +55,8 @@ struct harness_rec {
     int max_tokens;
     double hbm_ratio, t2_ratio, evict_ratio;
     int kv_f16;                 /* kv_type "f16" (absent: f32) */
+    char kv_extra[96];          /* the other KV options as written (t2 codec, t0 tokens, ...), one key */
+    double t0_share;            /* the T0 share held, mean over the problem's decode steps (NAN: not recorded) */
 };
 
 struct harness_results {
@@ -76,6 +78,7 @@ struct harness_summary {
     double mean_len, max_len;          /* generated tokens */
     double length_share;               /* share stopped by max_tokens */
     double mean_tier_tokens[4], mean_peak_t0_bytes, mean_bytes_moved, mean_evicted;
+    double mean_t0_share;              /* the T0 share held (NAN when no line recorded it) */
     long run_problems, run_tokens;     /* done by this invocation */
     double run_seconds;                /* its wall time in the decode loop */
 };

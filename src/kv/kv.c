@@ -378,6 +378,8 @@ void kv_batch_end(kv_cache *kv, const int *seqs, const uint8_t *is_prompt, int n
         decoded = 1;
         s->n_decode++;
         s->steps_since++;
+        s->t0_share_sum += (double)s->ntok[BE_T0] / (double)s->len;
+        s->t0_share_n++;
         if (kv->batch.active && kv->xfer && xfer_finished(kv->xfer)) kv_complete_batch(kv);
         kv_policy_step(kv, seqs[t]);
         if (!kv->ops->select || kv->mode == KV_B_SHARED) continue;

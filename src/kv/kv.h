@@ -64,6 +64,7 @@ typedef struct {
     int staged;                /* 1: T1 rows are copied to a staging area per layer before attention */
     int sync_transfers;        /* 1: moves run on the caller's thread (for debugging and tests) */
     int f16;                   /* 1 (default): T0/T1 rows are fp16; 0: f32 */
+    be_kv_fmt t2_fmt;          /* the T2 codec (default BE_KV_Q8_HEAD, "q8h") */
 } kv_options;
 
 /* Defaults: policy full, delta 64, sinks 4, window 64, ratios unset, async transfers, f16 rows. */
@@ -181,9 +182,12 @@ typedef struct {
     int64_t held_bytes;
     int64_t peak_held_bytes;
     int64_t limit_bytes;
+    double t0_share_mean;       /* the share of its length a sequence held in T0, averaged over its
+                                   decode steps (total: over the live sequences' steps) */
     int64_t shared_tokens;      /* positions whose slot another sequence holds too */
     int64_t shared_bytes_saved; /* T0 bytes those would take if each holder had its own copy */
     int live_seqs;
+    int64_t t0_steps;           /* the decode steps t0_share_mean averages over */
 } kv_stats;
 /* seq >= 0: a live sequence since it was added; seq < 0: the cache over its lifetime (live
  * sequences now, plus the counters of removed ones). */

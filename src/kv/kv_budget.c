@@ -27,13 +27,14 @@ void kv_options_default(kv_options *o) {
     o->sinks = 4;
     o->window = 64;
     o->f16 = 1; /* llama.cpp's default cache type; f32 on request */
+    o->t2_fmt = BE_KV_Q8_HEAD;
 }
 
 static int64_t elem_bytes(const kv_options *o) { return o->f16 ? (int64_t)sizeof(uint16_t) : (int64_t)sizeof(float); }
 
 static int64_t token_bytes_of(const kv_options *o, int tier) {
     if (tier == 3) return 0;
-    be_kv_fmt f = tier == 2 ? BE_KV_Q8_HEAD : o->f16 ? BE_KV_F16 : BE_KV_F32;
+    be_kv_fmt f = tier == 2 ? o->t2_fmt : o->f16 ? BE_KV_F16 : BE_KV_F32;
     return (int64_t)o->n_layer * (int64_t)be_kv_record_bytes(f, o->n_head_kv, o->head_dim);
 }
 
@@ -108,6 +109,11 @@ int kv_validate(const kv_options *o, const kv_policy_ops *ops, int *mode, int *s
     if ((int64_t)o->n_head_kv * o->head_dim > 8192)
         return tkv_errf(err, errlen, "kv: kv dimension %d x %d above 8192", o->n_head_kv, o->head_dim);
     if (!ops) return tkv_errf(err, errlen, "kv: unknown policy %d", (int)o->policy);
+    if (o->t2_fmt == BE_KV_F16 || o->t2_fmt == BE_KV_F32 || be_kv_record_bytes(o->t2_fmt, 1, o->head_dim) == 0)
+        return tkv_errf(err, errlen, "kv: T2 format %d is not a T2 codec", (int)o->t2_fmt);
+    char cerr[160];
+    if (ops->uses_t2 && !be_kv_fmt_supported(o->t2_fmt, o->head_dim, cerr, sizeof cerr))
+        return tkv_errf(err, errlen, "kv: T2 codec %s: %s", be_kv_t2_name(o->t2_fmt), cerr);
     int64_t tb = token_bytes_of(o, 0);
     int given = (o->hbm_ratio >= 0) + (o->hbm_budget_bytes > 0) + (o->t0_tokens > 0);
     if (o->t0_tokens < 0) return tkv_errf(err, errlen, "kv: a T0 budget of %d tokens", o->t0_tokens);

@@ -98,6 +98,8 @@ typedef struct {
     int keep_used;
     int64_t ntok[4];          /* tokens per tier */
     int64_t n_shared;         /* positions whose slot has other holders */
+    double t0_share_sum;      /* sum over decode steps of T0 tokens / length */
+    int64_t t0_share_n;
     /* re-tiering scratch, all [n_ctx] */
     uint8_t *prot, *target, *cur;
     int32_t *order, *scratch;

@@ -19,7 +19,7 @@ static void tier_layout(const kv_cache *kv, int t, be_kv_fmt *fmt, be_mem *mem, 
     switch (t) {
     case BE_T0: *fmt = exact, *mem = BE_MEM_DEVICE, *layers = kv->o.n_layer; break;
     case BE_T1: *fmt = exact, *mem = BE_MEM_PINNED, *layers = kv->o.n_layer; break;
-    case BE_T2: *fmt = BE_KV_Q8_HEAD, *mem = BE_MEM_PINNED, *layers = kv->o.n_layer; break; /* a GPU quantises into it */
+    case BE_T2: *fmt = kv->o.t2_fmt, *mem = BE_MEM_PINNED, *layers = kv->o.n_layer; break; /* a GPU quantises into it */
     default: *fmt = exact, *mem = BE_MEM_DEVICE, *layers = 1; break; /* STAGE: one layer at a time */
     }
 }

@@ -38,12 +38,15 @@ static void add_seq(const kv_cache *kv, const kv_seq *s, kv_stats *o) {
     o->sync_demotions += s->c.sync_demotions;
     o->bytes_moved_host += s->c.bytes_moved_host;
     o->live_seqs++;
+    o->t0_share_mean += s->t0_share_sum; /* a sum here; kv_get_stats divides */
+    o->t0_steps += s->t0_share_n;
 }
 
 void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out) {
     memset(out, 0, sizeof *out);
     if (seq >= 0) {
         add_seq(kv, kv_get_seq(kv, seq), out);
+        out->t0_share_mean = out->t0_steps ? out->t0_share_mean / (double)out->t0_steps : 0;
         return;
     }
     for (int q = 0; q < kv->o.n_seq; q++)
@@ -73,6 +76,7 @@ void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out) {
     out->shared_bytes_saved = saved * tb0;
     out->peak_t0_bytes = p0->peak * tb0;
     if (kv->mode == KV_B_SHARED && kv->ops->select) out->t0_budget_bytes = out->limit_bytes = kv->shared_tokens * tb0;
+    out->t0_share_mean = out->t0_steps ? out->t0_share_mean / (double)out->t0_steps : 0;
 }
 
 int kv_stats_json(const kv_stats *s, char *buf, size_t n) {
@@ -82,7 +86,7 @@ int kv_stats_json(const kv_stats *s, char *buf, size_t n) {
                     "\"bytes_moved_host\":%lld,\"bytes_staged\":%lld,\"tokens_evicted\":%lld,\"retiers\":%lld,"
                     "\"evicted_equiv\":%.2f,\"sync_demotions\":%lld,\"held_bytes\":%lld,\"peak_held_bytes\":%lld,\"limit_bytes\":%lld,"
                     "\"move_seconds\":%.6f,\"retier_seconds\":%.6f,\"fence_wait_seconds\":%.6f,\"shared_tokens\":%lld,"
-                    "\"shared_bytes_saved\":%lld,\"live_seqs\":%d}",
+                    "\"shared_bytes_saved\":%lld,\"live_seqs\":%d,\"t0_share_mean\":%.4f}",
                     (long long)s->tokens[0], (long long)s->tokens[1], (long long)s->tokens[2], (long long)s->tokens[3],
                     (long long)s->bytes[0], (long long)s->bytes[1], (long long)s->bytes[2], (long long)s->bytes[3],
                     (long long)s->peak_t0_bytes, (long long)s->t0_budget_bytes, (long long)s->budget_raised,
@@ -90,7 +94,7 @@ int kv_stats_json(const kv_stats *s, char *buf, size_t n) {
                     (long long)s->bytes_staged, (long long)s->tokens_evicted, (long long)s->retiers,
                     s->evicted_equiv, (long long)s->sync_demotions, (long long)s->held_bytes, (long long)s->peak_held_bytes,
                     (long long)s->limit_bytes, s->move_seconds, s->retier_seconds, s->fence_wait_seconds,
-                    (long long)s->shared_tokens, (long long)s->shared_bytes_saved, s->live_seqs);
+                    (long long)s->shared_tokens, (long long)s->shared_bytes_saved, s->live_seqs, s->t0_share_mean);
 }
 
 void kv_stats_write_json(FILE *f, const kv_cache *kv) {
@@ -115,9 +119,10 @@ void kv_stats_print(FILE *f, const kv_cache *kv, int seq) {
     kv_stats s;
     kv_get_stats(kv, seq, &s);
     const char *names[4] = {kv->o.f16 ? "T0 fast (f16)" : "T0 fast (f32)", kv->o.f16 ? "T1 host (f16)" : "T1 host (f32)",
-                            "T2 host (int8)", "T3 evicted"};
-    fprintf(f, "kv %s%s: policy %s, %s transfers%s\n", seq < 0 ? "total" : "sequence ", seq < 0 ? "" : "",
-            kv_policy_name(kv->o.policy), kv->o.sync_transfers ? "sync" : "async", kv->o.staged ? ", staged T1" : "");
+                            kv->o.t2_fmt == BE_KV_Q4BH ? "T2 host (int4)" : "T2 host (int8)", "T3 evicted"};
+    fprintf(f, "kv %s%s: policy %s, %s transfers%s, T2 codec %s\n", seq < 0 ? "total" : "sequence ", seq < 0 ? "" : "",
+            kv_policy_name(kv->o.policy), kv->o.sync_transfers ? "sync" : "async", kv->o.staged ? ", staged T1" : "",
+            be_kv_t2_name(kv->o.t2_fmt));
     if (seq >= 0) fprintf(f, "  (sequence %d)\n", seq);
     for (int t = 0; t < 4; t++) fprintf(f, "  %-15s %8lld tokens %10.2f MiB\n", names[t], (long long)s.tokens[t], mib(s.bytes[t]));
     fprintf(f, "  T0 budget %.2f MiB (peak %.2f MiB, raised to protected %lld steps)\n", mib(s.t0_budget_bytes),

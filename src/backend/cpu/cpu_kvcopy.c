@@ -1,13 +1,15 @@
 /* cpu_kvcopy.c — the KV record ops of the CPU backend: new tokens' rows written into their slots,
  * rows read back as f32, and the move lists of the transfer engine (one layer at a time), converting
  * between record formats: F32/F16 exactly (fp16 rows widen exactly; f32 -> f16 rounds to nearest
- * even, once, as llama.cpp's f16 cache), to and from Q8_HEAD through f32 with kv_codec.
+ * even, once, as llama.cpp's f16 cache), to and from Q8_HEAD through f32 with kv_codec, and to and
+ * from the other T2 formats through f32 with kvq.
  * A record is K then V (each kv_dim values), and for Q8_HEAD their per-head scales after both.
  * copy_moves may run on the transfer thread: it reads pool chunk arrays that never move. */
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kv_codec.h"
+#include "backend/cpu/kvq.h"
 #include "base/err.h"
 #include "base/half.h"
 
@@ -16,9 +18,17 @@
 /* Row `which` (0 K, 1 V) of a record as f32 into buf. */
 static void rec_get(be_kv_fmt fmt, const uint8_t *rec, int which, int n_head_kv, int head_dim, float *buf) {
     size_t kd = (size_t)n_head_kv * (size_t)head_dim;
+    int kc, vc;
     switch (fmt) {
     case BE_KV_F32: memcpy(buf, rec + (size_t)which * kd * 4, kd * 4); break;
     case BE_KV_F16: tkv_f16_row_to_f32((const uint16_t *)(const void *)(rec + (size_t)which * kd * 2), buf, kd); break;
+    case BE_KV_Q8B:
+    case BE_KV_Q8BH:
+    case BE_KV_Q4BH:
+        TKV_ASSERT(be_kv_fmt_codecs(fmt, &kc, &vc));
+        kvq_decode_row((kvq_codec)(which ? vc : kc), rec + (which ? be_kv_k_record_bytes(fmt, n_head_kv, head_dim) : 0),
+                       n_head_kv, head_dim, buf);
+        break;
     default: {
         float sc[1024];
         TKV_ASSERT(n_head_kv <= 1024);
@@ -30,9 +40,17 @@ static void rec_get(be_kv_fmt fmt, const uint8_t *rec, int which, int n_head_kv,
 
 static void rec_put(be_kv_fmt fmt, uint8_t *rec, int which, int n_head_kv, int head_dim, const float *x) {
     size_t kd = (size_t)n_head_kv * (size_t)head_dim;
+    int kc, vc;
     switch (fmt) {
     case BE_KV_F32: memcpy(rec + (size_t)which * kd * 4, x, kd * 4); break;
     case BE_KV_F16: tkv_f32_row_to_f16(x, (uint16_t *)(void *)(rec + (size_t)which * kd * 2), kd); break;
+    case BE_KV_Q8B:
+    case BE_KV_Q8BH:
+    case BE_KV_Q4BH:
+        TKV_ASSERT(be_kv_fmt_codecs(fmt, &kc, &vc));
+        kvq_encode_row((kvq_codec)(which ? vc : kc), x, n_head_kv, head_dim,
+                       rec + (which ? be_kv_k_record_bytes(fmt, n_head_kv, head_dim) : 0));
+        break;
     default: {
         float sc[1024];
         TKV_ASSERT(n_head_kv <= 1024);
