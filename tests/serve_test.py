@@ -517,6 +517,21 @@ def sec_queue(args):
         check(m["tierkv_requests_rejected_total"] == 1, "rejections counted: %s" % m["tierkv_requests_rejected_total"])
     finally:
         srv.stop()
+    # connections: idle ones up to --max-connections, then a clear 429; room again once they go
+    srv = Server(args, "--template", "chatml", "--max-connections", "2", "--timeout", "5")
+    try:
+        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(2)]
+        time.sleep(0.2)
+        st, h, data = srv.request("GET", "/health")
+        check(st == 429 and h.get("Retry-After") == "1" and json.loads(data)["error"]["code"] == "too_many_connections",
+              "a connection over the limit: %d %r" % (st, data[:100]))
+        for s in idle:
+            s.close()
+        time.sleep(0.3)
+        st, _, _ = srv.request("GET", "/health")
+        check(st == 200, "after the idle connections went: %d" % st)
+    finally:
+        srv.stop()
 
 
 def sec_auth(args):

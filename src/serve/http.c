@@ -7,6 +7,7 @@
 #include "serve/http.h"
 
 #include <netdb.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <poll.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@ struct serve_http {
     serve_http_count count;
     void *ctx;
     int port;
+    atomic_int open;      /* connections open now */
 };
 
 struct conn {
@@ -58,7 +60,7 @@ enum MHD_Result serve_http_reply(struct MHD_Connection *c, int status, const cha
 enum MHD_Result serve_http_reply_error(struct MHD_Connection *c, const serve_error *e) {
     const char *hn = NULL, *hv = NULL;
     if (e->status == 401) hn = "WWW-Authenticate", hv = "Bearer";
-    if (e->status == 503) hn = "Retry-After", hv = "1";
+    if (e->status == 503 || e->status == 429) hn = "Retry-After", hv = "1";
     return serve_http_reply(c, e->status, "application/json", serve_json_error(e), hn, hv);
 }
 
@@ -114,6 +116,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         st = tkv_xcalloc(1, sizeof *st);
         st->t0 = tkv_now_s();
         *req_cls = st;
+        if (atomic_load(&h->open) > h->o.max_connections) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "too many connections (at most %d, --max-connections); retry later", h->o.max_connections);
+            return refuse(h, c, st, url, 429, "too_many_connections", msg);
+        }
         if (h->api_key && strcmp(url, "/health") && !authorized(h, c))
             return refuse(h, c, st, url, 401, "invalid_api_key", "a valid API key is needed: Authorization: Bearer KEY");
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -161,6 +168,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, en
     *req_cls = NULL;
 }
 
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx, enum MHD_ConnectionNotificationCode what) {
+    (void)c, (void)socket_ctx;
+    serve_http *h = cls;
+    if (what == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&h->open, 1);
+    else atomic_fetch_sub(&h->open, 1);
+}
+
 static void log_mhd(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     fputs("[serve] http: ", stderr);
@@ -185,12 +199,15 @@ int serve_http_start(const serve_http_opts *o, serve_http_handler handler, serve
     h->h = handler;
     h->count = count;
     h->ctx = ctx;
+    atomic_init(&h->open, 0);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     h->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h,
                             MHD_OPTION_EXTERNAL_LOGGER, log_mhd, h, /* first, so that every message goes here */
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
+                            /* a few beyond the limit are let in to be told 429; more are closed */
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections + 8u,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
                             MHD_OPTION_THREAD_STACK_SIZE, (size_t)2 << 20,

@@ -1,7 +1,8 @@
 /* http.h — the HTTP transport, by libmicrohttpd (well kept, packaged by Debian, and it parses
  * HTTP/1.1 itself: this server never reads a request line or a header by hand). One thread per
  * connection (a blocked wait for tokens holds only its own connection), at most max_connections of
- * them; the listening socket binds to host (127.0.0.1 unless told otherwise).
+ * them (a few more are let in to be answered 429 with Retry-After; beyond those libmicrohttpd closes
+ * new connections at once); the listening socket binds to host (127.0.0.1 unless told otherwise).
  *
  * Before a handler sees a request: the API key is checked (Authorization: Bearer, compared in
  * constant time; 401), the body is collected up to max_body (413 from the Content-Length at once;
