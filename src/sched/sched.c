@@ -144,8 +144,8 @@ static int open_seq(sched *sc, struct job *x, char *msg, size_t n) {
     }
 }
 
-/* Admits the head job: sequence, shared prefix, prefill, first token. */
-static void admit(sched *sc, struct job *x) {
+/* Admits the head job: sequence, shared prefix, prefill, first token. Returns the tokens prefilled. */
+static int admit(sched *sc, struct job *x) {
     char msg[256];
     x->t_admit = tkv_now_s();
     int li = sc->n_live++;
@@ -155,7 +155,7 @@ static void admit(sched *sc, struct job *x) {
     if ((hit >= 0 && tkv_seq_share_prefix(sc->s, sc->pc.e[hit].seq, x->seq, lcp, msg, sizeof msg)) ||
         tkv_prefill(sc->s, x->seq, x->j.prompt + lcp, x->j.n_prompt - lcp, row, 0, msg, sizeof msg)) {
         finish(sc, x, li, SCHED_FAILED, msg);
-        return;
+        return 0;
     }
     x->cached = lcp;
     sc->info.cached_tokens += lcp;
@@ -164,8 +164,10 @@ static void admit(sched *sc, struct job *x) {
     x->hist = tkv_xmalloc(((size_t)x->j.n_prompt + (size_t)x->j.max_tokens + 1) * sizeof(int32_t));
     memcpy(x->hist, x->j.prompt, (size_t)x->j.n_prompt * sizeof(int32_t));
     x->n_hist = x->j.n_prompt;
+    int prefilled = x->j.n_prompt - lcp;
     if (sc->cb.on_start) sc->cb.on_start(x->j.user, lcp);
-    take_token(sc, x, li, row);
+    take_token(sc, x, li, row); /* x may be gone after this */
+    return prefilled;
 }
 
 static void cancel_pass(sched *sc) {
@@ -193,9 +195,8 @@ static void admit_pass(sched *sc) {
         if (rc == TKV_EFULL && sc->n_live > 0) { sc->blocked = 1; break; } /* waits for a job to end */
         pop_head(sc);
         if (rc) { finish(sc, x, -1, SCHED_REFUSED, msg); continue; }
-        budget -= x->j.n_prompt;
         admitted++;
-        admit(sc, x);
+        budget -= admit(sc, x);
     }
 }
 

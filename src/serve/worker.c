@@ -276,7 +276,6 @@ static void take(serve_worker *w, serve_job *j) {
         pthread_mutex_lock(&w->mu);
         w->n_pending--;
         pthread_mutex_unlock(&w->mu);
-        j->usage.prompt_tokens = 0;
         serve_job_fail(j, &e);
         serve_job_unref(j);
         return;
