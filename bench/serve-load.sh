@@ -16,7 +16,8 @@
 #   bench/serve-load.sh [DATA.jsonl] [MODEL.gguf]
 #
 # Defaults: DATA ../shared/data/gsm8k_test.jsonl, MODEL the cached 0.5B. Environment: CLIENTS (16),
-# REQUESTS (64), MAX_TOKENS (256), THREADS (2), BUDGET (a size for --hbm-budget; default computed),
+# REQUESTS (64), MAX_TOKENS (512), THREADS (2), BUDGET (bytes for --hbm-budget; default half of the
+# full caches, at least what the session accepts), PREFIX (2: --prefix-cache entries),
 # TIME_LIMIT (600: seconds per run before no new request is sent), LLAMA_BUILD (a llama.cpp build
 # directory holding bin/llama-server; empty: run 5 skipped), SLOTS (4), PORT (8090), TIERKV
 # (build/tierkv), OUT (bench/out/serve-load-DATE). A tiny smoke run:
@@ -24,9 +25,9 @@
 set -euo pipefail
 DATA=${1:-../shared/data/gsm8k_test.jsonl}
 MODEL=${2:-${TIERKV_HOME:-$HOME/.cache/tierkv}/models/qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf}
-CLIENTS=${CLIENTS:-16}; REQUESTS=${REQUESTS:-64}; MAX_TOKENS=${MAX_TOKENS:-256}; THREADS=${THREADS:-2}
+CLIENTS=${CLIENTS:-16}; REQUESTS=${REQUESTS:-64}; MAX_TOKENS=${MAX_TOKENS:-512}; THREADS=${THREADS:-2}
 TIME_LIMIT=${TIME_LIMIT:-600}; SLOTS=${SLOTS:-4}; PORT=${PORT:-8090}; TIERKV=${TIERKV:-build/tierkv}
-LLAMA_BUILD=${LLAMA_BUILD:-}; BUDGET=${BUDGET:-}
+LLAMA_BUILD=${LLAMA_BUILD:-}; BUDGET=${BUDGET:-}; PREFIX=${PREFIX:-2}
 OUT=${OUT:-bench/out/serve-load-$(date +%Y%m%d-%H%M%S)}
 CTX=$((MAX_TOKENS + 512))
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -57,7 +58,7 @@ fetch_metrics() { # $1 file
 run_tierkv() {
   local name=$1; shift
   "$TIERKV" serve -m "$MODEL" -t "$THREADS" --host 127.0.0.1 --port "$PORT" --parallel "$CLIENTS" --max-queue "$REQUESTS" \
-    --ctx "$CTX" "$@" >"$OUT/$name.log" 2>&1 &
+    --ctx "$CTX" --prefix-cache "$PREFIX" "$@" >"$OUT/$name.log" 2>&1 &
   SPID=$!
   wait_health "$OUT/$name.log"
   python3 "$HERE/serve_load.py" --port "$PORT" --data "$DATA" --requests "$REQUESTS" --clients "$CLIENTS" \
@@ -71,11 +72,20 @@ run_tierkv() {
 echo "# serve-load: model $(basename "$MODEL"), $REQUESTS problems of $(basename "$DATA"), $CLIENTS streaming clients," \
   "max $MAX_TOKENS tokens, $THREADS threads, out $OUT"
 run_tierkv full-unlimited --policy full
-if [ -z "$BUDGET" ]; then
-  tb=$(metric "$OUT/full-unlimited.metrics" tierkv_kv_t0_token_bytes)
-  BUDGET=$(python3 -c "print(int($tb * $CLIENTS * ($MAX_TOKENS + 200) / 2))")
-fi
-echo "# tight T0 budget: $BUDGET bytes for all $CLIENTS clients together"
+# what all clients' caches take at full length (their mean prompt + MAX_TOKENS), and the least
+# budget the session takes today: it splits --hbm-budget equally over its sequences (clients and
+# prefix entries), and each must hold its prompt and window (64) in T0
+tb=$(metric "$OUT/full-unlimited.metrics" tierkv_kv_t0_token_bytes)
+read -r full floor < <(python3 - "$OUT/full-unlimited.jsonl" "$tb" "$CLIENTS" "$MAX_TOKENS" "$PREFIX" <<'PY'
+import json, sys
+p = [r["prompt_tokens"] for r in map(json.loads, open(sys.argv[1])) if r.get("prompt_tokens")]
+tb, c, mt, px = float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+print(int(tb * c * (sum(p) / len(p) + mt)), int(tb * (c + px) * (max(p) + 64) * 1.1))
+PY
+)
+[ -n "$BUDGET" ] || BUDGET=$(( full / 2 > floor ? full / 2 : floor ))
+echo "# tight T0 budget: $BUDGET bytes for all $CLIENTS clients together; their full caches: $full bytes"
+[ "$BUDGET" -lt "$full" ] || echo "# note: at this size the session's least budget ($floor bytes) is not below the full caches: the budget runs are not tight"
 run_tierkv hierarchy-e0 --policy hierarchy --evict-ratio 0 --hbm-budget "$BUDGET"
 run_tierkv evict --policy evict --hbm-budget "$BUDGET"
 run_tierkv full-budget --policy full --hbm-budget "$BUDGET"

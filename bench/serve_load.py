@@ -65,6 +65,7 @@ def one_request(port, body, timeout):
             ids.add(ch.get("id"))
             if ch.get("usage"):
                 rec["tokens"] = ch["usage"].get("completion_tokens")
+                rec["prompt_tokens"] = ch["usage"].get("prompt_tokens")
             for choice in ch.get("choices") or []:
                 d = choice.get("delta") or {}
                 piece = (d.get("content") or "") + (d.get("reasoning_content") or "")
@@ -166,7 +167,7 @@ def main():
     with open(args.out, "w") as f:
         for r in done:
             f.write(json.dumps({"id": r["id"], "output": r["reasoning"] + r["content"], "answer": r["answer"],
-                                "status": r["status"], "tokens": r["tokens"], "finish": r["finish"], "whole": r["whole"],
+                                "status": r["status"], "tokens": r["tokens"], "prompt_tokens": r.get("prompt_tokens"), "finish": r["finish"], "whole": r["whole"],
                                 "t_first": r["t_first"], "seconds": r["seconds"], "error": r["error"]}) + "\n")
     tokens = sum((r["tokens"] if r["tokens"] is not None else r["chunks"]) for r in ok)
     ttft = [r["t_first"] for r in ok if r["t_first"] is not None]

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """serve_test.py -- `tierkv serve` end to end over real HTTP, for tests/test_serve.c.
 
-One section per call (basic, reasoning, identical, malformed, disconnect, queue, auth, idle,
-openai): each starts the server on a free loopback port (--port 0, the port read from its
+One section per call (basic, reasoning, identical, malformed, disconnect, queue, budget, auth,
+idle, openai): each starts the server on a free loopback port (--port 0, the port read from its
 "listening on" line) with a fixture model, talks to it with the standard library only (the
 openai section uses the official client and exits 77 when it is not installed), stops it with
 SIGTERM and checks that it exited cleanly. Exit status: 0 all checks passed, 1 a check failed,
@@ -558,6 +558,33 @@ def sec_auth(args):
         srv.stop()
 
 
+def sec_budget(args):
+    # 400 KiB over two sequences of 1 KiB tokens: 200 each; a prompt whose protected tokens (itself
+    # and the window of 64) need more is refused with the session's message, the others go on
+    srv = Server(args, "--template", "chatml", "--parallel", "2", "--prefix-cache", "0", "--ctx", "1024",
+                 "--policy", "hierarchy", "--hbm-budget", "400KiB")
+    try:
+        res = {}
+
+        def one(name, text):
+            res[name] = srv.post("/v1/chat/completions", chat_body(text, max_tokens=200))
+
+        ts = [threading.Thread(target=one, args=("short", "hi")),
+              threading.Thread(target=one, args=("long", " ".join(["word"] * 300)))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        st, _, body = res["long"]
+        check(st == 413 and "T0" in body["error"]["message"], "a prompt the T0 budget cannot hold: %d %s" % (st, body))
+        st, _, body = res["short"]
+        check(st == 200 and body["usage"]["completion_tokens"] == 200, "the other request: %d" % st)
+        m = wait_idle(srv)
+        check(m["tierkv_jobs_ended_total{reason=\"refused\"}"] == 1 and m["tierkv_sequences_live"] == 0, "refusal counted, memory freed")
+    finally:
+        srv.stop()
+
+
 def cpu_ticks(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -622,7 +649,7 @@ def sec_openai(args):
 
 
 SECTIONS = {"basic": sec_basic, "reasoning": sec_reasoning, "identical": sec_identical, "malformed": sec_malformed,
-            "disconnect": sec_disconnect, "queue": sec_queue, "auth": sec_auth, "idle": sec_idle, "openai": sec_openai}
+            "disconnect": sec_disconnect, "queue": sec_queue, "budget": sec_budget, "auth": sec_auth, "idle": sec_idle, "openai": sec_openai}
 
 
 def main():

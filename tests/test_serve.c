@@ -392,6 +392,7 @@ TEST(serve_http_identical) { http_section("identical"); }
 TEST(serve_http_malformed) { http_section("malformed"); }
 TEST(serve_http_disconnect) { http_section("disconnect"); }
 TEST(serve_http_queue_full) { http_section("queue"); }
+TEST(serve_http_budget_refusal) { http_section("budget"); }
 TEST(serve_http_auth) { http_section("auth"); }
 TEST(serve_http_idle_cpu) { http_section("idle"); }
 TEST(serve_http_openai_client) { http_section("openai"); }

@@ -154,7 +154,8 @@ static int admit(sched *sc, struct job *x) {
     float *row = sc->logits + (size_t)li * (size_t)sc->V;
     if ((hit >= 0 && tkv_seq_share_prefix(sc->s, sc->pc.e[hit].seq, x->seq, lcp, msg, sizeof msg)) ||
         tkv_prefill(sc->s, x->seq, x->j.prompt + lcp, x->j.n_prompt - lcp, row, 0, msg, sizeof msg)) {
-        finish(sc, x, li, SCHED_FAILED, msg);
+        /* TKV_ERR: bad input for this session (e.g. a prompt its T0 share cannot hold): never as is */
+        finish(sc, x, li, SCHED_REFUSED, msg);
         return 0;
     }
     x->cached = lcp;

@@ -27,8 +27,9 @@ enum sched_why {
     SCHED_LENGTH,    /* max_tokens generated */
     SCHED_STOP,      /* on_token asked to stop (a stop string) */
     SCHED_CANCELLED, /* cancelled() said so, or sched_free */
-    SCHED_REFUSED,   /* the session can never take it (msg says why); nothing was generated */
-    SCHED_FAILED     /* prefill or decode failed (msg) */
+    SCHED_REFUSED,   /* the session can never take it (msg says why): tkv_seq_open's TKV_ERR, or its
+                        prefill's (the session's verdict on this input); nothing was generated */
+    SCHED_FAILED     /* a decode step failed (msg): every job of that step ends so */
 };
 
 typedef struct {

@@ -30,6 +30,7 @@ struct wjob {
     char *piece, *shown; /* one token's text, and what the stop filter releases of it */
     int stopped;         /* a stop string matched: the rest of the text is dropped */
     int got_first;
+    int started;         /* on_start was called: counted as running, not pending */
 };
 
 struct serve_worker {
@@ -202,6 +203,7 @@ static int on_cancelled(void *user) {
 static void on_start(void *user, int cached) {
     struct wjob *wj = user;
     serve_worker *w = wj->w;
+    wj->started = 1;
     pthread_mutex_lock(&w->mu);
     w->n_pending--;
     w->n_running++;
@@ -234,7 +236,7 @@ static void on_end(void *user, const sched_end *e) {
     }
     emit_flush(wj);
     pthread_mutex_lock(&w->mu);
-    if (e->t_admit > 0) w->n_running--;
+    if (wj->started) w->n_running--;
     else w->n_pending--;
     pthread_mutex_unlock(&w->mu);
     serve_error err = {0};
