@@ -7,13 +7,14 @@ BUILD   ?= build
 OPT     ?= -O2
 CFLAGS  ?=
 BASEFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -Iinclude -Isrc -MMD -MP -pthread
-LDLIBS  = -lm -pthread
+# the server's libraries: libmicrohttpd (HTTP) and jansson (JSON), both packaged by Debian
+LDLIBS  = -lmicrohttpd -ljansson -lm -pthread
 
 # Kernel variants are compiled with their own ISA flags and chosen at run time from cpuid.
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
 
-LIB_SRC  = $(sort $(wildcard src/base/*.c src/gguf/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/model/*.c src/kv/*.c src/engine/*.c src/eval/*.c))
+LIB_SRC  = $(sort $(wildcard src/base/*.c src/gguf/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/model/*.c src/kv/*.c src/engine/*.c src/eval/*.c src/sched/*.c src/serve/*.c))
 TOOL_SRC = $(sort $(wildcard tools/*.c))
 TEST_SRC = $(sort $(wildcard tests/*.c))
 BENCH_SRC = $(sort $(wildcard bench/*.c))

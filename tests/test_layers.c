@@ -1,7 +1,7 @@
 /* test_layers.c — the dependency rules of ARCHITECTURE.md, checked on the sources (the suite runs
  * from the repository root; skipped elsewhere): the public header includes system headers only; the
- * forward includes no CPU-backend header; tools/ and src/eval/ reach the engine through the public
- * API alone (no header of src/kv/, src/model/, src/backend/ or src/engine/). */
+ * forward includes no CPU-backend header; tools/, src/eval/, src/sched/ and src/serve/ reach the
+ * engine through the public API alone (no header of src/kv/, src/model/, src/backend/ or src/engine/). */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +60,8 @@ TEST(layers_include_rules) {
     static const char *const inner[] = {"kv/", "model/", "backend/", "engine/"};
     CHECK(check_dir("tools", inner, 4, 1) == 0);
     CHECK(check_dir("src/eval", inner, 4, 1) == 0);
+    CHECK(check_dir("src/sched", inner, 4, 1) == 0);
+    CHECK(check_dir("src/serve", inner, 4, 1) == 0);
     /* and a rule broken on purpose is seen */
     static const char *const base[] = {"base/"};
     CHECK(check_dir("src/eval", base, 1, 0) > 0);

@@ -1,0 +1,261 @@
+/* sched.c — continuous batching (see sched.h). One step: cancels, admissions, one batched decode.
+ *
+ * Invariants: a live job owns an open sequence and, unless it has just ended, one pending token
+ * (the last one sampled) that the next tkv_decode appends; live[0..n_live) are the live jobs;
+ * the waiting FIFO holds jobs without a sequence. on_end is called exactly once per job, after its
+ * sequence is closed. Nothing here allocates per token: the logits rows and batch arrays are
+ * sized at init, a job's history at its admission. */
+#include "sched/sched.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/err.h"
+#include "sched/prefix.h"
+
+struct job {
+    sched_job j;
+    struct job *next;  /* waiting FIFO */
+    int seq;           /* -1 until admitted */
+    int32_t pending;   /* the token the next step decodes */
+    int32_t *hist;     /* prompt + generated ids, for the sampler's penalties */
+    int n_hist;
+    int gen, cached;
+    double t_submit, t_admit;
+};
+
+struct sched {
+    tkv_model *m;
+    tkv_session *s;
+    sched_params p;
+    sched_callbacks cb;
+    int V;
+    struct job **live; /* [max_live] */
+    struct job **batch; /* [max_live]: the jobs of one decode step, in row order */
+    int n_live;
+    struct job *head, *tail; /* waiting */
+    int n_waiting;
+    int blocked;       /* 1: the head was refused for room; retried when a job ends */
+    float *logits;     /* [max_live][V]: one row per decode row, also the prefill's */
+    int *seqs;
+    int32_t *toks;
+    prefix_cache pc;
+    sched_info info;
+};
+
+void sched_params_default(sched_params *p) {
+    memset(p, 0, sizeof *p);
+    p->max_live = 8;
+    p->prefix_entries = 4;
+    p->prefix_min = 16;
+    p->prefill_tokens = 512;
+    p->policy = TKV_POLICY_FULL;
+}
+
+int sched_init(tkv_model *m, tkv_session *s, const sched_params *p, const sched_callbacks *cb, sched **out, char *err,
+               size_t errlen) {
+    *out = NULL;
+    if (p->max_live < 1 || p->max_live > 4096 || p->prefix_entries < 0 || !cb->on_token || !cb->on_end)
+        return tkv_errf(err, errlen, "sched: max_live %d (1..4096), prefix entries %d, on_token and on_end needed", p->max_live,
+                        p->prefix_entries);
+    sched *sc = tkv_xcalloc(1, sizeof *sc);
+    sc->m = m;
+    sc->s = s;
+    sc->p = *p;
+    sc->cb = *cb;
+    tkv_model_info mi;
+    tkv_model_get_info(m, &mi);
+    sc->V = mi.n_vocab;
+    size_t L = (size_t)p->max_live;
+    sc->live = tkv_xcalloc(L, sizeof *sc->live);
+    sc->batch = tkv_xcalloc(L, sizeof *sc->batch);
+    sc->logits = tkv_xmalloc(L * (size_t)sc->V * sizeof(float));
+    sc->seqs = tkv_xcalloc(L, sizeof(int));
+    sc->toks = tkv_xcalloc(L, sizeof(int32_t));
+    prefix_init(&sc->pc, tkv_policy_shares_prefix(p->policy) ? p->prefix_entries : 0, p->prefix_min);
+    *out = sc;
+    return 0;
+}
+
+void sched_submit(sched *sc, const sched_job *j) {
+    struct job *x = tkv_xcalloc(1, sizeof *x);
+    x->j = *j;
+    x->seq = -1;
+    x->t_submit = tkv_now_s();
+    if (sc->tail) sc->tail->next = x;
+    else sc->head = x;
+    sc->tail = x;
+    sc->n_waiting++;
+}
+
+/* Ends job x (live at index li, or waiting when li < 0: already unlinked). */
+static void finish(sched *sc, struct job *x, int li, enum sched_why why, const char *msg) {
+    sched_end e = {.why = why, .prompt_tokens = x->j.n_prompt, .gen_tokens = x->gen, .cached_tokens = x->cached,
+                   .t_submit = x->t_submit, .t_admit = x->t_admit};
+    if (msg) snprintf(e.msg, sizeof e.msg, "%s", msg);
+    if (x->seq >= 0) {
+        if (sc->p.end_stats) {
+            tkv_sync(sc->s);
+            e.has_kv = tkv_stats_get(sc->s, x->seq, &e.kv, NULL, 0) == 0;
+        }
+        tkv_seq_close(sc->s, x->seq);
+        sc->blocked = 0; /* room was freed: the head may fit now */
+    }
+    if (li >= 0) sc->live[li] = sc->live[--sc->n_live];
+    e.t_end = tkv_now_s();
+    free(x->hist);
+    void *user = x->j.user;
+    free(x);
+    sc->cb.on_end(user, &e);
+}
+
+static struct job *pop_head(sched *sc) {
+    struct job *x = sc->head;
+    sc->head = x->next;
+    if (!sc->head) sc->tail = NULL;
+    x->next = NULL;
+    sc->n_waiting--;
+    return x;
+}
+
+/* Samples from row and hands the token on; 1 if the job ended (it is gone then). */
+static int take_token(sched *sc, struct job *x, int li, float *row) {
+    int32_t t = x->j.sampler ? tkv_sampler_sample(x->j.sampler, row, x->hist, x->n_hist) : tkv_argmax(row, sc->V);
+    x->hist[x->n_hist++] = t;
+    x->gen++;
+    sc->info.gen_tokens++;
+    if (!x->j.ignore_eog && tkv_token_is_eog(sc->m, t)) { finish(sc, x, li, SCHED_EOG, NULL); return 1; }
+    if (sc->cb.on_token(x->j.user, t)) { finish(sc, x, li, SCHED_STOP, NULL); return 1; }
+    if (x->gen >= x->j.max_tokens) { finish(sc, x, li, SCHED_LENGTH, NULL); return 1; }
+    x->pending = t;
+    return 0;
+}
+
+/* Opens a sequence for the head job; 0 opened, TKV_EFULL (it stays waiting), TKV_ERR (refused). */
+static int open_seq(sched *sc, struct job *x, char *msg, size_t n) {
+    int n_ctx = x->j.n_prompt + x->j.max_tokens;
+    if (x->j.n_prompt < 1 || x->j.max_tokens < 1) { snprintf(msg, n, "an empty prompt or no tokens to generate"); return TKV_ERR; }
+    for (;;) {
+        int rc = tkv_seq_open(sc->s, n_ctx, x->j.n_prompt, &x->seq, msg, n);
+        if (rc != TKV_EFULL) return rc;
+        if (prefix_evict(&sc->pc, sc->s)) return TKV_EFULL; /* no entry left to give up */
+    }
+}
+
+/* Admits the head job: sequence, shared prefix, prefill, first token. Returns the tokens prefilled. */
+static int admit(sched *sc, struct job *x) {
+    char msg[256];
+    x->t_admit = tkv_now_s();
+    int li = sc->n_live++;
+    sc->live[li] = x;
+    int lcp = 0, hit = prefix_lookup(&sc->pc, x->j.prompt, x->j.n_prompt, &lcp);
+    float *row = sc->logits + (size_t)li * (size_t)sc->V;
+    if ((hit >= 0 && tkv_seq_share_prefix(sc->s, sc->pc.e[hit].seq, x->seq, lcp, msg, sizeof msg)) ||
+        tkv_prefill(sc->s, x->seq, x->j.prompt + lcp, x->j.n_prompt - lcp, row, 0, msg, sizeof msg)) {
+        /* TKV_ERR: bad input for this session (e.g. a prompt its T0 share cannot hold): never as is */
+        finish(sc, x, li, SCHED_REFUSED, msg);
+        return 0;
+    }
+    x->cached = lcp;
+    sc->info.cached_tokens += lcp;
+    sc->info.prompt_tokens += x->j.n_prompt;
+    prefix_update(&sc->pc, sc->s, hit, lcp, x->seq, x->j.prompt, x->j.n_prompt);
+    x->hist = tkv_xmalloc(((size_t)x->j.n_prompt + (size_t)x->j.max_tokens + 1) * sizeof(int32_t));
+    memcpy(x->hist, x->j.prompt, (size_t)x->j.n_prompt * sizeof(int32_t));
+    x->n_hist = x->j.n_prompt;
+    int prefilled = x->j.n_prompt - lcp;
+    if (sc->cb.on_start) sc->cb.on_start(x->j.user, lcp);
+    take_token(sc, x, li, row); /* x may be gone after this */
+    return prefilled;
+}
+
+static void cancel_pass(sched *sc) {
+    if (!sc->cb.cancelled) return;
+    for (int i = sc->n_live; i-- > 0;)
+        if (sc->cb.cancelled(sc->live[i]->j.user)) finish(sc, sc->live[i], i, SCHED_CANCELLED, NULL);
+    struct job **pp = &sc->head, *prev = NULL;
+    while (*pp) {
+        struct job *x = *pp;
+        if (!sc->cb.cancelled(x->j.user)) { prev = x; pp = &x->next; continue; }
+        *pp = x->next;
+        if (sc->tail == x) sc->tail = prev;
+        sc->n_waiting--;
+        sc->blocked = 0;
+        finish(sc, x, -1, SCHED_CANCELLED, NULL);
+    }
+}
+
+static void admit_pass(sched *sc) {
+    int admitted = 0, budget = sc->p.prefill_tokens;
+    while (sc->head && !sc->blocked && sc->n_live < sc->p.max_live && (admitted == 0 || budget > 0)) {
+        struct job *x = sc->head;
+        char msg[256];
+        int rc = open_seq(sc, x, msg, sizeof msg);
+        if (rc == TKV_EFULL && sc->n_live > 0) { sc->blocked = 1; break; } /* waits for a job to end */
+        pop_head(sc);
+        if (rc) { finish(sc, x, -1, SCHED_REFUSED, msg); continue; }
+        admitted++;
+        budget -= admit(sc, x);
+    }
+}
+
+static void decode_pass(sched *sc) {
+    int nb = sc->n_live;
+    if (!nb) return;
+    struct job **batch = sc->batch;
+    for (int b = 0; b < nb; b++) {
+        batch[b] = sc->live[b];
+        sc->seqs[b] = batch[b]->seq;
+        sc->toks[b] = batch[b]->pending;
+    }
+    char msg[256];
+    sc->info.steps++;
+    if (tkv_decode(sc->s, sc->seqs, sc->toks, nb, sc->logits, msg, sizeof msg)) {
+        while (sc->n_live) finish(sc, sc->live[sc->n_live - 1], sc->n_live - 1, SCHED_FAILED, msg);
+        return;
+    }
+    /* rows follow batch order; a job that ends moves another in the live array, so find it by pointer */
+    for (int b = 0; b < nb; b++) {
+        int li = 0;
+        while (li < sc->n_live && sc->live[li] != batch[b]) li++;
+        TKV_ASSERT(li < sc->n_live);
+        take_token(sc, batch[b], li, sc->logits + (size_t)b * (size_t)sc->V);
+    }
+}
+
+int sched_step(sched *sc) {
+    cancel_pass(sc);
+    admit_pass(sc);
+    decode_pass(sc);
+    return sc->n_live + sc->n_waiting;
+}
+
+int sched_has_work(const sched *sc) {
+    return sc->n_live > 0 || sc->head != NULL; /* a blocked head implies a live job (admit_pass) */
+}
+
+void sched_info_get(const sched *sc, sched_info *out) {
+    *out = sc->info;
+    out->live = sc->n_live;
+    out->waiting = sc->n_waiting;
+    out->prefix_entries = sc->pc.n;
+    out->prefix_tokens = prefix_tokens(&sc->pc);
+    out->prefix_hits = sc->pc.hits;
+    out->prefix_misses = sc->pc.misses;
+    out->prefix_evictions = sc->pc.evictions;
+}
+
+void sched_free(sched *sc) {
+    if (!sc) return;
+    while (sc->n_live) finish(sc, sc->live[sc->n_live - 1], sc->n_live - 1, SCHED_CANCELLED, NULL);
+    while (sc->head) finish(sc, pop_head(sc), -1, SCHED_CANCELLED, NULL);
+    prefix_free(&sc->pc, sc->s);
+    free(sc->live);
+    free(sc->batch);
+    free(sc->logits);
+    free(sc->seqs);
+    free(sc->toks);
+    free(sc);
+}

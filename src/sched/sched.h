@@ -1,0 +1,102 @@
+/* sched.h — continuous batching over include/tierkv.h: jobs (a prompt's token ids and how to
+ * sample) wait in a FIFO, are admitted into sequences of one session as it takes them, and every
+ * admitted job decodes in the same tkv_decode step as all the others; a job that ends (end of
+ * generation, its token limit, a stop the caller reports, a cancel) closes its sequence at once,
+ * and the next waiting job joins between two steps. Prompts that begin with the same tokens share
+ * those K/V rows through a small prefix cache (prefix.h).
+ *
+ * Admission: a job is tried when fewer than max_live jobs are live. tkv_seq_open's TKV_EFULL (the
+ * session cannot take it now) first closes prefix-cache entries, least recently used first, then
+ * leaves the job at the head of the queue until a live job ends; TKV_ERR (it could never fit) ends
+ * it as SCHED_REFUSED with the session's message, as does TKV_EFULL when nothing is live to free
+ * room. The queue is strictly FIFO, so a large job is not starved by small ones behind it.
+ *
+ * Threads: none of its own. One thread calls every function (the session's rule); the callbacks
+ * run on it, inside sched_step. The caller bounds the queue (sched_n_waiting).
+ * Not done here: text (detokenizing, stop strings), networking, flags. */
+#ifndef TKV_SCHED_H
+#define TKV_SCHED_H
+#include <stdint.h>
+
+#include "tierkv.h"
+
+typedef struct sched sched;
+
+enum sched_why {
+    SCHED_EOG,       /* an end-of-generation token (counted in gen_tokens, not handed to on_token) */
+    SCHED_LENGTH,    /* max_tokens generated */
+    SCHED_STOP,      /* on_token asked to stop (a stop string) */
+    SCHED_CANCELLED, /* cancelled() said so, or sched_free */
+    SCHED_REFUSED,   /* the session can never take it (msg says why): tkv_seq_open's TKV_ERR, or its
+                        prefill's (the session's verdict on this input); nothing was generated */
+    SCHED_FAILED     /* a decode step failed (msg): every job of that step ends so */
+};
+
+typedef struct {
+    enum sched_why why;
+    int prompt_tokens, gen_tokens;
+    int cached_tokens;          /* prompt tokens shared from the prefix cache, not prefilled */
+    double t_submit, t_admit, t_end; /* monotonic seconds (base/clock.h); t_admit 0 if never admitted */
+    int has_kv;                 /* 1: kv holds the sequence's statistics at its end (sched_params.end_stats) */
+    tkv_stats kv;
+    char msg[256];              /* REFUSED, FAILED */
+} sched_end;
+
+typedef struct {
+    /* A generated token (not an end-of-generation one): 1 ends the job here (SCHED_STOP). */
+    int (*on_token)(void *user, int32_t tok);
+    /* Polled once per step for every job (NULL: never cancelled); 1 ends it (SCHED_CANCELLED). */
+    int (*cancelled)(void *user);
+    /* Admitted and prefilled; called before its first token (NULL: not told). */
+    void (*on_start)(void *user, int cached_tokens);
+    /* Called once per job, after its sequence is closed; the job's memory may be freed here. */
+    void (*on_end)(void *user, const sched_end *e);
+} sched_callbacks;
+
+typedef struct {
+    const int32_t *prompt; /* ids, the caller's until on_end */
+    int n_prompt;          /* >= 1 */
+    int max_tokens;        /* >= 1; the sequence is opened for n_prompt + max_tokens positions */
+    tkv_sampler *sampler;  /* the caller's, used on this thread only; NULL: greedy (tkv_argmax) */
+    int ignore_eog;        /* 1: end-of-generation tokens do not end the job */
+    void *user;
+} sched_job;
+
+typedef struct {
+    int max_live;       /* jobs decoding together; the session must hold max_live + prefix_entries sequences */
+    int prefix_entries; /* prompt prefixes kept alive for sharing (0: none; forced to 0 for policies that
+                           score the prompt, tkv_policy_shares_prefix) */
+    int prefix_min;     /* the fewest leading tokens worth sharing (16) */
+    int prefill_tokens; /* prompt tokens prefilled in one step beyond the first admitted job's (bounds the
+                           pause a burst of arrivals causes the live jobs; default 512) */
+    int end_stats;      /* 1: sched_end.kv filled (a tkv_sync per job end); 0: not */
+    tkv_policy policy;  /* the session's policy (for the prefix rule) */
+} sched_params;
+void sched_params_default(sched_params *p);
+
+typedef struct {
+    int live, waiting;
+    int prefix_entries;      /* entries alive now */
+    int64_t prefix_tokens;   /* tokens they hold */
+    int64_t prefix_hits, prefix_misses;
+    int64_t cached_tokens;   /* prompt tokens shared instead of prefilled, all jobs so far */
+    int64_t prompt_tokens;   /* prompt tokens of admitted jobs (cached or prefilled) */
+    int64_t gen_tokens;      /* tokens generated, all jobs so far */
+    int64_t steps;           /* tkv_decode calls */
+    int64_t prefix_evictions; /* entries closed to make room for a job */
+} sched_info;
+
+int sched_init(tkv_model *m, tkv_session *s, const sched_params *p, const sched_callbacks *cb, sched **out, char *err,
+               size_t errlen);
+/* Ends every job left (SCHED_CANCELLED, on_end called) and closes the prefix cache's sequences. */
+void sched_free(sched *sc);
+/* Queues a job (copied; its prompt is not). */
+void sched_submit(sched *sc, const sched_job *j);
+/* One round: cancelled jobs end, waiting ones are admitted (prefilled, first token sampled), then
+ * every live job decodes one token. Returns the jobs left, live and waiting. */
+int sched_step(sched *sc);
+/* 1 when a step would do something: a job is live, or one waits and could be tried now. */
+int sched_has_work(const sched *sc);
+void sched_info_get(const sched *sc, sched_info *out);
+
+#endif

@@ -1,0 +1,89 @@
+/* job.c — the shared completion request (see job.h). */
+#include "serve/job.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "base/err.h"
+
+serve_job *serve_job_new(serve_request *req) {
+    serve_job *j = tkv_xcalloc(1, sizeof *j);
+    j->req = *req;
+    memset(req, 0, sizeof *req);
+    j->created = (long long)time(NULL);
+    j->t_submit = tkv_now_s();
+    atomic_init(&j->cancelled, 0);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    j->refs = 1;
+    return j;
+}
+
+void serve_job_ref(serve_job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+}
+
+void serve_job_unref(serve_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int last = --j->refs == 0;
+    pthread_mutex_unlock(&j->mu);
+    if (!last) return;
+    serve_request_free(&j->req);
+    serve_buf_free(&j->content);
+    serve_buf_free(&j->reasoning);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+void serve_job_set_phase(serve_job *j, int phase) {
+    pthread_mutex_lock(&j->mu);
+    if (phase > j->phase) j->phase = phase;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void serve_job_fail(serve_job *j, const serve_error *e) {
+    pthread_mutex_lock(&j->mu);
+    j->err = *e;
+    j->phase = JOB_DONE;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static int ready(const serve_job *j, int min_phase, const size_t *seen_c, const size_t *seen_r) {
+    if (j->phase >= min_phase || j->phase == JOB_DONE) return 1;
+    return seen_c && seen_r && (j->content.n > *seen_c || j->reasoning.n > *seen_r);
+}
+
+int serve_job_wait_locked(serve_job *j, int min_phase, const size_t *seen_c, const size_t *seen_r, int (*gone)(void *),
+                          void *gctx) {
+    /* the client is asked about every 200 ms of waiting, however often the engine wakes us (it
+     * broadcasts on every token of every reader's job) */
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    while (!ready(j, min_phase, seen_c, seen_r)) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > next.tv_sec || (now.tv_sec == next.tv_sec && now.tv_nsec >= next.tv_nsec)) {
+            if (gone && gone(gctx)) {
+                atomic_store(&j->cancelled, 1);
+                return -1;
+            }
+            next = now;
+            next.tv_nsec += 200 * 1000 * 1000;
+            if (next.tv_nsec >= 1000000000L) next.tv_sec++, next.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&j->cv, &j->mu, &next);
+    }
+    return 0;
+}

@@ -1,0 +1,248 @@
+/* request.c — OpenAI request bodies to serve_request (see request.h). JSON by jansson: well kept,
+ * packaged by Debian, and its decoder validates UTF-8 and refuses NUL characters, so this file
+ * never handles raw bytes itself. Every known field is checked for type and range here, once. */
+#include "serve/request.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+
+void serve_limits_default(serve_limits *l) {
+    l->max_body = 1 << 20;
+    l->max_messages = 256;
+    l->max_stops = 16;
+    l->max_stop_len = 256;
+    l->max_tokens = 4096;
+    l->max_prompt_ids = 1 << 20;
+}
+
+int serve_error_set(serve_error *e, int status, const char *type, const char *param, const char *code, const char *fmt,
+                    ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+#define BAD_TYPE(e, field, what) \
+    serve_error_set(e, 400, "invalid_request_error", field, "invalid_type", "'%s' must be %s", field, what)
+#define BAD_VALUE(e, field, ...) serve_error_set(e, 400, "invalid_request_error", field, "invalid_value", __VA_ARGS__)
+
+static char *dup_n(const char *s, size_t n) {
+    char *p = tkv_xmalloc(n + 1);
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+static char *dup_str(const json_t *v) { return dup_n(json_string_value(v), json_string_length(v)); }
+
+/* A number field: absent or null keeps *out. */
+static int get_number(const json_t *root, const char *key, double lo, double hi, double *out, serve_error *e) {
+    const json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return BAD_TYPE(e, key, "a number");
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || x > hi) return BAD_VALUE(e, key, "'%s' must be in [%g, %g], got %g", key, lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+static int get_int(const json_t *root, const char *key, long long lo, long long hi, long long *out, int *given,
+                   serve_error *e) {
+    const json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) return BAD_TYPE(e, key, "an integer");
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) return BAD_VALUE(e, key, "'%s' must be in [%lld, %lld], got %lld", key, lo, hi, x);
+    *out = x;
+    if (given) *given = 1;
+    return 0;
+}
+
+static int get_bool(const json_t *root, const char *key, int *out, serve_error *e) {
+    const json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return BAD_TYPE(e, key, "a boolean");
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* content: a string, null, or an array of {"type":"text","text":...} parts (joined by newlines). */
+static int get_content(const json_t *c, const char *field, char **out, serve_error *e) {
+    if (!c || json_is_null(c)) { *out = dup_n("", 0); return 0; }
+    if (json_is_string(c)) { *out = dup_str(c); return 0; }
+    if (!json_is_array(c)) return BAD_TYPE(e, field, "a string or an array of text parts");
+    size_t total = 0, n = json_array_size(c);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *part = json_array_get(c, i), *ty = json_object_get(part, "type"), *tx = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(ty) || strcmp(json_string_value(ty), "text") || !json_is_string(tx))
+            return serve_error_set(e, 400, "invalid_request_error", field, "invalid_value",
+                                   "'%s' part %zu must be {\"type\": \"text\", \"text\": \"...\"} (only text is supported)",
+                                   field, i);
+        total += json_string_length(tx) + 1;
+    }
+    char *p = tkv_xmalloc(total + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *tx = json_object_get(json_array_get(c, i), "text");
+        if (i) p[k++] = '\n';
+        memcpy(p + k, json_string_value(tx), json_string_length(tx));
+        k += json_string_length(tx);
+    }
+    p[k] = 0;
+    *out = p;
+    return 0;
+}
+
+static int get_messages(const json_t *root, const serve_limits *lim, serve_request *r, serve_error *e) {
+    const json_t *m = json_object_get(root, "messages");
+    if (!m || json_is_null(m))
+        return serve_error_set(e, 400, "invalid_request_error", "messages", "missing_required_parameter",
+                               "'messages' is required");
+    if (!json_is_array(m)) return BAD_TYPE(e, "messages", "an array");
+    size_t n = json_array_size(m);
+    if (n == 0) return BAD_VALUE(e, "messages", "'messages' must hold at least one message");
+    if (n > (size_t)lim->max_messages) return BAD_VALUE(e, "messages", "at most %d messages, got %zu", lim->max_messages, n);
+    r->msgs = tkv_xcalloc(n, sizeof *r->msgs);
+    for (size_t i = 0; i < n; i++) {
+        char field[48];
+        const json_t *msg = json_array_get(m, i);
+        snprintf(field, sizeof field, "messages[%zu]", i);
+        if (!json_is_object(msg)) return BAD_TYPE(e, field, "an object");
+        const json_t *role = json_object_get(msg, "role");
+        snprintf(field, sizeof field, "messages[%zu].role", i);
+        if (!json_is_string(role)) return BAD_TYPE(e, field, "a string");
+        const char *rs = json_string_value(role);
+        if (!strcmp(rs, "developer")) rs = "system";
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+            return BAD_VALUE(e, field, "'%s' must be system, developer, user or assistant, got '%.32s'", field, rs);
+        snprintf(field, sizeof field, "messages[%zu].content", i);
+        char *content = NULL;
+        if (get_content(json_object_get(msg, "content"), field, &content, e)) return -1;
+        r->msgs[r->n_msgs].role = dup_n(rs, strlen(rs));
+        r->msgs[r->n_msgs++].content = content;
+    }
+    return 0;
+}
+
+static int get_prompt(const json_t *root, const serve_limits *lim, serve_request *r, serve_error *e) {
+    const json_t *p = json_object_get(root, "prompt");
+    if (!p || json_is_null(p))
+        return serve_error_set(e, 400, "invalid_request_error", "prompt", "missing_required_parameter", "'prompt' is required");
+    if (json_is_string(p)) { r->prompt = dup_str(p); return 0; }
+    if (!json_is_array(p)) return BAD_TYPE(e, "prompt", "a string, an array of one string, or an array of token ids");
+    size_t n = json_array_size(p);
+    if (n == 0) return BAD_VALUE(e, "prompt", "'prompt' must not be an empty array");
+    if (json_is_string(json_array_get(p, 0))) {
+        if (n != 1) return BAD_VALUE(e, "prompt", "one prompt per request (got %zu)", n);
+        r->prompt = dup_str(json_array_get(p, 0));
+        return 0;
+    }
+    if (n > (size_t)lim->max_prompt_ids) return BAD_VALUE(e, "prompt", "at most %d token ids, got %zu", lim->max_prompt_ids, n);
+    r->prompt_ids = tkv_xmalloc(n * sizeof(int32_t));
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(p, i);
+        if (!json_is_integer(v)) return BAD_TYPE(e, "prompt", "a string, an array of one string, or an array of token ids");
+        long long id = json_integer_value(v);
+        if (id < 0 || id > INT32_MAX) return BAD_VALUE(e, "prompt", "token id %lld at %zu is out of range", id, i);
+        r->prompt_ids[i] = (int32_t)id;
+    }
+    r->n_prompt_ids = (int)n;
+    return 0;
+}
+
+static int add_stop(serve_request *r, const json_t *s, const serve_limits *lim, serve_error *e) {
+    if (!json_is_string(s)) return BAD_TYPE(e, "stop", "a string or an array of strings");
+    size_t n = json_string_length(s);
+    if (n == 0) return BAD_VALUE(e, "stop", "'stop' strings must not be empty");
+    if (n > (size_t)lim->max_stop_len) return BAD_VALUE(e, "stop", "'stop' strings hold at most %d bytes", lim->max_stop_len);
+    r->stops[r->n_stops++] = dup_str(s);
+    return 0;
+}
+
+static int get_stop(const json_t *root, const serve_limits *lim, serve_request *r, serve_error *e) {
+    const json_t *s = json_object_get(root, "stop");
+    if (!s || json_is_null(s)) return 0;
+    if (json_is_string(s)) {
+        r->stops = tkv_xcalloc(1, sizeof *r->stops);
+        return add_stop(r, s, lim, e);
+    }
+    if (!json_is_array(s)) return BAD_TYPE(e, "stop", "a string or an array of strings");
+    size_t n = json_array_size(s);
+    if (n > (size_t)lim->max_stops) return BAD_VALUE(e, "stop", "at most %d stop strings, got %zu", lim->max_stops, n);
+    r->stops = tkv_xcalloc(n ? n : 1, sizeof *r->stops);
+    for (size_t i = 0; i < n; i++)
+        if (add_stop(r, json_array_get(s, i), lim, e)) return -1;
+    return 0;
+}
+
+static int parse_root(const json_t *root, enum serve_kind kind, const serve_limits *lim, serve_request *r, serve_error *e) {
+    if (!json_is_object(root)) return serve_error_set(e, 400, "invalid_request_error", "", "invalid_type", "the body must be a JSON object");
+    if (kind == SERVE_CHAT ? get_messages(root, lim, r, e) : get_prompt(root, lim, r, e)) return -1;
+    long long v = -1, n = 1;
+    int given = 0;
+    /* max_completion_tokens is the newer name; either may be given, the newer wins */
+    if (get_int(root, "max_tokens", 1, lim->max_tokens, &v, &given, e)) return -1;
+    if (get_int(root, "max_completion_tokens", 1, lim->max_tokens, &v, &given, e)) return -1;
+    r->max_tokens = given ? (int)v : -1;
+    if (get_number(root, "temperature", 0, 2, &r->temperature, e)) return -1;
+    if (get_number(root, "top_p", 0, 1, &r->top_p, e)) return -1;
+    if (get_number(root, "min_p", 0, 1, &r->min_p, e)) return -1;
+    v = 0;
+    if (get_int(root, "top_k", 0, 1 << 30, &v, NULL, e)) return -1;
+    r->top_k = (int)v;
+    long long seed = 0;
+    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, &r->has_seed, e)) return -1;
+    r->seed = (uint64_t)seed;
+    if (get_int(root, "n", 1, 1 << 30, &n, NULL, e)) return -1;
+    if (n != 1) return BAD_VALUE(e, "n", "only n = 1 is supported, got %lld", n);
+    if (get_stop(root, lim, r, e) || get_bool(root, "stream", &r->stream, e)) return -1;
+    const json_t *so = json_object_get(root, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) return BAD_TYPE(e, "stream_options", "an object");
+        const json_t *iu = json_object_get(so, "include_usage");
+        if (iu && !json_is_null(iu) && !json_is_boolean(iu)) return BAD_TYPE(e, "stream_options.include_usage", "a boolean");
+        r->include_usage = json_is_true(iu);
+    }
+    return 0;
+}
+
+int serve_request_parse(const char *body, size_t n, enum serve_kind kind, const serve_limits *lim, serve_request *out,
+                        serve_error *e) {
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    out->temperature = 1.0;
+    out->top_p = 1.0;
+    out->max_tokens = -1;
+    json_error_t jerr;
+    /* JSON_REJECT_DUPLICATES: one value per field, so nothing is silently dropped */
+    json_t *root = json_loadb(body, n, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return serve_error_set(e, 400, "invalid_request_error", "", "invalid_json", "the body is not valid JSON: %s (line %d, column %d)",
+                               jerr.text, jerr.line, jerr.column);
+    int rc = parse_root(root, kind, lim, out, e);
+    json_decref(root);
+    if (rc) serve_request_free(out);
+    return rc;
+}
+
+void serve_request_free(serve_request *r) {
+    for (int i = 0; i < r->n_msgs; i++) free(r->msgs[i].role), free(r->msgs[i].content);
+    free(r->msgs);
+    for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    free(r->stops);
+    free(r->prompt);
+    free(r->prompt_ids);
+    memset(r, 0, sizeof *r);
+}

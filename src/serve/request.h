@@ -1,0 +1,70 @@
+/* request.h — an OpenAI request body (POST /v1/chat/completions or /v1/completions) as a struct.
+ * Pure: bytes in, a request or an error out; no model, no I/O, so it is fuzzed
+ * (fuzz/fuzz_serve_request.c). JSON is decoded by jansson, which refuses invalid UTF-8, NUL
+ * characters in strings and trailing bytes, so every string here is valid UTF-8 without NULs.
+ *
+ * Accepted: messages (chat: role system|developer|user|assistant, content a string, null or an
+ * array of {"type":"text","text"} parts), prompt (completions: a string, an array of one string,
+ * or an array of token ids), max_tokens / max_completion_tokens, temperature, top_p, top_k,
+ * min_p, seed, stop (a string or an array), stream, stream_options.include_usage, n (only 1).
+ * Unknown fields are ignored; a known field of the wrong type or out of range is refused with
+ * the field's name (OpenAI's error: type invalid_request_error, param, code). Not done here: the
+ * prompt's length in tokens and the context (the worker checks those against the model). */
+#ifndef TKV_SERVE_REQUEST_H
+#define TKV_SERVE_REQUEST_H
+#include <stddef.h>
+#include <stdint.h>
+
+enum serve_kind { SERVE_CHAT, SERVE_COMPLETION };
+
+typedef struct {
+    char *role;    /* system, user or assistant (developer is read as system) */
+    char *content; /* text parts joined */
+} serve_msg;
+
+typedef struct {
+    size_t max_body;    /* not checked here (the HTTP layer does), kept for the record */
+    int max_messages;   /* messages per request */
+    int max_stops;      /* stop strings per request */
+    int max_stop_len;   /* bytes per stop string */
+    int max_tokens;     /* the largest max_tokens accepted */
+    int max_prompt_ids; /* token ids in an array prompt */
+} serve_limits;
+void serve_limits_default(serve_limits *l);
+
+typedef struct {
+    enum serve_kind kind;
+    serve_msg *msgs; /* chat */
+    int n_msgs;
+    char *prompt;        /* completions, as text; or */
+    int32_t *prompt_ids; /* completions, as ids (not yet checked against the vocabulary) */
+    int n_prompt_ids;
+    int max_tokens;      /* -1: not given */
+    double temperature;  /* OpenAI's defaults: 1 */
+    double top_p;        /* 1 */
+    int top_k;           /* 0: off */
+    double min_p;        /* 0: off */
+    int has_seed;
+    uint64_t seed;
+    char **stops;
+    int n_stops;
+    int stream, include_usage;
+} serve_request;
+
+typedef struct {
+    int status;         /* HTTP status: 400, 413 ... */
+    char message[256];
+    const char *type;   /* "invalid_request_error" ... */
+    char param[48];     /* the field ("" when none) */
+    const char *code;   /* "invalid_type", "invalid_value", ... or NULL */
+} serve_error;
+
+/* 0 and *out filled (free with serve_request_free), or -1 and *e filled (out holds nothing). */
+int serve_request_parse(const char *body, size_t n, enum serve_kind kind, const serve_limits *lim, serve_request *out,
+                        serve_error *e);
+void serve_request_free(serve_request *r);
+/* Fills *e and returns -1. */
+int serve_error_set(serve_error *e, int status, const char *type, const char *param, const char *code, const char *fmt,
+                    ...) __attribute__((format(printf, 6, 7)));
+
+#endif

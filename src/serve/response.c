@@ -1,0 +1,164 @@
+/* response.c — OpenAI response objects by jansson (see response.h). Texts reach here as valid
+ * UTF-8 (the detokenizer releases whole characters); should a byte sequence still be invalid,
+ * it goes out with U+FFFD in its place rather than failing the response. */
+#include "serve/response.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "serve/buf.h"
+
+/* Length of a valid UTF-8 sequence at p (1..4), 0 if invalid. */
+static size_t utf8_seq(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    if (c < 0x80) return 1;
+    size_t k = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+    if (!k || c > 0xF4 || k > n) return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    if (k == 3 && ((c == 0xE0 && p[1] < 0xA0) || (c == 0xED && p[1] > 0x9F))) return 0; /* overlong, surrogates */
+    if (k == 4 && ((c == 0xF0 && p[1] < 0x90) || (c == 0xF4 && p[1] > 0x8F))) return 0;
+    return k;
+}
+
+static json_t *text(serve_text t) {
+    json_t *s = json_stringn(t.p ? t.p : "", t.n);
+    if (s) return s;
+    serve_buf b = {0};
+    const unsigned char *p = (const unsigned char *)t.p;
+    for (size_t i = 0; i < t.n;) {
+        size_t k = p[i] ? utf8_seq(p + i, t.n - i) : 0;
+        if (k) serve_buf_add(&b, t.p + i, k), i += k;
+        else serve_buf_add(&b, "\xEF\xBF\xBD", 3), i++;
+    }
+    s = json_stringn(serve_buf_str(&b), b.n);
+    serve_buf_free(&b);
+    TKV_ASSERT(s);
+    return s;
+}
+
+static char *dump(json_t *o) {
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    TKV_ASSERT(s);
+    return s;
+}
+
+static char *sse(json_t *o) {
+    char *j = dump(o);
+    size_t n = strlen(j);
+    char *s = tkv_xmalloc(n + 9);
+    memcpy(s, "data: ", 6);
+    memcpy(s + 6, j, n);
+    memcpy(s + 6 + n, "\n\n", 3);
+    free(j);
+    return s;
+}
+
+static json_t *error_obj(const serve_error *e) {
+    json_t *o = json_object();
+    json_object_set_new(o, "message", text((serve_text){e->message, strlen(e->message)}));
+    json_object_set_new(o, "type", json_string(e->type ? e->type : "invalid_request_error"));
+    json_object_set_new(o, "param", e->param[0] ? text((serve_text){e->param, strlen(e->param)}) : json_null());
+    json_object_set_new(o, "code", e->code ? json_string(e->code) : json_null());
+    json_t *r = json_object();
+    json_object_set_new(r, "error", o);
+    return r;
+}
+
+char *serve_json_error(const serve_error *e) { return dump(error_obj(e)); }
+char *serve_sse_error(const serve_error *e) { return sse(error_obj(e)); }
+
+static json_t *head(const serve_resp_meta *m, int chunk) {
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(m->id));
+    const char *obj = m->kind == SERVE_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    json_object_set_new(o, "object", json_string(obj));
+    json_object_set_new(o, "created", json_integer(m->created));
+    json_object_set_new(o, "model", text((serve_text){m->model, strlen(m->model)}));
+    return o;
+}
+
+static json_t *usage_obj(const serve_usage *u) {
+    json_t *pd = json_object(), *cd = json_object(), *o = json_object();
+    json_object_set_new(pd, "cached_tokens", json_integer(u->cached_tokens));
+    json_object_set_new(cd, "reasoning_tokens", json_integer(u->reasoning_tokens));
+    json_object_set_new(o, "prompt_tokens", json_integer(u->prompt_tokens));
+    json_object_set_new(o, "completion_tokens", json_integer(u->completion_tokens));
+    json_object_set_new(o, "total_tokens", json_integer(u->prompt_tokens + u->completion_tokens));
+    json_object_set_new(o, "prompt_tokens_details", pd);
+    json_object_set_new(o, "completion_tokens_details", cd);
+    return o;
+}
+
+static json_t *finish_val(const char *finish) { return finish ? json_string(finish) : json_null(); }
+
+char *serve_json_completion(const serve_resp_meta *m, serve_text content, serve_text reasoning, int with_reasoning,
+                            const char *finish, const serve_usage *u) {
+    json_t *o = head(m, 0), *choice = json_object(), *choices = json_array();
+    json_object_set_new(choice, "index", json_integer(0));
+    if (m->kind == SERVE_CHAT) {
+        json_t *msg = json_object();
+        json_object_set_new(msg, "role", json_string("assistant"));
+        int null_content = with_reasoning && content.n == 0 && reasoning.n > 0;
+        json_object_set_new(msg, "content", null_content ? json_null() : text(content));
+        if (with_reasoning) {
+            json_object_set_new(msg, "reasoning_content", reasoning.n ? text(reasoning) : json_null());
+            json_object_set_new(msg, "reasoning", reasoning.n ? text(reasoning) : json_null());
+        }
+        json_object_set_new(choice, "message", msg);
+    } else {
+        json_object_set_new(choice, "text", text(content));
+    }
+    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "finish_reason", finish_val(finish));
+    json_array_append_new(choices, choice);
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", usage_obj(u));
+    return dump(o);
+}
+
+char *serve_sse_chunk(const serve_resp_meta *m, int with_role, serve_text reasoning, serve_text content, const char *finish,
+                      int usage_null) {
+    json_t *o = head(m, 1), *choice = json_object(), *choices = json_array();
+    json_object_set_new(choice, "index", json_integer(0));
+    if (m->kind == SERVE_CHAT) {
+        json_t *d = json_object();
+        if (with_role) json_object_set_new(d, "role", json_string("assistant"));
+        if (reasoning.n) {
+            json_object_set_new(d, "reasoning_content", text(reasoning));
+            json_object_set_new(d, "reasoning", text(reasoning));
+        }
+        if (content.n || (with_role && !reasoning.n)) json_object_set_new(d, "content", text(content));
+        json_object_set_new(choice, "delta", d);
+    } else {
+        json_object_set_new(choice, "text", text(content));
+    }
+    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "finish_reason", finish_val(finish));
+    json_array_append_new(choices, choice);
+    json_object_set_new(o, "choices", choices);
+    if (usage_null) json_object_set_new(o, "usage", json_null());
+    return sse(o);
+}
+
+char *serve_sse_usage(const serve_resp_meta *m, const serve_usage *u) {
+    json_t *o = head(m, 1);
+    json_object_set_new(o, "choices", json_array());
+    json_object_set_new(o, "usage", usage_obj(u));
+    return sse(o);
+}
+
+char *serve_json_models(const char *model, long long created) {
+    json_t *md = json_object(), *data = json_array(), *o = json_object();
+    json_object_set_new(md, "id", text((serve_text){model, strlen(model)}));
+    json_object_set_new(md, "object", json_string("model"));
+    json_object_set_new(md, "created", json_integer(created));
+    json_object_set_new(md, "owned_by", json_string("tierkv"));
+    json_array_append_new(data, md);
+    json_object_set_new(o, "object", json_string("list"));
+    json_object_set_new(o, "data", data);
+    return dump(o);
+}

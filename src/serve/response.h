@@ -1,0 +1,46 @@
+/* response.h — the JSON the server sends: OpenAI's completion objects (chat and text), their
+ * server-sent-event chunks, usage, the model list and the error object. Pure: values in, malloc'd
+ * NUL-terminated bytes out (free with free()); JSON written by jansson. Not done here: HTTP
+ * status codes, headers and connections (http.c, api.c). */
+#ifndef TKV_SERVE_RESPONSE_H
+#define TKV_SERVE_RESPONSE_H
+#include <stddef.h>
+
+#include "serve/request.h"
+
+typedef struct {
+    const char *id;    /* "chatcmpl-…" or "cmpl-…" */
+    long long created; /* seconds since the epoch */
+    const char *model;
+    enum serve_kind kind;
+} serve_resp_meta;
+
+typedef struct {
+    int prompt_tokens, completion_tokens;
+    int reasoning_tokens; /* completion tokens inside the reasoning block */
+    int cached_tokens;    /* prompt tokens served from a shared prefix (not recomputed) */
+} serve_usage;
+
+typedef struct {
+    const char *p;
+    size_t n;
+} serve_text;
+
+/* {"error":{"message","type","param","code"}} */
+char *serve_json_error(const serve_error *e);
+/* The whole answer. With_reasoning: message.reasoning_content and message.reasoning carry the
+ * reasoning (null when empty); content is null when empty and reasoning is not. */
+char *serve_json_completion(const serve_resp_meta *m, serve_text content, serve_text reasoning, int with_reasoning,
+                            const char *finish, const serve_usage *u);
+/* One SSE event "data: {chunk}\n\n": the role (first chunk of a chat), reasoning and/or content
+ * deltas, finish_reason (NULL: null). usage_null: "usage": null (stream_options.include_usage). */
+char *serve_sse_chunk(const serve_resp_meta *m, int with_role, serve_text reasoning, serve_text content, const char *finish,
+                      int usage_null);
+/* The last chunk with include_usage: "choices": [] and the usage. */
+char *serve_sse_usage(const serve_resp_meta *m, const serve_usage *u);
+/* An error inside a stream: "data: {"error":{…}}\n\n". */
+char *serve_sse_error(const serve_error *e);
+/* GET /v1/models */
+char *serve_json_models(const char *model, long long created);
+
+#endif

@@ -1,0 +1,84 @@
+/* serve.c — assembles the server (see serve.h). Order matters on the way down: the worker stops
+ * first (every job ends, so no HTTP thread stays blocked on one), then the listener (its threads
+ * finish; submissions fail meanwhile), then the worker's memory and the session. */
+#include "serve/serve.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/err.h"
+#include "serve/api.h"
+#include "serve/worker.h"
+
+struct serve {
+    tkv_session *s;
+    tkv_chat *chat;
+    serve_worker *w;
+    serve_http *http;
+    serve_api api;
+};
+
+void serve_opts_default(serve_opts *o) {
+    memset(o, 0, sizeof *o);
+    tkv_session_params_default(&o->sp);
+    o->parallel = 8;
+    o->max_queue = 64;
+    o->prefix_entries = 4;
+    o->http.host = "127.0.0.1";
+    o->http.port = 8080;
+    o->http.max_connections = 64;
+    o->http.max_body = 1 << 20;
+    o->http.timeout_s = 30;
+    serve_limits_default(&o->lim);
+}
+
+static void teardown(serve *v) {
+    serve_worker_stop(v->w);
+    serve_http_stop(v->http);
+    serve_worker_free(v->w);
+    tkv_session_close(v->s);
+    tkv_chat_close(v->chat);
+    serve_metrics_free(&v->api.metrics);
+    free(v);
+}
+
+int serve_start(const serve_opts *o, serve **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (o->parallel < 1 || o->parallel > 1024 || o->max_queue < 0 || o->prefix_entries < 0 || o->prefix_entries > 64)
+        return tkv_errf(err, errlen, "serve: --parallel %d (1..1024), --max-queue %d, --prefix-cache %d (0..64)", o->parallel,
+                        o->max_queue, o->prefix_entries);
+    serve *v = tkv_xcalloc(1, sizeof *v);
+    serve_metrics_init(&v->api.metrics);
+    if (tkv_chat_open(o->model, o->template_name, 0, &v->chat, err, errlen)) {
+        if (o->template_name || tkv_chat_open(o->model, "chatml", 0, &v->chat, err, errlen)) { teardown(v); return -1; }
+        if (o->log) fprintf(o->log, "[serve] the model names no chat template: chatml (--template to choose)\n");
+    }
+    int prefix = tkv_policy_shares_prefix(o->sp.kv.policy) ? o->prefix_entries : 0;
+    tkv_session_params sp = o->sp;
+    sp.max_seqs = o->parallel + prefix;
+    if (tkv_session_open(o->model, &sp, &v->s, err, errlen)) { teardown(v); return -1; }
+    int ctx = sp.max_ctx;
+    serve_worker_opts wo = {.parallel = o->parallel, .max_queue = o->max_queue, .prefix_entries = prefix, .ctx = ctx,
+                            .default_max_tokens = o->default_max_tokens > 0 ? o->default_max_tokens : ctx,
+                            .policy = o->sp.kv.policy};
+    if (serve_worker_start(o->model, v->s, v->chat, &wo, &v->w, err, errlen)) { teardown(v); return -1; }
+    serve_api *a = &v->api;
+    a->model = o->model_name ? o->model_name : "tierkv";
+    a->created = (long long)time(NULL);
+    a->lim = o->lim;
+    if (a->lim.max_tokens > ctx - 1) a->lim.max_tokens = ctx - 1;
+    a->lim.max_body = o->http.max_body;
+    a->w = v->w;
+    a->timeout_s = o->http.timeout_s;
+    a->id_salt = (uint64_t)time(NULL) * 0x2545F4914F6CDD1Dull ^ (uint64_t)(uintptr_t)v;
+    if (serve_http_start(&o->http, serve_api_handle, serve_api_count, a, &v->http, err, errlen)) { teardown(v); return -1; }
+    *out = v;
+    return 0;
+}
+
+int serve_port(const serve *v) { return serve_http_port(v->http); }
+
+void serve_stop(serve *v) {
+    if (v) teardown(v);
+}

@@ -1,0 +1,677 @@
+#!/usr/bin/env python3
+"""serve_test.py -- `tierkv serve` end to end over real HTTP, for tests/test_serve.c.
+
+One section per call (basic, reasoning, identical, malformed, disconnect, queue, budget, auth,
+idle, openai): each starts the server on a free loopback port (--port 0, the port read from its
+"listening on" line) with a fixture model, talks to it with the standard library only (the
+openai section uses the official client and exits 77 when it is not installed), stops it with
+SIGTERM and checks that it exited cleanly. Exit status: 0 all checks passed, 1 a check failed,
+77 skipped. Fixture models have random weights: the texts are nonsense, but determinism, shapes,
+counts and the engine's behaviour are what is checked.
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+FIXTURE = "fixtures/models/qwen2-Q8_0.gguf"
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    if not cond:
+        failures += 1
+        print("  FAIL serve_test: " + what, file=sys.stderr)
+    return cond
+
+
+class Server:
+    """A `tierkv serve` process on a free port; its stderr is kept for failure messages."""
+
+    def __init__(self, args, *flags):
+        self.model = os.path.join(args.shared, FIXTURE)
+        cmd = [args.bin, "serve", "-m", self.model, "--port", "0", "-t", "2"] + list(flags)
+        self.p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.log = []
+        self.port = None
+        self.gen = 0  # completion tokens the responses reported
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            line = self.p.stderr.readline().decode("utf-8", "replace")
+            if not line:
+                break
+            self.log.append(line)
+            m = re.search(r"listening on http://\S+:(\d+) ", line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        if self.port is None:
+            raise RuntimeError("the server did not start: " + "".join(self.log))
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        for line in self.p.stderr:
+            self.log.append(line.decode("utf-8", "replace"))
+
+    def conn(self, timeout=60):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        c = self.conn(timeout)
+        h = dict(headers or {})
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+            h.setdefault("Content-Type", "application/json")
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, dict(r.getheaders()), data
+
+    def post(self, path, obj, headers=None):
+        st, h, data = self.request("POST", path, obj, headers)
+        try:
+            body = json.loads(data)
+        except ValueError:
+            return st, h, data
+        if st == 200:
+            self.gen += body["usage"]["completion_tokens"]
+        return st, h, body
+
+    def stream(self, path, obj, headers=None):
+        """POST with stream: true; returns (status, [parsed chunks], saw_done)."""
+        c = self.conn()
+        c.request("POST", path, body=json.dumps(obj), headers=dict(headers or {}, **{"Content-Type": "application/json"}))
+        r = c.getresponse()
+        if r.status != 200:
+            data = r.read()
+            c.close()
+            return r.status, [json.loads(data)], False
+        chunks, done = [], False
+        for raw in r:
+            line = raw.decode("utf-8").rstrip("\r\n")
+            if not line or line.startswith(":"):
+                continue
+            check(line.startswith("data: "), "an SSE line that is not data: " + line[:80])
+            payload = line[6:]
+            if payload == "[DONE]":
+                done = True
+                continue
+            check(not done, "a chunk after [DONE]")
+            chunks.append(json.loads(payload))
+            if chunks[-1].get("usage"):
+                self.gen += chunks[-1]["usage"]["completion_tokens"]
+        c.close()
+        return 200, chunks, done
+
+    def metrics(self, headers=None):
+        st, _, data = self.request("GET", "/metrics", headers=headers)
+        check(st == 200, "/metrics status %d" % st)
+        return parse_prometheus(data.decode("utf-8"))
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+        try:
+            rc = self.p.wait(20)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            rc = self.p.wait()
+        check(rc == 0, "the server exited with %s; its log:\n%s" % (rc, "".join(self.log[-20:])))
+
+
+PROM_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"(,[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*")*)?\})? '
+                         r'(-?[0-9.eE+-]+|NaN|[+-]Inf)$')
+
+
+def parse_prometheus(text):
+    """The Prometheus text format, strictly: HELP and TYPE before a family's samples, every sample
+    line name{labels} value. Returns {name or name{labels}: value}."""
+    out, typed = {}, set()
+    check(text.endswith("\n"), "the metrics page does not end with a newline")
+    for line in text.splitlines():
+        if line.startswith("# HELP ") or line.startswith("# TYPE "):
+            parts = line.split(" ", 3)
+            check(len(parts) >= 4, "a short comment line: " + line)
+            if parts[1] == "TYPE":
+                check(parts[3] in ("counter", "gauge", "summary", "histogram", "untyped"), "a bad TYPE: " + line)
+                typed.add(parts[2])
+            continue
+        m = PROM_SAMPLE.match(line)
+        if not check(m, "not a Prometheus sample line: " + line):
+            continue
+        name = m.group(1)
+        base = re.sub(r"_(sum|count)$", "", name)
+        check(name in typed or base in typed, "a sample before its TYPE: " + line)
+        key = name + (m.group(2) or "")
+        check(key not in out, "a sample twice: " + key)
+        out[key] = float(m.group(5))
+    return out
+
+
+def chat_body(text, **kw):
+    b = {"model": "x", "messages": [{"role": "user", "content": text}], "temperature": 0}
+    b.update(kw)
+    return b
+
+
+def run_cli(args, *flags):
+    """`tierkv run` on the fixture: the generated text (its trailing newline taken off)."""
+    cmd = [args.bin, "run", "-m", os.path.join(args.shared, FIXTURE), "-t", "2"] + list(flags)
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True).stdout.decode("utf-8")
+    return out[:-1] if out.endswith("\n") else out
+
+
+def join_stream(chunks, field):
+    s = ""
+    for ch in chunks:
+        for c in ch.get("choices", []):
+            d = c.get("delta", c)
+            v = d.get(field)
+            if v:
+                s += v
+    return s
+
+
+# ---- sections ----
+
+def sec_basic(args):
+    srv = Server(args, "--template", "chatml", "--parallel", "4")
+    try:
+        st, _, body = srv.post("/v1/chat/completions", chat_body("Say something.", max_tokens=16))
+        check(st == 200, "chat status %d %s" % (st, body))
+        check(body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-"), "chat object/id")
+        msg = body["choices"][0]["message"]
+        check(msg["role"] == "assistant" and isinstance(msg["content"], str) and msg["content"], "chat message")
+        check("reasoning_content" not in msg, "a model without reasoning markers sends reasoning_content")
+        check(body["choices"][0]["finish_reason"] == "length", "finish_reason %s" % body["choices"][0]["finish_reason"])
+        u = body["usage"]
+        check(u["completion_tokens"] == 16 and u["prompt_tokens"] > 0 and u["total_tokens"] == u["prompt_tokens"] + 16, "usage %s" % u)
+        check(u["prompt_tokens_details"]["cached_tokens"] == 0 and u["completion_tokens_details"]["reasoning_tokens"] == 0, "usage details %s" % u)
+        text = msg["content"]
+        check(text == run_cli(args, "--chat", "--template", "chatml", "-p", "Say something.", "-n", "16"), "chat differs from tierkv run")
+
+        st, chunks, done = srv.stream("/v1/chat/completions", chat_body("Say something.", max_tokens=16, stream=True,
+                                                                        stream_options={"include_usage": True}))
+        check(st == 200 and done, "stream status %d, [DONE] %s" % (st, done))
+        check(chunks[0]["choices"][0]["delta"].get("role") == "assistant", "the first chunk has no role")
+        check(all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks), "chunk objects/ids")
+        check(join_stream(chunks, "content") == text, "streamed text differs from the whole one")
+        fins = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+        check(fins[-1] == "length" and all(f is None for f in fins[:-1]), "finish reasons %s" % fins)
+        check(chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 16, "the usage chunk")
+        check(all(c["usage"] is None for c in chunks[:-1]), "usage: null on the other chunks")
+        check(chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == u["prompt_tokens"] - 1,
+              "the repeated prompt shared %s tokens of %d" % (chunks[-1]["usage"]["prompt_tokens_details"], u["prompt_tokens"]))
+        st, chunks, done = srv.stream("/v1/chat/completions", chat_body("Say something.", max_tokens=16, stream=True))
+        check(st == 200 and done and "usage" not in chunks[-1], "a stream without include_usage")
+        srv.gen += 16
+
+        st, _, body = srv.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0})
+        check(st == 200 and body["object"] == "text_completion" and body["usage"]["completion_tokens"] == 12, "completion %s" % body)
+        ctext = body["choices"][0]["text"]
+        check(ctext == run_cli(args, "-p", "Once upon a time", "-n", "12"), "completion differs from tierkv run")
+        st, chunks, done = srv.stream("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "stream": True})
+        check(st == 200 and done and join_stream(chunks, "text") == ctext, "streamed completion")
+        srv.gen += 12
+        st, _, body = srv.post("/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 3, "temperature": 0})
+        check(st == 200 and body["usage"]["prompt_tokens"] == 3, "a prompt of token ids")
+
+        # a stop string: the text before its first occurrence, finish_reason stop
+        stop = text[5:8]
+        st, _, body = srv.post("/v1/chat/completions", chat_body("Say something.", max_tokens=16, stop=[stop, "\u00e9\u00e9\u00e9"]))
+        check(st == 200 and body["choices"][0]["message"]["content"] == text[:text.index(stop)], "stop string %r: %s" % (stop, body))
+        check(body["choices"][0]["finish_reason"] == "stop", "finish_reason after a stop string")
+        # sampling with a seed is repeatable
+        outs = [srv.post("/v1/chat/completions", chat_body("Say something.", max_tokens=12, temperature=1.0, top_p=0.9, seed=7))[2]
+                ["choices"][0]["message"]["content"] for _ in range(2)]
+        check(outs[0] == outs[1], "seeded sampling differs: %s" % outs)
+
+        st, _, data = srv.request("GET", "/health")
+        check(st == 200 and json.loads(data) == {"status": "ok"}, "/health")
+        st, _, data = srv.request("GET", "/v1/models")
+        check(st == 200 and json.loads(data)["data"][0]["id"] == "qwen2-Q8_0.gguf", "/v1/models %s" % data)
+        st, _, data = srv.request("GET", "/nope")
+        check(st == 404 and "error" in json.loads(data), "404")
+        st, h, data = srv.request("GET", "/v1/chat/completions")
+        check(st == 405 and h.get("Allow") == "POST", "405")
+        m = srv.metrics()
+        for name in ("tierkv_requests_total{endpoint=\"chat\",code=\"200\"}", "tierkv_generation_tokens_total", "tierkv_prompt_tokens_total",
+                     "tierkv_generation_tokens_per_second", "tierkv_queue_length", "tierkv_sequences_live", "tierkv_requests_running",
+                     "tierkv_kv_tokens{tier=\"t0\"}", "tierkv_kv_bytes{tier=\"t2\"}", "tierkv_kv_t0_budget_bytes", "tierkv_kv_t0_peak_bytes",
+                     "tierkv_kv_moved_bytes_total{direction=\"down\"}", "tierkv_kv_evicted_tokens_total", "tierkv_kv_shared_tokens",
+                     "tierkv_kv_shared_bytes_saved", "tierkv_prompt_tokens_cached_total", "tierkv_prefix_cache_entries"):
+            check(name in m, "/metrics lacks " + name)
+        check(m.get("tierkv_requests_total{endpoint=\"chat\",code=\"200\"}") == 6, "chat 200s counted: %s" % m.get("tierkv_requests_total{endpoint=\"chat\",code=\"200\"}"))
+        # every completion token the responses above reported (the stop-string one counts its own)
+        check(m["tierkv_generation_tokens_total"] == srv.gen, "generated tokens %s, the responses said %d" % (m["tierkv_generation_tokens_total"], srv.gen))
+        check(m["tierkv_requests_total{endpoint=\"completions\",code=\"200\"}"] == 3, "completions counted")
+        check(m.get("tierkv_prompt_tokens_cached_total", 0) > 0, "no cached prompt tokens")
+        check(m.get("tierkv_kv_t0_peak_bytes", 0) > 0, "no T0 peak recorded")  # no budget here: sec_budget checks one
+    finally:
+        srv.stop()
+
+
+def sec_reasoning(args):
+    srv = Server(args, "--template", "deepseek-r1", "--parallel", "2")
+    try:
+        q = "What is 2 + 2?"
+        raw = run_cli(args, "--chat", "--template", "deepseek-r1", "-p", q, "-n", "48")
+        if "</think>" in raw:
+            i = raw.index("</think>")
+            want_r, want_c = raw[:i], raw[i + 8:].lstrip(" \n\r\t")
+        else:
+            want_r, want_c = raw, ""  # random weights: everything before a </think> is reasoning
+        st, _, body = srv.post("/v1/chat/completions", chat_body(q, max_tokens=48))
+        check(st == 200, "status %d" % st)
+        msg = body["choices"][0]["message"]
+        check(msg.get("reasoning_content") == (want_r or None), "reasoning_content %r, want %r" % (msg.get("reasoning_content"), want_r))
+        check(msg.get("reasoning") == msg.get("reasoning_content"), "reasoning differs from reasoning_content")
+        check((msg["content"] or "") == want_c, "content %r, want %r" % (msg["content"], want_c))
+        u = body["usage"]
+        rt = u["completion_tokens_details"]["reasoning_tokens"]
+        if "</think>" in raw:
+            check(0 < rt < u["completion_tokens"], "reasoning tokens %d of %d" % (rt, u["completion_tokens"]))
+        else:
+            check(rt == u["completion_tokens"] == 48, "reasoning tokens %d of %d" % (rt, u["completion_tokens"]))
+        st, chunks, done = srv.stream("/v1/chat/completions", chat_body(q, max_tokens=48, stream=True, stream_options={"include_usage": True}))
+        check(st == 200 and done, "stream")
+        check(join_stream(chunks, "reasoning_content") == want_r and join_stream(chunks, "reasoning") == want_r, "streamed reasoning")
+        check(join_stream(chunks, "content") == want_c, "streamed content")
+        check(chunks[-1]["usage"]["completion_tokens_details"]["reasoning_tokens"] == rt, "streamed reasoning tokens")
+        # text completions are not split
+        st, _, body = srv.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})
+        check(st == 200 and "reasoning_content" not in body["choices"][0], "a text completion is not split")
+    finally:
+        srv.stop()
+
+
+def sec_identical(args):
+    prompt = "Tell me a story about a cat."
+    for flags in ([], ["--policy", "hierarchy", "--hbm-ratio", "0.3", "--delta", "8"]):
+        srv = Server(args, "--template", "chatml", "--parallel", "8", *flags)
+        try:
+            st, _, alone = srv.post("/v1/chat/completions", chat_body(prompt, max_tokens=40))
+            check(st == 200, "alone: status %d" % st)
+            want = alone["choices"][0]["message"]["content"]
+            res = [None] * 8
+            gate = threading.Barrier(8)
+
+            def one(k):
+                gate.wait()
+                res[k] = srv.post("/v1/chat/completions", chat_body(prompt, max_tokens=40))
+
+            ts = [threading.Thread(target=one, args=(k,)) for k in range(8)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            n = alone["usage"]["prompt_tokens"]
+            for k, (st, _, body) in enumerate(res):
+                check(st == 200 and body["choices"][0]["message"]["content"] == want, "%s request %d of 8 differs from one alone" % (flags, k))
+                check(body["usage"]["prompt_tokens_details"]["cached_tokens"] == n - 1, "request %d shared %s of %d" %
+                      (k, body["usage"]["prompt_tokens_details"], n))
+            cli = run_cli(args, "--chat", "--template", "chatml", "-p", prompt, "-n", "40", *flags)
+            check(cli == want, "%s: the server's text differs from tierkv run's:\n  %r\n  %r" % (flags, want, cli))
+        finally:
+            srv.stop()
+
+
+def raw_exchange(port, data, read=True, timeout=5):
+    """Sends bytes on a fresh socket; returns what comes back until the server closes or stops."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        if not read:
+            return b""
+        out = b""
+        while True:
+            try:
+                b = s.recv(65536)
+            except socket.timeout:
+                break
+            except ConnectionResetError:
+                break
+            if not b:
+                break
+            out += b
+        return out
+    finally:
+        s.close()
+
+
+def status_of(resp):
+    m = re.match(rb"HTTP/1\.[01] (\d{3})", resp)
+    return int(m.group(1)) if m else None
+
+
+def sec_malformed(args):
+    srv = Server(args, "--template", "chatml", "--max-body", "4096", "--timeout", "2", "--ctx", "256", "--parallel", "2")
+    try:
+        msgs = [{"role": "user", "content": "hi"}]
+        long_text = " ".join(["word"] * 300)  # more tokens than --ctx 256
+        corpus = [
+            (b"{", None), (b"", None), (b"[1,2]", None), (b"null", None), (b'{"messages": "x"}', "messages"),
+            (b'{"messages": []}', "messages"), (b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', None),
+            (b'{"messages": [{"role": "user", "content": "a\\u0000"}]}', None),
+            (b'{"messages": [{"role": "user", "content": "a"}]} x', None),
+            (json.dumps({"messages": msgs, "max_tokens": "9"}).encode(), "max_tokens"),
+            (json.dumps({"messages": msgs, "max_tokens": 100000}).encode(), "max_tokens"),
+            (json.dumps({"messages": msgs, "max_tokens": 250}).encode(), "max_tokens"),  # prompt + 250 > --ctx 256
+            (json.dumps({"messages": [{"role": "user", "content": long_text}]}).encode(), "messages"),
+            (json.dumps({"messages": msgs, "n": 3}).encode(), "n"),
+            (json.dumps({"messages": msgs, "temperature": [1]}).encode(), "temperature"),
+            (json.dumps({"messages": msgs, "stop": {"a": 1}}).encode(), "stop"),
+            (json.dumps({"messages": msgs, "stream": "yes"}).encode(), "stream"),
+            (json.dumps({"messages": [{"role": "robot", "content": "a"}]}).encode(), "messages[0].role"),
+            (b'{"messages": [{"role": "user", "content": "a"}], "x": ' + b"[" * 5000 + b"]" * 5000 + b"}", None),
+        ]
+        for body, param in corpus:
+            st, _, data = srv.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+            try:
+                err = json.loads(data)["error"]
+                shape = all(k in err for k in ("message", "type", "param", "code")) and err["message"]
+            except (ValueError, KeyError, TypeError):
+                err, shape = None, False
+            check(400 <= st < 500 and shape, "body %r: status %d, %r" % (body[:60], st, data[:200]))
+            if param and err:
+                check(err["param"] == param, "body %r: param %r, want %r" % (body[:60], err["param"], param))
+        st, _, _ = srv.request("POST", "/v1/completions", json.dumps({"prompt": [5000000]}), {"Content-Type": "application/json"})
+        check(st == 400, "a token id out of the vocabulary: %d" % st)
+        # a body over --max-body: refused from its Content-Length, and as a chunked upload
+        st, _, _ = srv.request("POST", "/v1/chat/completions", b"x" * 5000, {"Content-Type": "application/json"})
+        check(st == 413, "a large body: %d" % st)
+        chunk = b"1000\r\n" + b"y" * 4096 + b"\r\n"
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        resp = raw_exchange(srv.port, head + chunk * 2 + b"0\r\n\r\n")
+        check(status_of(resp) == 413, "a large chunked body: %r" % resp[:80])
+        resp = raw_exchange(srv.port, head + chunk * 40)  # one that goes on and on: closed
+        check(status_of(resp) is None, "an endless chunked body: %r" % resp[:80])
+        # garbage, huge headers, a body cut short, a request that never finishes arriving
+        resp = raw_exchange(srv.port, b"GARBAGE\r\n\r\n")
+        check(status_of(resp) in (None, 400, 505), "garbage: %r" % resp[:80])
+        resp = raw_exchange(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100000 + b"\r\n\r\n")
+        check(status_of(resp) in (None, 400, 413, 431), "huge headers: %r" % resp[:80])
+        raw_exchange(srv.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mess", read=False)
+        t0 = time.time()
+        resp = raw_exchange(srv.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mess", timeout=10)
+        check(time.time() - t0 < 8, "a stalled request was not dropped after --timeout (%.1f s)" % (time.time() - t0))
+        # still healthy, and answering
+        check(srv.alive(), "the server died")
+        st, _, _ = srv.request("GET", "/health")
+        check(st == 200, "/health after the corpus: %d" % st)
+        st, _, body = srv.post("/v1/chat/completions", chat_body("hi", max_tokens=4))
+        check(st == 200 and body["usage"]["completion_tokens"] == 4, "a good request after the corpus")
+        m = srv.metrics()
+        check(m.get("tierkv_requests_total{endpoint=\"chat\",code=\"400\"}", 0) >= len(corpus) - 1, "400s counted")
+        check(m["tierkv_sequences_live"] <= 4 and m["tierkv_requests_running"] == 0, "sequences left behind")
+    finally:
+        srv.stop()
+
+
+def wait_idle(srv, secs=10):
+    deadline = time.time() + secs
+    while time.time() < deadline:
+        m = srv.metrics()
+        if m["tierkv_requests_running"] == 0 and m["tierkv_queue_length"] == 0:
+            time.sleep(0.3)  # the engine's idle snapshot follows its last step
+            return srv.metrics()
+        time.sleep(0.1)
+    check(False, "the server did not go idle")
+    return srv.metrics()
+
+
+def stream_then_drop(srv, body, n_chunks):
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    data = json.dumps(body).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+    got = b""
+    while got.count(b"data: ") < n_chunks:
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # reset, as a killed client does
+    s.close()
+    return got
+
+
+def sec_disconnect(args):
+    long_chat = chat_body("Go on and on.", max_tokens=3000)
+    for flags in (["--prefix-cache", "0"], []):
+        srv = Server(args, "--template", "chatml", "--parallel", "2", *flags)
+        try:
+            if flags == []:  # the prefix cache settles on this prompt first: it keeps what it holds
+                for _ in range(2):
+                    srv.post("/v1/chat/completions", dict(long_chat, max_tokens=2))
+            base = wait_idle(srv)
+            got = stream_then_drop(srv, dict(long_chat, stream=True), 4)
+            check(got.startswith(b"HTTP/1.1 200"), "the stream did not start: %r" % got[:80])
+            after = wait_idle(srv)
+            check(after["tierkv_jobs_ended_total{reason=\"cancelled\"}"] == base["tierkv_jobs_ended_total{reason=\"cancelled\"}"] + 1,
+                  "the dropped stream was not cancelled")
+            gen = after["tierkv_generation_tokens_total"] - base["tierkv_generation_tokens_total"]
+            check(gen < 3000, "the dropped stream ran to its end (%d tokens)" % gen)
+            for key in ("tierkv_sequences_live", "tierkv_kv_bytes{tier=\"t0\"}", "tierkv_kv_bytes{tier=\"t1\"}", "tierkv_kv_tokens{tier=\"t0\"}"):
+                check(after[key] == base[key], "%s: %s after the disconnect, %s before (%s)" % (key, after[key], base[key], flags))
+            # a non-streamed request whose client hangs up while it waits
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            data = json.dumps(long_chat).encode()
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+            time.sleep(0.3)
+            s.close()
+            after2 = wait_idle(srv)
+            check(after2["tierkv_jobs_ended_total{reason=\"cancelled\"}"] == base["tierkv_jobs_ended_total{reason=\"cancelled\"}"] + 2,
+                  "the dropped request was not cancelled")
+            check(after2["tierkv_sequences_live"] == base["tierkv_sequences_live"] and
+                  after2["tierkv_kv_bytes{tier=\"t0\"}"] == base["tierkv_kv_bytes{tier=\"t0\"}"], "memory not back after a dropped request")
+            st, _, body = srv.post("/v1/chat/completions", chat_body("hi", max_tokens=3))
+            check(st == 200, "a request after the disconnects")
+        finally:
+            srv.stop()
+
+
+def sec_queue(args):
+    srv = Server(args, "--template", "chatml", "--parallel", "1", "--max-queue", "1")
+    try:
+        body = chat_body("Count slowly.", max_tokens=1500)
+        res = [None] * 3
+        t_503 = [None]
+
+        def one(k):
+            t0 = time.time()
+            res[k] = srv.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+            if res[k][0] == 503:
+                t_503[0] = time.time() - t0
+
+        ts = []
+        for k in range(3):
+            ts.append(threading.Thread(target=one, args=(k,)))
+            ts[-1].start()
+            time.sleep(0.15)
+        for t in ts:
+            t.join()
+        codes = sorted(r[0] for r in res)
+        check(codes == [200, 200, 503], "statuses %s" % codes)
+        for st, h, data in res:
+            if st == 503:
+                check(h.get("Retry-After") == "1" and json.loads(data)["error"]["message"], "503 without Retry-After or message")
+                check(t_503[0] is not None and t_503[0] < 1.0, "the 503 came after %.2f s" % (t_503[0] or -1))
+        st, _, alone = srv.post("/v1/chat/completions", body)
+        want = alone["choices"][0]["message"]["content"]
+        for st, h, data in res:
+            if st == 200:
+                check(json.loads(data)["choices"][0]["message"]["content"] == want, "a queued request's text was harmed")
+        m = srv.metrics()
+        check(m["tierkv_requests_rejected_total"] == 1, "rejections counted: %s" % m["tierkv_requests_rejected_total"])
+    finally:
+        srv.stop()
+    # connections: idle ones up to --max-connections, then a clear 429; room again once they go
+    srv = Server(args, "--template", "chatml", "--max-connections", "2", "--timeout", "5")
+    try:
+        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(2)]
+        time.sleep(0.2)
+        st, h, data = srv.request("GET", "/health")
+        check(st == 429 and h.get("Retry-After") == "1" and json.loads(data)["error"]["code"] == "too_many_connections",
+              "a connection over the limit: %d %r" % (st, data[:100]))
+        for s in idle:
+            s.close()
+        time.sleep(0.3)
+        st, _, _ = srv.request("GET", "/health")
+        check(st == 200, "after the idle connections went: %d" % st)
+    finally:
+        srv.stop()
+
+
+def sec_auth(args):
+    srv = Server(args, "--template", "chatml", "--api-key", "s3cret")
+    try:
+        st, _, _ = srv.request("GET", "/health")
+        check(st == 200, "/health needs no key")
+        for hdr in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer s3cre"}, {"Authorization": "Bearer s3cret2"},
+                    {"Authorization": "s3cret"}):
+            st, h, data = srv.request("GET", "/v1/models", headers=hdr)
+            check(st == 401 and h.get("WWW-Authenticate") == "Bearer" and json.loads(data)["error"]["code"] == "invalid_api_key",
+                  "key %s: %d" % (hdr, st))
+        st, _, _ = srv.request("POST", "/v1/chat/completions", json.dumps(chat_body("hi", max_tokens=2)))
+        check(st == 401, "a completion without the key: %d" % st)
+        key = {"Authorization": "Bearer s3cret"}
+        st, _, _ = srv.request("GET", "/v1/models", headers=key)
+        check(st == 200, "with the key: %d" % st)
+        st, _, body = srv.post("/v1/chat/completions", chat_body("hi", max_tokens=2), headers=key)
+        check(st == 200, "a completion with the key: %d" % st)
+        st, _, _ = srv.request("GET", "/metrics")
+        check(st == 401, "/metrics without the key: %d" % st)
+        srv.metrics(headers=key)
+    finally:
+        srv.stop()
+
+
+def sec_budget(args):
+    # 400 KiB over two sequences of 1 KiB tokens: 200 each; a prompt whose protected tokens (itself
+    # and the window of 64) need more is refused with the session's message, the others go on
+    srv = Server(args, "--template", "chatml", "--parallel", "2", "--prefix-cache", "0", "--ctx", "1024",
+                 "--policy", "hierarchy", "--hbm-budget", "400KiB")
+    try:
+        res = {}
+
+        def one(name, text):
+            res[name] = srv.post("/v1/chat/completions", chat_body(text, max_tokens=200))
+
+        ts = [threading.Thread(target=one, args=("short", "hi")),
+              threading.Thread(target=one, args=("long", " ".join(["word"] * 300)))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        st, _, body = res["long"]
+        check(st == 413 and "T0" in body["error"]["message"], "a prompt the T0 budget cannot hold: %d %s" % (st, body))
+        st, _, body = res["short"]
+        check(st == 200 and body["usage"]["completion_tokens"] == 200, "the other request: %d" % st)
+        m = wait_idle(srv)
+        check(m["tierkv_jobs_ended_total{reason=\"refused\"}"] == 1 and m["tierkv_sequences_live"] == 0, "refusal counted, memory freed")
+        check(m["tierkv_kv_t0_budget_bytes"] == 400 * 1024 and 0 < m["tierkv_kv_t0_peak_bytes"] <= 400 * 1024,
+              "T0 peak %s within the budget %s" % (m["tierkv_kv_t0_peak_bytes"], m["tierkv_kv_t0_budget_bytes"]))
+    finally:
+        srv.stop()
+
+
+def cpu_ticks(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime of every thread, in clock ticks
+
+
+def sec_idle(args):
+    srv = Server(args, "--template", "chatml", "--parallel", "4")
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+        for phase in ("after start", "after a request"):
+            time.sleep(0.5)
+            t0 = cpu_ticks(srv.p.pid)
+            time.sleep(2.0)
+            used = cpu_ticks(srv.p.pid) - t0
+            check(used <= 2, "idle %s: %d ticks (%.0f ms) in 2 s" % (phase, used, 1000.0 * used / hz))
+            st, _, _ = srv.post("/v1/chat/completions", chat_body("hi", max_tokens=8))
+            check(st == 200, "a request")
+    finally:
+        srv.stop()
+
+
+def sec_openai(args):
+    try:
+        import openai
+    except ImportError:
+        print("serve_test: the openai package is missing (scripts/setup.sh installs it for the tests: pip install openai)",
+              file=sys.stderr)
+        return 77
+    for tmpl in ("chatml", "deepseek-r1"):
+        srv = Server(args, "--template", tmpl, "--api-key", "k")
+        try:
+            client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % srv.port, api_key="k", max_retries=0)
+            name = client.models.list().data[0].id
+            msgs = [{"role": "user", "content": "Hello!"}]
+            r = client.chat.completions.create(model=name, messages=msgs, max_tokens=16, temperature=0)
+            m = r.choices[0].message
+            whole = (m.content or "", getattr(m, "reasoning_content", None) or "")
+            check(r.usage.completion_tokens == 16 and (whole[0] or whole[1]), "openai: a non-streamed chat (%s)" % tmpl)
+            got_c, got_r, usage = "", "", None
+            for ch in client.chat.completions.create(model=name, messages=msgs, max_tokens=16, temperature=0, stream=True,
+                                                     stream_options={"include_usage": True}):
+                if ch.usage:
+                    usage = ch.usage
+                for c in ch.choices:
+                    got_c += c.delta.content or ""
+                    got_r += getattr(c.delta, "reasoning_content", None) or ""
+            check((got_c, got_r) == whole, "openai: streamed %r, whole %r (%s)" % ((got_c, got_r), whole, tmpl))
+            check(usage is not None and usage.completion_tokens == 16, "openai: streamed usage")
+            if tmpl == "deepseek-r1":
+                check(whole[1] != "", "openai: no reasoning_content from the R1 template")
+            c = client.completions.create(model=name, prompt="Once upon a time", max_tokens=5, temperature=0)
+            check(c.usage.completion_tokens == 5 and isinstance(c.choices[0].text, str), "openai: a text completion")
+            try:
+                client.chat.completions.create(model=name, messages=msgs, max_tokens="x")
+                check(False, "openai: a bad max_tokens was accepted")
+            except openai.BadRequestError as e:
+                check(e.status_code == 400, "openai: a bad request")
+        finally:
+            srv.stop()
+    return 0
+
+
+SECTIONS = {"basic": sec_basic, "reasoning": sec_reasoning, "identical": sec_identical, "malformed": sec_malformed,
+            "disconnect": sec_disconnect, "queue": sec_queue, "budget": sec_budget, "auth": sec_auth, "idle": sec_idle, "openai": sec_openai}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--shared", required=True)
+    ap.add_argument("--tmp", default="/tmp")
+    ap.add_argument("section", choices=sorted(SECTIONS))
+    args = ap.parse_args()
+    try:
+        rc = SECTIONS[args.section](args)
+    except Exception as e:  # a crash of the script or the server is a failure with its reason
+        import traceback
+        traceback.print_exc()
+        check(False, "%s: %s" % (args.section, e))
+        rc = 1
+    if rc == 77:
+        return 77
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

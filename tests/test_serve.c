@@ -1,0 +1,398 @@
+/* test_serve.c — the server's pure parts (the reasoning split over streamed pieces, request parsing
+ * against a corpus of bad bodies, the response and metrics formats), the scheduler on a fixture
+ * model (batched and queued jobs give the tokens of one-at-a-time decoding, the prefix cache shares
+ * without changing them, refusals), and the HTTP server end to end: tests/serve_test.py starts
+ * `tierkv serve` on a loopback port and talks to it over real HTTP, one section per test here.
+ * Tests that need the fixtures, the binary or python3 skip with one line when they are missing. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sched/sched.h"
+#include "serve/buf.h"
+#include "serve/metrics.h"
+#include "serve/reasoning.h"
+#include "serve/request.h"
+#include "serve/response.h"
+#include "t.h"
+#include "tierkv.h"
+
+#define FIXTURE "fixtures/models/qwen2-Q8_0.gguf"
+
+/* ---- the reasoning split ---- */
+
+/* Feeds text in pieces cut at the given points; returns reasoning and content. */
+static void think_run(const char *open, const char *close, int opened, const char *text, const size_t *cuts, int n_cuts,
+                      serve_buf *r, serve_buf *c, int *touched) {
+    serve_think t;
+    serve_think_init(&t, open, close, opened);
+    size_t prev = 0, n = strlen(text);
+    *touched = 0;
+    for (int k = 0; k <= n_cuts; k++) {
+        size_t end = k < n_cuts ? cuts[k] : n;
+        *touched |= serve_think_feed(&t, text + prev, end - prev, r, c);
+        prev = end;
+    }
+    serve_think_flush(&t, r, c);
+}
+
+static void think_case(int opened, const char *text, const char *want_r, const char *want_c) {
+    size_t n = strlen(text);
+    /* every single cut, and every pair of cuts: a marker split over two and three pieces */
+    for (size_t a = 0; a <= n; a++)
+        for (size_t b = a; b <= n; b++) {
+            size_t cuts[2] = {a, b};
+            serve_buf r = {0}, c = {0};
+            int touched;
+            think_run("<think>", "</think>", opened, text, cuts, 2, &r, &c, &touched);
+            CHECKF(!strcmp(serve_buf_str(&r), want_r) && !strcmp(serve_buf_str(&c), want_c),
+                   "text '%s' cut at %zu,%zu: reasoning '%s' content '%s'", text, a, b, serve_buf_str(&r), serve_buf_str(&c));
+            serve_buf_free(&r);
+            serve_buf_free(&c);
+        }
+}
+
+TEST(serve_reasoning_split) {
+    think_case(1, "I think so.</think>\n\nThe answer is 4.", "I think so.", "The answer is 4.");
+    think_case(1, "no close marker at all", "no close marker at all", "");
+    think_case(1, "a </thin> lookalike </think>x</think>y", "a </thin> lookalike ", "x</think>y");
+    think_case(1, "<</</think>", "<</", "");
+    think_case(0, "<think>hmm</think>ok", "hmm", "ok");
+    think_case(0, "  \n<think>hmm</think> ok", "hmm", "ok");
+    think_case(0, "plain answer <think>not reasoning</think>", "", "plain answer <think>not reasoning</think>");
+    think_case(0, "<thin", "", "<thin");
+    think_case(1, "</think>", "", "");
+    think_case(1, "caf\xc3\xa9 </think> \xe2\x82\xac", "caf\xc3\xa9 ", "\xe2\x82\xac");
+    /* without markers everything is answer */
+    serve_buf r = {0}, c = {0};
+    int touched;
+    think_run(NULL, NULL, 0, "a<think>b</think>c", NULL, 0, &r, &c, &touched);
+    CHECK(r.n == 0 && !strcmp(serve_buf_str(&c), "a<think>b</think>c") && !touched);
+    serve_buf_free(&r);
+    serve_buf_free(&c);
+    /* a token counts as reasoning when any of its bytes is taken inside the block */
+    serve_think t;
+    serve_think_init(&t, "<think>", "</think>", 1);
+    CHECK(serve_think_feed(&t, "abc", 3, &r, &c) == 1);
+    CHECK(serve_think_feed(&t, "</thi", 5, &r, &c) == 1);
+    CHECK(serve_think_feed(&t, "nk>", 3, &r, &c) == 1);
+    CHECK(serve_think_feed(&t, "\n\nok", 4, &r, &c) == 0);
+    CHECK(!strcmp(serve_buf_str(&r), "abc") && !strcmp(serve_buf_str(&c), "ok"));
+    serve_buf_free(&r);
+    serve_buf_free(&c);
+}
+
+/* ---- request parsing ---- */
+
+static int parse(const char *body, enum serve_kind k, serve_request *r, serve_error *e) {
+    serve_limits lim;
+    serve_limits_default(&lim);
+    lim.max_tokens = 1000;
+    return serve_request_parse(body, strlen(body), k, &lim, r, e);
+}
+
+TEST(serve_request_good) {
+    serve_request r;
+    serve_error e;
+    REQUIRE(parse("{\"model\":\"x\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":"
+                  "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"developer\",\"content\":null}],"
+                  "\"max_completion_tokens\":7,\"temperature\":0,\"top_p\":0.5,\"seed\":-3,\"stop\":[\"x\",\"yy\"],\"stream\":true,"
+                  "\"stream_options\":{\"include_usage\":true},\"n\":1,\"logit_bias\":{\"1\":2},\"unknown\":[1,2,{}]}",
+                  SERVE_CHAT, &r, &e) == 0);
+    CHECK(r.n_msgs == 3 && !strcmp(r.msgs[1].content, "a\nb") && !strcmp(r.msgs[2].role, "system") && !strcmp(r.msgs[2].content, ""));
+    CHECK(r.max_tokens == 7 && r.temperature == 0 && r.top_p == 0.5 && r.has_seed && r.seed == (uint64_t)-3);
+    CHECK(r.n_stops == 2 && !strcmp(r.stops[1], "yy") && r.stream && r.include_usage);
+    serve_request_free(&r);
+    REQUIRE(parse("{\"prompt\":\"hi\",\"stop\":\"\\n\"}", SERVE_COMPLETION, &r, &e) == 0);
+    CHECK(!strcmp(r.prompt, "hi") && r.n_stops == 1 && r.max_tokens == -1 && r.temperature == 1.0 && !r.stream);
+    serve_request_free(&r);
+    REQUIRE(parse("{\"prompt\":[1,2,3],\"max_tokens\":null}", SERVE_COMPLETION, &r, &e) == 0);
+    CHECK(r.n_prompt_ids == 3 && r.prompt_ids[2] == 3 && r.max_tokens == -1);
+    serve_request_free(&r);
+    REQUIRE(parse("{\"prompt\":[\"only one\"]}", SERVE_COMPLETION, &r, &e) == 0);
+    CHECK(!strcmp(r.prompt, "only one"));
+    serve_request_free(&r);
+}
+
+TEST(serve_request_bad_corpus) {
+    static const struct { enum serve_kind k; const char *body, *param; } bad[] = {
+        {SERVE_CHAT, "", ""},
+        {SERVE_CHAT, "{", ""},
+        {SERVE_CHAT, "[]", ""},
+        {SERVE_CHAT, "{\"messages\":[]} trailing", ""},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}", ""},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", ""},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":1,\"n\":2}", ""},
+        {SERVE_CHAT, "{}", "messages"},
+        {SERVE_CHAT, "{\"messages\":\"hi\"}", "messages"},
+        {SERVE_CHAT, "{\"messages\":[]}", "messages"},
+        {SERVE_CHAT, "{\"messages\":[1]}", "messages[0]"},
+        {SERVE_CHAT, "{\"messages\":[{\"content\":\"a\"}]}", "messages[0].role"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"a\"}]}", "messages[0].role"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", "messages[0].content"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":\"5\"}", "max_tokens"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":0}", "max_tokens"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1.5}", "max_tokens"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1000000}", "max_tokens"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_completion_tokens\":-1}", "max_completion_tokens"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"temperature\":\"hot\"}", "temperature"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"temperature\":3}", "temperature"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_p\":2}", "top_p"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"seed\":1.5}", "seed"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stop\":5}", "stop"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stop\":[\"a\",1]}", "stop"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stop\":\"\"}", "stop"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stream\":1}", "stream"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stream_options\":[]}", "stream_options"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stream_options\":{\"include_usage\":\"y\"}}",
+         "stream_options.include_usage"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":2}", "n"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_k\":-1}", "top_k"},
+        {SERVE_COMPLETION, "{}", "prompt"},
+        {SERVE_COMPLETION, "{\"prompt\":{}}", "prompt"},
+        {SERVE_COMPLETION, "{\"prompt\":[]}", "prompt"},
+        {SERVE_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt"},
+        {SERVE_COMPLETION, "{\"prompt\":[1,-2]}", "prompt"},
+        {SERVE_COMPLETION, "{\"prompt\":[1,\"x\"]}", "prompt"},
+        {SERVE_COMPLETION, "{\"prompt\":[1e3]}", "prompt"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        serve_request r;
+        serve_error e;
+        memset(&e, 0, sizeof e);
+        int rc = parse(bad[i].body, bad[i].k, &r, &e);
+        CHECKF(rc == -1 && e.status == 400 && e.message[0] && !strcmp(e.param, bad[i].param),
+               "case %zu (%s): rc %d status %d param '%s' message '%s'", i, bad[i].body, rc, e.status, e.param, e.message);
+        CHECK(r.msgs == NULL && r.prompt == NULL && r.stops == NULL); /* nothing left to free */
+    }
+}
+
+/* ---- responses ---- */
+
+TEST(serve_response_shapes) {
+    serve_error e;
+    serve_error_set(&e, 400, "invalid_request_error", "max_tokens", "invalid_type", "bad \"quote\"");
+    char *s = serve_json_error(&e);
+    json_error_t je;
+    json_t *o = json_loads(s, 0, &je);
+    REQUIRE(o);
+    json_t *err = json_object_get(o, "error");
+    CHECK(!strcmp(json_string_value(json_object_get(err, "message")), "bad \"quote\""));
+    CHECK(!strcmp(json_string_value(json_object_get(err, "param")), "max_tokens"));
+    CHECK(!strcmp(json_string_value(json_object_get(err, "type")), "invalid_request_error"));
+    CHECK(!strcmp(json_string_value(json_object_get(err, "code")), "invalid_type"));
+    json_decref(o);
+    free(s);
+    serve_resp_meta m = {"chatcmpl-1", 5, "model", SERVE_CHAT};
+    serve_usage u = {10, 4, 3, 8};
+    /* an invalid byte goes out as U+FFFD instead of failing */
+    s = serve_json_completion(&m, (serve_text){"ok\xff", 3}, (serve_text){"why", 3}, 1, "stop", &u);
+    o = json_loads(s, 0, &je);
+    REQUIRE(o);
+    json_t *msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
+    CHECK(!strcmp(json_string_value(json_object_get(msg, "content")), "ok\xef\xbf\xbd"));
+    CHECK(!strcmp(json_string_value(json_object_get(msg, "reasoning_content")), "why"));
+    CHECK(!strcmp(json_string_value(json_object_get(msg, "reasoning")), "why"));
+    json_t *us = json_object_get(o, "usage");
+    CHECK(json_integer_value(json_object_get(us, "total_tokens")) == 14);
+    CHECK(json_integer_value(json_object_get(json_object_get(us, "prompt_tokens_details"), "cached_tokens")) == 8);
+    CHECK(json_integer_value(json_object_get(json_object_get(us, "completion_tokens_details"), "reasoning_tokens")) == 3);
+    json_decref(o);
+    free(s);
+    s = serve_sse_chunk(&m, 0, (serve_text){"r", 1}, (serve_text){NULL, 0}, NULL, 1);
+    CHECK(!strncmp(s, "data: {", 7) && s[strlen(s) - 1] == '\n' && s[strlen(s) - 2] == '\n');
+    o = json_loadb(s + 6, strlen(s) - 8, 0, &je);
+    REQUIRE(o);
+    json_t *d = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "delta");
+    CHECK(!strcmp(json_string_value(json_object_get(d, "reasoning_content")), "r") && !json_object_get(d, "content"));
+    CHECK(json_is_null(json_object_get(o, "usage")) && !strcmp(json_string_value(json_object_get(o, "object")), "chat.completion.chunk"));
+    json_decref(o);
+    free(s);
+}
+
+TEST(serve_metrics_format) {
+    serve_metrics m;
+    serve_metrics_init(&m);
+    serve_metrics_count(&m, SERVE_EP_CHAT, 200);
+    serve_metrics_count(&m, SERVE_EP_CHAT, 200);
+    serve_metrics_count(&m, SERVE_EP_COMPLETIONS, 503);
+    serve_snapshot sn = {0};
+    sn.kv_ok = 1;
+    sn.kv.tokens[0] = 12;
+    char *page = serve_metrics_render(&m, &sn);
+    CHECK(strstr(page, "tierkv_requests_total{endpoint=\"chat\",code=\"200\"} 2\n") != NULL);
+    CHECK(strstr(page, "tierkv_requests_rejected_total 1\n") != NULL);
+    CHECK(strstr(page, "tierkv_kv_tokens{tier=\"t0\"} 12\n") != NULL);
+    /* every line: a HELP/TYPE comment, or name{labels} value */
+    for (char *l = page; *l;) {
+        char *e = strchr(l, '\n');
+        REQUIRE(e);
+        *e = 0;
+        if (l[0] == '#') CHECKF(!strncmp(l, "# HELP tierkv_", 14) || !strncmp(l, "# TYPE tierkv_", 14), "%s", l);
+        else {
+            char *sp = strrchr(l, ' ');
+            char *end;
+            CHECKF(sp && !strncmp(l, "tierkv_", 7) && (strtod(sp + 1, &end), *end == 0), "%s", l);
+        }
+        l = e + 1;
+    }
+    free(page);
+    serve_metrics_free(&m);
+}
+
+/* ---- the scheduler on a fixture model ---- */
+
+#define NJ 7
+#define GEN 12
+struct tj {
+    int32_t prompt[96];
+    int n_prompt;
+    int32_t out[GEN + 1];
+    int n_out;
+    int ended, why, cached;
+};
+
+static int tj_token(void *u, int32_t t) {
+    struct tj *j = u;
+    if (j->n_out < GEN + 1) j->out[j->n_out++] = t;
+    return 0;
+}
+static void tj_end(void *u, const sched_end *e) {
+    struct tj *j = u;
+    j->ended++;
+    j->why = e->why;
+    j->cached = e->cached_tokens;
+}
+
+/* Jobs sharing a 40-token prefix (two of them identical), and two others; runs them with the
+ * session holding n_seqs sequences and max_live jobs live. */
+static int sched_run(tkv_model *m, int n_seqs, int max_live, int prefix, struct tj *jobs, sched_info *info) {
+    for (int i = 0; i < NJ; i++) {
+        struct tj *j = &jobs[i];
+        memset(j, 0, sizeof *j);
+        j->n_prompt = 40 + 5 + i;
+        for (int k = 0; k < j->n_prompt; k++) j->prompt[k] = (int32_t)((k < 40 ? 17 * k + 3 : 31 * k + 7 * i) % 1000);
+        if (i == 6) memcpy(j->prompt, jobs[5].prompt, sizeof j->prompt), j->n_prompt = jobs[5].n_prompt;
+        if (i == 4) for (int k = 0; k < j->n_prompt; k++) j->prompt[k] = (int32_t)((k * 13 + 1) % 1000);
+    }
+    tkv_session_params sp;
+    tkv_session_params_default(&sp);
+    sp.max_seqs = n_seqs;
+    sp.max_ctx = 128;
+    tkv_session *s;
+    char err[256];
+    if (tkv_session_open(m, &sp, &s, err, sizeof err)) return -1;
+    sched_params p;
+    sched_params_default(&p);
+    p.max_live = max_live;
+    p.prefix_entries = prefix;
+    p.prefill_tokens = 60;
+    sched_callbacks cb = {.on_token = tj_token, .on_end = tj_end};
+    sched *sc;
+    if (sched_init(m, s, &p, &cb, &sc, err, sizeof err)) { tkv_session_close(s); return -1; }
+    for (int i = 0; i < NJ; i++)
+        sched_submit(sc, &(sched_job){.prompt = jobs[i].prompt, .n_prompt = jobs[i].n_prompt, .max_tokens = GEN, .ignore_eog = 1, .user = &jobs[i]});
+    int steps = 0;
+    while (sched_step(sc) && steps < 10000) steps++;
+    sched_info_get(sc, info);
+    sched_free(sc);
+    tkv_session_close(s);
+    return 0;
+}
+
+TEST(serve_sched_batched_equals_alone) {
+    if (access(t_shared(FIXTURE), R_OK)) SKIP("fixture models missing");
+    tkv_model_params mp;
+    tkv_model_params_default(&mp);
+    tkv_model *m;
+    char err[256];
+    REQUIRE(tkv_model_open(t_shared(FIXTURE), &mp, &m, err, sizeof err) == 0);
+    static struct tj alone[NJ], batched[NJ], queued[NJ];
+    sched_info ia, ib, iq;
+    REQUIRE(sched_run(m, 1, 1, 0, alone, &ia) == 0);          /* one at a time, no sharing */
+    REQUIRE(sched_run(m, 4 + 2, 4, 2, batched, &ib) == 0);    /* four together, two prefix entries */
+    REQUIRE(sched_run(m, 2, 8, 0, queued, &iq) == 0);         /* more live wanted than the session holds: TKV_EFULL waits */
+    for (int i = 0; i < NJ; i++) {
+        CHECKF(alone[i].ended == 1 && alone[i].why == SCHED_LENGTH && alone[i].n_out == GEN, "job %d: ended %d why %d", i,
+               alone[i].ended, alone[i].why);
+        CHECKF(!memcmp(alone[i].out, batched[i].out, sizeof alone[i].out) && batched[i].ended == 1, "job %d batched differs", i);
+        CHECKF(!memcmp(alone[i].out, queued[i].out, sizeof alone[i].out) && queued[i].ended == 1, "job %d queued differs", i);
+    }
+    CHECK(ia.cached_tokens == 0 && ib.cached_tokens > 0 && ib.prefix_hits >= 4);
+    /* the first job's whole prompt is a seed; the second shares its 40 common tokens, which replace
+     * the seed; the others share those 40 (the repeated prompt too: its twin was never a seed) */
+    for (int i = 1; i < NJ; i++)
+        if (i != 4) CHECKF(batched[i].cached == 40, "job %d shared %d", i, batched[i].cached);
+    CHECK(batched[0].cached == 0 && batched[4].cached == 0); /* the first, and one with nothing in common */
+    CHECK(ib.gen_tokens == NJ * GEN && iq.gen_tokens == NJ * GEN && ib.live == 0 && ib.waiting == 0);
+    tkv_model_close(m);
+}
+
+TEST(serve_sched_refuses_and_cancels) {
+    if (access(t_shared(FIXTURE), R_OK)) SKIP("fixture models missing");
+    tkv_model_params mp;
+    tkv_model_params_default(&mp);
+    tkv_model *m;
+    char err[256];
+    REQUIRE(tkv_model_open(t_shared(FIXTURE), &mp, &m, err, sizeof err) == 0);
+    tkv_session_params sp;
+    tkv_session_params_default(&sp);
+    sp.max_seqs = 2;
+    sp.max_ctx = 64;
+    tkv_session *s;
+    REQUIRE(tkv_session_open(m, &sp, &s, err, sizeof err) == 0);
+    sched_params p;
+    sched_params_default(&p);
+    p.max_live = 2;
+    sched_callbacks cb = {.on_token = tj_token, .on_end = tj_end};
+    sched *sc;
+    REQUIRE(sched_init(m, s, &p, &cb, &sc, err, sizeof err) == 0);
+    static struct tj big, ok, waiting;
+    memset(&big, 0, sizeof big), memset(&ok, 0, sizeof ok), memset(&waiting, 0, sizeof waiting);
+    big.n_prompt = ok.n_prompt = waiting.n_prompt = 8;
+    /* 8 + 60 positions: more than the session's 64, refused (TKV_ERR) without harming the others */
+    sched_submit(sc, &(sched_job){.prompt = big.prompt, .n_prompt = 8, .max_tokens = 60, .user = &big});
+    sched_submit(sc, &(sched_job){.prompt = ok.prompt, .n_prompt = 8, .max_tokens = GEN, .ignore_eog = 1, .user = &ok});
+    sched_submit(sc, &(sched_job){.prompt = waiting.prompt, .n_prompt = 8, .max_tokens = GEN, .ignore_eog = 1, .user = &waiting});
+    sched_step(sc);
+    CHECK(big.ended == 1 && big.why == SCHED_REFUSED && big.n_out == 0);
+    sched_info info;
+    sched_info_get(sc, &info);
+    CHECK(info.live == 2 && info.waiting == 0);
+    sched_free(sc); /* the live ones end as cancelled */
+    CHECK(ok.ended == 1 && ok.why == SCHED_CANCELLED && waiting.ended == 1 && waiting.why == SCHED_CANCELLED);
+    tkv_stats st;
+    REQUIRE(tkv_stats_get(s, -1, &st, err, sizeof err) == 0);
+    CHECK(st.live_seqs == 0 && st.bytes[0] == 0);
+    tkv_session_close(s);
+    tkv_model_close(m);
+}
+
+/* ---- the HTTP server end to end (tests/serve_test.py) ---- */
+
+static void http_section(const char *section) {
+    if (access(t_shared(FIXTURE), R_OK)) SKIP("fixture models missing");
+    if (access(t_bin(), X_OK)) SKIP("built binary missing");
+    if (system("python3 -c 'import json, http.client' >/dev/null 2>&1")) SKIP("python3 missing");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "python3 tests/serve_test.py --bin %s --shared %s --tmp %s %s", t_bin(), t_shared(""), t_tmpdir(),
+             section);
+    int st = system(cmd);
+    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    if (rc == 77) SKIP("a python package it needs is missing (see above)");
+    CHECKF(rc == 0, "serve_test.py %s exited %d", section, rc);
+}
+
+TEST(serve_http_basic) { http_section("basic"); }
+TEST(serve_http_reasoning) { http_section("reasoning"); }
+TEST(serve_http_identical) { http_section("identical"); }
+TEST(serve_http_malformed) { http_section("malformed"); }
+TEST(serve_http_disconnect) { http_section("disconnect"); }
+TEST(serve_http_queue_full) { http_section("queue"); }
+TEST(serve_http_budget_refusal) { http_section("budget"); }
+TEST(serve_http_auth) { http_section("auth"); }
+TEST(serve_http_idle_cpu) { http_section("idle"); }
+TEST(serve_http_openai_client) { http_section("openai"); }

@@ -1,0 +1,122 @@
+/* cmd_serve.c — `tierkv serve`: an OpenAI-compatible HTTP server (src/serve/) over one model. Reads
+ * the flags, opens the model, starts the server, and waits for SIGINT or SIGTERM (blocked in every
+ * thread and taken here with sigwait, so no handler runs inside the library), then stops it.
+ * One line on stderr says where it listens ("listening on http://HOST:PORT"), which scripts read
+ * for the port when they ask for --port 0. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmds.h"
+#include "common.h"
+#include "kv_flags.h"
+#include "serve/serve.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: tierkv serve [-m MODEL.gguf] [options]\n"
+            "  OpenAI-compatible: POST /v1/chat/completions, /v1/completions; GET /v1/models, /health, /metrics\n"
+            "      --host ADDR          address to listen on (default 127.0.0.1: this machine only)\n"
+            "      --port N             port (default 8080; 0: any free one, printed at start)\n"
+            "      --parallel N         requests decoding together (default 8)\n"
+            "      --max-queue N        requests waiting beyond those; one more gets 503 at once (default 64)\n"
+            "      --api-key KEY        require Authorization: Bearer KEY (all routes but /health)\n"
+            "      --template NAME      chat format: chatml, deepseek-r1, llama3 (default: from the file)\n"
+            "      --name NAME          the model's name in responses (default: the file name)\n"
+            "      --prefix-cache N     prompt prefixes kept for sharing between requests (default 4; 0: off)\n"
+            "      --max-tokens N       tokens a request generates when it gives no max_tokens (default: what\n"
+            "                           the context leaves)\n"
+            "      --max-body SIZE      largest request body (default 1MiB)\n"
+            "      --max-connections N  open connections at most (default 64)\n"
+            "      --timeout S          seconds a request may take to arrive, or a client to stall (default 30)\n"
+            "  --ctx N is the positions of one request (prompt + generation, default 4096); --hbm-budget is the T0\n"
+            "  budget of all requests together.\n"
+            "%s%s",
+            common_usage(), kv_flags_usage());
+}
+
+static int want_int(const char *flag, const char *v, long lo, long hi, int *out) {
+    long x;
+    if (parse_int(v, lo, hi, &x)) {
+        fprintf(stderr, "tierkv serve: %s wants an integer in %ld..%ld, got '%s'\n", flag, lo, hi, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+    common_opts c;
+    common_opts_default(&c);
+    serve_opts o;
+    serve_opts_default(&o);
+    char err[512];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        int r = common_parse(&c, argc, argv, &i, err, sizeof err);
+        if (r < 0) { fprintf(stderr, "tierkv serve: %s\n", err); return 2; }
+        if (r > 0) continue;
+        if (i + 1 >= argc) { fprintf(stderr, "tierkv serve: unknown flag or missing value: %s\n", a); usage(stderr); return 2; }
+        const char *v = argv[++i];
+        int bad = 0;
+        if (!strcmp(a, "--host")) o.http.host = v;
+        else if (!strcmp(a, "--port")) bad = want_int(a, v, 0, 65535, &o.http.port);
+        else if (!strcmp(a, "--parallel")) bad = want_int(a, v, 1, 1024, &o.parallel);
+        else if (!strcmp(a, "--max-queue")) bad = want_int(a, v, 0, 1 << 20, &o.max_queue);
+        else if (!strcmp(a, "--api-key")) o.http.api_key = v;
+        else if (!strcmp(a, "--template")) o.template_name = v;
+        else if (!strcmp(a, "--name")) o.model_name = v;
+        else if (!strcmp(a, "--prefix-cache")) bad = want_int(a, v, 0, 64, &o.prefix_entries);
+        else if (!strcmp(a, "--max-tokens")) bad = want_int(a, v, 1, 1 << 24, &o.default_max_tokens);
+        else if (!strcmp(a, "--max-connections")) bad = want_int(a, v, 1, 4096, &o.http.max_connections);
+        else if (!strcmp(a, "--timeout")) bad = want_int(a, v, 1, 86400, &o.http.timeout_s);
+        else if (!strcmp(a, "--max-body")) {
+            uint64_t b;
+            if (kv_flags_parse_size(v, &b) || b < 64 || b > (1ull << 30)) {
+                fprintf(stderr, "tierkv serve: --max-body wants a size of 64 bytes to 1GiB, got '%s'\n", v);
+                return 2;
+            }
+            o.http.max_body = (size_t)b;
+        } else { fprintf(stderr, "tierkv serve: unknown flag %s\n", a); usage(stderr); return 2; }
+        if (bad) return 2;
+    }
+    if (common_model_path(&c, err, sizeof err)) { fprintf(stderr, "tierkv serve: %s\n", err); return 1; }
+    const char *slash = strrchr(c.model_path, '/');
+    if (!o.model_name) o.model_name = slash ? slash + 1 : c.model_path;
+
+    /* SIGINT/SIGTERM are taken by sigwait below: blocked before any thread starts, so every thread
+     * inherits the mask; a closed client socket must not kill the process */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    tkv_model *m = NULL;
+    if (tkv_model_open(c.model_path, &c.mp, &m, err, sizeof err)) { fprintf(stderr, "tierkv serve: %s\n", err); return 1; }
+    o.model = m;
+    o.sp = c.sp;
+    o.log = stderr;
+    serve *srv;
+    if (serve_start(&o, &srv, err, sizeof err)) {
+        fprintf(stderr, "tierkv serve: %s\n", err);
+        tkv_model_close(m);
+        return 1;
+    }
+    const char *host = o.http.host;
+    int v6 = strchr(host, ':') != NULL;
+    fprintf(stderr, "tierkv serve: listening on http://%s%s%s:%d (model %s, policy %s, parallel %d, queue %d, ctx %d)\n",
+            v6 ? "[" : "", host, v6 ? "]" : "", serve_port(srv), o.model_name, tkv_policy_name(o.sp.kv.policy), o.parallel,
+            o.max_queue, o.sp.max_ctx);
+    fflush(stderr);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "tierkv serve: signal %d, stopping\n", sig);
+    serve_stop(srv);
+    tkv_model_close(m);
+    return 0;
+}
