@@ -38,6 +38,8 @@ static void to_params(const kv_options *k, tkv_kv_params *p) {
     p->sync_transfers = k->sync_transfers;
     p->f16 = k->f16;
     p->t2_codec = be_kv_t2_name(k->t2_fmt);
+    p->t0_tokens = k->t0_tokens;
+    p->protect_prompt = k->protect_prompt;
 }
 
 int te_open(const char *path, const te_options *o, te_engine **out, char *err, size_t errlen) {

@@ -496,3 +496,52 @@ TEST(kv_model_real_hierarchy_bit_exact) {
         CHECK(c[0].bad == 0 && c[0].st.bytes_moved_down > 0 && c[0].st.bytes_moved_up > 0);
     }
 }
+
+/* ---- the baselines with the prompt protected (--protect-prompt) ---- */
+
+static int pp_np; /* prompt length of the run */
+
+/* No prompt position is dropped by any (layer, kv head) row; kv_check holds every row to the
+ * limit the step reported (prompt + the method's budget). */
+static void check_prompt_kept(cand *c, int step) {
+    kv_cache *kv = te_kv(c->e);
+    const model_config *m = cfg_of(c);
+    char err[256];
+    if (kv_check(kv, err, sizeof err)) bad(c, step, err);
+    for (int l = 0; l < m->n_layer; l++) {
+        kv_view v;
+        kv_view_layer(kv, 0, l, &v);
+        for (int p = 0; p < pp_np && p < v.n; p++) {
+            int here = v.k16 ? v.k16[p] != NULL : v.k[p] != NULL;
+            for (int g = 0; g < m->n_head_kv && here; g++) here = !v.keep || v.keep[(size_t)g * v.keep_stride + p];
+            if (!here) {
+                snprintf(err, sizeof err, "layer %d: prompt position %d dropped", l, p);
+                bad(c, step, err);
+                return;
+            }
+        }
+    }
+}
+
+/* At 30% of 428 positions the budget (128 tokens) is the prompt alone: the protected methods keep
+ * all of it and choose among generated tokens with what is left (their floor: StreamingLLM and H2O
+ * 1 token, R-KV and decode-time SnapKV the window + 1 between compressions); SnapKV protected runs as
+ * the R-KV paper's decode-time SnapKV (it would otherwise evict nothing at all). */
+TEST(kv_model_baselines_protect_prompt) {
+    cand c[4];
+    for (int i = 0; i < 4; i++) {
+        cand_init(&c[i], kv_policy_name(baselines[i]), baselines[i], 0.3, 64);
+        c[i].no_compare = 1;
+        c[i].kv.protect_prompt = 1;
+    }
+    pp_np = 128;
+    REQUIRE(lockstep(t_shared(QWEN2), 1, 128, 300, c, 4, check_prompt_kept) == 0);
+    for (int i = 0; i < 4; i++) {
+        printf("    %-9s protected: T0 %4lld tokens, evicted %4lld (per row %5.1f)\n", c[i].name, (long long)c[i].st.tokens[0],
+               (long long)c[i].st.tokens[3], c[i].st.evicted_equiv);
+        CHECKF(c[i].bad == 0, "%s protected: %d step checks failed", c[i].name, c[i].bad);
+        CHECKF(c[i].st.evicted_equiv > 100, "%s protected: %.1f dropped per row", c[i].name, c[i].st.evicted_equiv);
+    }
+    CHECK(c[0].st.tokens[0] == 128 + 1 && c[1].st.tokens[0] == 128 + 1); /* the prompt + the newest */
+    CHECK(c[2].st.budget_raised > 0);
+}

@@ -34,10 +34,6 @@ kv_cache *kv_init(const kv_options *o, be_backend *be, char *err, size_t errlen)
     int mode, seq_tokens;
     int64_t shared;
     if (kv_validate(o, ops, &mode, &seq_tokens, &shared, err, errlen)) return NULL;
-    if (o->protect_prompt) {
-        tkv_errf(err, errlen, "kv: --protect-prompt for the baselines is not built yet");
-        return NULL;
-    }
     kv_cache *kv = tkv_xcalloc(1, sizeof *kv);
     kv->o = *o;
     kv->ops = ops;

@@ -24,6 +24,7 @@
  *     to it.
  * One prompt per sequence: prompt tokens appended after generation started are scheduled like
  * generated ones (R-KV) or never compressed (SnapKV). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,8 @@ typedef struct {
     void *scratch;
     size_t scratch_bytes;
     int n_prompt;        /* 0 until the prompt end was seen */
+    int protect;         /* --protect-prompt: the prompt is never evicted; the method's budget is what is
+                            left beside it and it chooses among the generated tokens only */
     int n_c, b_c;        /* R-KV: last compression point and its budget; SnapKV: prompt end and budget */
 } bl_state;
 
@@ -88,6 +91,10 @@ static void *bl_init(const kv_options *o, char *err, size_t errlen) {
     b->n_ctx = o->n_ctx;
     b->rows = o->n_layer * o->n_head_kv;
     b->sinks = o->sinks;
+    b->protect = o->protect_prompt;
+    /* SnapKV compresses only the prompt: with the prompt protected it is run as the R-KV paper's
+     * decode-time SnapKV (R-KV's schedule and window, importance only: lambda 1) */
+    if (b->protect && b->kind == KV_POLICY_SNAPKV) b->kind = KV_POLICY_RKV;
     size_t nc = (size_t)o->n_ctx, rows = (size_t)b->rows;
     if (b->group > KV_BL_MAX_GROUP) {
         tkv_errf(err, errlen, "kv: %s: %d query heads per kv head, at most %d supported", kv_policy_name(o->policy),
@@ -98,7 +105,7 @@ static void *bl_init(const kv_options *o, char *err, size_t errlen) {
     b->holders = tkv_xcalloc(nc, sizeof *b->holders);
     b->dropped = tkv_xcalloc(rows, sizeof *b->dropped);
     b->tmp = tkv_xcalloc(nc, 1);
-    switch (o->policy) {
+    switch (b->kind) {
     case KV_POLICY_H2O:
         b->h2o = tkv_xcalloc(rows, sizeof *b->h2o);
         for (size_t r = 0; r < rows; r++)
@@ -106,6 +113,7 @@ static void *bl_init(const kv_options *o, char *err, size_t errlen) {
         break;
     case KV_POLICY_RKV:
         kv_bl_rkv_opts_default(&b->ro);
+        if (o->policy == KV_POLICY_SNAPKV) b->ro.lambda = 1.0;
         b->mask = tkv_xcalloc(rows * nc, 1);
         b->imp = tkv_xcalloc(rows * nc, sizeof *b->imp);
         b->imp_point = tkv_xcalloc((size_t)o->n_layer, sizeof *b->imp_point);
@@ -175,12 +183,27 @@ static int floor_budget(kv_step_io *io, int budget, int floor, int n) {
     return floor;
 }
 
+/* With the prompt protected: the budget left for generated tokens beside the prompt (raised to the
+ * method's floor, counted in raised). */
+static int gen_budget(kv_step_io *io, int floor) {
+    int b = io->t0_budget - io->n_prompt;
+    if (b < floor) {
+        if (io->t0_budget < io->n) io->raised = 1;
+        b = floor;
+    }
+    return b;
+}
+
 /* ---- StreamingLLM: sinks + recent, whole tokens ---- */
 
 static int streaming_step(void *p, kv_step_io *io) {
     bl_state *b = p;
-    int n = io->n, budget = floor_budget(io, io->t0_budget, b->sinks + 1, n);
-    if (kv_bl_streaming_select(n, budget, b->sinks, b->tmp, io->err, io->errlen)) return -1;
+    int n = io->n, budget = floor_budget(io, io->t0_budget, b->sinks + 1, n), sinks = b->sinks;
+    if (b->protect) { /* the prompt takes the sinks' place: held whole, the rest the most recent */
+        sinks = io->n_prompt > b->sinks ? io->n_prompt : b->sinks;
+        budget = sinks + gen_budget(io, 1);
+    }
+    if (kv_bl_streaming_select(n, budget, sinks, b->tmp, io->err, io->errlen)) return -1;
     for (int j = 0; j < n; j++)
         if (!b->tmp[j] && io->tier[j] != KV_T3 && !io->evict[j]) {
             io->evict[j] = 1;
@@ -205,9 +228,15 @@ static int h2o_step(void *p, kv_step_io *io) {
     bl_state *b = p;
     int n = io->n, budget = floor_budget(io, io->t0_budget, 1, n);
     int recent = kv_bl_h2o_recent(budget, 0.5);
+    if (b->protect) { /* prompt positions score +inf: never the lowest, so never evicted */
+        int g = gen_budget(io, 1);
+        recent = kv_bl_h2o_recent(g, 0.5);
+        budget = io->n_prompt + g;
+    }
     for (int r = 0; r < b->rows; r++) {
         kv_bl_h2o *h = &b->h2o[r];
         TKV_ASSERT(h->n == n); /* every query up to n - 1 was observed */
+        for (int j = 0; b->protect && j < io->n_prompt && j < n; j++) h->score[j] = INFINITY;
         int ev = kv_bl_h2o_enforce(h, budget, recent, io->err, io->errlen);
         if (ev < 0) return -1;
         if (ev > 0) sync_row(b, io, r, h->keep);
@@ -243,7 +272,7 @@ static void rkv_observe(void *p, int layer, int q_pos, int is_prompt, const floa
 }
 
 static int rkv_compress(bl_state *b, kv_step_io *io, int n, int budget) {
-    int w = b->ro.window;
+    int w = b->ro.window, np = b->protect ? b->n_prompt : 0;
     if (n == b->n_prompt && n > w) /* prompt end: importance from the ring */
         for (int l = 0; l < b->n_layer; l++)
             for (int g = 0; g < b->n_head_kv; g++) {
@@ -256,19 +285,20 @@ static int rkv_compress(bl_state *b, kv_step_io *io, int n, int budget) {
                 }
             }
     for (int l = 0; l < b->n_layer; l++) {
-        int need = 0;
-        for (int g = 0; g < b->n_head_kv; g++) need |= n - b->dropped[l * b->n_head_kv + g] > budget;
+        int need = 0; /* (protected: the prompt is outside the method's mask and budget) */
+        for (int g = 0; g < b->n_head_kv; g++) need |= n - np - b->dropped[l * b->n_head_kv + g] > budget;
         if (!need) continue;
         TKV_ASSERT(n == b->n_prompt || b->imp_point[l] == n);
         const float *const *keys = io->keys_layer(io->view_ctx, l);
         for (int g = 0; g < b->n_head_kv; g++) {
             int r = l * b->n_head_kv + g;
-            if (n - b->dropped[r] <= budget) continue;
+            if (n - np - b->dropped[r] <= budget) continue;
             if (kv_bl_rkv_select(&b->ro, n, budget, imp_row(b, r), keys, g * b->head_dim, b->head_dim, mask_row(b, r),
                                  b->tmp, b->scratch, b->scratch_bytes, io->err, io->errlen))
                 return -1;
-            sync_row(b, io, r, b->tmp);
             memcpy(mask_row(b, r), b->tmp, (size_t)n);
+            memset(b->tmp, 1, (size_t)np); /* the prompt stays, outside the method's mask */
+            sync_row(b, io, r, b->tmp);
         }
     }
     return 0;
@@ -277,7 +307,24 @@ static int rkv_compress(bl_state *b, kv_step_io *io, int n, int budget) {
 static int rkv_step(void *p, kv_step_io *io) {
     bl_state *b = p;
     int n = io->n, budget = io->t0_budget;
-    if (!b->n_prompt && n == io->n_prompt) b->n_prompt = n;
+    if (!b->n_prompt && n == io->n_prompt) {
+        b->n_prompt = n;
+        /* protected: the prompt leaves the method's mask (never a candidate, nor in its
+         * renormalisation); nothing to compress at the prompt end */
+        for (int r = 0; b->protect && r < b->rows; r++) memset(mask_row(b, r), 0, (size_t)n);
+    }
+    if (b->protect) {
+        int np = b->n_prompt, g = gen_budget(io, b->ro.window + 1);
+        if (np && n > np && kv_bl_rkv_due(&b->ro, n, np)) {
+            if (rkv_compress(b, io, n, g)) return -1;
+            b->n_c = n;
+            b->b_c = g;
+        }
+        io->budget = np + g;
+        io->limit = b->n_c ? np + b->b_c + (n - b->n_c) : n;
+        io->held_rows = held_rows(b, n);
+        return 0;
+    }
     if (b->n_prompt && kv_bl_rkv_due(&b->ro, n, b->n_prompt)) {
         budget = floor_budget(io, budget, b->ro.window + 1, n);
         if (rkv_compress(b, io, n, budget)) return -1;
@@ -296,11 +343,16 @@ static int rkv_step(void *p, kv_step_io *io) {
 
 static void snapkv_observe(void *p, int layer, int q_pos, int is_prompt, const float *att, int att_stride, int n) {
     bl_state *b = p;
+    if (b->kind == KV_POLICY_RKV) { /* protected prompt: decode-time SnapKV */
+        rkv_observe(p, layer, q_pos, is_prompt, att, att_stride, n);
+        return;
+    }
     if (is_prompt) ring_put(b, layer, q_pos, att, att_stride, n);
 }
 
 static int snapkv_step(void *p, kv_step_io *io) {
     bl_state *b = p;
+    if (b->kind == KV_POLICY_RKV) return rkv_step(p, io); /* protected prompt: decode-time SnapKV */
     int n = io->n, w = b->so.window;
     if (!b->n_prompt && n == io->n_prompt) {
         b->n_prompt = n;
