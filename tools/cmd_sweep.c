@@ -32,6 +32,10 @@ static void usage(FILE *out) {
             "      --policies LIST     default full,hierarchy,evict,quant,streaming,h2o,rkv\n"
             "      --t0 LIST           T0 ratios (baselines: their budget ratio), default 0.3,0.5,0.7\n"
             "      --evict LIST        eviction ratios for hierarchy, default 0,0.03,0.1\n"
+            "      --tokens LIST       T0 budgets in tokens per sequence (--t0-tokens) instead of the --t0 ratios\n"
+            "      --tag TAG           appended to every configuration's name but full's (e.g. pp for runs with\n"
+            "                          --protect-prompt, t2-q8bh for --t2-codec q8bh), so variants share a dir and\n"
+            "                          pair with its full run\n"
             "      --dry-run           list the configurations and their eval commands, run nothing\n"
             "      --no-plot           do not call scripts/plot.sh\n"
             "      --table-only        run nothing: rebuild sweep.tsv, mcnemar.tsv and the plots from the\n"
@@ -46,6 +50,7 @@ struct cfg {
     char name[96];
     char policy[32];
     double t0, ev;   /* -1: not given */
+    int tokens;      /* 1: t0 is --t0-tokens (tokens per sequence), not a ratio */
     int ok;          /* 1: ran (or was complete) and its summary was read */
     int skip;        /* --table-only and no results: not part of the table */
     struct harness_summary s;
@@ -69,6 +74,23 @@ static int parse_list(const char *s, double *out, int *n, const char *flag) {
         out[(*n)++] = v;
     }
     if (!*n) { fprintf(stderr, "tierkv sweep: %s needs at least one value\n", flag); return -1; }
+    return 0;
+}
+
+/* A comma-separated list of token budgets (positive integers). */
+static int parse_token_list(const char *s, double *out, int *n) {
+    *n = 0;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        long v;
+        if (*n == MAX_LIST || parse_int(t, 1, 1 << 24, &v)) {
+            fprintf(stderr, "tierkv sweep: bad --tokens value '%s' (positive token counts, at most %d)\n", t, MAX_LIST);
+            return -1;
+        }
+        out[(*n)++] = (double)v;
+    }
+    if (!*n) { fprintf(stderr, "tierkv sweep: --tokens needs at least one value\n"); return -1; }
     return 0;
 }
 
@@ -271,10 +293,10 @@ static void put_arg(FILE *f, const char *a) {
 }
 
 int cmd_sweep(int argc, char **argv) {
-    const char *dir = NULL, *plot_script = NULL;
+    const char *dir = NULL, *plot_script = NULL, *tag = NULL;
     const char *pol_list = "full,hierarchy,evict,quant,streaming,h2o,rkv";
     double t0[MAX_LIST] = {0.3, 0.5, 0.7}, ev[MAX_LIST] = {0, 0.03, 0.1};
-    int n_t0 = 3, n_ev = 3, dry = 0, no_plot = 0, table_only = 0;
+    int n_t0 = 3, n_ev = 3, dry = 0, no_plot = 0, table_only = 0, tokens = 0;
     char **pass = tkv_xcalloc((size_t)argc + 1, sizeof(char *));
     int n_pass = 0;
     for (int i = 1; i < argc; i++) {
@@ -284,17 +306,31 @@ int cmd_sweep(int argc, char **argv) {
         if (!strcmp(a, "--no-plot")) { no_plot = 1; continue; }
         if (!strcmp(a, "--table-only")) { table_only = 1; continue; }
         int grid = !strcmp(a, "--dir") || !strcmp(a, "--policies") || !strcmp(a, "--t0") || !strcmp(a, "--evict") ||
-                   !strcmp(a, "--plot-script");
+                   !strcmp(a, "--plot-script") || !strcmp(a, "--tag") || !strcmp(a, "--tokens");
         if (grid) {
             if (i + 1 >= argc) { fprintf(stderr, "tierkv sweep: %s needs a value\n", a); usage(stderr); free(pass); return 2; }
             const char *v = argv[++i];
             if (!strcmp(a, "--dir")) dir = v;
+            else if (!strcmp(a, "--tag")) {
+                for (const char *c = v; *c; c++)
+                    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '.')) {
+                        fprintf(stderr, "tierkv sweep: --tag wants [a-z0-9.-], got '%s'\n", v);
+                        free(pass);
+                        return 2;
+                    }
+                tag = v;
+            }
             else if (!strcmp(a, "--policies")) pol_list = v;
+            else if (!strcmp(a, "--tokens")) {
+                if (parse_token_list(v, t0, &n_t0)) { free(pass); return 2; }
+                tokens = 1;
+            }
             else if (!strcmp(a, "--plot-script")) plot_script = v;
             else if (parse_list(v, !strcmp(a, "--t0") ? t0 : ev, !strcmp(a, "--t0") ? &n_t0 : &n_ev, a)) { free(pass); return 2; }
             continue;
         }
-        static const char *const owned[] = {"--out", "--summary-json", "--policy", "--hbm-ratio", "--hbm-budget", "--evict-ratio"};
+        static const char *const owned[] = {"--out", "--summary-json", "--policy", "--hbm-ratio", "--hbm-budget", "--evict-ratio",
+                                            "--t0-tokens"};
         for (size_t k = 0; k < sizeof owned / sizeof owned[0]; k++)
             if (!strncmp(a, owned[k], strlen(owned[k])) && (a[strlen(owned[k])] == 0 || a[strlen(owned[k])] == '=')) {
                 fprintf(stderr, "tierkv sweep: %s is set by the sweep for each configuration\n", owned[k]);
@@ -325,8 +361,13 @@ int cmd_sweep(int argc, char **argv) {
                 c->ev = is_h ? ev[j] : -1;
                 snprintf(c->policy, sizeof c->policy, "%s", pn);
                 if (is_full) snprintf(c->name, sizeof c->name, "%s", pn);
-                else if (is_h) snprintf(c->name, sizeof c->name, "%s_t0-%g_ev-%g", pn, c->t0, c->ev);
-                else snprintf(c->name, sizeof c->name, "%s_t0-%g", pn, c->t0);
+                else if (is_h) snprintf(c->name, sizeof c->name, "%s_%s-%g_ev-%g", pn, tokens ? "tok" : "t0", c->t0, c->ev);
+                else snprintf(c->name, sizeof c->name, "%s_%s-%g", pn, tokens ? "tok" : "t0", c->t0);
+                c->tokens = tokens;
+                if (tag && !is_full) { /* full is the reference every tagged configuration pairs with */
+                    size_t l = strlen(c->name);
+                    snprintf(c->name + l, sizeof c->name - l, "_%s", tag);
+                }
                 for (int k = 0; k < n - 1; k++)
                     if (!strcmp(cf[k].name, c->name)) { n--; break; } /* a policy listed twice */
             }
@@ -359,7 +400,7 @@ int cmd_sweep(int argc, char **argv) {
         av[ac++] = "eval";
         for (int k = 0; k < n_pass && ac < 4 + MAX_CFG; k++) av[ac++] = pass[k];
         av[ac++] = "--policy", av[ac++] = c->policy;
-        if (c->t0 >= 0) av[ac++] = "--hbm-ratio", av[ac++] = t0s;
+        if (c->t0 >= 0) av[ac++] = c->tokens ? "--t0-tokens" : "--hbm-ratio", av[ac++] = t0s;
         if (c->ev >= 0) av[ac++] = "--evict-ratio", av[ac++] = evs;
         av[ac++] = "--out", av[ac++] = outp, av[ac++] = "--summary-json", av[ac++] = sump;
         av[ac] = NULL;
