@@ -1,365 +1,32 @@
-/* harness.c — the evaluation driver (see harness.h): results files (read, repair, append), the
- * continuous-batching decode loop over a task's problems, progress, and summaries.
+/* harness.c — the evaluation's run (see harness.h): a task's pending problems become jobs of the
+ * continuous-batching scheduler (src/sched, the one `tierkv serve` runs on), decoded greedily
+ * together; each finished problem is graded and its line appended at once; progress. The results
+ * files and summaries are harness_results.c's.
  *
- * Invariants: a problem's line is appended (and flushed) the moment it finishes, before its slot is
- * reused, so a kill loses at most the problems in flight. Per-problem KV statistics are the slot's
- * counters at its end minus those at its start: the kv module's counters are cumulative per slot. */
+ * Invariants: a problem's line is appended (and flushed) the moment it ends, so a kill loses at most
+ * the problems in flight. Per-problem KV statistics are those of the problem's own sequence at its
+ * end (sched_end.kv). Prompts that begin with the same tokens (the system turn) share those rows
+ * through the scheduler's prefix cache, for the policies that allow it. */
 #include "eval/harness.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/err.h"
-#include "eval/json.h"
-#include "eval/stats.h"
 #include "base/version.h"
+#include "eval/harness_impl.h"
+#include "eval/json.h"
+#include "sched/sched.h"
 
-static char *xstrdup(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *p = tkv_xmalloc(n);
-    memcpy(p, s, n);
-    return p;
-}
-
-/* ---- results files ---- */
-
-static double num_or(const struct json_value *o, const char *key, double dflt) {
-    const struct json_value *v = json_get(o, key);
-    if (!v) return dflt;
-    if (v->type == JSON_NUMBER) return v->u.num;
-    if (v->type == JSON_TRUE) return 1;
-    if (v->type == JSON_FALSE) return 0;
-    return dflt;
-}
-
-static void rec_push(struct harness_results *r, const struct harness_rec *x) {
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? 2 * r->cap : 64;
-        struct harness_rec *p = realloc(r->r, cap * sizeof *p);
-        TKV_ASSERT(p);
-        r->r = p;
-        r->cap = cap;
-    }
-    r->r[r->n++] = *x;
-    r->sorted = 0;
-}
-
-/* 0 and *x filled when o is a results record (an object with a string id). */
-static int rec_from_json(const struct json_value *o, struct harness_rec *x) {
-    const char *id = json_get_str(o, "id");
-    if (!o || o->type != JSON_OBJECT || !id) return -1;
-    memset(x, 0, sizeof *x);
-    x->id = xstrdup(id);
-    x->correct = num_or(o, "correct", 0) != 0;
-    x->gen_tokens = (int)num_or(o, "gen_tokens", 0);
-    x->prompt_tokens = (int)num_or(o, "prompt_tokens", 0);
-    const char *fin = json_get_str(o, "finish");
-    x->finish_length = fin && !strcmp(fin, "length");
-    x->seconds = num_or(o, "seconds", 0);
-    const struct json_value *kv = json_get(o, "kv");
-    const struct json_value *tt = json_get(kv, "tokens");
-    for (size_t t = 0; t < 4; t++) {
-        const struct json_value *v = json_at(tt, t);
-        x->tier_tokens[t] = v && v->type == JSON_NUMBER ? v->u.num : 0;
-    }
-    x->peak_t0_bytes = num_or(kv, "peak_t0_bytes", 0);
-    x->bytes_moved = num_or(kv, "bytes_moved_down", 0) + num_or(kv, "bytes_moved_up", 0);
-    const char *pol = json_get_str(o, "policy");
-    /* evicted_equiv (positions dropped, averaged over (layer, kv head) rows) is absent from files
-     * written before it existed; tokens_evicted is the same number for whole-token policies but
-     * undercounts the per-head baselines, whose share is then unknown */
-    tkv_policy kind;
-    /* the policies that drop a position from every (layer, kv head) row at once */
-    int whole_token = pol && tkv_policy_parse(pol, &kind) == 0 && kind != TKV_POLICY_H2O && kind != TKV_POLICY_RKV &&
-                      kind != TKV_POLICY_SNAPKV;
-    x->tokens_evicted = num_or(kv, "evicted_equiv", whole_token ? num_or(kv, "tokens_evicted", 0) : NAN);
-    snprintf(x->policy, sizeof x->policy, "%s", pol ? pol : "");
-    x->max_tokens = (int)num_or(o, "max_tokens", 0);
-    x->hbm_ratio = num_or(o, "hbm_ratio", -1);
-    x->t2_ratio = num_or(o, "t2_ratio", -1);
-    x->evict_ratio = num_or(o, "evict_ratio", -1);
-    const char *kt = json_get_str(o, "kv_type"); /* absent: written before f16 caches existed (f32) */
-    x->kv_f16 = kt && !strcmp(kt, "f16");
-    const char *t2 = json_get_str(o, "t2_codec");
-    const struct json_value *pp = json_get(o, "protect_prompt");
-    snprintf(x->kv_extra, sizeof x->kv_extra, "%s/%d/%d/%d/%d/%d", t2 ? t2 : "q8h", (int)num_or(o, "t0_tokens", 0),
-             pp && pp->type == JSON_TRUE, (int)num_or(o, "window", 64), (int)num_or(o, "sinks", 4), (int)num_or(o, "delta", 64));
-    x->t0_share = num_or(kv, "t0_share", NAN);
-    return 0;
-}
-
-static int line_blank(const char *l, size_t n) {
-    for (size_t k = 0; k < n; k++)
-        if (l[k] != ' ' && l[k] != '\t' && l[k] != '\r') return 0;
-    return 1;
-}
-
-int harness_load(const char *path, struct harness_results *out, FILE *warn, char *err, size_t errlen) {
-    memset(out, 0, sizeof *out);
-    if (access(path, F_OK) != 0 && errno == ENOENT) return 0;
-    char *buf;
-    size_t len, pos = 0, ln = 0, n;
-    const char *line;
-    if (eval_read_file(path, &buf, &len, err, errlen)) return -1;
-    while (eval_next_line(buf, len, &pos, &line, &n)) {
-        ln++;
-        if (line_blank(line, n)) continue;
-        struct json_doc *doc;
-        char perr[256];
-        struct harness_rec x;
-        if (json_parse(line, n, NULL, &doc, perr, sizeof perr)) {
-            if (warn) fprintf(warn, "warning: %s:%zu: skipped a bad line (%s)\n", path, ln, perr);
-            continue;
-        }
-        if (rec_from_json(json_root(doc), &x)) {
-            if (warn) fprintf(warn, "warning: %s:%zu: skipped a line without a string \"id\"\n", path, ln);
-        } else rec_push(out, &x);
-        json_free(doc);
-    }
-    free(buf);
-    return 0;
-}
-
-void harness_results_free(struct harness_results *r) {
-    for (size_t i = 0; i < r->n; i++) free(r->r[i].id);
-    free(r->r);
-    memset(r, 0, sizeof *r);
-}
-
-static int rec_cmp(const void *a, const void *b) {
-    return strcmp(((const struct harness_rec *)a)->id, ((const struct harness_rec *)b)->id);
-}
-
-void harness_results_sort(struct harness_results *r) {
-    if (r->n) qsort(r->r, r->n, sizeof *r->r, rec_cmp);
-    r->sorted = 1;
-}
-
-const struct harness_rec *harness_find(const struct harness_results *r, const char *id) {
-    if (r->sorted) {
-        struct harness_rec key = {.id = (char *)id};
-        return r->n ? bsearch(&key, r->r, r->n, sizeof *r->r, rec_cmp) : NULL;
-    }
-    for (size_t i = r->n; i-- > 0;)
-        if (!strcmp(r->r[i].id, id)) return &r->r[i];
-    return NULL;
-}
-
-/* A file killed mid-write ends without '\n': a last line that parses is completed with '\n', one
- * that does not is cut off, so that appended lines start on a line of their own. */
-static int repair_tail(const char *path, FILE *warn, char *err, size_t errlen) {
-    if (access(path, F_OK) != 0 && errno == ENOENT) return 0;
-    char *buf;
-    size_t len;
-    if (eval_read_file(path, &buf, &len, err, errlen)) return -1;
-    int rc = 0;
-    if (len > 0 && buf[len - 1] != '\n') {
-        size_t start = len;
-        while (start > 0 && buf[start - 1] != '\n') start--;
-        struct json_doc *doc;
-        struct harness_rec x;
-        int ok = !json_parse(buf + start, len - start, NULL, &doc, NULL, 0);
-        if (ok) {
-            ok = !rec_from_json(json_root(doc), &x);
-            if (ok) free(x.id);
-            json_free(doc);
-        }
-        if (ok) {
-            FILE *f = fopen(path, "ab");
-            if (!f || fputc('\n', f) == EOF || fclose(f)) rc = tkv_errf(err, errlen, "%s: cannot append: %s", path, strerror(errno));
-        } else {
-            if (warn)
-                fprintf(warn, "warning: %s: ignored a truncated last line (%zu bytes; a run was killed while writing it)\n",
-                        path, len - start);
-            if (truncate(path, (off_t)start)) rc = tkv_errf(err, errlen, "%s: cannot truncate: %s", path, strerror(errno));
-        }
-    }
-    free(buf);
-    return rc;
-}
-
-/* The KV options that exist since results lines record them, written only when not the default,
- * so older lines (which lack them) stay comparable: T2 codec, absolute tokens per sequence, the
- * baselines' protected prompt, and window/sinks/delta when changed. */
-static void harness_out_kv_extra(struct json_out *j, const tkv_kv_params *kv) {
-    if (kv->t2_codec && strcmp(kv->t2_codec, "q8h")) json_out_key(j, "t2_codec"), json_out_str(j, kv->t2_codec);
-    if (kv->t0_tokens) json_out_key(j, "t0_tokens"), json_out_int(j, kv->t0_tokens);
-    if (kv->protect_prompt) json_out_key(j, "protect_prompt"), json_out_bool(j, 1);
-    if (kv->window != 64) json_out_key(j, "window"), json_out_int(j, kv->window);
-    if (kv->sinks != 4) json_out_key(j, "sinks"), json_out_int(j, kv->sinks);
-    if (kv->delta != 64) json_out_key(j, "delta"), json_out_int(j, kv->delta);
-}
-
-/* A line's form of the same options, to refuse mixing configurations in one results file. */
-static void kv_extra_key(const tkv_kv_params *kv, char *b, size_t n) {
-    snprintf(b, n, "%s/%d/%d/%d/%d/%d", kv->t2_codec && strcmp(kv->t2_codec, "q8h") ? kv->t2_codec : "q8h", kv->t0_tokens,
-             kv->protect_prompt, kv->window, kv->sinks, kv->delta);
-}
-
-/* ---- summaries ---- */
-
-void harness_summarize(const struct harness_results *r, char *const *ids, size_t n_ids, struct harness_summary *s) {
-    long run_problems = s->run_problems, run_tokens = s->run_tokens;
-    double run_seconds = s->run_seconds;
-    memset(s, 0, sizeof *s);
-    s->run_problems = run_problems, s->run_tokens = run_tokens, s->run_seconds = run_seconds;
-    size_t m = ids ? n_ids : r->n;
-    double len_sum = 0, n_len = 0;
-    for (size_t i = 0; i < m; i++) {
-        const struct harness_rec *x = ids ? harness_find(r, ids[i]) : &r->r[i];
-        if (!x) continue;
-        s->n++;
-        s->correct += x->correct;
-        len_sum += x->gen_tokens;
-        if (x->gen_tokens > s->max_len) s->max_len = x->gen_tokens;
-        n_len += x->finish_length;
-        for (int t = 0; t < 4; t++) s->mean_tier_tokens[t] += x->tier_tokens[t];
-        s->mean_peak_t0_bytes += x->peak_t0_bytes;
-        s->mean_bytes_moved += x->bytes_moved;
-        s->mean_evicted += x->tokens_evicted;
-        s->mean_t0_share += x->t0_share;
-    }
-    struct eval_summary es;
-    eval_summarize(s->correct, s->n, &es);
-    s->acc = es.acc, s->ci_lo = es.ci_lo, s->ci_hi = es.ci_hi;
-    if (s->n) {
-        double k = (double)s->n;
-        s->mean_len = len_sum / k;
-        s->length_share = n_len / k;
-        for (int t = 0; t < 4; t++) s->mean_tier_tokens[t] /= k;
-        s->mean_peak_t0_bytes /= k;
-        s->mean_bytes_moved /= k;
-        s->mean_evicted /= k;
-        s->mean_t0_share /= k;
-    } else {
-        s->mean_t0_share = NAN;
-    }
-}
-
-void harness_summary_print(FILE *f, const struct harness_summary *s) {
-    fprintf(f, "problems          %ld\n", s->n);
-    fprintf(f, "accuracy          %.4f (%ld/%ld), Wilson 95%% [%.4f, %.4f]\n", s->acc, s->correct, s->n, s->ci_lo, s->ci_hi);
-    fprintf(f, "generated tokens  mean %.1f, max %.0f; stopped by the length cap: %.1f%%\n", s->mean_len, s->max_len,
-            100 * s->length_share);
-    fprintf(f, "KV per problem    T0 %.1f, T1 %.1f, T2 %.1f, evicted %.1f tokens (mean at the end); peak T0 %.2f MiB; "
-               "moved %.2f MiB; evicted %.1f tokens\n",
-            s->mean_tier_tokens[0], s->mean_tier_tokens[1], s->mean_tier_tokens[2], s->mean_tier_tokens[3],
-            s->mean_peak_t0_bytes / 1048576.0, s->mean_bytes_moved / 1048576.0, s->mean_evicted);
-    if (s->run_problems && s->run_seconds > 0)
-        fprintf(f, "this run          %ld problems, %ld tokens in %.1f s: %.2f tok/s aggregate\n", s->run_problems,
-                s->run_tokens, s->run_seconds, (double)s->run_tokens / s->run_seconds);
-    else fprintf(f, "this run          nothing left to do (all problems were in the results file)\n");
-}
-
-/* Summaries are kept with the results (and in the repository): they name files, not the paths of
- * the machine that ran them. */
-static const char *file_name(const char *path) {
-    const char *b = path ? strrchr(path, '/') : NULL;
-    return b ? b + 1 : (path ? path : "");
-}
-
-int harness_summary_write_json(const char *path, const struct harness_opts *o, const struct harness_summary *s,
-                               char *const *ids, size_t n_ids, const char *cmd, char *err, size_t errlen) {
-    struct json_out j;
-    json_out_init(&j);
-    json_out_obj_begin(&j);
-    json_out_key(&j, "model"), json_out_str(&j, file_name(o->model_path));
-    json_out_key(&j, "task"), json_out_str(&j, o->task_label);
-    json_out_key(&j, "data"), json_out_str(&j, file_name(o->data_path));
-    json_out_key(&j, "results"), o->out_path ? json_out_str(&j, o->out_path) : json_out_null(&j);
-    json_out_key(&j, "command"), json_out_str(&j, cmd ? cmd : "");
-    json_out_key(&j, "commit"), json_out_str(&j, tkv_build_commit());
-    json_out_key(&j, "build_flags"), json_out_str(&j, tkv_build_flags());
-    json_out_key(&j, "policy"), json_out_str(&j, tkv_policy_name(o->sp.kv.policy));
-    json_out_key(&j, "hbm_ratio"), json_out_num(&j, o->sp.kv.hbm_ratio);
-    json_out_key(&j, "t2_ratio"), json_out_num(&j, o->sp.kv.t2_ratio);
-    json_out_key(&j, "evict_ratio"), json_out_num(&j, o->sp.kv.evict_ratio);
-    json_out_key(&j, "hbm_budget_bytes"), json_out_int(&j, (int64_t)o->sp.kv.hbm_budget_bytes);
-    json_out_key(&j, "kv_type"), json_out_str(&j, o->sp.kv.f16 ? "f16" : "f32");
-    harness_out_kv_extra(&j, &o->sp.kv);
-    json_out_key(&j, "max_tokens"), json_out_int(&j, o->max_tokens);
-    json_out_key(&j, "parallel"), json_out_int(&j, o->parallel);
-    json_out_key(&j, "n"), json_out_int(&j, s->n);
-    json_out_key(&j, "correct"), json_out_int(&j, s->correct);
-    json_out_key(&j, "accuracy"), json_out_num(&j, s->acc);
-    json_out_key(&j, "ci_lo"), json_out_num(&j, s->ci_lo);
-    json_out_key(&j, "ci_hi"), json_out_num(&j, s->ci_hi);
-    json_out_key(&j, "mean_len"), json_out_num(&j, s->mean_len);
-    json_out_key(&j, "max_len"), json_out_num(&j, s->max_len);
-    json_out_key(&j, "length_share"), json_out_num(&j, s->length_share);
-    json_out_key(&j, "mean_tier_tokens");
-    json_out_arr_begin(&j);
-    for (int t = 0; t < 4; t++) json_out_num(&j, s->mean_tier_tokens[t]);
-    json_out_arr_end(&j);
-    json_out_key(&j, "mean_peak_t0_bytes"), json_out_num(&j, s->mean_peak_t0_bytes);
-    json_out_key(&j, "mean_bytes_moved"), json_out_num(&j, s->mean_bytes_moved);
-    json_out_key(&j, "mean_evicted"), json_out_num(&j, s->mean_evicted);
-    json_out_key(&j, "mean_t0_share"), json_out_num(&j, s->mean_t0_share);
-    json_out_key(&j, "run_problems"), json_out_int(&j, s->run_problems);
-    json_out_key(&j, "run_tokens"), json_out_int(&j, s->run_tokens);
-    json_out_key(&j, "run_seconds"), json_out_num(&j, s->run_seconds);
-    json_out_key(&j, "tok_per_s");
-    if (s->run_problems && s->run_seconds > 0) json_out_num(&j, (double)s->run_tokens / s->run_seconds);
-    else json_out_null(&j);
-    json_out_key(&j, "ids");
-    json_out_arr_begin(&j);
-    for (size_t i = 0; i < n_ids; i++) json_out_str(&j, ids[i]);
-    json_out_arr_end(&j);
-    json_out_obj_end(&j);
-    FILE *f = fopen(path, "w");
-    int rc = 0;
-    if (!f || fwrite(j.p, 1, j.n, f) != j.n || fputc('\n', f) == EOF) rc = tkv_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
-    if (f && fclose(f) && !rc) rc = tkv_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
-    json_out_free(&j);
-    return rc;
-}
-
-void harness_ids_free(char **ids, size_t n) {
-    for (size_t i = 0; i < n; i++) free(ids[i]);
-    free(ids);
-}
-
-/* ---- line checks ---- */
-
-#define CHECK_KEY ",\"check\":\""
-
-/* Closes the object being written with its check: the FNV-1a 64 of every byte before `,"check":"`. */
-void harness_sign(struct json_out *j) {
-    char hex[24];
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tkv_fnv1a64(j->p, j->n));
-    json_out_key(j, "check"), json_out_str(j, hex);
-    json_out_obj_end(j);
-}
-
-int harness_verify_line(const char *line, size_t n) {
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
-    size_t klen = sizeof CHECK_KEY - 1, at = (size_t)-1;
-    /* the last `,"check":"`: inside a string value its quotes would be escaped */
-    for (size_t i = 0; i + klen <= n; i++)
-        if (!memcmp(line + i, CHECK_KEY, klen)) at = i;
-    if (at == (size_t)-1) return 0;
-    if (n != at + klen + 16 + 2 || memcmp(line + n - 2, "\"}", 2)) return -1;
-    char hex[24];
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tkv_fnv1a64(line, at));
-    return memcmp(hex, line + at + klen, 16) ? -1 : 1;
-}
-
-/* ---- the decode loop ---- */
-
-struct slot {
-    int item;          /* index into the pending list; -1: free */
-    int seq;           /* its sequence while item >= 0 */
-    int gen;           /* tokens generated so far */
+struct job {
+    struct run *r;
+    size_t p;          /* index into pending */
     char *text;        /* output so far */
     size_t tn, tcap;
     tkv_detok ts;
-    double t_start;
-    int64_t t0_seen;   /* largest T0 bytes seen at a step end */
 };
 
 struct run {
@@ -368,25 +35,28 @@ struct run {
     size_t *pending;   /* item indices still to run */
     int32_t **ids;     /* [n_pending] prompt ids */
     int *n_ids;
-    size_t n_pending, next;
+    size_t n_pending;
     tkv_model *m;
     tkv_session *e;
-    int V, P;
-    int prefix_len;    /* > 0: every prompt starts with these ids, prefilled once in sequence prefix_seq */
-    int prefix_seq;
-    float *slot_logits; /* [P][V]: next-token logits of each slot */
-    struct slot *slots;
+    struct job *jobs;  /* [n_pending] */
     char *piece;
     FILE *out;
     struct harness_results *res;
     const char *model_name;
+    int rc;            /* the first error of a job (its message in err) */
+    char err[512];
     /* progress */
     size_t total, done, correct; /* over the selection */
     long run_done, run_tokens;
     double t_begin;
 };
 
-static void text_add(struct slot *s, const char *p, size_t n) {
+static char *xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    return memcpy(tkv_xmalloc(n), s, n);
+}
+
+static void text_add(struct job *s, const char *p, size_t n) {
     if (s->tn + n + 1 > s->tcap) {
         size_t cap = s->tcap ? s->tcap : 1024;
         while (s->tn + n + 1 > cap) cap *= 2;
@@ -398,43 +68,6 @@ static void text_add(struct slot *s, const char *p, size_t n) {
     memcpy(s->text + s->tn, p, n);
     s->tn += n;
     s->text[s->tn] = 0;
-}
-
-/* Puts the next pending problem into slot k and prefills it; the slot stays free when none is left. */
-static int slot_fill(struct run *r, int k, char *err, size_t errlen) {
-    struct slot *s = &r->slots[k];
-    s->item = -1;
-    if (r->next == r->n_pending) return 0;
-    size_t p = r->next++;
-    s->gen = 0;
-    s->tn = 0;
-    text_add(s, "", 0);
-    tkv_detok_init(&s->ts);
-    s->t_start = tkv_now_s();
-    s->t0_seen = 0;
-    char perr[512];
-    int L = r->prefix_len, n = r->n_ids[p];
-    const char *id = r->set->items[r->pending[p]].id;
-    if (tkv_seq_open(r->e, n + r->o->max_tokens, n, &s->seq, perr, sizeof perr))
-        return tkv_errf(err, errlen, "problem %s: %s", id, perr);
-    s->item = (int)p;
-    if ((L && tkv_seq_share_prefix(r->e, r->prefix_seq, s->seq, L, perr, sizeof perr)) ||
-        tkv_prefill(r->e, s->seq, r->ids[p] + L, n - L, r->slot_logits + (size_t)k * (size_t)r->V, 0, perr, sizeof perr))
-        return tkv_errf(err, errlen, "problem %s: %s", id, perr);
-    return 0;
-}
-
-/* Prompt ids every pending problem starts with, leaving each at least one of its own (0 when fewer
- * than PREFIX_MIN: not worth a sequence). */
-#define PREFIX_MIN 16
-static int common_prefix(const struct run *r) {
-    int L = r->n_ids[0] - 1;
-    for (size_t p = 1; p < r->n_pending && L >= PREFIX_MIN; p++) {
-        int i = 0, m = r->n_ids[p] - 1 < L ? r->n_ids[p] - 1 : L;
-        while (i < m && r->ids[p][i] == r->ids[0][i]) i++;
-        L = i;
-    }
-    return L >= PREFIX_MIN ? L : 0;
 }
 
 static void fmt_eta(double s, char *b, size_t n) {
@@ -459,54 +92,63 @@ static void progress(struct run *r, int final) {
     fflush(f);
 }
 
-/* Grades slot k's problem, appends its line, resets the slot. */
-static int slot_finish(struct run *r, int k, int by_length, char *err, size_t errlen) {
-    struct slot *s = &r->slots[k];
-    const struct harness_opts *o = r->o;
-    const struct eval_item *it = &r->set->items[r->pending[s->item]];
-    size_t nf = tkv_detok_flush(&s->ts, r->piece);
-    text_add(s, r->piece, nf);
-    tkv_sync(r->e);
-    tkv_stats st;
-    char serr[256];
-    TKV_ASSERT(tkv_stats_get(r->e, s->seq, &st, serr, sizeof serr) == 0);
-    int64_t peak = st.peak_t0_bytes > s->t0_seen ? st.peak_t0_bytes : s->t0_seen;
-    if (st.bytes[0] > peak) peak = st.bytes[0];
-    struct eval_verdict v;
-    eval_grade(o->task, s->text, it->answer, it->n_choices, &v);
-    double secs = tkv_now_s() - s->t_start;
+/* ---- the scheduler's callbacks ---- */
 
+static int on_token(void *user, int32_t tok) {
+    struct job *j = user;
+    text_add(j, j->r->piece, tkv_detok_token(&j->ts, j->r->m, tok, 0, j->r->piece));
+    return 0;
+}
+
+/* Grades the problem and appends its line (the line's record joins the summaries). */
+static void on_end(void *user, const sched_end *e) {
+    struct job *jb = user;
+    struct run *r = jb->r;
+    const struct harness_opts *o = r->o;
+    const struct eval_item *it = &r->set->items[r->pending[jb->p]];
+    r->run_tokens += e->gen_tokens;
+    if (e->why != SCHED_EOG && e->why != SCHED_LENGTH) { /* refused or failed: the run stops with it */
+        if (!r->rc) {
+            r->rc = -1;
+            tkv_errf(r->err, sizeof r->err, "problem %s: %s", it->id, e->msg[0] ? e->msg : "cancelled");
+        }
+        return;
+    }
+    text_add(jb, r->piece, tkv_detok_flush(&jb->ts, r->piece));
+    const tkv_stats *st = &e->kv;
+    struct eval_verdict v;
+    eval_grade(o->task, jb->text, it->answer, it->n_choices, &v);
     struct json_out j;
     json_out_init(&j);
     json_out_obj_begin(&j);
     json_out_key(&j, "id"), json_out_str(&j, it->id);
     json_out_key(&j, "task"), json_out_str(&j, o->task_label);
     json_out_key(&j, "model"), json_out_str(&j, r->model_name);
-    json_out_key(&j, "prompt_tokens"), json_out_int(&j, r->n_ids[s->item]);
-    json_out_key(&j, "output"), json_out_strn(&j, s->text, s->tn);
+    json_out_key(&j, "prompt_tokens"), json_out_int(&j, r->n_ids[jb->p]);
+    json_out_key(&j, "output"), json_out_strn(&j, jb->text, jb->tn);
     json_out_key(&j, "pred"), json_out_str(&j, v.pred);
     json_out_key(&j, "gold"), json_out_str(&j, v.gold);
     json_out_key(&j, "correct"), json_out_bool(&j, v.correct);
     json_out_key(&j, "strict"), v.strict < 0 ? json_out_null(&j) : json_out_bool(&j, v.strict);
-    json_out_key(&j, "gen_tokens"), json_out_int(&j, s->gen);
-    json_out_key(&j, "finish"), json_out_str(&j, by_length ? "length" : "eog");
-    json_out_key(&j, "seconds"), json_out_num(&j, secs);
+    json_out_key(&j, "gen_tokens"), json_out_int(&j, e->gen_tokens);
+    json_out_key(&j, "finish"), json_out_str(&j, e->why == SCHED_LENGTH ? "length" : "eog");
+    json_out_key(&j, "seconds"), json_out_num(&j, e->t_end - (e->t_admit > 0 ? e->t_admit : e->t_submit));
     json_out_key(&j, "kv");
     json_out_obj_begin(&j);
     json_out_key(&j, "tokens");
     json_out_arr_begin(&j);
-    for (int t = 0; t < 4; t++) json_out_int(&j, st.tokens[t]);
+    for (int t = 0; t < 4; t++) json_out_int(&j, st->tokens[t]);
     json_out_arr_end(&j);
-    json_out_key(&j, "peak_t0_bytes"), json_out_int(&j, peak);
-    json_out_key(&j, "t0_budget_bytes"), json_out_int(&j, st.t0_budget_bytes);
-    json_out_key(&j, "bytes_moved_down"), json_out_int(&j, st.bytes_moved_down);
-    json_out_key(&j, "bytes_moved_up"), json_out_int(&j, st.bytes_moved_up);
-    json_out_key(&j, "bytes_moved_host"), json_out_int(&j, st.bytes_moved_host);
-    json_out_key(&j, "bytes_staged"), json_out_int(&j, st.bytes_staged);
-    json_out_key(&j, "tokens_evicted"), json_out_int(&j, st.tokens_evicted);
-    json_out_key(&j, "retiers"), json_out_int(&j, st.retiers);
-    json_out_key(&j, "evicted_equiv"), json_out_num(&j, st.evicted_equiv);
-    json_out_key(&j, "t0_share"), json_out_num(&j, st.t0_share_mean);
+    json_out_key(&j, "peak_t0_bytes"), json_out_int(&j, st->peak_t0_bytes);
+    json_out_key(&j, "t0_budget_bytes"), json_out_int(&j, st->t0_budget_bytes);
+    json_out_key(&j, "bytes_moved_down"), json_out_int(&j, st->bytes_moved_down);
+    json_out_key(&j, "bytes_moved_up"), json_out_int(&j, st->bytes_moved_up);
+    json_out_key(&j, "bytes_moved_host"), json_out_int(&j, st->bytes_moved_host);
+    json_out_key(&j, "bytes_staged"), json_out_int(&j, st->bytes_staged);
+    json_out_key(&j, "tokens_evicted"), json_out_int(&j, st->tokens_evicted);
+    json_out_key(&j, "retiers"), json_out_int(&j, st->retiers);
+    json_out_key(&j, "evicted_equiv"), json_out_num(&j, st->evicted_equiv);
+    json_out_key(&j, "t0_share"), json_out_num(&j, st->t0_share_mean);
     json_out_obj_end(&j);
     json_out_key(&j, "policy"), json_out_str(&j, tkv_policy_name(o->sp.kv.policy));
     json_out_key(&j, "hbm_ratio"), json_out_num(&j, o->sp.kv.hbm_ratio);
@@ -518,30 +160,23 @@ static int slot_finish(struct run *r, int k, int by_length, char *err, size_t er
     json_out_key(&j, "max_tokens"), json_out_int(&j, o->max_tokens);
     json_out_key(&j, "build"), json_out_str(&j, tkv_build_commit());
     harness_sign(&j);
-
-    int rc = 0;
-    if (r->out) {
-        /* one fwrite + fflush: with the 1 MiB buffer a line normally goes out in one write() */
-        if (fwrite(j.p, 1, j.n, r->out) != j.n || fputc('\n', r->out) == EOF || fflush(r->out))
-            rc = tkv_errf(err, errlen, "%s: cannot write: %s", o->out_path, strerror(errno));
+    /* one fwrite + fflush: with the 1 MiB buffer a line normally goes out in one write() */
+    if (r->out && (fwrite(j.p, 1, j.n, r->out) != j.n || fputc('\n', r->out) == EOF || fflush(r->out)) && !r->rc) {
+        r->rc = -1;
+        tkv_errf(r->err, sizeof r->err, "%s: cannot write: %s", o->out_path, strerror(errno));
     }
-    /* the record the summaries read, taken from the very line written */
-    struct json_doc *doc;
-    struct harness_rec x;
-    if (!json_parse(j.p, j.n, NULL, &doc, NULL, 0)) {
-        if (!rec_from_json(json_root(doc), &x)) rec_push(r->res, &x);
-        json_free(doc);
-    }
+    harness_push_line(r->res, j.p, j.n); /* the record the summaries read, from the very line written */
     json_out_free(&j);
     r->done++;
     r->correct += (size_t)v.correct;
     r->run_done++;
     eval_verdict_free(&v);
-    tkv_seq_close(r->e, s->seq);
-    s->item = -1;
+    free(jb->text);
+    jb->text = NULL;
     progress(r, 0);
-    return rc;
 }
+
+/* ---- the run ---- */
 
 /* Tokenises every pending prompt; the context must hold the longest one plus max_tokens. */
 static int encode_prompts(struct run *r, int *max_prompt, char *err, size_t errlen) {
@@ -567,49 +202,36 @@ static int encode_prompts(struct run *r, int *max_prompt, char *err, size_t errl
     return rc;
 }
 
-static int decode_loop(struct run *r, char *err, size_t errlen) {
-    int P = r->P, V = r->V;
-    int *seqs = tkv_xmalloc((size_t)P * sizeof(int));
-    int32_t *toks = tkv_xmalloc((size_t)P * sizeof(int32_t));
-    int *slot_of = tkv_xmalloc((size_t)P * sizeof(int)); /* decode row -> slot */
-    float *blog = tkv_xmalloc((size_t)P * (size_t)V * sizeof(float));
-    int rc = 0;
-    for (int k = 0; k < P && !rc; k++) rc = slot_fill(r, k, err, errlen);
-    while (!rc) {
-        int nb = 0, active = 0;
-        for (int k = 0; k < P && !rc; k++) {
-            struct slot *s = &r->slots[k];
-            if (s->item < 0) continue;
-            active = 1;
-            int32_t t = tkv_argmax(r->slot_logits + (size_t)k * (size_t)V, V);
-            s->gen++;
-            r->run_tokens++;
-            int eog = tkv_token_is_eog(r->m, t);
-            if (!eog) text_add(s, r->piece, tkv_detok_token(&s->ts, r->m, t, 0, r->piece));
-            if (eog || s->gen >= r->o->max_tokens) {
-                rc = slot_finish(r, k, !eog, err, errlen);
-                if (!rc) rc = slot_fill(r, k, err, errlen); /* picks its first token next step */
-                continue;
-            }
-            slot_of[nb] = k;
-            seqs[nb] = s->seq;
-            toks[nb++] = t;
-        }
-        if (rc || !active) break;
-        if (!nb) continue;
-        if (tkv_decode(r->e, seqs, toks, nb, blog, err, errlen)) { rc = -1; break; }
-        for (int b = 0; b < nb; b++) {
-            struct slot *s = &r->slots[slot_of[b]];
-            memcpy(r->slot_logits + (size_t)slot_of[b] * (size_t)V, blog + (size_t)b * (size_t)V, (size_t)V * sizeof(float));
-            tkv_stats st;
-            if (!tkv_stats_get(r->e, s->seq, &st, NULL, 0) && st.bytes[0] > s->t0_seen) s->t0_seen = st.bytes[0];
-        }
+/* Every pending problem through the scheduler, `parallel` at once. */
+static int decode_all(struct run *r, int parallel, int prefix_entries, char *err, size_t errlen) {
+    sched_params sp;
+    sched_params_default(&sp);
+    sp.max_live = parallel;
+    sp.prefix_entries = prefix_entries;
+    sp.end_stats = 1;
+    sp.policy = r->o->sp.kv.policy;
+    sched_callbacks cb = {.on_token = on_token, .on_end = on_end};
+    sched *sc;
+    if (sched_init(r->m, r->e, &sp, &cb, &sc, err, errlen)) return -1;
+    r->jobs = tkv_xcalloc(r->n_pending, sizeof *r->jobs);
+    for (size_t p = 0; p < r->n_pending; p++) {
+        struct job *j = &r->jobs[p];
+        j->r = r;
+        j->p = p;
+        tkv_detok_init(&j->ts);
+        text_add(j, "", 0);
+        sched_job sj = {.prompt = r->ids[p], .n_prompt = r->n_ids[p], .max_tokens = r->o->max_tokens, .user = j};
+        sched_submit(sc, &sj);
     }
-    free(slot_of);
-    free(seqs);
-    free(toks);
-    free(blog);
-    return rc;
+    while (!r->rc && sched_step(sc) > 0) {}
+    sched_info info;
+    sched_info_get(sc, &info);
+    if (r->o->progress && info.cached_tokens)
+        fprintf(r->o->progress, "[eval] %lld prompt tokens are shared from a common prefix instead of prefilled\n",
+                (long long)info.cached_tokens);
+    sched_free(sc);
+    if (r->rc) return tkv_errf(err, errlen, "%s", r->err);
+    return 0;
 }
 
 static const char *base_name(const char *p) {
@@ -629,7 +251,7 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
     memset(s, 0, sizeof *s);
     int rc = -1;
     if (o->out_path) {
-        if (repair_tail(o->out_path, o->progress, err, errlen)) goto out;
+        if (harness_repair_tail(o->out_path, o->progress, err, errlen)) goto out;
         if (harness_load(o->out_path, &res, o->progress, err, errlen)) goto out;
     }
     r.o = o;
@@ -639,10 +261,10 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
     r.model_name = base_name(o->model_path);
     r.pending = tkv_xmalloc((r.total + 1) * sizeof(size_t));
     harness_results_sort(&res);
+    char extra[96];
+    harness_kv_extra_key(&o->sp.kv, extra, sizeof extra);
     for (size_t i = lo; i < hi; i++) {
         const struct harness_rec *x = harness_find(&res, set.items[i].id);
-        char extra[96];
-        kv_extra_key(&o->sp.kv, extra, sizeof extra);
         if (x && (strcmp(x->policy, tkv_policy_name(o->sp.kv.policy)) || x->max_tokens != o->max_tokens ||
                   x->hbm_ratio != o->sp.kv.hbm_ratio || x->t2_ratio != o->sp.kv.t2_ratio ||
                   x->evict_ratio != o->sp.kv.evict_ratio || x->kv_f16 != o->sp.kv.f16 || strcmp(x->kv_extra, extra))) {
@@ -663,35 +285,21 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
         if (tkv_model_open(o->model_path, &o->mp, &r.m, err, errlen)) goto out;
         if (encode_prompts(&r, &max_prompt, err, errlen)) goto out;
         tkv_session_params sp = o->sp;
-        r.P = (size_t)o->parallel < r.n_pending ? o->parallel : (int)r.n_pending;
-        sp.max_seqs = r.P;
+        int P = (size_t)o->parallel < r.n_pending ? o->parallel : (int)r.n_pending;
         if (sp.max_ctx && sp.max_ctx < max_prompt + o->max_tokens) {
             tkv_errf(err, errlen, "the longest prompt (%d tokens) and --max-tokens %d need %d positions, more than --ctx %d",
                      max_prompt, o->max_tokens, max_prompt + o->max_tokens, sp.max_ctx);
             goto out;
         }
         if (!sp.max_ctx) sp.max_ctx = max_prompt + o->max_tokens;
-        /* the shared prompt prefix is prefilled once, into one more sequence, and shared by each
-         * slot: the same K/V as prefilling it there (tested), computed once. Not with an absolute T0
-         * budget, which is split over the sequences, nor for policies that score the prompt. */
-        int L = o->no_prefix_cache || r.n_pending < 2 || sp.kv.hbm_budget_bytes || !tkv_policy_shares_prefix(sp.kv.policy)
-                    ? 0 : common_prefix(&r);
-        sp.max_seqs += L > 0;
+        /* a prompt prefix the problems share (the system turn) is prefilled once and shared by each:
+         * the same K/V as prefilling it in place (tested); one prefix sequence beside the problems */
+        int prefix = o->no_prefix_cache || r.n_pending < 2 || !tkv_policy_shares_prefix(sp.kv.policy) ? 0 : 1;
+        sp.max_seqs = P + prefix;
         if (o->progress)
             fprintf(o->progress, "[eval] %s: %zu problems, %zu already in the results file, %zu to run, %d at once\n",
-                    o->task_label, r.total, r.done, r.n_pending, r.P);
+                    o->task_label, r.total, r.done, r.n_pending, P);
         if (tkv_session_open(r.m, &sp, &r.e, err, errlen)) goto out;
-        if (L) {
-            if (tkv_seq_open(r.e, L, L, &r.prefix_seq, err, errlen)) goto out;
-            if (tkv_prefill(r.e, r.prefix_seq, r.ids[0], L, NULL, 0, err, errlen)) goto out;
-            r.prefix_len = L;
-            if (o->progress) fprintf(o->progress, "[eval] the first %d prompt tokens are shared: prefilled once\n", L);
-        }
-        tkv_model_info info;
-        tkv_model_get_info(r.m, &info);
-        r.V = info.n_vocab;
-        r.slot_logits = tkv_xmalloc((size_t)r.P * (size_t)r.V * sizeof(float));
-        r.slots = tkv_xcalloc((size_t)r.P, sizeof *r.slots);
         r.piece = tkv_xmalloc(tkv_detok_out_size(r.m));
         if (o->out_path) {
             r.out = fopen(o->out_path, "ab");
@@ -699,7 +307,7 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
             setvbuf(r.out, NULL, _IOFBF, 1 << 20);
         }
         r.t_begin = tkv_now_s();
-        int lrc = decode_loop(&r, err, errlen);
+        int lrc = decode_all(&r, P, prefix, err, errlen);
         s->run_seconds = tkv_now_s() - r.t_begin;
         s->run_problems = r.run_done;
         s->run_tokens = r.run_tokens;
@@ -715,10 +323,8 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
     rc = 0;
 out:
     if (r.out && fclose(r.out) && !rc) rc = tkv_errf(err, errlen, "%s: cannot write: %s", o->out_path, strerror(errno));
-    if (r.slots)
-        for (int k = 0; k < r.P; k++) free(r.slots[k].text);
-    free(r.slots);
-    free(r.slot_logits);
+    for (size_t p = 0; r.jobs && p < r.n_pending; p++) free(r.jobs[p].text);
+    free(r.jobs);
     free(r.piece);
     for (size_t p = 0; r.ids && p < r.n_pending; p++) free(r.ids[p]);
     free(r.ids);
