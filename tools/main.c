@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/version.h"
 #include "cmds.h"
 
 static const struct { const char *name; int (*fn)(int, char **); const char *what; } commands[] = {
@@ -21,7 +22,7 @@ static const struct { const char *name; int (*fn)(int, char **); const char *wha
 };
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: tierkv COMMAND [options]   (tierkv COMMAND --help for its options)\n\ncommands:\n");
+    fprintf(out, "usage: tierkv COMMAND [options]   (tierkv COMMAND --help for its options; tierkv --version: the build)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-11s %s\n", commands[i].name, commands[i].what);
 }
@@ -29,6 +30,10 @@ static void usage(FILE *out) {
 int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) { usage(stdout); return 0; }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("tierkv %s\n", tkv_build_commit());
+        return 0;
+    }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "tierkv: unknown command '%s'\n", argv[1]);
