@@ -154,6 +154,16 @@ TEST(grade_math_equal) {
         int got = eval_math_equal(cases[i].p, cases[i].r);
         CHECKF(got == cases[i].eq, "math_equal(%s, %s) = %d", cases[i].p, cases[i].r, got);
     }
+    /* which equalities rest on the percentage rule alone */
+    static const struct { const char *p, *r; int eq, pct; } how[] = {
+        {"1800", "18", 1, 1}, {"0.18", "18", 1, 1}, {"18", "18.0", 1, 0}, {"17", "18", 0, 0},
+        {"x=1800", "18", 1, 1}, {"(1800,2)", "(18,2)", 1, 1}, {"(1800,3)", "(18,2)", 0, 0}, {"18", "18", 1, 0},
+    };
+    for (size_t i = 0; i < sizeof how / sizeof how[0]; i++) {
+        int pct = -1, got = eval_math_equal_how(how[i].p, how[i].r, &pct);
+        CHECKF(got == how[i].eq && pct == how[i].pct, "math_equal_how(%s, %s) = %d via_percent %d", how[i].p,
+               how[i].r, got, pct);
+    }
     double v;
     CHECK(eval_latex_number("\\frac{3}{4}+2^{3}-\\sqrt[3]{27}", &v) && fabs(v - 5.75) < 1e-12);
     CHECK(eval_latex_number("2(3+4)\\cdot 2", &v) && fabs(v - 28) < 1e-12);
@@ -171,7 +181,10 @@ TEST(grade_pipeline) {
     CHECK(v.think_closed == 0 && v.correct == 1); /* no </think>: the whole text is graded */
     eval_verdict_free(&v);
     eval_grade(EVAL_GSM8K, "<think>...</think>She pays $1,250 in total. \\boxed{1250}", "1250", 0, &v);
-    CHECK(v.correct == 1 && v.strict == 1);
+    CHECK(v.correct == 1 && v.strict == 1 && v.via_percent == 0);
+    eval_verdict_free(&v);
+    eval_grade(EVAL_GSM8K, "<think>...</think>The share is \\boxed{25}", "0.25", 0, &v);
+    CHECK(v.correct == 1 && v.via_percent == 1 && v.strict == 0); /* right only by the percentage rule */
     eval_verdict_free(&v);
     eval_grade(EVAL_GSM8K, "</think>The answer is 12.", "13", 0, &v);
     CHECK(v.correct == 0 && !strcmp(v.pred, "12"));

@@ -271,19 +271,19 @@ static char *str_to_pmatrix(const char *in) {
     return sb_take(&b);
 }
 
-static int math_equal_d(const char *pred, const char *ref, int depth);
+static int math_equal_d(const char *pred, const char *ref, int depth, int *pct);
 
-static int compare_parts(char **pp, size_t np, char **rp, size_t nr, int depth) {
+static int compare_parts(char **pp, size_t np, char **rp, size_t nr, int depth, int *pct) {
     if (np != nr) return 0;
-    for (size_t i = 0; i < np; i++) if (!math_equal_d(pp[i], rp[i], depth + 1)) return 0;
+    for (size_t i = 0; i < np; i++) if (!math_equal_d(pp[i], rp[i], depth + 1, pct)) return 0;
     return 1;
 }
 
-static int compare_lists(const char *pred, const char *ref, int depth) {
+static int compare_lists(const char *pred, const char *ref, int depth, int *pct) {
     size_t lp = strlen(pred), lr = strlen(ref), np, nr;
     char *ip = ps_ndup(pred + 1, lp >= 2 ? lp - 2 : 0), *ir = ps_ndup(ref + 1, lr >= 2 ? lr - 2 : 0);
     char **pp = ps_split(ip, ",", &np), **rp = ps_split(ir, ",", &nr);
-    int r = compare_parts(pp, np, rp, nr, depth);
+    int r = compare_parts(pp, np, rp, nr, depth, pct);
     ps_free_parts(pp, np);
     ps_free_parts(rp, nr);
     free(ip);
@@ -308,14 +308,14 @@ static char **matrix_rows(const char *m, size_t *n) {
     return rows;
 }
 
-static int compare_matrices(const char *pred, const char *ref, int depth) {
+static int compare_matrices(const char *pred, const char *ref, int depth, int *pct) {
     size_t np, nr;
     char **pr = matrix_rows(pred, &np), **rr = matrix_rows(ref, &nr);
     int r = np == nr;
     for (size_t i = 0; r && i < np; i++) {
         size_t a, b;
         char **pc = ps_split(pr[i], "&", &a), **rc = ps_split(rr[i], "&", &b);
-        r = compare_parts(pc, a, rc, b, depth);
+        r = compare_parts(pc, a, rc, b, depth, pct);
         ps_free_parts(pc, a);
         ps_free_parts(rc, b);
     }
@@ -337,7 +337,7 @@ static int is_simple_equation(const char *s) {
     return r;
 }
 
-static int math_equal_d(const char *pred_in, const char *ref_in, int depth) {
+static int math_equal_d(const char *pred_in, const char *ref_in, int depth, int *pct) {
     if (depth > 32) return 0;
     /* 1. case-insensitive string match after strip */
     char *a = ps_lower_take(ps_strip_take(ps_dup(pred_in))), *b = ps_lower_take(ps_strip_take(ps_dup(ref_in)));
@@ -354,8 +354,12 @@ static int math_equal_d(const char *pred_in, const char *ref_in, int depth) {
     }
     /* 3. numeric, include_percentage: ref/100, ref, ref*100 */
     double p, r;
-    if (parse_digits(pred_in, &p) && parse_digits(ref_in, &r))
-        return isclose(r / 100, p) || isclose(r, p) || isclose(r * 100, p);
+    if (parse_digits(pred_in, &p) && parse_digits(ref_in, &r)) {
+        if (isclose(r, p)) return 1;
+        if (!isclose(r / 100, p) && !isclose(r * 100, p)) return 0;
+        if (pct) *pct = 1; /* equal only as a percentage: 50 for 0.5, 0.5 for 50 */
+        return 1;
+    }
     /* 4. */
     if (!pred_in[0]) return 0;
     char *ref = ps_strip_take(ps_dup(ref_in)), *pred = ps_strip_take(ps_dup(pred_in));
@@ -377,8 +381,8 @@ static int math_equal_d(const char *pred_in, const char *ref_in, int depth) {
     free(rs);
     int result = 0;
     if (eq) result = 1;
-    else if (is_list_format(pred) && is_list_format(ref)) result = compare_lists(pred, ref, depth); /* 6 */
-    else if (is_matrix_format(pred) && is_matrix_format(ref)) result = compare_matrices(pred, ref, depth); /* 7 */
+    else if (is_list_format(pred) && is_list_format(ref)) result = compare_lists(pred, ref, depth, pct); /* 6 */
+    else if (is_matrix_format(pred) && is_matrix_format(ref)) result = compare_matrices(pred, ref, depth, pct); /* 7 */
     else if (ps_count(pred, "=") == 1 && ps_count(ref, "=") == 1) { /* 8: l - (r), or its negation */
         struct sb x = {0}, y = {0}, z = {0};
         const char *pe = strchr(pred, '='), *re = strchr(ref, '=');
@@ -391,16 +395,19 @@ static int math_equal_d(const char *pred_in, const char *ref_in, int depth) {
         free(sb_take(&x)); free(sb_take(&y)); free(sb_take(&z));
         free(pl); free(pr); free(rl); free(rr);
     } else if (is_simple_equation(pred) && !strchr(ref, '=')) {
-        result = math_equal_d(strchr(pred, '=') + 1, ref, depth + 1);
+        result = math_equal_d(strchr(pred, '=') + 1, ref, depth + 1, pct);
     } else if (is_simple_equation(ref) && !strchr(pred, '=')) {
-        result = math_equal_d(pred, strchr(ref, '=') + 1, depth + 1);
+        result = math_equal_d(pred, strchr(ref, '=') + 1, depth + 1, pct);
     } else result = symbolic_equal(pred, ref); /* 9 */
     free(pred);
     free(ref);
     return result;
 }
 
-int eval_math_equal(const char *pred, const char *ref) {
-    if (!pred || !ref) return 0;
-    return math_equal_d(pred, ref, 0);
+int eval_math_equal(const char *pred, const char *ref) { return eval_math_equal_how(pred, ref, NULL); }
+
+int eval_math_equal_how(const char *pred, const char *ref, int *via_percent) {
+    int pct = 0, r = pred && ref && math_equal_d(pred, ref, 0, &pct);
+    if (via_percent) *via_percent = r && pct;
+    return r;
 }

@@ -50,6 +50,7 @@ struct eval_verdict {
     int correct;      /* 0/1 on the task's main path */
     int strict;       /* 0/1 cross-check (see above), -1 where there is none */
     int think_closed; /* 1 if the output contained </think> (0 usually means truncated) */
+    int via_percent;  /* 1 if correct only by math_equal's percentage rule (pred = gold*100 or /100) */
 };
 
 /* Grades one output against gold (the raw gold answer; for ARC the gold letter A..).

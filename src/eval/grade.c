@@ -34,7 +34,7 @@ void eval_grade(enum eval_task task, const char *output, const char *gold, int n
     v->pred = eval_qwen_strip(e2, 0);
     free(e2);
     v->gold = qwen_strip2(gold);
-    v->correct = eval_math_equal(v->pred, v->gold);
+    v->correct = eval_math_equal_how(v->pred, v->gold, &v->via_percent);
     if (task == EVAL_MATH) {
         char *e1 = eval_boxed_answer(text);
         v->strict = e1 && eval_hendrycks_is_equiv(e1, gold);
