@@ -303,6 +303,8 @@ TEST(grade_cmd) {
     fputs("{\"id\": \"c\", \"output\": \"unterminated\n", f);
     fputs("\n", f);
     fputs("{\"id\": \"d\", \"answer\": \"1\"}\n", f);
+    fputs("{\"id\": \"e\", \"output\": \"</think>\\\\boxed{40}\", \"answer\": \"0.4\"}\n", f);
+    fputs("{\"id\": \"f\", \"output\": \"</think>so 3\", \"gold\": \"3\"}\n", f); /* eval's own results */
     fclose(f);
     snprintf(cmd, sizeof cmd, "%s grade --task gsm8k --in %s 2>&1", t_bin(), path);
     int rc = run(cmd, out, sizeof out);
@@ -310,7 +312,9 @@ TEST(grade_cmd) {
     CHECK(strstr(out, "a\t18\t18\t1\n") && strstr(out, "b\t17\t18\t0\n"));
     CHECK(strstr(out, ":3: json: unterminated string"));
     CHECK(strstr(out, ":5: missing string field 'output'"));
-    CHECK(strstr(out, "accuracy: 0.5000 (1/2)\n"));
+    CHECK(strstr(out, "e\t40\t0.4\t1\n")); /* right only by the percentage rule, and counted so */
+    CHECK(strstr(out, "via_percent: 1\n") && strstr(out, "accuracy: 0.7500 (3/4)\n"));
+    CHECK(strstr(out, "f\t3\t3\t1\n"));
     snprintf(cmd, sizeof cmd, "%s grade --task nope --in %s 2>&1", t_bin(), path);
     CHECK(run(cmd, out, sizeof out) == 2 && strstr(out, "usage:"));
     snprintf(cmd, sizeof cmd, "%s grade --bogus 2>&1", t_bin());

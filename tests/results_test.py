@@ -1,0 +1,78 @@
+"""results_test.py — scripts/results.sh on a made-up results directory: the tables it must write.
+
+    python3 tests/results_test.py --tmp DIR [--bin TIERKV]
+
+Exit 0 when every expectation holds, 1 with the failures listed. The directory holds full, an H2O
+run in the published and the prompt-protected setting, a T2 run, and a run still in progress."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--tmp", required=True)
+ap.add_argument("--bin", default="")
+a = ap.parse_args()
+root = os.path.join(a.tmp, "results_test")
+d = os.path.join(root, "results", "bench-x")
+os.makedirs(d, exist_ok=True)
+N = 10
+
+
+def write(name, policy, correct_ids, tiers=(100, 0, 0, 0), evicted=0.0, extra=None, n=N, summary=True, t0_share=None):
+    ids = [f"p{i}" for i in range(n)]
+    with open(os.path.join(d, name + ".jsonl"), "w") as f:
+        for i in ids:
+            r = {"id": i, "task": "gsm8k", "output": "</think>\\boxed{40}" if i == "p0" else "x", "pred": "", "gold": "0.4",
+                 "correct": i in correct_ids, "policy": policy, "build": "abc123",
+                 "kv": {"tokens": list(tiers), "evicted_equiv": evicted, "t0_share": t0_share or 0}}
+            r.update(extra or {})
+            f.write(json.dumps(r) + "\n")
+    if not summary:
+        return
+    k = len([i for i in ids if i in correct_ids])
+    s = {"model": "m.gguf", "task": "gsm8k", "command": "tierkv eval --policy " + policy, "commit": "abc123",
+         "build_flags": "cc -O2", "policy": policy, "hbm_ratio": 0.5, "evict_ratio": -1, "n": n, "correct": k,
+         "accuracy": k / n, "ci_lo": 0.1, "ci_hi": 0.9, "mean_len": 90, "max_len": 120, "length_share": 0,
+         "mean_tier_tokens": list(tiers), "mean_peak_t0_bytes": 1 << 20, "mean_bytes_moved": 0,
+         "mean_t0_share": t0_share, "parallel": 4, "max_tokens": 256, "kv_type": "f16", "ids": ids, "tok_per_s": 10.0}
+    with open(os.path.join(d, name + ".summary.json"), "w") as f:
+        json.dump(s, f)
+
+
+write("full", "full", {"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"})
+write("h2o_t0-0.5", "h2o", {"p1"}, tiers=(50, 0, 0, 0), evicted=50)
+write("h2o_t0-0.5_pp", "h2o", {"p1", "p2", "p3", "p4", "p5"}, tiers=(50, 0, 0, 0), evicted=50, t0_share=0.5)
+write("quant_t0-0.3_t2-q8bh", "quant", {"p0", "p1", "p2", "p3", "p4", "p5", "p6"}, tiers=(30, 0, 70, 0),
+      extra={"t2_codec": "q8bh"}, t0_share=0.31)
+write("evict_t0-0.5", "evict", {"p1"}, n=4, summary=False)
+out = os.path.join(root, "docs", "RESULTS.md")
+env = dict(os.environ)
+if a.bin:
+    env["TIERKV"] = a.bin
+p = subprocess.run(["scripts/results.sh", "-o", out, d], capture_output=True, text=True, env=env)
+fails = []
+if p.returncode != 0:
+    fails.append(f"results.sh exited {p.returncode}: {p.stderr}")
+doc = open(out).read() if os.path.exists(out) else ""
+expect = [
+    # the cliff: full 8/10, published 1/10, protected 5/10: +40 points to the prompt, +30 to the chain
+    "| bench-x | h2o | t0-0.5 | 10 | 80.0% | 10.0% | 50.0% | +40.0 | +30.0 |",
+    # T2: codec from the lines, T0 held, T2 share 70%, paired with full (8 vs 7: only full 1)
+    "| bench-x | quant_t0-0.3_t2-q8bh | q8bh | 31.0% | 70.0% | 10 | 80.0% | 70.0% | 1 | 0 | 1 |",
+    "| evict_t0-0.5 | 4 | 1 | none yet |",  # in progress, not tabulated
+    "- builds that wrote the lines: `abc123` (44)",
+    "| h2o_t0-0.5_pp | h2o | 0.5 | 50.0% |",
+]
+if a.bin:
+    expect.append("- line checks (`tierkv verify`): 0 intact, 44 unchecked")
+    expect.append("| 8 | 1 | 0.800 |")  # full: p0's 40 against 0.4 counts as right by the % rule
+for e in expect:
+    if e not in doc:
+        fails.append(f"missing: {e}")
+if "| evict_t0-0.5 | evict |" in doc:
+    fails.append("a run in progress was tabulated")
+for f in fails:
+    print("results_test:", f)
+sys.exit(1 if fails else 0)
