@@ -8,7 +8,11 @@
  * (err, errlen): TKV_ERR for bad input (never retry as is), TKV_EFULL when the session cannot take
  * it now (all sequence slots live, or the budgets are taken by live sequences: retry after one
  * closes). Nothing exits; nothing is half done (a refused sequence holds no memory).
- * Threads: one thread at a time per session (and per model while it computes). */
+ * Threads: one thread at a time per session (and per model while it computes). The text functions
+ * (tkv_tokenize, tkv_detokenize, tkv_detok_*, tkv_chat_*) only read the model's immutable vocabulary
+ * and template, with their scratch on the caller's stack or heap: any number of threads may call them
+ * at once, also while a session on the same model computes (tierkv serve tokenizes on its HTTP
+ * threads). A tkv_detok state belongs to one stream and is not shared. */
 #ifndef TIERKV_H
 #define TIERKV_H
 #include <stddef.h>
