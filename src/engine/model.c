@@ -5,11 +5,26 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/meminfo.h"
 #include "engine/engine.h"
 
 void tkv_model_params_default(tkv_model_params *p) {
     memset(p, 0, sizeof *p);
     p->n_threads = 2;
+}
+
+/* A backend that reorders the weights in place (the CPU's, unless --keep-layout) turns a file
+ * mapping into private memory as large as the file: refused, with the numbers, when that is more
+ * than the memory available (a copy read by gguf_load already holds its memory). */
+static int rewrite_fits(const tkv_model *m, char *err, size_t errlen) {
+    const gguf_file *f = &m->m->file;
+    if (!m->be->ops->unified || m->p.keep_layout || f->copied) return 0;
+    uint64_t avail = tkv_mem_available();
+    if (f->map_size <= avail) return 0;
+    return tkv_errf(err, errlen,
+                    "model: reordering the weights for the %s kernels needs %.1f MiB of memory, %.1f MiB available "
+                    "(--keep-layout runs the file's own layout from the page cache)",
+                    m->be->ops->name, tkv_mib(f->map_size), tkv_mib(avail));
 }
 
 int tkv_model_open(const char *path, const tkv_model_params *p, tkv_model **out, char *err, size_t errlen) {
@@ -26,7 +41,8 @@ int tkv_model_open(const char *path, const tkv_model_params *p, tkv_model **out,
         be_params bp = {.name = p->backend, .n_threads = p->n_threads, .kernels = p->kernels, .keep_layout = p->keep_layout,
                         .device = p->device};
         if (be_open(&bp, &m->be, err, errlen)) { free(m); return -1; }
-        if (model_open(path, p->mmap_weights, &m->m, err, errlen) || model_prepare(m->m, m->be, err, errlen)) {
+        if (model_open(path, p->mmap_weights, &m->m, err, errlen) || rewrite_fits(m, err, errlen) ||
+            model_prepare(m->m, m->be, err, errlen)) {
             tkv_model_close(m);
             return -1;
         }

@@ -54,6 +54,7 @@ typedef struct {
     uint64_t size;
     void *map;           /* set by gguf_open/gguf_load: base of the mapping to unmap */
     uint64_t map_size;
+    int copied;          /* 1: map is an anonymous copy of the file (gguf_load), 0: a file mapping */
 } gguf_file;
 
 /* Type table: block size (elements) and bytes per block; 0 for unknown/removed ids. */

@@ -17,19 +17,8 @@
 
 #include "base/err.h"
 #include "base/hugemem.h"
+#include "base/meminfo.h"
 #include "gguf/gguf.h"
-
-/* MemAvailable in bytes, 0 when unknown. */
-static uint64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
-}
 
 /* Reads the size bytes of the open file fd into huge-page memory and parses them; closes fd. */
 static int load_copy(const char *path, int fd, size_t size, gguf_file *out, char *err, size_t errlen) {
@@ -60,7 +49,9 @@ static int load_copy(const char *path, int fd, size_t size, gguf_file *out, char
         tkv_huge_free(a, len);
         return tkv_errf(err, errlen, "gguf: cannot make the copy of '%s' read-only: %s", path, strerror(e));
     }
-    return gguf_parse_mapping(path, a, size, len, out, err, errlen);
+    if (gguf_parse_mapping(path, a, size, len, out, err, errlen)) return -1;
+    out->copied = 1;
+    return 0;
 }
 
 int gguf_load(const char *path, gguf_load_mode mode, gguf_file *out, char *err, size_t errlen) {
@@ -72,8 +63,8 @@ int gguf_load(const char *path, gguf_load_mode mode, gguf_file *out, char *err, 
     int copy = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
                (unsigned long long)st.st_size <= (size_t)-1 / 2;
     if (copy && mode == GGUF_AUTO) {
-        uint64_t avail = mem_available();
-        copy = tkv_huge_allowed() && avail && (uint64_t)st.st_size <= avail / 2;
+        uint64_t avail = tkv_mem_available();
+        copy = tkv_huge_allowed() && avail != UINT64_MAX && (uint64_t)st.st_size <= avail / 2;
     }
     if (!copy) { /* map it; gguf_open's messages say what is wrong with a path that is no file */
         close(fd);

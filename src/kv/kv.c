@@ -152,6 +152,8 @@ int kv_seq_add(kv_cache *kv, int n_ctx, int n_prompt, int *seq, char *err, size_
             return -2;
         }
     }
+    int64_t mem;
+    if (kv_pools_admit(kv, n_ctx, &mem, err, errlen)) return kv->n_live > 0 ? -2 : -1; /* others may leave room */
     kv_seq *s = &kv->seq[q];
     memset(s, 0, sizeof *s);
     if (seq_init(kv, s, n_ctx, err, errlen)) {
@@ -160,6 +162,8 @@ int kv_seq_add(kv_cache *kv, int n_ctx, int n_prompt, int *seq, char *err, size_
     }
     s->live = 1;
     s->reserve = reserve;
+    s->mem = mem;
+    kv->committed += mem;
     kv->reserved += reserve;
     kv->n_live++;
     *seq = q;
@@ -197,6 +201,7 @@ void kv_seq_remove(kv_cache *kv, int seq) {
     release_all(kv, s);
     retire_counters(kv, s);
     kv->reserved -= s->reserve;
+    kv->committed -= s->mem;
     kv->n_live--;
     seq_free_arrays(kv, s);
 }

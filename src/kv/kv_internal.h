@@ -86,6 +86,7 @@ typedef struct {
     int steps_since;          /* decode steps since the last re-tiering */
     int64_t n_decode;         /* decode steps so far */
     int reserve;              /* T0 tokens reserved at admission (shared budget, policy full with one) */
+    int64_t mem;              /* host bytes counted at admission (kv_pools_admit) */
     int t0_held;              /* T0 slots this sequence holds or gave up in the batch in flight */
     int32_t *ref;             /* [n_ctx] BE_SLOT(tier, slot), BE_SLOT_NONE for T3 */
     int32_t *att;             /* [n_ctx] where attention reads the position (ref, or a STAGE slot) */
@@ -132,6 +133,7 @@ struct kv_cache {
     int64_t reserved;         /* T0 tokens reserved by live sequences */
     kv_seq *seq;              /* [n_seq] */
     int n_live;
+    int64_t committed;        /* bytes the live sequences may still make the host pools hold, at full length */
     kv_batch batch;
     kv_xfer *xfer;            /* NULL when sync_transfers or nothing ever moves */
     int steps_since;          /* KV_B_SHARED: decode steps since the last re-tiering of all */
@@ -153,6 +155,11 @@ struct kv_cache {
 
 /* ---- kv_pool.c ---- */
 int kv_pools_init(kv_cache *kv, char *err, size_t errlen);
+/* Admission by memory: the host bytes a sequence of n_ctx positions may take at its full length
+ * (its K/V rows in the costliest tier it can use, and its per-position metadata) in *bytes; -1 with
+ * the numbers when that, with what the live sequences may still take beyond the chunks already
+ * allocated, exceeds the memory available (tkv_mem_available). */
+int kv_pools_admit(const kv_cache *kv, int n_ctx, int64_t *bytes, char *err, size_t errlen);
 void kv_pools_free(kv_cache *kv);
 /* A fresh slot of tier t for sequence seq (holders 1), growing the pool by a chunk when needed;
  * BE_SLOT_NONE when the tier is at its cap. Aborts (with a message) when memory runs out. */

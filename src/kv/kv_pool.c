@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/meminfo.h"
 #include "kv/kv_internal.h"
 
 /* The pool layout of each tier: element format, memory, layer dimension. */
@@ -81,6 +82,34 @@ int kv_pools_init(kv_cache *kv, char *err, size_t errlen) {
         while (kv->tp[BE_T0].n_slots < kv->shared_tokens && kv->tp[BE_T0].n_slots < all)
             if (grow(kv, BE_T0, err, errlen)) return -1;
     return 0;
+}
+
+int kv_pools_admit(const kv_cache *kv, int n_ctx, int64_t *bytes, char *err, size_t errlen) {
+    const kv_options *o = &kv->o;
+    const kv_policy_ops *ops = kv->ops;
+    int64_t n = n_ctx, token = 0, held = 0;
+    for (int t = BE_T0; t <= BE_T2; t++) { /* tiers in host memory: all on a unified backend, else T1 and T2 */
+        const be_kv_pool *bp = &kv->pools.pool[t];
+        if (kv->tp[t].cap_chunks == 0 || (bp->mem == BE_MEM_DEVICE && !kv->be->ops->unified)) continue;
+        int64_t tb = (int64_t)bp->layers * (int64_t)bp->record_bytes;
+        if (tb > token) token = tb;
+        held += (int64_t)bp->n_chunks * (int64_t)chunk_bytes(bp);
+    }
+    int64_t meta = n * 64; /* ref, att, score, flags, order, row pointers */
+    if (ops->head_scores) meta += n * o->n_head_kv * 4;
+    if (ops->prefill_scores) meta += n * o->n_head_kv * 4;
+    if (ops->head_masks) meta += (int64_t)kv_keep_stride(kv) * o->n_head_kv * o->n_layer;
+    if (ops->hooks) meta += n * ((int64_t)kv->kv_dim * 4 + 8);
+    *bytes = n * token + meta;
+    int64_t more = kv->committed + *bytes - held; /* beyond the chunks already there */
+    uint64_t avail = tkv_mem_available();
+    if (more <= 0 || (uint64_t)more <= avail) return 0;
+    int64_t others = kv->committed > held ? kv->committed - held : 0;
+    char live[128] = "";
+    if (kv->n_live > 0)
+        snprintf(live, sizeof live, ", and the %d live sequences may take %.1f MiB more", kv->n_live, tkv_mib((uint64_t)others));
+    return tkv_errf(err, errlen, "kv: a sequence of %d positions may need %.1f MiB of host memory at its full length%s; %.1f MiB available",
+                    n_ctx, tkv_mib((uint64_t)*bytes), live, tkv_mib(avail));
 }
 
 void kv_pools_free(kv_cache *kv) {

@@ -18,6 +18,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/meminfo.h"
 
 #define ATT_SUB 16 /* query tokens per attention sub-batch (bounds the weights buffer) */
 
@@ -96,6 +97,21 @@ fwd *fwd_init(const model *m, kv_cache *kv, be_backend *be, be_backend *host, co
         if ((t = f->op->matmul_scratch(be, &wd, 1, L->wdown.n_in, (int64_t)B)) > s) s = t;
     }
     size_t as = f->op->attention_scratch(be, ATT_SUB, o->n_ctx, c->n_head, c->head_dim);
+    /* refused before anything is allocated when the buffers cannot fit (host memory: the CPU
+     * backend's, and the host copies of any backend's) */
+    uint64_t need = (uint64_t)B * (4 * E + 2 * Q + 2 * KV + 2 * F) * 4 + (uint64_t)A * 4 + s + as, host_need = 0;
+    if (!f->op->unified) host_need = (uint64_t)A * 4 + (uint64_t)B * c->n_vocab * 4;
+    if (o->split) host_need += (uint64_t)A * 4 + (uint64_t)ATT_SUB * (Q * 6 + c->n_head * 4) * 4 +
+                               host->ops->attention_scratch(host, ATT_SUB, o->n_ctx, c->n_head, c->head_dim);
+    uint64_t avail = tkv_mem_available(), host_total = host_need + (f->op->unified ? need : 0);
+    if (host_total > avail) {
+        tkv_errf(err, errlen,
+                 "forward: the buffers for a batch of %d and a context of %d need %.1f MiB of memory, %.1f MiB available "
+                 "(a smaller context or batch needs less)",
+                 o->max_batch, o->n_ctx, tkv_mib(host_total), tkv_mib(avail));
+        free(f);
+        return NULL;
+    }
     int ok = (f->x = balloc(f, B * E * 4, err, errlen)) && (f->h = balloc(f, B * E * 4, err, errlen)) &&
              (f->tmp = balloc(f, B * E * 4, err, errlen)) && (f->q = balloc(f, B * Q * 4, err, errlen)) &&
              (f->o = balloc(f, B * Q * 4, err, errlen)) && (f->k = balloc(f, B * KV * 4, err, errlen)) &&
