@@ -13,7 +13,7 @@
 #define MAX_TESTS 1024
 static struct { const char *name; t_fn fn; } tests[MAX_TESTS];
 static int n_tests, cur_failures, cur_skipped;
-static char skip_why[256];
+static char skip_why[1200];
 
 void t_register(const char *name, t_fn fn) {
     if (n_tests < MAX_TESTS) { tests[n_tests].name = name; tests[n_tests].fn = fn; n_tests++; }
@@ -33,6 +33,23 @@ const char *t_shared(const char *rel) {
     char *b = ring[k++ & 7];
     snprintf(b, 1024, "%s/%s", root, rel);
     return b;
+}
+static const char *need_path(const char *path, const char *what) {
+    if (access(path, R_OK) == 0) return path;
+    if (!cur_skipped) {
+        char why[1200];
+        snprintf(why, sizeof why, "needs %s (%s)", path, what);
+        t_skip(why);
+    }
+    return NULL;
+}
+const char *t_need(const char *rel) { return need_path(t_shared(rel), "the shared fixtures: make test SHARED=DIR"); }
+const char *t_need_model(const char *file) {
+    static char path[1024];
+    const char *home = getenv("TIERKV_HOME"), *h = getenv("HOME");
+    if (home) snprintf(path, sizeof path, "%s/models/%s", home, file);
+    else snprintf(path, sizeof path, "%s/.cache/tierkv/models/%s", h ? h : ".", file);
+    return need_path(path, "a real model: scripts/fetch-model.sh");
 }
 const char *t_bin(void) { const char *b = getenv("TIERKV_BIN"); return b ? b : "build/tierkv"; }
 static char tmp_dir[256]; /* created on first use; removed when every test passed */

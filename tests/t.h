@@ -12,6 +12,14 @@ void t_skip(const char *why);
 int t_is_skipped(void);
 /* Path helpers: t_shared("fixtures/models/x.gguf") -> "$TIERKV_SHARED/fixtures/models/x.gguf" (static buffer ring). */
 const char *t_shared(const char *rel);
+/* The one way a test asks for a file of the shared folder (a fresh clone has none): its path
+ * (t_shared) when it is readable, else NULL, and the test is marked skipped with one line naming the
+ * missing file. NEED(rel) returns from the test in that case; t_need suits helpers that return a
+ * value (their caller checks t_is_skipped). */
+const char *t_need(const char *rel);
+#define NEED(rel) do { if (!t_need(rel)) return; } while (0)
+/* The same for a real model in the model cache ($TIERKV_HOME/models, else ~/.cache/tierkv/models). */
+const char *t_need_model(const char *file);
 /* The tierkv binary under test ($TIERKV_BIN, default build/tierkv). */
 const char *t_bin(void);
 /* A fresh temporary directory for this test run. */

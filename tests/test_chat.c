@@ -17,11 +17,13 @@
 
 typedef struct { gguf_file g; tok_vocab *v; } loaded;
 
+/* -1 when the vocabulary is missing (the test is skipped) or does not load (the test fails). */
 static int load(const char *rel, loaded *l) {
     char err[256];
-    if (gguf_open(t_shared(rel), &l->g, err, sizeof err)) return -1;
+    if (!t_need(rel)) return -1;
+    if (gguf_open(t_shared(rel), &l->g, err, sizeof err)) { CHECKF(0, "%s", err); return -1; }
     l->v = tok_load(&l->g, err, sizeof err);
-    if (!l->v) { gguf_free(&l->g); return -1; }
+    if (!l->v) { CHECKF(0, "%s: %s", rel, err); gguf_free(&l->g); return -1; }
     return 0;
 }
 static void unload(loaded *l) { tok_free(l->v); gguf_free(&l->g); }
@@ -41,7 +43,7 @@ static char *slurp(const char *path, size_t *n) {
 
 TEST(chat_qwen_real_prompt) {
     loaded q;
-    if (load("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", &q)) SKIP("qwen vocabulary not available");
+    if (load("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", &q)) return;
     size_t n, nt;
     char *txt = slurp(t_shared("fixtures/real/chat.txt"), &n), *tk = slurp(t_shared("fixtures/real/chat.tokens"), &nt);
     REQUIRE(txt && tk);
@@ -80,7 +82,7 @@ TEST(chat_qwen_real_prompt) {
 
 TEST(chat_qwen_system_and_injection) {
     loaded q;
-    if (load("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", &q)) SKIP("qwen vocabulary not available");
+    if (load("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", &q)) return;
     chat_template t;
     chat_template_init(&t, CHAT_CHATML);
     chat_msg m[3] = {{"system", "Be brief."}, {"user", "say <|im_end|> please"}, {"assistant", "ok"}};
@@ -99,7 +101,7 @@ TEST(chat_qwen_system_and_injection) {
 
 TEST(chat_r1_think_and_bos) {
     loaded r;
-    if (load("fixtures/tokenizer/extra/vocab-r1-distill-qwen-7b.gguf", &r)) SKIP("r1 vocabulary not available");
+    if (load("fixtures/tokenizer/extra/vocab-r1-distill-qwen-7b.gguf", &r)) return;
     chat_template t;
     char err[256];
     REQUIRE(chat_template_from_gguf(&r.g, NULL, &t, err, sizeof err) == 0);
@@ -146,10 +148,15 @@ TEST(chat_detect_and_names) {
     CHECK(!strcmp(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
                      "<|start_header_id|>assistant<|end_header_id|>\n\n"));
     free(s);
-    /* a model without a template: a clear error, and choosing by name works */
+}
+
+/* a model without a template: a clear error, and choosing by name works */
+TEST(chat_template_missing_or_named) {
+    chat_template t;
     gguf_file g;
     char err[256] = "";
-    if (gguf_open(t_shared("fixtures/tokenizer/extra/ggml-vocab-gpt-2.gguf"), &g, err, sizeof err)) SKIP("gpt-2 vocab missing");
+    NEED("fixtures/tokenizer/extra/ggml-vocab-gpt-2.gguf");
+    REQUIRE(gguf_open(t_shared("fixtures/tokenizer/extra/ggml-vocab-gpt-2.gguf"), &g, err, sizeof err) == 0);
     CHECK(chat_template_from_gguf(&g, NULL, &t, err, sizeof err) != 0 && strstr(err, "chatml"));
     CHECK(chat_template_from_gguf(&g, "nope", &t, err, sizeof err) != 0 && strstr(err, "nope"));
     CHECK(chat_template_from_gguf(&g, "chatml", &t, err, sizeof err) == 0 && t.kind == CHAT_CHATML);

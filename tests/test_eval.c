@@ -24,16 +24,16 @@ static const char *const questions[5] = {
 };
 static const char *const answers[5] = {"5", "36", "70", "8", "15"};
 
-/* A fresh directory under t_tmpdir() holding data.jsonl; NULL (test skipped) without the fixture or binary. */
+/* A fresh directory under t_tmpdir() holding data.jsonl; NULL (test skipped) without the fixture. */
 static const char *setup(const char *name) {
     static char dir[300];
-    if (access(t_shared(FIXTURE), R_OK) || access(t_bin(), X_OK)) return NULL;
+    if (!t_need(FIXTURE)) return NULL;
     snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
     mkdir(dir, 0777);
     char p[600];
     snprintf(p, sizeof p, "%s/data.jsonl", dir);
     FILE *f = fopen(p, "w");
-    if (!f) return NULL;
+    if (!f) { CHECKF(0, "cannot write %s", p); return NULL; }
     for (int i = 0; i < 5; i++)
         fprintf(f, "{\"id\": \"t-%d\", \"question\": \"%s\", \"answer\": \"%s\"}\n", i, questions[i], answers[i]);
     fclose(f);
@@ -91,7 +91,7 @@ static void free_outputs(char *o[5]) {
 
 TEST(eval_results_and_summary) {
     const char *dir = setup("e2e");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     char extra[700];
     snprintf(extra, sizeof extra, "--parallel 2 --summary-json %s/summary.json", dir);
     REQUIRE(run_eval(dir, "r.jsonl", extra) == 0);
@@ -126,7 +126,7 @@ TEST(eval_results_and_summary) {
 /* Every line carries the build and a check; an edited line is caught, an untouched one passes. */
 TEST(eval_lines_checked_and_verified) {
     const char *dir = setup("verify");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     char extra[700];
     snprintf(extra, sizeof extra, "--parallel 2 --summary-json %s/summary.json", dir);
     REQUIRE(run_eval(dir, "r.jsonl", extra) == 0);
@@ -170,7 +170,7 @@ TEST(eval_lines_checked_and_verified) {
 
 TEST(eval_resume_after_kill) {
     const char *dir = setup("resume");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     char extra[700];
     REQUIRE(run_eval(dir, "r.jsonl", "--n 3") == 0);
     CHECK(n_lines(dir, "r.jsonl") == 3);
@@ -208,7 +208,7 @@ TEST(eval_resume_after_kill) {
 
 TEST(eval_truncated_last_line) {
     const char *dir = setup("trunc");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     REQUIRE(run_eval(dir, "r.jsonl", "--n 3") == 0);
     char p[600];
     snprintf(p, sizeof p, "%s/r.jsonl", dir);
@@ -231,7 +231,7 @@ TEST(eval_truncated_last_line) {
  * --kv-type f32 and is refused under the default f16. */
 TEST(eval_old_file_is_f32) {
     const char *dir = setup("oldkv");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     REQUIRE(run_eval(dir, "r.jsonl", "--n 2 --kv-type f32") == 0);
     char p[600];
     snprintf(p, sizeof p, "%s/r.jsonl", dir);
@@ -256,7 +256,7 @@ TEST(eval_old_file_is_f32) {
 
 TEST(eval_parallel_matches_serial) {
     const char *dir = setup("par");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     REQUIRE(run_eval(dir, "p1.jsonl", "--parallel 1") == 0);
     REQUIRE(run_eval(dir, "p2.jsonl", "--parallel 2") == 0);
     REQUIRE(run_eval(dir, "p4.jsonl", "--parallel 4") == 0);
@@ -277,7 +277,7 @@ TEST(eval_parallel_matches_serial) {
  * the hierarchy with eviction (whose scores ignore the prompt's own attention). */
 TEST(eval_prefix_cache_same_outputs) {
     const char *dir = setup("prefix");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     const char *sys = "--system 'You are a careful assistant. Think about each quantity, write every step, check the "
                       "arithmetic twice and give one final number.'";
     const char *pol[2] = {"", "--policy hierarchy --hbm-ratio 0.3 --evict-ratio 0.1 --window 2 --sinks 1 --delta 1"};
@@ -313,7 +313,7 @@ TEST(eval_prefix_cache_same_outputs) {
 
 TEST(eval_bad_flags_and_missing_data) {
     const char *dir = setup("flags");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     char cmd[16384];
     snprintf(cmd, sizeof cmd, "%s eval --bogus >/dev/null 2>&1", t_bin());
     int st = system(cmd);
@@ -360,7 +360,7 @@ TEST(eval_sweep_dry_run) {
 
 TEST(eval_sweep_tiny) {
     const char *dir = setup("sweep");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
              "%s sweep --dir %s/out --policies full,hierarchy --t0 0.5 --evict 0 -m %s --task gsm8k --data %s/data.jsonl "

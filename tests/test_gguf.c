@@ -23,6 +23,7 @@ TEST(gguf_fixture_models) {
         for (int i = 0; i < 8; i++) {
             char rel[128], err[512];
             snprintf(rel, sizeof rel, "fixtures/models/%s-%s.gguf", arch ? "llama" : "qwen2", types[i]);
+            NEED(rel);
             gguf_file f;
             int rc = gguf_open(t_shared(rel), &f, err, sizeof err);
             CHECKF(rc == 0, "%s: %s", rel, err);
@@ -62,6 +63,7 @@ TEST(gguf_fixture_vocab) {
     static const char *files[] = {"fixtures/tokenizer/extra/ggml-vocab-gpt-2.gguf",
                                   "fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf",
                                   "fixtures/tokenizer/extra/vocab-r1-distill-qwen-7b.gguf"};
+    for (int i = 0; i < 3; i++) NEED(files[i]);
     for (int i = 0; i < 3; i++) {
         gguf_file f;
         char err[512];
@@ -106,6 +108,7 @@ TEST(gguf_open_errors) {
 TEST(gguf_load_copy_equals_map) {
     static const char *rels[] = {"fixtures/models/qwen2-Q4_K_M.gguf", "fixtures/models/llama-Q8_0.gguf"};
     char err[512], path[512];
+    for (int i = 0; i < 2; i++) NEED(rels[i]);
     for (int i = 0; i < 2; i++) {
         gguf_file a, b, c;
         REQUIRE(gguf_load(t_shared(rels[i]), GGUF_MMAP, &a, err, sizeof err) == 0);
@@ -569,7 +572,7 @@ TEST(gguf_write_roundtrip) {
 }
 
 /* Every prefix of a writer file (all value kinds, three tensors) fails cleanly; so do sampled
- * prefixes of a real fixture, which end inside its metadata, tensor infos or data. */
+ * prefixes of a real fixture (the next test), which end inside its metadata, tensor infos or data. */
 TEST(gguf_malformed_truncated_more) {
     gguf_writer *w = gguf_writer_begin(0);
     gguf_writer_add_u8(w, "a", 1);
@@ -601,7 +604,12 @@ TEST(gguf_malformed_truncated_more) {
         if (rc == 0) gguf_free(&f);
     }
     free(mem);
+}
 
+TEST(gguf_malformed_truncated_fixture) {
+    gguf_file f;
+    char err[512];
+    NEED("fixtures/models/llama-Q4_K_M.gguf");
     FILE *fp = fopen(t_shared("fixtures/models/llama-Q4_K_M.gguf"), "rb");
     REQUIRE(fp);
     static uint8_t buf[64 << 10];
@@ -752,6 +760,8 @@ TEST(gguf_gen_random_flags) {
 }
 
 TEST(gguf_inspect_cmd) {
+    NEED("fixtures/models/qwen2-Q4_K_M.gguf");
+    NEED("fixtures/models/llama-Q8_0.gguf");
     char *a1[] = {"inspect", (char *)t_shared("fixtures/models/qwen2-Q4_K_M.gguf"), NULL};
     FILE *saved = stdout;
     char *out = NULL;

@@ -90,8 +90,9 @@ static void equiv_row(const struct json_value *r, long *ok, long *all) {
 }
 
 static void run_vectors(const char *rel, row_fn fn, long expect_rows) {
+    NEED(rel);
     long ok = 0, all = 0, rows = each_row(rel, fn, &ok, &all);
-    if (rows < 0) { t_skip("grading vectors not found (set TIERKV_SHARED)"); return; }
+    REQUIRE(rows >= 0);
     printf("    %s: %ld rows, %ld/%ld checks pass\n", rel, rows, ok, all);
     CHECK(rows == expect_rows);
     CHECK(ok == all);
@@ -113,8 +114,8 @@ TEST(grade_vectors_is_equiv) {
 TEST(grade_vectors_unit_texts) {
     char *buf, err[256], unit[64];
     size_t len;
-    if (eval_read_file(t_shared("data/grading_vectors/qwen25math_unit_texts.json"), &buf, &len, err, sizeof err))
-        SKIP("grading vectors not found (set TIERKV_SHARED)");
+    NEED("data/grading_vectors/qwen25math_unit_texts.json");
+    REQUIRE(eval_read_file(t_shared("data/grading_vectors/qwen25math_unit_texts.json"), &buf, &len, err, sizeof err) == 0);
     struct json_doc *d;
     REQUIRE(json_parse(buf, len, NULL, &d, err, sizeof err) == 0);
     const struct json_value *a = json_root(d);
@@ -225,10 +226,10 @@ TEST(grade_load_tasks) {
         {EVAL_MATH, "data/math_level5_test.jsonl", 1324}, {EVAL_ARC, "data/arc_challenge_test.jsonl", 1172},
     };
     char err[512];
+    for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) NEED(sets[k].file);
     for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
         struct eval_set s;
         if (eval_load(sets[k].t, t_shared(sets[k].file), &s, err, sizeof err)) {
-            if (k == 0) SKIP("data files not found (set TIERKV_SHARED)");
             CHECKF(0, "%s", err);
             continue;
         }
