@@ -1,7 +1,8 @@
 /* cmd_grade.c — `tierkv grade --task gsm8k|math|arc --in OUTPUTS.jsonl`: grades saved model
  * outputs without a model. Each input line is a JSON object with "id", "output" and the gold
  * "answer" (for ARC: "answer_letter", or "answer" plus "choices" {"label","text"} to map an
- * original label to its letter). Prints one tab-separated verdict per line (id, extracted answer,
+ * original label to its letter), or, as in the results files `tierkv eval` writes, "gold" (the
+ * normalised gold, which grades the same: normalising is idempotent). Prints one tab-separated verdict per line (id, extracted answer,
  * gold, correct 0/1), then "wilson95: [lo, hi]" and last "accuracy: 0.9950 (199/200)".
  * A bad line is reported with its number on stderr and counted, never fatal. */
 #include <stdio.h>
@@ -16,7 +17,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tierkv grade --task gsm8k|math|arc --in OUTPUTS.jsonl\n"
-            "  each line: {\"id\": ..., \"output\": MODEL_TEXT, \"answer\": GOLD}\n"
+            "  each line: {\"id\": ..., \"output\": MODEL_TEXT, \"answer\": GOLD}; a results file of\n"
+            "  tierkv eval (\"gold\" instead of \"answer\") is graded as it is\n"
             "  ARC: \"answer_letter\": \"B\", or \"answer\" with \"choices\": {\"label\": [...], \"text\": [...]}\n"
             "  prints: id<TAB>extracted<TAB>gold<TAB>correct, then 'accuracy: A (k/n)'\n"
             "  exit status: 0 ok, 1 input file unreadable or bad lines, 2 usage error\n");
@@ -37,6 +39,7 @@ static int arc_gold(const struct json_value *o, char *letter, int *n_choices) {
     const char *al = json_get_str(o, "answer_letter");
     if (al) { snprintf(letter, 8, "%s", al); return 0; }
     const char *ans = json_get_str(o, "answer");
+    if (!ans) ans = json_get_str(o, "gold"); /* eval's results: the letter */
     if (!ans) return -1;
     for (int k = 0; labels && k < *n_choices; k++) {
         const struct json_value *l = json_at(labels, (size_t)k);
@@ -95,14 +98,15 @@ int cmd_grade(int argc, char **argv) {
         const struct json_value *o = json_root(doc);
         const char *id = json_get_str(o, "id"), *output = json_get_str(o, "output");
         const char *gold = json_get_str(o, "answer");
+        if (!gold) gold = json_get_str(o, "gold");
         char letter[8];
         int n_choices = 0;
         const char *problem = o->type != JSON_OBJECT ? "line is not a JSON object"
                             : !output ? "missing string field 'output'" : NULL;
         if (!problem && task == EVAL_ARC) {
-            if (arc_gold(o, letter, &n_choices)) problem = "missing string field 'answer_letter' or 'answer'";
+            if (arc_gold(o, letter, &n_choices)) problem = "missing string field 'answer_letter', 'answer' or 'gold'";
             gold = letter;
-        } else if (!problem && !gold) problem = "missing string field 'answer'";
+        } else if (!problem && !gold) problem = "missing string field 'answer' or 'gold'";
         if (problem) {
             fprintf(stderr, "%s:%zu: %s\n", in, ln, problem);
             bad++;
