@@ -4,6 +4,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../tools/cmds.h"
 #include "gguf/gguf.h"
@@ -781,4 +784,56 @@ TEST(gguf_inspect_cmd) {
     CHECK(cmd_inspect(2, a3) == 2);
     char *a4[] = {"inspect", "/nonexistent.gguf", NULL};
     CHECK(cmd_inspect(2, a4) == 1);
+}
+
+/* gen-random removes its output on a failure only when this run created it: not a directory, a
+ * device, a path it could not open, nor a file that was there before. A write that fails midway
+ * is made with a file-size limit (SIGXFSZ ignored, so the write returns EFBIG). */
+static int gen_random_sh(const char *out, int limit_blocks, char *msg, size_t cap) {
+    char cmd[2048], log[600], limit[32] = "";
+    snprintf(log, sizeof log, "%s/gen-random.log", t_tmpdir());
+    if (limit_blocks) snprintf(limit, sizeof limit, "ulimit -f %d;", limit_blocks); /* 512-byte blocks */
+    snprintf(cmd, sizeof cmd, "sh -c \"trap '' XFSZ; %s exec %s gen-random --shape qwen2.5-0.5b --type Q4_0 --layers 1 -o '%s'\" >'%s' 2>&1",
+             limit, t_bin(), out, log);
+    int st = system(cmd);
+    FILE *f = fopen(log, "r");
+    size_t n = f ? fread(msg, 1, cap - 1, f) : 0;
+    msg[n] = 0;
+    if (f) fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(gguf_gen_random_removes_only_its_own) {
+    char dir[512], keep[600], path[600], msg[4096];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s/genr-dir", t_tmpdir());
+    REQUIRE(mkdir(dir, 0777) == 0);
+    snprintf(keep, sizeof keep, "%s/keep", dir);
+    FILE *f = fopen(keep, "w");
+    REQUIRE(f);
+    fclose(f);
+    /* an existing directory: refused, left as it was */
+    CHECK(gen_random_sh(dir, 0, msg, sizeof msg) == 1 && strstr(msg, "Is a directory"));
+    CHECK(stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && access(keep, F_OK) == 0);
+    /* a device that fails every write */
+    CHECK(gen_random_sh("/dev/full", 0, msg, sizeof msg) == 1 && strstr(msg, "write failed"));
+    CHECK(stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode));
+    /* a path whose directory does not exist */
+    snprintf(path, sizeof path, "%s/no-such-dir/x.gguf", t_tmpdir());
+    CHECK(gen_random_sh(path, 0, msg, sizeof msg) == 1 && strstr(msg, "No such file"));
+    /* a new file whose write fails midway (limit 32 KiB, header and the first tensor): removed */
+    snprintf(path, sizeof path, "%s/genr-new.gguf", t_tmpdir());
+    CHECK(gen_random_sh(path, 64, msg, sizeof msg) == 1 && strstr(msg, "removed the incomplete"));
+    CHECK(access(path, F_OK) != 0);
+    /* ... and at once (limit 512 bytes: inside the metadata) */
+    CHECK(gen_random_sh(path, 1, msg, sizeof msg) == 1 && strstr(msg, "removed the incomplete"));
+    CHECK(access(path, F_OK) != 0);
+    /* a file that was there before: kept, and said to be incomplete */
+    snprintf(path, sizeof path, "%s/genr-old.gguf", t_tmpdir());
+    f = fopen(path, "w");
+    REQUIRE(f);
+    fputs("old", f);
+    fclose(f);
+    CHECK(gen_random_sh(path, 64, msg, sizeof msg) == 1 && strstr(msg, "is incomplete"));
+    CHECK(access(path, F_OK) == 0);
 }
