@@ -227,6 +227,62 @@ TEST(eval_truncated_last_line) {
     free(se);
 }
 
+/* A last line without its newline, in each form it can take: a complete record (kept, also with a
+ * CR, with bad UTF-8, or a JSON line that is not a record), a record a killed run was writing (cut
+ * off, said on stderr even under --quiet, also when cut inside a UTF-8 character), and a line
+ * that is neither (refused, the file left byte for byte). */
+static void write_bytes(const char *dir, const char *name, const char *a, size_t na, const char *b, size_t nb) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    if (!f) { CHECKF(0, "cannot write %s", p); return; }
+    fwrite(a, 1, na, f);
+    fwrite(b, 1, nb, f);
+    fclose(f);
+}
+
+TEST(eval_last_line_without_newline) {
+    const char *dir = setup("tail");
+    if (!dir) return;
+    REQUIRE(run_eval(dir, "base.jsonl", "--n 2") == 0);
+    char *base = slurp(dir, "base.jsonl");
+    REQUIRE(base && n_lines(dir, "base.jsonl") == 2);
+    size_t bn = strlen(base);
+    static const struct { const char *tail; int keep_base_nl, rc, lines, removed; } cases[] = {
+        {"", 0, 0, 3, 0},                                        /* the 2nd record lacks its newline only */
+        {"\r", 0, 0, 3, 0},                                     /* ... a CRLF file */
+        {"{\"note\":\"by hand\"}", 1, 0, 4, 0},              /* a JSON line that is no record */
+        {"{\"id\":\"t-9\",\"output\":\"\xff\"}", 1, 0, 4, 0},  /* a record with bad UTF-8 */
+        {"{\"id\":\"t-2\",\"task\":\"gsm8k\",\"output\":\"half a li", 1, 0, 3, 1}, /* killed mid-write */
+        {"{\"id\":\"t-2\",\"output\":\"caf\xc3", 1, 0, 3, 1},  /* ... inside a UTF-8 character */
+        {"{\"id\":\"", 1, 0, 3, 1},                             /* ... right after the id key */
+        {"garbage", 1, 1, -1, 0},                                /* neither: refused */
+        {"{\"output\":\"x", 1, 1, -1, 0},                        /* not a line of ours: refused */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_bytes(dir, "r.jsonl", base, cases[i].keep_base_nl ? bn : bn - 1, cases[i].tail, strlen(cases[i].tail));
+        char *before = slurp(dir, "r.jsonl");
+        int rc = run_eval(dir, "r.jsonl", "--n 3 --quiet");
+        char *se = slurp(dir, "stderr.txt"), *after = slurp(dir, "r.jsonl");
+        CHECKF(rc == cases[i].rc, "case %zu: exit %d, stderr: %s", i, rc, se ? se : "");
+        if (cases[i].lines >= 0) CHECKF(n_lines(dir, "r.jsonl") == cases[i].lines, "case %zu: %d lines", i, n_lines(dir, "r.jsonl"));
+        int removed = se && strstr(se, "removed a truncated last line");
+        CHECKF(removed == cases[i].removed, "case %zu: stderr: %s", i, se ? se : "");
+        if (cases[i].rc) CHECKF(se && strstr(se, "neither") && before && after && !strcmp(before, after), "case %zu: file changed", i);
+        else {
+            char *o[5];
+            outputs(dir, "r.jsonl", o);
+            for (int k = 0; k < 3; k++) CHECKF(o[k] != NULL, "case %zu: t-%d missing", i, k);
+            free_outputs(o);
+            if (!cases[i].removed) CHECKF(after && strstr(after, cases[i].tail), "case %zu: the last line was lost", i);
+        }
+        free(before);
+        free(after);
+        free(se);
+    }
+    free(base);
+}
+
 /* A results file written before kv_type was recorded ran with an f32 cache: it resumes with
  * --kv-type f32 and is refused under the default f16. */
 TEST(eval_old_file_is_f32) {
