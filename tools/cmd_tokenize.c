@@ -3,7 +3,9 @@
  *       prints the ids on one line, each preceded by a space (the fixtures' .out format).
  *       --special parses special-token text such as <|im_start|>; --bos adds BOS/EOS as the model says.
  *   tierkv detokenize -m MODEL.gguf (-p "IDS" | -f FILE) [--special]
- *       prints the text; --special also renders control tokens. */
+ *       prints the text; --special also renders control tokens.
+ * A file (-f) is read by eval_read_file: a regular file without NUL bytes, like every text prompt
+ * (run -f refuses the same files). Any length of text encodes: the id buffer is sized by the encoder. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +16,14 @@
 #include "gguf/gguf.h"
 #include "model/tokenizer.h"
 
-typedef struct { const char *model, *text, *file; int special, bos; } tok_args;
+typedef struct { const char *model, *text, *file; int special, bos, help; } tok_args;
 
+/* 0 ok, -1 bad flags; a->help for --help. */
 static int parse_args(int argc, char **argv, tok_args *a, int allow_bos) {
     memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { a->help = 1; return 0; }
         if (!strcmp(f, "-m") && i + 1 < argc) a->model = argv[++i];
         else if (!strcmp(f, "-p") && i + 1 < argc) a->text = argv[++i];
         else if (!strcmp(f, "-f") && i + 1 < argc) a->file = argv[++i];
@@ -30,43 +34,48 @@ static int parse_args(int argc, char **argv, tok_args *a, int allow_bos) {
     return a->model && (!a->text != !a->file) ? 0 : -1;
 }
 
-static tok_vocab *open_vocab(const char *path, gguf_file *g) {
+static tok_vocab *open_vocab(const char *cmd, const char *path, gguf_file *g) {
     char err[512];
-    if (gguf_open(path, g, err, sizeof err)) { fprintf(stderr, "tierkv: %s\n", err); return NULL; }
+    if (gguf_open(path, g, err, sizeof err)) { fprintf(stderr, "tierkv %s: %s\n", cmd, err); return NULL; }
     tok_vocab *v = tok_load(g, err, sizeof err);
-    if (!v) { fprintf(stderr, "tierkv: %s: %s\n", path, err); gguf_free(g); }
+    if (!v) { fprintf(stderr, "tierkv %s: %s: %s\n", cmd, path, err); gguf_free(g); }
     return v;
 }
 
 /* Loads the input: -p's text or the whole file. */
-static char *input(const tok_args *a, size_t *n) {
+static char *input(const char *cmd, const tok_args *a, size_t *n) {
     if (a->text) { *n = strlen(a->text); return strdup(a->text); }
     char *s = NULL, err[512];
-    if (eval_read_file(a->file, &s, n, err, sizeof err)) fprintf(stderr, "tierkv: cannot read %s\n", err);
+    if (eval_read_file(a->file, &s, n, err, sizeof err)) fprintf(stderr, "tierkv %s: cannot read %s\n", cmd, err);
     return s;
+}
+
+/* stdout is the result: a write that fails (a full disk, /dev/full) is an error */
+static int finish_stdout(const char *cmd) {
+    if (fflush(stdout) != 0 || ferror(stdout)) { fprintf(stderr, "tierkv %s: cannot write the output: %s\n", cmd, strerror(errno)); return 1; }
+    return 0;
 }
 
 int cmd_tokenize(int argc, char **argv) {
     tok_args a;
-    if (parse_args(argc, argv, &a, 1)) {
-        fprintf(stderr, "usage: tierkv tokenize -m MODEL.gguf (-p TEXT | -f FILE) [--special] [--bos]\n");
-        return 2;
-    }
+    static const char use[] = "usage: tierkv tokenize -m MODEL.gguf (-p TEXT | -f FILE) [--special] [--bos]\n";
+    if (parse_args(argc, argv, &a, 1)) { fputs(use, stderr); return 2; }
+    if (a.help) { fputs(use, stdout); return 0; }
     size_t n;
-    char *text = input(&a, &n);
+    char *text = input("tokenize", &a, &n);
     if (!text) return 1;
     gguf_file g;
-    tok_vocab *v = open_vocab(a.model, &g);
+    tok_vocab *v = open_vocab("tokenize", a.model, &g);
     if (!v) { free(text); return 1; }
     int flags = (a.special ? TOK_PARSE_SPECIAL : 0) | (a.bos ? TOK_ADD_SPECIAL : 0);
-    int cap = (int)n + 8;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    int k = ids ? tok_encode(v, text, n, flags, ids, cap) : -1;
+    int32_t *ids;
+    int k = tok_encode_alloc(v, text, n, flags, NULL, 0, &ids);
     int rc = 0;
-    if (k < 0 || k > cap) { fprintf(stderr, "tierkv: input too large\n"); rc = 1; }
+    if (k < 0) { fprintf(stderr, "tierkv tokenize: the text is longer than %zu MiB\n", TOK_MAX_TEXT >> 20); rc = 1; }
     else {
         for (int i = 0; i < k; i++) printf(" %d", ids[i]);
         printf("\n");
+        rc = finish_stdout("tokenize");
     }
     free(ids);
     free(text);
@@ -77,15 +86,14 @@ int cmd_tokenize(int argc, char **argv) {
 
 int cmd_detokenize(int argc, char **argv) {
     tok_args a;
-    if (parse_args(argc, argv, &a, 0)) {
-        fprintf(stderr, "usage: tierkv detokenize -m MODEL.gguf (-p \"IDS\" | -f FILE) [--special]\n");
-        return 2;
-    }
+    static const char use[] = "usage: tierkv detokenize -m MODEL.gguf (-p \"IDS\" | -f FILE) [--special]\n";
+    if (parse_args(argc, argv, &a, 0)) { fputs(use, stderr); return 2; }
+    if (a.help) { fputs(use, stdout); return 0; }
     size_t n;
-    char *text = input(&a, &n);
+    char *text = input("detokenize", &a, &n);
     if (!text) return 1;
     gguf_file g;
-    tok_vocab *v = open_vocab(a.model, &g);
+    tok_vocab *v = open_vocab("detokenize", a.model, &g);
     if (!v) { free(text); return 1; }
     int32_t *ids = malloc((n / 2 + 1) * sizeof *ids); /* each id needs a digit and a separator */
     int k = 0, rc = 0;
@@ -96,7 +104,7 @@ int cmd_detokenize(int argc, char **argv) {
         errno = 0;
         long id = strtol(p, &end, 10);
         if (end == p || errno || id < 0 || id >= tok_n_vocab(v)) {
-            fprintf(stderr, "tierkv: bad token id at '%.20s' (vocabulary has %d tokens)\n", p, tok_n_vocab(v));
+            fprintf(stderr, "tierkv detokenize: bad token id at '%.20s' (vocabulary has %d tokens)\n", p, tok_n_vocab(v));
             rc = 1;
             break;
         }
@@ -108,6 +116,7 @@ int cmd_detokenize(int argc, char **argv) {
         char *s = tok_decode(v, ids, k, a.special, &len);
         fwrite(s, 1, len, stdout);
         free(s);
+        rc = finish_stdout("detokenize");
     }
     free(ids);
     free(text);
