@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "eval/eval.h"
@@ -485,4 +486,74 @@ TEST(eval_sweep_tiny) {
     if (system("command -v gnuplot >/dev/null 2>&1") != 0) SKIP("gnuplot not installed: plots not checked");
     snprintf(png, sizeof png, "%s/plots/acc_vs_evict.png", out);
     CHECK(access(png, R_OK) == 0);
+}
+
+/* The one reader of text and JSONL files (eval_read_file) refuses what is no text file, with a
+ * message and at once: directories, devices (/dev/zero would never end), FIFOs (nothing is waited
+ * for), files over the cap (a sparse one, so nothing is written), and files holding a NUL byte
+ * (a prompt would be cut there); every command that reads such a file says so and exits 1. */
+TEST(eval_text_files_refused) {
+    char d[600], fifo[700], big[700], link[700], nul[3][700], ok[700], err[512], *buf;
+    size_t len;
+    snprintf(d, sizeof d, "%s/readers", t_tmpdir());
+    REQUIRE(mkdir(d, 0777) == 0);
+    snprintf(fifo, sizeof fifo, "%s/fifo", d);
+    REQUIRE(mkfifo(fifo, 0666) == 0);
+    snprintf(big, sizeof big, "%s/big.jsonl", d);
+    FILE *f = fopen(big, "w");
+    REQUIRE(f && ftruncate(fileno(f), (off_t)EVAL_MAX_FILE + 1) == 0);
+    fclose(f);
+    static const char *nul_text[3] = {"\0abc", "{\"a\":1}\n{\"b\":\0}\n", "tail\0"};
+    static const size_t nul_len[3] = {4, 16, 5};
+    for (int i = 0; i < 3; i++) {
+        snprintf(nul[i], sizeof nul[i], "%s/nul%d.txt", d, i);
+        f = fopen(nul[i], "wb");
+        REQUIRE(f);
+        fwrite(nul_text[i], 1, nul_len[i], f);
+        fclose(f);
+    }
+    snprintf(ok, sizeof ok, "%s/ok.txt", d);
+    f = fopen(ok, "w");
+    REQUIRE(f);
+    fputs("hello\n", f);
+    fclose(f);
+    snprintf(link, sizeof link, "%s/link.txt", d);
+    REQUIRE(symlink(ok, link) == 0);
+    const struct { const char *path, *word; } bad[] = {
+        {d, "directory"}, {"/dev/zero", "character device"}, {"/dev/null", "character device"}, {fifo, "FIFO"},
+        {big, "over the limit"}, {nul[0], "byte 0 is a NUL"}, {nul[1], ":2: byte 13 is a NUL"}, {nul[2], "byte 4 is a NUL"},
+        {"/nonexistent/x.jsonl", "No such file"},
+    };
+    const size_t nbad = sizeof bad / sizeof bad[0];
+    for (size_t i = 0; i < nbad; i++)
+        CHECKF(eval_read_file(bad[i].path, &buf, &len, err, sizeof err) == -1 && strstr(err, bad[i].word) && strstr(err, bad[i].path),
+               "%s: '%s'", bad[i].path, err);
+    CHECK(eval_read_file(link, &buf, &len, err, sizeof err) == 0 && len == 6 && !strcmp(buf, "hello\n"));
+    free(buf);
+    /* through the commands (a time limit: a hang is a failure) */
+    const char *model = t_need("fixtures/models/qwen2-Q8_0.gguf");
+    char cmds[8][300];
+    int nc = 0;
+    snprintf(cmds[nc++], 300, "grade --task gsm8k --in");
+    snprintf(cmds[nc++], 300, "verify");
+    snprintf(cmds[nc++], 300, "eval --task gsm8k -m /nonexistent.gguf --data");
+    if (model) {
+        snprintf(cmds[nc++], 300, "tokenize -m %s -f", model);
+        snprintf(cmds[nc++], 300, "detokenize -m %s -f", model);
+        snprintf(cmds[nc++], 300, "run -m %s -n 1 -f", model);
+    }
+    for (int c = 0; c < nc; c++) {
+        for (size_t i = 0; i < nbad; i++) {
+            char cmd[4096], log[700];
+            snprintf(log, sizeof log, "%s/cmd.log", d);
+            snprintf(cmd, sizeof cmd, "timeout 20 %s %s '%s' >'%s' 2>&1", t_bin(), cmds[c], bad[i].path, log);
+            int st = system(cmd);
+            char *out = NULL;
+            size_t on = 0;
+            if (eval_read_file(log, &out, &on, err, sizeof err)) out = NULL;
+            CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 1 && out && strstr(out, bad[i].word), "tierkv %s %s: status %d: %s", cmds[c],
+                   bad[i].path, st, out ? out : "");
+            free(out);
+        }
+    }
 }

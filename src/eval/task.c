@@ -1,9 +1,15 @@
 /* task.c — task files and prompts: reads the JSONL data files of data/SOURCES.md into eval_set
- * and builds the user turn for each item. Does not grade (grade.c) or apply chat templates. */
+ * and builds the user turn for each item; the one reader of text and JSONL files for the tools
+ * (eval_read_file: regular files only, a size cap, no NUL bytes). Does not grade (grade.c) or apply
+ * chat templates. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/err.h"
 #include "eval/eval.h"
@@ -22,16 +28,57 @@ const char *eval_task_name(enum eval_task t) {
     return t == EVAL_GSM8K ? "gsm8k" : t == EVAL_MATH ? "math" : t == EVAL_ARC ? "arc" : "?";
 }
 
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
 int eval_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tkv_errf(err, errlen, "%s: %s", path, strerror(errno));
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer before it is refused */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return tkv_errf(err, errlen, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return tkv_errf(err, errlen, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return tkv_errf(err, errlen, "%s: is %s, not a regular file", path, file_kind(st.st_mode));
+    }
+    if ((uint64_t)st.st_size > EVAL_MAX_FILE) {
+        close(fd);
+        return tkv_errf(err, errlen, "%s: %lld bytes, over the limit of %zu MiB for text and JSONL files", path,
+                        (long long)st.st_size, EVAL_MAX_FILE >> 20);
+    }
     struct sb b = {0};
     char tmp[65536];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) sb_putn(&b, tmp, n);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) { free(b.p); return tkv_errf(err, errlen, "%s: read error", path); }
+    for (;;) {
+        ssize_t n = read(fd, tmp, sizeof tmp);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            int e = errno;
+            close(fd);
+            free(b.p);
+            return tkv_errf(err, errlen, "%s: read error: %s", path, strerror(e));
+        }
+        if (n == 0) break;
+        if (b.n + (size_t)n > EVAL_MAX_FILE) { /* it grew while being read */
+            close(fd);
+            free(b.p);
+            return tkv_errf(err, errlen, "%s: over the limit of %zu MiB for text and JSONL files", path, EVAL_MAX_FILE >> 20);
+        }
+        sb_putn(&b, tmp, (size_t)n);
+    }
+    close(fd);
+    const char *nul = b.n ? memchr(b.p, 0, b.n) : NULL;
+    if (nul) {
+        size_t at = (size_t)(nul - b.p), line = 1;
+        for (size_t i = 0; i < at; i++) line += b.p[i] == '\n';
+        free(b.p);
+        return tkv_errf(err, errlen, "%s:%zu: byte %zu is a NUL byte; text and JSONL files cannot hold one", path, line, at);
+    }
     *len = b.n;
     *data = sb_take(&b);
     return 0;
