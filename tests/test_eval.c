@@ -557,3 +557,56 @@ TEST(eval_text_files_refused) {
         }
     }
 }
+
+/* An id given twice in a data file would be run and counted twice: the load is refused, naming the
+ * id and both lines, whatever lies between them (blank lines count as lines); distinct ids that are
+ * near each other load. */
+TEST(eval_duplicate_ids_refused) {
+    static const struct { enum eval_task task; const char *text, *want; } cases[] = {
+        {EVAL_GSM8K, "{\"id\":\"a\",\"question\":\"q\",\"answer\":\"1\"}\n{\"id\":\"a\",\"question\":\"r\",\"answer\":\"2\"}\n",
+         ":2: id 'a' was already given at line 1"},
+        {EVAL_GSM8K, "{\"id\":\"x\",\"question\":\"q\",\"answer\":\"1\"}\n\n{\"id\":\"y\",\"question\":\"q\",\"answer\":\"1\"}\n\n"
+                     "{\"id\":\"x\",\"question\":\"q\",\"answer\":\"1\"}\n", ":5: id 'x' was already given at line 1"},
+        {EVAL_MATH, "{\"id\":\"b\",\"question\":\"q\",\"answer\":\"1\"}\n{\"id\":\"c\",\"question\":\"q\",\"answer\":\"1\"}\n"
+                    "{\"id\":\"c\",\"question\":\"q\",\"answer\":\"1\"}\n{\"id\":\"b\",\"question\":\"q\",\"answer\":\"1\"}\n",
+         ":3: id 'c' was already given at line 2"},
+        {EVAL_MATH, "{\"id\":\"t\",\"question\":\"q\",\"answer\":\"1\"}\n{\"id\":\"t\",\"question\":\"q\",\"answer\":\"1\"}\n"
+                    "{\"id\":\"t\",\"question\":\"q\",\"answer\":\"1\"}\n", ":2: id 't' was already given at line 1"},
+        {EVAL_ARC, "{\"id\":\"k\",\"question\":\"q\",\"answer_letter\":\"A\",\"choices\":{\"text\":[\"x\",\"y\"]}}\n"
+                   "{\"id\":\"k\",\"question\":\"q\",\"answer_letter\":\"B\",\"choices\":{\"text\":[\"x\",\"y\"]}}\n",
+         ":2: id 'k' was already given at line 1"},
+        {EVAL_GSM8K, "{\"id\":\"\\u00e9\",\"question\":\"q\",\"answer\":\"1\"}\n{\"id\":\"\xc3\xa9\",\"question\":\"q\",\"answer\":\"1\"}\n",
+         ":2: id '\xc3\xa9' was already given at line 1"},
+        {EVAL_GSM8K, "{\"id\":\"A\",\"question\":\"q\",\"answer\":\"1\"}\n{\"id\":\"a\",\"question\":\"q\",\"answer\":\"1\"}\n"
+                     "{\"id\":\"a \",\"question\":\"q\",\"answer\":\"1\"}\n", NULL},
+    };
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/dup.jsonl", t_tmpdir());
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(path, "w");
+        REQUIRE(f);
+        fputs(cases[i].text, f);
+        fclose(f);
+        struct eval_set s;
+        int rc = eval_load(cases[i].task, path, &s, err, sizeof err);
+        if (cases[i].want) CHECKF(rc == -1 && strstr(err, cases[i].want) && strstr(err, path), "case %zu: '%s'", i, rc ? err : "loaded");
+        else {
+            CHECKF(rc == 0 && s.n == 3, "case %zu: %s", i, err);
+            if (rc == 0) eval_set_free(&s);
+        }
+    }
+    /* through the command: refused before anything runs */
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fputs(cases[1].text, f);
+    fclose(f);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "%s eval --task gsm8k -m /nonexistent.gguf --data %s 2>&1", t_bin(), path);
+    FILE *p = popen(cmd, "r");
+    REQUIRE(p);
+    char out[2048];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 1 && strstr(out, ":5: id 'x' was already given at line 1"), "%s", out);
+}

@@ -34,7 +34,7 @@ struct eval_set {
 };
 
 /* Reads a JSONL data file (schemas in data/SOURCES.md). Blank lines are skipped; a bad line fails
- * the load with "PATH:LINE: problem". */
+ * the load with "PATH:LINE: problem", and so does an id given twice (naming both lines). */
 int eval_load(enum eval_task task, const char *path, struct eval_set *out, char *err, size_t errlen);
 void eval_set_free(struct eval_set *s);
 

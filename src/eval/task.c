@@ -143,11 +143,42 @@ static void item_free(struct eval_item *it) {
     free(it->choices);
 }
 
+/* (id, line) of one item, for finding an id given twice */
+struct id_line { const char *id; size_t line; };
+
+static int id_line_cmp(const void *a, const void *b) {
+    const struct id_line *x = a, *y = b;
+    int c = strcmp(x->id, y->id);
+    return c ? c : (x->line > y->line) - (x->line < y->line);
+}
+
+/* An id given twice would be run and counted twice (and resuming keys on ids): the first repeat in
+ * file order is named with both of its lines. */
+static int check_unique_ids(const struct eval_set *s, const size_t *lines, const char *path, char *err, size_t errlen) {
+    if (s->n < 2) return 0;
+    struct id_line *v = tkv_xmalloc(s->n * sizeof *v);
+    for (size_t i = 0; i < s->n; i++) v[i] = (struct id_line){s->items[i].id, lines[i]};
+    qsort(v, s->n, sizeof *v, id_line_cmp);
+    size_t first = 0, second = 0; /* the repeat with the earliest second line */
+    const char *id = NULL;
+    for (size_t i = 1; i < s->n; i++)
+        if (!strcmp(v[i - 1].id, v[i].id) && (!id || v[i].line < second)) {
+            size_t k = i - 1;
+            while (k > 0 && !strcmp(v[k - 1].id, v[i].id)) k--;
+            id = v[i].id, first = v[k].line, second = v[i].line;
+        }
+    int rc = id ? tkv_errf(err, errlen, "%s:%zu: id '%.80s' was already given at line %zu (ids must be unique)", path,
+                           second, id, first)
+                : 0;
+    free(v);
+    return rc;
+}
+
 int eval_load(enum eval_task task, const char *path, struct eval_set *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     out->task = task;
     char *buf;
-    size_t len, pos = 0, ln = 0, cap = 0, n;
+    size_t len, pos = 0, ln = 0, cap = 0, n, *lines = NULL;
     const char *line;
     if (eval_read_file(path, &buf, &len, err, errlen)) return -1;
     int rc = 0;
@@ -163,14 +194,18 @@ int eval_load(enum eval_task task, const char *path, struct eval_set *out, char 
         if (out->n == cap) {
             cap = cap ? 2 * cap : 256;
             out->items = realloc(out->items, cap * sizeof *out->items);
-            TKV_ASSERT(out->items);
+            lines = realloc(lines, cap * sizeof *lines);
+            TKV_ASSERT(out->items && lines);
         }
+        lines[out->n] = ln;
         struct eval_item *it = &out->items[out->n++];
         memset(it, 0, sizeof *it);
         rc = load_item(task, json_root(doc), it, path, ln, err, errlen);
         json_free(doc);
     }
     free(buf);
+    if (!rc) rc = check_unique_ids(out, lines, path, err, errlen);
+    free(lines);
     if (rc) eval_set_free(out);
     return rc;
 }
