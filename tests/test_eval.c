@@ -610,3 +610,36 @@ TEST(eval_duplicate_ids_refused) {
     int st = pclose(p);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 1 && strstr(out, ":5: id 'x' was already given at line 1"), "%s", out);
 }
+
+/* --summary-json and --out are checked before anything runs (the summary used to fail only after
+ * the whole eval): a missing directory, a directory, a path under a file, an empty path. Nothing
+ * is written: the results file of the run that was refused does not exist. */
+TEST(eval_output_paths_checked_first) {
+    const char *dir = setup("outpaths");
+    if (!dir) return;
+    char file[600];
+    snprintf(file, sizeof file, "%s/data.jsonl", dir);
+    const char *bad[][2] = {{"/nonexistent/dir/s.json", "No such file"}, {"", "empty path"}, {NULL, "is a directory"},
+                            {NULL, "Not a directory"}};
+    char isdir[600], under[700];
+    snprintf(isdir, sizeof isdir, "%s", dir);
+    snprintf(under, sizeof under, "%s/x.json", file);
+    bad[2][0] = isdir;
+    bad[3][0] = under;
+    for (int flag = 0; flag < 2; flag++) {
+        for (int i = 0; i < 4; i++) {
+            char extra[1600], out[64];
+            snprintf(out, sizeof out, "never-%d-%d.jsonl", flag, i);
+            if (flag == 0) snprintf(extra, sizeof extra, "--summary-json '%s'", bad[i][0]);
+            else snprintf(extra, sizeof extra, "--out '%s'", bad[i][0]); /* the later --out wins */
+            CHECKF(run_eval(dir, out, extra) == 1, "%s", extra);
+            char *se = slurp(dir, "stderr.txt");
+            CHECKF(se && strstr(se, bad[i][1]) && strstr(se, flag ? "--out" : "--summary-json"), "%s: %s", extra, se ? se : "");
+            CHECKF(!se || !strstr(se, "[eval]"), "%s: the run started", extra);
+            free(se);
+            char p[700];
+            snprintf(p, sizeof p, "%s/%s", dir, out);
+            CHECKF(access(p, F_OK) != 0, "%s: %s was written", extra, out);
+        }
+    }
+}
