@@ -415,6 +415,33 @@ TEST(eval_sweep_dry_run) {
     CHECK(access(d, F_OK) != 0); /* a dry run creates nothing */
 }
 
+/* The grid's ratio lists refuse what is no ratio (NaN in any spelling, inf, out of [0, 1]), empty
+ * items, values given twice, and lists too long to hold; ratios in range are taken. */
+TEST(eval_sweep_grid_values) {
+    static const char *bad[] = {"nan", "NaN", "-nan", "0.3,nan", "nan,0.3", "inf", "-inf", "1e400", "-0.1", "1.0000001",
+                                "0.5,,0.3", "0.5,", ",0.5", "", "0.3,0.3", "abc", "0.5x"};
+    static const char *good[] = {"0", "1", "0.3,0.5,0.7", "0.25,0.75", "-0"};
+    char cmd[4096], longlist[700];
+    for (int flag = 0; flag < 2; flag++) {
+        const char *f = flag ? "--evict" : "--t0";
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            snprintf(cmd, sizeof cmd, "%s sweep --dir %s/never %s '%s' --dry-run -m x.gguf --task gsm8k >/dev/null 2>&1", t_bin(), t_tmpdir(), f, bad[i]);
+            int st = system(cmd);
+            CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 2, "%s '%s': status %d", f, bad[i], st);
+        }
+        for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+            snprintf(cmd, sizeof cmd, "%s sweep --dir %s/never %s '%s' --dry-run -m x.gguf --task gsm8k >/dev/null 2>&1", t_bin(), t_tmpdir(), f, good[i]);
+            int st = system(cmd);
+            CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s '%s': status %d", f, good[i], st);
+        }
+        size_t n = 0;
+        while (n + 8 < sizeof longlist - 1) n += (size_t)snprintf(longlist + n, sizeof longlist - n, "%s0.0001", n ? "," : "");
+        snprintf(cmd, sizeof cmd, "%s sweep --dir %s/never %s '%s' --dry-run -m x.gguf --task gsm8k >/dev/null 2>&1", t_bin(), t_tmpdir(), f, longlist);
+        int st = system(cmd);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 2, "%s of %zu characters: status %d", f, n, st);
+    }
+}
+
 TEST(eval_sweep_tiny) {
     const char *dir = setup("sweep");
     if (!dir) return;
