@@ -26,7 +26,9 @@ enum {
 };
 
 /* Loads the vocabulary. Fails (NULL + message) on a model other than "gpt2", a missing or unknown
- * tokenizer.ggml.pre (no silent fallback), or malformed arrays. Free with tok_free. */
+ * tokenizer.ggml.pre (no silent fallback), malformed arrays, or a special-token key of the wrong
+ * type (an id that is no integer, an add_*_token that is no bool; an id out of range is ignored, as
+ * in llama.cpp). Free with tok_free. */
 tok_vocab *tok_load(const gguf_file *f, char *err, size_t errlen);
 void tok_free(tok_vocab *v);
 
