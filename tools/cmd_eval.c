@@ -14,6 +14,7 @@
 #include "common.h"
 #include "eval/harness.h"
 #include "kv_flags.h"
+#include "out.h"
 
 static const struct { const char *name; enum eval_task task; const char *file; } tasks[] = {
     {"gsm8k", EVAL_GSM8K, "gsm8k_test.jsonl"},
@@ -180,5 +181,5 @@ int cmd_eval(int argc, char **argv) {
         free(cmd);
     }
     harness_ids_free(ids, n_ids);
-    return rc;
+    return out_finish("eval") ? 1 : rc;
 }

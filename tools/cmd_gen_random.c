@@ -19,6 +19,7 @@
 #include "cmds.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
+#include "out.h"
 
 typedef struct {
     const char *name, *arch;
@@ -279,8 +280,10 @@ int cmd_gen_random(int argc, char **argv) {
         else if (!strcmp(a, "--type")) type_name = v;
         else if (!strcmp(a, "-o")) out = v;
         else if (!strcmp(a, "--seed")) {
+            errno = 0;
             seed = strtoull(v, &end, 0);
-            if (!*v || *end) { fprintf(stderr, "gen-random: bad --seed '%s'\n", v); return 2; }
+            /* strtoull takes "-1" (as 2^64-1) and saturates on overflow: both are refused */
+            if (!*v || *end || errno || strchr(v, '-')) { fprintf(stderr, "gen-random: bad --seed '%s' (0..2^64-1)\n", v); return 2; }
         } else if (!strcmp(a, "--layers")) {
             layers = strtol(v, &end, 10);
             if (!*v || *end || layers < 1 || layers > 1000) { fprintf(stderr, "gen-random: bad --layers '%s'\n", v); return 2; }
@@ -332,7 +335,7 @@ int cmd_gen_random(int argc, char **argv) {
     if (crc) goto fail;
     printf("wrote %s: %s %s, %u layers, %d tensors, %.2f GiB of weights\n", out, s->name, TYPES[ti].name, n_layer, nt,
            (double)total / (1024.0 * 1024 * 1024));
-    return 0;
+    return out_finish("gen-random");
 fail:
     fprintf(stderr, "gen-random: %s\n", err);
     gguf_writer_free(w);

@@ -13,6 +13,7 @@
 #include "eval/json.h"
 #include "eval/stats.h"
 #include "cmds.h"
+#include "out.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -138,6 +139,7 @@ int cmd_grade(int argc, char **argv) {
     eval_summarize(correct, total, &s);
     printf("wilson95: [%.4f, %.4f]\n", s.ci_lo, s.ci_hi);
     printf("accuracy: %.4f (%ld/%ld)\n", s.acc, correct, total);
+    if (out_finish("grade")) return 1;
     if (bad) {
         fprintf(stderr, "tierkv grade: %ld bad line%s skipped\n", bad, bad == 1 ? "" : "s");
         return 1;

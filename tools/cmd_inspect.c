@@ -13,6 +13,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "out.h"
 
 #define STR_CUT 64  /* characters of a string value shown */
 #define ARR_SHOW 6  /* elements of an array shown */
@@ -216,8 +217,7 @@ int cmd_inspect(int argc, char **argv) {
     }
     if (json) print_json(stdout, path, &f, tt, total);
     else print_text(stdout, path, &f, tt, total);
-    int rc = fflush(stdout) != 0 || ferror(stdout);
-    if (rc) fprintf(stderr, "inspect: cannot write the output\n");
+    int rc = out_finish("inspect");
     /* loadable? the vocabulary first, as run reads it first (a model needs one; a file without
      * tensors is checked when it has tokenizer keys); model_bind takes the file on success */
     if (f.n_tensors || gguf_find(&f, "tokenizer.ggml.model") || gguf_find(&f, "tokenizer.ggml.tokens")) {

@@ -28,6 +28,7 @@
 #include "base/err.h"
 #include "cmds.h"
 #include "gguf/gguf.h"
+#include "out.h"
 
 typedef struct {
     uint8_t *p;
@@ -942,7 +943,10 @@ int cmd_mutate_gguf(int argc, char **argv) {
         }
     }
     if (rc) fprintf(stderr, "%s\n", m.err);
-    else printf("mutate-gguf: %d files and MANIFEST.tsv in %s\n", m.n_written, dir);
+    else {
+        printf("mutate-gguf: %d files and MANIFEST.tsv in %s\n", m.n_written, dir);
+        rc = out_finish("mutate-gguf");
+    }
     layout_free(&L);
     gguf_free(&src);
     return rc;

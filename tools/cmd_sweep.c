@@ -21,6 +21,7 @@
 #include "eval/harness.h"
 #include "eval/json.h"
 #include "eval/stats.h"
+#include "out.h"
 
 #define MAX_LIST 32
 #define MAX_CFG 1024
@@ -403,7 +404,7 @@ int cmd_sweep(int argc, char **argv) {
         else c->ok = 1;
     }
     free(pass);
-    if (dry) return 0;
+    if (dry) return out_finish("sweep");
 
     if (write_tsv(dir, cf, n) || write_mcnemar(dir, cf, n, ev, n_ev)) rc = 1;
     printf("[sweep] wrote %s/sweep.tsv and %s/mcnemar.tsv\n", dir, dir);
@@ -427,5 +428,5 @@ int cmd_sweep(int argc, char **argv) {
         if (cf[i].ids) harness_ids_free(cf[i].ids, cf[i].n_ids);
         harness_results_free(&cf[i].res);
     }
-    return rc;
+    return out_finish("sweep") ? 1 : rc;
 }

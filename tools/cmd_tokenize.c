@@ -15,6 +15,7 @@
 #include "eval/eval.h"
 #include "gguf/gguf.h"
 #include "model/tokenizer.h"
+#include "out.h"
 
 typedef struct { const char *model, *text, *file; int special, bos, help; } tok_args;
 
@@ -50,12 +51,6 @@ static char *input(const char *cmd, const tok_args *a, size_t *n) {
     return s;
 }
 
-/* stdout is the result: a write that fails (a full disk, /dev/full) is an error */
-static int finish_stdout(const char *cmd) {
-    if (fflush(stdout) != 0 || ferror(stdout)) { fprintf(stderr, "tierkv %s: cannot write the output: %s\n", cmd, strerror(errno)); return 1; }
-    return 0;
-}
-
 int cmd_tokenize(int argc, char **argv) {
     tok_args a;
     static const char use[] = "usage: tierkv tokenize -m MODEL.gguf (-p TEXT | -f FILE) [--special] [--bos]\n";
@@ -75,7 +70,7 @@ int cmd_tokenize(int argc, char **argv) {
     else {
         for (int i = 0; i < k; i++) printf(" %d", ids[i]);
         printf("\n");
-        rc = finish_stdout("tokenize");
+        rc = out_finish("tokenize");
     }
     free(ids);
     free(text);
@@ -116,7 +111,7 @@ int cmd_detokenize(int argc, char **argv) {
         char *s = tok_decode(v, ids, k, a.special, &len);
         fwrite(s, 1, len, stdout);
         free(s);
-        rc = finish_stdout("detokenize");
+        rc = out_finish("detokenize");
     }
     free(ids);
     free(text);
