@@ -24,6 +24,14 @@ const char *t_need_model(const char *file);
 const char *t_bin(void);
 /* A fresh temporary directory for this test run. */
 const char *t_tmpdir(void);
+/* Starts argv[0] (no shell) with stdin from /dev/null, stdout to out_path (NULL: /dev/null) and
+ * stderr to err_path, killed by SIGALRM after limit_s seconds (an alarm set before exec): a command
+ * that hangs ends as a signal. Returns the pid (-1 if fork failed). */
+int t_start(char *const argv[], const char *out_path, const char *err_path, int limit_s);
+/* t_start and wait: returns the wait status; *err_text (malloc'd, may be NULL) holds its stderr. */
+int t_spawn(char *const argv[], const char *out_path, int limit_s, char **err_text);
+/* A whole file as a malloc'd NUL-terminated string, NULL if unreadable. */
+char *t_slurp(const char *path);
 
 #define TEST(name)                                                                 \
     static void test_##name(void);                                                 \

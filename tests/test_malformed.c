@@ -11,13 +11,13 @@
  * the variants of one fixture are deleted before the next is made, and those of a failed check are
  * kept in the test directory. */
 #include <glob.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "t.h"
@@ -36,32 +36,6 @@ typedef struct {
     char log[1500];
 } job;
 
-static pid_t spawn(char *const argv[], const char *log) {
-    pid_t pid = fork();
-    if (pid != 0) return pid;
-    int out = open("/dev/null", O_WRONLY), err = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    if (out < 0 || err < 0) _exit(127);
-    dup2(out, 1);
-    dup2(err, 2);
-    alarm(TIME_LIMIT); /* survives exec: a command that hangs is killed by SIGALRM */
-    execv(argv[0], argv);
-    _exit(127);
-}
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap);
-    for (size_t k; (k = fread(b + n, 1, cap - 1 - n, f)) > 0;) {
-        n += k;
-        if (n + 1 == cap) b = realloc(b, cap *= 2);
-    }
-    b[n] = 0;
-    fclose(f);
-    return b;
-}
-
 /* Does text contain one of the '|'-separated alternatives of says ("" matches anything)? */
 static int says_one_of(const char *text, const char *says) {
     if (!*says) return 1;
@@ -77,7 +51,7 @@ static int says_one_of(const char *text, const char *says) {
 
 static void judge(const char *fixture, entry *en, int cmd, int st, const char *log) {
     static const char *names[2] = {"inspect", "run"};
-    char *text = slurp(log);
+    char *text = t_slurp(log);
     const char *t = text ? text : "";
     int want = !strcmp(en->expect, "valid") ? 0 : !strcmp(en->expect, "no-model") ? cmd : 1;
     const char *why = NULL;
@@ -106,7 +80,7 @@ static void judge(const char *fixture, entry *en, int cmd, int st, const char *l
 static int read_manifest(const char *dir, entry **out) {
     char p[1200];
     snprintf(p, sizeof p, "%s/MANIFEST.tsv", dir);
-    char *m = slurp(p);
+    char *m = t_slurp(p);
     if (!m) return -1;
     int n = 0, cap = 256;
     entry *e = calloc((size_t)cap, sizeof *e);
@@ -148,7 +122,7 @@ static void run_all(const char *fixture, const char *dir, entry *en, int n, long
             snprintf(j->log, sizeof j->log, "%s/%s.%s.log", dir, en[j->entry].file, j->cmd ? "run" : "inspect");
             char *a0[] = {bin, "inspect", path, NULL};
             char *a1[] = {bin, "run", "-m", path, "-p", "hi", "-n", "2", "-t", "1", NULL};
-            j->pid = spawn(j->cmd ? a1 : a0, j->log);
+            j->pid = t_start(j->cmd ? a1 : a0, NULL, j->log, TIME_LIMIT);
             if (j->pid < 0) { CHECKF(0, "fork failed"); return; }
             active++;
         }
@@ -181,10 +155,10 @@ TEST(malformed_gguf_all_fixtures) {
         snprintf(dir, sizeof dir, "%s/%s", root, base);
         snprintf(log, sizeof log, "%s.mutate.log", dir);
         char *argv[] = {(char *)t_bin(), "mutate-gguf", g.gl_pathv[i], "-o", dir, "--sparse", NULL};
-        pid_t pid = spawn(argv, log);
+        pid_t pid = t_start(argv, NULL, log, 300);
         int st;
         REQUIRE(pid > 0 && waitpid(pid, &st, 0) == pid);
-        char *ml = slurp(log);
+        char *ml = t_slurp(log);
         CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "mutate-gguf %s: status %d: %s", base, st, ml ? ml : "");
         free(ml);
         entry *en = NULL;
