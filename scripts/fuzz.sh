@@ -23,22 +23,24 @@ for t in "$@"; do
     *) max_len=8192 ;;
   esac
   log=build-fuzz/logs/$t.log
+  start=$SECONDS
   "$bin" "build-fuzz/corpus/$t" "fuzz/corpus/$t" -max_total_time="$secs" -max_len=$max_len -timeout=20 \
     -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="build-fuzz/crashes/$t-" >"$log" 2>&1
   rc=$?
+  ran=$((SECONDS - start)) # less than the budget when it stopped at a crash
   total=$(awk -F'\t' -v t="$t" '$1 == t { s += $2 } END { print s + 0 }' "$times")
-  total=$((total + secs))
-  printf '%s\t%s\n' "$t" "$secs" >>"$times"
+  total=$((total + ran))
+  printf '%s\t%s\n' "$t" "$ran" >>"$times"
   last=$(grep -E '^#[0-9]+' "$log" | tail -1)
   execs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$')
   cov=$(echo "$last" | grep -oE 'cov: [0-9]+' | grep -oE '[0-9]+')
   ft=$(echo "$last" | grep -oE 'ft: [0-9]+' | grep -oE '[0-9]+')
   if [ $rc -ne 0 ]; then
     status=1
-    echo "$t: FAILED after ${secs}s budget (exit $rc); see $log and build-fuzz/crashes/$t-*"
+    echo "$t: FAILED after ${ran}s (exit $rc); see $log and build-fuzz/crashes/$t-*"
     grep -E 'ERROR|SUMMARY|assertion failed|runtime error|Test unit written' "$log" | head -5
   else
-    printf '%-15s %4ss (total %ss)  %10s execs  cov: %s  ft: %s\n' "$t" "$secs" "$total" "${execs:-?}" "${cov:-?}" "${ft:-?}"
+    printf '%-15s %4ss (total %ss)  %10s execs  cov: %s  ft: %s\n' "$t" "$ran" "$total" "${execs:-?}" "${cov:-?}" "${ft:-?}"
   fi
 done
 exit $status
