@@ -116,10 +116,23 @@ static const char *run_case(const hcase *c, char *msg, size_t cap) {
     return why ? msg : NULL;
 }
 
-static void run_cases(const hcase *cs, size_t n, int needs_model) {
-    if (needs_model) NEED(MODEL);
+/* Without the shared folder the cases that read the fixture model ($M) are left out; the test is
+ * skipped (naming the file) only when that leaves none. */
+static int runnable(const hcase *cs, size_t n, int *have_model) {
+    *have_model = access(t_shared(MODEL), R_OK) == 0;
+    int k = 0;
+    for (size_t i = 0; i < n; i++) k += *have_model || !strstr(cs[i].args, "$M");
+    if (!k) t_need(MODEL);
+    else if ((size_t)k < n) printf("    %zu cases need %s: left out\n", n - (size_t)k, t_shared(MODEL));
+    return k;
+}
+
+static void run_cases(const hcase *cs, size_t n) {
+    int have_model;
+    if (!runnable(cs, n, &have_model)) return;
     char msg[600];
     for (size_t i = 0; i < n; i++) {
+        if (!have_model && strstr(cs[i].args, "$M")) continue;
         const char *why = run_case(&cs[i], msg, sizeof msg);
         CHECKF(!why, "tierkv %s%s: %s", cs[i].args, cs[i].full_stdout ? " >/dev/full" : "", why);
     }
@@ -127,10 +140,12 @@ static void run_cases(const hcase *cs, size_t n, int needs_model) {
 
 /* Pending cases: a failure is expected (printed), a pass is not (the case must move). */
 static void run_pending(const hcase *cs, size_t n) {
-    NEED(MODEL);
+    int have_model;
+    if (!runnable(cs, n, &have_model)) return;
     char msg[600];
     int still = 0;
     for (size_t i = 0; i < n; i++) {
+        if (!have_model && strstr(cs[i].args, "$M")) continue;
         const char *why = run_case(&cs[i], msg, sizeof msg);
         if (why) {
             still++;
@@ -191,7 +206,7 @@ static const hcase run_ok[] = {
     {"run -m $M -p hi -n 2 --chat --template nope", '1', 0, 0, 0},
     {"run -m $M -p hi -n 2 --stats-json /nonexistent/x.json", '1', 0, 0, 0},
 };
-TEST(cli_hostile_run) { run_cases(run_ok, N(run_ok), 1); }
+TEST(cli_hostile_run) { run_cases(run_ok, N(run_ok)); }
 
 static const hcase run_pending_cases[] = {
     {"run -m $M -p hi -n 2 --temp nan", 'E', 0, "tools/cmd_run.c", 0},
@@ -241,7 +256,7 @@ static const hcase lbp_ok[] = {
     {"plan --shape r1-distill-qwen-7b -m $M", '2', 0, 0, 0},
     {"plan -m /dev/zero", '1', 0, 0, 0},
 };
-TEST(cli_hostile_logits_bench_plan) { run_cases(lbp_ok, N(lbp_ok), 1); }
+TEST(cli_hostile_logits_bench_plan) { run_cases(lbp_ok, N(lbp_ok)); }
 
 static const hcase lbp_pending[] = {
     {"logits -m $M --tokens $I -o $T/o.f32", '1', 1, "tools/cmd_logits.c", 0},
@@ -301,7 +316,7 @@ static const hcase eval_ok[] = {
     {"verify $T", '1', 0, 0, 0},
     {"verify results/gsm8k-1.5b-n200/full.jsonl", '1', 1, 0, 0},
 };
-TEST(cli_hostile_eval_sweep_grade_verify) { run_cases(eval_ok, N(eval_ok), 1); }
+TEST(cli_hostile_eval_sweep_grade_verify) { run_cases(eval_ok, N(eval_ok)); }
 
 /* ---- inspect, gen-random, tokenize, detokenize, mutate-gguf ---- */
 
@@ -352,7 +367,7 @@ static const hcase files_ok[] = {
     {"mutate-gguf $M -o /dev/full/x", '1', 0, 0, 0},
     {"mutate-gguf $M -o $T/mg --only valid-copy", '1', 1, 0, 0},
 };
-TEST(cli_hostile_files_and_text) { run_cases(files_ok, N(files_ok), 1); }
+TEST(cli_hostile_files_and_text) { run_cases(files_ok, N(files_ok)); }
 
 /* Unknown commands and the dispatcher itself. */
 static const hcase main_ok[] = {
@@ -361,4 +376,4 @@ static const hcase main_ok[] = {
     {"--bogus", '2', 0, 0, 0},
     {"''", '2', 0, 0, 0},
 };
-TEST(cli_hostile_dispatch) { run_cases(main_ok, N(main_ok), 0); }
+TEST(cli_hostile_dispatch) { run_cases(main_ok, N(main_ok)); }
