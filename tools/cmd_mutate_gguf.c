@@ -17,8 +17,7 @@
  * where one of several would do). --sparse leaves the tensor data of every variant that must fail
  * as a hole (zeros that take no disk): what breaks those files lies in their header and length,
  * and the test that makes a few thousand of them then writes megabytes instead of gigabytes; the
- * valid variants keep the input's data. Uses src/gguf only; knows the names the binder requires. */
-#include <unistd.h>
+ * valid variants keep the input's data. The machinery (layout, edits, writing) is in mutate.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,322 +27,61 @@
 #include "base/err.h"
 #include "cmds.h"
 #include "gguf/gguf.h"
+#include "mutate.h"
 #include "out.h"
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} bytes;
+#define EMIT(...) do { if (mut_emit(__VA_ARGS__)) return -1; } while (0)
 
-static void put(bytes *b, const void *p, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n) cap *= 2;
-        uint8_t *q = realloc(b->p, cap);
-        TKV_ASSERT(q != NULL);
-        b->p = q;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, p, n);
-    b->n += n;
-}
-static void put_le(bytes *b, uint64_t v, int k) {
-    uint8_t t[8];
-    for (int i = 0; i < k; i++) t[i] = (uint8_t)(v >> (8 * i));
-    put(b, t, (size_t)k);
-}
-static void put_str(bytes *b, const char *s, size_t n) {
-    put_le(b, n, 8);
-    put(b, s, n);
-}
-
-/* One edit of a base buffer: `del` bytes at `at` replaced by `ins`. */
-typedef struct {
-    size_t at, del;
-    bytes ins;
-} edit;
-
-#define MAX_EDITS 4
-
-/* Where every field of the input lives (byte offsets into the file). */
-typedef struct {
-    const uint8_t *b;
-    size_t size;
-    gguf_file f;
-    char arch[16];
-    size_t info_end;                               /* end of the tensor infos */
-    size_t *kv_at, *kv_type_at, *kv_end;           /* per KV: record start, value type field, end */
-    size_t *ti_at, *ti_dims_at, *ti_type_at, *ti_off_at, *ti_end; /* per tensor info */
-    uint64_t max_end;                              /* end of the last tensor's data, relative to data_start */
-} layout;
-
-typedef struct {
-    layout *L;
-    const char *dir, *only;
-    int sparse;
-    FILE *manifest;
-    uint64_t rng;
-    int n_written;
-    char err[4700];
-} mut;
-
-static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ull;
-}
-
-/* ---- the input's layout ---- */
-
-static int layout_init(layout *L, const uint8_t *b, size_t size, char *err, size_t errlen) {
-    memset(L, 0, sizeof *L);
-    L->b = b;
-    L->size = size;
-    if (gguf_parse(b, size, &L->f, err, errlen)) return -1;
-    const gguf_file *f = &L->f;
-    gguf_str arch;
-    char e[64];
-    if (gguf_get_str(f, "general.architecture", &arch, e, sizeof e) || arch.len >= sizeof L->arch || !f->n_tensors)
-        return tkv_errf(err, errlen, "mutate-gguf: the input must be a model (general.architecture and tensors)");
-    memcpy(L->arch, arch.ptr, arch.len);
-    size_t nk = (size_t)f->n_kv, nt = (size_t)f->n_tensors;
-    L->kv_at = tkv_xcalloc(nk, sizeof(size_t));
-    L->kv_type_at = tkv_xcalloc(nk, sizeof(size_t));
-    L->kv_end = tkv_xcalloc(nk, sizeof(size_t));
-    L->ti_at = tkv_xcalloc(nt, sizeof(size_t));
-    L->ti_dims_at = tkv_xcalloc(nt, sizeof(size_t));
-    L->ti_type_at = tkv_xcalloc(nt, sizeof(size_t));
-    L->ti_off_at = tkv_xcalloc(nt, sizeof(size_t));
-    L->ti_end = tkv_xcalloc(nt, sizeof(size_t));
-    for (size_t i = 0; i < nk; i++) {
-        const gguf_kv *kv = &f->kv[i];
-        L->kv_at[i] = (size_t)((const uint8_t *)kv->key.ptr - b) - 8;
-        L->kv_type_at[i] = (size_t)((const uint8_t *)kv->key.ptr - b) + (size_t)kv->key.len;
-        L->kv_end[i] = (size_t)(kv->data - b) + (size_t)kv->size;
-    }
-    for (size_t i = 0; i < nt; i++) {
-        const gguf_tensor *t = &f->tensors[i];
-        L->ti_at[i] = (size_t)((const uint8_t *)t->name.ptr - b) - 8;
-        L->ti_dims_at[i] = (size_t)((const uint8_t *)t->name.ptr - b) + (size_t)t->name.len + 4;
-        L->ti_type_at[i] = L->ti_dims_at[i] + 8 * (size_t)t->n_dims;
-        L->ti_off_at[i] = L->ti_type_at[i] + 4;
-        L->ti_end[i] = L->ti_off_at[i] + 8;
-        if (t->offset + t->nbytes > L->max_end) L->max_end = t->offset + t->nbytes;
-    }
-    L->info_end = L->ti_end[nt - 1];
-    return 0;
-}
-
-static void layout_free(layout *L) {
-    free(L->kv_at); free(L->kv_type_at); free(L->kv_end);
-    free(L->ti_at); free(L->ti_dims_at); free(L->ti_type_at); free(L->ti_off_at); free(L->ti_end);
-    gguf_free(&L->f);
-}
-
-static int find_kv(const layout *L, const char *key) {
-    for (uint64_t i = 0; i < L->f.n_kv; i++)
-        if (gguf_str_eq(L->f.kv[i].key, key)) return (int)i;
-    return -1;
-}
-static int find_t(const layout *L, const char *name) {
-    for (uint64_t i = 0; i < L->f.n_tensors; i++)
-        if (gguf_str_eq(L->f.tensors[i].name, name)) return (int)i;
-    return -1;
-}
-static const char *arch_key(const layout *L, const char *suffix) {
-    static char k[8][96];
-    static int r;
-    char *s = k[r++ & 7];
-    snprintf(s, 96, "%s.%s", L->arch, suffix);
-    return s;
-}
-
-/* Whether the binder needs this tensor (model.c): output.weight may be absent (tied), biases are
- * required for qwen2's q/k/v only, names it does not know are never read. */
-static int required_tensor(const layout *L, gguf_str name) {
-    char n[80];
-    snprintf(n, sizeof n, "%.*s", (int)(name.len < 70 ? name.len : 70), name.ptr);
-    static const char *const sfx[] = {".attn_norm.weight", ".attn_q.weight", ".attn_k.weight", ".attn_v.weight",
-                                      ".attn_output.weight", ".ffn_norm.weight", ".ffn_gate.weight", ".ffn_up.weight",
-                                      ".ffn_down.weight", ".attn_q.bias", ".attn_k.bias", ".attn_v.bias"};
-    if (!strcmp(n, "token_embd.weight") || !strcmp(n, "output_norm.weight")) return 1;
-    if (strncmp(n, "blk.", 4)) return 0;
-    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) {
-        size_t a = strlen(n), s = strlen(sfx[i]);
-        if (a > s && !strcmp(n + a - s, sfx[i])) return i < 9 || !strcmp(L->arch, "qwen2");
-    }
-    return 0;
-}
-
-/* ---- writing one variant ---- */
-
-static int wants(const mut *m, const char *name) { return !m->only || strstr(name, m->only); }
-
-/* Writes the parts, then extends the file with a hole to `total` bytes. */
-static int write_all(const char *path, const bytes *parts, int n, uint64_t total, char *err, size_t errlen) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return tkv_errf(err, errlen, "mutate-gguf: cannot create '%s': %s", path, strerror(errno));
-    uint64_t done = 0;
-    for (int i = 0; i < n; i++) {
-        if (parts[i].n && fwrite(parts[i].p, 1, parts[i].n, f) != parts[i].n) break;
-        done += parts[i].n;
-    }
-    int bad = ferror(f) || fflush(f) || (done < total && ftruncate(fileno(f), (off_t)total));
-    if (fclose(f) != 0 || bad) {
-        remove(path);
-        return tkv_errf(err, errlen, "mutate-gguf: cannot write '%s': %s", path, strerror(errno));
-    }
-    return 0;
-}
-
-/* base[0..n) with the edits (sorted by position, not overlapping) applied, appended to out. */
-static void apply(const uint8_t *base, size_t n, edit *e, int ne, bytes *out) {
-    for (int i = 1; i < ne; i++)
-        for (int k = i; k > 0 && e[k].at < e[k - 1].at; k--) {
-            edit t = e[k];
-            e[k] = e[k - 1];
-            e[k - 1] = t;
-        }
-    size_t pos = 0;
-    for (int i = 0; i < ne; i++) {
-        TKV_ASSERT(e[i].at >= pos && e[i].at + e[i].del <= n);
-        put(out, base + pos, e[i].at - pos);
-        put(out, e[i].ins.p, e[i].ins.n);
-        pos = e[i].at + e[i].del;
-    }
-    put(out, base + pos, n - pos);
-}
-
-static void edits_free(edit *e, int ne) {
-    for (int i = 0; i < ne; i++) free(e[i].ins.p);
-}
-
-/* Emits a variant. hdr: the edits apply to the header (bytes before the tensor data) and the data
- * section follows, padded to the input's alignment (pad_to overrides it; 1: no padding), so
- * header-size changes keep every tensor's data where its offset says. !hdr: the edits apply to the
- * whole file as it is. */
-static int emit(mut *m, const char *name, const char *expect, const char *says, const char *what, edit *e, int ne, int hdr,
-                uint64_t pad_to) {
-    int rc = 0;
-    if (wants(m, name)) {
-        const layout *L = m->L;
-        bytes parts[3] = {{0}};
-        int sparse = m->sparse && strcmp(expect, "valid");
-        uint64_t total = 0;
-        if (hdr) {
-            apply(L->b, L->info_end, e, ne, &parts[0]);
-            uint64_t al = pad_to ? pad_to : L->f.alignment, end = parts[0].n;
-            static const uint8_t zero[64];
-            for (uint64_t k = (al - end % al) % al; k > 0;) {
-                size_t c = k < sizeof zero ? (size_t)k : sizeof zero;
-                put(&parts[1], zero, c);
-                k -= c;
-            }
-            parts[2].p = (uint8_t *)L->b + L->f.data_start; /* borrowed */
-            parts[2].n = L->size - (size_t)L->f.data_start;
-            total = parts[0].n + parts[1].n + parts[2].n;
-            if (sparse) parts[2].n = 0;
-        } else if (!sparse) {
-            apply(L->b, L->size, e, ne, &parts[0]);
-            total = parts[0].n;
-        } else {
-            /* the same length; real bytes only before the data: edits there apply, the others
-             * (cuts of the file) only change its length */
-            size_t n = (size_t)L->f.data_start;
-            total = L->size;
-            edit in[MAX_EDITS];
-            int k = 0;
-            for (int i = 0; i < ne; i++) {
-                total = total + e[i].ins.n - e[i].del;
-                if (e[i].at >= n) continue;
-                in[k] = e[i];
-                if (in[k].at + in[k].del > n) in[k].del = n - in[k].at;
-                k++;
-            }
-            apply(L->b, n, in, k, &parts[0]);
-            if (parts[0].n > total) parts[0].n = (size_t)total;
-        }
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s.gguf", m->dir, name);
-        rc = write_all(path, parts, 3, total, m->err, sizeof m->err);
-        free(parts[0].p);
-        free(parts[1].p);
-        if (!rc) {
-            fprintf(m->manifest, "%s.gguf\t%s\t%s\t%s\n", name, expect, says, what);
-            m->n_written++;
-        }
-    }
-    edits_free(e, ne);
-    return rc;
-}
-
-/* Convenience: one edit that overwrites k bytes at `at` with the little-endian v. */
-static edit patch(size_t at, uint64_t v, int k) {
-    edit e = {at, (size_t)k, {0}};
-    put_le(&e.ins, v, k);
-    return e;
-}
-static edit splice(size_t at, size_t del, const void *p, size_t n) {
-    edit e = {at, del, {0}};
-    put(&e.ins, p, n);
-    return e;
-}
-
-/* ---- the families ---- */
-
-#define EMIT(...) do { if (emit(__VA_ARGS__)) return -1; } while (0)
-
-static int header_variants(mut *m) {
-    const layout *L = m->L;
+static int header_variants(mut_ctx *m) {
+    const mut_layout *L = m->L;
     uint64_t nt = L->f.n_tensors, nk = L->f.n_kv;
-    edit e[MAX_EDITS];
-    e[0] = splice(0, 4, "GGUX", 4);
+    mut_edit e[MUT_MAX_EDITS];
+    e[0] = mut_splice(0, 4, "GGUX", 4);
     EMIT(m, "hdr-magic", "error", "magic", "magic GGUX", e, 1, 0, 0);
     static const struct { const char *name; uint32_t v; const char *says; } ver[] = {
         {"hdr-version-1", 1, "version"}, {"hdr-version-4", 4, "version"}, {"hdr-version-big-endian", 0x03000000u, "big-endian"}};
     for (int i = 0; i < 3; i++) {
-        e[0] = patch(4, ver[i].v, 4);
+        e[0] = mut_patch(4, ver[i].v, 4);
         EMIT(m, ver[i].name, "error", ver[i].says, "version field", e, 1, 0, 0);
     }
     /* n_tensors: 0 leaves a vocabulary-only file; 1 and n-1 cut the table short (the rest becomes padding) */
-    e[0] = patch(8, 0, 8);
+    e[0] = mut_patch(8, 0, 8);
     EMIT(m, "hdr-n_tensors-0", "no-model", "missing", "n_tensors 0: a file without tensors", e, 1, 0, 0);
-    e[0] = patch(8, 1, 8);
+    e[0] = mut_patch(8, 1, 8);
     EMIT(m, "hdr-n_tensors-1", "error", "missing", "n_tensors 1", e, 1, 0, 0);
-    int last_required = required_tensor(L, L->f.tensors[nt - 1].name);
-    e[0] = patch(8, nt - 1, 8);
+    int last_required = mut_required_tensor(L, L->f.tensors[nt - 1].name);
+    e[0] = mut_patch(8, nt - 1, 8);
     EMIT(m, "hdr-n_tensors-minus-1", last_required ? "error" : "valid", last_required ? "missing" : "",
          "n_tensors one less: the last tensor info is read as padding", e, 1, 0, 0);
-    e[0] = patch(8, nt + 1, 8);
+    e[0] = mut_patch(8, nt + 1, 8);
     EMIT(m, "hdr-n_tensors-plus-1", "error", "", "n_tensors one more: padding or data read as a tensor info", e, 1, 0, 0);
     static const uint64_t huge[] = {1ull << 32, 1ull << 63, UINT64_MAX};
     static const char *const hname[] = {"2^32", "2^63", "max"};
     char name[160];
     for (int i = 0; i < 3; i++) {
         snprintf(name, sizeof name, "hdr-n_tensors-%s", hname[i]);
-        e[0] = patch(8, huge[i], 8);
+        e[0] = mut_patch(8, huge[i], 8);
         EMIT(m, name, "error", "n_tensors", "n_tensors beyond what the bytes can hold", e, 1, 0, 0);
         snprintf(name, sizeof name, "hdr-n_kv-%s", hname[i]);
-        e[0] = patch(16, huge[i], 8);
+        e[0] = mut_patch(16, huge[i], 8);
         EMIT(m, name, "error", "n_kv", "n_kv beyond what the bytes can hold", e, 1, 0, 0);
     }
-    e[0] = patch(16, 0, 8);
+    e[0] = mut_patch(16, 0, 8);
     EMIT(m, "hdr-n_kv-0", "error", "", "n_kv 0: the KV pairs read as tensor infos", e, 1, 0, 0);
-    e[0] = patch(16, nk - 1, 8);
+    e[0] = mut_patch(16, nk - 1, 8);
     EMIT(m, "hdr-n_kv-minus-1", "error", "", "n_kv one less: the last KV pair read as a tensor info", e, 1, 0, 0);
-    e[0] = patch(16, nk + 1, 8);
+    e[0] = mut_patch(16, nk + 1, 8);
     EMIT(m, "hdr-n_kv-plus-1", "error", "", "n_kv one more: the first tensor info read as a KV pair", e, 1, 0, 0);
     return 0;
 }
 
-static int truncations(mut *m) {
-    const layout *L = m->L;
+static int truncations(mut_ctx *m) {
+    const mut_layout *L = m->L;
     char name[200], what[200];
-    edit e[1];
+    mut_edit e[1];
 #define CUT(k, nm, wh, says)                                                                                 \
     do {                                                                                                     \
-        e[0] = splice((k), L->size - (k), NULL, 0);                                                          \
+        e[0] = mut_splice((k), L->size - (k), NULL, 0);                                                          \
         EMIT(m, nm, "error", says, wh, e, 1, 0, 0);                                                          \
     } while (0)
     static const size_t hdr_cuts[] = {0, 3, 4, 8, 16, 23, 24};
@@ -377,7 +115,7 @@ static int truncations(mut *m) {
     }
     CUT((size_t)L->f.data_start, "trunc-data-start", "cut where the tensor data starts", "past end of file");
     /* inside the data: the first tensor in data order, one the seed picks, the end of the last */
-    uint64_t first = 0, pick = rng_next(&m->rng) % L->f.n_tensors;
+    uint64_t first = 0, pick = mut_rng(&m->rng) % L->f.n_tensors;
     for (uint64_t i = 0; i < L->f.n_tensors; i++)
         if (L->f.tensors[i].offset < L->f.tensors[first].offset) first = i;
     uint64_t ts[2] = {first, pick};
@@ -394,41 +132,41 @@ static int truncations(mut *m) {
 }
 
 /* Key, string and array lengths, value types, element types: patched in place. */
-static int kv_fields(mut *m) {
-    const layout *L = m->L;
+static int kv_fields(mut_ctx *m) {
+    const mut_layout *L = m->L;
     uint64_t nk = L->f.n_kv;
     char name[200];
-    edit e[2];
+    mut_edit e[2];
     uint64_t pick[3] = {0, nk / 2, nk - 1};
     for (int k = 0; k < 3; k++) {
         uint64_t i = pick[k];
         const gguf_kv *kv = &L->f.kv[i];
         int kl = (int)(kv->key.len < 60 ? kv->key.len : 60);
         snprintf(name, sizeof name, "key-len-0-%.*s", kl, kv->key.ptr);
-        e[0] = patch(L->kv_at[i], 0, 8);
+        e[0] = mut_patch(L->kv_at[i], 0, 8);
         EMIT(m, name, "error", "empty", "key length 0", e, 1, 1, 0);
         snprintf(name, sizeof name, "key-len-max-%.*s", kl, kv->key.ptr);
-        e[0] = patch(L->kv_at[i], UINT64_MAX, 8);
+        e[0] = mut_patch(L->kv_at[i], UINT64_MAX, 8);
         EMIT(m, name, "error", "string length", "key length 2^64-1", e, 1, 1, 0);
         snprintf(name, sizeof name, "key-len-plus-1-%.*s", kl, kv->key.ptr);
-        e[0] = patch(L->kv_at[i], kv->key.len + 1, 8);
+        e[0] = mut_patch(L->kv_at[i], kv->key.len + 1, 8);
         EMIT(m, name, "error", "", "key length one more: the value type read one byte late", e, 1, 1, 0);
         snprintf(name, sizeof name, "type-unknown-%.*s", kl, kv->key.ptr);
-        e[0] = patch(L->kv_type_at[i], 13, 4);
+        e[0] = mut_patch(L->kv_type_at[i], 13, 4);
         EMIT(m, name, "error", "unknown value type", "value type 13", e, 1, 1, 0);
         /* a byte of the key: not UTF-8, then a control byte */
-        size_t at = (size_t)((const uint8_t *)kv->key.ptr - L->b) + (size_t)(rng_next(&m->rng) % kv->key.len);
+        size_t at = (size_t)((const uint8_t *)kv->key.ptr - L->b) + (size_t)(mut_rng(&m->rng) % kv->key.len);
         snprintf(name, sizeof name, "key-utf8-%.*s", kl, kv->key.ptr);
-        e[0] = splice(at, 1, "\xff", 1);
+        e[0] = mut_splice(at, 1, "\xff", 1);
         EMIT(m, name, "error", "UTF-8", "a byte of the key replaced by 0xFF", e, 1, 1, 0);
         snprintf(name, sizeof name, "key-control-byte-%.*s", kl, kv->key.ptr);
-        e[0] = splice(at, 1, "\x01", 1);
+        e[0] = mut_splice(at, 1, "\x01", 1);
         EMIT(m, name, "error", "control", "a byte of the key replaced by 0x01", e, 1, 1, 0);
     }
-    int a = find_kv(L, "general.architecture");
-    e[0] = patch(L->kv_type_at[a] + 4, UINT64_MAX, 8);
+    int a = mut_find_kv(L, "general.architecture");
+    e[0] = mut_patch(L->kv_type_at[a] + 4, UINT64_MAX, 8);
     EMIT(m, "str-len-max-general.architecture", "error", "string length", "string length 2^64-1", e, 1, 1, 0);
-    e[0] = patch(L->kv_type_at[a] + 4, L->f.kv[a].size + 1, 8);
+    e[0] = mut_patch(L->kv_type_at[a] + 4, L->f.kv[a].size + 1, 8);
     EMIT(m, "str-len-plus-1-general.architecture", "error", "", "string length one more", e, 1, 1, 0);
     static const struct { const char *key; uint64_t n; const char *tag, *says; } arr[] = {
         {"tokenizer.ggml.tokens", UINT64_MAX, "max", "string array count"},
@@ -439,53 +177,36 @@ static int kv_fields(mut *m) {
         {"tokenizer.ggml.merges", 1, "plus-1", ""},
     };
     for (size_t i = 0; i < sizeof arr / sizeof arr[0]; i++) {
-        int k = find_kv(L, arr[i].key);
+        int k = mut_find_kv(L, arr[i].key);
         if (k < 0) continue;
         uint64_t n = !strcmp(arr[i].tag, "plus-1") ? L->f.kv[k].arr_n + 1 : arr[i].n;
         snprintf(name, sizeof name, "arr-count-%s-%s", arr[i].tag, arr[i].key);
-        e[0] = patch(L->kv_type_at[k] + 8, n, 8);
+        e[0] = mut_patch(L->kv_type_at[k] + 8, n, 8);
         EMIT(m, name, "error", arr[i].says, "array count changed, the elements left as they are", e, 1, 1, 0);
     }
-    int tt = find_kv(L, "tokenizer.ggml.token_type");
+    int tt = mut_find_kv(L, "tokenizer.ggml.token_type");
     if (tt >= 0) {
-        e[0] = patch(L->kv_type_at[tt] + 4, GGUF_ARR, 4);
+        e[0] = mut_patch(L->kv_type_at[tt] + 4, GGUF_ARR, 4);
         EMIT(m, "arr-elem-nested-tokenizer.ggml.token_type", "error", "nested", "array of arrays", e, 1, 1, 0);
-        e[0] = patch(L->kv_type_at[tt] + 4, 77, 4);
+        e[0] = mut_patch(L->kv_type_at[tt] + 4, 77, 4);
         EMIT(m, "arr-elem-unknown-tokenizer.ggml.token_type", "error", "element type", "array element type 77", e, 1, 1, 0);
     }
     /* a key given twice: general.name renamed general.architecture */
-    int gn = find_kv(L, "general.name");
+    int gn = mut_find_kv(L, "general.name");
     if (gn >= 0) {
-        bytes k = {0};
-        put_str(&k, "general.architecture", 20);
-        e[0] = splice(L->kv_at[gn], (size_t)(8 + L->f.kv[gn].key.len), k.p, k.n);
+        mut_bytes k = {0};
+        mut_put_str(&k, "general.architecture", 20);
+        e[0] = mut_splice(L->kv_at[gn], (size_t)(8 + L->f.kv[gn].key.len), k.p, k.n);
         free(k.p);
         EMIT(m, "dup-key-general.architecture", "error", "duplicate key", "general.name renamed general.architecture", e, 1, 1, 0);
     }
     return 0;
 }
 
-/* The whole value of key `key` (type and value bytes) replaced by type t and the encoded value v. */
-static edit retype(const layout *L, int k, uint32_t t, const bytes *v) {
-    edit e = {L->kv_type_at[k], L->kv_end[k] - L->kv_type_at[k], {0}};
-    put_le(&e.ins, t, 4);
-    put(&e.ins, v->p, v->n);
-    return e;
-}
-
-/* A KV record (key, type, value) appended after the last KV pair; the caller bumps n_kv. */
-static edit add_kv(const layout *L, const char *key, uint32_t t, const bytes *v) {
-    edit e = {L->kv_end[L->f.n_kv - 1], 0, {0}};
-    put_str(&e.ins, key, strlen(key));
-    put_le(&e.ins, t, 4);
-    put(&e.ins, v->p, v->n);
-    return e;
-}
-
-static int type_confusion(mut *m) {
-    const layout *L = m->L;
+static int type_confusion(mut_ctx *m) {
+    const mut_layout *L = m->L;
     char name[200], what[200];
-    edit e[2];
+    mut_edit e[2];
     enum { V_STR, V_U32, V_I32, V_U64, V_F32, V_BOOL, V_ARR_I32, V_ARR_STR, V_ARR_F32, V_ARR_U32, V_F32BITS };
     static const struct { const char *suffix; int arch; int kind; const char *tag; } c[] = {
         {"embedding_length", 1, V_STR, "str"},        {"embedding_length", 1, V_F32BITS, "f32"},
@@ -500,44 +221,44 @@ static int type_confusion(mut *m) {
         {"tokenizer.ggml.eos_token_id", 0, V_F32, "f32"},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
-        const char *key = c[i].arch ? arch_key(L, c[i].suffix) : c[i].suffix;
-        int k = find_kv(L, key);
+        const char *key = c[i].arch ? mut_arch_key(L, c[i].suffix) : c[i].suffix;
+        int k = mut_find_kv(L, key);
         if (k < 0) continue;
         const gguf_kv *kv = &L->f.kv[k];
         uint64_t n = kv->type == GGUF_ARR ? kv->arr_n : 3;
-        bytes v = {0};
+        mut_bytes v = {0};
         uint32_t t = GGUF_ARR;
         switch (c[i].kind) {
-        case V_STR: put_str(&v, "256", 3); t = GGUF_STR; break;
-        case V_U32: put_le(&v, 7, 4); t = GGUF_U32; break;
-        case V_I32: put_le(&v, 0xFFFFFFFFu, 4); t = GGUF_I32; break;
-        case V_U64: put_le(&v, 1ull << 40, 8); t = GGUF_U64; break;
-        case V_F32: put_le(&v, 0x3f800000u, 4); t = GGUF_F32; break;
-        case V_BOOL: put_le(&v, 1, 1); t = GGUF_BOOL; break;
-        case V_F32BITS: put(&v, kv->data, 4); t = GGUF_F32; break; /* the same bits read as a float */
+        case V_STR: mut_put_str(&v, "256", 3); t = GGUF_STR; break;
+        case V_U32: mut_put_le(&v, 7, 4); t = GGUF_U32; break;
+        case V_I32: mut_put_le(&v, 0xFFFFFFFFu, 4); t = GGUF_I32; break;
+        case V_U64: mut_put_le(&v, 1ull << 40, 8); t = GGUF_U64; break;
+        case V_F32: mut_put_le(&v, 0x3f800000u, 4); t = GGUF_F32; break;
+        case V_BOOL: mut_put_le(&v, 1, 1); t = GGUF_BOOL; break;
+        case V_F32BITS: mut_put(&v, kv->data, 4); t = GGUF_F32; break; /* the same bits read as a float */
         case V_ARR_I32: case V_ARR_F32: case V_ARR_U32:
-            put_le(&v, c[i].kind == V_ARR_I32 ? GGUF_I32 : c[i].kind == V_ARR_F32 ? GGUF_F32 : GGUF_U32, 4);
-            put_le(&v, n, 8);
-            for (uint64_t j = 0; j < n; j++) put_le(&v, c[i].kind == V_ARR_F32 ? 0x3f800000u : 1, 4);
+            mut_put_le(&v, c[i].kind == V_ARR_I32 ? GGUF_I32 : c[i].kind == V_ARR_F32 ? GGUF_F32 : GGUF_U32, 4);
+            mut_put_le(&v, n, 8);
+            for (uint64_t j = 0; j < n; j++) mut_put_le(&v, c[i].kind == V_ARR_F32 ? 0x3f800000u : 1, 4);
             break;
         case V_ARR_STR:
-            put_le(&v, GGUF_STR, 4);
-            put_le(&v, n, 8);
-            for (uint64_t j = 0; j < n; j++) put_str(&v, "1", 1);
+            mut_put_le(&v, GGUF_STR, 4);
+            mut_put_le(&v, n, 8);
+            for (uint64_t j = 0; j < n; j++) mut_put_str(&v, "1", 1);
             break;
         }
         snprintf(name, sizeof name, "type-%s-as-%s", key, c[i].tag);
         snprintf(what, sizeof what, "%s written as %s", key, c[i].tag);
-        e[0] = retype(L, k, t, &v);
+        e[0] = mut_retype(L, k, t, &v);
         free(v.p);
         EMIT(m, name, "error", key, what, e, 1, 1, 0);
     }
     /* a key the file lacks, added with the wrong type */
-    if (find_kv(L, "tokenizer.ggml.add_bos_token") < 0) {
-        bytes v = {0};
-        put_le(&v, 1, 4);
-        e[0] = add_kv(L, "tokenizer.ggml.add_bos_token", GGUF_U32, &v);
-        e[1] = patch(16, L->f.n_kv + 1, 8);
+    if (mut_find_kv(L, "tokenizer.ggml.add_bos_token") < 0) {
+        mut_bytes v = {0};
+        mut_put_le(&v, 1, 4);
+        e[0] = mut_add_kv(L, "tokenizer.ggml.add_bos_token", GGUF_U32, &v);
+        e[1] = mut_patch(16, L->f.n_kv + 1, 8);
         free(v.p);
         EMIT(m, "type-tokenizer.ggml.add_bos_token-as-u32", "error", "tokenizer.ggml.add_bos_token", "add_bos_token added as u32", e, 2, 1, 0);
     }
@@ -545,55 +266,55 @@ static int type_confusion(mut *m) {
 }
 
 /* General.alignment added with bad values and types (it is absent from llama.cpp's files). */
-static int alignment(mut *m) {
-    const layout *L = m->L;
-    if (find_kv(L, "general.alignment") >= 0) return 0;
+static int alignment(mut_ctx *m) {
+    const mut_layout *L = m->L;
+    if (mut_find_kv(L, "general.alignment") >= 0) return 0;
     char name[200];
-    edit e[3];
+    mut_edit e[3];
     static const uint32_t bad[] = {0, 3, 48};
     for (int i = 0; i < 3; i++) {
-        bytes v = {0};
-        put_le(&v, bad[i], 4);
-        e[0] = add_kv(L, "general.alignment", GGUF_U32, &v);
-        e[1] = patch(16, L->f.n_kv + 1, 8);
+        mut_bytes v = {0};
+        mut_put_le(&v, bad[i], 4);
+        e[0] = mut_add_kv(L, "general.alignment", GGUF_U32, &v);
+        e[1] = mut_patch(16, L->f.n_kv + 1, 8);
         free(v.p);
         snprintf(name, sizeof name, "align-%u", bad[i]);
         EMIT(m, name, "error", "power of two", "general.alignment not a power of two", e, 2, 1, 0);
     }
-    bytes v = {0};
-    put_le(&v, 1u << 31, 4);
-    e[0] = add_kv(L, "general.alignment", GGUF_U32, &v);
-    e[1] = patch(16, L->f.n_kv + 1, 8);
+    mut_bytes v = {0};
+    mut_put_le(&v, 1u << 31, 4);
+    e[0] = mut_add_kv(L, "general.alignment", GGUF_U32, &v);
+    e[1] = mut_patch(16, L->f.n_kv + 1, 8);
     free(v.p);
     EMIT(m, "align-2^31", "error", "data section", "general.alignment 2^31: the data starts past the end", e, 2, 1, 0);
-    v = (bytes){0};
-    put_le(&v, 32, 8);
-    e[0] = add_kv(L, "general.alignment", GGUF_U64, &v);
-    e[1] = patch(16, L->f.n_kv + 1, 8);
+    v = (mut_bytes){0};
+    mut_put_le(&v, 32, 8);
+    e[0] = mut_add_kv(L, "general.alignment", GGUF_U64, &v);
+    e[1] = mut_patch(16, L->f.n_kv + 1, 8);
     free(v.p);
     EMIT(m, "align-as-u64", "error", "general.alignment has type u64", "general.alignment written as u64", e, 2, 1, 0);
-    v = (bytes){0};
-    put_str(&v, "32", 2);
-    e[0] = add_kv(L, "general.alignment", GGUF_STR, &v);
-    e[1] = patch(16, L->f.n_kv + 1, 8);
+    v = (mut_bytes){0};
+    mut_put_str(&v, "32", 2);
+    e[0] = mut_add_kv(L, "general.alignment", GGUF_STR, &v);
+    e[1] = mut_patch(16, L->f.n_kv + 1, 8);
     free(v.p);
     EMIT(m, "align-as-str", "error", "general.alignment has type str", "general.alignment written as a string", e, 2, 1, 0);
     /* alignment 2, laid out as it says: a well-formed file whose tensor data are not 32-byte aligned
      * (two bytes more in general.name when the header would end on a multiple of 32 by chance) */
-    v = (bytes){0};
-    put_le(&v, 2, 4);
-    e[0] = add_kv(L, "general.alignment", GGUF_U32, &v);
-    e[1] = patch(16, L->f.n_kv + 1, 8);
+    v = (mut_bytes){0};
+    mut_put_le(&v, 2, 4);
+    e[0] = mut_add_kv(L, "general.alignment", GGUF_U32, &v);
+    e[1] = mut_patch(16, L->f.n_kv + 1, 8);
     free(v.p);
     size_t end = L->info_end + e[0].ins.n;
-    int ne = 2, gn = find_kv(L, "general.name");
+    int ne = 2, gn = mut_find_kv(L, "general.name");
     if (((end + 1) & ~(size_t)1) % 32 == 0) {
-        if (gn < 0) { edits_free(e, 2); return 0; }
-        bytes s = {0};
-        put_le(&s, L->f.kv[gn].size + 2, 8);
-        put(&s, L->f.kv[gn].data, (size_t)L->f.kv[gn].size);
-        put(&s, "xx", 2);
-        e[2] = splice(L->kv_type_at[gn] + 4, 8 + (size_t)L->f.kv[gn].size, s.p, s.n);
+        if (gn < 0) { mut_edits_free(e, 2); return 0; }
+        mut_bytes s = {0};
+        mut_put_le(&s, L->f.kv[gn].size + 2, 8);
+        mut_put(&s, L->f.kv[gn].data, (size_t)L->f.kv[gn].size);
+        mut_put(&s, "xx", 2);
+        e[2] = mut_splice(L->kv_type_at[gn] + 4, 8 + (size_t)L->f.kv[gn].size, s.p, s.n);
         free(s.p);
         ne = 3;
     }
@@ -602,30 +323,30 @@ static int alignment(mut *m) {
 }
 
 /* A byte of a string value replaced by 0xFF. */
-static edit bad_byte(mut *m, size_t at, size_t len) {
-    return splice(at + (size_t)(rng_next(&m->rng) % (len ? len : 1)), len ? 1 : 0, "\xff", 1);
+static mut_edit bad_byte(mut_ctx *m, size_t at, size_t len) {
+    return mut_splice(at + (size_t)(mut_rng(&m->rng) % (len ? len : 1)), len ? 1 : 0, "\xff", 1);
 }
 
-static int strings(mut *m) {
-    const layout *L = m->L;
-    edit e[1];
+static int strings(mut_ctx *m) {
+    const mut_layout *L = m->L;
+    mut_edit e[1];
     static const struct { const char *key, *expect, *says; } s[] = {
         {"general.architecture", "error", "architecture"}, {"tokenizer.ggml.pre", "error", "tokenizer.ggml.pre"},
         {"tokenizer.ggml.model", "error", "tokenizer.ggml.model"}, {"general.name", "valid", ""},
     };
     char name[200];
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
-        int k = find_kv(L, s[i].key);
+        int k = mut_find_kv(L, s[i].key);
         if (k < 0 || L->f.kv[k].type != GGUF_STR || !L->f.kv[k].size) continue;
         snprintf(name, sizeof name, "value-utf8-%s", s[i].key);
         e[0] = bad_byte(m, (size_t)(L->f.kv[k].data - L->b), (size_t)L->f.kv[k].size);
         EMIT(m, name, s[i].expect, s[i].says, "a byte of the string replaced by 0xFF", e, 1, 1, 0);
     }
     /* a token's text: the vocabulary holds bytes, not necessarily UTF-8 */
-    int k = find_kv(L, "tokenizer.ggml.tokens");
+    int k = mut_find_kv(L, "tokenizer.ggml.tokens");
     if (k >= 0 && L->f.kv[k].arr_n > 300) {
         const uint8_t *p = L->f.kv[k].data;
-        uint64_t want = 256 + rng_next(&m->rng) % (L->f.kv[k].arr_n - 256);
+        uint64_t want = 256 + mut_rng(&m->rng) % (L->f.kv[k].arr_n - 256);
         gguf_str t = {0};
         for (uint64_t j = 0; j <= want; j++) t = gguf_arr_str_next(&p);
         if (t.len) {
@@ -638,16 +359,16 @@ static int strings(mut *m) {
 }
 
 /* Metadata values that contradict the tensors, and keys removed or added. */
-static int metadata(mut *m) {
-    const layout *L = m->L;
+static int metadata(mut_ctx *m) {
+    const mut_layout *L = m->L;
     char name[200], says[200];
-    edit e[3];
+    mut_edit e[3];
     uint32_t E = 0, NL = 0, FF = 0, H = 0;
     char er[64];
-    gguf_get_u32(&L->f, arch_key(L, "embedding_length"), &E, er, sizeof er);
-    gguf_get_u32(&L->f, arch_key(L, "block_count"), &NL, er, sizeof er);
-    gguf_get_u32(&L->f, arch_key(L, "feed_forward_length"), &FF, er, sizeof er);
-    gguf_get_u32(&L->f, arch_key(L, "attention.head_count"), &H, er, sizeof er);
+    gguf_get_u32(&L->f, mut_arch_key(L, "embedding_length"), &E, er, sizeof er);
+    gguf_get_u32(&L->f, mut_arch_key(L, "block_count"), &NL, er, sizeof er);
+    gguf_get_u32(&L->f, mut_arch_key(L, "feed_forward_length"), &FF, er, sizeof er);
+    gguf_get_u32(&L->f, mut_arch_key(L, "attention.head_count"), &H, er, sizeof er);
     snprintf(says, sizeof says, "blk.%u.attn_norm.weight", NL);
     const struct { const char *suffix, *tag; uint32_t v; const char *expect, *says; } u[] = {
         {"embedding_length", "2x", 2 * E, "error", "token_embd.weight"},
@@ -661,10 +382,10 @@ static int metadata(mut *m) {
         {"attention.head_count", "2x", 2 * H, "error", "attn_k.weight"},
     };
     for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
-        int k = find_kv(L, arch_key(L, u[i].suffix));
+        int k = mut_find_kv(L, mut_arch_key(L, u[i].suffix));
         if (k < 0 || L->f.kv[k].type != GGUF_U32) continue;
         snprintf(name, sizeof name, "meta-%s-%s", u[i].suffix, u[i].tag);
-        e[0] = patch(L->kv_type_at[k] + 4, u[i].v, 4);
+        e[0] = mut_patch(L->kv_type_at[k] + 4, u[i].v, 4);
         EMIT(m, name, u[i].expect, u[i].says, "a shape key that contradicts the tensors", e, 1, 1, 0);
     }
     static const struct { const char *suffix, *tag; uint32_t bits; const char *says; } f[] = {
@@ -674,110 +395,110 @@ static int metadata(mut *m) {
         {"rope.freq_base", "negative", 0xbf800000u, "rope base"},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-        int k = find_kv(L, arch_key(L, f[i].suffix));
+        int k = mut_find_kv(L, mut_arch_key(L, f[i].suffix));
         if (k < 0 || L->f.kv[k].type != GGUF_F32) continue;
         snprintf(name, sizeof name, "meta-%s-%s", f[i].suffix, f[i].tag);
-        e[0] = patch(L->kv_type_at[k] + 4, f[i].bits, 4);
+        e[0] = mut_patch(L->kv_type_at[k] + 4, f[i].bits, 4);
         EMIT(m, name, "error", f[i].says, "a float key out of its domain", e, 1, 1, 0);
     }
     /* keys added: a key length unlike head_dim, an unknown rope scaling, an unknown key (valid) */
-    bytes v = {0};
-    put_le(&v, E / (H ? H : 1) * 2, 4);
-    e[0] = add_kv(L, arch_key(L, "attention.key_length"), GGUF_U32, &v);
-    e[1] = patch(16, L->f.n_kv + 1, 8);
+    mut_bytes v = {0};
+    mut_put_le(&v, E / (H ? H : 1) * 2, 4);
+    e[0] = mut_add_kv(L, mut_arch_key(L, "attention.key_length"), GGUF_U32, &v);
+    e[1] = mut_patch(16, L->f.n_kv + 1, 8);
     free(v.p);
     EMIT(m, "meta-key_length-2x-head_dim", "error", "key_length", "attention.key_length twice the head size", e, 2, 1, 0);
-    v = (bytes){0};
-    put_str(&v, "yarn", 4);
-    e[0] = add_kv(L, arch_key(L, "rope.scaling.type"), GGUF_STR, &v);
-    e[1] = patch(16, L->f.n_kv + 1, 8);
+    v = (mut_bytes){0};
+    mut_put_str(&v, "yarn", 4);
+    e[0] = mut_add_kv(L, mut_arch_key(L, "rope.scaling.type"), GGUF_STR, &v);
+    e[1] = mut_patch(16, L->f.n_kv + 1, 8);
     free(v.p);
     EMIT(m, "meta-rope.scaling.type-yarn", "error", "rope scaling", "rope.scaling.type yarn (unsupported)", e, 2, 1, 0);
-    v = (bytes){0};
-    put_le(&v, 7, 4);
-    e[0] = add_kv(L, "tierkv.test.unknown_key", GGUF_U32, &v);
-    e[1] = patch(16, L->f.n_kv + 1, 8);
+    v = (mut_bytes){0};
+    mut_put_le(&v, 7, 4);
+    e[0] = mut_add_kv(L, "tierkv.test.unknown_key", GGUF_U32, &v);
+    e[1] = mut_patch(16, L->f.n_kv + 1, 8);
     free(v.p);
     EMIT(m, "valid-unknown-key", "valid", "", "a key nothing reads", e, 2, 1, 0);
-    int k = find_kv(L, "tokenizer.ggml.model");
+    int k = mut_find_kv(L, "tokenizer.ggml.model");
     if (k >= 0) {
-        v = (bytes){0};
-        put_str(&v, "llama", 5);
-        e[0] = retype(L, k, GGUF_STR, &v);
+        v = (mut_bytes){0};
+        mut_put_str(&v, "llama", 5);
+        e[0] = mut_retype(L, k, GGUF_STR, &v);
         free(v.p);
         EMIT(m, "meta-tokenizer.ggml.model-llama", "error", "tokenizer.ggml.model", "a SentencePiece vocabulary (unsupported)", e, 1, 1, 0);
     }
     static const char *const drop[] = {"general.architecture", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
                                        "tokenizer.ggml.model", NULL};
     for (int i = 0; drop[i]; i++) {
-        k = find_kv(L, drop[i]);
+        k = mut_find_kv(L, drop[i]);
         if (k < 0) continue;
         snprintf(name, sizeof name, "drop-key-%s", drop[i]);
-        e[0] = splice(L->kv_at[k], L->kv_end[k] - L->kv_at[k], NULL, 0);
-        e[1] = patch(16, L->f.n_kv - 1, 8);
+        e[0] = mut_splice(L->kv_at[k], L->kv_end[k] - L->kv_at[k], NULL, 0);
+        e[1] = mut_patch(16, L->f.n_kv - 1, 8);
         EMIT(m, name, "error", drop[i], "the key removed", e, 2, 1, 0);
     }
-    int tk = find_kv(L, "tokenizer.ggml.tokens"), ty = find_kv(L, "tokenizer.ggml.token_type");
+    int tk = mut_find_kv(L, "tokenizer.ggml.tokens"), ty = mut_find_kv(L, "tokenizer.ggml.token_type");
     if (tk >= 0 && ty >= 0 && L->f.kv[ty].type == GGUF_ARR && L->f.kv[ty].arr_n == L->f.kv[tk].arr_n) {
         /* the vocabulary one token shorter than token_embd's rows: the last token and its type removed */
         const uint8_t *p = L->f.kv[tk].data;
         gguf_str t = {0};
         for (uint64_t j = 0; j < L->f.kv[tk].arr_n; j++) t = gguf_arr_str_next(&p);
         uint64_t n = L->f.kv[tk].arr_n - 1;
-        e[0] = patch(L->kv_type_at[tk] + 8, n, 8);
-        e[1] = splice((size_t)((const uint8_t *)t.ptr - L->b) - 8, 8 + (size_t)t.len, NULL, 0);
-        e[2] = patch(L->kv_type_at[ty] + 8, n, 8);
-        edit e3 = splice(L->kv_end[ty] - 4, 4, NULL, 0);
-        edit all[4] = {e[0], e[1], e[2], e3};
+        e[0] = mut_patch(L->kv_type_at[tk] + 8, n, 8);
+        e[1] = mut_splice((size_t)((const uint8_t *)t.ptr - L->b) - 8, 8 + (size_t)t.len, NULL, 0);
+        e[2] = mut_patch(L->kv_type_at[ty] + 8, n, 8);
+        mut_edit e3 = mut_splice(L->kv_end[ty] - 4, 4, NULL, 0);
+        mut_edit all[4] = {e[0], e[1], e[2], e3};
         EMIT(m, "vocab-one-token-short", "error", "token_embd.weight", "the last token and its type removed", all, 4, 1, 0);
     }
-    int mg = find_kv(L, "tokenizer.ggml.merges");
+    int mg = mut_find_kv(L, "tokenizer.ggml.merges");
     if (mg >= 0) {
-        e[0] = patch(L->kv_type_at[mg] + 8, 0, 8);
-        e[1] = splice(L->kv_type_at[mg] + 16, L->kv_end[mg] - L->kv_type_at[mg] - 16, NULL, 0);
+        e[0] = mut_patch(L->kv_type_at[mg] + 8, 0, 8);
+        e[1] = mut_splice(L->kv_type_at[mg] + 16, L->kv_end[mg] - L->kv_type_at[mg] - 16, NULL, 0);
         EMIT(m, "valid-merges-empty", "valid", "", "no merges: every byte its own token", e, 2, 1, 0);
     }
     return 0;
 }
 
-static int tensor_info(mut *m) {
-    const layout *L = m->L;
+static int tensor_info(mut_ctx *m) {
+    const mut_layout *L = m->L;
     char name[200], says[120];
-    edit e[2];
-    int q = find_t(L, "blk.0.attn_q.weight"), kk = find_t(L, "blk.0.attn_k.weight");
+    mut_edit e[2];
+    int q = mut_find_tensor(L, "blk.0.attn_q.weight"), kk = mut_find_tensor(L, "blk.0.attn_k.weight");
     if (q < 0 || kk < 0) return 0;
     const gguf_tensor *tq = &L->f.tensors[q], *tkk = &L->f.tensors[kk];
     size_t qname = L->ti_at[q] + 8;
     /* names */
-    e[0] = patch(L->ti_at[q], 0, 8);
+    e[0] = mut_patch(L->ti_at[q], 0, 8);
     EMIT(m, "tensor-name-len-0-blk.0.attn_q.weight", "error", "empty name", "tensor name length 0", e, 1, 1, 0);
-    e[0] = patch(L->ti_at[q], UINT64_MAX, 8);
+    e[0] = mut_patch(L->ti_at[q], UINT64_MAX, 8);
     EMIT(m, "tensor-name-len-max-blk.0.attn_q.weight", "error", "string length", "tensor name length 2^64-1", e, 1, 1, 0);
-    e[0] = splice(qname + (size_t)(rng_next(&m->rng) % tq->name.len), 1, "\xff", 1);
+    e[0] = mut_splice(qname + (size_t)(mut_rng(&m->rng) % tq->name.len), 1, "\xff", 1);
     EMIT(m, "tensor-name-utf8-blk.0.attn_q.weight", "error", "UTF-8", "a byte of the name replaced by 0xFF", e, 1, 1, 0);
-    e[0] = splice(qname + 11, 1, "k", 1); /* blk.0.attn_q -> blk.0.attn_k */
+    e[0] = mut_splice(qname + 11, 1, "k", 1); /* blk.0.attn_q -> blk.0.attn_k */
     EMIT(m, "tensor-name-dup-blk.0.attn_k.weight", "error", "duplicate tensor name", "attn_q renamed attn_k", e, 1, 1, 0);
-    e[0] = splice(qname + 11, 1, "x", 1);
+    e[0] = mut_splice(qname + 11, 1, "x", 1);
     EMIT(m, "tensor-renamed-blk.0.attn_q.weight", "error", "blk.0.attn_q.weight", "attn_q renamed attn_x: missing", e, 1, 1, 0);
     /* dimensions */
-    e[0] = patch(L->ti_dims_at[q] - 4, 5, 4);
+    e[0] = mut_patch(L->ti_dims_at[q] - 4, 5, 4);
     EMIT(m, "tensor-ndims-5-blk.0.attn_q.weight", "error", "n_dims", "n_dims 5", e, 1, 1, 0);
-    e[0] = patch(L->ti_dims_at[q] - 4, 0, 4);
+    e[0] = mut_patch(L->ti_dims_at[q] - 4, 0, 4);
     EMIT(m, "tensor-ndims-0-blk.0.attn_q.weight", "error", "", "n_dims 0: the dimensions read as type and offset", e, 1, 1, 0);
-    e[0] = patch(L->ti_dims_at[q], 0, 8);
+    e[0] = mut_patch(L->ti_dims_at[q], 0, 8);
     EMIT(m, "tensor-ne0-0-blk.0.attn_q.weight", "error", "blk.0.attn_q.weight", "ne[0] = 0: an empty tensor", e, 1, 1, 0);
-    e[0] = patch(L->ti_dims_at[q] + 8, 0, 8);
+    e[0] = mut_patch(L->ti_dims_at[q] + 8, 0, 8);
     EMIT(m, "tensor-ne1-0-blk.0.attn_q.weight", "error", "blk.0.attn_q.weight", "ne[1] = 0: an empty tensor", e, 1, 1, 0);
-    e[0] = patch(L->ti_dims_at[q] + 8, 1ull << 40, 8);
+    e[0] = mut_patch(L->ti_dims_at[q] + 8, 1ull << 40, 8);
     EMIT(m, "tensor-ne1-2^40-blk.0.attn_q.weight", "error", "blk.0.attn_q.weight", "ne[1] = 2^40: far past the end", e, 1, 1, 0);
-    e[0] = patch(L->ti_dims_at[q], 1ull << 32, 8);
-    e[1] = patch(L->ti_dims_at[q] + 8, 1ull << 32, 8);
+    e[0] = mut_patch(L->ti_dims_at[q], 1ull << 32, 8);
+    e[1] = mut_patch(L->ti_dims_at[q] + 8, 1ull << 32, 8);
     EMIT(m, "tensor-ne-product-overflows-blk.0.attn_q.weight", "error", "overflow", "ne = [2^32, 2^32]: 2^64 elements", e, 2, 1, 0);
-    e[0] = patch(L->ti_dims_at[q], 1ull << 63, 8);
+    e[0] = mut_patch(L->ti_dims_at[q], 1ull << 63, 8);
     EMIT(m, "tensor-ne0-negative-blk.0.attn_q.weight", "error", "negative", "ne[0] = 2^63", e, 1, 1, 0);
     if (tkk->n_dims == 2) {
-        e[0] = patch(L->ti_dims_at[kk], tkk->ne[1], 8);
-        e[1] = patch(L->ti_dims_at[kk] + 8, tkk->ne[0], 8);
+        e[0] = mut_patch(L->ti_dims_at[kk], tkk->ne[1], 8);
+        e[1] = mut_patch(L->ti_dims_at[kk] + 8, tkk->ne[0], 8);
         EMIT(m, "tensor-dims-swapped-blk.0.attn_k.weight", "error", "blk.0.attn_k.weight", "ne[0] and ne[1] swapped", e, 2, 1, 0);
     }
     /* types */
@@ -785,48 +506,48 @@ static int tensor_info(mut *m) {
         {4, "4-removed", "removed"}, {39, "39", "unknown"}, {0xFFFFFFFFu, "max", "unknown"}, {GGML_Q2_K, "Q2_K", "not supported"}};
     for (int i = 0; i < 4; i++) {
         snprintf(name, sizeof name, "tensor-type-%s-blk.0.attn_q.weight", ty[i].tag);
-        e[0] = patch(L->ti_type_at[q], ty[i].t, 4);
+        e[0] = mut_patch(L->ti_type_at[q], ty[i].t, 4);
         EMIT(m, name, "error", ty[i].says, "tensor type id", e, 1, 1, 0);
     }
     /* a row that is no whole number of blocks: ne[0] one less in the tensor's block type (Q8_0 for float types) */
     uint32_t bt = ggml_blck_size(tq->type) > 1 ? tq->type : GGML_Q8_0;
-    e[0] = patch(L->ti_type_at[q], bt, 4);
-    e[1] = patch(L->ti_dims_at[q], tq->ne[0] - 1, 8);
+    e[0] = mut_patch(L->ti_type_at[q], bt, 4);
+    e[1] = mut_patch(L->ti_dims_at[q], tq->ne[0] - 1, 8);
     snprintf(name, sizeof name, "tensor-row-not-whole-blocks-%s-blk.0.attn_q.weight", ggml_type_name(bt));
     EMIT(m, name, "error", "not a multiple", "ne[0] one less than a whole number of blocks", e, 2, 1, 0);
     /* norms and biases in a quantised type (their length is a whole number of blocks) */
     static const struct { const char *t; uint32_t type; } vq[] = {
         {"blk.0.attn_norm.weight", GGML_Q8_0}, {"output_norm.weight", GGML_Q4_K}, {"blk.0.attn_k.bias", GGML_Q8_0}};
     for (int i = 0; i < 3; i++) {
-        int k = find_t(L, vq[i].t);
+        int k = mut_find_tensor(L, vq[i].t);
         if (k < 0 || L->f.tensors[k].ne[0] % ggml_blck_size(vq[i].type)) continue;
         snprintf(name, sizeof name, "vector-as-%s-%s", ggml_type_name(vq[i].type), vq[i].t);
-        e[0] = patch(L->ti_type_at[k], vq[i].type, 4);
+        e[0] = mut_patch(L->ti_type_at[k], vq[i].type, 4);
         EMIT(m, name, "error", vq[i].t, "a norm or bias stored in a quantised type", e, 1, 1, 0);
     }
     /* tensors removed from the table (their data stays, unread) */
     char last_down[64];
     uint32_t NL = 0;
     char er[64];
-    gguf_get_u32(&L->f, arch_key(L, "block_count"), &NL, er, sizeof er);
+    gguf_get_u32(&L->f, mut_arch_key(L, "block_count"), &NL, er, sizeof er);
     snprintf(last_down, sizeof last_down, "blk.%u.ffn_down.weight", NL ? NL - 1 : 0);
     const char *drop[] = {"token_embd.weight", "output_norm.weight", "blk.0.attn_norm.weight", last_down, "blk.0.attn_q.bias",
                           "output.weight"};
     for (int i = 0; i < 6; i++) {
-        int k = find_t(L, drop[i]);
+        int k = mut_find_tensor(L, drop[i]);
         if (k < 0) continue;
-        int req = required_tensor(L, L->f.tensors[k].name);
+        int req = mut_required_tensor(L, L->f.tensors[k].name);
         snprintf(name, sizeof name, "drop-tensor-%s", drop[i]);
         snprintf(says, sizeof says, "%s", req ? drop[i] : "");
-        e[0] = splice(L->ti_at[k], L->ti_end[k] - L->ti_at[k], NULL, 0);
-        e[1] = patch(8, L->f.n_tensors - 1, 8);
+        e[0] = mut_splice(L->ti_at[k], L->ti_end[k] - L->ti_at[k], NULL, 0);
+        e[1] = mut_patch(8, L->f.n_tensors - 1, 8);
         EMIT(m, name, req ? "error" : "valid", says, req ? "a required tensor removed" : "an optional tensor removed (output: tied)", e, 2, 1, 0);
     }
     return 0;
 }
 
-static int data_placement(mut *m) {
-    const layout *L = m->L;
+static int data_placement(mut_ctx *m) {
+    const mut_layout *L = m->L;
     uint64_t al = L->f.alignment, room = L->size - L->f.data_start;
     /* two tensors next to each other in data order */
     uint64_t a = 0, b = 0;
@@ -838,24 +559,24 @@ static int data_placement(mut *m) {
     if (L->f.tensors[b].offset <= L->f.tensors[a].offset) b = a == 0 ? 1 : 0;
     const gguf_tensor *ta = &L->f.tensors[a], *tb = &L->f.tensors[b];
     char name[200];
-    edit e[1];
+    mut_edit e[1];
     snprintf(name, sizeof name, "data-overlap-same-offset-%.*s", (int)tb->name.len, tb->name.ptr);
-    e[0] = patch(L->ti_off_at[b], ta->offset, 8);
+    e[0] = mut_patch(L->ti_off_at[b], ta->offset, 8);
     EMIT(m, name, "error", "overlap", "two tensors at the same offset", e, 1, 1, 0);
     if (ta->nbytes > al) {
         snprintf(name, sizeof name, "data-overlap-partial-%.*s", (int)tb->name.len, tb->name.ptr);
-        e[0] = patch(L->ti_off_at[b], ta->offset + al, 8);
+        e[0] = mut_patch(L->ti_off_at[b], ta->offset + al, 8);
         EMIT(m, name, "error", "overlap", "a tensor starting inside another", e, 1, 1, 0);
     }
     uint64_t past = (room + al - 1) / al * al;
     snprintf(name, sizeof name, "data-offset-past-end-%.*s", (int)tb->name.len, tb->name.ptr);
-    e[0] = patch(L->ti_off_at[b], past, 8);
+    e[0] = mut_patch(L->ti_off_at[b], past, 8);
     EMIT(m, name, "error", "past end of file", "offset at the end of the file", e, 1, 1, 0);
     snprintf(name, sizeof name, "data-offset-overflow-%.*s", (int)tb->name.len, tb->name.ptr);
-    e[0] = patch(L->ti_off_at[b], UINT64_MAX - (al - 1), 8);
+    e[0] = mut_patch(L->ti_off_at[b], UINT64_MAX - (al - 1), 8);
     EMIT(m, name, "error", "overflow", "offset 2^64-32: offset + size overflows", e, 1, 1, 0);
     snprintf(name, sizeof name, "data-offset-misaligned-%.*s", (int)tb->name.len, tb->name.ptr);
-    e[0] = patch(L->ti_off_at[b], tb->offset + 1, 8);
+    e[0] = mut_patch(L->ti_off_at[b], tb->offset + 1, 8);
     EMIT(m, name, "error", "alignment", "offset one byte off the alignment", e, 1, 1, 0);
     /* the largest tensor moved to the last aligned offset: it runs past the end */
     uint64_t big = 0;
@@ -863,16 +584,16 @@ static int data_placement(mut *m) {
         if (L->f.tensors[i].nbytes > L->f.tensors[big].nbytes) big = i;
     const gguf_tensor *tg = &L->f.tensors[big];
     snprintf(name, sizeof name, "data-runs-past-end-%.*s", (int)tg->name.len, tg->name.ptr);
-    e[0] = patch(L->ti_off_at[big], (room - 1) / al * al, 8);
+    e[0] = mut_patch(L->ti_off_at[big], (room - 1) / al * al, 8);
     EMIT(m, name, "error", "past end of file", "the largest tensor moved to the last aligned offset", e, 1, 1, 0);
     return 0;
 }
 
-static int valid_variants(mut *m) {
-    edit e[1];
+static int valid_variants(mut_ctx *m) {
+    mut_edit e[1];
     EMIT(m, "valid-copy", "valid", "", "the input unchanged", e, 0, 0, 0);
     static const uint8_t tail[1000];
-    e[0] = splice(m->L->size, 0, tail, sizeof tail);
+    e[0] = mut_splice(m->L->size, 0, tail, sizeof tail);
     EMIT(m, "valid-trailing-bytes", "valid", "", "1000 zero bytes after the data", e, 1, 0, 0);
     return 0;
 }
@@ -919,16 +640,16 @@ int cmd_mutate_gguf(int argc, char **argv) {
         gguf_free(&src);
         return 1;
     }
-    layout L;
-    if (layout_init(&L, src.bytes, (size_t)src.size, err, sizeof err)) {
+    mut_layout L;
+    if (mut_layout_init(&L, src.bytes, (size_t)src.size, err, sizeof err)) {
         fprintf(stderr, "mutate-gguf: %s: %s\n", in, err);
-        layout_free(&L);
+        mut_layout_free(&L);
         gguf_free(&src);
         return 1;
     }
     char mpath[4096];
     snprintf(mpath, sizeof mpath, "%s/MANIFEST.tsv", dir);
-    mut m = {.L = &L, .dir = dir, .only = only, .sparse = sparse, .rng = seed * 0x9E3779B97F4A7C15ull + 1};
+    mut_ctx m = {.L = &L, .dir = dir, .only = only, .sparse = sparse, .rng = seed * 0x9E3779B97F4A7C15ull + 1};
     m.manifest = fopen(mpath, "w");
     int rc = 1;
     if (!m.manifest) snprintf(m.err, sizeof m.err, "mutate-gguf: cannot create '%s': %s", mpath, strerror(errno));
@@ -947,7 +668,7 @@ int cmd_mutate_gguf(int argc, char **argv) {
         printf("mutate-gguf: %d files and MANIFEST.tsv in %s\n", m.n_written, dir);
         rc = out_finish("mutate-gguf");
     }
-    layout_free(&L);
+    mut_layout_free(&L);
     gguf_free(&src);
     return rc;
 }
