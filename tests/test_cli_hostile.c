@@ -44,6 +44,9 @@ static const char *files_dir(void) {
     snprintf(p, sizeof p, "%s/ids.txt", d);
     f = fopen(p, "w");
     if (f) { fputs("1 2 3\n", f); fclose(f); }
+    snprintf(p, sizeof p, "%s/nul-ids.txt", d); /* "1<NUL>2 3": read as 1 before NULs were refused */
+    f = fopen(p, "wb");
+    if (f) { fwrite("1\0002 3\n", 1, 6, f); fclose(f); }
     return d;
 }
 
@@ -203,6 +206,7 @@ static const hcase run_ok[] = {
     {"run -m $M --tokens /dev/zero -n 2", '1', 0, 0, 0},
     {"run -m $M --tokens $T -n 2", '1', 0, 0, 0},
     {"run -m $M --tokens $D -n 2", '1', 0, 0, 0},
+    {"run -m $M --tokens $T/nul-ids.txt -n 2", '1', 0, 0, 0},
     {"run -m $M -p hi -n 2 --chat --template nope", '1', 0, 0, 0},
     {"run -m $M -p hi -n 2 --stats-json /nonexistent/x.json", '1', 0, 0, 0},
 };
@@ -238,6 +242,7 @@ static const hcase lbp_ok[] = {
     {"logits -m $M --tokens /dev/zero -o $T/o.f32", '1', 0, 0, 0},
     {"logits -m $M --tokens $T -o $T/o.f32", '1', 0, 0, 0},
     {"logits -m $M --tokens $I -o $T/o.f32 --feed /dev/zero", '1', 0, 0, 0},
+    {"logits -m $M --tokens $T/nul-ids.txt -o $T/o.f32", '1', 0, 0, 0},
     {"bench -m $M --bogus", '2', 0, 0, 0},
     {"bench -m $M -p -1", '2', 0, 0, 0},
     {"bench -m $M -n nan", '2', 0, 0, 0},
