@@ -2,9 +2,9 @@
  * chat-templated prompts, greedy decoding with continuous batching, one JSON line per problem in
  * --out (resumable), a summary for people on stdout and, with --summary-json, as JSON.
  * This main resolves flags and environment (TIERKV_DATA) into harness options; nothing else. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
