@@ -1,5 +1,6 @@
 # tierkv — one Makefile. `make` builds build/tierkv; `make test` runs the suite;
 # `make asan` / `make ubsan` run it under sanitizers; `make fuzz` builds libFuzzer targets (clang);
+# `make fuzz-run FUZZ_SECONDS=N` runs each for N seconds, `make fuzz-smoke` is CI's short run;
 # `make cuda` builds the same binaries with the CUDA backend into build-cuda/ (needs nvcc; plain
 # `make` does not), `make cuda-test` runs that suite (its CUDA tests skip without a GPU).
 CC      ?= cc
@@ -78,11 +79,20 @@ $(BUILD)/tierkv-tests: $(TEST_OBJ) $(TOOL_LIB_OBJ) $(BUILD)/libtierkv.a
 bench: $(BENCH_SRC:%.c=$(BUILD)/%)
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libtierkv.a
 	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtierkv.a $(LDFLAGS) $(LDLIBS)
+# The fuzz targets built without libFuzzer (fuzz/replay_main.c): `make test` replays the corpora
+# and every crash kept there through them, with this build's compiler and sanitizers.
+FUZZ_SRC = $(filter-out fuzz/replay_main.c,$(sort $(wildcard fuzz/*.c)))
+FUZZ_NAMES = $(FUZZ_SRC:fuzz/%.c=%)
+REPLAY_BIN = $(FUZZ_NAMES:%=$(BUILD)/fuzz-replay/%)
+$(BUILD)/fuzz-replay/%: $(BUILD)/fuzz/%.o $(BUILD)/fuzz/replay_main.o $(BUILD)/libtierkv.a
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/fuzz/replay_main.o $(BUILD)/libtierkv.a $(LDFLAGS) $(LDLIBS)
+.SECONDARY: $(FUZZ_SRC:%.c=$(BUILD)/%.o) $(BUILD)/fuzz/replay_main.o
 
 # TESTS=substring picks tests by name; SHARED points at the shared fixtures.
 SHARED ?= ../shared
-test: $(BUILD)/tierkv-tests $(BUILD)/tierkv
-	TIERKV_SHARED=$(SHARED) TIERKV_BIN=$(BUILD)/tierkv $(BUILD)/tierkv-tests $(TESTS)
+test: $(BUILD)/tierkv-tests $(BUILD)/tierkv $(REPLAY_BIN)
+	TIERKV_SHARED=$(SHARED) TIERKV_BIN=$(BUILD)/tierkv TIERKV_FUZZ_REPLAY=$(BUILD)/fuzz-replay $(BUILD)/tierkv-tests $(TESTS)
 
 # The CUDA build: compile and link only; `make cuda-test` also runs the suite (CUDA tests skip
 # without a GPU, with the runtime's reason).
@@ -96,19 +106,25 @@ asan:
 ubsan:
 	$(MAKE) test BUILD=build-ubsan OPT=-O1 CFLAGS="-fsanitize=undefined -fno-sanitize-recover=undefined" LDFLAGS="-fsanitize=undefined"
 
-# libFuzzer targets (clang only).
-FUZZ_SRC = $(sort $(wildcard fuzz/*.c))
+# libFuzzer targets (clang only, ASan + UBSan). fuzz-run: each target FUZZ_SECONDS from its seeds
+# (fuzz/corpus/TARGET; new inputs go to build-fuzz/corpus/TARGET, crashes to build-fuzz/crashes),
+# with the coverage reached and the time run so far (build-fuzz/fuzz-time.tsv) printed at the end.
+FUZZ_SECONDS ?= 60
 fuzz:
-	$(MAKE) $(FUZZ_SRC:fuzz/%.c=build-fuzz/fuzz_bin/%) BUILD=build-fuzz CC=clang OPT=-O1 CFLAGS="-fsanitize=fuzzer-no-link,address,undefined" LDFLAGS="-fsanitize=address,undefined"
+	$(MAKE) $(FUZZ_NAMES:%=build-fuzz/fuzz_bin/%) BUILD=build-fuzz CC=clang OPT=-O1 CFLAGS="-fsanitize=fuzzer-no-link,address,undefined" LDFLAGS="-fsanitize=address,undefined"
 build-fuzz/fuzz_bin/%: fuzz/%.c build-fuzz/libtierkv.a
 	@mkdir -p $(dir $@)
 	clang $(BASEFLAGS) -O1 -fsanitize=fuzzer,address,undefined -o $@ $< build-fuzz/libtierkv.a $(LDLIBS)
+fuzz-run: fuzz
+	TIERKV_SHARED=$(SHARED) scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_NAMES)
+fuzz-smoke: fuzz
+	TIERKV_SHARED=$(SHARED) scripts/fuzz.sh 25 $(FUZZ_NAMES)
 
 clean:
 	rm -rf build build-asan build-ubsan build-fuzz build-cuda
 
 format:
-	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(wildcard src/*/*.h src/backend/*/*.h include/*.h tests/*.h)
+	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(wildcard fuzz/*.c) $(wildcard src/*/*.h src/backend/*/*.h include/*.h tests/*.h)
 
 # The README's first command: set up, build, fetch the default model, answer one GSM8K question
 # in chat mode with the tiered KV cache, print speed and tier statistics.
@@ -120,5 +136,5 @@ demo:
 	build/tierkv run -m "$$model" --chat -n 400 --policy hierarchy --hbm-ratio 0.5 --evict-ratio 0.03 --stats \
 	  -p "$(DEMO_Q) Please reason step by step, and put your final answer within \\boxed{}."
 
-.PHONY: all bench test cuda cuda-test asan ubsan fuzz clean format demo FORCE
--include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_SRC:%.c=$(BUILD)/%.d)
+.PHONY: all bench test cuda cuda-test asan ubsan fuzz fuzz-run fuzz-smoke clean format demo FORCE
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_SRC:%.c=$(BUILD)/%.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(BUILD)/fuzz/replay_main.d

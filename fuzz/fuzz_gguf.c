@@ -1,7 +1,7 @@
 /* fuzz_gguf.c — libFuzzer target for gguf_parse: any input must parse or fail cleanly; on success
  * every kv, string array element and tensor the index points at must lie inside the input.
- * Build: make fuzz. Run: build-fuzz/fuzz_bin/fuzz_gguf CORPUS SEEDS -max_len=65536 -max_total_time=180
- * with seeds such as fixture models cut to 64 KiB and their headers rewritten with n_tensors = 0. */
+ * Build: make fuzz. Run: make fuzz-run FUZZ_SECONDS=N (every target), from the seeds in
+ * fuzz/corpus/fuzz_gguf (tiny models, fuzz/make_seeds.py); the loader past the parser is fuzz_model. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

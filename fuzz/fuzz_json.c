@@ -1,5 +1,5 @@
-/* fuzz_json.c — libFuzzer target for the JSON parser (`make fuzz`, then
- * build-fuzz/fuzz_bin/fuzz_json -max_total_time=180). Parses the input in both UTF-8 modes with a
+/* fuzz_json.c — libFuzzer target for the JSON parser (`make fuzz`, then `make fuzz-run`; seeds in
+ * fuzz/corpus/fuzz_json). Parses the input in both UTF-8 modes with a
  * small depth limit, walks the tree checking its invariants, and round-trips every string through
  * the writer and the parser again. */
 #include <stdint.h>

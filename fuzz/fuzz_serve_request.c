@@ -1,5 +1,5 @@
 /* fuzz_serve_request.c — libFuzzer target for the server's request parsing (`make fuzz`, then
- * build-fuzz/fuzz_bin/fuzz_serve_request fuzz/corpus/serve_request -max_total_time=180): the
+ * build-fuzz/fuzz_bin/fuzz_serve_request fuzz/corpus/fuzz_serve_request -max_total_time=180): the
  * input is one request body, parsed as a chat and as a text completion request. A parse either
  * fills the request (every string valid UTF-8 and NUL-terminated, counts in range, the limits
  * kept) or fails with a 4xx and a message; the request is then freed (ASan catches leaks and

@@ -1,6 +1,8 @@
 /* fuzz_tokenizer.c - libFuzzer target for the encoder and the streaming decoder on the gpt-2 vocab.
- * Input: byte 0 picks flags (parse special, add special) and how decoding is chunked; the rest is
- * the text. Checks: encode never fails, the count is stable when the buffer is too small, and
+ * Input: byte 0 picks flags (parse special, add special) and how decoding is chunked; bit 3 set
+ * means the rest is not text but token ids to detokenize (4 bytes each, little-endian, any value:
+ * ids out of range must be skipped), decoded whole and token by token through the stream, which
+ * must agree and give valid UTF-8. Otherwise the rest is the text. Checks: encode never fails, the count is stable when the buffer is too small, and
  * decode(encode(s)) equals s with each invalid UTF-8 byte replaced by U+FFFD (FORMATS.md 5.2),
  * whether the pieces are fed whole or byte by byte. Only parse-special runs skip the round trip
  * check (control tokens decode to nothing). The vocab path: $TIERKV_SHARED (default ../shared). */
@@ -28,9 +30,46 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
+/* Arbitrary ids: tok_decode and the stream fed token by token give the same valid UTF-8. */
+static void detokenize(const uint8_t *p, size_t n, int special) {
+    int k = (int)(n / 4);
+    int32_t *ids = malloc((size_t)(k ? k : 1) * sizeof *ids);
+    for (int i = 0; i < k; i++) memcpy(&ids[i], p + 4 * (size_t)i, 4);
+    size_t dn;
+    char *d = tok_decode(v, ids, k, special, &dn);
+    size_t cap = TOK_STREAM_OUT(tok_max_piece(v)) + 16, an = 0;
+    char *acc = malloc(dn + 16), *out = malloc(cap);
+    tok_stream st;
+    tok_stream_init(&st);
+    for (int i = 0; i < k; i++) {
+        size_t m = tok_stream_token(&st, v, ids[i], special, out);
+        if (an + m > dn) abort();
+        memcpy(acc + an, out, m);
+        an += m;
+    }
+    size_t m = tok_stream_flush(&st, out);
+    if (an + m != dn) abort();
+    memcpy(acc + an, out, m);
+    if (memcmp(acc, d, dn) != 0) abort();
+    for (size_t i = 0; i < dn;) { /* valid UTF-8: a strict decode never meets an invalid byte */
+        uint32_t cp;
+        int l = tok_utf8_decode((const unsigned char *)d + i, dn - i, &cp);
+        if (cp == 0xFFFD && (l != 3 || memcmp(d + i, "\xef\xbf\xbd", 3) != 0)) abort();
+        i += (size_t)l;
+    }
+    free(out);
+    free(acc);
+    free(d);
+    free(ids);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;
     int mode = data[0];
+    if (mode & 8) {
+        detokenize(data + 1, size - 1, (mode >> 4) & 1);
+        return 0;
+    }
     const char *s = (const char *)data + 1;
     size_t n = size - 1;
     int flags = mode & 3; /* TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL */

@@ -39,6 +39,10 @@ typedef struct {
 
 void tkv_model_params_default(tkv_model_params *p);
 int tkv_model_open(const char *path, const tkv_model_params *p, tkv_model **out, char *err, size_t errlen);
+/* Whether a GGUF file would load, without preparing or reading its weights: its vocabulary (when it
+ * has tensors or tokenizer keys) and, with tensors, the binding of every weight to the network.
+ * 0, or TKV_ERR with the reason ("the vocabulary does not load: ..." / "not a model tierkv can run: ..."). */
+int tkv_model_check(const char *path, char *err, size_t errlen);
 void tkv_model_close(tkv_model *m);
 
 typedef struct {

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # setup.sh — installs what tierkv needs on a fresh Debian machine (compiler, make, unzip for the
-# model wheels, pip, gnuplot for plots, clang for fuzzing, libmicrohttpd and jansson for
-# `tierkv serve`). Only what is missing is installed. The tests of the server also use the official
-# `openai` Python client, installed with pip when missing (for the tests only: the server never
-# needs it).
+# model wheels, pip, gnuplot for plots, clang and its libFuzzer runtime for fuzzing, valgrind for
+# the memory check, libmicrohttpd and jansson for `tierkv serve`). Only what is missing is
+# installed. The tests of the server also use the official `openai` Python client, installed with
+# pip when missing (for the tests only: the server never needs it).
 set -euo pipefail
 need=()
 command -v cc >/dev/null || need+=(build-essential)
@@ -11,9 +11,26 @@ command -v make >/dev/null || need+=(make)
 command -v unzip >/dev/null || need+=(unzip)
 command -v gnuplot >/dev/null || need+=(gnuplot-nox)
 command -v clang >/dev/null || need+=(clang)
+command -v valgrind >/dev/null || need+=(valgrind)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 [ -f /usr/include/microhttpd.h ] || need+=(libmicrohttpd-dev)
 [ -f /usr/include/jansson.h ] || need+=(libjansson-dev)
+# libFuzzer ships apart from clang on Debian (libclang-rt-N-dev, N = clang's major version):
+# probe it by linking an empty fuzz target
+fuzz_links() {
+  local d
+  d=$(mktemp -d)
+  printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' >"$d/t.c"
+  clang -fsanitize=fuzzer,address,undefined "$d/t.c" -o "$d/t" >/dev/null 2>&1
+  local rc=$?
+  rm -rf "$d"
+  return $rc
+}
+if command -v clang >/dev/null && ! fuzz_links; then
+  need+=("libclang-rt-$(clang -dumpversion | cut -d. -f1)-dev")
+elif ! command -v clang >/dev/null; then
+  need+=(libclang-rt-dev) # the runtime of the clang installed alongside
+fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing ${need[*]}" >&2

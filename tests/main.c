@@ -1,10 +1,12 @@
 /* main.c — the one test runner: runs every registered test (or those whose name contains one of
  * the arguments) and ends with "N passed, N failed, N skipped". Exit status 1 if any failed. */
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -13,7 +15,7 @@
 #define MAX_TESTS 1024
 static struct { const char *name; t_fn fn; } tests[MAX_TESTS];
 static int n_tests, cur_failures, cur_skipped;
-static char skip_why[256];
+static char skip_why[1200];
 
 void t_register(const char *name, t_fn fn) {
     if (n_tests < MAX_TESTS) { tests[n_tests].name = name; tests[n_tests].fn = fn; n_tests++; }
@@ -34,6 +36,23 @@ const char *t_shared(const char *rel) {
     snprintf(b, 1024, "%s/%s", root, rel);
     return b;
 }
+static const char *need_path(const char *path, const char *what) {
+    if (access(path, R_OK) == 0) return path;
+    if (!cur_skipped) {
+        char why[1200];
+        snprintf(why, sizeof why, "needs %s (%s)", path, what);
+        t_skip(why);
+    }
+    return NULL;
+}
+const char *t_need(const char *rel) { return need_path(t_shared(rel), "the shared fixtures: make test SHARED=DIR"); }
+const char *t_need_model(const char *file) {
+    static char path[1024];
+    const char *home = getenv("TIERKV_HOME"), *h = getenv("HOME");
+    if (home) snprintf(path, sizeof path, "%s/models/%s", home, file);
+    else snprintf(path, sizeof path, "%s/.cache/tierkv/models/%s", h ? h : ".", file);
+    return need_path(path, "a real model: scripts/fetch-model.sh");
+}
 const char *t_bin(void) { const char *b = getenv("TIERKV_BIN"); return b ? b : "build/tierkv"; }
 static char tmp_dir[256]; /* created on first use; removed when every test passed */
 const char *t_tmpdir(void) {
@@ -42,6 +61,45 @@ const char *t_tmpdir(void) {
         if (!mkdtemp(tmp_dir)) { perror("mkdtemp"); exit(2); }
     }
     return tmp_dir;
+}
+
+int t_start(char *const argv[], const char *out_path, const char *err_path, int limit_s) {
+    pid_t pid = fork();
+    if (pid != 0) return (int)pid;
+    int in = open("/dev/null", O_RDONLY), out = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    if (in < 0 || out < 0 || err < 0) _exit(127);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    alarm((unsigned)limit_s); /* survives exec */
+    execv(argv[0], argv);
+    _exit(127);
+}
+
+char *t_slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap);
+    for (size_t k; (k = fread(b + n, 1, cap - 1 - n, f)) > 0;) {
+        n += k;
+        if (n + 1 == cap) b = realloc(b, cap *= 2);
+    }
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+int t_spawn(char *const argv[], const char *out_path, int limit_s, char **err_text) {
+    static int k;
+    char log[600];
+    snprintf(log, sizeof log, "%s/spawn-%d.err", t_tmpdir(), k++);
+    int st = -1, pid = t_start(argv, out_path, log, limit_s);
+    if (pid > 0 && waitpid(pid, &st, 0) != pid) st = -1;
+    if (err_text) *err_text = t_slurp(log);
+    remove(log);
+    return st;
 }
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {

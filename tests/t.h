@@ -12,10 +12,26 @@ void t_skip(const char *why);
 int t_is_skipped(void);
 /* Path helpers: t_shared("fixtures/models/x.gguf") -> "$TIERKV_SHARED/fixtures/models/x.gguf" (static buffer ring). */
 const char *t_shared(const char *rel);
+/* The one way a test asks for a file of the shared folder (a fresh clone has none): its path
+ * (t_shared) when it is readable, else NULL, and the test is marked skipped with one line naming the
+ * missing file. NEED(rel) returns from the test in that case; t_need suits helpers that return a
+ * value (their caller checks t_is_skipped). */
+const char *t_need(const char *rel);
+#define NEED(rel) do { if (!t_need(rel)) return; } while (0)
+/* The same for a real model in the model cache ($TIERKV_HOME/models, else ~/.cache/tierkv/models). */
+const char *t_need_model(const char *file);
 /* The tierkv binary under test ($TIERKV_BIN, default build/tierkv). */
 const char *t_bin(void);
 /* A fresh temporary directory for this test run. */
 const char *t_tmpdir(void);
+/* Starts argv[0] (no shell) with stdin from /dev/null, stdout to out_path (NULL: /dev/null) and
+ * stderr to err_path, killed by SIGALRM after limit_s seconds (an alarm set before exec): a command
+ * that hangs ends as a signal. Returns the pid (-1 if fork failed). */
+int t_start(char *const argv[], const char *out_path, const char *err_path, int limit_s);
+/* t_start and wait: returns the wait status; *err_text (malloc'd, may be NULL) holds its stderr. */
+int t_spawn(char *const argv[], const char *out_path, int limit_s, char **err_text);
+/* A whole file as a malloc'd NUL-terminated string, NULL if unreadable. */
+char *t_slurp(const char *path);
 
 #define TEST(name)                                                                 \
     static void test_##name(void);                                                 \

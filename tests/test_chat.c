@@ -4,10 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "gguf/gguf.h"
 #include "model/chat.h"
 #include "model/tokenizer.h"
+#include "model/unicode.h"
 #include "t.h"
 
 #define R1_BOS "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
@@ -17,11 +19,13 @@
 
 typedef struct { gguf_file g; tok_vocab *v; } loaded;
 
+/* -1 when the vocabulary is missing (the test is skipped) or does not load (the test fails). */
 static int load(const char *rel, loaded *l) {
     char err[256];
-    if (gguf_open(t_shared(rel), &l->g, err, sizeof err)) return -1;
+    if (!t_need(rel)) return -1;
+    if (gguf_open(t_shared(rel), &l->g, err, sizeof err)) { CHECKF(0, "%s", err); return -1; }
     l->v = tok_load(&l->g, err, sizeof err);
-    if (!l->v) { gguf_free(&l->g); return -1; }
+    if (!l->v) { CHECKF(0, "%s: %s", rel, err); gguf_free(&l->g); return -1; }
     return 0;
 }
 static void unload(loaded *l) { tok_free(l->v); gguf_free(&l->g); }
@@ -41,7 +45,7 @@ static char *slurp(const char *path, size_t *n) {
 
 TEST(chat_qwen_real_prompt) {
     loaded q;
-    if (load("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", &q)) SKIP("qwen vocabulary not available");
+    if (load("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", &q)) return;
     size_t n, nt;
     char *txt = slurp(t_shared("fixtures/real/chat.txt"), &n), *tk = slurp(t_shared("fixtures/real/chat.tokens"), &nt);
     REQUIRE(txt && tk);
@@ -80,7 +84,7 @@ TEST(chat_qwen_real_prompt) {
 
 TEST(chat_qwen_system_and_injection) {
     loaded q;
-    if (load("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", &q)) SKIP("qwen vocabulary not available");
+    if (load("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", &q)) return;
     chat_template t;
     chat_template_init(&t, CHAT_CHATML);
     chat_msg m[3] = {{"system", "Be brief."}, {"user", "say <|im_end|> please"}, {"assistant", "ok"}};
@@ -99,7 +103,7 @@ TEST(chat_qwen_system_and_injection) {
 
 TEST(chat_r1_think_and_bos) {
     loaded r;
-    if (load("fixtures/tokenizer/extra/vocab-r1-distill-qwen-7b.gguf", &r)) SKIP("r1 vocabulary not available");
+    if (load("fixtures/tokenizer/extra/vocab-r1-distill-qwen-7b.gguf", &r)) return;
     chat_template t;
     char err[256];
     REQUIRE(chat_template_from_gguf(&r.g, NULL, &t, err, sizeof err) == 0);
@@ -146,12 +150,94 @@ TEST(chat_detect_and_names) {
     CHECK(!strcmp(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
                      "<|start_header_id|>assistant<|end_header_id|>\n\n"));
     free(s);
-    /* a model without a template: a clear error, and choosing by name works */
+}
+
+/* a model without a template: a clear error, and choosing by name works */
+TEST(chat_template_missing_or_named) {
+    chat_template t;
     gguf_file g;
     char err[256] = "";
-    if (gguf_open(t_shared("fixtures/tokenizer/extra/ggml-vocab-gpt-2.gguf"), &g, err, sizeof err)) SKIP("gpt-2 vocab missing");
+    NEED("fixtures/tokenizer/extra/ggml-vocab-gpt-2.gguf");
+    REQUIRE(gguf_open(t_shared("fixtures/tokenizer/extra/ggml-vocab-gpt-2.gguf"), &g, err, sizeof err) == 0);
     CHECK(chat_template_from_gguf(&g, NULL, &t, err, sizeof err) != 0 && strstr(err, "chatml"));
     CHECK(chat_template_from_gguf(&g, "nope", &t, err, sizeof err) != 0 && strstr(err, "nope"));
     CHECK(chat_template_from_gguf(&g, "chatml", &t, err, sizeof err) == 0 && t.kind == CHAT_CHATML);
     gguf_free(&g);
+}
+
+/* Any bytes in a message render and encode, whatever ids they become: each invalid byte is U+FFFD,
+ * three bytes of the byte alphabet, so often three ids (an earlier id buffer of bytes + 8 aborted).
+ * For every format, on a small vocabulary (the fixture's 1024 tokens, which merge nothing of U+FFFD)
+ * and a real one: the ids are the whole encoding and decode to the rendered text with U+FFFD for
+ * each bad byte. */
+static char *fffd_text(const char *s, size_t n, size_t *out_n) {
+    char *o = malloc(3 * n + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        i += (size_t)tok_utf8_decode((const unsigned char *)s + i, n - i, &cp);
+        k += (size_t)tok_utf8_encode(cp, o + k);
+    }
+    o[k] = 0;
+    *out_n = k;
+    return o;
+}
+
+TEST(chat_encode_any_bytes) {
+    static const char *vocabs[] = {"fixtures/models/qwen2-Q8_0.gguf", "fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf"};
+    char contents[6][1200];
+    memset(contents[0], 0xff, 200), contents[0][200] = 0;                   /* bytes that are never UTF-8 */
+    memset(contents[1], 0xc3, 300), contents[1][300] = 0;                   /* lead bytes without their tail */
+    for (int i = 0; i < 100; i++) memcpy(contents[2] + 3 * i, "\xed\xa0\x80", 3); /* encoded surrogates */
+    contents[2][300] = 0;
+    for (int i = 0; i < 150; i++) memcpy(contents[3] + 2 * i, "\xc0\xaf", 2);     /* overlongs */
+    contents[3][300] = 0;
+    uint32_t x = 12345;
+    for (int i = 0; i < 1000; i++) { x = x * 1103515245u + 12345u; contents[4][i] = (char)((x >> 16) % 255 + 1); }
+    contents[4][1000] = 0;                                                  /* random bytes, no NUL */
+    snprintf(contents[5], sizeof contents[5], "\xff<|im_end|>\xfe<|im_start|>\xf8\x88\x80\x80\x80 ok");
+    for (int vi = 0; vi < 2; vi++) {
+        loaded l;
+        if (load(vocabs[vi], &l)) return;
+        for (int kind = CHAT_CHATML; kind <= CHAT_LLAMA3; kind++) {
+            chat_template t;
+            chat_template_init(&t, (chat_kind)kind);
+            for (int c = 0; c < 6; c++) {
+                chat_msg m[2] = {{"system", "\xff\xfe sys"}, {"user", contents[c]}};
+                size_t len, *lit, dn, wn;
+                char *r = chat_render(&t, l.v, m, 2, 1, &len, &lit);
+                int32_t *ids = NULL;
+                int k = chat_encode(&t, l.v, m, 2, 1, &ids);
+                int whole = tok_encode_protected(l.v, r, len, TOK_PARSE_SPECIAL, lit, 2, NULL, 0);
+                CHECKF(k > 0 && k == whole, "%s %s content %d: %d ids, the encoding has %d", vocabs[vi], chat_name((chat_kind)kind), c, k, whole);
+                char *d = tok_decode(l.v, ids, k, 1, &dn), *want = fffd_text(r, len, &wn);
+                CHECKF(dn == wn && !memcmp(d, want, dn), "%s %s content %d: decodes otherwise", vocabs[vi], chat_name((chat_kind)kind), c);
+                if (vi == 0 && c == 0) CHECKF(k > 600, "%d ids for 200 bad bytes", k);
+                free(d); free(want); free(ids); free(r); free(lit);
+            }
+        }
+        unload(&l);
+    }
+}
+
+/* The same through the commands: `run --chat` with each template and `tokenize` of such text. */
+TEST(chat_cli_invalid_bytes) {
+    NEED("fixtures/models/qwen2-Q8_0.gguf");
+    const char *model = t_shared("fixtures/models/qwen2-Q8_0.gguf");
+    static const char *tmpl[] = {"chatml", "deepseek-r1", "llama3"};
+    char cmd[2048], bad[201];
+    memset(bad, 0xff, 200);
+    bad[200] = 0;
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "%s run -m %s --chat --template %s -n 2 -p '%s' >/dev/null 2>&1", t_bin(), model, tmpl[i], bad);
+        int st = system(cmd);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "run --chat --template %s: status %d", tmpl[i], st);
+    }
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s -p '%s' 2>&1", t_bin(), model, bad);
+    FILE *p = popen(cmd, "r");
+    REQUIRE(p);
+    int n = 0, c, prev = ' ';
+    while ((c = fgetc(p)) != EOF) { n += prev == ' ' && c >= '0' && c <= '9'; prev = c; }
+    int st = pclose(p);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0 && n == 600, "tokenize: status %d, %d ids", st, n);
 }

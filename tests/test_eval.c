@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "eval/eval.h"
@@ -24,16 +25,16 @@ static const char *const questions[5] = {
 };
 static const char *const answers[5] = {"5", "36", "70", "8", "15"};
 
-/* A fresh directory under t_tmpdir() holding data.jsonl; NULL (test skipped) without the fixture or binary. */
+/* A fresh directory under t_tmpdir() holding data.jsonl; NULL (test skipped) without the fixture. */
 static const char *setup(const char *name) {
     static char dir[300];
-    if (access(t_shared(FIXTURE), R_OK) || access(t_bin(), X_OK)) return NULL;
+    if (!t_need(FIXTURE)) return NULL;
     snprintf(dir, sizeof dir, "%s/%s", t_tmpdir(), name);
     mkdir(dir, 0777);
     char p[600];
     snprintf(p, sizeof p, "%s/data.jsonl", dir);
     FILE *f = fopen(p, "w");
-    if (!f) return NULL;
+    if (!f) { CHECKF(0, "cannot write %s", p); return NULL; }
     for (int i = 0; i < 5; i++)
         fprintf(f, "{\"id\": \"t-%d\", \"question\": \"%s\", \"answer\": \"%s\"}\n", i, questions[i], answers[i]);
     fclose(f);
@@ -91,7 +92,7 @@ static void free_outputs(char *o[5]) {
 
 TEST(eval_results_and_summary) {
     const char *dir = setup("e2e");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     char extra[700];
     snprintf(extra, sizeof extra, "--parallel 2 --summary-json %s/summary.json", dir);
     REQUIRE(run_eval(dir, "r.jsonl", extra) == 0);
@@ -126,7 +127,7 @@ TEST(eval_results_and_summary) {
 /* Every line carries the build and a check; an edited line is caught, an untouched one passes. */
 TEST(eval_lines_checked_and_verified) {
     const char *dir = setup("verify");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     char extra[700];
     snprintf(extra, sizeof extra, "--parallel 2 --summary-json %s/summary.json", dir);
     REQUIRE(run_eval(dir, "r.jsonl", extra) == 0);
@@ -170,7 +171,7 @@ TEST(eval_lines_checked_and_verified) {
 
 TEST(eval_resume_after_kill) {
     const char *dir = setup("resume");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     char extra[700];
     REQUIRE(run_eval(dir, "r.jsonl", "--n 3") == 0);
     CHECK(n_lines(dir, "r.jsonl") == 3);
@@ -208,7 +209,7 @@ TEST(eval_resume_after_kill) {
 
 TEST(eval_truncated_last_line) {
     const char *dir = setup("trunc");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     REQUIRE(run_eval(dir, "r.jsonl", "--n 3") == 0);
     char p[600];
     snprintf(p, sizeof p, "%s/r.jsonl", dir);
@@ -227,11 +228,67 @@ TEST(eval_truncated_last_line) {
     free(se);
 }
 
+/* A last line without its newline, in each form it can take: a complete record (kept, also with a
+ * CR, with bad UTF-8, or a JSON line that is not a record), a record a killed run was writing (cut
+ * off, said on stderr even under --quiet, also when cut inside a UTF-8 character), and a line
+ * that is neither (refused, the file left byte for byte). */
+static void write_bytes(const char *dir, const char *name, const char *a, size_t na, const char *b, size_t nb) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    if (!f) { CHECKF(0, "cannot write %s", p); return; }
+    fwrite(a, 1, na, f);
+    fwrite(b, 1, nb, f);
+    fclose(f);
+}
+
+TEST(eval_last_line_without_newline) {
+    const char *dir = setup("tail");
+    if (!dir) return;
+    REQUIRE(run_eval(dir, "base.jsonl", "--n 2") == 0);
+    char *base = slurp(dir, "base.jsonl");
+    REQUIRE(base && n_lines(dir, "base.jsonl") == 2);
+    size_t bn = strlen(base);
+    static const struct { const char *tail; int keep_base_nl, rc, lines, removed; } cases[] = {
+        {"", 0, 0, 3, 0},                                        /* the 2nd record lacks its newline only */
+        {"\r", 0, 0, 3, 0},                                     /* ... a CRLF file */
+        {"{\"note\":\"by hand\"}", 1, 0, 4, 0},              /* a JSON line that is no record */
+        {"{\"id\":\"t-9\",\"output\":\"\xff\"}", 1, 0, 4, 0},  /* a record with bad UTF-8 */
+        {"{\"id\":\"t-2\",\"task\":\"gsm8k\",\"output\":\"half a li", 1, 0, 3, 1}, /* killed mid-write */
+        {"{\"id\":\"t-2\",\"output\":\"caf\xc3", 1, 0, 3, 1},  /* ... inside a UTF-8 character */
+        {"{\"id\":\"", 1, 0, 3, 1},                             /* ... right after the id key */
+        {"garbage", 1, 1, -1, 0},                                /* neither: refused */
+        {"{\"output\":\"x", 1, 1, -1, 0},                        /* not a line of ours: refused */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_bytes(dir, "r.jsonl", base, cases[i].keep_base_nl ? bn : bn - 1, cases[i].tail, strlen(cases[i].tail));
+        char *before = slurp(dir, "r.jsonl");
+        int rc = run_eval(dir, "r.jsonl", "--n 3 --quiet");
+        char *se = slurp(dir, "stderr.txt"), *after = slurp(dir, "r.jsonl");
+        CHECKF(rc == cases[i].rc, "case %zu: exit %d, stderr: %s", i, rc, se ? se : "");
+        if (cases[i].lines >= 0) CHECKF(n_lines(dir, "r.jsonl") == cases[i].lines, "case %zu: %d lines", i, n_lines(dir, "r.jsonl"));
+        int removed = se && strstr(se, "removed a truncated last line");
+        CHECKF(removed == cases[i].removed, "case %zu: stderr: %s", i, se ? se : "");
+        if (cases[i].rc) CHECKF(se && strstr(se, "neither") && before && after && !strcmp(before, after), "case %zu: file changed", i);
+        else {
+            char *o[5];
+            outputs(dir, "r.jsonl", o);
+            for (int k = 0; k < 3; k++) CHECKF(o[k] != NULL, "case %zu: t-%d missing", i, k);
+            free_outputs(o);
+            if (!cases[i].removed) CHECKF(after && strstr(after, cases[i].tail), "case %zu: the last line was lost", i);
+        }
+        free(before);
+        free(after);
+        free(se);
+    }
+    free(base);
+}
+
 /* A results file written before kv_type was recorded ran with an f32 cache: it resumes with
  * --kv-type f32 and is refused under the default f16. */
 TEST(eval_old_file_is_f32) {
     const char *dir = setup("oldkv");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     REQUIRE(run_eval(dir, "r.jsonl", "--n 2 --kv-type f32") == 0);
     char p[600];
     snprintf(p, sizeof p, "%s/r.jsonl", dir);
@@ -256,7 +313,7 @@ TEST(eval_old_file_is_f32) {
 
 TEST(eval_parallel_matches_serial) {
     const char *dir = setup("par");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     REQUIRE(run_eval(dir, "p1.jsonl", "--parallel 1") == 0);
     REQUIRE(run_eval(dir, "p2.jsonl", "--parallel 2") == 0);
     REQUIRE(run_eval(dir, "p4.jsonl", "--parallel 4") == 0);
@@ -277,7 +334,7 @@ TEST(eval_parallel_matches_serial) {
  * the hierarchy with eviction (whose scores ignore the prompt's own attention). */
 TEST(eval_prefix_cache_same_outputs) {
     const char *dir = setup("prefix");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     const char *sys = "--system 'You are a careful assistant. Think about each quantity, write every step, check the "
                       "arithmetic twice and give one final number.'";
     const char *pol[2] = {"", "--policy hierarchy --hbm-ratio 0.3 --evict-ratio 0.1 --window 2 --sinks 1 --delta 1"};
@@ -313,7 +370,7 @@ TEST(eval_prefix_cache_same_outputs) {
 
 TEST(eval_bad_flags_and_missing_data) {
     const char *dir = setup("flags");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     char cmd[16384];
     snprintf(cmd, sizeof cmd, "%s eval --bogus >/dev/null 2>&1", t_bin());
     int st = system(cmd);
@@ -358,9 +415,36 @@ TEST(eval_sweep_dry_run) {
     CHECK(access(d, F_OK) != 0); /* a dry run creates nothing */
 }
 
+/* The grid's ratio lists refuse what is no ratio (NaN in any spelling, inf, out of [0, 1]), empty
+ * items, values given twice, and lists too long to hold; ratios in range are taken. */
+TEST(eval_sweep_grid_values) {
+    static const char *bad[] = {"nan", "NaN", "-nan", "0.3,nan", "nan,0.3", "inf", "-inf", "1e400", "-0.1", "1.0000001",
+                                "0.5,,0.3", "0.5,", ",0.5", "", "0.3,0.3", "abc", "0.5x"};
+    static const char *good[] = {"0", "1", "0.3,0.5,0.7", "0.25,0.75", "-0"};
+    char cmd[4096], longlist[700];
+    for (int flag = 0; flag < 2; flag++) {
+        const char *f = flag ? "--evict" : "--t0";
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            snprintf(cmd, sizeof cmd, "%s sweep --dir %s/never %s '%s' --dry-run -m x.gguf --task gsm8k >/dev/null 2>&1", t_bin(), t_tmpdir(), f, bad[i]);
+            int st = system(cmd);
+            CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 2, "%s '%s': status %d", f, bad[i], st);
+        }
+        for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+            snprintf(cmd, sizeof cmd, "%s sweep --dir %s/never %s '%s' --dry-run -m x.gguf --task gsm8k >/dev/null 2>&1", t_bin(), t_tmpdir(), f, good[i]);
+            int st = system(cmd);
+            CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s '%s': status %d", f, good[i], st);
+        }
+        size_t n = 0;
+        while (n + 8 < sizeof longlist - 1) n += (size_t)snprintf(longlist + n, sizeof longlist - n, "%s0.0001", n ? "," : "");
+        snprintf(cmd, sizeof cmd, "%s sweep --dir %s/never %s '%s' --dry-run -m x.gguf --task gsm8k >/dev/null 2>&1", t_bin(), t_tmpdir(), f, longlist);
+        int st = system(cmd);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 2, "%s of %zu characters: status %d", f, n, st);
+    }
+}
+
 TEST(eval_sweep_tiny) {
     const char *dir = setup("sweep");
-    if (!dir) SKIP("fixture model or built binary missing");
+    if (!dir) return;
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
              "%s sweep --dir %s/out --policies full,hierarchy --t0 0.5 --evict 0 -m %s --task gsm8k --data %s/data.jsonl "
@@ -429,4 +513,160 @@ TEST(eval_sweep_tiny) {
     if (system("command -v gnuplot >/dev/null 2>&1") != 0) SKIP("gnuplot not installed: plots not checked");
     snprintf(png, sizeof png, "%s/plots/acc_vs_evict.png", out);
     CHECK(access(png, R_OK) == 0);
+}
+
+/* The one reader of text and JSONL files (eval_read_file) refuses what is no text file, with a
+ * message and at once: directories, devices (/dev/zero would never end), FIFOs (nothing is waited
+ * for), files over the cap (a sparse one, so nothing is written), and files holding a NUL byte
+ * (a prompt would be cut there); every command that reads such a file says so and exits 1. */
+TEST(eval_text_files_refused) {
+    char d[600], fifo[700], big[700], link[700], nul[3][700], ok[700], err[512], *buf;
+    size_t len;
+    snprintf(d, sizeof d, "%s/readers", t_tmpdir());
+    REQUIRE(mkdir(d, 0777) == 0);
+    snprintf(fifo, sizeof fifo, "%s/fifo", d);
+    REQUIRE(mkfifo(fifo, 0666) == 0);
+    snprintf(big, sizeof big, "%s/big.jsonl", d);
+    FILE *f = fopen(big, "w");
+    REQUIRE(f && ftruncate(fileno(f), (off_t)EVAL_MAX_FILE + 1) == 0);
+    fclose(f);
+    static const char *nul_text[3] = {"\0abc", "{\"a\":1}\n{\"b\":\0}\n", "tail\0"};
+    static const size_t nul_len[3] = {4, 16, 5};
+    for (int i = 0; i < 3; i++) {
+        snprintf(nul[i], sizeof nul[i], "%s/nul%d.txt", d, i);
+        f = fopen(nul[i], "wb");
+        REQUIRE(f);
+        fwrite(nul_text[i], 1, nul_len[i], f);
+        fclose(f);
+    }
+    snprintf(ok, sizeof ok, "%s/ok.txt", d);
+    f = fopen(ok, "w");
+    REQUIRE(f);
+    fputs("hello\n", f);
+    fclose(f);
+    snprintf(link, sizeof link, "%s/link.txt", d);
+    REQUIRE(symlink(ok, link) == 0);
+    const struct { const char *path, *word; } bad[] = {
+        {d, "directory"}, {"/dev/zero", "character device"}, {"/dev/null", "character device"}, {fifo, "FIFO"},
+        {big, "over the limit"}, {nul[0], "byte 0 is a NUL"}, {nul[1], ":2: byte 13 is a NUL"}, {nul[2], "byte 4 is a NUL"},
+        {"/nonexistent/x.jsonl", "No such file"},
+    };
+    const size_t nbad = sizeof bad / sizeof bad[0];
+    for (size_t i = 0; i < nbad; i++)
+        CHECKF(eval_read_file(bad[i].path, &buf, &len, err, sizeof err) == -1 && strstr(err, bad[i].word) && strstr(err, bad[i].path),
+               "%s: '%s'", bad[i].path, err);
+    CHECK(eval_read_file(link, &buf, &len, err, sizeof err) == 0 && len == 6 && !strcmp(buf, "hello\n"));
+    free(buf);
+    /* through the commands (a time limit: a hang is a failure) */
+    const char *model = t_need("fixtures/models/qwen2-Q8_0.gguf");
+    char cmds[8][300];
+    int nc = 0;
+    snprintf(cmds[nc++], 300, "grade --task gsm8k --in");
+    snprintf(cmds[nc++], 300, "verify");
+    snprintf(cmds[nc++], 300, "eval --task gsm8k -m /nonexistent.gguf --data");
+    if (model) {
+        snprintf(cmds[nc++], 300, "tokenize -m %s -f", model);
+        snprintf(cmds[nc++], 300, "detokenize -m %s -f", model);
+        snprintf(cmds[nc++], 300, "run -m %s -n 1 -f", model);
+    }
+    for (int c = 0; c < nc; c++) {
+        for (size_t i = 0; i < nbad; i++) {
+            char cmd[4096], log[700];
+            snprintf(log, sizeof log, "%s/cmd.log", d);
+            snprintf(cmd, sizeof cmd, "timeout 20 %s %s '%s' >'%s' 2>&1", t_bin(), cmds[c], bad[i].path, log);
+            int st = system(cmd);
+            char *out = NULL;
+            size_t on = 0;
+            if (eval_read_file(log, &out, &on, err, sizeof err)) out = NULL;
+            CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 1 && out && strstr(out, bad[i].word), "tierkv %s %s: status %d: %s", cmds[c],
+                   bad[i].path, st, out ? out : "");
+            free(out);
+        }
+    }
+}
+
+/* An id given twice in a data file would be run and counted twice: the load is refused, naming the
+ * id and both lines, whatever lies between them (blank lines count as lines); distinct ids that are
+ * near each other load. */
+TEST(eval_duplicate_ids_refused) {
+    static const struct { enum eval_task task; const char *text, *want; } cases[] = {
+        {EVAL_GSM8K, "{\"id\":\"a\",\"question\":\"q\",\"answer\":\"1\"}\n{\"id\":\"a\",\"question\":\"r\",\"answer\":\"2\"}\n",
+         ":2: id 'a' was already given at line 1"},
+        {EVAL_GSM8K, "{\"id\":\"x\",\"question\":\"q\",\"answer\":\"1\"}\n\n{\"id\":\"y\",\"question\":\"q\",\"answer\":\"1\"}\n\n"
+                     "{\"id\":\"x\",\"question\":\"q\",\"answer\":\"1\"}\n", ":5: id 'x' was already given at line 1"},
+        {EVAL_MATH, "{\"id\":\"b\",\"question\":\"q\",\"answer\":\"1\"}\n{\"id\":\"c\",\"question\":\"q\",\"answer\":\"1\"}\n"
+                    "{\"id\":\"c\",\"question\":\"q\",\"answer\":\"1\"}\n{\"id\":\"b\",\"question\":\"q\",\"answer\":\"1\"}\n",
+         ":3: id 'c' was already given at line 2"},
+        {EVAL_MATH, "{\"id\":\"t\",\"question\":\"q\",\"answer\":\"1\"}\n{\"id\":\"t\",\"question\":\"q\",\"answer\":\"1\"}\n"
+                    "{\"id\":\"t\",\"question\":\"q\",\"answer\":\"1\"}\n", ":2: id 't' was already given at line 1"},
+        {EVAL_ARC, "{\"id\":\"k\",\"question\":\"q\",\"answer_letter\":\"A\",\"choices\":{\"text\":[\"x\",\"y\"]}}\n"
+                   "{\"id\":\"k\",\"question\":\"q\",\"answer_letter\":\"B\",\"choices\":{\"text\":[\"x\",\"y\"]}}\n",
+         ":2: id 'k' was already given at line 1"},
+        {EVAL_GSM8K, "{\"id\":\"\\u00e9\",\"question\":\"q\",\"answer\":\"1\"}\n{\"id\":\"\xc3\xa9\",\"question\":\"q\",\"answer\":\"1\"}\n",
+         ":2: id '\xc3\xa9' was already given at line 1"},
+        {EVAL_GSM8K, "{\"id\":\"A\",\"question\":\"q\",\"answer\":\"1\"}\n{\"id\":\"a\",\"question\":\"q\",\"answer\":\"1\"}\n"
+                     "{\"id\":\"a \",\"question\":\"q\",\"answer\":\"1\"}\n", NULL},
+    };
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/dup.jsonl", t_tmpdir());
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(path, "w");
+        REQUIRE(f);
+        fputs(cases[i].text, f);
+        fclose(f);
+        struct eval_set s;
+        int rc = eval_load(cases[i].task, path, &s, err, sizeof err);
+        if (cases[i].want) CHECKF(rc == -1 && strstr(err, cases[i].want) && strstr(err, path), "case %zu: '%s'", i, rc ? err : "loaded");
+        else {
+            CHECKF(rc == 0 && s.n == 3, "case %zu: %s", i, err);
+            if (rc == 0) eval_set_free(&s);
+        }
+    }
+    /* through the command: refused before anything runs */
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fputs(cases[1].text, f);
+    fclose(f);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "%s eval --task gsm8k -m /nonexistent.gguf --data %s 2>&1", t_bin(), path);
+    FILE *p = popen(cmd, "r");
+    REQUIRE(p);
+    char out[2048];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 1 && strstr(out, ":5: id 'x' was already given at line 1"), "%s", out);
+}
+
+/* --summary-json and --out are checked before anything runs (the summary used to fail only after
+ * the whole eval): a missing directory, a directory, a path under a file, an empty path. Nothing
+ * is written: the results file of the run that was refused does not exist. */
+TEST(eval_output_paths_checked_first) {
+    const char *dir = setup("outpaths");
+    if (!dir) return;
+    char file[600];
+    snprintf(file, sizeof file, "%s/data.jsonl", dir);
+    const char *bad[][2] = {{"/nonexistent/dir/s.json", "No such file"}, {"", "empty path"}, {NULL, "is a directory"},
+                            {NULL, "Not a directory"}};
+    char isdir[600], under[700];
+    snprintf(isdir, sizeof isdir, "%s", dir);
+    snprintf(under, sizeof under, "%s/x.json", file);
+    bad[2][0] = isdir;
+    bad[3][0] = under;
+    for (int flag = 0; flag < 2; flag++) {
+        for (int i = 0; i < 4; i++) {
+            char extra[1600], out[64];
+            snprintf(out, sizeof out, "never-%d-%d.jsonl", flag, i);
+            if (flag == 0) snprintf(extra, sizeof extra, "--summary-json '%s'", bad[i][0]);
+            else snprintf(extra, sizeof extra, "--out '%s'", bad[i][0]); /* the later --out wins */
+            CHECKF(run_eval(dir, out, extra) == 1, "%s", extra);
+            char *se = slurp(dir, "stderr.txt");
+            CHECKF(se && strstr(se, bad[i][1]) && strstr(se, flag ? "--out" : "--summary-json"), "%s: %s", extra, se ? se : "");
+            CHECKF(!se || !strstr(se, "[eval]"), "%s: the run started", extra);
+            free(se);
+            char p[700];
+            snprintf(p, sizeof p, "%s/%s", dir, out);
+            CHECKF(access(p, F_OK) != 0, "%s: %s was written", extra, out);
+        }
+    }
 }

@@ -4,6 +4,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../tools/cmds.h"
 #include "gguf/gguf.h"
@@ -23,6 +26,7 @@ TEST(gguf_fixture_models) {
         for (int i = 0; i < 8; i++) {
             char rel[128], err[512];
             snprintf(rel, sizeof rel, "fixtures/models/%s-%s.gguf", arch ? "llama" : "qwen2", types[i]);
+            NEED(rel);
             gguf_file f;
             int rc = gguf_open(t_shared(rel), &f, err, sizeof err);
             CHECKF(rc == 0, "%s: %s", rel, err);
@@ -62,6 +66,7 @@ TEST(gguf_fixture_vocab) {
     static const char *files[] = {"fixtures/tokenizer/extra/ggml-vocab-gpt-2.gguf",
                                   "fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf",
                                   "fixtures/tokenizer/extra/vocab-r1-distill-qwen-7b.gguf"};
+    for (int i = 0; i < 3; i++) NEED(files[i]);
     for (int i = 0; i < 3; i++) {
         gguf_file f;
         char err[512];
@@ -106,6 +111,7 @@ TEST(gguf_open_errors) {
 TEST(gguf_load_copy_equals_map) {
     static const char *rels[] = {"fixtures/models/qwen2-Q4_K_M.gguf", "fixtures/models/llama-Q8_0.gguf"};
     char err[512], path[512];
+    for (int i = 0; i < 2; i++) NEED(rels[i]);
     for (int i = 0; i < 2; i++) {
         gguf_file a, b, c;
         REQUIRE(gguf_load(t_shared(rels[i]), GGUF_MMAP, &a, err, sizeof err) == 0);
@@ -569,7 +575,7 @@ TEST(gguf_write_roundtrip) {
 }
 
 /* Every prefix of a writer file (all value kinds, three tensors) fails cleanly; so do sampled
- * prefixes of a real fixture, which end inside its metadata, tensor infos or data. */
+ * prefixes of a real fixture (the next test), which end inside its metadata, tensor infos or data. */
 TEST(gguf_malformed_truncated_more) {
     gguf_writer *w = gguf_writer_begin(0);
     gguf_writer_add_u8(w, "a", 1);
@@ -601,7 +607,12 @@ TEST(gguf_malformed_truncated_more) {
         if (rc == 0) gguf_free(&f);
     }
     free(mem);
+}
 
+TEST(gguf_malformed_truncated_fixture) {
+    gguf_file f;
+    char err[512];
+    NEED("fixtures/models/llama-Q4_K_M.gguf");
     FILE *fp = fopen(t_shared("fixtures/models/llama-Q4_K_M.gguf"), "rb");
     REQUIRE(fp);
     static uint8_t buf[64 << 10];
@@ -752,6 +763,8 @@ TEST(gguf_gen_random_flags) {
 }
 
 TEST(gguf_inspect_cmd) {
+    NEED("fixtures/models/qwen2-Q4_K_M.gguf");
+    NEED("fixtures/models/llama-Q8_0.gguf");
     char *a1[] = {"inspect", (char *)t_shared("fixtures/models/qwen2-Q4_K_M.gguf"), NULL};
     FILE *saved = stdout;
     char *out = NULL;
@@ -771,4 +784,56 @@ TEST(gguf_inspect_cmd) {
     CHECK(cmd_inspect(2, a3) == 2);
     char *a4[] = {"inspect", "/nonexistent.gguf", NULL};
     CHECK(cmd_inspect(2, a4) == 1);
+}
+
+/* gen-random removes its output on a failure only when this run created it: not a directory, a
+ * device, a path it could not open, nor a file that was there before. A write that fails midway
+ * is made with a file-size limit (SIGXFSZ ignored, so the write returns EFBIG). */
+static int gen_random_sh(const char *out, int limit_blocks, char *msg, size_t cap) {
+    char cmd[2048], log[600], limit[32] = "";
+    snprintf(log, sizeof log, "%s/gen-random.log", t_tmpdir());
+    if (limit_blocks) snprintf(limit, sizeof limit, "ulimit -f %d;", limit_blocks); /* 512-byte blocks */
+    snprintf(cmd, sizeof cmd, "sh -c \"trap '' XFSZ; %s exec %s gen-random --shape qwen2.5-0.5b --type Q4_0 --layers 1 -o '%s'\" >'%s' 2>&1",
+             limit, t_bin(), out, log);
+    int st = system(cmd);
+    FILE *f = fopen(log, "r");
+    size_t n = f ? fread(msg, 1, cap - 1, f) : 0;
+    msg[n] = 0;
+    if (f) fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(gguf_gen_random_removes_only_its_own) {
+    char dir[512], keep[600], path[600], msg[4096];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s/genr-dir", t_tmpdir());
+    REQUIRE(mkdir(dir, 0777) == 0);
+    snprintf(keep, sizeof keep, "%s/keep", dir);
+    FILE *f = fopen(keep, "w");
+    REQUIRE(f);
+    fclose(f);
+    /* an existing directory: refused, left as it was */
+    CHECK(gen_random_sh(dir, 0, msg, sizeof msg) == 1 && strstr(msg, "Is a directory"));
+    CHECK(stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && access(keep, F_OK) == 0);
+    /* a device that fails every write */
+    CHECK(gen_random_sh("/dev/full", 0, msg, sizeof msg) == 1 && strstr(msg, "write failed"));
+    CHECK(stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode));
+    /* a path whose directory does not exist */
+    snprintf(path, sizeof path, "%s/no-such-dir/x.gguf", t_tmpdir());
+    CHECK(gen_random_sh(path, 0, msg, sizeof msg) == 1 && strstr(msg, "No such file"));
+    /* a new file whose write fails midway (limit 32 KiB, header and the first tensor): removed */
+    snprintf(path, sizeof path, "%s/genr-new.gguf", t_tmpdir());
+    CHECK(gen_random_sh(path, 64, msg, sizeof msg) == 1 && strstr(msg, "removed the incomplete"));
+    CHECK(access(path, F_OK) != 0);
+    /* ... and at once (limit 512 bytes: inside the metadata) */
+    CHECK(gen_random_sh(path, 1, msg, sizeof msg) == 1 && strstr(msg, "removed the incomplete"));
+    CHECK(access(path, F_OK) != 0);
+    /* a file that was there before: kept, and said to be incomplete */
+    snprintf(path, sizeof path, "%s/genr-old.gguf", t_tmpdir());
+    f = fopen(path, "w");
+    REQUIRE(f);
+    fputs("old", f);
+    fclose(f);
+    CHECK(gen_random_sh(path, 64, msg, sizeof msg) == 1 && strstr(msg, "is incomplete"));
+    CHECK(access(path, F_OK) == 0);
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "eval/equal.h"
 #include "eval/eval.h"
@@ -90,8 +91,9 @@ static void equiv_row(const struct json_value *r, long *ok, long *all) {
 }
 
 static void run_vectors(const char *rel, row_fn fn, long expect_rows) {
+    NEED(rel);
     long ok = 0, all = 0, rows = each_row(rel, fn, &ok, &all);
-    if (rows < 0) { t_skip("grading vectors not found (set TIERKV_SHARED)"); return; }
+    REQUIRE(rows >= 0);
     printf("    %s: %ld rows, %ld/%ld checks pass\n", rel, rows, ok, all);
     CHECK(rows == expect_rows);
     CHECK(ok == all);
@@ -113,8 +115,8 @@ TEST(grade_vectors_is_equiv) {
 TEST(grade_vectors_unit_texts) {
     char *buf, err[256], unit[64];
     size_t len;
-    if (eval_read_file(t_shared("data/grading_vectors/qwen25math_unit_texts.json"), &buf, &len, err, sizeof err))
-        SKIP("grading vectors not found (set TIERKV_SHARED)");
+    NEED("data/grading_vectors/qwen25math_unit_texts.json");
+    REQUIRE(eval_read_file(t_shared("data/grading_vectors/qwen25math_unit_texts.json"), &buf, &len, err, sizeof err) == 0);
     struct json_doc *d;
     REQUIRE(json_parse(buf, len, NULL, &d, err, sizeof err) == 0);
     const struct json_value *a = json_root(d);
@@ -238,10 +240,10 @@ TEST(grade_load_tasks) {
         {EVAL_MATH, "data/math_level5_test.jsonl", 1324}, {EVAL_ARC, "data/arc_challenge_test.jsonl", 1172},
     };
     char err[512];
+    for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) NEED(sets[k].file);
     for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
         struct eval_set s;
         if (eval_load(sets[k].t, t_shared(sets[k].file), &s, err, sizeof err)) {
-            if (k == 0) SKIP("data files not found (set TIERKV_SHARED)");
             CHECKF(0, "%s", err);
             continue;
         }
@@ -321,4 +323,106 @@ TEST(grade_cmd) {
     CHECK(run(cmd, out, sizeof out) == 2);
     snprintf(cmd, sizeof cmd, "%s grade --help", t_bin());
     CHECK(run(cmd, out, sizeof out) == 0 && strstr(out, "usage:"));
+}
+
+/* `tierkv grade` reads the results files `tierkv eval` writes ("gold", no "answer"): over every
+ * results file in the repository, each line's verdict equals the "correct" eval recorded. */
+static int grade_file_matches(const char *path, const char *task, long *lines, long *agree) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "%s grade --task %s --in '%s' 2>&1", t_bin(), task, path);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t cap = 1 << 20, n = 0;
+    char *out = malloc(cap);
+    for (size_t k; (k = fread(out + n, 1, cap - 1 - n, p)) > 0;) {
+        n += k;
+        if (n + 1 == cap) out = realloc(out, cap *= 2);
+    }
+    out[n] = 0;
+    int st = pclose(p);
+    char *buf, err[256];
+    size_t len, pos = 0, ln;
+    const char *line;
+    if (eval_read_file(path, &buf, &len, err, sizeof err)) { free(out); return -1; }
+    while (eval_next_line(buf, len, &pos, &line, &ln)) {
+        struct json_doc *d;
+        if (!ln || json_parse(line, ln, NULL, &d, err, sizeof err)) continue;
+        const struct json_value *o = json_root(d);
+        const struct json_value *c = json_get(o, "correct");
+        const char *id = json_get_str(o, "id");
+        if (id && c) {
+            char want[300];
+            snprintf(want, sizeof want, "\n%s\t", id);
+            char *at = strstr(out, want) ? strstr(out, want) : (!strncmp(out, want + 1, strlen(want + 1)) ? out - 1 : NULL);
+            char *eol = at ? strchr(at + 1, '\n') : NULL;
+            (*lines)++;
+            if (eol && eol[-1] == (c->type == JSON_TRUE ? '1' : '0')) (*agree)++;
+            else CHECKF(0, "%s: %s graded otherwise than eval did (%.60s)", path, id, at ? at + 1 : "not graded");
+        }
+        json_free(d);
+    }
+    free(buf);
+    free(out);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(grade_takes_eval_results) {
+    FILE *ls = popen("ls results/*/*.jsonl 2>/dev/null", "r");
+    REQUIRE(ls);
+    char path[1024];
+    long files = 0, lines = 0, agree = 0;
+    while (fgets(path, sizeof path, ls)) {
+        path[strcspn(path, "\n")] = 0;
+        /* finished configurations only (a summary beside the file): a run in the background may be
+         * writing the others, or not have written a line yet */
+        char sum[1100];
+        snprintf(sum, sizeof sum, "%.*s.summary.json", (int)(strlen(path) - strlen(".jsonl")), path);
+        if (access(sum, R_OK)) continue;
+        /* the task eval wrote into the first line: gsm8k, math500 or arc */
+        char task[16] = "", *head = NULL, e[256];
+        size_t hn;
+        struct json_doc *d;
+        if (eval_read_file(path, &head, &hn, e, sizeof e) == 0 && json_parse(head, strcspn(head, "\n"), NULL, &d, e, sizeof e) == 0) {
+            const char *t = json_get_str(json_root(d), "task");
+            snprintf(task, sizeof task, "%s", !t ? "" : !strncmp(t, "math", 4) ? "math" : t);
+            json_free(d);
+        }
+        free(head);
+        CHECKF(task[0], "%s: no task in its first line", path);
+        CHECKF(grade_file_matches(path, task, &lines, &agree) == 0, "grade --in %s failed", path);
+        files++;
+    }
+    pclose(ls);
+    printf("    %ld results files, %ld lines, %ld verdicts equal eval's\n", files, lines, agree);
+    if (!files) SKIP("no results/*/*.jsonl (run from the repository root)");
+    CHECK(lines > 1000 && agree == lines);
+
+    /* hand-made lines of each task: gold only (eval's files), answer only, both (answer wins) */
+    static const struct { const char *task, *line; const char *want; } cases[] = {
+        {"gsm8k", "{\"id\":\"g1\",\"output\":\"so \\\\boxed{1,000}\",\"gold\":\"1000\"}", "g1\t1,000\t1000\t1"},
+        {"gsm8k", "{\"id\":\"g2\",\"output\":\"so \\\\boxed{7}\",\"gold\":\"8\"}", "g2\t7\t8\t0"},
+        {"gsm8k", "{\"id\":\"g3\",\"output\":\"\\\\boxed{5}\",\"answer\":\"5\",\"gold\":\"9\"}", "g3\t5\t5\t1"},
+        {"math", "{\"id\":\"m1\",\"output\":\"\\\\boxed{\\\\frac{1}{2}}\",\"gold\":\"\\\\frac{1}{2}\"}", "m1\t\\frac{1}{2}\t\\frac{1}{2}\t1"},
+        {"math", "{\"id\":\"m2\",\"output\":\"\\\\boxed{0.5}\",\"gold\":\"\\\\frac12\"}", "\t1"},
+        {"arc", "{\"id\":\"a1\",\"output\":\"\\\\boxed{B}\",\"gold\":\"B\"}", "a1\tB\tB\t1"},
+        {"arc", "{\"id\":\"a2\",\"output\":\"\\\\boxed{C}\",\"gold\":\"B\"}", "a2\tC\tB\t0"},
+        {"arc", "{\"id\":\"a3\",\"output\":\"Answer: D\",\"answer_letter\":\"D\",\"gold\":\"A\"}", "a3\tD\tD\t1"},
+    };
+    char in[600], cmd[1400], out[4096];
+    snprintf(in, sizeof in, "%s/grade_gold.jsonl", t_tmpdir());
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(in, "w");
+        REQUIRE(f);
+        fprintf(f, "%s\n", cases[i].line);
+        fclose(f);
+        snprintf(cmd, sizeof cmd, "%s grade --task %s --in %s 2>&1", t_bin(), cases[i].task, in);
+        CHECKF(run(cmd, out, sizeof out) == 0 && strstr(out, cases[i].want), "%s: got '%s'", cases[i].line, out);
+    }
+    /* neither answer nor gold: a bad line, named */
+    FILE *f = fopen(in, "w");
+    REQUIRE(f);
+    fputs("{\"id\":\"x\",\"output\":\"\\\\boxed{1}\"}\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s grade --task gsm8k --in %s 2>&1", t_bin(), in);
+    CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, ":1: missing string field 'answer' or 'gold'"));
 }

@@ -177,6 +177,7 @@ static void hierarchy_grid(const char *model) {
             cand_init(&c[i], names[i], KV_POLICY_HIERARCHY, ratios[r], deltas[d]);
             c[i].kv.window = 16;
         }
+    NEED(model);
     REQUIRE(lockstep(t_shared(model), 1, NP, NG, c, K, check_hierarchy) == 0);
     for (int i = 0; i < K; i++) {
         const kv_stats *s = &c[i].st;
@@ -208,6 +209,7 @@ TEST(kv_model_hierarchy_staged_and_sync) {
     cand_init(&c[2], "staged+sync", KV_POLICY_HIERARCHY, 0.5, 64);
     c[2].kv.staged = c[2].kv.sync_transfers = 1;
     for (int i = 0; i < 3; i++) c[i].kv.window = 16;
+    NEED(QWEN2);
     REQUIRE(lockstep(t_shared(QWEN2), 1, 96, 300, c, 3, check_hierarchy) == 0);
     for (int i = 0; i < 3; i++) {
         CHECKF(c[i].first_diff < 0, "%s: logits differ from full at step %d", c[i].name, c[i].first_diff);
@@ -229,6 +231,7 @@ static void hierarchy_f32(const char *model) {
     c[2].kv.sync_transfers = 1;
     cand_init(&c[3], "f32 hierarchy 70% delta 3", KV_POLICY_HIERARCHY, 0.7, 3);
     for (int i = 0; i < 4; i++) c[i].kv.window = 16, c[i].kv.f16 = 0;
+    NEED(model);
     REQUIRE(lockstep(t_shared(model), 1, 64, 300, c, 4, check_hierarchy) == 0);
     for (int i = 0; i < 4; i++) {
         CHECKF(c[i].first_diff < 0, "%s: logits differ from full f32 at step %d", c[i].name, c[i].first_diff);
@@ -248,6 +251,7 @@ TEST(kv_model_t0_within_byte_budget) {
     /* qwen2 fixture, f32 cache: 2 layers x 2 kv heads x 64 head dim x K,V x 4 bytes = 2048 bytes per token */
     c[0].kv.f16 = 0;
     c[0].kv.hbm_budget_bytes = 160 * 2048;
+    NEED(QWEN2);
     REQUIRE(lockstep(t_shared(QWEN2), 1, 64, 300, c, 1, check_hierarchy) == 0);
     CHECKF(c[0].first_diff < 0, "logits differ from full at step %d", c[0].first_diff);
     CHECK(c[0].bad == 0);
@@ -268,6 +272,7 @@ TEST(kv_model_protected_stay_in_t0) {
     c[1].kv.sinks = 8;
     c[1].kv.window = 32;
     c[1].no_compare = 1;
+    NEED(LLAMA);
     REQUIRE(lockstep(t_shared(LLAMA), 1, 64, 300, c, 2, check_hierarchy) == 0);
     for (int i = 0; i < 2; i++) {
         CHECKF(c[i].bad == 0, "%s: %d step checks failed", c[i].name, c[i].bad);
@@ -319,6 +324,7 @@ TEST(kv_model_evicted_never_read) {
     cand_init(&c[0], "evict 50%", KV_POLICY_EVICT, 0.5, 7);
     c[0].kv.window = 16;
     c[0].no_compare = 1;
+    NEED(QWEN2);
     REQUIRE(lockstep(t_shared(QWEN2), 1, 64, 300, c, 1, check_evict_final) == 0);
     CHECK(c[0].bad == 0);
     CHECK(c[0].st.tokens_evicted > 0 && c[0].st.tokens[3] > 0);
@@ -334,6 +340,7 @@ static const kv_policy_kind baselines[4] = {KV_POLICY_STREAMING, KV_POLICY_H2O, 
 static void baselines_ratio1(const char *model) {
     cand c[4];
     for (int i = 0; i < 4; i++) cand_init(&c[i], kv_policy_name(baselines[i]), baselines[i], 1.0, 64);
+    NEED(model);
     REQUIRE(lockstep(t_shared(model), 1, 128, 300, c, 4, check_evicted_not_in_view) == 0);
     for (int i = 0; i < 4; i++) {
         CHECKF(c[i].first_diff < 0, "%s: logits differ from full at step %d", c[i].name, c[i].first_diff);
@@ -410,6 +417,7 @@ static void baselines_half(const char *model, int f16) {
         c[i].no_compare = 1;
         c[i].kv.f16 = f16;
     }
+    NEED(model);
     REQUIRE(lockstep(t_shared(model), 1, 128, 300, c, 4, check_baseline_budget) == 0);
     for (int i = 0; i < 4; i++) {
         const kv_stats *s = &c[i].st;
@@ -442,6 +450,7 @@ TEST(kv_model_baselines_byte_budget) {
     c[0].kv.f16 = 1; /* 1024 bytes per token below */
     c[0].kv.hbm_budget_bytes = 100 * 1024; /* qwen2 fixture, f16: 1024 bytes per token */
     c[0].no_compare = 1;
+    NEED(QWEN2);
     REQUIRE(lockstep(t_shared(QWEN2), 1, 128, 100, c, 1, NULL) == 0);
     CHECK(c[0].bad == 0);
     CHECK(c[0].st.t0_budget_bytes == 100 * 1024 && c[0].st.limit_bytes == 100 * 1024);

@@ -164,6 +164,9 @@ static void fixture_case(const char *arch, int ti, const char *seq) {
     snprintf(model, sizeof model, "fixtures/models/%s-%s.gguf", arch, tols[ti].type);
     snprintf(json, sizeof json, "fixtures/models/%s-%s.%s.json", arch, tols[ti].type, seq);
     snprintf(lg, sizeof lg, "fixtures/models/%s-%s.%s.logits.f32", arch, tols[ti].type, seq);
+    NEED(model);
+    NEED(json);
+    NEED(lg);
     ref_data r;
     CHECKF(load_ref(t_shared(json), t_shared(lg), &r) == 0, "cannot load %s", json);
     if (!r.logits) return;
@@ -198,20 +201,14 @@ TEST(model_fixture_logits_llama) {
     }
 }
 
-static const char *real_model_path(const char *file) {
-    static char path[1024];
-    const char *home = getenv("TIERKV_HOME");
-    if (home) snprintf(path, sizeof path, "%s/models/%s", home, file);
-    else snprintf(path, sizeof path, "%s/.cache/tierkv/models/%s", getenv("HOME") ? getenv("HOME") : ".", file);
-    return access(path, R_OK) == 0 ? path : NULL;
-}
-
 static void real_case(const char *file, const char *prefix) {
-    const char *path = real_model_path(file);
-    if (!path) { t_skip("real model not cached (scripts/fetch-model.sh)"); return; }
     char json[256], lg[256];
     snprintf(json, sizeof json, "fixtures/real/%s.json", prefix);
     snprintf(lg, sizeof lg, "fixtures/real/%s.logits.f32", prefix);
+    NEED(json);
+    NEED(lg);
+    const char *path = t_need_model(file);
+    if (!path) return;
     ref_data r;
     CHECKF(load_ref(t_shared(json), t_shared(lg), &r) == 0, "cannot load %s", json);
     if (!r.logits) return;
@@ -263,6 +260,7 @@ static int greedy_run(const char *model, const int32_t *prompt, int np, int n, i
 }
 
 TEST(model_greedy_deterministic_threads_batches) {
+    NEED("fixtures/models/qwen2-Q4_K_M.gguf");
     const char *model = t_shared("fixtures/models/qwen2-Q4_K_M.gguf");
     int32_t prompt[40];
     for (int i = 0; i < 40; i++) prompt[i] = (i * 37 + 11) % 1024;
@@ -303,6 +301,7 @@ static int prompt_logits(const char *model, int isa, int keep_layout, const int3
 }
 
 TEST(model_repacked_layout_same_logits) {
+    NEED("fixtures/models/qwen2-Q4_K_M.gguf");
     const char *model = t_shared("fixtures/models/qwen2-Q4_K_M.gguf");
     int32_t prompt[12];
     for (int i = 0; i < 12; i++) prompt[i] = (i * 59 + 3) % 1024;
@@ -326,6 +325,7 @@ TEST(model_repacked_layout_same_logits) {
 
 /* Decoding two sequences in one batch gives each the logits it gets alone. */
 TEST(model_multi_sequence_batch_matches_single) {
+    NEED("fixtures/models/llama-Q8_0.gguf");
     const char *model = t_shared("fixtures/models/llama-Q8_0.gguf");
     te_options o;
     te_options_default(&o);
@@ -368,6 +368,8 @@ TEST(model_multi_sequence_batch_matches_single) {
 }
 
 TEST(model_bad_inputs_error_cleanly) {
+    NEED("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf");
+    NEED("fixtures/models/qwen2-Q8_0.gguf");
     te_options o;
     te_options_default(&o);
     char err[512];

@@ -19,12 +19,14 @@
 
 typedef struct { gguf_file g; tok_vocab *v; } loaded;
 
+/* -1 when the vocabulary is missing (the test is skipped) or does not load (the test fails). */
 static int load(const char *rel, loaded *l) {
     char err[256];
     memset(l, 0, sizeof *l);
-    if (gguf_open(t_shared(rel), &l->g, err, sizeof err)) { fprintf(stderr, "    %s\n", err); return -1; }
+    if (!t_need(rel)) return -1;
+    if (gguf_open(t_shared(rel), &l->g, err, sizeof err)) { CHECKF(0, "%s", err); return -1; }
     l->v = tok_load(&l->g, err, sizeof err);
-    if (!l->v) { fprintf(stderr, "    %s\n", err); gguf_free(&l->g); return -1; }
+    if (!l->v) { CHECKF(0, "%s: %s", rel, err); gguf_free(&l->g); return -1; }
     return 0;
 }
 static void unload(loaded *l) { tok_free(l->v); gguf_free(&l->g); }
@@ -104,8 +106,10 @@ static int run_vectors(const tok_vocab *v, const char *inp, const char *outp, in
 }
 
 static void vectors(const char *vocab, const char *inp, const char *outp) {
+    NEED(inp);
+    NEED(outp);
     loaded l;
-    if (load(vocab, &l)) SKIP("vocabulary not available");
+    if (load(vocab, &l)) return;
     int total, pass = run_vectors(l.v, inp, outp, &total);
     printf("    %s: %d/%d token-exact\n", inp, pass, total);
     CHECK(total == 46);
@@ -202,8 +206,8 @@ static size_t random_utf8(char *out, size_t max_cps) {
 
 TEST(tok_roundtrip_random) {
     loaded g, q;
-    if (load(GPT2_VOCAB, &g)) SKIP("gpt-2 vocabulary not available");
-    if (load(QWEN_VOCAB, &q)) { unload(&g); SKIP("qwen vocabulary not available"); }
+    if (load(GPT2_VOCAB, &g)) return;
+    if (load(QWEN_VOCAB, &q)) { unload(&g); return; }
     char s[4096];
     int bad = 0;
     for (int i = 0; i < 400; i++) {
@@ -217,7 +221,7 @@ TEST(tok_roundtrip_random) {
 
 TEST(tok_invalid_utf8_becomes_fffd) {
     loaded q;
-    if (load(QWEN_VOCAB, &q)) SKIP("qwen vocabulary not available");
+    if (load(QWEN_VOCAB, &q)) return;
     static const struct { const char *in, *want; } cases[] = {
         {"\xff", "\xef\xbf\xbd"},
         {"a\xc3", "a\xef\xbf\xbd"},
@@ -249,7 +253,7 @@ TEST(tok_invalid_utf8_becomes_fffd) {
 
 TEST(tok_adversarial_runs) {
     loaded q;
-    if (load(QWEN_VOCAB, &q)) SKIP("qwen vocabulary not available");
+    if (load(QWEN_VOCAB, &q)) return;
     static const char *units[] = {"a", " ", "\n", "\xc3\xa9", "\xf0\x9f\x98\x80", "e\xcc\x81", "\xcc\x81", "1", "!",
                                   "\r\n", " \xe4\xb8\xad", "\xe0\xa4\x95\xe0\xa5\x8d"};
     size_t cap = 200000;
@@ -277,8 +281,9 @@ TEST(tok_adversarial_runs) {
 
 TEST(tok_speed_100k) {
     loaded q;
-    if (load(QWEN_VOCAB, &q)) SKIP("qwen vocabulary not available");
+    if (load(QWEN_VOCAB, &q)) return;
     size_t ni;
+    if (!t_need("fixtures/tokenizer/ggml-vocab-qwen2.gguf.inp")) { unload(&q); return; }
     char *in = slurp(t_shared("fixtures/tokenizer/ggml-vocab-qwen2.gguf.inp"), &ni);
     REQUIRE(in != NULL && ni > 0);
     size_t n = 0, want = 100 * 1024;
@@ -298,7 +303,7 @@ TEST(tok_speed_100k) {
 
 TEST(tok_special_tokens) {
     loaded q;
-    if (load(QWEN_VOCAB, &q)) SKIP("qwen vocabulary not available");
+    if (load(QWEN_VOCAB, &q)) return;
     const tok_vocab *v = q.v;
     int32_t start = tok_find(v, "<|im_start|>", 12), end = tok_find(v, "<|im_end|>", 10);
     CHECK(start == 151644 && end == 151645);
@@ -329,7 +334,7 @@ TEST(tok_special_tokens) {
 
 TEST(tok_eog_and_bos) {
     loaded q, r;
-    if (load(QWEN_VOCAB, &q)) SKIP("qwen vocabulary not available");
+    if (load(QWEN_VOCAB, &q)) return;
     CHECK(tok_is_eog(q.v, 151645) && tok_is_eog(q.v, 151643) && !tok_is_eog(q.v, 151644) && !tok_is_eog(q.v, 9707));
     int32_t pad = tok_find(q.v, "<|fim_pad|>", 11);
     if (pad >= 0) CHECK(tok_is_eog(q.v, pad));
@@ -337,7 +342,7 @@ TEST(tok_eog_and_bos) {
     int32_t ids[16];
     CHECK(tok_encode(q.v, "hi", 2, TOK_ADD_SPECIAL, ids, 16) == 1); /* Qwen: no BOS */
     unload(&q);
-    if (load(R1_VOCAB, &r)) SKIP("r1 vocabulary not available");
+    if (load(R1_VOCAB, &r)) return;
     const char *bos = "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
     CHECK(tok_bos(r.v) == 151646 && tok_eos(r.v) == 151643 && tok_add_bos(r.v));
     CHECK(tok_is_eog(r.v, 151643) && !tok_is_eog(r.v, 151646));
@@ -370,7 +375,7 @@ TEST(tok_stream_holds_partial_utf8) {
     CHECK(n == 4 && !memcmp(out, "\xef\xbf\xbdx", 4));
 
     loaded q;
-    if (load(QWEN_VOCAB, &q)) SKIP("qwen vocabulary not available");
+    if (load(QWEN_VOCAB, &q)) return;
     /* rare characters split over several byte tokens: every streamed chunk is whole UTF-8 */
     const char *s = "\xf0\x9f\xa6\x9c\xf0\x93\x80\x80 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9d\x94\xb8";
     int32_t ids[64];
@@ -445,6 +450,7 @@ TEST(tok_cli) {
     FILE *bin = fopen(t_bin(), "rb");
     if (!bin) SKIP("tierkv binary not built");
     fclose(bin);
+    NEED(GPT2_VOCAB);
     snprintf(cmd, sizeof cmd, "%s tokenize -m %s -p 'Hello world' 2>&1", t_bin(), t_shared(GPT2_VOCAB));
     FILE *p = popen(cmd, "r");
     REQUIRE(p != NULL);

@@ -2,9 +2,11 @@
  * chat-templated prompts, greedy decoding with continuous batching, one JSON line per problem in
  * --out (resumable), a summary for people on stdout and, with --summary-json, as JSON.
  * This main resolves flags and environment (TIERKV_DATA) into harness options; nothing else. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/err.h"
@@ -12,6 +14,7 @@
 #include "common.h"
 #include "eval/harness.h"
 #include "kv_flags.h"
+#include "out.h"
 
 static const struct { const char *name; enum eval_task task; const char *file; } tasks[] = {
     {"gsm8k", EVAL_GSM8K, "gsm8k_test.jsonl"},
@@ -65,6 +68,27 @@ static char *join_args(int argc, char **argv) {
     return s;
 }
 
+/* Whether a file can be written at path (checked before the run, not after an hour of it): an
+ * existing path must not be a directory and must be writable, a new one needs a writable directory. */
+static int check_writable(const char *flag, const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (!*path) return tkv_errf(err, errlen, "%s: an empty path", flag);
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return tkv_errf(err, errlen, "%s %s: is a directory", flag, path);
+        if (access(path, W_OK)) return tkv_errf(err, errlen, "%s %s: cannot be written: %s", flag, path, strerror(errno));
+        return 0;
+    }
+    if (errno != ENOENT) return tkv_errf(err, errlen, "%s %s: %s", flag, path, strerror(errno));
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    if (stat(dir, &st) != 0) return tkv_errf(err, errlen, "%s %s: directory %s: %s", flag, path, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return tkv_errf(err, errlen, "%s %s: %s is not a directory", flag, path, dir);
+    if (access(dir, W_OK | X_OK)) return tkv_errf(err, errlen, "%s %s: directory %s cannot be written: %s", flag, path, dir, strerror(errno));
+    return 0;
+}
+
 int cmd_eval(int argc, char **argv) {
     common_opts c;
     common_opts_default(&c);
@@ -116,6 +140,11 @@ int cmd_eval(int argc, char **argv) {
     if (!file) { fprintf(stderr, "tierkv eval: unknown task '%s' (gsm8k, math500, math-l5, arc)\n", task_name); return 2; }
     if (o.system && o.no_system) { fprintf(stderr, "tierkv eval: --system and --no-system exclude each other\n"); return 2; }
     o.task_label = !strcmp(task_name, "math") ? "math500" : task_name;
+    if ((summary_json && check_writable("--summary-json", summary_json, err, sizeof err)) ||
+        (o.out_path && check_writable("--out", o.out_path, err, sizeof err))) {
+        fprintf(stderr, "tierkv eval: %s\n", err);
+        return 1;
+    }
 
     char data_buf[4096];
     if (!o.data_path) {
@@ -153,5 +182,5 @@ int cmd_eval(int argc, char **argv) {
         free(cmd);
     }
     harness_ids_free(ids, n_ids);
-    return rc;
+    return out_finish("eval") ? 1 : rc;
 }

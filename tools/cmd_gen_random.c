@@ -5,16 +5,21 @@
  * O(1), and nothing becomes NaN/inf through a forward pass. Norms are 1.0, biases small.
  * Types follow FORMATS.md 2.6: Q4_K_M is the K mix; K-quants on rows that are not a multiple of 256
  * fall back (Q4_K->Q5_0, Q5_K->Q5_1, Q6_K->Q8_0; the output or tied embedding -> Q8_0).
- * The file is streamed: one chunk of rows in memory at a time. */
+ * The file is streamed: one chunk of rows in memory at a time. On a failure the output is removed
+ * only if this run created it: never a path it could not open, a directory, a device, or a file
+ * that was there before (that one is said to be incomplete). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/half.h"
 #include "cmds.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
+#include "out.h"
 
 typedef struct {
     const char *name, *arch;
@@ -275,8 +280,10 @@ int cmd_gen_random(int argc, char **argv) {
         else if (!strcmp(a, "--type")) type_name = v;
         else if (!strcmp(a, "-o")) out = v;
         else if (!strcmp(a, "--seed")) {
+            errno = 0;
             seed = strtoull(v, &end, 0);
-            if (!*v || *end) { fprintf(stderr, "gen-random: bad --seed '%s'\n", v); return 2; }
+            /* strtoull takes "-1" (as 2^64-1) and saturates on overflow: both are refused */
+            if (!*v || *end || errno || strchr(v, '-')) { fprintf(stderr, "gen-random: bad --seed '%s' (0..2^64-1)\n", v); return 2; }
         } else if (!strcmp(a, "--layers")) {
             layers = strtol(v, &end, 10);
             if (!*v || *end || layers < 1 || layers > 1000) { fprintf(stderr, "gen-random: bad --layers '%s'\n", v); return 2; }
@@ -292,6 +299,9 @@ int cmd_gen_random(int argc, char **argv) {
     uint32_t n_layer = layers > 0 ? (uint32_t)layers : s->n_layer;
 
     char err[512];
+    struct stat st;
+    int existed = lstat(out, &st) == 0, opened = 0;
+    FILE *fp = NULL;
     tdesc *t = NULL;
     int nt = plan(s, TYPES[ti].type, n_layer, &t, err, sizeof err);
     if (nt < 0) { fprintf(stderr, "gen-random: %s\n", err); return 1; }
@@ -302,7 +312,11 @@ int cmd_gen_random(int argc, char **argv) {
         if (gguf_writer_add_tensor(w, t[i].name, t[i].n_dims, t[i].ne, t[i].type, err, sizeof err)) goto fail;
         total += gguf_tensor_nbytes(t[i].type, t[i].n_dims, t[i].ne);
     }
-    if (gguf_writer_open(w, out, err, sizeof err)) goto fail;
+    /* "x": a path that was not there is created by this run, or the run fails */
+    fp = fopen(out, existed ? "wb" : "wbx");
+    if (!fp) { snprintf(err, sizeof err, "cannot create '%s': %s", out, strerror(errno)); goto fail; }
+    opened = 1;
+    if (gguf_writer_open_stream(w, fp, err, sizeof err)) goto fail;
     size_t cap = 8u << 20;
     uint8_t *buf = malloc(cap + 256 * 1024);
     if (!buf) { snprintf(err, sizeof err, "out of memory"); goto fail; }
@@ -313,14 +327,24 @@ int cmd_gen_random(int argc, char **argv) {
     }
     free(buf);
     free(t);
-    if (gguf_writer_close(w, err, sizeof err)) { fprintf(stderr, "gen-random: %s\n", err); remove(out); return 1; }
+    t = NULL;
+    int crc = gguf_writer_close(w, err, sizeof err);
+    w = NULL;
+    if (fclose(fp) != 0 && crc == 0) crc = snprintf(err, sizeof err, "cannot write '%s': %s", out, strerror(errno));
+    fp = NULL;
+    if (crc) goto fail;
     printf("wrote %s: %s %s, %u layers, %d tensors, %.2f GiB of weights\n", out, s->name, TYPES[ti].name, n_layer, nt,
            (double)total / (1024.0 * 1024 * 1024));
-    return 0;
+    return out_finish("gen-random");
 fail:
     fprintf(stderr, "gen-random: %s\n", err);
     gguf_writer_free(w);
     free(t);
-    remove(out);
+    if (fp) fclose(fp);
+    if (opened && !existed) {
+        if (remove(out) == 0) fprintf(stderr, "gen-random: removed the incomplete %s\n", out);
+    } else if (opened && S_ISREG(st.st_mode)) {
+        fprintf(stderr, "gen-random: %s is incomplete (it existed before, so it was not removed)\n", out);
+    }
     return 1;
 }

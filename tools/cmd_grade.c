@@ -1,8 +1,9 @@
 /* cmd_grade.c — `tierkv grade --task gsm8k|math|arc --in OUTPUTS.jsonl`: grades saved model
  * outputs without a model. Each input line is a JSON object with "id", "output" and the gold
  * "answer" (for ARC: "answer_letter", or "answer" plus "choices" {"label","text"} to map an
- * original label to its letter). Prints one tab-separated verdict per line (id, extracted answer,
- * gold, correct 0/1), then "via_percent: K" (correct answers right only by the grader's percentage
+ * original label to its letter), or, as in the results files `tierkv eval` writes, "gold" (the
+ * normalised gold, which grades the same: normalising is idempotent). Prints one tab-separated
+ * verdict per line (id, extracted answer, gold, correct 0/1), then "via_percent: K" (correct answers right only by the grader's percentage
  * rule: 700 for 7), "wilson95: [lo, hi]" and last "accuracy: 0.9950 (199/200)".
  * A bad line is reported with its number on stderr and counted, never fatal. */
 #include <stdio.h>
@@ -13,11 +14,13 @@
 #include "eval/json.h"
 #include "eval/stats.h"
 #include "cmds.h"
+#include "out.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tierkv grade --task gsm8k|math|arc --in OUTPUTS.jsonl\n"
-            "  each line: {\"id\": ..., \"output\": MODEL_TEXT, \"answer\": GOLD}\n"
+            "  each line: {\"id\": ..., \"output\": MODEL_TEXT, \"answer\": GOLD}; a results file of\n"
+            "  tierkv eval (\"gold\" instead of \"answer\") is graded as it is\n"
             "  ARC: \"answer_letter\": \"B\", or \"answer\" with \"choices\": {\"label\": [...], \"text\": [...]}\n"
             "  prints: id<TAB>extracted<TAB>gold<TAB>correct, then 'via_percent: K' (right only by the\n"
             "  percentage rule, 700 for 7), 'wilson95: [lo, hi]' and last 'accuracy: A (k/n)'\n"
@@ -140,6 +143,7 @@ int cmd_grade(int argc, char **argv) {
     printf("via_percent: %ld\n", via_pct);
     printf("wilson95: [%.4f, %.4f]\n", s.ci_lo, s.ci_hi);
     printf("accuracy: %.4f (%ld/%ld)\n", s.acc, correct, total);
+    if (out_finish("grade")) return 1;
     if (bad) {
         fprintf(stderr, "tierkv grade: %ld bad line%s skipped\n", bad, bad == 1 ? "" : "s");
         return 1;

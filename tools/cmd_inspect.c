@@ -1,12 +1,18 @@
 /* cmd_inspect.c — `tierkv inspect MODEL.gguf [--json]`: version, metadata (long arrays summarised
  * by type, count and first elements; long strings cut), the tensor table, totals per type and the
- * memory the weights need. Text for people, --json for scripts. Exit 1 on a bad file, 2 on bad flags. */
+ * memory the weights need. Text for people, --json for scripts. Then the file is checked the way
+ * `tierkv run` loads it: the vocabulary and, for a file with tensors,
+ * the model's configuration and weight binding; a file without tensors is a vocabulary file.
+ * Exit 1 on a file that does not parse or does not load (after printing what parsed, so a broken
+ * file can be looked at), 2 on bad flags. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cmds.h"
 #include "gguf/gguf.h"
+#include "tierkv.h"
+#include "out.h"
 
 #define STR_CUT 64  /* characters of a string value shown */
 #define ARR_SHOW 6  /* elements of an array shown */
@@ -14,11 +20,6 @@
 static void usage(FILE *out) {
     fprintf(out, "usage: tierkv inspect MODEL.gguf [--json]\n"
                  "  prints version, metadata, tensor table, totals per type and weight memory\n");
-}
-
-static const char *vname(uint32_t t) {
-    static const char *n[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "str", "arr", "u64", "i64", "f64"};
-    return t <= GGUF_F64 ? n[t] : "?";
 }
 
 static uint64_t le(const uint8_t *p, int n) {
@@ -99,8 +100,8 @@ static void print_value(FILE *o, const gguf_kv *kv, int json) {
         return;
     }
     uint64_t show = kv->arr_n < ARR_SHOW ? kv->arr_n : ARR_SHOW;
-    if (json) fprintf(o, "{\"type\": \"%s\", \"count\": %" PRIu64 ", \"first\": [", vname(kv->arr_type), kv->arr_n);
-    else fprintf(o, "[%s x %" PRIu64 "] [", vname(kv->arr_type), kv->arr_n);
+    if (json) fprintf(o, "{\"type\": \"%s\", \"count\": %" PRIu64 ", \"first\": [", gguf_vtype_name(kv->arr_type), kv->arr_n);
+    else fprintf(o, "[%s x %" PRIu64 "] [", gguf_vtype_name(kv->arr_type), kv->arr_n);
     const uint8_t *p = kv->data;
     for (uint64_t i = 0; i < show; i++) {
         if (i) fputs(", ", o);
@@ -132,7 +133,7 @@ static void print_text(FILE *o, const char *path, const gguf_file *f, const type
     fprintf(o, "\nmetadata (%" PRIu64 " keys):\n", f->n_kv);
     for (uint64_t i = 0; i < f->n_kv; i++) {
         const gguf_kv *kv = &f->kv[i];
-        fprintf(o, "  %-44.*s %-4s ", (int)kv->key.len, kv->key.ptr, vname(kv->type));
+        fprintf(o, "  %-44.*s %-4s ", (int)kv->key.len, kv->key.ptr, gguf_vtype_name(kv->type));
         print_value(o, kv, 0);
         fputc('\n', o);
     }
@@ -215,7 +216,9 @@ int cmd_inspect(int argc, char **argv) {
     }
     if (json) print_json(stdout, path, &f, tt, total);
     else print_text(stdout, path, &f, tt, total);
-    fflush(stdout);
+    int rc = out_finish("inspect");
+    /* loadable? what tierkv run would refuse, inspect refuses too */
+    if (tkv_model_check(path, err, sizeof err)) { fprintf(stderr, "inspect: %s: %s\n", path, err); rc = 1; }
     gguf_free(&f);
-    return 0;
+    return rc;
 }

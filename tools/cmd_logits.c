@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/err.h"
 #include "cmds.h"
@@ -87,6 +88,8 @@ int cmd_logits(int argc, char **argv) {
     all = tkv_xmalloc((size_t)n * V * sizeof(float));
     gids = tkv_xcalloc((size_t)greedy + 1, sizeof(int32_t));
     if (tkv_prefill(s, seq, ids, n, all, 1, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); goto done; }
+    struct stat ost;
+    int existed = stat(out_path, &ost) == 0; /* a failed write removes only a file this run created */
     fo = fopen(out_path, "wb");
     if (!fo) { fprintf(stderr, "tierkv logits: cannot write '%s': %s\n", out_path, strerror(errno)); goto done; }
     if (fwrite(all + (size_t)first * V, sizeof(float), (size_t)(n - first) * V, fo) != (size_t)(n - first) * V) goto write_fail;
@@ -111,7 +114,8 @@ write_fail:
 fail_rm:
     if (fo) fclose(fo);
     fo = NULL;
-    remove(out_path); /* ours: created above */
+    if (!existed) remove(out_path); /* ours: created above */
+    else if (S_ISREG(ost.st_mode)) fprintf(stderr, "tierkv logits: '%s' is incomplete (it existed before, so it was not removed)\n", out_path);
 done:
     if (fo) fclose(fo);
     free(gids);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include <errno.h>
+#include <limits.h>
 
 #include "base/clock.h"
 #include "base/err.h"
@@ -108,8 +109,12 @@ int cmd_run(int argc, char **argv) {
             if (parse_int(v, 0, 1 << 24, &n_predict)) { fprintf(stderr, "tierkv run: bad -n '%s' (0..16777216)\n", v); return 2; }
         } else if (!strcmp(a, "--seed")) {
             char *end;
+            errno = 0;
             unsigned long long sd = strtoull(v, &end, 10);
-            if (*end || !*v || *v == '-') { fprintf(stderr, "tierkv run: bad --seed '%s'\n", v); return 2; }
+            if (*end || !*v || *v == '-' || *v == '+' || *v == ' ' || errno == ERANGE) {
+                fprintf(stderr, "tierkv run: bad --seed '%s' (0..%llu)\n", v, ULLONG_MAX);
+                return 2;
+            }
             so.seed = sd;
         } else if (!strcmp(a, "--top-k")) {
             if (parse_int(v, 0, 1 << 30, &lv)) { fprintf(stderr, "tierkv run: bad --top-k '%s'\n", v); return 2; }
@@ -131,6 +136,10 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
     if (tok_file && chat) { fprintf(stderr, "tierkv run: --chat needs text (-p or -f), not --tokens\n"); return 2; }
+    if (!chat && (system || tmpl_name)) {
+        fprintf(stderr, "tierkv run: %s applies to --chat only (add --chat)\n", system ? "--system" : "--template");
+        return 2;
+    }
     {   /* the sampling values are checked before anything is loaded */
         tkv_sampler *probe;
         if (tkv_sampler_open(&so, 1, &probe, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); return 2; }

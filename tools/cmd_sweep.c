@@ -21,6 +21,7 @@
 #include "eval/harness.h"
 #include "eval/json.h"
 #include "eval/stats.h"
+#include "out.h"
 
 #define MAX_LIST 32
 #define MAX_CFG 1024
@@ -61,19 +62,29 @@ struct cfg {
     struct harness_results res;
 };
 
+/* A comma-separated list of ratios in [0, 1]: NaN, an empty item, a value given twice, more than
+ * MAX_LIST values and a list too long to hold are refused, never cut or skipped. */
 static int parse_list(const char *s, double *out, int *n, const char *flag) {
     *n = 0;
     char buf[512];
+    if (strlen(s) >= sizeof buf) {
+        fprintf(stderr, "tierkv sweep: %s: the list is longer than %zu characters\n", flag, sizeof buf - 1);
+        return -1;
+    }
     snprintf(buf, sizeof buf, "%s", s);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    for (char *t = buf, *end; t; t = end) {
+        end = strchr(t, ',');
+        if (end) *end++ = 0;
         double v;
-        if (*n == MAX_LIST || parse_double(t, &v) || v < 0 || v > 1) {
+        /* !(v >= 0 && v <= 1) also refuses NaN, which no comparison is true for */
+        if (*n == MAX_LIST || parse_double(t, &v) || !(v >= 0 && v <= 1)) {
             fprintf(stderr, "tierkv sweep: bad %s value '%s' (ratios 0..1, at most %d)\n", flag, t, MAX_LIST);
             return -1;
         }
+        for (int k = 0; k < *n; k++)
+            if (out[k] == v) { fprintf(stderr, "tierkv sweep: %s value '%s' is given twice\n", flag, t); return -1; }
         out[(*n)++] = v;
     }
-    if (!*n) { fprintf(stderr, "tierkv sweep: %s needs at least one value\n", flag); return -1; }
     return 0;
 }
 
@@ -434,7 +445,7 @@ int cmd_sweep(int argc, char **argv) {
         else c->ok = 1;
     }
     free(pass);
-    if (dry) return 0;
+    if (dry) return out_finish("sweep");
 
     if (write_tsv(dir, cf, n) || write_mcnemar(dir, cf, n, ev, n_ev)) rc = 1;
     printf("[sweep] wrote %s/sweep.tsv and %s/mcnemar.tsv\n", dir, dir);
@@ -458,5 +469,5 @@ int cmd_sweep(int argc, char **argv) {
         if (cf[i].ids) harness_ids_free(cf[i].ids, cf[i].n_ids);
         harness_results_free(&cf[i].res);
     }
-    return rc;
+    return out_finish("sweep") ? 1 : rc;
 }

@@ -3,7 +3,9 @@
  *       prints the ids on one line, each preceded by a space (the fixtures' .out format).
  *       --special parses special-token text such as <|im_start|>; --bos adds BOS/EOS as the model says.
  *   tierkv detokenize -m MODEL.gguf (-p "IDS" | -f FILE) [--special]
- *       prints the text; --special also renders control tokens. */
+ *       prints the text; --special also renders control tokens.
+ * A file (-f) is read by eval_read_file: a regular file without NUL bytes, like every text prompt
+ * (run -f refuses the same files). Any length of text encodes: the id buffer is sized by the encoder. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,14 +13,17 @@
 
 #include "cmds.h"
 #include "eval/eval.h"
+#include "out.h"
 #include "tierkv.h"
 
-typedef struct { const char *model, *text, *file; int special, bos; } tok_args;
+typedef struct { const char *model, *text, *file; int special, bos, help; } tok_args;
 
+/* 0 ok, -1 bad flags; a->help for --help. */
 static int parse_args(int argc, char **argv, tok_args *a, int allow_bos) {
     memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) { a->help = 1; return 0; }
         if (!strcmp(f, "-m") && i + 1 < argc) a->model = argv[++i];
         else if (!strcmp(f, "-p") && i + 1 < argc) a->text = argv[++i];
         else if (!strcmp(f, "-f") && i + 1 < argc) a->file = argv[++i];
@@ -29,44 +34,55 @@ static int parse_args(int argc, char **argv, tok_args *a, int allow_bos) {
     return a->model && (!a->text != !a->file) ? 0 : -1;
 }
 
-static tkv_model *open_vocab(const char *path) {
+static tkv_model *open_vocab(const char *cmd, const char *path) {
     char err[512];
     tkv_model_params p;
     tkv_model_params_default(&p);
     p.vocab_only = 1;
     tkv_model *v;
-    if (tkv_model_open(path, &p, &v, err, sizeof err)) { fprintf(stderr, "tierkv: %s: %s\n", path, err); return NULL; }
+    if (tkv_model_open(path, &p, &v, err, sizeof err)) { fprintf(stderr, "tierkv %s: %s: %s\n", cmd, path, err); return NULL; }
     return v;
 }
 
+static int32_t *ids_alloc(int n) {
+    int32_t *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+    if (!p) { fprintf(stderr, "tierkv tokenize: out of memory for %d ids\n", n); exit(1); }
+    return p;
+}
+
 /* Loads the input: -p's text or the whole file. */
-static char *input(const tok_args *a, size_t *n) {
+static char *input(const char *cmd, const tok_args *a, size_t *n) {
     if (a->text) { *n = strlen(a->text); return strdup(a->text); }
     char *s = NULL, err[512];
-    if (eval_read_file(a->file, &s, n, err, sizeof err)) fprintf(stderr, "tierkv: cannot read %s\n", err);
+    if (eval_read_file(a->file, &s, n, err, sizeof err)) fprintf(stderr, "tierkv %s: cannot read %s\n", cmd, err);
     return s;
 }
 
 int cmd_tokenize(int argc, char **argv) {
     tok_args a;
-    if (parse_args(argc, argv, &a, 1)) {
-        fprintf(stderr, "usage: tierkv tokenize -m MODEL.gguf (-p TEXT | -f FILE) [--special] [--bos]\n");
-        return 2;
-    }
+    static const char use[] = "usage: tierkv tokenize -m MODEL.gguf (-p TEXT | -f FILE) [--special] [--bos]\n";
+    if (parse_args(argc, argv, &a, 1)) { fputs(use, stderr); return 2; }
+    if (a.help) { fputs(use, stdout); return 0; }
     size_t n;
-    char *text = input(&a, &n);
+    char *text = input("tokenize", &a, &n);
     if (!text) return 1;
-    tkv_model *v = open_vocab(a.model);
+    tkv_model *v = open_vocab("tokenize", a.model);
     if (!v) { free(text); return 1; }
     int flags = (a.special ? TKV_TOK_PARSE_SPECIAL : 0) | (a.bos ? TKV_TOK_ADD_SPECIAL : 0);
-    int cap = (int)n + 8;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    int k = ids ? tkv_tokenize(v, text, n, flags, ids, cap) : -1;
+    int cap = n < 1024 ? 1024 : (int)(n < (1u << 28) ? n : (1u << 28)); /* a guess; the count says when more */
+    int32_t *ids = ids_alloc(cap);
+    int k = tkv_tokenize(v, text, n, flags, ids, cap);
+    if (k > cap) {
+        free(ids);
+        ids = ids_alloc(k);
+        k = tkv_tokenize(v, text, n, flags, ids, k);
+    }
     int rc = 0;
-    if (k < 0 || k > cap) { fprintf(stderr, "tierkv: input too large\n"); rc = 1; }
+    if (k < 0) { fprintf(stderr, "tierkv tokenize: the text (%zu bytes) is longer than the tokenizer takes\n", n); rc = 1; }
     else {
         for (int i = 0; i < k; i++) printf(" %d", ids[i]);
         printf("\n");
+        rc = out_finish("tokenize");
     }
     free(ids);
     free(text);
@@ -76,14 +92,13 @@ int cmd_tokenize(int argc, char **argv) {
 
 int cmd_detokenize(int argc, char **argv) {
     tok_args a;
-    if (parse_args(argc, argv, &a, 0)) {
-        fprintf(stderr, "usage: tierkv detokenize -m MODEL.gguf (-p \"IDS\" | -f FILE) [--special]\n");
-        return 2;
-    }
+    static const char use[] = "usage: tierkv detokenize -m MODEL.gguf (-p \"IDS\" | -f FILE) [--special]\n";
+    if (parse_args(argc, argv, &a, 0)) { fputs(use, stderr); return 2; }
+    if (a.help) { fputs(use, stdout); return 0; }
     size_t n;
-    char *text = input(&a, &n);
+    char *text = input("detokenize", &a, &n);
     if (!text) return 1;
-    tkv_model *v = open_vocab(a.model);
+    tkv_model *v = open_vocab("detokenize", a.model);
     if (!v) { free(text); return 1; }
     tkv_model_info info;
     tkv_model_get_info(v, &info);
@@ -96,7 +111,7 @@ int cmd_detokenize(int argc, char **argv) {
         errno = 0;
         long id = strtol(p, &end, 10);
         if (end == p || errno || id < 0 || id >= info.n_vocab) {
-            fprintf(stderr, "tierkv: bad token id at '%.20s' (vocabulary has %d tokens)\n", p, info.n_vocab);
+            fprintf(stderr, "tierkv detokenize: bad token id at '%.20s' (vocabulary has %d tokens)\n", p, info.n_vocab);
             rc = 1;
             break;
         }
@@ -108,6 +123,7 @@ int cmd_detokenize(int argc, char **argv) {
         char *s = tkv_detokenize(v, ids, k, a.special, &len);
         fwrite(s, 1, len, stdout);
         free(s);
+        rc = out_finish("detokenize");
     }
     free(ids);
     free(text);

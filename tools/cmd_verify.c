@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "cmds.h"
+#include "out.h"
 #include "eval/eval.h"
 #include "eval/harness.h"
 
@@ -18,8 +19,10 @@ static void usage(FILE *f) {
 
 int cmd_verify(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 0; }
+        if (argv[i][0] == '-' && argv[i][1]) { fprintf(stderr, "tierkv verify: unknown flag %s\n", argv[i]); usage(stderr); return 2; }
+    }
     int rc = 0;
     for (int i = 1; i < argc; i++) {
         char *buf, err[512];
@@ -46,5 +49,5 @@ int cmd_verify(int argc, char **argv) {
         printf("%s: %ld lines, %ld intact, %ld unchecked, %ld altered\n", argv[i], lines, ok, unchecked, bad);
         if (bad) rc = 1;
     }
-    return rc;
+    return out_finish("verify") ? 1 : rc;
 }

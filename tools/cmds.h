@@ -17,5 +17,6 @@ int cmd_eval(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_mutate_gguf(int argc, char **argv);
 
 #endif

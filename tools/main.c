@@ -19,6 +19,7 @@ static const struct { const char *name; int (*fn)(int, char **); const char *wha
     {"sweep", cmd_sweep, "run eval over a grid of KV policies and budgets, tables and plots"},
     {"verify", cmd_verify, "check that results files were not edited by hand (per-line checks)"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server with continuous batching over the tiered KV cache"},
+    {"mutate-gguf", cmd_mutate_gguf, "write malformed variants of a GGUF model and a manifest (loader tests)"},
 };
 
 static void usage(FILE *out) {

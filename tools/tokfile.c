@@ -1,4 +1,4 @@
-/* tokfile.c — token id files (see tokfile.h). */
+/* tokfile.c — token id files (see tokfile.h). A NUL byte is refused, as by every text reader. */
 #include "tokfile.h"
 
 #include <ctype.h>
@@ -15,8 +15,13 @@ int read_token_file(const char *path, int32_t **ids, int *n, char *err, size_t e
     int32_t *v = tkv_xmalloc((size_t)cap * sizeof *v);
     char buf[32];
     int c, len = 0, item = 0;
-    for (;;) {
+    long at = 0;
+    for (;; at++) {
         c = fgetc(fp);
+        if (c == 0) { /* the rule of every text reader (eval_read_file): no NUL bytes */
+            fclose(fp); free(v);
+            return tkv_errf(err, errlen, "token file '%s': byte %ld is a NUL byte; text files cannot hold one", path, at);
+        }
         if (c == EOF || isspace(c)) {
             if (len) {
                 buf[len] = 0;

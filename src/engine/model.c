@@ -54,6 +54,25 @@ int tkv_model_open(const char *path, const tkv_model_params *p, tkv_model **out,
     return 0;
 }
 
+int tkv_model_check(const char *path, char *err, size_t errlen) {
+    gguf_file f;
+    char why[512];
+    if (gguf_open(path, &f, err, errlen)) return TKV_ERR;
+    int rc = 0;
+    if (f.n_tensors || gguf_find(&f, "tokenizer.ggml.model") || gguf_find(&f, "tokenizer.ggml.tokens")) {
+        tok_vocab *v = tok_load(&f, why, sizeof why); /* first, as tkv_model_open reads it first */
+        if (!v) rc = tkv_errf(err, errlen, "the vocabulary does not load: %s", why);
+        tok_free(v);
+    }
+    if (!rc && f.n_tensors) {
+        model *m = NULL;
+        if (model_bind(&f, &m, why, sizeof why)) rc = tkv_errf(err, errlen, "not a model tierkv can run: %s", why);
+        model_close(m); /* model_bind takes the file on success */
+    }
+    gguf_free(&f);
+    return rc;
+}
+
 void tkv_model_close(tkv_model *m) {
     if (!m) return;
     tok_free(m->vocab);

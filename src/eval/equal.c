@@ -241,10 +241,13 @@ char *eval_choice_answer_clean(const char *in) {
 
 static int has_format(const char *s, const char *a, const char *b) { return ps_startswith(s, a) && ps_endswith(s, b); }
 
-/* regex.match(r"(\(|\[).+(\)|\])", s) */
+/* regex.match(r"(\(|\[).+(\)|\])", s): an opening bracket, one or more characters that are not
+ * newlines, a closing bracket (so one at index 2 or later; the scan stops at the end of s, which a
+ * lone "(" reaches at index 1) */
 static int is_list_format(const char *s) {
     if (s[0] != '(' && s[0] != '[') return 0;
-    for (size_t i = 2; s[i] && s[i] != '\n'; i++) if (s[i] == ')' || s[i] == ']') return 1;
+    for (size_t i = 1; s[i] && s[i] != '\n'; i++)
+        if (i >= 2 && (s[i] == ')' || s[i] == ']')) return 1;
     return 0;
 }
 

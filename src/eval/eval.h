@@ -34,7 +34,7 @@ struct eval_set {
 };
 
 /* Reads a JSONL data file (schemas in data/SOURCES.md). Blank lines are skipped; a bad line fails
- * the load with "PATH:LINE: problem". */
+ * the load with "PATH:LINE: problem", and so does an id given twice (naming both lines). */
 int eval_load(enum eval_task task, const char *path, struct eval_set *out, char *err, size_t errlen);
 void eval_set_free(struct eval_set *s);
 
@@ -61,7 +61,11 @@ void eval_verdict_free(struct eval_verdict *v);
 
 /* ---- helpers for tools reading JSONL ---- */
 
-/* Reads a whole file into a NUL-terminated heap buffer. */
+/* Reads a whole text or JSONL file into a NUL-terminated heap buffer. Refused with a message: a
+ * path that is not a regular file (a directory, a device such as /dev/zero, a FIFO: nothing is read
+ * from it), a file over EVAL_MAX_FILE bytes, and a file holding a NUL byte (text never does: a
+ * prompt with one would be cut there, and JSON cannot hold one). */
+#define EVAL_MAX_FILE ((size_t)256 << 20)
 int eval_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen);
 /* Iterates lines of buf: returns 1 with [*line, *line+*n) (no '\n', a trailing '\r' removed) and
  * advances *pos; 0 at the end. */

@@ -251,7 +251,7 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
     memset(s, 0, sizeof *s);
     int rc = -1;
     if (o->out_path) {
-        if (harness_repair_tail(o->out_path, o->progress, err, errlen)) goto out;
+        if (harness_repair_tail(o->out_path, o->progress ? o->progress : stderr, err, errlen)) goto out;
         if (harness_load(o->out_path, &res, o->progress, err, errlen)) goto out;
     }
     r.o = o;

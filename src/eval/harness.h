@@ -89,8 +89,9 @@ void harness_summary_print(FILE *f, const struct harness_summary *s);
 
 /* Runs the problems of the selection that the results file does not hold yet. On success *s
  * summarises the whole selection and *sel_ids (if not NULL) receives its ids (free with
- * harness_ids_free). A partial last line of the results file (a run killed mid-write) is cut off
- * with a warning before appending. A results file holding lines of another configuration (policy,
+ * harness_ids_free). A last line without its newline is completed when it is whole JSON, cut off
+ * with a warning (on stderr when progress is NULL) when it is one a killed run was writing, and
+ * refused otherwise (the file untouched). A results file holding lines of another configuration (policy,
  * ratios, max_tokens) for this selection is refused: resuming must not mix configurations. */
 int harness_run(const struct harness_opts *o, struct harness_summary *s, char ***sel_ids, size_t *n_sel,
                 char *err, size_t errlen);

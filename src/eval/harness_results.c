@@ -153,8 +153,16 @@ const struct harness_rec *harness_find(const struct harness_results *r, const ch
     return NULL;
 }
 
-/* A file killed mid-write ends without '\n': a last line that parses is completed with '\n', one
- * that does not is cut off, so that appended lines start on a line of their own. */
+/* The start of every line this harness writes: a last line that starts so and does not parse is
+ * one a killed run was writing. */
+#define LINE_START "{\"id\":\""
+
+/* A file killed mid-write ends without '\n'. The last line is then one of three things:
+ *  - complete: it parses as JSON (invalid UTF-8 tolerated): kept, and completed with '\n';
+ *  - cut: it does not parse and starts as every line this harness writes: a run was killed while
+ *    writing it; it is cut off and that is said on `warn` (stderr when the run is quiet);
+ *  - anything else: not ours to remove; an error, and the file is left as it is.
+ * So appended lines start on a line of their own and nothing complete is ever lost. */
 int harness_repair_tail(const char *path, FILE *warn, char *err, size_t errlen) {
     if (access(path, F_OK) != 0 && errno == ENOENT) return 0;
     char *buf;
@@ -164,22 +172,26 @@ int harness_repair_tail(const char *path, FILE *warn, char *err, size_t errlen) 
     if (len > 0 && buf[len - 1] != '\n') {
         size_t start = len;
         while (start > 0 && buf[start - 1] != '\n') start--;
+        const char *line = buf + start;
+        size_t n = len - start, ln = 1;
+        for (size_t i = 0; i < start; i++) ln += buf[i] == '\n';
+        struct json_opts lax = {.replace_invalid = 1};
         struct json_doc *doc;
-        struct harness_rec x;
-        int ok = !json_parse(buf + start, len - start, NULL, &doc, NULL, 0);
-        if (ok) {
-            ok = !rec_from_json(json_root(doc), &x);
-            if (ok) free(x.id);
+        char perr[256];
+        if (!json_parse(line, n, &lax, &doc, perr, sizeof perr)) {
             json_free(doc);
-        }
-        if (ok) {
             FILE *f = fopen(path, "ab");
             if (!f || fputc('\n', f) == EOF || fclose(f)) rc = tkv_errf(err, errlen, "%s: cannot append: %s", path, strerror(errno));
-        } else {
-            if (warn)
-                fprintf(warn, "warning: %s: ignored a truncated last line (%zu bytes; a run was killed while writing it)\n",
-                        path, len - start);
+        } else if (n >= sizeof LINE_START - 1 && !memcmp(line, LINE_START, sizeof LINE_START - 1)) {
+            fprintf(warn ? warn : stderr,
+                    "warning: %s:%zu: removed a truncated last line (%zu bytes, no newline: a run was killed while writing it): %.60s...\n",
+                    path, ln, n, line);
             if (truncate(path, (off_t)start)) rc = tkv_errf(err, errlen, "%s: cannot truncate: %s", path, strerror(errno));
+        } else {
+            rc = tkv_errf(err, errlen,
+                          "%s:%zu: the last line has no newline and is neither a complete JSON line (%s) nor one this "
+                          "program was writing; left as it is: fix or remove it",
+                          path, ln, perr);
         }
     }
     free(buf);

@@ -31,9 +31,15 @@ static const char *const unit_base[] = {
 #define N_UNIT_BASE (sizeof unit_base / sizeof unit_base[0])
 
 size_t eval_qwen_unit_count(void) { return 2 * N_UNIT_BASE; }
+/* Called 2 x 528 times per N3 call: a copy, not a snprintf (which took 3/4 of the grader's time). */
 const char *eval_qwen_unit(size_t i, char *buf, size_t cap) {
-    TKV_ASSERT(i < 2 * N_UNIT_BASE);
-    snprintf(buf, cap, "%s%s", unit_base[i % N_UNIT_BASE], i >= N_UNIT_BASE ? "s" : "");
+    TKV_ASSERT(i < 2 * N_UNIT_BASE && cap > 0);
+    const char *base = unit_base[i % N_UNIT_BASE];
+    size_t n = strlen(base), plural = i >= N_UNIT_BASE;
+    if (n + plural >= cap) n = cap - 1 - plural;
+    memcpy(buf, base, n);
+    if (plural) buf[n++] = 's';
+    buf[n] = 0;
     return buf;
 }
 

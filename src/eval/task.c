@@ -1,9 +1,15 @@
 /* task.c — task files and prompts: reads the JSONL data files of data/SOURCES.md into eval_set
- * and builds the user turn for each item. Does not grade (grade.c) or apply chat templates. */
+ * and builds the user turn for each item; the one reader of text and JSONL files for the tools
+ * (eval_read_file: regular files only, a size cap, no NUL bytes). Does not grade (grade.c) or apply
+ * chat templates. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/err.h"
 #include "eval/eval.h"
@@ -22,16 +28,57 @@ const char *eval_task_name(enum eval_task t) {
     return t == EVAL_GSM8K ? "gsm8k" : t == EVAL_MATH ? "math" : t == EVAL_ARC ? "arc" : "?";
 }
 
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
 int eval_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tkv_errf(err, errlen, "%s: %s", path, strerror(errno));
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer before it is refused */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return tkv_errf(err, errlen, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return tkv_errf(err, errlen, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return tkv_errf(err, errlen, "%s: is %s, not a regular file", path, file_kind(st.st_mode));
+    }
+    if ((uint64_t)st.st_size > EVAL_MAX_FILE) {
+        close(fd);
+        return tkv_errf(err, errlen, "%s: %lld bytes, over the limit of %zu MiB for text and JSONL files", path,
+                        (long long)st.st_size, EVAL_MAX_FILE >> 20);
+    }
     struct sb b = {0};
     char tmp[65536];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) sb_putn(&b, tmp, n);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) { free(b.p); return tkv_errf(err, errlen, "%s: read error", path); }
+    for (;;) {
+        ssize_t n = read(fd, tmp, sizeof tmp);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            int e = errno;
+            close(fd);
+            free(b.p);
+            return tkv_errf(err, errlen, "%s: read error: %s", path, strerror(e));
+        }
+        if (n == 0) break;
+        if (b.n + (size_t)n > EVAL_MAX_FILE) { /* it grew while being read */
+            close(fd);
+            free(b.p);
+            return tkv_errf(err, errlen, "%s: over the limit of %zu MiB for text and JSONL files", path, EVAL_MAX_FILE >> 20);
+        }
+        sb_putn(&b, tmp, (size_t)n);
+    }
+    close(fd);
+    const char *nul = b.n ? memchr(b.p, 0, b.n) : NULL;
+    if (nul) {
+        size_t at = (size_t)(nul - b.p), line = 1;
+        for (size_t i = 0; i < at; i++) line += b.p[i] == '\n';
+        free(b.p);
+        return tkv_errf(err, errlen, "%s:%zu: byte %zu is a NUL byte; text and JSONL files cannot hold one", path, line, at);
+    }
     *len = b.n;
     *data = sb_take(&b);
     return 0;
@@ -96,11 +143,42 @@ static void item_free(struct eval_item *it) {
     free(it->choices);
 }
 
+/* (id, line) of one item, for finding an id given twice */
+struct id_line { const char *id; size_t line; };
+
+static int id_line_cmp(const void *a, const void *b) {
+    const struct id_line *x = a, *y = b;
+    int c = strcmp(x->id, y->id);
+    return c ? c : (x->line > y->line) - (x->line < y->line);
+}
+
+/* An id given twice would be run and counted twice (and resuming keys on ids): the first repeat in
+ * file order is named with both of its lines. */
+static int check_unique_ids(const struct eval_set *s, const size_t *lines, const char *path, char *err, size_t errlen) {
+    if (s->n < 2) return 0;
+    struct id_line *v = tkv_xmalloc(s->n * sizeof *v);
+    for (size_t i = 0; i < s->n; i++) v[i] = (struct id_line){s->items[i].id, lines[i]};
+    qsort(v, s->n, sizeof *v, id_line_cmp);
+    size_t first = 0, second = 0; /* the repeat with the earliest second line */
+    const char *id = NULL;
+    for (size_t i = 1; i < s->n; i++)
+        if (!strcmp(v[i - 1].id, v[i].id) && (!id || v[i].line < second)) {
+            size_t k = i - 1;
+            while (k > 0 && !strcmp(v[k - 1].id, v[i].id)) k--;
+            id = v[i].id, first = v[k].line, second = v[i].line;
+        }
+    int rc = id ? tkv_errf(err, errlen, "%s:%zu: id '%.80s' was already given at line %zu (ids must be unique)", path,
+                           second, id, first)
+                : 0;
+    free(v);
+    return rc;
+}
+
 int eval_load(enum eval_task task, const char *path, struct eval_set *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     out->task = task;
     char *buf;
-    size_t len, pos = 0, ln = 0, cap = 0, n;
+    size_t len, pos = 0, ln = 0, cap = 0, n, *lines = NULL;
     const char *line;
     if (eval_read_file(path, &buf, &len, err, errlen)) return -1;
     int rc = 0;
@@ -116,14 +194,18 @@ int eval_load(enum eval_task task, const char *path, struct eval_set *out, char 
         if (out->n == cap) {
             cap = cap ? 2 * cap : 256;
             out->items = realloc(out->items, cap * sizeof *out->items);
-            TKV_ASSERT(out->items);
+            lines = realloc(lines, cap * sizeof *lines);
+            TKV_ASSERT(out->items && lines);
         }
+        lines[out->n] = ln;
         struct eval_item *it = &out->items[out->n++];
         memset(it, 0, sizeof *it);
         rc = load_item(task, json_root(doc), it, path, ln, err, errlen);
         json_free(doc);
     }
     free(buf);
+    if (!rc) rc = check_unique_ids(out, lines, path, err, errlen);
+    free(lines);
     if (rc) eval_set_free(out);
     return rc;
 }

@@ -4,7 +4,8 @@
  * read from the file is bounded by those bytes before anything is allocated from it; arithmetic on
  * file values is overflow-checked. Strings and arrays point into the caller's bytes.
  * Layout policy: a tolerant reader. Tensors must be aligned, inside the file and must not overlap;
- * the contiguous, in-order layout llama.cpp writes is not required.
+ * the contiguous, in-order layout llama.cpp writes is not required. Keys and tensor names must be
+ * UTF-8 without control bytes (they are printed and compared as text); string values are bytes.
  * Does not: mmap files (gguf_open.c), know anything about models. */
 #include "gguf/gguf.h"
 
@@ -79,11 +80,6 @@ static uint64_t scalar_size(uint32_t t) {
     }
 }
 
-static const char *vtype_name(uint32_t t) {
-    static const char *names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "str", "arr", "u64", "i64", "f64"};
-    return t <= GGUF_F64 ? names[t] : "?";
-}
-
 /* A key or name for a message: at most 80 bytes, control bytes shown as '?'. buf holds >= 96 bytes. */
 static void key_fmt(char *buf, size_t n, gguf_str s) {
     size_t len = s.len > 80 ? 80 : (size_t)s.len, k = 0;
@@ -93,6 +89,35 @@ static void key_fmt(char *buf, size_t n, gguf_str s) {
     }
     buf[k] = 0;
     if (s.len > 80) snprintf(buf + k, n - k, "...");
+}
+
+/* 0 if s is UTF-8 (strict: no overlongs, surrogates or code points past U+10FFFF) without control
+ * bytes; else -1 with a message naming `what` ("key", "tensor name") and its offset. */
+static int check_name(cursor *c, gguf_str s, const char *what, uint64_t at) {
+    const unsigned char *p = (const unsigned char *)s.ptr;
+    char kb[96];
+    for (uint64_t i = 0; i < s.len;) {
+        unsigned char b = p[i];
+        if (b < 0x20 || b == 0x7f) {
+            key_fmt(kb, sizeof kb, s);
+            return tkv_errf(c->err, c->errlen, "gguf: %s '%s' at offset %llu holds a control byte (0x%02x at byte %llu)", what, kb,
+                            (unsigned long long)at, b, (unsigned long long)i);
+        }
+        int n = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+        int ok = n > 0 && i + (uint64_t)n <= s.len;
+        for (int k = 1; ok && k < n; k++) ok = (p[i + (uint64_t)k] & 0xC0) == 0x80;
+        if (ok && n >= 3) {
+            unsigned char c1 = p[i + 1];
+            ok = !((b == 0xE0 && c1 < 0xA0) || (b == 0xED && c1 > 0x9F) || (b == 0xF0 && c1 < 0x90) || (b == 0xF4 && c1 > 0x8F));
+        }
+        if (!ok) {
+            key_fmt(kb, sizeof kb, s);
+            return tkv_errf(c->err, c->errlen, "gguf: %s '%s' at offset %llu is not valid UTF-8 (byte %llu)", what, kb,
+                            (unsigned long long)at, (unsigned long long)i);
+        }
+        i += (uint64_t)n;
+    }
+    return 0;
 }
 
 /* Reads one value of type t (already read) for key `key`; fills kv->data/size (and array fields). */
@@ -148,7 +173,7 @@ static int parse_value(cursor *c, gguf_kv *kv) {
                         (unsigned long long)n, (unsigned long long)es);
     if (n * es > left(c))
         return tkv_errf(c->err, c->errlen, "gguf: key '%s': array of %llu %s (%llu bytes) exceeds the %llu bytes left",
-                        kb, (unsigned long long)n, vtype_name(et), (unsigned long long)(n * es),
+                        kb, (unsigned long long)n, gguf_vtype_name(et), (unsigned long long)(n * es),
                         (unsigned long long)left(c));
     kv->size = n * es;
     c->pos += n * es;
@@ -222,6 +247,7 @@ static int parse_kvs(cursor *c, gguf_file *f) {
         if (kv->key.len == 0)
             return tkv_errf(c->err, c->errlen, "gguf: key %llu at offset %llu is empty", (unsigned long long)i,
                             (unsigned long long)at);
+        if (check_name(c, kv->key, "key", at)) return -1;
         if (get_u32(c, &kv->type, "value type")) return -1;
         if (parse_value(c, kv)) return -1;
     }
@@ -241,7 +267,7 @@ static int parse_kvs(cursor *c, gguf_file *f) {
     const gguf_kv *a = gguf_find(f, "general.alignment");
     if (a) {
         if (a->type != GGUF_U32)
-            return tkv_errf(c->err, c->errlen, "gguf: general.alignment has type %s, expected u32", vtype_name(a->type));
+            return tkv_errf(c->err, c->errlen, "gguf: general.alignment has type %s, expected u32", gguf_vtype_name(a->type));
         uint32_t al = rd32(a->data);
         if (al == 0 || (al & (al - 1)) != 0)
             return tkv_errf(c->err, c->errlen, "gguf: general.alignment %u is not a nonzero power of two", al);
@@ -260,6 +286,7 @@ static int parse_tensor_info(cursor *c, gguf_tensor *t) {
     if (t->name.len >= NAME_MAX_BYTES)
         return tkv_errf(c->err, c->errlen, "gguf: tensor name '%s' at offset %llu is too long (%llu bytes, limit 63)",
                         nb, (unsigned long long)at, (unsigned long long)t->name.len);
+    if (check_name(c, t->name, "tensor name", at)) return -1;
     if (get_u32(c, &t->n_dims, "n_dims")) return -1;
     if (t->n_dims > 4)
         return tkv_errf(c->err, c->errlen, "gguf: tensor '%s': n_dims %u exceeds 4", nb, t->n_dims);

@@ -6,11 +6,6 @@
 #include "base/err.h"
 #include "gguf/gguf.h"
 
-static const char *vname(uint32_t t) {
-    static const char *n[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "str", "arr", "u64", "i64", "f64"};
-    return t <= GGUF_F64 ? n[t] : "?";
-}
-
 static const gguf_kv *lookup(const gguf_file *f, const char *key, char *err, size_t errlen) {
     const gguf_kv *kv = gguf_find(f, key);
     if (!kv) tkv_errf(err, errlen, "gguf: key '%s' not found", key);
@@ -52,7 +47,7 @@ int gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out, char *err, 
     int neg;
     uint64_t u;
     if (int_value(kv, &neg, &u))
-        return tkv_errf(err, errlen, "gguf: key '%s' has type %s, expected an integer", key, vname(kv->type));
+        return tkv_errf(err, errlen, "gguf: key '%s' has type %s, expected an integer", key, gguf_vtype_name(kv->type));
     if (neg) return tkv_errf(err, errlen, "gguf: key '%s' is negative, expected an unsigned value", key);
     *out = u;
     return 0;
@@ -82,14 +77,14 @@ int gguf_get_f32(const gguf_file *f, const char *key, float *out, char *err, siz
         *out = (float)d;
         return 0;
     }
-    return tkv_errf(err, errlen, "gguf: key '%s' has type %s, expected a float", key, vname(kv->type));
+    return tkv_errf(err, errlen, "gguf: key '%s' has type %s, expected a float", key, gguf_vtype_name(kv->type));
 }
 
 int gguf_get_bool(const gguf_file *f, const char *key, int *out, char *err, size_t errlen) {
     const gguf_kv *kv = lookup(f, key, err, errlen);
     if (!kv) return -1;
     if (kv->type != GGUF_BOOL)
-        return tkv_errf(err, errlen, "gguf: key '%s' has type %s, expected bool", key, vname(kv->type));
+        return tkv_errf(err, errlen, "gguf: key '%s' has type %s, expected bool", key, gguf_vtype_name(kv->type));
     *out = kv->data[0] != 0;
     return 0;
 }
@@ -98,7 +93,7 @@ int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, char *err, 
     const gguf_kv *kv = lookup(f, key, err, errlen);
     if (!kv) return -1;
     if (kv->type != GGUF_STR)
-        return tkv_errf(err, errlen, "gguf: key '%s' has type %s, expected str", key, vname(kv->type));
+        return tkv_errf(err, errlen, "gguf: key '%s' has type %s, expected str", key, gguf_vtype_name(kv->type));
     out->ptr = (const char *)kv->data;
     out->len = kv->size;
     return 0;
@@ -109,7 +104,7 @@ int gguf_get_arr(const gguf_file *f, const char *key, uint32_t *elem_type, uint6
     const gguf_kv *kv = lookup(f, key, err, errlen);
     if (!kv) return -1;
     if (kv->type != GGUF_ARR)
-        return tkv_errf(err, errlen, "gguf: key '%s' has type %s, expected an array", key, vname(kv->type));
+        return tkv_errf(err, errlen, "gguf: key '%s' has type %s, expected an array", key, gguf_vtype_name(kv->type));
     *elem_type = kv->arr_type;
     *n = kv->arr_n;
     *data = kv->data;

@@ -1,4 +1,5 @@
-/* gguf_types.c — the ggml tensor type table (FORMATS.md 2.1) as data.
+/* gguf_types.c — the ggml tensor type table (FORMATS.md 2.1) as data, and the names of the
+ * metadata value types.
  * Owns: block size, bytes per block, name and "can the engine run it" for each type id.
  * Removed ids (4, 5, 31..33, 36..38) and ids >= GGML_TYPE_COUNT have blck = size = 0, name "?". */
 #include "gguf/gguf.h"
@@ -30,3 +31,8 @@ const char *ggml_type_name(uint32_t type) {
     return type < GGML_TYPE_COUNT && TYPES[type].name ? TYPES[type].name : "?";
 }
 int ggml_type_supported(uint32_t type) { return type < GGML_TYPE_COUNT && TYPES[type].supported; }
+
+const char *gguf_vtype_name(uint32_t t) {
+    static const char *names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "str", "arr", "u64", "i64", "f64"};
+    return t <= GGUF_F64 ? names[t] : "?";
+}

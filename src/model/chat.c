@@ -178,10 +178,8 @@ int chat_encode(const chat_template *t, const tok_vocab *v, const chat_msg *msgs
                 int add_generation_prompt, int32_t **ids) {
     size_t len, *lit;
     char *s = chat_render(t, v, msgs, n, add_generation_prompt, &len, &lit);
-    int cap = (int)len + 8; /* never more ids than bytes, plus BOS/EOS */
-    *ids = tkv_xmalloc((size_t)cap * sizeof **ids);
-    int k = tok_encode_protected(v, s, len, TOK_PARSE_SPECIAL, lit, n, *ids, cap);
-    TKV_ASSERT(k >= 0 && k <= cap);
+    /* sized by the encoder: an invalid byte alone can become three ids (U+FFFD) */
+    int k = tok_encode_alloc(v, s, len, TOK_PARSE_SPECIAL, lit, n, ids);
     free(s);
     free(lit);
     return k;

@@ -43,7 +43,8 @@ char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *ms
                   int add_generation_prompt, size_t *len, size_t **lit);
 
 /* Renders and encodes: special tokens of the template are parsed, those typed inside a message stay
- * text. Returns the number of ids in the malloc'd *ids. */
+ * text. Returns the number of ids in the malloc'd *ids (any bytes in the messages: the buffer is
+ * sized by the encoder), or -1 with *ids NULL when the prompt is over TOK_MAX_TEXT bytes. */
 int chat_encode(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n,
                 int add_generation_prompt, int32_t **ids);
 

@@ -1,9 +1,13 @@
 /* model.c — configuration from GGUF metadata and weight binding (see model.h).
- * Everything is validated here, before any forward runs: names, types, shapes. A missing tensor
- * is reported together with every other missing one, so a user fixes a file in one go. */
+ * Everything is validated here, before any forward runs: names, types, shapes, and where the data
+ * lies (every tensor read in place starts on a 32-byte boundary, as GGUF's default alignment puts
+ * it: kernels and float rows read it directly). Norms and biases are F32, F16 or BF16 (a vector in
+ * a quantised type is a broken file, not a format to run). A missing tensor is reported together
+ * with every other missing one, so a user fixes a file in one go. */
 #include "model/model.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +63,9 @@ int model_config_from_gguf(const gguf_file *f, model_config *c, char *err, size_
     if (get_u32_opt(f, KEY("rope.dimension_count"), &v, (uint32_t)c->head_dim, err, errlen)) return -1;
     if ((int)v != c->head_dim) return tkv_errf(err, errlen, "model: rope.dimension_count %u != head_dim %d (unsupported)", v, c->head_dim);
     if (c->head_dim % 2 || c->head_dim > 1024) return tkv_errf(err, errlen, "model: head_dim %d unsupported", c->head_dim);
-    if (!(c->rms_eps > 0) || !(c->rope_base > 0)) return tkv_errf(err, errlen, "model: bad rms epsilon or rope base");
+    if (!(c->rms_eps > 0) || !isfinite(c->rms_eps) || !(c->rope_base > 0) || !isfinite(c->rope_base))
+        return tkv_errf(err, errlen, "model: bad rms epsilon %g or rope base %g (both must be finite and > 0)",
+                        (double)c->rms_eps, (double)c->rope_base);
     c->rope_scale = 1.0f;
     gguf_str st;
     if (gguf_find(f, KEY("rope.scaling.type"))) {
@@ -67,7 +73,7 @@ int model_config_from_gguf(const gguf_file *f, model_config *c, char *err, size_
         if (gguf_str_eq(st, "linear")) {
             float fac;
             if (get_f32_opt(f, KEY("rope.scaling.factor"), &fac, 1.0f, err, errlen)) return -1;
-            if (!(fac > 0)) return tkv_errf(err, errlen, "model: bad rope.scaling.factor");
+            if (!(fac > 0) || !isfinite(fac)) return tkv_errf(err, errlen, "model: bad rope.scaling.factor %g", (double)fac);
             c->rope_scale = 1.0f / fac;
         } else if (!gguf_str_eq(st, "none")) {
             return tkv_errf(err, errlen, "model: rope scaling '%.*s' is not supported (none, linear)",
@@ -79,6 +85,7 @@ int model_config_from_gguf(const gguf_file *f, model_config *c, char *err, size_
     uint64_t n;
     const uint8_t *d;
     if (gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n, &d, err, errlen)) return -1;
+    if (n < 1 || n > 1u << 24) return tkv_errf(err, errlen, "model: tokenizer.ggml.tokens holds %llu tokens (1..16777216)", (unsigned long long)n);
     c->n_vocab = (int)n;
     return 0;
 }
@@ -103,10 +110,22 @@ static const gguf_tensor *find(binder *b, const char *name, int required) {
     return t;
 }
 
+/* Tensors are read where they lie: their data must start on a 32-byte boundary. */
+#define TENSOR_ALIGN 32
+static int aligned(binder *b, const gguf_tensor *t, const char *name) {
+    if ((uintptr_t)t->data % TENSOR_ALIGN == 0) return 1;
+    b->bad = 1;
+    tkv_errf(b->err, b->errlen,
+             "model: tensor '%s': its data at byte %llu of the file is not %d-byte aligned (general.alignment %llu); "
+             "tierkv reads tensors in place and needs %d",
+             name, (unsigned long long)(t->data - b->f->bytes), TENSOR_ALIGN, (unsigned long long)b->f->alignment, TENSOR_ALIGN);
+    return 0;
+}
+
 static void bind_mat(binder *b, model_mat *m, const char *name, int64_t n_in, int64_t n_out, int required) {
     memset(m, 0, sizeof *m);
     const gguf_tensor *t = find(b, name, required);
-    if (!t || b->bad) return;
+    if (!t || b->bad || !aligned(b, t, name)) return;
     if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != 1 || t->ne[3] != 1) {
         b->bad = 1;
         tkv_errf(b->err, b->errlen, "model: tensor '%s' has shape [%llu, %llu, %llu], expected [%lld, %lld]", name,
@@ -129,7 +148,7 @@ static void bind_mat(binder *b, model_mat *m, const char *name, int64_t n_in, in
 
 static const float *bind_vec(binder *b, model *mdl, const char *name, int64_t n, int required) {
     const gguf_tensor *t = find(b, name, required);
-    if (!t || b->bad) return NULL;
+    if (!t || b->bad || !aligned(b, t, name)) return NULL;
     if (t->ne[0] != (uint64_t)n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
         b->bad = 1;
         tkv_errf(b->err, b->errlen, "model: tensor '%s' has %llu elements, expected %lld", name,

@@ -56,11 +56,23 @@ static int get_str_array(const gguf_file *f, const char *key, uint64_t *n, const
     return 0;
 }
 
-/* Optional u32 id key: out-of-vocabulary values are ignored (the default stays), as in llama.cpp. */
-static void opt_id(const gguf_file *f, const char *key, int n, int32_t *id) {
+/* Optional token id key: a value out of the vocabulary (or negative) is ignored and the default
+ * stays, as in llama.cpp; a value that is no integer at all is a broken file. */
+static int opt_id(const gguf_file *f, const char *key, int n, int32_t *id, char *err, size_t errlen) {
+    const gguf_kv *kv = gguf_find(f, key);
+    if (!kv) return 0;
+    if (kv->type > GGUF_I32 && kv->type != GGUF_U64 && kv->type != GGUF_I64) /* f32 bool str arr f64 */
+        return tkv_errf(err, errlen, "%s has type %s, expected an integer token id", key, gguf_vtype_name(kv->type));
     uint32_t u;
     char e[8];
-    if (gguf_find(f, key) && gguf_get_u32(f, key, &u, e, sizeof e) == 0 && u < (uint32_t)n) *id = (int32_t)u;
+    if (gguf_get_u32(f, key, &u, e, sizeof e) == 0 && u < (uint32_t)n) *id = (int32_t)u;
+    return 0;
+}
+
+/* Optional bool key: *out is left alone when absent; any other type is a broken file. */
+static int opt_bool(const gguf_file *f, const char *key, int *out, char *err, size_t errlen) {
+    if (!gguf_find(f, key)) return 0;
+    return gguf_get_bool(f, key, out, err, errlen);
 }
 
 static int32_t find_cstr(const tok_vocab *v, const char *s) { return tok_find(v, s, strlen(s)); }
@@ -259,16 +271,17 @@ tok_vocab *tok_load(const gguf_file *f, char *err, size_t errlen) {
     if (load_merges(v, f, err, errlen)) { tok_free(v); return NULL; }
 
     v->bos = v->eos = v->eot = v->eom = -1;
-    opt_id(f, "tokenizer.ggml.bos_token_id", v->n, &v->bos);
-    opt_id(f, "tokenizer.ggml.eos_token_id", v->n, &v->eos);
-    opt_id(f, "tokenizer.ggml.eot_token_id", v->n, &v->eot);
-    opt_id(f, "tokenizer.ggml.eom_token_id", v->n, &v->eom);
     v->add_bos = pk == TOK_PRE_LLAMA3;
     v->add_eos = 0;
-    int b;
-    char e[8];
-    if (gguf_find(f, "tokenizer.ggml.add_bos_token") && gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b, e, sizeof e) == 0) v->add_bos = b;
-    if (gguf_find(f, "tokenizer.ggml.add_eos_token") && gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b, e, sizeof e) == 0) v->add_eos = b;
+    if (opt_id(f, "tokenizer.ggml.bos_token_id", v->n, &v->bos, err, errlen) ||
+        opt_id(f, "tokenizer.ggml.eos_token_id", v->n, &v->eos, err, errlen) ||
+        opt_id(f, "tokenizer.ggml.eot_token_id", v->n, &v->eot, err, errlen) ||
+        opt_id(f, "tokenizer.ggml.eom_token_id", v->n, &v->eom, err, errlen) ||
+        opt_bool(f, "tokenizer.ggml.add_bos_token", &v->add_bos, err, errlen) ||
+        opt_bool(f, "tokenizer.ggml.add_eos_token", &v->add_eos, err, errlen)) {
+        tok_free(v);
+        return NULL;
+    }
     special_ids(v);
 
     uint64_t *keys = tkv_xmalloc(n * sizeof *keys);

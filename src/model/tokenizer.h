@@ -26,7 +26,9 @@ enum {
 };
 
 /* Loads the vocabulary. Fails (NULL + message) on a model other than "gpt2", a missing or unknown
- * tokenizer.ggml.pre (no silent fallback), or malformed arrays. Free with tok_free. */
+ * tokenizer.ggml.pre (no silent fallback), malformed arrays, or a special-token key of the wrong
+ * type (an id that is no integer, an add_*_token that is no bool; an id out of range is ignored, as
+ * in llama.cpp). Free with tok_free. */
 tok_vocab *tok_load(const gguf_file *f, char *err, size_t errlen);
 void tok_free(tok_vocab *v);
 
@@ -50,7 +52,11 @@ int tok_is_eog(const tok_vocab *v, int32_t id); /* end of generation: EOS, EOT, 
 enum { TOK_ADD_SPECIAL = 1, TOK_PARSE_SPECIAL = 2 };
 
 /* Encodes text[0..len) and writes up to cap ids to out. Returns the total number of ids, which may
- * be more than cap: then call again with a larger buffer. Returns -1 only if len > 1 GiB. */
+ * be more than cap: then call again with a larger buffer (or use tok_encode_alloc). There is no
+ * bound of ids per byte to size a buffer with: an invalid byte becomes U+FFFD, three bytes of the
+ * byte alphabet, so up to three tokens (six in a vocabulary without some single-byte tokens).
+ * Returns -1 only if len > TOK_MAX_TEXT, which keeps every count below INT_MAX. */
+#define TOK_MAX_TEXT ((size_t)256 << 20)
 int tok_encode(const tok_vocab *v, const char *text, size_t len, int flags, int32_t *out, int cap);
 
 /* tok_encode with TOK_PARSE_SPECIAL for a rendered chat prompt: CONTROL/UNKNOWN token text that
@@ -59,6 +65,10 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, int flags, int3
  * ids equal tok_encode's whenever the content holds no special-token text). */
 int tok_encode_protected(const tok_vocab *v, const char *text, size_t len, int flags, const size_t *lit,
                          int n_lit, int32_t *out, int cap);
+/* tok_encode_protected (lit may be NULL, n_lit 0) into a malloc'd array that fits every id (*out,
+ * freed by the caller; set even for 0 ids). Returns the count, or -1 (and *out NULL) if len > TOK_MAX_TEXT. */
+int tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, int flags, const size_t *lit, int n_lit,
+                     int32_t **out);
 
 /* The bytes token id stands for (FORMATS.md 5.7): NORMAL maps back through the byte alphabet,
  * USER_DEFINED is its text, CONTROL/UNKNOWN are their text only when special != 0, others nothing.

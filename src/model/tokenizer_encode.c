@@ -181,9 +181,10 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, int flags, int3
     return tok_encode_protected(v, text, len, flags, NULL, 0, out, cap);
 }
 
+/* At most 6 ids per byte (tokenizer.h) and 2 specials: 6 * TOK_MAX_TEXT + 2 < INT_MAX. */
 int tok_encode_protected(const tok_vocab *v, const char *text, size_t len, int flags, const size_t *lit,
                          int n_lit, int32_t *out, int cap) {
-    if (len > (1u << 30)) return -1;
+    if (len > TOK_MAX_TEXT) return -1;
     ids_out o = {out, cap < 0 ? 0 : cap, 0};
     int parse_special = (flags & TOK_PARSE_SPECIAL) != 0;
     frags cur = {0}, next = {0};
@@ -231,4 +232,22 @@ int tok_encode_protected(const tok_vocab *v, const char *text, size_t len, int f
     free(cur.a);
     free(next.a);
     return o.n;
+}
+
+int tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, int flags, const size_t *lit, int n_lit,
+                     int32_t **out) {
+    *out = NULL;
+    if (len > TOK_MAX_TEXT) return -1;
+    /* a guess that fits most text (valid UTF-8 gives at most one id per byte); encoded again only when it does not */
+    int cap = (int)len + 8;
+    int32_t *ids = tkv_xmalloc((size_t)cap * sizeof *ids);
+    int k = tok_encode_protected(v, text, len, flags, lit, n_lit, ids, cap);
+    if (k > cap) {
+        free(ids);
+        ids = tkv_xmalloc((size_t)k * sizeof *ids);
+        int k2 = tok_encode_protected(v, text, len, flags, lit, n_lit, ids, k);
+        TKV_ASSERT(k2 == k);
+    }
+    *out = ids;
+    return k;
 }

@@ -1,0 +1,116 @@
+/* fuzz_chat.c — libFuzzer target for chat rendering (src/model/chat.c) of arbitrary messages and
+ * templates, and the protected encoding of the result (tok_encode_protected).
+ * Input: byte 0 picks the format (ChatML, DeepSeek-R1, Llama 3) and whether the generation prompt
+ * is added; bit 7 set means "the rest is a Jinja template string": it is put into an in-memory GGUF
+ * as tokenizer.chat_template and detected (chat_template_from_gguf, the default system prompt
+ * scan). Otherwise the rest is messages split at 0x1E, each starting with a role byte (system,
+ * user, assistant, or the message's own first line as a role). Checks: the rendered text has the
+ * length it says, each message's range lies inside it and holds (a part of) that message, and
+ * decoding the ids gives the rendered text back (U+FFFD for each invalid byte): the encoding loses
+ * nothing and special-token text typed in a message stays text. The vocabulary (Qwen2.5's, with its
+ * chat tokens) comes from $TIERKV_SHARED (default ../shared). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
+#include "model/chat.h"
+#include "model/tokenizer.h"
+#include "model/unicode.h"
+
+static gguf_file g;
+static tok_vocab *v;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    const char *root = getenv("TIERKV_SHARED");
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", root ? root : "../shared");
+    if (gguf_open(path, &g, err, sizeof err) || !(v = tok_load(&g, err, sizeof err))) {
+        fprintf(stderr, "fuzz_chat: %s: %s\n", path, err);
+        abort();
+    }
+    return 0;
+}
+
+static void template_from_text(const char *t) {
+    gguf_writer *w = gguf_writer_begin(0);
+    gguf_writer_add_str(w, "tokenizer.chat_template", t);
+    char *mem = NULL, err[256];
+    size_t n = 0;
+    FILE *fp = open_memstream(&mem, &n);
+    TKV_ASSERT(fp && gguf_writer_open_stream(w, fp, err, sizeof err) == 0 && gguf_writer_close(w, err, sizeof err) == 0);
+    fclose(fp);
+    gguf_file f;
+    TKV_ASSERT(gguf_parse((const uint8_t *)mem, n, &f, err, sizeof err) == 0);
+    chat_template ct;
+    err[0] = 0;
+    if (chat_template_from_gguf(&f, NULL, &ct, err, sizeof err)) TKV_ASSERT(err[0]);
+    else TKV_ASSERT(ct.kind != CHAT_UNKNOWN && strlen(ct.default_system) < sizeof ct.default_system);
+    gguf_free(&f);
+    free(mem);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size == 0 || size > 8192) return 0;
+    char *s = malloc(size);
+    memcpy(s, data + 1, size - 1);
+    s[size - 1] = 0; /* messages are C strings: an input 0x00 ends one early */
+    if (data[0] & 0x80) {
+        template_from_text(s);
+        free(s);
+        return 0;
+    }
+    chat_template t;
+    chat_template_init(&t, (chat_kind)(CHAT_CHATML + data[0] % 3));
+    int gen = (data[0] >> 2) & 1;
+    chat_msg msgs[16];
+    int n = 0;
+    static const char *const roles[3] = {"system", "user", "assistant"};
+    for (char *p = s; n < 16;) {
+        char *end = strchr(p, 0x1e);
+        if (end) *end = 0;
+        unsigned r = (unsigned char)*p;
+        if (*p) p++;
+        if (r % 4 < 3) msgs[n++] = (chat_msg){roles[r % 4], p};
+        else {
+            char *nl = strchr(p, '\n');
+            if (nl) *nl = 0;
+            msgs[n++] = (chat_msg){p, nl ? nl + 1 : ""};
+        }
+        if (!end) break;
+        p = end + 1;
+    }
+    size_t len, *lit;
+    char *r = chat_render(&t, v, msgs, n, gen, &len, &lit);
+    TKV_ASSERT(r && strlen(r) <= len && r[len] == 0);
+    for (int i = 0; i < n; i++) {
+        TKV_ASSERT(lit[2 * i] <= lit[2 * i + 1] && lit[2 * i + 1] <= len);
+        size_t k = lit[2 * i + 1] - lit[2 * i];
+        TKV_ASSERT(k == 0 || memmem(msgs[i].content, strlen(msgs[i].content), r + lit[2 * i], k));
+    }
+    int32_t *ids;
+    int k = chat_encode(&t, v, msgs, n, gen, &ids);
+    TKV_ASSERT(k >= 0);
+    for (int i = 0; i < k; i++) TKV_ASSERT(ids[i] >= 0 && ids[i] < tok_n_vocab(v));
+    size_t dn;
+    char *d = tok_decode(v, ids, k, 1, &dn);
+    char *want = malloc(3 * len + 1);
+    size_t wn = 0;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        i += (size_t)tok_utf8_decode((const unsigned char *)r + i, len - i, &cp);
+        wn += (size_t)tok_utf8_encode(cp, want + wn);
+    }
+    TKV_ASSERT(dn == wn && !memcmp(d, want, dn));
+    free(want);
+    free(d);
+    free(ids);
+    free(r);
+    free(lit);
+    free(s);
+    return 0;
+}

@@ -1,0 +1,356 @@
+/* test_cli_hostile.c — every command's flags against hostile input, through the built binary
+ * (t_bin, no shell): unknown flags, missing values, NaN / inf / negative / huge / garbage numbers,
+ * conflicting flags, unreadable and non-regular files, and stdout on /dev/full. Each case says the
+ * exit status it wants: 2 (a usage error), 1 (a runtime error), or either ('E'); never a signal,
+ * never 0 for a bad value, always a message on stderr, within TIME_LIMIT seconds.
+ *
+ * In argument strings: $M is a fixture model, $T the test directory, $D a small data file, $I a
+ * token id file, '' an empty argument. Devices given as outputs (/dev/full) must still be there
+ * afterwards: a command that failed to write must not remove what it did not create. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "t.h"
+
+#define TIME_LIMIT 20
+#define MODEL "fixtures/models/qwen2-Q8_0.gguf"
+
+typedef struct {
+    const char *args;  /* space-separated, with the $ names above */
+    char want;         /* '1', '2' or 'E' (1 or 2) */
+    int full_stdout;   /* 1: stdout is /dev/full */
+    int limit_s;       /* 0: TIME_LIMIT */
+} hcase;
+
+/* The small files the cases read; made once per run. */
+static const char *files_dir(void) {
+    static char d[600];
+    if (d[0]) return d;
+    snprintf(d, sizeof d, "%s/hostile", t_tmpdir());
+    mkdir(d, 0777);
+    char p[700];
+    snprintf(p, sizeof p, "%s/data.jsonl", d);
+    FILE *f = fopen(p, "w");
+    if (f) { fputs("{\"id\":\"a\",\"question\":\"1+1?\",\"answer\":\"2\"}\n", f); fclose(f); }
+    snprintf(p, sizeof p, "%s/ids.txt", d);
+    f = fopen(p, "w");
+    if (f) { fputs("1 2 3\n", f); fclose(f); }
+    snprintf(p, sizeof p, "%s/nul-ids.txt", d); /* "1<NUL>2 3": read as 1 before NULs were refused */
+    f = fopen(p, "wb");
+    if (f) { fwrite("1\0002 3\n", 1, 6, f); fclose(f); }
+    return d;
+}
+
+/* Splits args into argv (bin first), substituting $M $T $D $I and ''. */
+static int make_argv(const char *args, char *buf, size_t cap, char **argv, int max) {
+    char model[700];
+    snprintf(model, sizeof model, "%s", t_shared(MODEL));
+    int n = 0;
+    argv[n++] = (char *)t_bin();
+    size_t o = 0;
+    for (const char *p = args; *p && n < max - 1;) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        size_t k = strcspn(p, " ");
+        char tok[400];
+        snprintf(tok, sizeof tok, "%.*s", (int)k, p);
+        p += k;
+        const char *v = tok;
+        char tmp[1200];
+        if (!strcmp(tok, "''")) v = "";
+        else if (!strncmp(tok, "$M", 2)) snprintf(tmp, sizeof tmp, "%s%s", model, tok + 2), v = tmp;
+        else if (!strncmp(tok, "$T", 2)) snprintf(tmp, sizeof tmp, "%s%s", files_dir(), tok + 2), v = tmp;
+        else if (!strcmp(tok, "$D")) snprintf(tmp, sizeof tmp, "%s/data.jsonl", files_dir()), v = tmp;
+        else if (!strcmp(tok, "$I")) snprintf(tmp, sizeof tmp, "%s/ids.txt", files_dir()), v = tmp;
+        size_t l = strlen(v) + 1;
+        if (o + l > cap) return -1;
+        memcpy(buf + o, v, l);
+        argv[n++] = buf + o;
+        o += l;
+    }
+    argv[n] = NULL;
+    return n;
+}
+
+/* NULL when the case behaves, else why not (a static buffer). */
+static const char *run_case(const hcase *c, char *msg, size_t cap) {
+    char buf[8192], *argv[64];
+    if (make_argv(c->args, buf, sizeof buf, argv, 64) < 0) return "the case does not fit";
+    char *err = NULL;
+    int limit = c->limit_s ? c->limit_s : TIME_LIMIT;
+    int st = t_spawn(argv, c->full_stdout ? "/dev/full" : NULL, limit, &err);
+    const char *e = err ? err : "";
+    const char *why = NULL;
+    if (WIFSIGNALED(st)) {
+        snprintf(msg, cap, WTERMSIG(st) == SIGALRM ? "still running after %d s" : "killed by signal %d",
+                 WTERMSIG(st) == SIGALRM ? limit : WTERMSIG(st));
+        why = msg;
+    } else if (!WIFEXITED(st)) {
+        why = "no exit status";
+    } else {
+        int rc = WEXITSTATUS(st);
+        int ok = c->want == 'E' ? rc == 1 || rc == 2 : rc == c->want - '0';
+        if (!ok) {
+            snprintf(msg, cap, "exit status %d, want %s%s", rc, c->want == 'E' ? "1 or 2" : c->want == '1' ? "1" : "2",
+                     rc == 0 ? " (taken as fine)" : "");
+            why = msg;
+        } else if (!*e) {
+            why = "no message on stderr";
+        } else if (strstr(e, "Sanitizer") || strstr(e, "runtime error") || strstr(e, "assertion failed")) {
+            why = "a sanitizer or assertion report";
+        }
+    }
+    if (why && why != msg) snprintf(msg, cap, "%s", why);
+    if (why) {
+        size_t l = strlen(msg);
+        snprintf(msg + l, cap - l, "; stderr: %.200s", e);
+        for (char *p = msg; *p; p++) if (*p == '\n') *p = ' ';
+    }
+    free(err);
+    return why ? msg : NULL;
+}
+
+/* Without the shared folder the cases that read the fixture model ($M) are left out; the test is
+ * skipped (naming the file) only when that leaves none. */
+static int runnable(const hcase *cs, size_t n, int *have_model) {
+    *have_model = access(t_shared(MODEL), R_OK) == 0;
+    int k = 0;
+    for (size_t i = 0; i < n; i++) k += *have_model || !strstr(cs[i].args, "$M");
+    if (!k) t_need(MODEL);
+    else if ((size_t)k < n) printf("    %zu cases need %s: left out\n", n - (size_t)k, t_shared(MODEL));
+    return k;
+}
+
+static void run_cases(const hcase *cs, size_t n) {
+    int have_model;
+    if (!runnable(cs, n, &have_model)) return;
+    char msg[600];
+    for (size_t i = 0; i < n; i++) {
+        if (!have_model && strstr(cs[i].args, "$M")) continue;
+        const char *why = run_case(&cs[i], msg, sizeof msg);
+        CHECKF(!why, "tierkv %s%s: %s", cs[i].args, cs[i].full_stdout ? " >/dev/full" : "", why);
+    }
+    struct stat st; /* a failed write must not remove what the command did not create */
+    CHECKF(stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode), "/dev/full is no longer a device after these cases");
+}
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- run ---- */
+
+static const hcase run_ok[] = {
+    {"run -m $M -p hi -n 2 --bogus", '2', 0, 0},
+    {"run -m $M -p hi -n", '2', 0, 0},
+    {"run -m $M -p hi -n -1", '2', 0, 0},
+    {"run -m $M -p hi -n 16777217", '2', 0, 0},
+    {"run -m $M -p hi -n 1e3", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --temp inf", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --temp -1", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --temp abc", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --top-p -1", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --top-k -1", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --top-k 1.5", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --repeat-last-n -2", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --repeat-penalty 0", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --ctx 4k", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --ctx 0", '2', 0, 0},
+    {"run -m $M -p hi -n 2 -t 0", '2', 0, 0},
+    {"run -m $M -p hi -n 2 -t 1e3", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --batch 0", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --isa quantum", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --hbm-ratio nan", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --hbm-ratio 2", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --evict-ratio -0.1", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --hbm-budget -5", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --hbm-budget 1e30", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --delta 0", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --policy nope", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --kv-type f8", '2', 0, 0},
+    {"run -m $M -p hi -n 2 --stop ''", '2', 0, 0},
+    {"run -m $M -p hi -f $D", '2', 0, 0},
+    {"run -m $M --tokens $I --chat", '2', 0, 0},
+    {"run -m $M -n 2", '2', 0, 0},
+    {"run -m $M -f /dev/zero -n 2", '1', 0, 0},
+    {"run -m $M -f $T -n 2", '1', 0, 0},
+    {"run -m $M -f /nonexistent/p.txt -n 2", '1', 0, 0},
+    {"run -m /dev/zero -p hi -n 2", '1', 0, 0},
+    {"run -m $T -p hi -n 2", '1', 0, 0},
+    {"run -m /nonexistent.gguf -p hi -n 2", '1', 0, 0},
+    {"run -m $M --tokens /dev/zero -n 2", '1', 0, 0},
+    {"run -m $M --tokens $T -n 2", '1', 0, 0},
+    {"run -m $M --tokens $D -n 2", '1', 0, 0},
+    {"run -m $M --tokens $T/nul-ids.txt -n 2", '1', 0, 0},
+    {"run -m $M -p hi -n 2 --chat --template nope", '1', 0, 0},
+    {"run -m $M -p hi -n 2 --stats-json /nonexistent/x.json", '1', 0, 0},
+    {"run -m $M -p hi -n 2 --temp nan", 'E', 0, 0},
+    {"run -m $M -p hi -n 2 --repeat-penalty nan", 'E', 0, 0},
+    {"run -m $M -p hi -n 2 --min-p 2", 'E', 0, 0},
+    {"run -m $M -p hi -n 2 --top-p 1.5", 'E', 0, 0},
+    {"run -m $M -p hi -n 2 --seed -1", 'E', 0, 0},
+    {"run -m $M -p hi -n 2 --seed 99999999999999999999999", 'E', 0, 0},
+    {"run -m $M -p hi -n 2 --system x", 'E', 0, 0},
+    {"run -m $M -p hi -n 2 --template chatml", 'E', 0, 0},
+    {"run -m $M -p hi -n 16777216", 'E', 0, 5},
+    {"run -m $M -p hi -n 2 --stats-json /dev/full", '1', 0, 0},
+    {"run -m $M -p hi -n 2", '1', 1, 0},
+};
+TEST(cli_hostile_run) { run_cases(run_ok, N(run_ok)); }
+
+
+/* ---- logits, bench, plan ---- */
+
+static const hcase lbp_ok[] = {
+    {"logits -m $M --tokens $I -o $T/o.f32 --bogus", '2', 0, 0},
+    {"logits -m $M --tokens $I -o", '2', 0, 0},
+    {"logits -m $M --tokens $I", '2', 0, 0},
+    {"logits -m $M --tokens $I -o $T/o.f32 --greedy -1", '2', 0, 0},
+    {"logits -m $M --tokens $I -o $T/o.f32 --greedy nan", '2', 0, 0},
+    {"logits -m $M --tokens $I -o $T/o.f32 --first-pos 5", '2', 0, 0},
+    {"logits -m $M --tokens $I -o $T/o.f32 --ctx 4k", '2', 0, 0},
+    {"logits -m $M --tokens $I -o /dev/full", '1', 0, 0},
+    {"logits -m $M --tokens $I -o /nonexistent/o.f32", '1', 0, 0},
+    {"logits -m $M --tokens /dev/zero -o $T/o.f32", '1', 0, 0},
+    {"logits -m $M --tokens $T -o $T/o.f32", '1', 0, 0},
+    {"logits -m $M --tokens $I -o $T/o.f32 --feed /dev/zero", '1', 0, 0},
+    {"logits -m $M --tokens $T/nul-ids.txt -o $T/o.f32", '1', 0, 0},
+    {"bench -m $M --bogus", '2', 0, 0},
+    {"bench -m $M -p -1", '2', 0, 0},
+    {"bench -m $M -n nan", '2', 0, 0},
+    {"bench -m $M -d 0,4k", '2', 0, 0},
+    {"bench -m $M -d ,,", '2', 0, 0},
+    {"bench -m $M --reps 0", '2', 0, 0},
+    {"bench -m $M --parallel -1", '2', 0, 0},
+    {"bench -m /dev/zero -p 4 -n 2 -d 0 --reps 1", '1', 0, 0},
+    {"plan --bogus", '2', 0, 0},
+    {"plan --shape r1-distill-qwen-7b --batch", '2', 0, 0},
+    {"plan --shape r1-distill-qwen-7b --batch abc", '2', 0, 0},
+    {"plan --shape r1-distill-qwen-7b --ctx -5", '2', 0, 0},
+    {"plan --shape r1-distill-qwen-7b --ctx 99999999999999999999", '2', 0, 0},
+    {"plan --shape r1-distill-qwen-7b --hbm-ratio nan", '2', 0, 0},
+    {"plan --shape nope", '2', 0, 0},
+    {"plan --shape r1-distill-qwen-7b -m $M", '2', 0, 0},
+    {"plan -m /dev/zero", '1', 0, 0},
+    {"logits -m $M --tokens $I -o $T/o.f32", '1', 1, 0},
+    {"bench -m $M -p 4 -n 2 -d 0 --reps 1", '1', 1, 0},
+    {"plan --shape r1-distill-qwen-7b --ctx 4k", '2', 0, 0},
+    {"plan --shape r1-distill-qwen-7b --batch 2x", '2', 0, 0},
+    {"plan --shape r1-distill-qwen-7b", '1', 1, 0},
+};
+TEST(cli_hostile_logits_bench_plan) { run_cases(lbp_ok, N(lbp_ok)); }
+
+
+/* ---- eval, sweep, grade, verify ---- */
+
+static const hcase eval_ok[] = {
+    {"eval -m $M --task gsm8k --data $D --bogus", '2', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --n", '2', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --n -1", '2', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --n nan", '2', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --max-tokens 0", '2', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --max-tokens 1e9", '2', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --parallel 1e3", '2', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --offset -3", '2', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --ctx 4k", '2', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --hbm-ratio inf", '2', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --system x --no-system", '2', 0, 0},
+    {"eval -m $M --task nope --data $D", '2', 0, 0},
+    {"eval -m $M --data $D", '2', 0, 0},
+    {"eval -m $M --task gsm8k --data /dev/zero", '1', 0, 0},
+    {"eval -m $M --task gsm8k --data $T", '1', 0, 0},
+    {"eval -m /dev/zero --task gsm8k --data $D --max-tokens 2", '1', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --template nope --max-tokens 2", '1', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --out /dev/full --max-tokens 2 --template chatml", '1', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --out $T --max-tokens 2 --template chatml", '1', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --summary-json /dev/full --max-tokens 2 --template chatml --quiet", '1', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --summary-json /nonexistent/s.json --max-tokens 2", '1', 0, 0},
+    {"eval -m $M --task gsm8k --data $D --max-tokens 2 --template chatml --quiet", '1', 1, 0},
+    {"sweep --bogus", '2', 0, 0},
+    {"sweep --dir $T/sw --policies nope --dry-run -m x --task gsm8k", '2', 0, 0},
+    {"sweep --dir $T/sw --t0 nan --dry-run -m x --task gsm8k", '2', 0, 0},
+    {"sweep --dir $T/sw --evict -1 --dry-run -m x --task gsm8k", '2', 0, 0},
+    {"sweep --dir $T/sw --dry-run -m x --task gsm8k --out x", '2', 0, 0},
+    {"sweep --dir $T/sw --dry-run -m x --task gsm8k --summary-json x", '2', 0, 0},
+    {"sweep --dir /dev/null/x -m $M --task gsm8k --data $D --n 1 --max-tokens 2 --policies full --no-plot", '1', 0, 0},
+    {"sweep --dir $T/sw --dry-run -m x --task gsm8k", '1', 1, 0},
+    {"grade --task gsm8k", '2', 0, 0},
+    {"grade --in $D", '2', 0, 0},
+    {"grade --task gsm8k --in", '2', 0, 0},
+    {"grade --task nope --in $D", '2', 0, 0},
+    {"grade --task gsm8k --in $D --bogus", '2', 0, 0},
+    {"grade --task gsm8k --in /dev/zero", '1', 0, 0},
+    {"grade --task gsm8k --in $T", '1', 0, 0},
+    {"grade --task gsm8k --in /nonexistent/x.jsonl", '1', 0, 0},
+    {"grade --task gsm8k --in $D", '1', 0, 0}, /* no output field: a bad line */
+    {"grade --task gsm8k --in results/gsm8k-1.5b-n200/full.jsonl", '1', 1, 0},
+    {"verify", '2', 0, 0},
+    {"verify --bogus", '2', 0, 0},
+    {"verify /dev/zero", '1', 0, 0},
+    {"verify $T", '1', 0, 0},
+    {"verify results/gsm8k-1.5b-n200/full.jsonl", '1', 1, 0},
+};
+TEST(cli_hostile_eval_sweep_grade_verify) { run_cases(eval_ok, N(eval_ok)); }
+
+/* ---- inspect, gen-random, tokenize, detokenize, mutate-gguf ---- */
+
+static const hcase files_ok[] = {
+    {"inspect", '2', 0, 0},
+    {"inspect --bogus $M", '2', 0, 0},
+    {"inspect $M $M", '2', 0, 0},
+    {"inspect /dev/zero", '1', 0, 0},
+    {"inspect $T", '1', 0, 0},
+    {"inspect /nonexistent.gguf", '1', 0, 0},
+    {"inspect $M", '1', 1, 0},
+    {"inspect $M --json", '1', 1, 0},
+    {"gen-random --shape qwen2.5-0.5b --type Q4_0 -o $T/g.gguf --layers 0", '2', 0, 0},
+    {"gen-random --shape qwen2.5-0.5b --type Q4_0 -o $T/g.gguf --layers 1e3", '2', 0, 0},
+    {"gen-random --shape qwen2.5-0.5b --type Q4_0 -o $T/g.gguf --layers nan", '2', 0, 0},
+    {"gen-random --shape qwen2.5-0.5b --type Q4_0 -o $T/g.gguf --seed -1", '2', 0, 0},
+    {"gen-random --shape qwen2.5-0.5b --type Q4_0 -o $T/g.gguf --seed 99999999999999999999999", '2', 0, 0},
+    {"gen-random --shape qwen2.5-0.5b --type Q4_0", '2', 0, 0},
+    {"gen-random --shape qwen2.5-0.5b --type Q4_0 -o", '2', 0, 0},
+    {"gen-random --shape nope --type Q4_0 -o $T/g.gguf", '2', 0, 0},
+    {"gen-random --shape qwen2.5-0.5b --type Q4_0 --layers 1 -o $T", '1', 0, 0},
+    {"gen-random --shape qwen2.5-0.5b --type Q4_0 --layers 1 -o /dev/full", '1', 0, 0},
+    {"gen-random --shape qwen2.5-0.5b --type Q4_0 --layers 1 -o $T/g2.gguf", '1', 1, 0},
+    {"tokenize -m $M", '2', 0, 0},
+    {"tokenize -m $M -p hi -f $D", '2', 0, 0},
+    {"tokenize -p hi", '2', 0, 0},
+    {"tokenize -m $M -p hi --bogus", '2', 0, 0},
+    {"tokenize -m $M -p", '2', 0, 0},
+    {"tokenize -m /dev/zero -p hi", '1', 0, 0},
+    {"tokenize -m $M -f /dev/zero", '1', 0, 0},
+    {"tokenize -m $M -f $T", '1', 0, 0},
+    {"tokenize -m $M -p hi", '1', 1, 0},
+    {"detokenize -m $M", '2', 0, 0},
+    {"detokenize -m $M -p 1 --bos", '2', 0, 0},
+    {"detokenize -m $M -p 1,x,2", '1', 0, 0},
+    {"detokenize -m $M -p -1", '1', 0, 0},
+    {"detokenize -m $M -p 99999999999999999999", '1', 0, 0},
+    {"detokenize -m $M -p 5000", '1', 0, 0},
+    {"detokenize -m $M -f /dev/zero", '1', 0, 0},
+    {"detokenize -m $M -p 1,2", '1', 1, 0},
+    {"mutate-gguf", '2', 0, 0},
+    {"mutate-gguf $M", '2', 0, 0},
+    {"mutate-gguf $M -o", '2', 0, 0},
+    {"mutate-gguf $M -o $T/mg --seed -1", '2', 0, 0},
+    {"mutate-gguf $M -o $T/mg --seed abc", '2', 0, 0},
+    {"mutate-gguf $M -o $T/mg --bogus", '2', 0, 0},
+    {"mutate-gguf /dev/zero -o $T/mg", '1', 0, 0},
+    {"mutate-gguf $M -o /dev/full/x", '1', 0, 0},
+    {"mutate-gguf $M -o $T/mg --only valid-copy", '1', 1, 0},
+};
+TEST(cli_hostile_files_and_text) { run_cases(files_ok, N(files_ok)); }
+
+/* Unknown commands and the dispatcher itself. */
+static const hcase main_ok[] = {
+    {"", '2', 0, 0},
+    {"nope", '2', 0, 0},
+    {"--bogus", '2', 0, 0},
+    {"''", '2', 0, 0},
+};
+TEST(cli_hostile_dispatch) { run_cases(main_ok, N(main_ok)); }
