@@ -108,9 +108,11 @@ void kv_complete_batch(kv_cache *kv) {
 /* Runs the batch: on the transfer thread, or here layer by layer. */
 static void start_batch(kv_cache *kv) {
     kv_batch *b = &kv->batch;
-    grow_moves(&b->moves, &b->cap_moves, b->n_moves + b->n_rest);
-    memcpy(b->moves + b->n_moves, b->rest, (size_t)b->n_rest * sizeof *b->moves);
-    b->n_moves += b->n_rest;
+    if (b->n_rest > 0) {
+        grow_moves(&b->moves, &b->cap_moves, b->n_moves + b->n_rest);
+        memcpy(b->moves + b->n_moves, b->rest, (size_t)b->n_rest * sizeof *b->moves);
+        b->n_moves += b->n_rest;
+    }
     b->n_rest = 0;
     b->active = 1;
     kv->tables_gen++;
