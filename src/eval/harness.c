@@ -150,14 +150,7 @@ static void on_end(void *user, const sched_end *e) {
     json_out_key(&j, "evicted_equiv"), json_out_num(&j, st->evicted_equiv);
     json_out_key(&j, "t0_share"), json_out_num(&j, st->t0_share_mean);
     json_out_obj_end(&j);
-    json_out_key(&j, "policy"), json_out_str(&j, tkv_policy_name(o->sp.kv.policy));
-    json_out_key(&j, "hbm_ratio"), json_out_num(&j, o->sp.kv.hbm_ratio);
-    json_out_key(&j, "t2_ratio"), json_out_num(&j, o->sp.kv.t2_ratio);
-    json_out_key(&j, "evict_ratio"), json_out_num(&j, o->sp.kv.evict_ratio);
-    json_out_key(&j, "hbm_budget_bytes"), json_out_int(&j, (int64_t)o->sp.kv.hbm_budget_bytes);
-    json_out_key(&j, "kv_type"), json_out_str(&j, o->sp.kv.f16 ? "f16" : "f32");
-    harness_out_kv_extra(&j, &o->sp.kv);
-    json_out_key(&j, "max_tokens"), json_out_int(&j, o->max_tokens);
+    harness_out_config(&j, o);
     json_out_key(&j, "build"), json_out_str(&j, tkv_build_commit());
     harness_sign(&j);
     /* one fwrite + fflush: with the 1 MiB buffer a line normally goes out in one write() */

@@ -10,6 +10,9 @@
 
 /* A file killed mid-write ends without '\n': repairs it before appending (see harness_run). */
 int harness_repair_tail(const char *path, FILE *warn, char *err, size_t errlen);
+/* The configuration keys of a line and of a summary (policy, budgets, cache type, the options
+ * beyond the defaults, max_tokens). */
+void harness_out_config(struct json_out *j, const struct harness_opts *o);
 /* The KV options beyond the defaults, as a line writes them, and as one key for comparisons. */
 void harness_out_kv_extra(struct json_out *j, const tkv_kv_params *kv);
 void harness_kv_extra_key(const tkv_kv_params *kv, char *b, size_t n);

@@ -198,6 +198,19 @@ int harness_repair_tail(const char *path, FILE *warn, char *err, size_t errlen) 
     return rc;
 }
 
+/* The configuration every results line and summary records, in this order: the policy and its
+ * budgets, the cache type, the options beyond the defaults, the token cap. */
+void harness_out_config(struct json_out *j, const struct harness_opts *o) {
+    json_out_key(j, "policy"), json_out_str(j, tkv_policy_name(o->sp.kv.policy));
+    json_out_key(j, "hbm_ratio"), json_out_num(j, o->sp.kv.hbm_ratio);
+    json_out_key(j, "t2_ratio"), json_out_num(j, o->sp.kv.t2_ratio);
+    json_out_key(j, "evict_ratio"), json_out_num(j, o->sp.kv.evict_ratio);
+    json_out_key(j, "hbm_budget_bytes"), json_out_int(j, (int64_t)o->sp.kv.hbm_budget_bytes);
+    json_out_key(j, "kv_type"), json_out_str(j, o->sp.kv.f16 ? "f16" : "f32");
+    harness_out_kv_extra(j, &o->sp.kv);
+    json_out_key(j, "max_tokens"), json_out_int(j, o->max_tokens);
+}
+
 /* The KV options that exist since results lines record them, written only when not the default,
  * so older lines (which lack them) stay comparable: T2 codec, absolute tokens per sequence, the
  * baselines' protected prompt, and window/sinks/delta when changed. */
@@ -290,14 +303,7 @@ int harness_summary_write_json(const char *path, const struct harness_opts *o, c
     json_out_key(&j, "command"), json_out_str(&j, cmd ? cmd : "");
     json_out_key(&j, "commit"), json_out_str(&j, tkv_build_commit());
     json_out_key(&j, "build_flags"), json_out_str(&j, tkv_build_flags());
-    json_out_key(&j, "policy"), json_out_str(&j, tkv_policy_name(o->sp.kv.policy));
-    json_out_key(&j, "hbm_ratio"), json_out_num(&j, o->sp.kv.hbm_ratio);
-    json_out_key(&j, "t2_ratio"), json_out_num(&j, o->sp.kv.t2_ratio);
-    json_out_key(&j, "evict_ratio"), json_out_num(&j, o->sp.kv.evict_ratio);
-    json_out_key(&j, "hbm_budget_bytes"), json_out_int(&j, (int64_t)o->sp.kv.hbm_budget_bytes);
-    json_out_key(&j, "kv_type"), json_out_str(&j, o->sp.kv.f16 ? "f16" : "f32");
-    harness_out_kv_extra(&j, &o->sp.kv);
-    json_out_key(&j, "max_tokens"), json_out_int(&j, o->max_tokens);
+    harness_out_config(&j, o);
     json_out_key(&j, "parallel"), json_out_int(&j, o->parallel);
     json_out_key(&j, "n"), json_out_int(&j, s->n);
     json_out_key(&j, "correct"), json_out_int(&j, s->correct);
