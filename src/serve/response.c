@@ -95,6 +95,15 @@ static json_t *usage_obj(const serve_usage *u) {
 
 static json_t *finish_val(const char *finish) { return finish ? json_string(finish) : json_null(); }
 
+
+/* The one choice of a response or chunk, closed: no logprobs, its finish reason (null while going). */
+static void put_choice(json_t *o, json_t *choices, json_t *choice, const char *finish) {
+    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "finish_reason", finish_val(finish));
+    json_array_append_new(choices, choice);
+    json_object_set_new(o, "choices", choices);
+}
+
 char *serve_json_completion(const serve_resp_meta *m, serve_text content, serve_text reasoning, int with_reasoning,
                             const char *finish, const serve_usage *u) {
     json_t *o = head(m, 0), *choice = json_object(), *choices = json_array();
@@ -112,10 +121,7 @@ char *serve_json_completion(const serve_resp_meta *m, serve_text content, serve_
     } else {
         json_object_set_new(choice, "text", text(content));
     }
-    json_object_set_new(choice, "logprobs", json_null());
-    json_object_set_new(choice, "finish_reason", finish_val(finish));
-    json_array_append_new(choices, choice);
-    json_object_set_new(o, "choices", choices);
+    put_choice(o, choices, choice, finish);
     json_object_set_new(o, "usage", usage_obj(u));
     return dump(o);
 }
@@ -136,10 +142,7 @@ char *serve_sse_chunk(const serve_resp_meta *m, int with_role, serve_text reason
     } else {
         json_object_set_new(choice, "text", text(content));
     }
-    json_object_set_new(choice, "logprobs", json_null());
-    json_object_set_new(choice, "finish_reason", finish_val(finish));
-    json_array_append_new(choices, choice);
-    json_object_set_new(o, "choices", choices);
+    put_choice(o, choices, choice, finish);
     if (usage_null) json_object_set_new(o, "usage", json_null());
     return sse(o);
 }
