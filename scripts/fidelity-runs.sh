@@ -34,7 +34,8 @@ model=$(scripts/fetch-model.sh 1.5b)
 data=${TIERKV_DATA:-../shared/data}
 
 # label | sweep dir | task | data file | max tokens | flags for tierkv sweep. In priority order:
-# the paired GSM8K set (full, hierarchy, the baselines published and prompt-protected, T2 codecs),
+# the paired GSM8K set (full, hierarchy, the prompt-protected baselines, the paper's int8 T2 against
+# the per-block one, the published baselines, evict, then the rest of the codecs and baselines),
 # then the other benchmarks, absolute token budgets, and the real-T0 grid (MATH-500, window 16,
 # the first 100 problems).
 configs=(
@@ -43,19 +44,19 @@ configs=(
     "gsm8k-hier3|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.03"
     "gsm8k-h2o-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-rkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv --t0 0.5 --tag pp --protect-prompt"
+    "gsm8k-quant-q8h|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies quant --t0 0.3 --tag t2-q8h --t2-codec q8h"
+    "gsm8k-quant-q8bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies quant --t0 0.3 --tag t2-q8bh --t2-codec q8bh"
     "gsm8k-h2o|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5"
     "gsm8k-rkv|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv --t0 0.5"
     "gsm8k-evict|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict --t0 0.5"
+    "gsm8k-hiert2-q8bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8bh --t2-ratio 0.4 --t2-codec q8bh"
+    "gsm8k-hier10|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.1"
     "gsm8k-streaming-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-snapkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-streaming|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5"
     "gsm8k-snapkv|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5"
-    "gsm8k-hier10|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.1"
-    "gsm8k-quant-q8h|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies quant --t0 0.3 --tag t2-q8h --t2-codec q8h"
-    "gsm8k-quant-q8bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies quant --t0 0.3 --tag t2-q8bh --t2-codec q8bh"
     "gsm8k-quant-q4bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies quant --t0 0.3 --tag t2-q4bh --t2-codec q4bh"
     "gsm8k-hiert2-q8h|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8h --t2-ratio 0.4 --t2-codec q8h"
-    "gsm8k-hiert2-q8bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8bh --t2-ratio 0.4 --t2-codec q8bh"
     "gsm8k-hiert2-q4bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q4bh --t2-ratio 0.4 --t2-codec q4bh"
     "math500-hier3|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.03"
     "arc-full|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies full"
@@ -93,8 +94,7 @@ configs=(
     "gsm8k-rkv-tok512|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 512"
     "gsm8k-rkv-tok512-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 512 --tag pp --protect-prompt"
     "gsm8k-hier-tok512|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict,hierarchy --tokens 512 --evict 0.03"
-    "realt0-grid|math500-1.5b-n100-2048-w16|math500|math500_test.jsonl|2048|--policies full,hierarchy --t0 0.1,0.2,0.3 --evict 0,0.03,0.1 --tag w16 --window 16"
-)
+    "realt0-grid|math500-1.5b-n100-2048-w16|math500|math500_test.jsonl|2048|--policies full,hierarchy --t0 0.1,0.2,0.3 --evict 0,0.03,0.1 --tag w16 --window 16")
 for c in "${configs[@]}"; do
     IFS='|' read -r label dir task file max flags <<<"$c"
     [ -z "$only" ] || [[ $label == *"$only"* ]] || continue
