@@ -70,7 +70,10 @@ run_tierkv() {
 
 
 echo "# serve-load: model $(basename "$MODEL"), $REQUESTS problems of $(basename "$DATA"), $CLIENTS streaming clients," \
-  "max $MAX_TOKENS tokens, $THREADS threads, out $OUT"
+  "max $MAX_TOKENS tokens, $THREADS threads, out $OUT" | tee "$OUT/run.txt"
+echo "# build: $("$TIERKV" --version 2>&1 | head -1); command: CLIENTS=$CLIENTS REQUESTS=$REQUESTS" \
+  "MAX_TOKENS=$MAX_TOKENS THREADS=$THREADS SLOTS=$SLOTS BUDGET=$BUDGET bench/serve-load.sh $DATA $(basename "$MODEL")" |
+  tee -a "$OUT/run.txt"
 run_tierkv full-unlimited --policy full
 # what all clients' caches take at full length (their mean prompt + MAX_TOKENS), and the least
 # budget the session takes today: it splits --hbm-budget equally over its sequences (clients and
