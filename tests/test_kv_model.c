@@ -537,6 +537,7 @@ static void check_prompt_kept(cand *c, int step) {
  * 1 token, R-KV and decode-time SnapKV the window + 1 between compressions); SnapKV protected runs as
  * the R-KV paper's decode-time SnapKV (it would otherwise evict nothing at all). */
 TEST(kv_model_baselines_protect_prompt) {
+    NEED(QWEN2);
     cand c[4];
     for (int i = 0; i < 4; i++) {
         cand_init(&c[i], kv_policy_name(baselines[i]), baselines[i], 0.3, 64);
