@@ -335,14 +335,17 @@ TEST(kv_model_evicted_never_read) {
 
 static const kv_policy_kind baselines[4] = {KV_POLICY_STREAMING, KV_POLICY_H2O, KV_POLICY_RKV, KV_POLICY_SNAPKV};
 
-/* With --hbm-ratio 1.0 every baseline keeps everything: logits bit-identical to full. 300 steps
- * after a 128-token prompt cross R-KV's compression points (n = 128, 257) and SnapKV's prompt end. */
+/* With --hbm-ratio 1.0 every baseline, and evict and quant, keep everything: logits bit-identical
+ * to full. 300 steps after a 128-token prompt cross R-KV's compression points (n = 128, 257),
+ * SnapKV's prompt end and four re-tierings (evict at 1.0 once evicted a token at the second). */
 static void baselines_ratio1(const char *model) {
-    cand c[4];
+    cand c[6];
     for (int i = 0; i < 4; i++) cand_init(&c[i], kv_policy_name(baselines[i]), baselines[i], 1.0, 64);
+    cand_init(&c[4], "evict", KV_POLICY_EVICT, 1.0, 64);
+    cand_init(&c[5], "quant", KV_POLICY_QUANT, 1.0, 64);
     NEED(model);
-    REQUIRE(lockstep(t_shared(model), 1, 128, 300, c, 4, check_evicted_not_in_view) == 0);
-    for (int i = 0; i < 4; i++) {
+    REQUIRE(lockstep(t_shared(model), 1, 128, 300, c, 6, check_evicted_not_in_view) == 0);
+    for (int i = 0; i < 6; i++) {
         CHECKF(c[i].first_diff < 0, "%s: logits differ from full at step %d", c[i].name, c[i].first_diff);
         CHECK(c[i].bad == 0 && c[i].st.tokens_evicted == 0);
     }

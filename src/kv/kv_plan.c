@@ -372,8 +372,11 @@ static void retier_own(kv_cache *kv, kv_seq *s) {
     int raised = 0, len = s->len;
     int budget = kv_t0_budget(kv, s, len, &raised);
     int nprot = mark_protected(kv, s);
-    int headroom = kv->mode == KV_B_SEQ ? kv->o.delta
-                                        : (int)ceil(kv->o.delta * (1.0 - (kv->o.hbm_ratio > 0 ? kv->o.hbm_ratio : 0))) + 1;
+    /* room for the next delta tokens beyond what the budget grows by then (floor(r * len) grows by
+     * r per token, +1 for the rounding); at r = 1 it grows by exactly one per token and needs none:
+     * a whole budget must keep every token (evict at 100% evicted one at its second re-tiering) */
+    double r = kv->o.hbm_ratio > 0 ? kv->o.hbm_ratio : 0;
+    int headroom = kv->mode == KV_B_SEQ ? kv->o.delta : r >= 1.0 ? 0 : (int)ceil(kv->o.delta * (1.0 - r)) + 1;
     int b0 = budget - headroom < nprot ? nprot : budget - headroom;
     select_targets(kv, s, nprot, b0 - nprot);
     plan_demotions(kv, s);
