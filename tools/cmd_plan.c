@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/meminfo.h"
 #include "cmds.h"
 #include "gguf/gguf.h"
 #include "common.h"
@@ -71,7 +72,6 @@ done:
     return rc;
 }
 
-static double mib(double b) { return b / (1024.0 * 1024.0); }
 
 int cmd_plan(int argc, char **argv) {
     tkv_kv_params o;
@@ -121,18 +121,18 @@ int cmd_plan(int argc, char **argv) {
            sh.n_head_kv, sh.head_dim, o.f16 ? "f16" : "f32", batch, ctx, tkv_policy_name(o.policy));
     printf("  KV bytes per token: %.0f (%.1f KiB); int8 T2: %.0f\n", kvb, kvb / 1024, t2b);
     printf("  %-18s %12s %12s\n", "tier", "tokens/seq", "MiB (batch)");
-    printf("  %-18s %12.0f %12.2f\n", "T0 fast memory", t0, mib(t0 * kvb * B));
-    printf("  %-18s %12.0f %12.2f\n", "T1 host full", t1, mib(t1 * kvb * B));
-    printf("  %-18s %12.0f %12.2f\n", "T2 host int8", t2, mib(t2 * t2b * B));
+    printf("  %-18s %12.0f %12.2f\n", "T0 fast memory", t0, tkv_mib(t0 * kvb * B));
+    printf("  %-18s %12.0f %12.2f\n", "T1 host full", t1, tkv_mib(t1 * kvb * B));
+    printf("  %-18s %12.0f %12.2f\n", "T2 host int8", t2, tkv_mib(t2 * t2b * B));
     printf("  %-18s %12.0f %12s\n", "T3 evicted", t3, "0");
     double full = n * kvb * B;
-    printf("  full cache %.2f MiB; fast memory saved %.2f MiB (%.1f%%)\n", mib(full), mib(full - t0 * kvb * B),
+    printf("  full cache %.2f MiB; fast memory saved %.2f MiB (%.1f%%)\n", tkv_mib(full), tkv_mib(full - t0 * kvb * B),
            100.0 * (1.0 - t0 / n));
     double bus = (t1 * kvb + t2 * t2b) * B;
     double moves = t0 < n && o.policy != TKV_POLICY_EVICT ? (1.0 - t0 / n) * kvb * B : 0; /* evictions copy nothing */
-    printf("  bus per decode step: %.2f MiB streamed from host (T1 %.2f + T2 %.2f)\n", mib(bus), mib(t1 * kvb * B), mib(t2 * t2b * B));
-    printf("  tier moves: >= %.2f MiB per re-tier (every %d steps), %.3f MiB per step amortised\n", mib(moves * o.delta),
-           o.delta, mib(moves));
+    printf("  bus per decode step: %.2f MiB streamed from host (T1 %.2f + T2 %.2f)\n", tkv_mib(bus), tkv_mib(t1 * kvb * B), tkv_mib(t2 * t2b * B));
+    printf("  tier moves: >= %.2f MiB per re-tier (every %d steps), %.3f MiB per step amortised\n", tkv_mib(moves * o.delta),
+           o.delta, tkv_mib(moves));
     if (fflush(stdout) || ferror(stdout)) { fprintf(stderr, "tierkv plan: writing to stdout failed\n"); return 1; }
     return 0;
 }

@@ -44,4 +44,4 @@ uint64_t tkv_mem_available(void) {
     return avail;
 }
 
-double tkv_mib(uint64_t bytes) { return (double)bytes / 1048576.0; }
+double tkv_mib(double bytes) { return bytes / 1048576.0; }

@@ -8,6 +8,6 @@
 #include <stdint.h>
 
 uint64_t tkv_mem_available(void); /* bytes; UINT64_MAX when nothing can be read (no limit known) */
-double tkv_mib(uint64_t bytes);   /* bytes / 2^20, for messages */
+double tkv_mib(double bytes);     /* bytes / 2^20, for messages */
 
 #endif

@@ -107,9 +107,9 @@ int kv_pools_admit(const kv_cache *kv, int n_ctx, int64_t *bytes, char *err, siz
     int64_t others = kv->committed > held ? kv->committed - held : 0;
     char live[128] = "";
     if (kv->n_live > 0)
-        snprintf(live, sizeof live, ", and the %d live sequences may take %.1f MiB more", kv->n_live, tkv_mib((uint64_t)others));
+        snprintf(live, sizeof live, ", and the %d live sequences may take %.1f MiB more", kv->n_live, tkv_mib((double)others));
     return tkv_errf(err, errlen, "kv: a sequence of %d positions may need %.1f MiB of host memory at its full length%s; %.1f MiB available",
-                    n_ctx, tkv_mib((uint64_t)*bytes), live, tkv_mib(avail));
+                    n_ctx, tkv_mib((double)*bytes), live, tkv_mib(avail));
 }
 
 void kv_pools_free(kv_cache *kv) {

@@ -2,6 +2,7 @@
  * and the re-tiering log. Reads kv_internal.h; changes nothing. */
 #include <string.h>
 
+#include "base/meminfo.h"
 #include "kv/kv_internal.h"
 
 static void add_seq(const kv_cache *kv, const kv_seq *s, kv_stats *o) {
@@ -113,7 +114,6 @@ void kv_stats_write_json(FILE *f, const kv_cache *kv) {
     fprintf(f, "]}\n");
 }
 
-static double mib(int64_t b) { return (double)b / (1024.0 * 1024.0); }
 
 void kv_stats_print(FILE *f, const kv_cache *kv, int seq) {
     kv_stats s;
@@ -124,16 +124,16 @@ void kv_stats_print(FILE *f, const kv_cache *kv, int seq) {
             kv_policy_name(kv->o.policy), kv->o.sync_transfers ? "sync" : "async", kv->o.staged ? ", staged T1" : "",
             be_kv_t2_name(kv->o.t2_fmt));
     if (seq >= 0) fprintf(f, "  (sequence %d)\n", seq);
-    for (int t = 0; t < 4; t++) fprintf(f, "  %-15s %8lld tokens %10.2f MiB\n", names[t], (long long)s.tokens[t], mib(s.bytes[t]));
-    fprintf(f, "  T0 budget %.2f MiB (peak %.2f MiB, raised to protected %lld steps)\n", mib(s.t0_budget_bytes),
-            mib(s.peak_t0_bytes), (long long)s.budget_raised);
+    for (int t = 0; t < 4; t++) fprintf(f, "  %-15s %8lld tokens %10.2f MiB\n", names[t], (long long)s.tokens[t], tkv_mib(s.bytes[t]));
+    fprintf(f, "  T0 budget %.2f MiB (peak %.2f MiB, raised to protected %lld steps)\n", tkv_mib(s.t0_budget_bytes),
+            tkv_mib(s.peak_t0_bytes), (long long)s.budget_raised);
     fprintf(f, "  %lld re-tierings: down %.2f MiB, up %.2f MiB, host %.2f MiB, %lld sync demotions, %lld evicted\n",
-            (long long)s.retiers, mib(s.bytes_moved_down), mib(s.bytes_moved_up), mib(s.bytes_moved_host),
+            (long long)s.retiers, tkv_mib(s.bytes_moved_down), tkv_mib(s.bytes_moved_up), tkv_mib(s.bytes_moved_host),
             (long long)s.sync_demotions, (long long)s.tokens_evicted);
     if (kv->ops->tiered && !kv->ops->select)
         fprintf(f, "  %s holds %.2f MiB per (layer, kv head) row (peak after a step %.2f MiB); its rule allows %.2f MiB "
-                "now (budget + %s)\n", kv_policy_name(kv->o.policy), mib(s.held_bytes), mib(s.peak_held_bytes),
-                mib(s.limit_bytes),
+                "now (budget + %s)\n", kv_policy_name(kv->o.policy), tkv_mib(s.held_bytes), tkv_mib(s.peak_held_bytes),
+                tkv_mib(s.limit_bytes),
                 kv->o.policy == KV_POLICY_RKV      ? "tokens since the last compression, <= 128"
                 : kv->o.policy == KV_POLICY_SNAPKV ? "decode tokens, never evicted"
                                                    : "nothing");
@@ -142,8 +142,8 @@ void kv_stats_print(FILE *f, const kv_cache *kv, int seq) {
                 s.evicted_equiv);
     if (s.shared_tokens)
         fprintf(f, "  shared prompt prefix: %lld positions held once, %.2f MiB of T0 saved\n", (long long)s.shared_tokens,
-                mib(s.shared_bytes_saved));
-    fprintf(f, "  staged %.2f MiB; time: plan %.3f s, moves %.3f s, fence waits %.3f s\n", mib(s.bytes_staged),
+                tkv_mib(s.shared_bytes_saved));
+    fprintf(f, "  staged %.2f MiB; time: plan %.3f s, moves %.3f s, fence waits %.3f s\n", tkv_mib(s.bytes_staged),
             s.retier_seconds, s.move_seconds, s.fence_wait_seconds);
 }
 

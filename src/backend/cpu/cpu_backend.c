@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/matmul.h"
 #include "base/err.h"
+#include "base/meminfo.h"
 #include "gguf/gguf.h"
 
 static cpu_be *cb(be_backend *b) { return (cpu_be *)(void *)b; }
@@ -29,7 +30,7 @@ static void *cpu_alloc(be_backend *b, size_t bytes, be_mem mem, char *err, size_
     (void)b, (void)mem;
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
-        tkv_errf(err, errlen, "out of memory: %zu bytes (%.1f MiB)", bytes, (double)bytes / 1048576.0);
+        tkv_errf(err, errlen, "out of memory: %zu bytes (%.1f MiB)", bytes, tkv_mib((double)bytes));
         return NULL;
     }
     return p; /* not zeroed: a row is written before it is read, and untouched pages stay uncommitted */
