@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/utf8.h"
 
 #define GGUF_DEFAULT_ALIGN 32
 #define KV_MIN_BYTES 13     /* key len (8) + key (>= 1) + value type (4) */
@@ -103,14 +104,8 @@ static int check_name(cursor *c, gguf_str s, const char *what, uint64_t at) {
             return tkv_errf(c->err, c->errlen, "gguf: %s '%s' at offset %llu holds a control byte (0x%02x at byte %llu)", what, kb,
                             (unsigned long long)at, b, (unsigned long long)i);
         }
-        int n = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
-        int ok = n > 0 && i + (uint64_t)n <= s.len;
-        for (int k = 1; ok && k < n; k++) ok = (p[i + (uint64_t)k] & 0xC0) == 0x80;
-        if (ok && n >= 3) {
-            unsigned char c1 = p[i + 1];
-            ok = !((b == 0xE0 && c1 < 0xA0) || (b == 0xED && c1 > 0x9F) || (b == 0xF0 && c1 < 0x90) || (b == 0xF4 && c1 > 0x8F));
-        }
-        if (!ok) {
+        size_t n = tkv_utf8_seq(p + i, (size_t)(s.len - i));
+        if (!n) {
             key_fmt(kb, sizeof kb, s);
             return tkv_errf(c->err, c->errlen, "gguf: %s '%s' at offset %llu is not valid UTF-8 (byte %llu)", what, kb,
                             (unsigned long long)at, (unsigned long long)i);

@@ -8,20 +8,8 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/utf8.h"
 #include "serve/buf.h"
-
-/* Length of a valid UTF-8 sequence at p (1..4), 0 if invalid. */
-static size_t utf8_seq(const unsigned char *p, size_t n) {
-    unsigned c = p[0];
-    if (c < 0x80) return 1;
-    size_t k = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
-    if (!k || c > 0xF4 || k > n) return 0;
-    for (size_t i = 1; i < k; i++)
-        if ((p[i] & 0xC0) != 0x80) return 0;
-    if (k == 3 && ((c == 0xE0 && p[1] < 0xA0) || (c == 0xED && p[1] > 0x9F))) return 0; /* overlong, surrogates */
-    if (k == 4 && ((c == 0xF0 && p[1] < 0x90) || (c == 0xF4 && p[1] > 0x8F))) return 0;
-    return k;
-}
 
 static json_t *text(serve_text t) {
     json_t *s = json_stringn(t.p ? t.p : "", t.n);
@@ -29,7 +17,7 @@ static json_t *text(serve_text t) {
     serve_buf b = {0};
     const unsigned char *p = (const unsigned char *)t.p;
     for (size_t i = 0; i < t.n;) {
-        size_t k = p[i] ? utf8_seq(p + i, t.n - i) : 0;
+        size_t k = p[i] ? tkv_utf8_seq(p + i, t.n - i) : 0;
         if (k) serve_buf_add(&b, t.p + i, k), i += k;
         else serve_buf_add(&b, "\xEF\xBF\xBD", 3), i++;
     }
