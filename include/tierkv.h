@@ -60,6 +60,8 @@ enum { TKV_TOK_ADD_SPECIAL = 1, TKV_TOK_PARSE_SPECIAL = 2 };
 /* Encodes text[0..len) into up to cap ids; returns the total count (call again with more room when it
  * exceeds cap), or TKV_ERR for text over 1 GiB. Invalid UTF-8 bytes become U+FFFD. */
 int tkv_tokenize(const tkv_model *m, const char *text, size_t len, int flags, int32_t *out, int cap);
+/* The same into a buffer it allocates (*out, free() it): the count, or TKV_ERR (then *out is NULL). */
+int tkv_tokenize_alloc(const tkv_model *m, const char *text, size_t len, int flags, int32_t **out);
 /* The bytes of one token (a part of a UTF-8 character, maybe): length, or TKV_ERR for a bad id. */
 int tkv_token_piece(const tkv_model *m, int32_t id, int special, const char **bytes);
 int tkv_token_is_eog(const tkv_model *m, int32_t id);

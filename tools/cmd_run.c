@@ -57,10 +57,8 @@ static int prompt_ids(tkv_model *m, const char *text, int chat, const char *syst
         return *n_ids < 0 ? -1 : 0;
     }
     size_t len = strlen(text);
-    int need = tkv_tokenize(m, text, len, TKV_TOK_ADD_SPECIAL, NULL, 0);
-    if (need < 0) return tkv_errf(err, errlen, "the prompt is too large to tokenize (%zu bytes)", len);
-    *ids = tkv_xmalloc((size_t)(need > 0 ? need : 1) * sizeof(int32_t));
-    *n_ids = tkv_tokenize(m, text, len, TKV_TOK_ADD_SPECIAL, *ids, need);
+    *n_ids = tkv_tokenize_alloc(m, text, len, TKV_TOK_ADD_SPECIAL, ids);
+    if (*n_ids < 0) return tkv_errf(err, errlen, "the prompt is too large to tokenize (%zu bytes)", len);
     return 0;
 }
 

@@ -44,12 +44,6 @@ static tkv_model *open_vocab(const char *cmd, const char *path) {
     return v;
 }
 
-static int32_t *ids_alloc(int n) {
-    int32_t *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
-    if (!p) { fprintf(stderr, "tierkv tokenize: out of memory for %d ids\n", n); exit(1); }
-    return p;
-}
-
 /* Loads the input: -p's text or the whole file. */
 static char *input(const char *cmd, const tok_args *a, size_t *n) {
     if (a->text) { *n = strlen(a->text); return strdup(a->text); }
@@ -69,14 +63,8 @@ int cmd_tokenize(int argc, char **argv) {
     tkv_model *v = open_vocab("tokenize", a.model);
     if (!v) { free(text); return 1; }
     int flags = (a.special ? TKV_TOK_PARSE_SPECIAL : 0) | (a.bos ? TKV_TOK_ADD_SPECIAL : 0);
-    int cap = n < 1024 ? 1024 : (int)(n < (1u << 28) ? n : (1u << 28)); /* a guess; the count says when more */
-    int32_t *ids = ids_alloc(cap);
-    int k = tkv_tokenize(v, text, n, flags, ids, cap);
-    if (k > cap) {
-        free(ids);
-        ids = ids_alloc(k);
-        k = tkv_tokenize(v, text, n, flags, ids, k);
-    }
+    int32_t *ids;
+    int k = tkv_tokenize_alloc(v, text, n, flags, &ids);
     int rc = 0;
     if (k < 0) { fprintf(stderr, "tierkv tokenize: the text (%zu bytes) is longer than the tokenizer takes\n", n); rc = 1; }
     else {

@@ -15,9 +15,17 @@
 
 /* ---- tokenizer ---- */
 
+static int tok_flags(int flags) {
+    return (flags & TKV_TOK_ADD_SPECIAL ? TOK_ADD_SPECIAL : 0) | (flags & TKV_TOK_PARSE_SPECIAL ? TOK_PARSE_SPECIAL : 0);
+}
+
 int tkv_tokenize(const tkv_model *m, const char *text, size_t len, int flags, int32_t *out, int cap) {
-    int f = (flags & TKV_TOK_ADD_SPECIAL ? TOK_ADD_SPECIAL : 0) | (flags & TKV_TOK_PARSE_SPECIAL ? TOK_PARSE_SPECIAL : 0);
-    int n = tok_encode(m->vocab, text, len, f, out, cap);
+    int n = tok_encode(m->vocab, text, len, tok_flags(flags), out, cap);
+    return n < 0 ? TKV_ERR : n;
+}
+
+int tkv_tokenize_alloc(const tkv_model *m, const char *text, size_t len, int flags, int32_t **out) {
+    int n = tok_encode_alloc(m->vocab, text, len, tok_flags(flags), NULL, 0, out);
     return n < 0 ? TKV_ERR : n;
 }
 

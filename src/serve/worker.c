@@ -96,10 +96,8 @@ static int encode(serve_worker *w, const serve_request *r, struct wjob *wj, serv
         memcpy(wj->ids, r->prompt_ids, (size_t)wj->n_ids * sizeof(int32_t));
     } else {
         size_t len = strlen(r->prompt);
-        int need = tkv_tokenize(w->m, r->prompt, len, TKV_TOK_ADD_SPECIAL, NULL, 0);
-        if (need < 0) return serve_error_set(e, 413, "invalid_request_error", "prompt", "prompt_too_large", "the prompt is too large to tokenize");
-        wj->ids = tkv_xmalloc((size_t)(need ? need : 1) * sizeof(int32_t));
-        wj->n_ids = tkv_tokenize(w->m, r->prompt, len, TKV_TOK_ADD_SPECIAL, wj->ids, need);
+        wj->n_ids = tkv_tokenize_alloc(w->m, r->prompt, len, TKV_TOK_ADD_SPECIAL, &wj->ids);
+        if (wj->n_ids < 0) return serve_error_set(e, 413, "invalid_request_error", "prompt", "prompt_too_large", "the prompt is too large to tokenize");
     }
     const char *param = r->kind == SERVE_CHAT ? "messages" : "prompt";
     if (wj->n_ids < 1) return serve_error_set(e, 400, "invalid_request_error", param, "invalid_value", "the prompt is empty after tokenization");
