@@ -37,10 +37,13 @@ data=${TIERKV_DATA:-../shared/data}
 # the paired GSM8K set (full, hierarchy, the paper's int8 T2 against
 # the per-block one, the published baselines, evict, then the rest of the codecs and baselines),
 # then the other benchmarks, absolute token budgets, the real-T0 grid (MATH-500, window 16, the
-# first 100 problems), and last the prompt-protected baselines: at a share of the current length
-# their budget is all prompt while the chain is shorter than it, so they measure that floor until
-# the setting gets a budget of its own for the chain.
+# first 100 problems), and last the prompt-protected baselines on the other sets. First of all, the
+# prompt-protected H2O and R-KV beside the published ones in the f32 GSM8K set (results/gsm8k-1.5b-n200:
+# full, evict, hierarchy, H2O, R-KV and StreamingLLM at 200 there): how much of each cliff is the prompt.
 configs=(
+    "gsm8k-f32-h2o-pp|gsm8k-1.5b-n$N|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5 --tag pp --protect-prompt --kv-type f32"
+    "gsm8k-f32-rkv-pp|gsm8k-1.5b-n$N|gsm8k|gsm8k_test.jsonl|1024|--policies rkv --t0 0.5 --tag pp --protect-prompt --kv-type f32"
+    "gsm8k-f32-streaming-pp|gsm8k-1.5b-n$N|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5 --tag pp --protect-prompt --kv-type f32"
     "math500-full|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies full"
     "gsm8k-full|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies full"
     "gsm8k-hier3|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.03"

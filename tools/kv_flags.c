@@ -131,6 +131,7 @@ const char *kv_flags_usage(void) {
            "      --window N          protected last tokens (64)\n"
            "      --staged            copy T1/T2 rows into a staging area per layer before attention\n"
            "      --split             attend T1 where it lies and merge by log-sum-exp (no T1 row crosses the bus)\n"
-           "      --protect-prompt    baselines: keep the prompt outside their budget, as our policies do\n"
+           "      --protect-prompt    baselines: keep the prompt outside their budget, as our policies do;\n"
+           "                          the chain keeps at least --window tokens (evict's budget exactly)\n"
            "      --sync-transfers    run tier moves on the calling thread\n";
 }

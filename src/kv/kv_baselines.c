@@ -56,6 +56,8 @@ typedef struct {
     int n_prompt;        /* 0 until the prompt end was seen */
     int protect;         /* --protect-prompt: the prompt is never evicted; the method's budget is what is
                             left beside it and it chooses among the generated tokens only */
+    int pp_floor;        /* protected: the generated tokens always held, evict's recent window
+                            (max(1, window)), so the setting runs at exactly evict's budget */
     int n_c, b_c;        /* R-KV: last compression point and its budget; SnapKV: prompt end and budget */
 } bl_state;
 
@@ -92,6 +94,7 @@ static void *bl_init(const kv_options *o, char *err, size_t errlen) {
     b->rows = o->n_layer * o->n_head_kv;
     b->sinks = o->sinks;
     b->protect = o->protect_prompt;
+    b->pp_floor = o->window > 1 ? o->window : 1;
     /* SnapKV compresses only the prompt: with the prompt protected it is run as the R-KV paper's
      * decode-time SnapKV (R-KV's schedule and window, importance only: lambda 1) */
     if (b->protect && b->kind == KV_POLICY_SNAPKV) b->kind = KV_POLICY_RKV;
@@ -183,9 +186,11 @@ static int floor_budget(kv_step_io *io, int budget, int floor, int n) {
     return floor;
 }
 
-/* With the prompt protected: the budget left for generated tokens beside the prompt (raised to the
- * method's floor, counted in raised). */
-static int gen_budget(kv_step_io *io, int floor) {
+/* With the prompt protected: the budget left for generated tokens beside the prompt, raised to the
+ * larger of the method's floor and evict's protected window (counted in raised): the same T0 budget as
+ * evict's at every step, max(budget, prompt + window), so only the choice of tokens differs. */
+static int gen_budget(const bl_state *bs, kv_step_io *io, int floor) {
+    if (floor < bs->pp_floor) floor = bs->pp_floor;
     int b = io->t0_budget - io->n_prompt;
     if (b < floor) {
         if (io->t0_budget < io->n) io->raised = 1;
@@ -201,7 +206,7 @@ static int streaming_step(void *p, kv_step_io *io) {
     int n = io->n, budget = floor_budget(io, io->t0_budget, b->sinks + 1, n), sinks = b->sinks;
     if (b->protect) { /* the prompt takes the sinks' place: held whole, the rest the most recent */
         sinks = io->n_prompt > b->sinks ? io->n_prompt : b->sinks;
-        budget = sinks + gen_budget(io, 1);
+        budget = sinks + gen_budget(b, io, 1);
     }
     if (kv_bl_streaming_select(n, budget, sinks, b->tmp, io->err, io->errlen)) return -1;
     for (int j = 0; j < n; j++)
@@ -229,7 +234,7 @@ static int h2o_step(void *p, kv_step_io *io) {
     int n = io->n, budget = floor_budget(io, io->t0_budget, 1, n);
     int recent = kv_bl_h2o_recent(budget, 0.5);
     if (b->protect) { /* prompt positions score +inf: never the lowest, so never evicted */
-        int g = gen_budget(io, 1);
+        int g = gen_budget(b, io, 1);
         recent = kv_bl_h2o_recent(g, 0.5);
         budget = io->n_prompt + g;
     }
@@ -314,7 +319,7 @@ static int rkv_step(void *p, kv_step_io *io) {
         for (int r = 0; b->protect && r < b->rows; r++) memset(mask_row(b, r), 0, (size_t)n);
     }
     if (b->protect) {
-        int np = b->n_prompt, g = gen_budget(io, b->ro.window + 1);
+        int np = b->n_prompt, g = gen_budget(b, io, b->ro.window + 1);
         if (np && n > np && kv_bl_rkv_due(&b->ro, n, np)) {
             if (rkv_compress(b, io, n, g)) return -1;
             b->n_c = n;
