@@ -38,12 +38,11 @@ data=${TIERKV_DATA:-../shared/data}
 # the per-block one, the published baselines, evict, then the rest of the codecs and baselines),
 # then the other benchmarks, absolute token budgets, the real-T0 grid (MATH-500, window 16, the
 # first 100 problems), and last the prompt-protected baselines on the other sets. First of all, the
-# prompt-protected H2O and R-KV beside the published ones in the f32 GSM8K set (results/gsm8k-1.5b-n200:
-# full, evict, hierarchy, H2O, R-KV and StreamingLLM at 200 there): how much of each cliff is the prompt.
+# prompt-protected baselines on GSM8K (paired with full there; the published ones are at 200 in the
+# older f32 set, results/gsm8k-1.5b-n200): how much of each cliff is the prompt.
 configs=(
-    "gsm8k-f32-h2o-pp|gsm8k-1.5b-n$N|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5 --tag pp --protect-prompt --kv-type f32"
-    "gsm8k-f32-rkv-pp|gsm8k-1.5b-n$N|gsm8k|gsm8k_test.jsonl|1024|--policies rkv --t0 0.5 --tag pp --protect-prompt --kv-type f32"
-    "gsm8k-f32-streaming-pp|gsm8k-1.5b-n$N|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5 --tag pp --protect-prompt --kv-type f32"
+    "gsm8k-h2o-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5 --tag pp --protect-prompt"
+    "gsm8k-rkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv --t0 0.5 --tag pp --protect-prompt"
     "math500-full|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies full"
     "gsm8k-full|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies full"
     "gsm8k-hier3|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.03"
@@ -52,6 +51,8 @@ configs=(
     "gsm8k-h2o|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5"
     "gsm8k-rkv|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv --t0 0.5"
     "gsm8k-evict|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict --t0 0.5"
+    "gsm8k-streaming-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5 --tag pp --protect-prompt"
+    "gsm8k-snapkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-hiert2-q8bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8bh --t2-ratio 0.4 --t2-codec q8bh"
     "gsm8k-hier10|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.1"
     "gsm8k-streaming|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5"
@@ -87,10 +88,6 @@ configs=(
     "gsm8k-rkv-tok512|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 512"
     "gsm8k-hier-tok512|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict,hierarchy --tokens 512 --evict 0.03"
     "realt0-grid|math500-1.5b-n100-2048-w16|math500|math500_test.jsonl|2048|--policies full,hierarchy --t0 0.1,0.2,0.3 --evict 0,0.03,0.1 --tag w16 --window 16"
-    "gsm8k-h2o-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5 --tag pp --protect-prompt"
-    "gsm8k-rkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv --t0 0.5 --tag pp --protect-prompt"
-    "gsm8k-streaming-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5 --tag pp --protect-prompt"
-    "gsm8k-snapkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5 --tag pp --protect-prompt"
     "math500-h2o-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5 --tag pp --protect-prompt"
     "math500-rkv-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5 --tag pp --protect-prompt"
     "arc-h2o-pp|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies h2o --t0 0.5 --tag pp --protect-prompt"
