@@ -354,3 +354,23 @@ static const hcase main_ok[] = {
     {"''", '2', 0, 0},
 };
 TEST(cli_hostile_dispatch) { run_cases(main_ok, N(main_ok)); }
+
+/* bench --parallel N under a budget the N sequences do not fit: refused with the numbers before
+ * anything is timed (stdout empty), not after the single-sequence runs (before 2026-12: their rows
+ * were printed first). 256 KiB holds 256 tokens of this fixture's 1 KiB; 16 sequences need 131 each. */
+TEST(cli_hostile_bench_parallel_refused_first) {
+    NEED(MODEL);
+    char buf[8192], *argv[64], out[700];
+    if (make_argv("bench -m $M -p 4 -n 2 --reps 1 -d 0 --parallel 16 --policy hierarchy --hbm-budget 256KiB "
+                  "--evict-ratio 0", buf, sizeof buf, argv, 64) < 0)
+        REQUIRE(0);
+    snprintf(out, sizeof out, "%s/bench-refused.csv", files_dir());
+    char *err = NULL;
+    int st = t_spawn(argv, out, TIME_LIMIT, &err);
+    char *o = t_slurp(out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+    CHECKF(err && strstr(err, "T0 is taken"), "stderr: %s", err ? err : "");
+    CHECKF(o && !*o, "stdout before the refusal: %.200s", o ? o : "(unreadable)");
+    free(o);
+    free(err);
+}

@@ -115,6 +115,18 @@ static int reopen(tkv_session *e, int *seq, int n_ctx, int n_prompt, char *err, 
     return tkv_seq_open(e, n_ctx, n_prompt, seq, err, errlen);
 }
 
+/* Opens the --parallel run's n sequences at their largest size and closes them again, so that a
+ * budget they do not fit is refused before anything is timed, not after the single-sequence tests. */
+static int parallel_fits(tkv_session *e, int *seqs, int n, int n_ctx, int n_prompt, char *err, size_t errlen) {
+    int rc = 0;
+    for (int q = 0; q < n && !rc; q++) rc = reopen(e, &seqs[q], n_ctx, n_prompt, err, errlen);
+    for (int q = 0; q < n; q++) {
+        if (seqs[q] >= 0) tkv_seq_close(e, seqs[q]);
+        seqs[q] = -1;
+    }
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv) {
     common_opts c;
     common_opts_default(&c);
@@ -193,6 +205,14 @@ int cmd_bench(int argc, char **argv) {
     seqs = tkv_xmalloc((size_t)n_seq * sizeof(int));
     step = tkv_xmalloc((size_t)n_seq * sizeof(int32_t));
     for (int k = 0; k < n_seq; k++) seqs[k] = -1;
+    if (parallel > 1 && n_gen > 0) {
+        int pl = PAR_PROMPT;
+        if (par_depth) {
+            pl = 1;
+            for (int k = 0; k < n_depths; k++) if (depths[k] > pl) pl = depths[k];
+        }
+        if (parallel_fits(e, seqs, n_seq, pl + (int)n_gen + 1, par_depth && dflags ? 0 : pl, err, sizeof err)) goto fail;
+    }
     double samples[MAX_REPS];
     if (!json) printf("test,depth,tokens,sequences,tok_per_s,threads,kernels,policy,hbm_ratio,evict_ratio\n");
     for (int k = 0; k < n_depths; k++) {
