@@ -232,6 +232,7 @@ static const hcase lbp_ok[] = {
     {"plan --shape r1-distill-qwen-7b --ctx -5", '2', 0, 0},
     {"plan --shape r1-distill-qwen-7b --ctx 99999999999999999999", '2', 0, 0},
     {"plan --shape r1-distill-qwen-7b --hbm-ratio nan", '2', 0, 0},
+    {"plan --shape r1-distill-qwen-7b --hbm-ratio 0x1p-1", '2', 0, 0},
     {"plan --shape nope", '2', 0, 0},
     {"plan --shape r1-distill-qwen-7b -m $M", '2', 0, 0},
     {"plan -m /dev/zero", '1', 0, 0},

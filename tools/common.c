@@ -1,6 +1,7 @@
 /* common.c — shared model-loading flags (see common.h). Only tools read flags and environment. */
 #include "common.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,7 +19,7 @@ void common_opts_default(common_opts *c) {
 }
 
 int parse_int(const char *s, long lo, long hi, long *out) {
-    if (!s || !*s) return -1;
+    if (!s || !*s || isspace((unsigned char)*s)) return -1; /* strtol would skip leading blanks */
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -28,7 +29,8 @@ int parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 int parse_double(const char *s, double *out) {
-    if (!s || !*s) return -1;
+    /* decimal only: strtod would also skip leading blanks and read hex floats ("0x1p-1") */
+    if (!s || !*s || isspace((unsigned char)*s) || strpbrk(s, "xX")) return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);

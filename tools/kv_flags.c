@@ -1,6 +1,7 @@
 /* kv_flags.c — parsing of the KV hierarchy flags (see kv_flags.h). */
 #include "kv_flags.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -8,9 +9,10 @@
 #include <strings.h>
 
 #include "base/err.h"
+#include "common.h"
 
 int kv_flags_parse_size(const char *s, uint64_t *out) {
-    if (!s || !*s) return -1;
+    if (!s || !*s || isspace((unsigned char)*s) || strpbrk(s, "xX")) return -1; /* decimal, as parse_double */
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -31,20 +33,16 @@ int kv_flags_parse_size(const char *s, uint64_t *out) {
 }
 
 static int parse_ratio(const char *flag, const char *s, double *out, char *err, size_t errlen) {
-    char *end;
-    errno = 0;
-    double v = s ? strtod(s, &end) : 0;
-    if (!s || end == s || *end || errno || !(v >= 0.0 && v <= 1.0))
+    double v = 0;
+    if (parse_double(s, &v) || !(v >= 0.0 && v <= 1.0))
         return tkv_errf(err, errlen, "%s wants a share of the length in [0, 1], got '%s'", flag, s ? s : "");
     *out = v;
     return 0;
 }
 
 static int parse_count(const char *flag, const char *s, long lo, long hi, int *out, char *err, size_t errlen) {
-    char *end;
-    errno = 0;
-    long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || end == s || *end || errno || v < lo || v > hi)
+    long v = 0;
+    if (parse_int(s, lo, hi, &v))
         return tkv_errf(err, errlen, "%s wants an integer in %ld..%ld, got '%s'", flag, lo, hi, s ? s : "");
     *out = (int)v;
     return 0;
