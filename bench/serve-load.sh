@@ -15,7 +15,7 @@
 #
 #   bench/serve-load.sh [DATA.jsonl] [MODEL.gguf]
 #
-# Defaults: DATA ../shared/data/gsm8k_test.jsonl, MODEL the cached 0.5B. Environment: CLIENTS (16),
+# Defaults: DATA ../shared/data/gsm8k_test.jsonl, MODEL the cached 1.5B (the default model). Environment: CLIENTS (16),
 # REQUESTS (64), MAX_TOKENS (512), THREADS (2), BUDGET (bytes for --hbm-budget; default half of the
 # full caches, at least what the session accepts), PREFIX (2: --prefix-cache entries),
 # TIME_LIMIT (600: seconds per run before no new request is sent), LLAMA_BUILD (a llama.cpp build
@@ -24,7 +24,7 @@
 #   CLIENTS=2 REQUESTS=2 MAX_TOKENS=8 bench/serve-load.sh
 set -euo pipefail
 DATA=${1:-../shared/data/gsm8k_test.jsonl}
-MODEL=${2:-${TIERKV_HOME:-$HOME/.cache/tierkv}/models/qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf}
+MODEL=${2:-${TIERKV_HOME:-$HOME/.cache/tierkv}/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}
 CLIENTS=${CLIENTS:-16}; REQUESTS=${REQUESTS:-64}; MAX_TOKENS=${MAX_TOKENS:-512}; THREADS=${THREADS:-2}
 TIME_LIMIT=${TIME_LIMIT:-600}; SLOTS=${SLOTS:-4}; PORT=${PORT:-8090}; TIERKV=${TIERKV:-build/tierkv}
 LLAMA_BUILD=${LLAMA_BUILD:-}; BUDGET=${BUDGET:-}; PREFIX=${PREFIX:-2}
@@ -33,7 +33,7 @@ CTX=$((MAX_TOKENS + 512))
 HERE=$(cd "$(dirname "$0")" && pwd)
 for f in "$TIERKV" ; do [ -x "$f" ] || { echo "serve-load: missing $f (make)" >&2; exit 1; }; done
 [ -r "$DATA" ] || { echo "serve-load: cannot read $DATA" >&2; exit 1; }
-[ -r "$MODEL" ] || { echo "serve-load: cannot read $MODEL (scripts/fetch-model.sh 0.5b)" >&2; exit 1; }
+[ -r "$MODEL" ] || { echo "serve-load: cannot read $MODEL (scripts/fetch-model.sh 1.5b)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "serve-load: needs python3" >&2; exit 1; }
 mkdir -p "$OUT"
 SPID=
