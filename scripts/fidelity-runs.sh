@@ -38,18 +38,18 @@ data=${TIERKV_DATA:-../shared/data}
 # the per-block one, the published baselines, evict, then the rest of the codecs and baselines),
 # then the other benchmarks, absolute token budgets, the real-T0 grid (MATH-500, window 16, the
 # first 100 problems), and last the prompt-protected baselines on the other sets. First of all, the
-# prompt-protected baselines on GSM8K (paired with full there; the published ones are at 200 in the
-# older f32 set, results/gsm8k-1.5b-n200): how much of each cliff is the prompt.
+# prompt-protected H2O and R-KV on GSM8K, each followed by its published setting in the same set
+# (paired with full there): how much of each cliff is the prompt.
 configs=(
     "gsm8k-h2o-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5 --tag pp --protect-prompt"
+    "gsm8k-h2o|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5"
     "gsm8k-rkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv --t0 0.5 --tag pp --protect-prompt"
+    "gsm8k-rkv|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv --t0 0.5"
     "math500-full|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies full"
     "gsm8k-full|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies full"
     "gsm8k-hier3|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.03"
     "gsm8k-quant-q8h|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies quant --t0 0.3 --tag t2-q8h --t2-codec q8h"
     "gsm8k-quant-q8bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies quant --t0 0.3 --tag t2-q8bh --t2-codec q8bh"
-    "gsm8k-h2o|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5"
-    "gsm8k-rkv|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv --t0 0.5"
     "gsm8k-evict|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict --t0 0.5"
     "gsm8k-streaming-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-snapkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5 --tag pp --protect-prompt"
