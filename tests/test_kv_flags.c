@@ -35,6 +35,13 @@ TEST(kv_flags_parse_values) {
     CHECK(parse1(&o, "--policy", "lru", &to) == -1);
     CHECK(parse1(&o, "--temperature", "0.7", &to) == 0 && to == 0);
     CHECK(parse1(&o, "--sinks", NULL, &to) == -1);
+    /* decimal only: strtod alone takes leading blanks and hex floats */
+    CHECK(parse1(&o, "--hbm-ratio", "0x1p-1", &to) == -1);
+    CHECK(parse1(&o, "--hbm-ratio", " 0.5", &to) == -1);
+    CHECK(parse1(&o, "--delta", " 8", &to) == -1);
+    CHECK(parse1(&o, "--hbm-budget", "0x100", &to) == -1);
+    CHECK(parse1(&o, "--hbm-budget", " 4096", &to) == -1);
+    CHECK(parse1(&o, "--evict-ratio", "3e-2", &to) == 1 && o.evict_ratio == 3e-2);
     CHECK(strstr(kv_flags_usage(), "--hbm-budget") != NULL);
 }
 
