@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             walk(json_root(d), &o, 0);
             /* what the writer produced must parse again (it is valid UTF-8 and JSON) */
             struct json_doc *d2 = NULL;
-            if (json_parse(o.p, o.n, &opts, &d2, err, sizeof err) != 0) TKV_ASSERT(!"writer output does not parse");
+            if (json_parse(o.b.p, o.b.n, &opts, &d2, err, sizeof err) != 0) TKV_ASSERT(!"writer output does not parse");
             json_free(d2);
             json_out_free(&o);
             json_free(d);

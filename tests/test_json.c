@@ -145,8 +145,8 @@ TEST(json_writer) {
     json_out_num(&o, NAN);
     json_out_arr_end(&o);
     json_out_obj_end(&o);
-    CHECK(!strcmp(o.p, "{\"id\":\"q\\\"1\\n\\u0001\xc3\xa9\",\"n\":0.1,\"i\":-42,\"l\":[true,null,null]}"));
-    struct json_doc *d = parse_ok(o.p);
+    CHECK(!strcmp(o.b.p, "{\"id\":\"q\\\"1\\n\\u0001\xc3\xa9\",\"n\":0.1,\"i\":-42,\"l\":[true,null,null]}"));
+    struct json_doc *d = parse_ok(o.b.p);
     REQUIRE(d);
     CHECK(!strcmp(json_get_str(json_root(d), "id"), "q\"1\n\x01\xc3\xa9"));
     CHECK(json_get(json_root(d), "n")->u.num == 0.1);

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "sched/sched.h"
-#include "serve/buf.h"
+#include "base/buf.h"
 #include "serve/metrics.h"
 #include "serve/reasoning.h"
 #include "serve/request.h"
@@ -25,7 +25,7 @@
 
 /* Feeds text in pieces cut at the given points; returns reasoning and content. */
 static void think_run(const char *open, const char *close, int opened, const char *text, const size_t *cuts, int n_cuts,
-                      serve_buf *r, serve_buf *c, int *touched) {
+                      tkv_buf *r, tkv_buf *c, int *touched) {
     serve_think t;
     serve_think_init(&t, open, close, opened);
     size_t prev = 0, n = strlen(text);
@@ -44,13 +44,13 @@ static void think_case(int opened, const char *text, const char *want_r, const c
     for (size_t a = 0; a <= n; a++)
         for (size_t b = a; b <= n; b++) {
             size_t cuts[2] = {a, b};
-            serve_buf r = {0}, c = {0};
+            tkv_buf r = {0}, c = {0};
             int touched;
             think_run("<think>", "</think>", opened, text, cuts, 2, &r, &c, &touched);
-            CHECKF(!strcmp(serve_buf_str(&r), want_r) && !strcmp(serve_buf_str(&c), want_c),
-                   "text '%s' cut at %zu,%zu: reasoning '%s' content '%s'", text, a, b, serve_buf_str(&r), serve_buf_str(&c));
-            serve_buf_free(&r);
-            serve_buf_free(&c);
+            CHECKF(!strcmp(tkv_buf_str(&r), want_r) && !strcmp(tkv_buf_str(&c), want_c),
+                   "text '%s' cut at %zu,%zu: reasoning '%s' content '%s'", text, a, b, tkv_buf_str(&r), tkv_buf_str(&c));
+            tkv_buf_free(&r);
+            tkv_buf_free(&c);
         }
 }
 
@@ -66,12 +66,12 @@ TEST(serve_reasoning_split) {
     think_case(1, "</think>", "", "");
     think_case(1, "caf\xc3\xa9 </think> \xe2\x82\xac", "caf\xc3\xa9 ", "\xe2\x82\xac");
     /* without markers everything is answer */
-    serve_buf r = {0}, c = {0};
+    tkv_buf r = {0}, c = {0};
     int touched;
     think_run(NULL, NULL, 0, "a<think>b</think>c", NULL, 0, &r, &c, &touched);
-    CHECK(r.n == 0 && !strcmp(serve_buf_str(&c), "a<think>b</think>c") && !touched);
-    serve_buf_free(&r);
-    serve_buf_free(&c);
+    CHECK(r.n == 0 && !strcmp(tkv_buf_str(&c), "a<think>b</think>c") && !touched);
+    tkv_buf_free(&r);
+    tkv_buf_free(&c);
     /* a token counts as reasoning when any of its bytes is taken inside the block */
     serve_think t;
     serve_think_init(&t, "<think>", "</think>", 1);
@@ -79,9 +79,9 @@ TEST(serve_reasoning_split) {
     CHECK(serve_think_feed(&t, "</thi", 5, &r, &c) == 1);
     CHECK(serve_think_feed(&t, "nk>", 3, &r, &c) == 1);
     CHECK(serve_think_feed(&t, "\n\nok", 4, &r, &c) == 0);
-    CHECK(!strcmp(serve_buf_str(&r), "abc") && !strcmp(serve_buf_str(&c), "ok"));
-    serve_buf_free(&r);
-    serve_buf_free(&c);
+    CHECK(!strcmp(tkv_buf_str(&r), "abc") && !strcmp(tkv_buf_str(&c), "ok"));
+    tkv_buf_free(&r);
+    tkv_buf_free(&c);
 }
 
 /* ---- request parsing ---- */

@@ -194,10 +194,10 @@ static int kv_fields(mut_ctx *m) {
     /* a key given twice: general.name renamed general.architecture */
     int gn = mut_find_kv(L, "general.name");
     if (gn >= 0) {
-        mut_bytes k = {0};
+        tkv_buf k = {0};
         mut_put_str(&k, "general.architecture", 20);
-        e[0] = mut_splice(L->kv_at[gn], (size_t)(8 + L->f.kv[gn].key.len), k.p, k.n);
-        free(k.p);
+        e[0] = mut_splice(L->kv_at[gn], (size_t)(8 + L->f.kv[gn].key.len), k.u, k.n);
+        free(k.u);
         EMIT(m, "dup-key-general.architecture", "error", "duplicate key", "general.name renamed general.architecture", e, 1, 1, 0);
     }
     return 0;
@@ -226,40 +226,40 @@ static int type_confusion(mut_ctx *m) {
         if (k < 0) continue;
         const gguf_kv *kv = &L->f.kv[k];
         uint64_t n = kv->type == GGUF_ARR ? kv->arr_n : 3;
-        mut_bytes v = {0};
+        tkv_buf v = {0};
         uint32_t t = GGUF_ARR;
         switch (c[i].kind) {
         case V_STR: mut_put_str(&v, "256", 3); t = GGUF_STR; break;
-        case V_U32: mut_put_le(&v, 7, 4); t = GGUF_U32; break;
-        case V_I32: mut_put_le(&v, 0xFFFFFFFFu, 4); t = GGUF_I32; break;
-        case V_U64: mut_put_le(&v, 1ull << 40, 8); t = GGUF_U64; break;
-        case V_F32: mut_put_le(&v, 0x3f800000u, 4); t = GGUF_F32; break;
-        case V_BOOL: mut_put_le(&v, 1, 1); t = GGUF_BOOL; break;
-        case V_F32BITS: mut_put(&v, kv->data, 4); t = GGUF_F32; break; /* the same bits read as a float */
+        case V_U32: tkv_buf_le(&v, 7, 4); t = GGUF_U32; break;
+        case V_I32: tkv_buf_le(&v, 0xFFFFFFFFu, 4); t = GGUF_I32; break;
+        case V_U64: tkv_buf_le(&v, 1ull << 40, 8); t = GGUF_U64; break;
+        case V_F32: tkv_buf_le(&v, 0x3f800000u, 4); t = GGUF_F32; break;
+        case V_BOOL: tkv_buf_le(&v, 1, 1); t = GGUF_BOOL; break;
+        case V_F32BITS: tkv_buf_add(&v, kv->data, 4); t = GGUF_F32; break; /* the same bits read as a float */
         case V_ARR_I32: case V_ARR_F32: case V_ARR_U32:
-            mut_put_le(&v, c[i].kind == V_ARR_I32 ? GGUF_I32 : c[i].kind == V_ARR_F32 ? GGUF_F32 : GGUF_U32, 4);
-            mut_put_le(&v, n, 8);
-            for (uint64_t j = 0; j < n; j++) mut_put_le(&v, c[i].kind == V_ARR_F32 ? 0x3f800000u : 1, 4);
+            tkv_buf_le(&v, c[i].kind == V_ARR_I32 ? GGUF_I32 : c[i].kind == V_ARR_F32 ? GGUF_F32 : GGUF_U32, 4);
+            tkv_buf_le(&v, n, 8);
+            for (uint64_t j = 0; j < n; j++) tkv_buf_le(&v, c[i].kind == V_ARR_F32 ? 0x3f800000u : 1, 4);
             break;
         case V_ARR_STR:
-            mut_put_le(&v, GGUF_STR, 4);
-            mut_put_le(&v, n, 8);
+            tkv_buf_le(&v, GGUF_STR, 4);
+            tkv_buf_le(&v, n, 8);
             for (uint64_t j = 0; j < n; j++) mut_put_str(&v, "1", 1);
             break;
         }
         snprintf(name, sizeof name, "type-%s-as-%s", key, c[i].tag);
         snprintf(what, sizeof what, "%s written as %s", key, c[i].tag);
         e[0] = mut_retype(L, k, t, &v);
-        free(v.p);
+        free(v.u);
         EMIT(m, name, "error", key, what, e, 1, 1, 0);
     }
     /* a key the file lacks, added with the wrong type */
     if (mut_find_kv(L, "tokenizer.ggml.add_bos_token") < 0) {
-        mut_bytes v = {0};
-        mut_put_le(&v, 1, 4);
+        tkv_buf v = {0};
+        tkv_buf_le(&v, 1, 4);
         e[0] = mut_add_kv(L, "tokenizer.ggml.add_bos_token", GGUF_U32, &v);
         e[1] = mut_patch(16, L->f.n_kv + 1, 8);
-        free(v.p);
+        free(v.u);
         EMIT(m, "type-tokenizer.ggml.add_bos_token-as-u32", "error", "tokenizer.ggml.add_bos_token", "add_bos_token added as u32", e, 2, 1, 0);
     }
     return 0;
@@ -273,49 +273,49 @@ static int alignment(mut_ctx *m) {
     mut_edit e[3];
     static const uint32_t bad[] = {0, 3, 48};
     for (int i = 0; i < 3; i++) {
-        mut_bytes v = {0};
-        mut_put_le(&v, bad[i], 4);
+        tkv_buf v = {0};
+        tkv_buf_le(&v, bad[i], 4);
         e[0] = mut_add_kv(L, "general.alignment", GGUF_U32, &v);
         e[1] = mut_patch(16, L->f.n_kv + 1, 8);
-        free(v.p);
+        free(v.u);
         snprintf(name, sizeof name, "align-%u", bad[i]);
         EMIT(m, name, "error", "power of two", "general.alignment not a power of two", e, 2, 1, 0);
     }
-    mut_bytes v = {0};
-    mut_put_le(&v, 1u << 31, 4);
+    tkv_buf v = {0};
+    tkv_buf_le(&v, 1u << 31, 4);
     e[0] = mut_add_kv(L, "general.alignment", GGUF_U32, &v);
     e[1] = mut_patch(16, L->f.n_kv + 1, 8);
-    free(v.p);
+    free(v.u);
     EMIT(m, "align-2^31", "error", "data section", "general.alignment 2^31: the data starts past the end", e, 2, 1, 0);
-    v = (mut_bytes){0};
-    mut_put_le(&v, 32, 8);
+    v = (tkv_buf){0};
+    tkv_buf_le(&v, 32, 8);
     e[0] = mut_add_kv(L, "general.alignment", GGUF_U64, &v);
     e[1] = mut_patch(16, L->f.n_kv + 1, 8);
-    free(v.p);
+    free(v.u);
     EMIT(m, "align-as-u64", "error", "general.alignment has type u64", "general.alignment written as u64", e, 2, 1, 0);
-    v = (mut_bytes){0};
+    v = (tkv_buf){0};
     mut_put_str(&v, "32", 2);
     e[0] = mut_add_kv(L, "general.alignment", GGUF_STR, &v);
     e[1] = mut_patch(16, L->f.n_kv + 1, 8);
-    free(v.p);
+    free(v.u);
     EMIT(m, "align-as-str", "error", "general.alignment has type str", "general.alignment written as a string", e, 2, 1, 0);
     /* alignment 2, laid out as it says: a well-formed file whose tensor data are not 32-byte aligned
      * (two bytes more in general.name when the header would end on a multiple of 32 by chance) */
-    v = (mut_bytes){0};
-    mut_put_le(&v, 2, 4);
+    v = (tkv_buf){0};
+    tkv_buf_le(&v, 2, 4);
     e[0] = mut_add_kv(L, "general.alignment", GGUF_U32, &v);
     e[1] = mut_patch(16, L->f.n_kv + 1, 8);
-    free(v.p);
+    free(v.u);
     size_t end = L->info_end + e[0].ins.n;
     int ne = 2, gn = mut_find_kv(L, "general.name");
     if (((end + 1) & ~(size_t)1) % 32 == 0) {
         if (gn < 0) { mut_edits_free(e, 2); return 0; }
-        mut_bytes s = {0};
-        mut_put_le(&s, L->f.kv[gn].size + 2, 8);
-        mut_put(&s, L->f.kv[gn].data, (size_t)L->f.kv[gn].size);
-        mut_put(&s, "xx", 2);
-        e[2] = mut_splice(L->kv_type_at[gn] + 4, 8 + (size_t)L->f.kv[gn].size, s.p, s.n);
-        free(s.p);
+        tkv_buf s = {0};
+        tkv_buf_le(&s, L->f.kv[gn].size + 2, 8);
+        tkv_buf_add(&s, L->f.kv[gn].data, (size_t)L->f.kv[gn].size);
+        tkv_buf_add(&s, "xx", 2);
+        e[2] = mut_splice(L->kv_type_at[gn] + 4, 8 + (size_t)L->f.kv[gn].size, s.u, s.n);
+        free(s.u);
         ne = 3;
     }
     EMIT(m, "align-2-misaligned-data", "error", "aligned", "general.alignment 2 and the data laid out so", e, ne, 1, 2);
@@ -402,30 +402,30 @@ static int metadata(mut_ctx *m) {
         EMIT(m, name, "error", f[i].says, "a float key out of its domain", e, 1, 1, 0);
     }
     /* keys added: a key length unlike head_dim, an unknown rope scaling, an unknown key (valid) */
-    mut_bytes v = {0};
-    mut_put_le(&v, E / (H ? H : 1) * 2, 4);
+    tkv_buf v = {0};
+    tkv_buf_le(&v, E / (H ? H : 1) * 2, 4);
     e[0] = mut_add_kv(L, mut_arch_key(L, "attention.key_length"), GGUF_U32, &v);
     e[1] = mut_patch(16, L->f.n_kv + 1, 8);
-    free(v.p);
+    free(v.u);
     EMIT(m, "meta-key_length-2x-head_dim", "error", "key_length", "attention.key_length twice the head size", e, 2, 1, 0);
-    v = (mut_bytes){0};
+    v = (tkv_buf){0};
     mut_put_str(&v, "yarn", 4);
     e[0] = mut_add_kv(L, mut_arch_key(L, "rope.scaling.type"), GGUF_STR, &v);
     e[1] = mut_patch(16, L->f.n_kv + 1, 8);
-    free(v.p);
+    free(v.u);
     EMIT(m, "meta-rope.scaling.type-yarn", "error", "rope scaling", "rope.scaling.type yarn (unsupported)", e, 2, 1, 0);
-    v = (mut_bytes){0};
-    mut_put_le(&v, 7, 4);
+    v = (tkv_buf){0};
+    tkv_buf_le(&v, 7, 4);
     e[0] = mut_add_kv(L, "tierkv.test.unknown_key", GGUF_U32, &v);
     e[1] = mut_patch(16, L->f.n_kv + 1, 8);
-    free(v.p);
+    free(v.u);
     EMIT(m, "valid-unknown-key", "valid", "", "a key nothing reads", e, 2, 1, 0);
     int k = mut_find_kv(L, "tokenizer.ggml.model");
     if (k >= 0) {
-        v = (mut_bytes){0};
+        v = (tkv_buf){0};
         mut_put_str(&v, "llama", 5);
         e[0] = mut_retype(L, k, GGUF_STR, &v);
-        free(v.p);
+        free(v.u);
         EMIT(m, "meta-tokenizer.ggml.model-llama", "error", "tokenizer.ggml.model", "a SentencePiece vocabulary (unsupported)", e, 1, 1, 0);
     }
     static const char *const drop[] = {"general.architecture", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",

@@ -9,31 +9,10 @@
 
 #include "base/err.h"
 
-void mut_put(mut_bytes *b, const void *p, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n) cap *= 2;
-        uint8_t *q = realloc(b->p, cap);
-        TKV_ASSERT(q != NULL);
-        b->p = q;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, p, n);
-    b->n += n;
+void mut_put_str(tkv_buf *b, const char *s, size_t n) {
+    tkv_buf_le(b, n, 8);
+    tkv_buf_add(b, s, n);
 }
-void mut_put_le(mut_bytes *b, uint64_t v, int k) {
-    uint8_t t[8];
-    for (int i = 0; i < k; i++) t[i] = (uint8_t)(v >> (8 * i));
-    mut_put(b, t, (size_t)k);
-}
-void mut_put_str(mut_bytes *b, const char *s, size_t n) {
-    mut_put_le(b, n, 8);
-    mut_put(b, s, n);
-}
-
-
-
-
 
 uint64_t mut_rng(uint64_t *s) { /* xorshift64* */
     *s ^= *s >> 12;
@@ -129,12 +108,12 @@ int mut_required_tensor(const mut_layout *L, gguf_str name) {
 static int mut_wants(const mut_ctx *m, const char *name) { return !m->only || strstr(name, m->only); }
 
 /* Writes the parts, then extends the file with a hole to `total` bytes. */
-static int write_all(const char *path, const mut_bytes *parts, int n, uint64_t total, char *err, size_t errlen) {
+static int write_all(const char *path, const tkv_buf *parts, int n, uint64_t total, char *err, size_t errlen) {
     FILE *f = fopen(path, "wb");
     if (!f) return tkv_errf(err, errlen, "mutate-gguf: cannot create '%s': %s", path, strerror(errno));
     uint64_t done = 0;
     for (int i = 0; i < n; i++) {
-        if (parts[i].n && fwrite(parts[i].p, 1, parts[i].n, f) != parts[i].n) break;
+        if (parts[i].n && fwrite(parts[i].u, 1, parts[i].n, f) != parts[i].n) break;
         done += parts[i].n;
     }
     int bad = ferror(f) || fflush(f) || (done < total && ftruncate(fileno(f), (off_t)total));
@@ -146,7 +125,7 @@ static int write_all(const char *path, const mut_bytes *parts, int n, uint64_t t
 }
 
 /* base[0..n) with the edits (sorted by position, not overlapping) applied, appended to out. */
-static void apply(const uint8_t *base, size_t n, mut_edit *e, int ne, mut_bytes *out) {
+static void apply(const uint8_t *base, size_t n, mut_edit *e, int ne, tkv_buf *out) {
     for (int i = 1; i < ne; i++)
         for (int k = i; k > 0 && e[k].at < e[k - 1].at; k--) {
             mut_edit t = e[k];
@@ -156,15 +135,15 @@ static void apply(const uint8_t *base, size_t n, mut_edit *e, int ne, mut_bytes 
     size_t pos = 0;
     for (int i = 0; i < ne; i++) {
         TKV_ASSERT(e[i].at >= pos && e[i].at + e[i].del <= n);
-        mut_put(out, base + pos, e[i].at - pos);
-        mut_put(out, e[i].ins.p, e[i].ins.n);
+        tkv_buf_add(out, base + pos, e[i].at - pos);
+        tkv_buf_add(out, e[i].ins.u, e[i].ins.n);
         pos = e[i].at + e[i].del;
     }
-    mut_put(out, base + pos, n - pos);
+    tkv_buf_add(out, base + pos, n - pos);
 }
 
 void mut_edits_free(mut_edit *e, int ne) {
-    for (int i = 0; i < ne; i++) free(e[i].ins.p);
+    for (int i = 0; i < ne; i++) free(e[i].ins.u);
 }
 
 /* Emits a variant. hdr: the edits apply to the header (bytes before the tensor data) and the data
@@ -176,7 +155,7 @@ int mut_emit(mut_ctx *m, const char *name, const char *expect, const char *says,
     int rc = 0;
     if (mut_wants(m, name)) {
         const mut_layout *L = m->L;
-        mut_bytes parts[3] = {{0}};
+        tkv_buf parts[3] = {0};
         int sparse = m->sparse && strcmp(expect, "valid");
         uint64_t total = 0;
         if (hdr) {
@@ -185,10 +164,10 @@ int mut_emit(mut_ctx *m, const char *name, const char *expect, const char *says,
             static const uint8_t zero[64];
             for (uint64_t k = (al - end % al) % al; k > 0;) {
                 size_t c = k < sizeof zero ? (size_t)k : sizeof zero;
-                mut_put(&parts[1], zero, c);
+                tkv_buf_add(&parts[1], zero, c);
                 k -= c;
             }
-            parts[2].p = (uint8_t *)L->b + L->f.data_start; /* borrowed */
+            parts[2].u = (uint8_t *)L->b + L->f.data_start; /* borrowed */
             parts[2].n = L->size - (size_t)L->f.data_start;
             total = parts[0].n + parts[1].n + parts[2].n;
             if (sparse) parts[2].n = 0;
@@ -215,8 +194,8 @@ int mut_emit(mut_ctx *m, const char *name, const char *expect, const char *says,
         char path[4096];
         snprintf(path, sizeof path, "%s/%s.gguf", m->dir, name);
         rc = write_all(path, parts, 3, total, m->err, sizeof m->err);
-        free(parts[0].p);
-        free(parts[1].p);
+        free(parts[0].u);
+        free(parts[1].u);
         if (!rc) {
             fprintf(m->manifest, "%s.gguf\t%s\t%s\t%s\n", name, expect, says, what);
             m->n_written++;
@@ -228,31 +207,31 @@ int mut_emit(mut_ctx *m, const char *name, const char *expect, const char *says,
 
 /* Convenience: one edit that overwrites k bytes at `at` with the little-endian v. */
 mut_edit mut_patch(size_t at, uint64_t v, int k) {
-    mut_edit e = {at, (size_t)k, {0}};
-    mut_put_le(&e.ins, v, k);
+    mut_edit e = {.at = at, .del = (size_t)k};
+    tkv_buf_le(&e.ins, v, k);
     return e;
 }
 mut_edit mut_splice(size_t at, size_t del, const void *p, size_t n) {
-    mut_edit e = {at, del, {0}};
-    mut_put(&e.ins, p, n);
+    mut_edit e = {.at = at, .del = del};
+    tkv_buf_add(&e.ins, p, n);
     return e;
 }
 
 /* ---- the families ---- */
 
 /* The whole value of key `key` (type and value bytes) replaced by type t and the encoded value v. */
-mut_edit mut_retype(const mut_layout *L, int k, uint32_t t, const mut_bytes *v) {
-    mut_edit e = {L->kv_type_at[k], L->kv_end[k] - L->kv_type_at[k], {0}};
-    mut_put_le(&e.ins, t, 4);
-    mut_put(&e.ins, v->p, v->n);
+mut_edit mut_retype(const mut_layout *L, int k, uint32_t t, const tkv_buf *v) {
+    mut_edit e = {.at = L->kv_type_at[k], .del = L->kv_end[k] - L->kv_type_at[k]};
+    tkv_buf_le(&e.ins, t, 4);
+    tkv_buf_add(&e.ins, v->u, v->n);
     return e;
 }
 
 /* A KV record (key, type, value) appended after the last KV pair; the caller bumps n_kv. */
-mut_edit mut_add_kv(const mut_layout *L, const char *key, uint32_t t, const mut_bytes *v) {
-    mut_edit e = {L->kv_end[L->f.n_kv - 1], 0, {0}};
+mut_edit mut_add_kv(const mut_layout *L, const char *key, uint32_t t, const tkv_buf *v) {
+    mut_edit e = {.at = L->kv_end[L->f.n_kv - 1], .del = 0};
     mut_put_str(&e.ins, key, strlen(key));
-    mut_put_le(&e.ins, t, 4);
-    mut_put(&e.ins, v->p, v->n);
+    tkv_buf_le(&e.ins, t, 4);
+    tkv_buf_add(&e.ins, v->u, v->n);
     return e;
 }

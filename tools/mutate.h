@@ -9,20 +9,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/buf.h"
 #include "gguf/gguf.h"
 
 #define MUT_MAX_EDITS 4
 
-/* A growable byte buffer. */
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} mut_bytes;
-
 /* One edit of a base buffer: `del` bytes at `at` replaced by `ins`. */
 typedef struct {
     size_t at, del;
-    mut_bytes ins;
+    tkv_buf ins;
 } mut_edit;
 
 /* Where every field of the input lives (byte offsets into the file). */
@@ -48,9 +43,7 @@ typedef struct {
     char err[4700];
 } mut_ctx;
 
-void mut_put(mut_bytes *b, const void *p, size_t n);
-void mut_put_le(mut_bytes *b, uint64_t v, int k);   /* k bytes, little-endian */
-void mut_put_str(mut_bytes *b, const char *s, size_t n); /* a GGUF string: u64 length, bytes */
+void mut_put_str(tkv_buf *b, const char *s, size_t n); /* a GGUF string: u64 length, bytes */
 uint64_t mut_rng(uint64_t *s);                   /* xorshift64*: the seeded choices */
 
 /* Parses the input (a model: general.architecture and tensors) and finds its fields. */
@@ -67,8 +60,8 @@ int mut_required_tensor(const mut_layout *L, gguf_str name);
  * raises n_kv). */
 mut_edit mut_patch(size_t at, uint64_t v, int k);
 mut_edit mut_splice(size_t at, size_t del, const void *p, size_t n);
-mut_edit mut_retype(const mut_layout *L, int k, uint32_t t, const mut_bytes *v);
-mut_edit mut_add_kv(const mut_layout *L, const char *key, uint32_t t, const mut_bytes *v);
+mut_edit mut_retype(const mut_layout *L, int k, uint32_t t, const tkv_buf *v);
+mut_edit mut_add_kv(const mut_layout *L, const char *key, uint32_t t, const tkv_buf *v);
 void mut_edits_free(mut_edit *e, int ne);
 
 /* Writes DIR/NAME.gguf (the edits applied to the header when hdr, else to the whole file; pad_to:

@@ -265,13 +265,13 @@ static char *str_to_pmatrix(const char *in) {
     if (!open || !comma || !close || close < comma || strchr(s, '\n')) { free(s); return ps_dup(""); }
     char *m = ps_strip_chars_take(ps_ndup(open, (size_t)(close + 1 - open)), "{}", 3);
     m = ps_replace_take(m, ",", "\\");
-    struct sb b = {0};
-    sb_puts(&b, "\\begin{pmatrix}");
-    sb_puts(&b, m);
-    sb_puts(&b, "\\end{pmatrix}");
+    tkv_buf b = {0};
+    tkv_buf_adds(&b, "\\begin{pmatrix}");
+    tkv_buf_adds(&b, m);
+    tkv_buf_adds(&b, "\\end{pmatrix}");
     free(m);
     free(s);
-    return sb_take(&b);
+    return tkv_buf_take(&b);
 }
 
 static int math_equal_d(const char *pred, const char *ref, int depth, int *pct);
@@ -387,15 +387,15 @@ static int math_equal_d(const char *pred_in, const char *ref_in, int depth, int 
     else if (is_list_format(pred) && is_list_format(ref)) result = compare_lists(pred, ref, depth, pct); /* 6 */
     else if (is_matrix_format(pred) && is_matrix_format(ref)) result = compare_matrices(pred, ref, depth, pct); /* 7 */
     else if (ps_count(pred, "=") == 1 && ps_count(ref, "=") == 1) { /* 8: l - (r), or its negation */
-        struct sb x = {0}, y = {0}, z = {0};
+        tkv_buf x = {0}, y = {0}, z = {0};
         const char *pe = strchr(pred, '='), *re = strchr(ref, '=');
         char *pl = ps_strip_take(ps_ndup(pred, (size_t)(pe - pred))), *pr = ps_strip_take(ps_dup(pe + 1));
         char *rl = ps_strip_take(ps_ndup(ref, (size_t)(re - ref))), *rr = ps_strip_take(ps_dup(re + 1));
-        sb_puts(&x, pl); sb_puts(&x, " - ("); sb_puts(&x, pr); sb_puts(&x, ")");
-        sb_puts(&y, rl); sb_puts(&y, " - ("); sb_puts(&y, rr); sb_puts(&y, ")");
-        sb_puts(&z, "-("); sb_puts(&z, x.p); sb_puts(&z, ")");
+        tkv_buf_adds(&x, pl); tkv_buf_adds(&x, " - ("); tkv_buf_adds(&x, pr); tkv_buf_adds(&x, ")");
+        tkv_buf_adds(&y, rl); tkv_buf_adds(&y, " - ("); tkv_buf_adds(&y, rr); tkv_buf_adds(&y, ")");
+        tkv_buf_adds(&z, "-("); tkv_buf_adds(&z, x.p); tkv_buf_adds(&z, ")");
         result = symbolic_equal(x.p, y.p) || symbolic_equal(z.p, y.p);
-        free(sb_take(&x)); free(sb_take(&y)); free(sb_take(&z));
+        free(tkv_buf_take(&x)); free(tkv_buf_take(&y)); free(tkv_buf_take(&z));
         free(pl); free(pr); free(rl); free(rr);
     } else if (is_simple_equation(pred) && !strchr(ref, '=')) {
         result = math_equal_d(strchr(pred, '=') + 1, ref, depth + 1, pct);

@@ -129,7 +129,7 @@ char *eval_qwen_extract(const char *text) {
     }
     free(s);
     /* re.sub(r"\n\s*", "", pred) */
-    struct sb b = {0};
+    tkv_buf b = {0};
     for (size_t i = 0; pred[i];) {
         if (pred[i] == '\n') {
             i++;
@@ -140,10 +140,10 @@ char *eval_qwen_extract(const char *text) {
             }
             continue;
         }
-        sb_putc(&b, pred[i++]);
+        tkv_buf_addc(&b, pred[i++]);
     }
     free(pred);
-    pred = sb_take(&b);
+    pred = tkv_buf_take(&b);
     size_t n = strlen(pred);
     if (n && pred[0] == ':') { memmove(pred, pred + 1, n); n--; }
     if (n && pred[n - 1] == '.') pred[--n] = 0;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/version.h"
@@ -24,8 +25,7 @@
 struct job {
     struct run *r;
     size_t p;          /* index into pending */
-    char *text;        /* output so far */
-    size_t tn, tcap;
+    tkv_buf text;      /* output so far */
     tkv_detok ts;
 };
 
@@ -56,20 +56,6 @@ static char *xstrdup(const char *s) {
     return memcpy(tkv_xmalloc(n), s, n);
 }
 
-static void text_add(struct job *s, const char *p, size_t n) {
-    if (s->tn + n + 1 > s->tcap) {
-        size_t cap = s->tcap ? s->tcap : 1024;
-        while (s->tn + n + 1 > cap) cap *= 2;
-        char *q = realloc(s->text, cap);
-        TKV_ASSERT(q);
-        s->text = q;
-        s->tcap = cap;
-    }
-    memcpy(s->text + s->tn, p, n);
-    s->tn += n;
-    s->text[s->tn] = 0;
-}
-
 static void fmt_eta(double s, char *b, size_t n) {
     if (s < 0 || s > 1e7) snprintf(b, n, "?");
     else if (s >= 3600) snprintf(b, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
@@ -96,7 +82,7 @@ static void progress(struct run *r, int final) {
 
 static int on_token(void *user, int32_t tok) {
     struct job *j = user;
-    text_add(j, j->r->piece, tkv_detok_token(&j->ts, j->r->m, tok, 0, j->r->piece));
+    tkv_buf_add(&j->text, j->r->piece, tkv_detok_token(&j->ts, j->r->m, tok, 0, j->r->piece));
     return 0;
 }
 
@@ -114,10 +100,10 @@ static void on_end(void *user, const sched_end *e) {
         }
         return;
     }
-    text_add(jb, r->piece, tkv_detok_flush(&jb->ts, r->piece));
+    tkv_buf_add(&jb->text, r->piece, tkv_detok_flush(&jb->ts, r->piece));
     const tkv_stats *st = &e->kv;
     struct eval_verdict v;
-    eval_grade(o->task, jb->text, it->answer, it->n_choices, &v);
+    eval_grade(o->task, tkv_buf_str(&jb->text), it->answer, it->n_choices, &v);
     struct json_out j;
     json_out_init(&j);
     json_out_obj_begin(&j);
@@ -125,7 +111,7 @@ static void on_end(void *user, const sched_end *e) {
     json_out_key(&j, "task"), json_out_str(&j, o->task_label);
     json_out_key(&j, "model"), json_out_str(&j, r->model_name);
     json_out_key(&j, "prompt_tokens"), json_out_int(&j, r->n_ids[jb->p]);
-    json_out_key(&j, "output"), json_out_strn(&j, jb->text, jb->tn);
+    json_out_key(&j, "output"), json_out_strn(&j, tkv_buf_str(&jb->text), jb->text.n);
     json_out_key(&j, "pred"), json_out_str(&j, v.pred);
     json_out_key(&j, "gold"), json_out_str(&j, v.gold);
     json_out_key(&j, "correct"), json_out_bool(&j, v.correct);
@@ -154,18 +140,17 @@ static void on_end(void *user, const sched_end *e) {
     json_out_key(&j, "build"), json_out_str(&j, tkv_build_commit());
     harness_sign(&j);
     /* one fwrite + fflush: with the 1 MiB buffer a line normally goes out in one write() */
-    if (r->out && (fwrite(j.p, 1, j.n, r->out) != j.n || fputc('\n', r->out) == EOF || fflush(r->out)) && !r->rc) {
+    if (r->out && (fwrite(j.b.p, 1, j.b.n, r->out) != j.b.n || fputc('\n', r->out) == EOF || fflush(r->out)) && !r->rc) {
         r->rc = -1;
         tkv_errf(r->err, sizeof r->err, "%s: cannot write: %s", o->out_path, strerror(errno));
     }
-    harness_push_line(r->res, j.p, j.n); /* the record the summaries read, from the very line written */
+    harness_push_line(r->res, j.b.p, j.b.n); /* the record the summaries read, from the very line written */
     json_out_free(&j);
     r->done++;
     r->correct += (size_t)v.correct;
     r->run_done++;
     eval_verdict_free(&v);
-    free(jb->text);
-    jb->text = NULL;
+    tkv_buf_free(&jb->text);
     progress(r, 0);
 }
 
@@ -212,7 +197,7 @@ static int decode_all(struct run *r, int parallel, int prefix_entries, char *err
         j->r = r;
         j->p = p;
         tkv_detok_init(&j->ts);
-        text_add(j, "", 0);
+        tkv_buf_add(&j->text, "", 0);
         sched_job sj = {.prompt = r->ids[p], .n_prompt = r->n_ids[p], .max_tokens = r->o->max_tokens, .user = j};
         sched_submit(sc, &sj);
     }
@@ -316,7 +301,7 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
     rc = 0;
 out:
     if (r.out && fclose(r.out) && !rc) rc = tkv_errf(err, errlen, "%s: cannot write: %s", o->out_path, strerror(errno));
-    for (size_t p = 0; r.jobs && p < r.n_pending; p++) free(r.jobs[p].text);
+    for (size_t p = 0; r.jobs && p < r.n_pending; p++) tkv_buf_free(&r.jobs[p].text);
     free(r.jobs);
     free(r.piece);
     for (size_t p = 0; r.ids && p < r.n_pending; p++) free(r.ids[p]);

@@ -334,7 +334,7 @@ int harness_summary_write_json(const char *path, const struct harness_opts *o, c
     json_out_obj_end(&j);
     FILE *f = fopen(path, "w");
     int rc = 0;
-    if (!f || fwrite(j.p, 1, j.n, f) != j.n || fputc('\n', f) == EOF) rc = tkv_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    if (!f || fwrite(j.b.p, 1, j.b.n, f) != j.b.n || fputc('\n', f) == EOF) rc = tkv_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
     if (f && fclose(f) && !rc) rc = tkv_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
     json_out_free(&j);
     return rc;
@@ -352,7 +352,7 @@ void harness_ids_free(char **ids, size_t n) {
 /* Closes the object being written with its check: the FNV-1a 64 of every byte before `,"check":"`. */
 void harness_sign(struct json_out *j) {
     char hex[24];
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tkv_fnv1a64(j->p, j->n));
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tkv_fnv1a64(j->b.p, j->b.n));
     json_out_key(j, "check"), json_out_str(j, hex);
     json_out_obj_end(j);
 }

@@ -420,21 +420,7 @@ const char *json_type_name(enum json_type t) {
 
 /* ---- writer ---- */
 
-static void out_reserve(struct json_out *o, size_t more) {
-    if (o->n + more + 1 <= o->cap) return;
-    size_t cap = o->cap ? o->cap : 256;
-    while (cap < o->n + more + 1) cap *= 2;
-    o->p = realloc(o->p, cap);
-    TKV_ASSERT(o->p);
-    o->cap = cap;
-}
-
-static void out_raw(struct json_out *o, const char *s, size_t n) {
-    out_reserve(o, n);
-    memcpy(o->p + o->n, s, n);
-    o->n += n;
-    o->p[o->n] = 0;
-}
+static void out_raw(struct json_out *o, const char *s, size_t n) { tkv_buf_add(&o->b, s, n); }
 
 static void out_sep(struct json_out *o) {
     if (o->after_key) { o->after_key = 0; return; }
@@ -444,11 +430,11 @@ static void out_sep(struct json_out *o) {
     }
 }
 
-void json_out_init(struct json_out *o) { memset(o, 0, sizeof *o); out_reserve(o, 0); o->p[0] = 0; }
-void json_out_free(struct json_out *o) { free(o->p); memset(o, 0, sizeof *o); }
+void json_out_init(struct json_out *o) { memset(o, 0, sizeof *o); tkv_buf_add(&o->b, "", 0); }
+void json_out_free(struct json_out *o) { tkv_buf_free(&o->b); memset(o, 0, sizeof *o); }
 void json_out_reset(struct json_out *o) {
-    o->n = 0; o->depth = 0; o->after_key = 0;
-    if (o->p) o->p[0] = 0;
+    o->b.n = 0; o->depth = 0; o->after_key = 0;
+    if (o->b.p) o->b.p[0] = 0;
 }
 
 static void open_(struct json_out *o, char c) {
@@ -470,9 +456,9 @@ void json_out_arr_end(struct json_out *o) { close_(o, ']'); }
 void json_out_strn(struct json_out *o, const char *s, size_t len) {
     out_sep(o);
     size_t need = json_escape(NULL, 0, s, len);
-    out_reserve(o, need);
-    json_escape(o->p + o->n, need + 1, s, len);
-    o->n += need;
+    tkv_buf_reserve(&o->b, need);
+    json_escape(o->b.p + o->b.n, need + 1, s, len);
+    o->b.n += need;
 }
 void json_out_str(struct json_out *o, const char *s) {
     if (!s) { json_out_null(o); return; }

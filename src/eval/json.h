@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
+
 enum json_type { JSON_NULL, JSON_FALSE, JSON_TRUE, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT };
 
 struct json_member;
@@ -63,8 +65,7 @@ const char *json_type_name(enum json_type t);
 /* Writer: appends to a growable buffer, managing commas. Strings are escaped as JSON requires
  * (", \, control characters); non-ASCII UTF-8 is kept as is, invalid bytes become \ufffd. */
 struct json_out {
-    char *p;        /* NUL-terminated text so far */
-    size_t n, cap;
+    tkv_buf b;      /* the NUL-terminated text so far (b.p, b.n bytes) */
     int depth;      /* open containers */
     unsigned char first[64]; /* per depth: 1 until the first element is written */
     int after_key;  /* a key was just written: the next value needs no comma */

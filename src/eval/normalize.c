@@ -51,13 +51,13 @@ static char *fix_fracs_take(char *s, int qwen, int *exc) {
     size_t n;
     char **parts = ps_split(s, "\\frac", &n);
     if (n == 1) { ps_free_parts(parts, n); return s; }
-    struct sb b = {0};
-    sb_puts(&b, parts[0]);
+    tkv_buf b = {0};
+    tkv_buf_adds(&b, parts[0]);
     for (size_t k = 1; k < n; k++) {
         const char *sub = parts[k];
-        sb_puts(&b, "\\frac");
+        tkv_buf_adds(&b, "\\frac");
         if (!sub[0] && !qwen) { *exc = 1; goto keep; }
-        if (sub[0] == '{') { sb_puts(&b, sub); continue; }
+        if (sub[0] == '{') { tkv_buf_adds(&b, sub); continue; }
         size_t i = 0, ia, ib;
         if (!sub[0]) goto keep;
         ps_next(sub, &i);
@@ -65,24 +65,24 @@ static char *fix_fracs_take(char *s, int qwen, int *exc) {
         if (!sub[i]) goto keep; /* fewer than 2 characters: return the original string */
         ps_next(sub, &i);
         ib = i;
-        sb_putc(&b, '{');
-        sb_putn(&b, sub, ia);
-        sb_putc(&b, '}');
+        tkv_buf_addc(&b, '{');
+        tkv_buf_add(&b, sub, ia);
+        tkv_buf_addc(&b, '}');
         if (!(ib - ia == 1 && sub[ia] == '{')) {
-            sb_putc(&b, '{');
-            sb_putn(&b, sub + ia, ib - ia);
-            sb_putc(&b, '}');
+            tkv_buf_addc(&b, '{');
+            tkv_buf_add(&b, sub + ia, ib - ia);
+            tkv_buf_addc(&b, '}');
         } else {
-            sb_putc(&b, '{');
+            tkv_buf_addc(&b, '{');
         }
-        sb_puts(&b, sub + ib);
+        tkv_buf_adds(&b, sub + ib);
     }
     ps_free_parts(parts, n);
     free(s);
-    return sb_take(&b);
+    return tkv_buf_take(&b);
 keep:
     ps_free_parts(parts, n);
-    free(sb_take(&b));
+    free(tkv_buf_take(&b));
     return s;
 }
 
@@ -95,15 +95,15 @@ static char *fix_a_slash_b_take(char *s, int qwen) {
         int ok_a = (qwen && ps_contains(parts[0], "sqrt")) || ps_is_canonical_int(parts[0]);
         int ok_b = (qwen && ps_contains(parts[1], "sqrt")) || ps_is_canonical_int(parts[1]);
         if (ok_a && ok_b) {
-            struct sb b = {0};
-            sb_puts(&b, "\\frac{");
-            sb_puts(&b, parts[0]);
-            sb_puts(&b, "}{");
-            sb_puts(&b, parts[1]);
-            sb_puts(&b, "}");
+            tkv_buf b = {0};
+            tkv_buf_adds(&b, "\\frac{");
+            tkv_buf_adds(&b, parts[0]);
+            tkv_buf_adds(&b, "}{");
+            tkv_buf_adds(&b, parts[1]);
+            tkv_buf_adds(&b, "}");
             ps_free_parts(parts, n);
             free(s);
-            return sb_take(&b);
+            return tkv_buf_take(&b);
         }
     }
     ps_free_parts(parts, n);
@@ -162,21 +162,21 @@ char *eval_hendrycks_strip(const char *in) {
     if (ps_contains(s, "\\sqrt")) { /* _fix_sqrt: one character after \sqrt gets braces */
         size_t n;
         char **parts = ps_split(s, "\\sqrt", &n);
-        struct sb b = {0};
-        sb_puts(&b, parts[0]);
+        tkv_buf b = {0};
+        tkv_buf_adds(&b, parts[0]);
         for (size_t k = 1; k < n && !exc; k++) {
             const char *sp = parts[k];
             if (!sp[0]) { exc = 1; break; }
-            if (sp[0] == '{') { sb_puts(&b, "\\sqrt"); sb_puts(&b, sp); continue; }
+            if (sp[0] == '{') { tkv_buf_adds(&b, "\\sqrt"); tkv_buf_adds(&b, sp); continue; }
             size_t i = 0;
             ps_next(sp, &i);
-            sb_puts(&b, "\\sqrt{");
-            sb_putn(&b, sp, i);
-            sb_putc(&b, '}');
-            sb_puts(&b, sp + i);
+            tkv_buf_adds(&b, "\\sqrt{");
+            tkv_buf_add(&b, sp, i);
+            tkv_buf_addc(&b, '}');
+            tkv_buf_adds(&b, sp + i);
         }
         ps_free_parts(parts, n);
-        char *t = sb_take(&b);
+        char *t = tkv_buf_take(&b);
         if (exc) { free(t); free(s); return NULL; }
         free(s);
         s = t;
@@ -253,14 +253,14 @@ static int w2n_count(const int *ix, int n, const char *w) {
 }
 
 /* Returns 1 and the text of str(word_to_num(s)) in out, or 0 where w2n raises. */
-static int w2n(const char *in, struct sb *out) {
+static int w2n(const char *in, tkv_buf *out) {
     char *s = ps_lower_take(ps_replace_take(ps_dup(in), "-", " "));
     int all_digits = s[0] != 0;
     for (const char *p = s; *p; p++) if (*p < '0' || *p > '9') all_digits = 0;
     if (all_digits) { /* return int(number_sentence) */
         const char *p = s;
         while (p[0] == '0' && p[1]) p++;
-        sb_puts(out, p);
+        tkv_buf_adds(out, p);
         free(s);
         return 1;
     }
@@ -316,14 +316,14 @@ static int w2n(const char *in, struct sb *out) {
     char buf[64];
     if (nd > 0) { /* get_decimal_sum: all digit words -> float("0.ddd"), else the int 0 */
         int all = 1;
-        struct sb d = {0};
-        sb_puts(&d, "0.");
+        tkv_buf d = {0};
+        tkv_buf_adds(&d, "0.");
         for (int k = 0; k < nd; k++) {
             long long v = w2n_words[dec[k]].v;
             if (v < 0 || v > 9 || (v == 0 && strcmp(w2n_words[dec[k]].w, "zero"))) { all = 0; break; }
-            sb_putc(&d, (char)('0' + v));
+            tkv_buf_addc(&d, (char)('0' + v));
         }
-        char *ds = sb_take(&d);
+        char *ds = tkv_buf_take(&d);
         if (all) {
             ps_float_repr((double)total + strtod(ds, NULL), buf, sizeof buf);
             is_float = 1;
@@ -331,7 +331,7 @@ static int w2n(const char *in, struct sb *out) {
         free(ds);
     }
     if (!is_float) snprintf(buf, sizeof buf, "%lld", total);
-    sb_puts(out, buf);
+    tkv_buf_adds(out, buf);
     ok = 1;
 done:
     free(clean);
@@ -339,9 +339,9 @@ done:
 }
 
 char *eval_w2n_convert(const char *s) {
-    struct sb b = {0};
-    if (w2n(s, &b)) return sb_take(&b);
-    free(sb_take(&b));
+    tkv_buf b = {0};
+    if (w2n(s, &b)) return tkv_buf_take(&b);
+    free(tkv_buf_take(&b));
     return ps_dup(s);
 }
 
@@ -380,7 +380,7 @@ static char *unit_sub(const char *s, const char *unit) {
     size_t n, m, *offs, *uoffs;
     uint32_t *cps = decode_all(s, &n, &offs);
     uint32_t *pat = decode_all(unit, &m, &uoffs);
-    struct sb b = {0};
+    tkv_buf b = {0};
     size_t i = 0;
     int changed = 0;
     while (i < n) {
@@ -397,17 +397,17 @@ static char *unit_sub(const char *s, const char *unit) {
             else if (!ps_is_word(cps[ue])) { hit = 1; end = ue + 1; suf = 1; }
         }
         if (hit) {
-            if (pre) sb_putn(&b, s + offs[i], offs[i + 1] - offs[i]);
-            if (suf) sb_putn(&b, s + offs[end - 1], offs[end] - offs[end - 1]);
+            if (pre) tkv_buf_add(&b, s + offs[i], offs[i + 1] - offs[i]);
+            if (suf) tkv_buf_add(&b, s + offs[end - 1], offs[end] - offs[end - 1]);
             i = end;
             changed = 1;
         } else {
-            sb_putn(&b, s + offs[i], offs[i + 1] - offs[i]);
+            tkv_buf_add(&b, s + offs[i], offs[i + 1] - offs[i]);
             i++;
         }
     }
     free(cps); free(offs); free(pat); free(uoffs);
-    char *r = sb_take(&b);
+    char *r = tkv_buf_take(&b);
     if (!changed) { free(r); return NULL; }
     return r;
 }
@@ -416,43 +416,43 @@ static char *unit_sub(const char *s, const char *unit) {
 static char *sub_begin_array_take(char *s) {
     const char *key = "\\begin{array}{";
     if (!strstr(s, key)) return s;
-    struct sb b = {0};
+    tkv_buf b = {0};
     const char *q = s, *p;
     while ((p = strstr(q, key))) {
         const char *close = p + strlen(key);
         while (*close && *close != '}' && *close != '\n') close++;
-        if (*close != '}') { sb_putn(&b, q, (size_t)(p + 1 - q)); q = p + 1; continue; }
-        sb_putn(&b, q, (size_t)(p - q));
-        sb_puts(&b, "\\begin{pmatrix}");
+        if (*close != '}') { tkv_buf_add(&b, q, (size_t)(p + 1 - q)); q = p + 1; continue; }
+        tkv_buf_add(&b, q, (size_t)(p - q));
+        tkv_buf_adds(&b, "\\begin{pmatrix}");
         q = close + 1;
     }
-    sb_puts(&b, q);
+    tkv_buf_adds(&b, q);
     free(s);
-    return sb_take(&b);
+    return tkv_buf_take(&b);
 }
 
 /* re.sub(r"\\KEY\{(.*?)\}", keep ? r"\1" : "", s) for KEY = text / mbox */
 static char *sub_braced_take(char *s, const char *key, int keep) {
     if (!strstr(s, key)) return s;
-    struct sb b = {0};
+    tkv_buf b = {0};
     const char *q = s, *p;
     size_t kl = strlen(key);
     while ((p = strstr(q, key))) {
         const char *close = p + kl;
         while (*close && *close != '}' && *close != '\n') close++;
-        if (*close != '}') { sb_putn(&b, q, (size_t)(p + 1 - q)); q = p + 1; continue; }
-        sb_putn(&b, q, (size_t)(p - q));
-        if (keep) sb_putn(&b, p + kl, (size_t)(close - (p + kl)));
+        if (*close != '}') { tkv_buf_add(&b, q, (size_t)(p + 1 - q)); q = p + 1; continue; }
+        tkv_buf_add(&b, q, (size_t)(p - q));
+        if (keep) tkv_buf_add(&b, p + kl, (size_t)(close - (p + kl)));
         q = close + 1;
     }
-    sb_puts(&b, q);
+    tkv_buf_adds(&b, q);
     free(s);
-    return sb_take(&b);
+    return tkv_buf_take(&b);
 }
 
 /* re.sub(r"(\d+)\.0*([^\d])", r"\1\2", s) then re.sub(r"(\d+)\.0*$", r"\1", s) */
 static char *sub_trailing_zeros_take(char *s) {
-    struct sb b = {0};
+    tkv_buf b = {0};
     size_t n = strlen(s), i = 0;
     while (i < n) {
         if (ps_is_digit((unsigned char)s[i])) {
@@ -462,23 +462,23 @@ static char *sub_trailing_zeros_take(char *s) {
                 size_t r = q + 1;
                 while (r < n && s[r] == '0') r++;
                 if (r < n && !ps_is_digit((unsigned char)s[r])) {
-                    sb_putn(&b, s + i, q - i);
+                    tkv_buf_add(&b, s + i, q - i);
                     size_t e = r;
                     ps_next(s, &e);
-                    sb_putn(&b, s + r, e - r);
+                    tkv_buf_add(&b, s + r, e - r);
                     i = e;
                     continue;
                 }
             }
-            sb_putn(&b, s + i, q - i); /* every start inside this run fails the same way */
+            tkv_buf_add(&b, s + i, q - i); /* every start inside this run fails the same way */
             i = q;
             continue;
         }
-        sb_putc(&b, s[i]);
+        tkv_buf_addc(&b, s[i]);
         i++;
     }
     free(s);
-    s = sb_take(&b);
+    s = tkv_buf_take(&b);
     n = strlen(s);
     size_t e = n;
     while (e > 0 && s[e - 1] == '0') e--;
@@ -489,7 +489,7 @@ static char *sub_trailing_zeros_take(char *s) {
 /* re.sub(r"\\sqrt(\w+)", r"\\sqrt{\1}", s) */
 static char *sub_sqrt_take(char *s) {
     if (!strstr(s, "\\sqrt")) return s;
-    struct sb b = {0};
+    tkv_buf b = {0};
     const char *q = s, *p;
     while ((p = strstr(q, "\\sqrt"))) {
         size_t i = (size_t)(p - s) + 5, j = i;
@@ -498,17 +498,17 @@ static char *sub_sqrt_take(char *s) {
             if (!ps_is_word(ps_next(s, &k))) break;
             j = k;
         }
-        sb_putn(&b, q, (size_t)(p - q) + 5);
+        tkv_buf_add(&b, q, (size_t)(p - q) + 5);
         if (j > i) {
-            sb_putc(&b, '{');
-            sb_putn(&b, s + i, j - i);
-            sb_putc(&b, '}');
+            tkv_buf_addc(&b, '{');
+            tkv_buf_add(&b, s + i, j - i);
+            tkv_buf_addc(&b, '}');
         }
         q = s + j;
     }
-    sb_puts(&b, q);
+    tkv_buf_adds(&b, q);
     free(s);
-    return sb_take(&b);
+    return tkv_buf_take(&b);
 }
 
 /* ---- N3 ---- */

@@ -10,29 +10,6 @@
 
 #include "base/err.h"
 
-void sb_putn(struct sb *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        TKV_ASSERT(p);
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-void sb_puts(struct sb *b, const char *s) { sb_putn(b, s, strlen(s)); }
-void sb_putc(struct sb *b, char c) { sb_putn(b, &c, 1); }
-char *sb_take(struct sb *b) {
-    if (!b->p) sb_putn(b, "", 0);
-    char *p = b->p;
-    b->p = NULL;
-    b->n = b->cap = 0;
-    return p;
-}
-
 char *ps_ndup(const char *s, size_t n) {
     char *p = tkv_xmalloc(n + 1);
     memcpy(p, s, n);
@@ -109,16 +86,16 @@ char *ps_replace_take(char *s, const char *from, const char *to) {
     TKV_ASSERT(m > 0);
     const char *p = strstr(s, from);
     if (!p) return s;
-    struct sb b = {0};
+    tkv_buf b = {0};
     const char *q = s;
     for (; p; p = strstr(q, from)) {
-        sb_putn(&b, q, (size_t)(p - q));
-        sb_puts(&b, to);
+        tkv_buf_add(&b, q, (size_t)(p - q));
+        tkv_buf_adds(&b, to);
         q = p + m;
     }
-    sb_puts(&b, q);
+    tkv_buf_adds(&b, q);
     free(s);
-    return sb_take(&b);
+    return tkv_buf_take(&b);
 }
 
 char *ps_strip_take(char *s) {
@@ -192,37 +169,37 @@ int ps_is_canonical_int(const char *s) {
 
 int ps_parse_float(const char *s, double *out) {
     char *t = ps_strip_take(ps_dup(s));
-    struct sb b = {0};
+    tkv_buf b = {0};
     const char *p = t;
     int ok = 0;
-    if (*p == '+' || *p == '-') sb_putc(&b, *p++);
+    if (*p == '+' || *p == '-') tkv_buf_addc(&b, *p++);
     if (!strcasecmp(p, "inf") || !strcasecmp(p, "infinity") || !strcasecmp(p, "nan")) {
-        sb_puts(&b, p);
+        tkv_buf_adds(&b, p);
         ok = 1;
     } else {
         int digits = 0, prev_digit = 0;
         for (; *p; p++) {
-            if (*p >= '0' && *p <= '9') { digits++; prev_digit = 1; sb_putc(&b, *p); continue; }
+            if (*p >= '0' && *p <= '9') { digits++; prev_digit = 1; tkv_buf_addc(&b, *p); continue; }
             /* '_' is only allowed between two digits */
             if (*p == '_' && prev_digit && p[1] >= '0' && p[1] <= '9') { prev_digit = 0; continue; }
             break;
         }
         if (*p == '.') {
-            sb_putc(&b, *p++);
+            tkv_buf_addc(&b, *p++);
             prev_digit = 0;
             for (; *p; p++) {
-                if (*p >= '0' && *p <= '9') { digits++; prev_digit = 1; sb_putc(&b, *p); continue; }
+                if (*p >= '0' && *p <= '9') { digits++; prev_digit = 1; tkv_buf_addc(&b, *p); continue; }
                 if (*p == '_' && prev_digit && p[1] >= '0' && p[1] <= '9') { prev_digit = 0; continue; }
                 break;
             }
         }
         if (digits && (*p == 'e' || *p == 'E')) {
-            sb_putc(&b, *p++);
-            if (*p == '+' || *p == '-') sb_putc(&b, *p++);
+            tkv_buf_addc(&b, *p++);
+            if (*p == '+' || *p == '-') tkv_buf_addc(&b, *p++);
             int ed = 0;
             prev_digit = 0;
             for (; *p; p++) {
-                if (*p >= '0' && *p <= '9') { ed++; prev_digit = 1; sb_putc(&b, *p); continue; }
+                if (*p >= '0' && *p <= '9') { ed++; prev_digit = 1; tkv_buf_addc(&b, *p); continue; }
                 if (*p == '_' && prev_digit && p[1] >= '0' && p[1] <= '9') { prev_digit = 0; continue; }
                 break;
             }
@@ -230,7 +207,7 @@ int ps_parse_float(const char *s, double *out) {
         }
         ok = digits > 0 && *p == 0;
     }
-    char *num = sb_take(&b);
+    char *num = tkv_buf_take(&b);
     if (ok) *out = strtod(num, NULL);
     free(num);
     free(t);
@@ -255,25 +232,25 @@ void ps_float_repr(double x, char *buf, size_t cap) {
     digs[nd] = 0;
     while (nd > 1 && digs[nd - 1] == '0') digs[--nd] = 0;
     int e = atoi(q + 1);
-    struct sb b = {0};
-    if (neg) sb_putc(&b, '-');
+    tkv_buf b = {0};
+    if (neg) tkv_buf_addc(&b, '-');
     if (e < -4 || e >= 16) {
-        sb_putc(&b, digs[0]);
-        if (nd > 1) { sb_putc(&b, '.'); sb_puts(&b, digs + 1); }
+        tkv_buf_addc(&b, digs[0]);
+        if (nd > 1) { tkv_buf_addc(&b, '.'); tkv_buf_adds(&b, digs + 1); }
         char ex[16];
         snprintf(ex, sizeof ex, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
-        sb_puts(&b, ex);
+        tkv_buf_adds(&b, ex);
     } else if (e < 0) {
-        sb_puts(&b, "0.");
-        for (int k = -1; k > e; k--) sb_putc(&b, '0');
-        sb_puts(&b, digs);
+        tkv_buf_adds(&b, "0.");
+        for (int k = -1; k > e; k--) tkv_buf_addc(&b, '0');
+        tkv_buf_adds(&b, digs);
     } else {
-        for (int k = 0; k <= e; k++) sb_putc(&b, k < nd ? digs[k] : '0');
-        sb_putc(&b, '.');
-        if (nd > e + 1) sb_puts(&b, digs + e + 1);
-        else sb_putc(&b, '0');
+        for (int k = 0; k <= e; k++) tkv_buf_addc(&b, k < nd ? digs[k] : '0');
+        tkv_buf_addc(&b, '.');
+        if (nd > e + 1) tkv_buf_adds(&b, digs + e + 1);
+        else tkv_buf_addc(&b, '0');
     }
-    char *r = sb_take(&b);
+    char *r = tkv_buf_take(&b);
     snprintf(buf, cap, "%s", r);
     free(r);
 }

@@ -10,15 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A growable byte string; p is always NUL-terminated once anything was put. */
-struct sb {
-    char *p;
-    size_t n, cap;
-};
-void sb_putn(struct sb *b, const char *s, size_t n);
-void sb_puts(struct sb *b, const char *s);
-void sb_putc(struct sb *b, char c);
-char *sb_take(struct sb *b); /* returns the string (never NULL) and resets b */
+#include "base/buf.h" /* tkv_buf: the growable strings the helpers build */
 
 char *ps_dup(const char *s);
 char *ps_ndup(const char *s, size_t n);

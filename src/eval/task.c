@@ -52,7 +52,7 @@ int eval_read_file(const char *path, char **data, size_t *len, char *err, size_t
         return tkv_errf(err, errlen, "%s: %lld bytes, over the limit of %zu MiB for text and JSONL files", path,
                         (long long)st.st_size, EVAL_MAX_FILE >> 20);
     }
-    struct sb b = {0};
+    tkv_buf b = {0};
     char tmp[65536];
     for (;;) {
         ssize_t n = read(fd, tmp, sizeof tmp);
@@ -69,7 +69,7 @@ int eval_read_file(const char *path, char **data, size_t *len, char *err, size_t
             free(b.p);
             return tkv_errf(err, errlen, "%s: over the limit of %zu MiB for text and JSONL files", path, EVAL_MAX_FILE >> 20);
         }
-        sb_putn(&b, tmp, (size_t)n);
+        tkv_buf_add(&b, tmp, (size_t)n);
     }
     close(fd);
     const char *nul = b.n ? memchr(b.p, 0, b.n) : NULL;
@@ -80,7 +80,7 @@ int eval_read_file(const char *path, char **data, size_t *len, char *err, size_t
         return tkv_errf(err, errlen, "%s:%zu: byte %zu is a NUL byte; text and JSONL files cannot hold one", path, line, at);
     }
     *len = b.n;
-    *data = sb_take(&b);
+    *data = tkv_buf_take(&b);
     return 0;
 }
 
@@ -218,20 +218,20 @@ void eval_set_free(struct eval_set *s) {
 }
 
 char *eval_build_prompt(enum eval_task task, const struct eval_item *it) {
-    struct sb b = {0};
-    sb_puts(&b, it->question);
+    tkv_buf b = {0};
+    tkv_buf_adds(&b, it->question);
     if (task != EVAL_ARC) {
-        sb_puts(&b, "\nPlease reason step by step, and put your final answer within \\boxed{}.");
-        return sb_take(&b);
+        tkv_buf_adds(&b, "\nPlease reason step by step, and put your final answer within \\boxed{}.");
+        return tkv_buf_take(&b);
     }
-    sb_puts(&b, "\n\n");
+    tkv_buf_adds(&b, "\n\n");
     for (int k = 0; k < it->n_choices; k++) {
         char head[8];
         snprintf(head, sizeof head, "%c. ", 'A' + k);
-        sb_puts(&b, head);
-        sb_puts(&b, it->choices[k]);
-        sb_puts(&b, "\n");
+        tkv_buf_adds(&b, head);
+        tkv_buf_adds(&b, it->choices[k]);
+        tkv_buf_adds(&b, "\n");
     }
-    sb_puts(&b, "\nPlease reason step by step, and put the letter of the correct answer within \\boxed{}.");
-    return sb_take(&b);
+    tkv_buf_adds(&b, "\nPlease reason step by step, and put the letter of the correct answer within \\boxed{}.");
+    return tkv_buf_take(&b);
 }

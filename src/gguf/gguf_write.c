@@ -8,16 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/err.h"
-
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} buf;
 
 struct gguf_writer {
     uint64_t align;
-    buf kv, ti;              /* encoded kv records / tensor-info records */
+    tkv_buf kv, ti;          /* encoded kv records / tensor-info records */
     uint64_t n_kv, n_tensors;
     char **keys, **names;    /* for the duplicate checks */
     uint64_t *nbytes;        /* per tensor */
@@ -28,26 +24,9 @@ struct gguf_writer {
     uint64_t cur, cur_done;  /* streaming position: tensor index, bytes of it written */
 };
 
-static void put(buf *b, const void *p, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n) cap *= 2;
-        uint8_t *q = realloc(b->p, cap);
-        TKV_ASSERT(q != NULL);
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-}
-static void put_le(buf *b, uint64_t v, int bytes) {
-    uint8_t t[8];
-    for (int i = 0; i < bytes; i++) t[i] = (uint8_t)(v >> (8 * i));
-    put(b, t, (size_t)bytes);
-}
-static void put_str(buf *b, const char *s, uint64_t len) {
-    put_le(b, len, 8);
-    put(b, s, (size_t)len);
+static void put_str(tkv_buf *b, const char *s, uint64_t len) {
+    tkv_buf_le(b, len, 8);
+    tkv_buf_add(b, s, (size_t)len);
 }
 static char **push_name(char **list, uint64_t n, const char *s) {
     for (uint64_t i = 0; i < n; i++) TKV_ASSERT(strcmp(list[i], s) != 0);
@@ -87,29 +66,29 @@ static void key(gguf_writer *w, const char *k, uint32_t type) {
     w->keys = push_name(w->keys, w->n_kv, k);
     w->n_kv++;
     put_str(&w->kv, k, strlen(k));
-    put_le(&w->kv, type, 4);
+    tkv_buf_le(&w->kv, type, 4);
 }
 
-void gguf_writer_add_u8(gguf_writer *w, const char *k, uint8_t v) { key(w, k, GGUF_U8); put_le(&w->kv, v, 1); }
-void gguf_writer_add_i8(gguf_writer *w, const char *k, int8_t v) { key(w, k, GGUF_I8); put_le(&w->kv, (uint8_t)v, 1); }
-void gguf_writer_add_u16(gguf_writer *w, const char *k, uint16_t v) { key(w, k, GGUF_U16); put_le(&w->kv, v, 2); }
-void gguf_writer_add_i16(gguf_writer *w, const char *k, int16_t v) { key(w, k, GGUF_I16); put_le(&w->kv, (uint16_t)v, 2); }
-void gguf_writer_add_u32(gguf_writer *w, const char *k, uint32_t v) { key(w, k, GGUF_U32); put_le(&w->kv, v, 4); }
-void gguf_writer_add_i32(gguf_writer *w, const char *k, int32_t v) { key(w, k, GGUF_I32); put_le(&w->kv, (uint32_t)v, 4); }
-void gguf_writer_add_u64(gguf_writer *w, const char *k, uint64_t v) { key(w, k, GGUF_U64); put_le(&w->kv, v, 8); }
-void gguf_writer_add_i64(gguf_writer *w, const char *k, int64_t v) { key(w, k, GGUF_I64); put_le(&w->kv, (uint64_t)v, 8); }
-void gguf_writer_add_bool(gguf_writer *w, const char *k, int v) { key(w, k, GGUF_BOOL); put_le(&w->kv, v != 0, 1); }
+void gguf_writer_add_u8(gguf_writer *w, const char *k, uint8_t v) { key(w, k, GGUF_U8); tkv_buf_le(&w->kv, v, 1); }
+void gguf_writer_add_i8(gguf_writer *w, const char *k, int8_t v) { key(w, k, GGUF_I8); tkv_buf_le(&w->kv, (uint8_t)v, 1); }
+void gguf_writer_add_u16(gguf_writer *w, const char *k, uint16_t v) { key(w, k, GGUF_U16); tkv_buf_le(&w->kv, v, 2); }
+void gguf_writer_add_i16(gguf_writer *w, const char *k, int16_t v) { key(w, k, GGUF_I16); tkv_buf_le(&w->kv, (uint16_t)v, 2); }
+void gguf_writer_add_u32(gguf_writer *w, const char *k, uint32_t v) { key(w, k, GGUF_U32); tkv_buf_le(&w->kv, v, 4); }
+void gguf_writer_add_i32(gguf_writer *w, const char *k, int32_t v) { key(w, k, GGUF_I32); tkv_buf_le(&w->kv, (uint32_t)v, 4); }
+void gguf_writer_add_u64(gguf_writer *w, const char *k, uint64_t v) { key(w, k, GGUF_U64); tkv_buf_le(&w->kv, v, 8); }
+void gguf_writer_add_i64(gguf_writer *w, const char *k, int64_t v) { key(w, k, GGUF_I64); tkv_buf_le(&w->kv, (uint64_t)v, 8); }
+void gguf_writer_add_bool(gguf_writer *w, const char *k, int v) { key(w, k, GGUF_BOOL); tkv_buf_le(&w->kv, v != 0, 1); }
 void gguf_writer_add_f32(gguf_writer *w, const char *k, float v) {
     uint32_t b;
     memcpy(&b, &v, 4);
     key(w, k, GGUF_F32);
-    put_le(&w->kv, b, 4);
+    tkv_buf_le(&w->kv, b, 4);
 }
 void gguf_writer_add_f64(gguf_writer *w, const char *k, double v) {
     uint64_t b;
     memcpy(&b, &v, 8);
     key(w, k, GGUF_F64);
-    put_le(&w->kv, b, 8);
+    tkv_buf_le(&w->kv, b, 8);
 }
 void gguf_writer_add_str(gguf_writer *w, const char *k, const char *v) {
     key(w, k, GGUF_STR);
@@ -130,8 +109,8 @@ void gguf_writer_add_arr(gguf_writer *w, const char *k, uint32_t et, uint64_t n,
     int es = elem_size(et);
     TKV_ASSERT(es > 0);
     key(w, k, GGUF_ARR);
-    put_le(&w->kv, et, 4);
-    put_le(&w->kv, n, 8);
+    tkv_buf_le(&w->kv, et, 4);
+    tkv_buf_le(&w->kv, n, 8);
     const uint8_t *p = data;
     for (uint64_t i = 0; i < n; i++) { /* host values -> little-endian */
         uint64_t v = 0;
@@ -139,14 +118,14 @@ void gguf_writer_add_arr(gguf_writer *w, const char *k, uint32_t et, uint64_t n,
         else if (es == 2) { uint16_t x; memcpy(&x, p + 2 * i, 2); v = x; }
         else if (es == 4) { uint32_t x; memcpy(&x, p + 4 * i, 4); v = x; }
         else memcpy(&v, p + 8 * i, 8);
-        put_le(&w->kv, v, es);
+        tkv_buf_le(&w->kv, v, es);
     }
 }
 
 void gguf_writer_begin_arr_str(gguf_writer *w, const char *k, uint64_t n) {
     key(w, k, GGUF_ARR);
-    put_le(&w->kv, GGUF_STR, 4);
-    put_le(&w->kv, n, 8);
+    tkv_buf_le(&w->kv, GGUF_STR, 4);
+    tkv_buf_le(&w->kv, n, 8);
     w->arr_left = n;
 }
 
@@ -181,10 +160,10 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t n_dims, co
     w->nbytes = nb;
     w->nbytes[w->n_tensors++] = gguf_tensor_nbytes(type, n_dims, ne);
     put_str(&w->ti, name, len);
-    put_le(&w->ti, n_dims, 4);
-    for (uint32_t d = 0; d < n_dims; d++) put_le(&w->ti, ne[d], 8);
-    put_le(&w->ti, type, 4);
-    put_le(&w->ti, w->next_offset, 8);
+    tkv_buf_le(&w->ti, n_dims, 4);
+    for (uint32_t d = 0; d < n_dims; d++) tkv_buf_le(&w->ti, ne[d], 8);
+    tkv_buf_le(&w->ti, type, 4);
+    tkv_buf_le(&w->ti, w->next_offset, 8);
     w->next_offset += pad(w->nbytes[w->n_tensors - 1], w->align);
     return 0;
 }
@@ -206,11 +185,11 @@ static int zeros(gguf_writer *w, uint64_t n, char *err, size_t errlen) {
 int gguf_writer_open_stream(gguf_writer *w, FILE *fp, char *err, size_t errlen) {
     TKV_ASSERT(w->arr_left == 0 && !w->fp);
     w->fp = fp;
-    buf h = {0};
-    put(&h, "GGUF", 4);
-    put_le(&h, 3, 4);
-    put_le(&h, w->n_tensors, 8);
-    put_le(&h, w->n_kv, 8);
+    tkv_buf h = {0};
+    tkv_buf_add(&h, "GGUF", 4);
+    tkv_buf_le(&h, 3, 4);
+    tkv_buf_le(&h, w->n_tensors, 8);
+    tkv_buf_le(&h, w->n_kv, 8);
     int rc = wr(w, h.p, h.n, err, errlen);
     free(h.p);
     if (rc || wr(w, w->kv.p, w->kv.n, err, errlen) || wr(w, w->ti.p, w->ti.n, err, errlen)) return -1;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/err.h"
 
 #define R1_BOS "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
@@ -94,20 +95,6 @@ int chat_template_from_gguf(const gguf_file *f, const char *name, chat_template 
     return 0;
 }
 
-typedef struct { char *s; size_t n, cap; } sbuf;
-
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        while (b->n + n + 1 > b->cap) b->cap = b->cap ? 2 * b->cap : 256;
-        b->s = realloc(b->s, b->cap);
-        TKV_ASSERT(b->s != NULL);
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
-
 static const char *bos_text(const tok_vocab *v, const char *fallback, size_t *n) {
     const char *t = v && tok_bos(v) >= 0 ? tok_text(v, tok_bos(v), n) : NULL;
     if (t) return t;
@@ -119,59 +106,59 @@ static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == 
 
 char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n,
                   int add_generation_prompt, size_t *len, size_t **lit) {
-    sbuf b = {0};
+    tkv_buf b = {0};
     size_t *rg = tkv_xcalloc(2 * (size_t)(n > 0 ? n : 1), sizeof *rg);
-    puts_(&b, "");
-#define CONTENT(i, s, k) do { rg[2 * (i)] = b.n; put(&b, (s), (k)); rg[2 * (i) + 1] = b.n; } while (0)
+    tkv_buf_adds(&b, "");
+#define CONTENT(i, s, k) do { rg[2 * (i)] = b.n; tkv_buf_add(&b, (s), (k)); rg[2 * (i) + 1] = b.n; } while (0)
     if (t->kind == CHAT_CHATML) {
         int has_system = n > 0 && !strcmp(msgs[0].role, "system");
         if (!has_system && t->default_system[0])
-            puts_(&b, "<|im_start|>system\n"), puts_(&b, t->default_system), puts_(&b, "<|im_end|>\n");
+            tkv_buf_adds(&b, "<|im_start|>system\n"), tkv_buf_adds(&b, t->default_system), tkv_buf_adds(&b, "<|im_end|>\n");
         for (int i = 0; i < n; i++) {
-            puts_(&b, "<|im_start|>"), puts_(&b, msgs[i].role), puts_(&b, "\n");
+            tkv_buf_adds(&b, "<|im_start|>"), tkv_buf_adds(&b, msgs[i].role), tkv_buf_adds(&b, "\n");
             CONTENT(i, msgs[i].content, strlen(msgs[i].content));
-            puts_(&b, "<|im_end|>\n");
+            tkv_buf_adds(&b, "<|im_end|>\n");
         }
-        if (add_generation_prompt) puts_(&b, "<|im_start|>assistant\n");
+        if (add_generation_prompt) tkv_buf_adds(&b, "<|im_start|>assistant\n");
     } else if (t->kind == CHAT_DEEPSEEK_R1) {
         size_t bn;
         const char *bt = bos_text(v, R1_BOS, &bn);
-        put(&b, bt, bn);
+        tkv_buf_add(&b, bt, bn);
         int sys = -1; /* the (last) system prompt goes first, raw, after BOS */
         for (int i = 0; i < n; i++) if (!strcmp(msgs[i].role, "system")) sys = i;
         if (sys >= 0) CONTENT(sys, msgs[sys].content, strlen(msgs[sys].content));
         for (int i = 0; i < n; i++) {
             const char *c = msgs[i].content;
             if (!strcmp(msgs[i].role, "user")) {
-                puts_(&b, R1_USER);
+                tkv_buf_adds(&b, R1_USER);
                 CONTENT(i, c, strlen(c));
             } else if (!strcmp(msgs[i].role, "assistant")) {
                 const char *a = c, *p;
                 while ((p = strstr(a, "</think>")) != NULL) a = p + 8;
-                puts_(&b, R1_ASSISTANT);
+                tkv_buf_adds(&b, R1_ASSISTANT);
                 CONTENT(i, a, strlen(a));
-                puts_(&b, R1_EOS);
+                tkv_buf_adds(&b, R1_EOS);
             }
         }
-        if (add_generation_prompt) puts_(&b, R1_ASSISTANT "<think>\n");
+        if (add_generation_prompt) tkv_buf_adds(&b, R1_ASSISTANT "<think>\n");
     } else if (t->kind == CHAT_LLAMA3) {
         size_t bn;
         const char *bt = bos_text(v, "<|begin_of_text|>", &bn);
-        put(&b, bt, bn);
+        tkv_buf_add(&b, bt, bn);
         for (int i = 0; i < n; i++) {
             const char *c = msgs[i].content, *e = c + strlen(c);
             while (c < e && is_space(*c)) c++;
             while (e > c && is_space(e[-1])) e--;
-            puts_(&b, "<|start_header_id|>"), puts_(&b, msgs[i].role), puts_(&b, "<|end_header_id|>\n\n");
+            tkv_buf_adds(&b, "<|start_header_id|>"), tkv_buf_adds(&b, msgs[i].role), tkv_buf_adds(&b, "<|end_header_id|>\n\n");
             CONTENT(i, c, (size_t)(e - c));
-            puts_(&b, "<|eot_id|>");
+            tkv_buf_adds(&b, "<|eot_id|>");
         }
-        if (add_generation_prompt) puts_(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        if (add_generation_prompt) tkv_buf_adds(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     }
 #undef CONTENT
     if (len) *len = b.n;
     if (lit) *lit = rg; else free(rg);
-    return b.s;
+    return b.p;
 }
 
 int chat_encode(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n,

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "base/err.h"
-#include "serve/buf.h"
+#include "base/buf.h"
 #include "serve/response.h"
 
 static int endpoint_of(const char *url) {
@@ -50,7 +50,7 @@ struct stream {
     int fd;
     serve_resp_meta meta;
     char id[48];
-    serve_buf out;       /* SSE bytes not yet handed to MHD, from off */
+    tkv_buf out;       /* SSE bytes not yet handed to MHD, from off */
     size_t off;
     size_t seen_c, seen_r; /* the job's text already sent */
     int sent_role, finished;
@@ -59,14 +59,14 @@ struct stream {
 /* Waits for more of the job and renders it as SSE events into st->out; -1 when the client left. */
 static int stream_fill(struct stream *st) {
     serve_job *j = st->j;
-    serve_buf r = {0}, t = {0};
+    tkv_buf r = {0}, t = {0};
     pthread_mutex_lock(&j->mu);
     if (serve_job_wait_locked(j, JOB_DONE, &st->seen_c, &st->seen_r, fd_gone, &st->fd)) {
         pthread_mutex_unlock(&j->mu);
         return -1;
     }
-    if (j->reasoning.n > st->seen_r) serve_buf_add(&r, j->reasoning.p + st->seen_r, j->reasoning.n - st->seen_r);
-    if (j->content.n > st->seen_c) serve_buf_add(&t, j->content.p + st->seen_c, j->content.n - st->seen_c);
+    if (j->reasoning.n > st->seen_r) tkv_buf_add(&r, j->reasoning.p + st->seen_r, j->reasoning.n - st->seen_r);
+    if (j->content.n > st->seen_c) tkv_buf_add(&t, j->content.p + st->seen_c, j->content.n - st->seen_c);
     st->seen_r = j->reasoning.n;
     st->seen_c = j->content.n;
     int done = j->phase == JOB_DONE;
@@ -79,33 +79,33 @@ static int stream_fill(struct stream *st) {
     char *ev;
     if (!st->sent_role && st->meta.kind == SERVE_CHAT) {
         ev = serve_sse_chunk(&st->meta, 1, none, none, NULL, usage);
-        serve_buf_adds(&st->out, ev);
+        tkv_buf_adds(&st->out, ev);
         free(ev);
     }
     st->sent_role = 1;
     if (r.n) {
         ev = serve_sse_chunk(&st->meta, 0, (serve_text){r.p, r.n}, none, NULL, usage);
-        serve_buf_adds(&st->out, ev);
+        tkv_buf_adds(&st->out, ev);
         free(ev);
     }
     if (t.n) {
         ev = serve_sse_chunk(&st->meta, 0, none, (serve_text){t.p, t.n}, NULL, usage);
-        serve_buf_adds(&st->out, ev);
+        tkv_buf_adds(&st->out, ev);
         free(ev);
     }
-    serve_buf_free(&r);
-    serve_buf_free(&t);
+    tkv_buf_free(&r);
+    tkv_buf_free(&t);
     if (!done) return 0;
     if (err.status) ev = serve_sse_error(&err);
     else ev = serve_sse_chunk(&st->meta, 0, none, none, finish, usage);
-    serve_buf_adds(&st->out, ev);
+    tkv_buf_adds(&st->out, ev);
     free(ev);
     if (usage && !err.status) {
         ev = serve_sse_usage(&st->meta, &u);
-        serve_buf_adds(&st->out, ev);
+        tkv_buf_adds(&st->out, ev);
         free(ev);
     }
-    serve_buf_adds(&st->out, "data: [DONE]\n\n");
+    tkv_buf_adds(&st->out, "data: [DONE]\n\n");
     st->finished = 1;
     serve_http_timeout(st->c, st->a->timeout_s); /* the last bytes: a client that stops reading is dropped */
     return 0;
@@ -129,7 +129,7 @@ static void stream_done(void *cls) {
     struct stream *st = cls;
     if (!st->finished) atomic_store(&st->j->cancelled, 1); /* the client left mid-stream */
     serve_job_unref(st->j);
-    serve_buf_free(&st->out);
+    tkv_buf_free(&st->out);
     free(st);
 }
 

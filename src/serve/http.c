@@ -17,7 +17,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
-#include "serve/buf.h"
+#include "base/buf.h"
 #include "serve/response.h"
 
 struct serve_http {
@@ -32,7 +32,7 @@ struct serve_http {
 };
 
 struct conn {
-    serve_buf body;
+    tkv_buf body;
     double t0;    /* monotonic: the first callback */
     size_t seen;  /* body bytes received (kept in body up to max_body) */
     int replied;  /* a response is queued */
@@ -144,10 +144,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (tkv_now_s() - st->t0 > h->o.timeout_s) return MHD_NO;
         st->seen += n;
         if (st->seen > h->o.max_body) {
-            serve_buf_free(&st->body);
+            tkv_buf_free(&st->body);
             return st->seen > 2 * h->o.max_body + 65536 ? MHD_NO : MHD_YES;
         }
-        serve_buf_add(&st->body, upload, n);
+        tkv_buf_add(&st->body, upload, n);
         return MHD_YES;
     }
     if (st->seen > h->o.max_body) {
@@ -156,14 +156,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return refuse(h, c, st, url, 413, "body_too_large", msg);
     }
     st->replied = 1;
-    return h->h(h->ctx, c, method, url, serve_buf_str(&st->body), st->body.n);
+    return h->h(h->ctx, c, method, url, tkv_buf_str(&st->body), st->body.n);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, enum MHD_RequestTerminationCode toe) {
     (void)cls, (void)c, (void)toe;
     struct conn *st = *req_cls;
     if (!st) return;
-    serve_buf_free(&st->body);
+    tkv_buf_free(&st->body);
     free(st);
     *req_cls = NULL;
 }

@@ -38,8 +38,8 @@ void serve_job_unref(serve_job *j) {
     pthread_mutex_unlock(&j->mu);
     if (!last) return;
     serve_request_free(&j->req);
-    serve_buf_free(&j->content);
-    serve_buf_free(&j->reasoning);
+    tkv_buf_free(&j->content);
+    tkv_buf_free(&j->reasoning);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     free(j);

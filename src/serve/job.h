@@ -13,7 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "serve/buf.h"
+#include "base/buf.h"
 #include "serve/request.h"
 #include "serve/response.h"
 
@@ -30,7 +30,7 @@ typedef struct serve_job {
     int refs;
     int phase;             /* JOB_*: handed over, accepted and waiting for a sequence, running, done */
     serve_error err;       /* err.status != 0 when done: refused or failed (the message for the client) */
-    serve_buf content, reasoning;
+    tkv_buf content, reasoning;
     int with_reasoning;    /* the format has reasoning markers (the response carries reasoning_content) */
     const char *finish;    /* when done without error: "stop" or "length" */
     serve_usage usage;

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/clock.h"
-#include "serve/buf.h"
+#include "base/buf.h"
 
 static const char *ep_name[SERVE_EP_COUNT] = {"chat", "completions", "models", "health", "metrics", "other"};
 
@@ -33,31 +33,31 @@ void serve_metrics_count(serve_metrics *m, int endpoint, int status) {
     pthread_mutex_unlock(&m->mu);
 }
 
-static void family(serve_buf *b, const char *name, const char *type, const char *help) {
-    serve_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+static void family(tkv_buf *b, const char *name, const char *type, const char *help) {
+    tkv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void one(serve_buf *b, const char *name, const char *type, const char *help, double v) {
+static void one(tkv_buf *b, const char *name, const char *type, const char *help, double v) {
     family(b, name, type, help);
-    serve_buf_printf(b, "%s %.17g\n", name, v);
+    tkv_buf_printf(b, "%s %.17g\n", name, v);
 }
 
 static const char *tier_name[4] = {"t0", "t1", "t2", "t3"};
 
-static void kv_part(serve_buf *b, const serve_snapshot *s) {
+static void kv_part(tkv_buf *b, const serve_snapshot *s) {
     const tkv_stats *k = &s->kv;
     family(b, "tierkv_kv_tokens", "gauge", "KV tokens per tier (t0 fast, t1 host exact, t2 host int8, t3 evicted), all live sequences");
-    for (int t = 0; t < 4; t++) serve_buf_printf(b, "tierkv_kv_tokens{tier=\"%s\"} %lld\n", tier_name[t], (long long)k->tokens[t]);
+    for (int t = 0; t < 4; t++) tkv_buf_printf(b, "tierkv_kv_tokens{tier=\"%s\"} %lld\n", tier_name[t], (long long)k->tokens[t]);
     family(b, "tierkv_kv_bytes", "gauge", "KV bytes per tier, all live sequences (shared prefix rows counted once)");
-    for (int t = 0; t < 4; t++) serve_buf_printf(b, "tierkv_kv_bytes{tier=\"%s\"} %lld\n", tier_name[t], (long long)k->bytes[t]);
+    for (int t = 0; t < 4; t++) tkv_buf_printf(b, "tierkv_kv_bytes{tier=\"%s\"} %lld\n", tier_name[t], (long long)k->bytes[t]);
     one(b, "tierkv_kv_t0_budget_bytes", "gauge", "T0 budget in force for all live sequences", (double)k->t0_budget_bytes);
     one(b, "tierkv_kv_t0_peak_bytes", "gauge", "the most T0 bytes held at once by all sequences together", (double)k->peak_t0_bytes);
     one(b, "tierkv_kv_t0_token_bytes", "gauge", "bytes one token takes in T0", (double)s->token_bytes_t0);
     family(b, "tierkv_kv_moved_bytes_total", "counter", "bytes moved between tiers, by direction");
-    serve_buf_printf(b, "tierkv_kv_moved_bytes_total{direction=\"down\"} %lld\n", (long long)k->bytes_moved_down);
-    serve_buf_printf(b, "tierkv_kv_moved_bytes_total{direction=\"up\"} %lld\n", (long long)k->bytes_moved_up);
-    serve_buf_printf(b, "tierkv_kv_moved_bytes_total{direction=\"host\"} %lld\n", (long long)k->bytes_moved_host);
-    serve_buf_printf(b, "tierkv_kv_moved_bytes_total{direction=\"staged\"} %lld\n", (long long)k->bytes_staged);
+    tkv_buf_printf(b, "tierkv_kv_moved_bytes_total{direction=\"down\"} %lld\n", (long long)k->bytes_moved_down);
+    tkv_buf_printf(b, "tierkv_kv_moved_bytes_total{direction=\"up\"} %lld\n", (long long)k->bytes_moved_up);
+    tkv_buf_printf(b, "tierkv_kv_moved_bytes_total{direction=\"host\"} %lld\n", (long long)k->bytes_moved_host);
+    tkv_buf_printf(b, "tierkv_kv_moved_bytes_total{direction=\"staged\"} %lld\n", (long long)k->bytes_staged);
     one(b, "tierkv_kv_evicted_tokens_total", "counter", "tokens evicted (T3)", (double)k->tokens_evicted);
     one(b, "tierkv_kv_retiers_total", "counter", "re-tierings run", (double)k->retiers);
     one(b, "tierkv_kv_budget_raised_total", "counter", "times a T0 budget was raised to hold protected tokens", (double)k->budget_raised);
@@ -68,13 +68,13 @@ static void kv_part(serve_buf *b, const serve_snapshot *s) {
 }
 
 char *serve_metrics_render(serve_metrics *m, const serve_snapshot *s) {
-    serve_buf b = {0};
+    tkv_buf b = {0};
     pthread_mutex_lock(&m->mu);
     family(&b, "tierkv_requests_total", "counter", "HTTP responses by endpoint and status code");
     for (int i = 0; i < m->n_status; i++)
         for (int e = 0; e < SERVE_EP_COUNT; e++)
             if (m->by_status[i].n[e])
-                serve_buf_printf(&b, "tierkv_requests_total{endpoint=\"%s\",code=\"%d\"} %lld\n", ep_name[e], m->by_status[i].status,
+                tkv_buf_printf(&b, "tierkv_requests_total{endpoint=\"%s\",code=\"%d\"} %lld\n", ep_name[e], m->by_status[i].status,
                                  (long long)m->by_status[i].n[e]);
     double up = tkv_now_s() - m->t_start;
     int64_t rejected = m->rejected_full;
@@ -89,16 +89,16 @@ char *serve_metrics_render(serve_metrics *m, const serve_snapshot *s) {
     one(&b, "tierkv_generation_tokens_per_second", "gauge", "tokens generated per second, last few seconds", s->tokens_per_s);
     one(&b, "tierkv_decode_steps_total", "counter", "batched decode steps", (double)si->steps);
     family(&b, "tierkv_time_to_first_token_seconds", "summary", "from arrival to the first generated token");
-    serve_buf_printf(&b, "tierkv_time_to_first_token_seconds_sum %.17g\ntierkv_time_to_first_token_seconds_count %lld\n", s->ttft_sum,
+    tkv_buf_printf(&b, "tierkv_time_to_first_token_seconds_sum %.17g\ntierkv_time_to_first_token_seconds_count %lld\n", s->ttft_sum,
                      (long long)s->ttft_count);
     one(&b, "tierkv_queue_length", "gauge", "requests waiting for a sequence", s->queued);
     one(&b, "tierkv_requests_running", "gauge", "requests decoding", s->running);
     one(&b, "tierkv_parallel", "gauge", "requests decoding together at most (--parallel)", s->parallel);
     one(&b, "tierkv_max_queue", "gauge", "requests waiting at most (--max-queue)", s->max_queue);
     family(&b, "tierkv_jobs_ended_total", "counter", "requests that ended without an answer, by reason");
-    serve_buf_printf(&b, "tierkv_jobs_ended_total{reason=\"refused\"} %lld\n", (long long)s->refused);
-    serve_buf_printf(&b, "tierkv_jobs_ended_total{reason=\"failed\"} %lld\n", (long long)s->failed);
-    serve_buf_printf(&b, "tierkv_jobs_ended_total{reason=\"cancelled\"} %lld\n", (long long)s->cancelled);
+    tkv_buf_printf(&b, "tierkv_jobs_ended_total{reason=\"refused\"} %lld\n", (long long)s->refused);
+    tkv_buf_printf(&b, "tierkv_jobs_ended_total{reason=\"failed\"} %lld\n", (long long)s->failed);
+    tkv_buf_printf(&b, "tierkv_jobs_ended_total{reason=\"cancelled\"} %lld\n", (long long)s->cancelled);
     one(&b, "tierkv_prefix_cache_entries", "gauge", "prompt prefixes kept alive for sharing", si->prefix_entries);
     one(&b, "tierkv_prefix_cache_tokens", "gauge", "tokens those entries hold", (double)si->prefix_tokens);
     one(&b, "tierkv_prefix_cache_bytes", "gauge", "T0 bytes those tokens take (at most; rows shared with live requests count once)",

@@ -21,7 +21,7 @@ int serve_think_enabled(const serve_think *t) { return t->n_close > 0; }
 static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
 /* THINK_START: the hold is leading whitespace, then maybe a prefix of the open marker. */
-static void start_byte(serve_think *t, char c, serve_buf *content) {
+static void start_byte(serve_think *t, char c, tkv_buf *content) {
     t->hold[t->n_hold++] = c;
     size_t ws = 0;
     while (ws < t->n_hold && is_ws(t->hold[ws])) ws++;
@@ -33,31 +33,31 @@ static void start_byte(serve_think *t, char c, serve_buf *content) {
         return;
     }
 answer:
-    serve_buf_add(content, t->hold, t->n_hold);
+    tkv_buf_add(content, t->hold, t->n_hold);
     t->n_hold = 0;
     t->state = THINK_OUT;
 }
 
-static void in_byte(serve_think *t, char c, serve_buf *reasoning) {
+static void in_byte(serve_think *t, char c, tkv_buf *reasoning) {
     t->hold[t->n_hold++] = c;
     /* drop bytes from the front until the hold is a prefix of the marker again */
     size_t cut = 0;
     while (cut < t->n_hold && memcmp(t->hold + cut, t->close, t->n_hold - cut)) cut++;
     if (cut) {
-        serve_buf_add(reasoning, t->hold, cut);
+        tkv_buf_add(reasoning, t->hold, cut);
         memmove(t->hold, t->hold + cut, t->n_hold - cut);
         t->n_hold -= cut;
     }
     if (t->n_hold == t->n_close) t->n_hold = 0, t->state = THINK_AFTER;
 }
 
-int serve_think_feed(serve_think *t, const char *p, size_t n, serve_buf *reasoning, serve_buf *content) {
+int serve_think_feed(serve_think *t, const char *p, size_t n, tkv_buf *reasoning, tkv_buf *content) {
     int touched = t->state == THINK_IN;
     size_t i = 0;
     while (i < n) {
         switch (t->state) {
         case THINK_OUT: /* the rest goes out as it is */
-            serve_buf_add(content, p + i, n - i);
+            tkv_buf_add(content, p + i, n - i);
             return touched;
         case THINK_START: start_byte(t, p[i++], content); break;
         case THINK_IN: in_byte(t, p[i++], reasoning); touched = 1; break;
@@ -71,8 +71,8 @@ int serve_think_feed(serve_think *t, const char *p, size_t n, serve_buf *reasoni
     return touched;
 }
 
-void serve_think_flush(serve_think *t, serve_buf *reasoning, serve_buf *content) {
-    if (t->state == THINK_IN) serve_buf_add(reasoning, t->hold, t->n_hold);
-    else if (t->state == THINK_START) serve_buf_add(content, t->hold, t->n_hold);
+void serve_think_flush(serve_think *t, tkv_buf *reasoning, tkv_buf *content) {
+    if (t->state == THINK_IN) tkv_buf_add(reasoning, t->hold, t->n_hold);
+    else if (t->state == THINK_START) tkv_buf_add(content, t->hold, t->n_hold);
     t->n_hold = 0;
 }

@@ -15,7 +15,7 @@
 #define TKV_SERVE_REASONING_H
 #include <stddef.h>
 
-#include "serve/buf.h"
+#include "base/buf.h"
 
 enum { THINK_START, THINK_IN, THINK_AFTER, THINK_OUT };
 
@@ -31,9 +31,9 @@ typedef struct {
 void serve_think_init(serve_think *t, const char *open, const char *close, int opened_by_prompt);
 /* Appends what the bytes release to reasoning and content; returns 1 when any of them was taken
  * while in reasoning (the token counts as a reasoning token). */
-int serve_think_feed(serve_think *t, const char *p, size_t n, serve_buf *reasoning, serve_buf *content);
+int serve_think_feed(serve_think *t, const char *p, size_t n, tkv_buf *reasoning, tkv_buf *content);
 /* The end of the text: held bytes go out to the part they were held in. */
-void serve_think_flush(serve_think *t, serve_buf *reasoning, serve_buf *content);
+void serve_think_flush(serve_think *t, tkv_buf *reasoning, tkv_buf *content);
 /* 1 when the format has markers (a response then carries reasoning_content). */
 int serve_think_enabled(const serve_think *t);
 

@@ -9,20 +9,20 @@
 
 #include "base/err.h"
 #include "base/utf8.h"
-#include "serve/buf.h"
+#include "base/buf.h"
 
 static json_t *text(serve_text t) {
     json_t *s = json_stringn(t.p ? t.p : "", t.n);
     if (s) return s;
-    serve_buf b = {0};
+    tkv_buf b = {0};
     const unsigned char *p = (const unsigned char *)t.p;
     for (size_t i = 0; i < t.n;) {
         size_t k = p[i] ? tkv_utf8_seq(p + i, t.n - i) : 0;
-        if (k) serve_buf_add(&b, t.p + i, k), i += k;
-        else serve_buf_add(&b, "\xEF\xBF\xBD", 3), i++;
+        if (k) tkv_buf_add(&b, t.p + i, k), i += k;
+        else tkv_buf_add(&b, "\xEF\xBF\xBD", 3), i++;
     }
-    s = json_stringn(serve_buf_str(&b), b.n);
-    serve_buf_free(&b);
+    s = json_stringn(tkv_buf_str(&b), b.n);
+    tkv_buf_free(&b);
     TKV_ASSERT(s);
     return s;
 }

@@ -51,7 +51,7 @@ struct serve_worker {
     int stop;
     serve_snapshot snap;
     /* engine thread only */
-    serve_buf tr, tc;     /* one token's reasoning and content */
+    tkv_buf tr, tc;     /* one token's reasoning and content */
     double rate_t;
     int64_t rate_tok;
     double rate;
@@ -158,8 +158,8 @@ static void emit(struct wjob *wj, const char *p, size_t n, int count_token) {
     int reasoning = serve_think_feed(&wj->think, p, n, &w->tr, &w->tc);
     serve_job *j = wj->job;
     pthread_mutex_lock(&j->mu);
-    if (w->tr.n) serve_buf_add(&j->reasoning, w->tr.p, w->tr.n);
-    if (w->tc.n) serve_buf_add(&j->content, w->tc.p, w->tc.n);
+    if (w->tr.n) tkv_buf_add(&j->reasoning, w->tr.p, w->tr.n);
+    if (w->tc.n) tkv_buf_add(&j->content, w->tc.p, w->tc.n);
     if (count_token) {
         j->usage.completion_tokens++;
         j->usage.reasoning_tokens += reasoning;
@@ -174,8 +174,8 @@ static void emit_flush(struct wjob *wj) {
     serve_think_flush(&wj->think, &w->tr, &w->tc);
     serve_job *j = wj->job;
     pthread_mutex_lock(&j->mu);
-    if (w->tr.n) serve_buf_add(&j->reasoning, w->tr.p, w->tr.n);
-    if (w->tc.n) serve_buf_add(&j->content, w->tc.p, w->tc.n);
+    if (w->tr.n) tkv_buf_add(&j->reasoning, w->tr.p, w->tr.n);
+    if (w->tc.n) tkv_buf_add(&j->content, w->tc.p, w->tc.n);
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -415,8 +415,8 @@ void serve_worker_stop(serve_worker *w) {
 void serve_worker_free(serve_worker *w) {
     if (!w) return;
     serve_worker_stop(w);
-    serve_buf_free(&w->tr);
-    serve_buf_free(&w->tc);
+    tkv_buf_free(&w->tr);
+    tkv_buf_free(&w->tc);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     free(w);
