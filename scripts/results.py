@@ -386,21 +386,30 @@ def dir_section(d, sums, docdir, plotdir):
           "(layer, kv head) rows (H2O, R-KV and SnapKV drop different positions in each row); share: of "
           "the final length. NA: recorded before this was measured, for a per-head baseline.", ""]
 
+    # every configuration against full, paired here from the files (mcnemar.tsv holds only the grid of
+    # the sweep invocation that wrote it last); its other comparisons (T0 ratio pairs) as written
     mc = os.path.join(d, "mcnemar.tsv")
-    if os.path.exists(mc):
-        rows = read_tsv(mc)
-        if rows:
-            L += ["McNemar (paired on the same problems; only A / only B: discordant pairs; same text: problems",
-                  "whose generated text is identical, character for character, in A and B):", "",
-                  "| comparison | A | B | n | A correct | B correct | only A | only B | p (exact) | same text |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-            ids_of = {s["_name"]: s.get("ids") for s in sums}
-            for r in rows:
-                same = same_outputs(d, r["a"], r["b"], ids_of.get(r["a"]))
-                L.append(f"| {r['comparison']} | {r['a']} | {r['b']} | {r['n_paired']} | {r['a_correct']} | "
-                         f"{r['b_correct']} | {r['only_a']} | {r['only_b']} | {float(r['p_exact']):.4g} | "
-                         f"{'NA' if same is None else same} |")
-            L.append("")
+    rows = [r for r in (read_tsv(mc) if os.path.exists(mc) else []) if r.get("comparison") != "vs_full"]
+    full = next((s for s in sums if s["_name"] == "full"), None)
+    vs = []
+    for s in sums if full else []:
+        n, ca, cb, oa, ob, pv = paired(s, full) if s is not full else (0,) * 6
+        if n:
+            vs.append({"comparison": "vs_full", "a": s["_name"], "b": "full", "n_paired": n, "a_correct": ca,
+                       "b_correct": cb, "only_a": oa, "only_b": ob, "p_exact": pv})
+    rows = vs + rows
+    if rows:
+        L += ["McNemar (paired on the same problems; only A / only B: discordant pairs; same text: problems",
+              "whose generated text is identical, character for character, in A and B):", "",
+              "| comparison | A | B | n | A correct | B correct | only A | only B | p (exact) | same text |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        ids_of = {s["_name"]: s.get("ids") for s in sums}
+        for r in rows:
+            same = same_outputs(d, r["a"], r["b"], ids_of.get(r["a"]))
+            L.append(f"| {r['comparison']} | {r['a']} | {r['b']} | {r['n_paired']} | {r['a_correct']} | "
+                     f"{r['b_correct']} | {r['only_a']} | {r['only_b']} | {float(r['p_exact']):.4g} | "
+                     f"{'NA' if same is None else same} |")
+        L.append("")
     pngs = sorted(glob.glob(os.path.join(d, "plots", "*.png")))
     mine = plot(os.path.basename(os.path.normpath(d)), sums, plotdir)
     links = ([f"[accuracy against the evicted share]({os.path.relpath(mine, docdir)})"] if mine else []) + \
