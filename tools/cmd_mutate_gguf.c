@@ -195,7 +195,7 @@ static int kv_fields(mut_ctx *m) {
     int gn = mut_find_kv(L, "general.name");
     if (gn >= 0) {
         tkv_buf k = {0};
-        mut_put_str(&k, "general.architecture", 20);
+        gguf_put_str(&k, "general.architecture", 20);
         e[0] = mut_splice(L->kv_at[gn], (size_t)(8 + L->f.kv[gn].key.len), k.u, k.n);
         free(k.u);
         EMIT(m, "dup-key-general.architecture", "error", "duplicate key", "general.name renamed general.architecture", e, 1, 1, 0);
@@ -229,7 +229,7 @@ static int type_confusion(mut_ctx *m) {
         tkv_buf v = {0};
         uint32_t t = GGUF_ARR;
         switch (c[i].kind) {
-        case V_STR: mut_put_str(&v, "256", 3); t = GGUF_STR; break;
+        case V_STR: gguf_put_str(&v, "256", 3); t = GGUF_STR; break;
         case V_U32: tkv_buf_le(&v, 7, 4); t = GGUF_U32; break;
         case V_I32: tkv_buf_le(&v, 0xFFFFFFFFu, 4); t = GGUF_I32; break;
         case V_U64: tkv_buf_le(&v, 1ull << 40, 8); t = GGUF_U64; break;
@@ -244,7 +244,7 @@ static int type_confusion(mut_ctx *m) {
         case V_ARR_STR:
             tkv_buf_le(&v, GGUF_STR, 4);
             tkv_buf_le(&v, n, 8);
-            for (uint64_t j = 0; j < n; j++) mut_put_str(&v, "1", 1);
+            for (uint64_t j = 0; j < n; j++) gguf_put_str(&v, "1", 1);
             break;
         }
         snprintf(name, sizeof name, "type-%s-as-%s", key, c[i].tag);
@@ -294,7 +294,7 @@ static int alignment(mut_ctx *m) {
     free(v.u);
     EMIT(m, "align-as-u64", "error", "general.alignment has type u64", "general.alignment written as u64", e, 2, 1, 0);
     v = (tkv_buf){0};
-    mut_put_str(&v, "32", 2);
+    gguf_put_str(&v, "32", 2);
     e[0] = mut_add_kv(L, "general.alignment", GGUF_STR, &v);
     e[1] = mut_patch(16, L->f.n_kv + 1, 8);
     free(v.u);
@@ -409,7 +409,7 @@ static int metadata(mut_ctx *m) {
     free(v.u);
     EMIT(m, "meta-key_length-2x-head_dim", "error", "key_length", "attention.key_length twice the head size", e, 2, 1, 0);
     v = (tkv_buf){0};
-    mut_put_str(&v, "yarn", 4);
+    gguf_put_str(&v, "yarn", 4);
     e[0] = mut_add_kv(L, mut_arch_key(L, "rope.scaling.type"), GGUF_STR, &v);
     e[1] = mut_patch(16, L->f.n_kv + 1, 8);
     free(v.u);
@@ -423,7 +423,7 @@ static int metadata(mut_ctx *m) {
     int k = mut_find_kv(L, "tokenizer.ggml.model");
     if (k >= 0) {
         v = (tkv_buf){0};
-        mut_put_str(&v, "llama", 5);
+        gguf_put_str(&v, "llama", 5);
         e[0] = mut_retype(L, k, GGUF_STR, &v);
         free(v.u);
         EMIT(m, "meta-tokenizer.ggml.model-llama", "error", "tokenizer.ggml.model", "a SentencePiece vocabulary (unsupported)", e, 1, 1, 0);

@@ -9,11 +9,6 @@
 
 #include "base/err.h"
 
-void mut_put_str(tkv_buf *b, const char *s, size_t n) {
-    tkv_buf_le(b, n, 8);
-    tkv_buf_add(b, s, n);
-}
-
 uint64_t mut_rng(uint64_t *s) { /* xorshift64* */
     *s ^= *s >> 12;
     *s ^= *s << 25;
@@ -230,7 +225,7 @@ mut_edit mut_retype(const mut_layout *L, int k, uint32_t t, const tkv_buf *v) {
 /* A KV record (key, type, value) appended after the last KV pair; the caller bumps n_kv. */
 mut_edit mut_add_kv(const mut_layout *L, const char *key, uint32_t t, const tkv_buf *v) {
     mut_edit e = {.at = L->kv_end[L->f.n_kv - 1], .del = 0};
-    mut_put_str(&e.ins, key, strlen(key));
+    gguf_put_str(&e.ins, key, strlen(key));
     tkv_buf_le(&e.ins, t, 4);
     tkv_buf_add(&e.ins, v->u, v->n);
     return e;

@@ -11,6 +11,7 @@
 
 #include "base/buf.h"
 #include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
 
 #define MUT_MAX_EDITS 4
 
@@ -43,7 +44,6 @@ typedef struct {
     char err[4700];
 } mut_ctx;
 
-void mut_put_str(tkv_buf *b, const char *s, size_t n); /* a GGUF string: u64 length, bytes */
 uint64_t mut_rng(uint64_t *s);                   /* xorshift64*: the seeded choices */
 
 /* Parses the input (a model: general.architecture and tensors) and finds its fields. */

@@ -24,7 +24,7 @@ struct gguf_writer {
     uint64_t cur, cur_done;  /* streaming position: tensor index, bytes of it written */
 };
 
-static void put_str(tkv_buf *b, const char *s, uint64_t len) {
+void gguf_put_str(tkv_buf *b, const char *s, uint64_t len) {
     tkv_buf_le(b, len, 8);
     tkv_buf_add(b, s, (size_t)len);
 }
@@ -65,7 +65,7 @@ static void key(gguf_writer *w, const char *k, uint32_t type) {
     TKV_ASSERT(w->arr_left == 0 && !w->fp && k[0]);
     w->keys = push_name(w->keys, w->n_kv, k);
     w->n_kv++;
-    put_str(&w->kv, k, strlen(k));
+    gguf_put_str(&w->kv, k, strlen(k));
     tkv_buf_le(&w->kv, type, 4);
 }
 
@@ -92,7 +92,7 @@ void gguf_writer_add_f64(gguf_writer *w, const char *k, double v) {
 }
 void gguf_writer_add_str(gguf_writer *w, const char *k, const char *v) {
     key(w, k, GGUF_STR);
-    put_str(&w->kv, v, strlen(v));
+    gguf_put_str(&w->kv, v, strlen(v));
 }
 
 static int elem_size(uint32_t t) {
@@ -132,7 +132,7 @@ void gguf_writer_begin_arr_str(gguf_writer *w, const char *k, uint64_t n) {
 void gguf_writer_arr_str(gguf_writer *w, const char *s, uint64_t len) {
     TKV_ASSERT(w->arr_left > 0);
     w->arr_left--;
-    put_str(&w->kv, s, len);
+    gguf_put_str(&w->kv, s, len);
 }
 
 uint64_t gguf_tensor_nbytes(uint32_t type, uint32_t n_dims, const uint64_t *ne) {
@@ -159,7 +159,7 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t n_dims, co
     TKV_ASSERT(nb != NULL);
     w->nbytes = nb;
     w->nbytes[w->n_tensors++] = gguf_tensor_nbytes(type, n_dims, ne);
-    put_str(&w->ti, name, len);
+    gguf_put_str(&w->ti, name, len);
     tkv_buf_le(&w->ti, n_dims, 4);
     for (uint32_t d = 0; d < n_dims; d++) tkv_buf_le(&w->ti, ne[d], 8);
     tkv_buf_le(&w->ti, type, 4);

@@ -11,9 +11,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/buf.h"
 #include "gguf/gguf.h"
 
 typedef struct gguf_writer gguf_writer;
+
+/* A GGUF string as the format stores it, appended to b: its length (u64, little-endian), its bytes.
+ * Also what mutate-gguf builds its edits with. */
+void gguf_put_str(tkv_buf *b, const char *s, uint64_t len);
 
 /* alignment 0 means the default 32; any other value is written as general.alignment. */
 gguf_writer *gguf_writer_begin(uint32_t alignment);
