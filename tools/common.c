@@ -28,9 +28,10 @@ int parse_int(const char *s, long lo, long hi, long *out) {
     return 0;
 }
 
+int decimal_text(const char *s) { return s && *s && !isspace((unsigned char)*s) && !strpbrk(s, "xX"); }
+
 int parse_double(const char *s, double *out) {
-    /* decimal only: strtod would also skip leading blanks and read hex floats ("0x1p-1") */
-    if (!s || !*s || isspace((unsigned char)*s) || strpbrk(s, "xX")) return -1;
+    if (!decimal_text(s)) return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);

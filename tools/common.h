@@ -23,6 +23,9 @@ const char *common_usage(void);
 int common_model_path(common_opts *c, char *err, size_t errlen);
 /* Parses an integer flag value with range checking. */
 int parse_int(const char *s, long lo, long hi, long *out);
+/* 1 when s may be read as a decimal number: not empty, no leading blank (strtod and strtol skip them),
+ * no 'x' (strtod reads hex floats such as "0x1p-1"). */
+int decimal_text(const char *s);
 int parse_double(const char *s, double *out);
 
 #endif

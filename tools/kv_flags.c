@@ -1,7 +1,6 @@
 /* kv_flags.c — parsing of the KV hierarchy flags (see kv_flags.h). */
 #include "kv_flags.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -12,7 +11,7 @@
 #include "common.h"
 
 int kv_flags_parse_size(const char *s, uint64_t *out) {
-    if (!s || !*s || isspace((unsigned char)*s) || strpbrk(s, "xX")) return -1; /* decimal, as parse_double */
+    if (!decimal_text(s)) return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
