@@ -206,11 +206,7 @@ int cmd_bench(int argc, char **argv) {
     step = tkv_xmalloc((size_t)n_seq * sizeof(int32_t));
     for (int k = 0; k < n_seq; k++) seqs[k] = -1;
     if (parallel > 1 && n_gen > 0) {
-        int pl = PAR_PROMPT;
-        if (par_depth) {
-            pl = 1;
-            for (int k = 0; k < n_depths; k++) if (depths[k] > pl) pl = depths[k];
-        }
+        int pl = par_depth ? (max_depth > 0 ? max_depth : 1) : PAR_PROMPT;
         if (parallel_fits(e, seqs, n_seq, pl + (int)n_gen + 1, par_depth && dflags ? 0 : pl, err, sizeof err)) goto fail;
     }
     double samples[MAX_REPS];

@@ -72,7 +72,6 @@ done:
     return rc;
 }
 
-
 int cmd_plan(int argc, char **argv) {
     tkv_kv_params o;
     tkv_kv_params_default(&o);

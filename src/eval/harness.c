@@ -197,7 +197,6 @@ static int decode_all(struct run *r, int parallel, int prefix_entries, char *err
         j->r = r;
         j->p = p;
         tkv_detok_init(&j->ts);
-        tkv_buf_add(&j->text, "", 0);
         sched_job sj = {.prompt = r->ids[p], .n_prompt = r->n_ids[p], .max_tokens = r->o->max_tokens, .user = j};
         sched_submit(sc, &sj);
     }

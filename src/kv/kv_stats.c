@@ -114,7 +114,6 @@ void kv_stats_write_json(FILE *f, const kv_cache *kv) {
     fprintf(f, "]}\n");
 }
 
-
 void kv_stats_print(FILE *f, const kv_cache *kv, int seq) {
     kv_stats s;
     kv_get_stats(kv, seq, &s);
