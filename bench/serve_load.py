@@ -9,7 +9,8 @@ the first delta and of every later one, usage.completion_tokens, finish_reason a
 stream was whole (every chunk parsed, one id, a finish_reason, [DONE]). While the run goes it
 polls /metrics (when the server has one) for the largest T0 bytes held. Writes one JSON line per
 request to --out (with "id", "output", "answer": what `tierkv grade` reads) and prints a summary
-as one JSON object: throughput, time to first token and inter-token latency percentiles, errors,
+as one JSON object: throughput (over the whole run, and over the saturated window: until the first
+client finds nothing more to send, so without the drain at the end), time to first token and inter-token latency percentiles, errors,
 503s and other refusals, incomplete streams, the T0 peak seen. Standard library only.
 """
 import argparse
@@ -32,9 +33,9 @@ def pct(xs, p):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def one_request(port, body, timeout):
-    rec = {"status": None, "content": "", "reasoning": "", "t_first": None, "gaps": [], "tokens": None, "finish": None,
-           "whole": False, "error": None, "chunks": 0}
+def one_request(port, body, timeout, t_begin):
+    rec = {"status": None, "content": "", "reasoning": "", "t_first": None, "gaps": [], "arrivals": [], "tokens": None,
+           "finish": None, "whole": False, "error": None, "chunks": 0}
     t0 = time.time()
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
@@ -76,6 +77,7 @@ def one_request(port, body, timeout):
                     elif last is not None:
                         rec["gaps"].append(now - last)
                     last = now
+                    rec["arrivals"].append(now - t_begin)
                     rec["chunks"] += 1
                 rec["content"] += d.get("content") or ""
                 rec["reasoning"] += d.get("reasoning_content") or ""
@@ -132,12 +134,14 @@ def main():
     recs = [None] * len(items)
     t_begin = time.time()
     hard = args.time_limit + 300
+    idle_at = []  # when each client found nothing more to send
 
     def client():
         while True:
             with lock:
                 i = next_i[0]
                 if i >= len(items) or time.time() - t_begin > args.time_limit:
+                    idle_at.append(time.time() - t_begin)
                     return
                 next_i[0] += 1
             it = items[i]
@@ -145,7 +149,7 @@ def main():
                                                       {"role": "user", "content": it["question"] + SUFFIX}],
                     "max_tokens": args.max_tokens, "temperature": 0, "seed": 0, "stream": True,
                     "stream_options": {"include_usage": True}}
-            rec = one_request(args.port, body, timeout=max(30.0, hard - (time.time() - t_begin)))
+            rec = one_request(args.port, body, max(30.0, hard - (time.time() - t_begin)), t_begin)
             rec["id"], rec["answer"] = it["id"], it["answer"]
             recs[i] = rec
 
@@ -170,11 +174,19 @@ def main():
                                 "status": r["status"], "tokens": r["tokens"], "prompt_tokens": r.get("prompt_tokens"), "finish": r["finish"], "whole": r["whole"],
                                 "t_first": r["t_first"], "seconds": r["seconds"], "error": r["error"]}) + "\n")
     tokens = sum((r["tokens"] if r["tokens"] is not None else r["chunks"]) for r in ok)
+    # the saturated window: from the start until the first client found nothing more to send (the
+    # requests ran out or the time limit passed); inside it every client always had a request in
+    # flight, so its rate is the server's under full load, without the drain at the end. Tokens
+    # streamed in it: each request's streamed pieces before the end, weighted by its tokens per piece.
+    sat_end = min(idle_at) if idle_at else wall
+    sat_tokens = sum((r["tokens"] if r["tokens"] is not None else r["chunks"]) * sum(1 for a in r["arrivals"] if a <= sat_end) /
+                     r["chunks"] for r in ok if r["chunks"])
     ttft = [r["t_first"] for r in ok if r["t_first"] is not None]
     itl = [g for r in ok for g in r["gaps"]]
     summary = {
         "requests": len(items), "sent": len(done), "ok": len(ok), "clients": args.clients, "wall_s": round(wall, 3),
         "tokens": tokens, "tok_per_s": round(tokens / wall, 3) if wall > 0 else None,
+        "saturated_s": round(sat_end, 3), "saturated_tok_per_s": round(sat_tokens / sat_end, 3) if sat_end > 0 else None,
         "ttft_s": {p: round(pct(ttft, p), 4) if ttft else None for p in (50, 90, 99)},
         "itl_ms": {p: round(1000 * pct(itl, p), 2) if itl else None for p in (50, 90, 99)},
         "status": {str(s): sum(1 for r in done if r["status"] == s) for s in sorted({r["status"] for r in done}, key=str)},
