@@ -483,6 +483,12 @@ TEST(eval_sweep_tiny) {
     char *cmds = slurp(out, "sweep.cmd");
     REQUIRE(cmds);
     CHECK(strstr(cmds, "--table-only") == NULL); /* the record of what ran is left alone */
+    /* the model by its file name only: no directory of this machine in a results file */
+    const char *mbase = strrchr(FIXTURE, '/') ? strrchr(FIXTURE, '/') + 1 : FIXTURE;
+    char mflag[300];
+    snprintf(mflag, sizeof mflag, " -m %s ", mbase);
+    CHECK(strstr(cmds, mflag) != NULL);
+    CHECK(strstr(cmds, t_shared(FIXTURE)) == NULL);
     free(cmds);
     /* a number a summary does not hold is written NA and the columns stay aligned; the eviction
      * statistic comes from the per-problem records, not from the summary */

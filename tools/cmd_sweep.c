@@ -395,7 +395,12 @@ int cmd_sweep(int argc, char **argv) {
         free(cp);
         if (f) {
             fputs("tierkv", f);
-            for (int i = 0; i < argc; i++) put_arg(f, argv[i]);
+            /* the model by its file name, as the summaries name it: no path of this machine */
+            for (int i = 0; i < argc; i++) {
+                int model = i > 0 && (!strcmp(argv[i - 1], "-m") || !strcmp(argv[i - 1], "--model"));
+                const char *slash = model ? strrchr(argv[i], '/') : NULL;
+                put_arg(f, slash ? slash + 1 : argv[i]);
+            }
             fputc('\n', f);
             fclose(f);
         }

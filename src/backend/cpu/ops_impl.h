@@ -30,7 +30,7 @@ enum {
     CPU_BS_Q4_0 = 18, CPU_BS_Q4_1 = 20, CPU_BS_Q5_0 = 22, CPU_BS_Q5_1 = 24, CPU_BS_Q8_0 = 34,
     CPU_BS_Q8_1 = 36, CPU_BS_Q4_K = 144, CPU_BS_Q5_K = 176, CPU_BS_Q6_K = 210, CPU_BS_Q8_K = 292,
     CPU_BS_Q4_KX = 144, CPU_BS_Q6_KX = 210, CPU_BS_Q5_0X = 4 * CPU_BS_Q5_0, CPU_BS_Q8_0X = 4 * CPU_BS_Q8_0,
-    CPU_BS_Q8_0XA = 192, CPU_BS_Q8_KX = 324, CPU_BS_Q8_KX6 = 324,
+    CPU_BS_Q8_0XA = 192, CPU_BS_Q8_KX = 352, CPU_BS_Q8_KX6 = 352,
 };
 
 typedef struct {
@@ -48,20 +48,25 @@ typedef struct {
     int16_t bsums[16];  /* sums of 16 consecutive qs */
 } cpu_block_q8_K;
 /* Q8_K activations for Q4_KX weights (repack.c): qs in the Q4_KX vector order; bsums as Q8_K's;
- * ms[s] = d * (bsums[2s] + bsums[2s+1]), sub-block s's sum as f32, for the AVX2 tile's mins term */
+ * ms[s] = d * (bsums[2s] + bsums[2s+1]), sub-block s's sum as f32, for the AVX2 tile's mins term.
+ * qs and ms come first and the block is 11 * 32 bytes, so in a 64-byte aligned row every 32-byte
+ * vector the tiles load lies inside one cache line (with d first, half of them straddled two). */
 typedef struct {
-    float d;
     int8_t qs[256];
-    int16_t bsums[16];
     float ms[8];
+    float d;
+    int16_t bsums[16];
+    uint8_t pad[28];
 } cpu_block_q8_KX;
 /* Q8_K activations for Q6_KX weights (repack.c): qs in the Q6_KX vector order; no bsums (no Q6_KX
  * kernel reads them); c[h][s] = 32 * the sum of elements 8h..8h+7 of 16-element sub-block s
- * (|.| <= 32512), the offset of Q6_K's q - 32 for the 8 products the AVX2 tile adds per i16 lane */
+ * (|.| <= 32512), the offset of Q6_K's q - 32 for the 8 products the AVX2 tile adds per i16 lane.
+ * Laid out like Q8_KX: the vectors first, 11 * 32 bytes. */
 typedef struct {
-    float d;
     int8_t qs[256];
     int16_t c[2][16];
+    float d;
+    uint8_t pad[28];
 } cpu_block_q8_KX6;
 /* Q8_0 activations for Q5_0X / Q8_0X weights, four blocks in the vector order of repack32.c */
 typedef struct {

@@ -34,7 +34,9 @@
  * bytes 128..191: bits 2k, 2k+1 of chunk c are v_4c+k's top 2 bits; the 16 scales and d stay at
  * 192..209. Q8_KX6: d and qs'[32t + 2s + b] = qs[16s + 2t + b] (no bsums: the Q6_K dot never uses
  * them), and c[h][s] = 32 * (elements 8h..8h+7 of sub-block s): the AVX2 tile subtracts them as
- * i16 so that four maddubs (of q, 0..63) add before a madd instead of two, with no offset madd. */
+ * i16 so that four maddubs (of q, 0..63) add before a madd instead of two, with no offset madd.
+ * Both activation blocks put their vectors first and take 352 bytes (ops_impl.h), so that no
+ * vector a tile loads straddles two cache lines. */
 #include <string.h>
 
 #include "backend/cpu/ops_impl.h"
@@ -61,6 +63,7 @@ static void quant_via_q8_K(cpu_quant_fn q8_K, q8_K_conv_fn conv, size_t bs, cons
 static void q8_KX_from_q8_K(const cpu_block_q8_K *in, void *vout) {
     cpu_block_q8_KX *out = vout;
     out->d = in->d;
+    memset(out->pad, 0, sizeof out->pad);
     transpose_words(in->qs, out->qs);
     memcpy(out->bsums, in->bsums, sizeof out->bsums);
     for (int s = 0; s < 8; s++) out->ms[s] = in->d * (float)(in->bsums[2 * s] + in->bsums[2 * s + 1]);
@@ -112,6 +115,7 @@ static void repack_q6_K_block(uint8_t *blk) {
 static void q8_KX6_from_q8_K(const cpu_block_q8_K *in, void *vout) {
     cpu_block_q8_KX6 *out = vout;
     out->d = in->d;
+    memset(out->pad, 0, sizeof out->pad);
     for (int s = 0; s < 16; s++) {
         for (int t = 0; t < 8; t++) memcpy(out->qs + 32 * t + 2 * s, in->qs + 16 * s + 2 * t, 2);
         for (int h = 0; h < 2; h++) {
