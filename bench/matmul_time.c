@@ -13,16 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops_impl.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+#include "base/clock.h"
+#include "base/version.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -68,14 +63,13 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
     cpu_isa isa = cpu_detect_isa();
     for (int k = 0; k < reps; k++) {
-        double t0 = now();
+        double t0 = tkv_now_s();
         cpu_matmul(pool, isa, type, w, n_in, n_out, x, n_tok, y, n_out, scratch);
-        t[k] = now() - t0;
+        t[k] = tkv_now_s() - t0;
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_double);
     double med = t[reps / 2], blocks = (double)n_out * (double)(n_in / CPU_QKK) * (double)n_tok;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < sizeof(float) * (size_t)(n_out * n_tok); i++) h = (h ^ ((const uint8_t *)y)[i]) * 1099511628211ull;
+    uint64_t h = tkv_fnv1a64(y, sizeof(float) * (size_t)(n_out * n_tok));
     printf("%s %lld -> %lld, %lld tokens, %d threads: median %.3f ms (of %d), %.2f cycles/block/token/thread at 3.1 GHz, "
            "Y hash %016llx\n", argv[1], (long long)n_in, (long long)n_out, (long long)n_tok, threads, med * 1e3, reps,
            med * 3.1e9 * threads / blocks, (unsigned long long)h);
