@@ -173,14 +173,16 @@ def main():
             f.write(json.dumps({"id": r["id"], "output": r["reasoning"] + r["content"], "answer": r["answer"],
                                 "status": r["status"], "tokens": r["tokens"], "prompt_tokens": r.get("prompt_tokens"), "finish": r["finish"], "whole": r["whole"],
                                 "t_first": r["t_first"], "seconds": r["seconds"], "error": r["error"]}) + "\n")
-    tokens = sum((r["tokens"] if r["tokens"] is not None else r["chunks"]) for r in ok)
+    def n_tokens(r):  # usage.completion_tokens, or the streamed pieces when the server gave no usage
+        return r["tokens"] if r["tokens"] is not None else r["chunks"]
+
+    tokens = sum(n_tokens(r) for r in ok)
     # the saturated window: from the start until the first client found nothing more to send (the
     # requests ran out or the time limit passed); inside it every client always had a request in
     # flight, so its rate is the server's under full load, without the drain at the end. Tokens
     # streamed in it: each request's streamed pieces before the end, weighted by its tokens per piece.
     sat_end = min(idle_at) if idle_at else wall
-    sat_tokens = sum((r["tokens"] if r["tokens"] is not None else r["chunks"]) * sum(1 for a in r["arrivals"] if a <= sat_end) /
-                     r["chunks"] for r in ok if r["chunks"])
+    sat_tokens = sum(n_tokens(r) * sum(1 for a in r["arrivals"] if a <= sat_end) / r["chunks"] for r in ok if r["chunks"])
     ttft = [r["t_first"] for r in ok if r["t_first"] is not None]
     itl = [g for r in ok for g in r["gaps"]]
     summary = {
