@@ -489,6 +489,8 @@ TEST(eval_sweep_tiny) {
     snprintf(mflag, sizeof mflag, " -m %s ", mbase);
     CHECK(strstr(cmds, mflag) != NULL);
     CHECK(strstr(cmds, t_shared(FIXTURE)) == NULL);
+    CHECK(strstr(cmds, t_tmpdir()) == NULL); /* --dir and --data were absolute: their file names */
+    CHECK(strstr(cmds, " --data data.jsonl ") != NULL);
     free(cmds);
     /* a number a summary does not hold is written NA and the columns stay aligned; the eviction
      * statistic comes from the per-problem records, not from the summary */

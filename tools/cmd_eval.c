@@ -54,7 +54,7 @@ static char *join_args(int argc, char **argv) {
     char *s = tkv_xmalloc(n), *p = s;
     p += sprintf(p, "tierkv");
     for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i][0] == '/' && strrchr(argv[i], '/')[1] ? strrchr(argv[i], '/') + 1 : argv[i];
+        const char *arg = recorded_arg(argv[i]);
         int q = !*arg || strpbrk(arg, " \t\n'\"\\$") != NULL;
         *p++ = ' ';
         if (q) *p++ = '\'';

@@ -395,11 +395,12 @@ int cmd_sweep(int argc, char **argv) {
         free(cp);
         if (f) {
             fputs("tierkv", f);
-            /* the model by its file name, as the summaries name it: no path of this machine */
+            /* as eval's summaries record their command (recorded_arg), and the model, wherever it
+             * lies, by its file name, as the summaries name it */
             for (int i = 0; i < argc; i++) {
                 int model = i > 0 && (!strcmp(argv[i - 1], "-m") || !strcmp(argv[i - 1], "--model"));
                 const char *slash = model ? strrchr(argv[i], '/') : NULL;
-                put_arg(f, slash ? slash + 1 : argv[i]);
+                put_arg(f, slash ? slash + 1 : recorded_arg(argv[i]));
             }
             fputc('\n', f);
             fclose(f);

@@ -28,6 +28,11 @@ int parse_int(const char *s, long lo, long hi, long *out) {
     return 0;
 }
 
+const char *recorded_arg(const char *a) {
+    const char *slash = a[0] == '/' ? strrchr(a, '/') : NULL;
+    return slash && slash[1] ? slash + 1 : a;
+}
+
 int decimal_text(const char *s) { return s && *s && !isspace((unsigned char)*s) && !strpbrk(s, "xX"); }
 
 int parse_double(const char *s, double *out) {

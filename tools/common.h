@@ -27,5 +27,8 @@ int parse_int(const char *s, long lo, long hi, long *out);
  * no 'x' (strtod reads hex floats such as "0x1p-1"). */
 int decimal_text(const char *s);
 int parse_double(const char *s, double *out);
+/* An argument as a results file records it (summaries, sweep.cmd): an absolute path by its file
+ * name, so that no path of the machine that ran it is kept; anything else as it is. */
+const char *recorded_arg(const char *a);
 
 #endif
