@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/path.h"
 #include "eval/eval.h"
 #include "eval/harness.h"
 #include "eval/json.h"
@@ -186,13 +187,26 @@ TEST(eval_resume_after_kill) {
     CHECK(json_get_int(json_root(d), "n", &n) && n == 5);
     CHECK(json_get_int(json_root(d), "run_problems", &ran) && ran == 2);
     json_free(d);
-    free(s);
     /* everything done: nothing runs, the summary still counts all */
     REQUIRE(run_eval(dir, "r.jsonl", "--n 5") == 0);
     CHECK(n_lines(dir, "r.jsonl") == 5);
     char *so = slurp(dir, "stdout.txt");
     CHECK(so && strstr(so, "(0/5)") && strstr(so, "nothing left"));
     free(so);
+    /* ... and a summary that records these problems is kept, with the throughput of the run that ran
+     * them; another selection rewrites it */
+    REQUIRE(run_eval(dir, "r.jsonl", extra) == 0);
+    char *s2 = slurp(dir, "s.json");
+    CHECK(s2 && s && !strcmp(s, s2));
+    free(s2);
+    snprintf(extra, sizeof extra, "--n 4 --summary-json %s/s.json", dir);
+    REQUIRE(run_eval(dir, "r.jsonl", extra) == 0);
+    s2 = slurp(dir, "s.json");
+    REQUIRE(s2 && json_parse(s2, strlen(s2), NULL, &d, e, sizeof e) == 0);
+    CHECK(json_get_int(json_root(d), "n", &n) && n == 4);
+    CHECK(json_get_int(json_root(d), "run_problems", &ran) && ran == 0);
+    json_free(d);
+    free(s2);
     /* the same file under another configuration is refused, not mixed */
     CHECK(run_eval(dir, "r.jsonl", "--n 5 --max-tokens 4") == 1);
     CHECK(n_lines(dir, "r.jsonl") == 5);
@@ -205,6 +219,7 @@ TEST(eval_resume_after_kill) {
     se = slurp(dir, "stderr.txt");
     CHECK(se && strstr(se, "kv type f16"));
     free(se);
+    free(s);
 }
 
 TEST(eval_truncated_last_line) {
@@ -677,4 +692,13 @@ TEST(eval_output_paths_checked_first) {
             CHECKF(access(p, F_OK) != 0, "%s: %s was written", extra, out);
         }
     }
+}
+
+/* What results files and the API name a file by (base/path.h). */
+TEST(base_file_name) {
+    CHECK(!strcmp(tkv_file_name("/a/b/model.gguf"), "model.gguf"));
+    CHECK(!strcmp(tkv_file_name("model.gguf"), "model.gguf"));
+    CHECK(!strcmp(tkv_file_name("dir/"), "dir/"));
+    CHECK(!strcmp(tkv_file_name("/"), "/"));
+    CHECK(!strcmp(tkv_file_name(NULL), ""));
 }

@@ -173,7 +173,9 @@ int cmd_eval(int argc, char **argv) {
     harness_summary_print(stdout, &s);
     fflush(stdout);
     int rc = 0;
-    if (summary_json) {
+    if (summary_json && !s.run_problems && harness_summary_unchanged(summary_json, &s, ids, n_ids)) {
+        if (!quiet) fprintf(stderr, "tierkv eval: %s kept: it records these %ld problems already\n", summary_json, s.n);
+    } else if (summary_json) {
         char *cmd = join_args(argc, argv);
         if (harness_summary_write_json(summary_json, &o, &s, ids, n_ids, cmd, err, sizeof err)) {
             fprintf(stderr, "tierkv eval: %s\n", err);

@@ -12,6 +12,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/path.h"
 #include "cmds.h"
 #include "common.h"
 #include "eval/eval.h"
@@ -238,7 +239,7 @@ int cmd_run(int argc, char **argv) {
     double t2 = tkv_now_s();
     tkv_sync(s);
     fprintf(stderr, "\n[tierkv] model %s | %s kernels %s | threads %d | policy %s\n",
-            strrchr(c.model_path, '/') ? strrchr(c.model_path, '/') + 1 : c.model_path, info.backend, info.kernels,
+            tkv_file_name(c.model_path), info.backend, info.kernels,
             c.mp.n_threads, tkv_policy_name(c.sp.kv.policy));
     fprintf(stderr, "[tierkv] prompt %d tokens in %.2f s (%.1f tok/s) | generated %d tokens in %.2f s (%.2f tok/s) | stop: %s%s\n",
             n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0, why,

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/path.h"
 #include "cmds.h"
 #include "common.h"
 #include "kv_flags.h"
@@ -84,8 +85,7 @@ int cmd_serve(int argc, char **argv) {
         if (bad) return 2;
     }
     if (common_model_path(&c, err, sizeof err)) { fprintf(stderr, "tierkv serve: %s\n", err); return 1; }
-    const char *slash = strrchr(c.model_path, '/');
-    if (!o.model_name) o.model_name = slash ? slash + 1 : c.model_path;
+    if (!o.model_name) o.model_name = tkv_file_name(c.model_path);
 
     /* SIGINT/SIGTERM are taken by sigwait below: blocked before any thread starts, so every thread
      * inherits the mask; a closed client socket must not kill the process */

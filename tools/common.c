@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/path.h"
 #include "kv_flags.h"
 
 void common_opts_default(common_opts *c) {
@@ -29,8 +30,7 @@ int parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 const char *recorded_arg(const char *a) {
-    const char *slash = a[0] == '/' ? strrchr(a, '/') : NULL;
-    return slash && slash[1] ? slash + 1 : a;
+    return a[0] == '/' ? tkv_file_name(a) : a;
 }
 
 int decimal_text(const char *s) { return s && *s && !isspace((unsigned char)*s) && !strpbrk(s, "xX"); }

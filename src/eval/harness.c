@@ -17,6 +17,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/path.h"
 #include "base/version.h"
 #include "eval/harness_impl.h"
 #include "eval/json.h"
@@ -211,11 +212,6 @@ static int decode_all(struct run *r, int parallel, int prefix_entries, char *err
     return 0;
 }
 
-static const char *base_name(const char *p) {
-    const char *s = strrchr(p, '/');
-    return s ? s + 1 : p;
-}
-
 int harness_run(const struct harness_opts *o, struct harness_summary *s, char ***sel_ids, size_t *n_sel, char *err,
                 size_t errlen) {
     if (o->parallel < 1 || o->max_tokens < 1 || o->offset < 0) return tkv_errf(err, errlen, "harness: bad options");
@@ -235,7 +231,7 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
     r.set = &set;
     r.res = &res;
     r.total = hi - lo;
-    r.model_name = base_name(o->model_path);
+    r.model_name = tkv_file_name(o->model_path);
     r.pending = tkv_xmalloc((r.total + 1) * sizeof(size_t));
     harness_results_sort(&res);
     char extra[96];

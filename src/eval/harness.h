@@ -110,4 +110,8 @@ int harness_verify_line(const char *line, size_t n);
 int harness_summary_write_json(const char *path, const struct harness_opts *o, const struct harness_summary *s,
                                char *const *ids, size_t n_ids, const char *cmd, char *err, size_t errlen);
 
+/* 1 when the summary at path already records s's counts and exactly these ids (in order), so an
+ * invocation that ran nothing keeps it, with the throughput of the invocation that last ran. */
+int harness_summary_unchanged(const char *path, const struct harness_summary *s, char *const *ids, size_t n_ids);
+
 #endif

@@ -18,6 +18,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/path.h"
 #include "eval/json.h"
 #include "eval/stats.h"
 #include "base/version.h"
@@ -284,21 +285,14 @@ void harness_summary_print(FILE *f, const struct harness_summary *s) {
     else fprintf(f, "this run          nothing left to do (all problems were in the results file)\n");
 }
 
-/* Summaries are kept with the results (and in the repository): they name files, not the paths of
- * the machine that ran them. */
-static const char *file_name(const char *path) {
-    const char *b = path ? strrchr(path, '/') : NULL;
-    return b ? b + 1 : (path ? path : "");
-}
-
 int harness_summary_write_json(const char *path, const struct harness_opts *o, const struct harness_summary *s,
                                char *const *ids, size_t n_ids, const char *cmd, char *err, size_t errlen) {
     struct json_out j;
     json_out_init(&j);
     json_out_obj_begin(&j);
-    json_out_key(&j, "model"), json_out_str(&j, file_name(o->model_path));
+    json_out_key(&j, "model"), json_out_str(&j, tkv_file_name(o->model_path));
     json_out_key(&j, "task"), json_out_str(&j, o->task_label);
-    json_out_key(&j, "data"), json_out_str(&j, file_name(o->data_path));
+    json_out_key(&j, "data"), json_out_str(&j, tkv_file_name(o->data_path));
     json_out_key(&j, "results"), o->out_path ? json_out_str(&j, o->out_path) : json_out_null(&j);
     json_out_key(&j, "command"), json_out_str(&j, cmd ? cmd : "");
     json_out_key(&j, "commit"), json_out_str(&j, tkv_build_commit());
@@ -338,6 +332,28 @@ int harness_summary_write_json(const char *path, const struct harness_opts *o, c
     if (f && fclose(f) && !rc) rc = tkv_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
     json_out_free(&j);
     return rc;
+}
+
+/* A summary already at path that records these counts and this selection, in order: what an
+ * invocation that ran nothing would write again, less the throughput of the one that did run. */
+int harness_summary_unchanged(const char *path, const struct harness_summary *s, char *const *ids, size_t n_ids) {
+    char *buf, err[256];
+    size_t len;
+    struct json_doc *doc;
+    if (access(path, R_OK) || eval_read_file(path, &buf, &len, err, sizeof err)) return 0;
+    int same = !json_parse(buf, len, NULL, &doc, NULL, 0);
+    free(buf);
+    if (!same) return 0;
+    const struct json_value *root = json_root(doc), *a = json_get(root, "ids");
+    int64_t n, correct;
+    same = json_get_int(root, "n", &n) && n == s->n && json_get_int(root, "correct", &correct) &&
+           correct == s->correct && a && a->type == JSON_ARRAY && a->u.arr.n == n_ids;
+    for (size_t i = 0; same && i < n_ids; i++) {
+        const struct json_value *v = json_at(a, i);
+        same = v && v->type == JSON_STRING && !strcmp(v->u.str.s, ids[i]);
+    }
+    json_free(doc);
+    return same;
 }
 
 void harness_ids_free(char **ids, size_t n) {
