@@ -1,6 +1,6 @@
 """results.py — the body of scripts/results.sh: docs/RESULTS.md (and its plots) from result directories.
 
-    python3 scripts/results.py OUT.md DIR...
+    python3 scripts/results.py OUT.md [--benchmarks=DIR,...] DIR...
 
 Every number comes from the directories' files: the per-problem JSONL lines, the *.summary.json
 files, sweep.cmd and mcnemar.tsv. Two numbers come from the tierkv binary reading those lines
@@ -470,6 +470,50 @@ def cliffs(all_sums):
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
 
 
+PAPER_ROWS = (("full", "full cache"), ("hierarchy_t0-0.5_ev-0.03", "hierarchy, 3% evicted (T0 50%)"),
+              ("hierarchy_t0-0.5_ev-0.1", "hierarchy, 10% evicted (T0 50%)"), ("evict_t0-0.5", "evict, T0 50%"),
+              ("h2o_t0-0.5", "H2O 50%, published"), ("h2o_t0-0.5_pp", "H2O 50%, prompt protected"),
+              ("rkv_t0-0.5", "R-KV 50%, published"), ("rkv_t0-0.5_pp", "R-KV 50%, prompt protected"),
+              ("streaming_t0-0.5", "StreamingLLM 50%, published"), ("streaming_t0-0.5_pp", "StreamingLLM 50%, prompt protected"),
+              ("snapkv_t0-0.5", "SnapKV 50%, published"), ("snapkv_t0-0.5_pp", "SnapKV 50%, prompt protected"))
+
+
+def paper_table(all_sums, bench_dirs):
+    """The paper's comparison on each benchmark named by --benchmarks: one column per directory, one
+    row per configuration, accuracy and the exact McNemar p against full on the same problems."""
+    if not bench_dirs:
+        return []
+    have = {os.path.normpath(d): sums for d, sums in all_sums}
+    cols = [(d, have.get(os.path.normpath(d)) or load_summaries(d)) for d in bench_dirs if os.path.isdir(d)]
+    missing = [os.path.basename(os.path.normpath(d)) for d in bench_dirs if not os.path.isdir(d)]
+    L = ["## The paper's comparison on every benchmark", "",
+         "Accuracy of each configuration, and in brackets the exact McNemar p against `full` paired on the "
+         "same problems (n: problems of full). Running: lines written so far by a run not finished (not "
+         "compared). —: not run yet. Every directory's own section below has the intervals, lengths and "
+         "the T0 share actually held.", ""]
+    L.append("| configuration | " + " | ".join(f"{os.path.basename(os.path.normpath(d))}" for d, _ in cols) + " |")
+    L.append("| --- |" + " --- |" * len(cols))
+    fulls = [next((s for s in sums if s["_name"] == "full"), None) for _, sums in cols]
+    L.append("| n | " + " | ".join(str(f.get("n")) if f else "—" for f in fulls) + " |")
+    running = [{n: (k, c) for n, k, c, _ in in_progress(d, sums)} for d, sums in cols]
+    for name, label in PAPER_ROWS:
+        cells = []
+        for (d, sums), full, run in zip(cols, fulls, running):
+            s = next((x for x in sums if x["_name"] == name), None)
+            if s is None:
+                cells.append(f"running {run[name][0]}" if run.get(name, (0,))[0] else "—")
+            elif s is full or full is None:
+                cells.append(pct(s.get("accuracy")))
+            else:
+                n, _, b, _, _, pv = paired(full, s)
+                cells.append(f"{pct(b / n if n else None)} (p {pv:.2g})")
+        L.append(f"| {label} | " + " | ".join(cells) + " |")
+    L.append("")
+    if missing:
+        L += ["Not started yet: " + ", ".join(f"`{m}`" for m in missing) + ".", ""]
+    return L
+
+
 def t2_table(all_sums):
     """The T2 codecs: each configuration holding tokens in T2, paired with full."""
     rows = []
@@ -499,7 +543,10 @@ def t2_table(all_sums):
 
 
 def main():
-    out, dirs = sys.argv[1], sys.argv[2:]
+    out, dirs, bench_dirs = sys.argv[1], sys.argv[2:], []
+    if dirs and dirs[0].startswith("--benchmarks="):
+        bench_dirs = [x for x in dirs[0].split("=", 1)[1].split(",") if x]
+        dirs = dirs[1:]
     docdir = os.path.dirname(os.path.abspath(out))
     plotdir = os.path.join(docdir, "plots")
     L = ["# Results", "",
@@ -507,7 +554,10 @@ def main():
          "their files (per-problem JSONL, `*.summary.json`, `sweep.tsv`, `mcnemar.tsv`). Accuracy intervals are",
          "Wilson 95%; McNemar p-values are exact two-sided, paired on the same problem ids. Each results line",
          "names the build that wrote it and carries a check (FNV-1a 64 of the line before it) that `tierkv verify`",
-         "recomputes: a line edited by hand shows as altered.", ""]
+         "recomputes: a line edited by hand shows as altered.", "",
+         "This file was written by:", "", "```",
+         "scripts/results.sh" + (" --benchmarks " + ",".join(shown_dir(d) for d in bench_dirs) if bench_dirs else "")
+         + "".join(" " + shown_dir(d) for d in dirs), "```", ""]
     all_sums = []
     for d in dirs:
         sums = load_summaries(d)
@@ -515,6 +565,7 @@ def main():
             print(f"results.sh: {d}: no results files, skipped", file=sys.stderr)
             continue
         all_sums.append((d, sums))
+    L += paper_table(all_sums, bench_dirs)
     L += cliffs(all_sums)
     L += t2_table(all_sums)
     for d, sums in all_sums:
