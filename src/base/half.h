@@ -21,12 +21,13 @@ static inline float tkv_f16_to_f32(uint16_t h) {
     return tkv_bits_f32(sign | ((exp + 112) << 23) | (man << 13));
 }
 
-/* f32 -> f16, IEEE round to nearest even. */
+/* f32 -> f16, IEEE round to nearest even; a NaN stays a NaN, quieted, with its top 10 payload bits
+ * (as x86's vcvtps2ph converts it). */
 static inline uint16_t tkv_f32_to_f16(float f) {
     uint32_t x = tkv_f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000;
     uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 | ((ax >> 13) & 0x3ff) : 0));
     if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to >= 65520: inf */
     if (ax < 0x38800000u) {                                  /* result is subnormal or zero */
         if (ax < 0x33000000u) return (uint16_t)sign;         /* < 2^-25: rounds to 0 */
@@ -42,12 +43,9 @@ static inline uint16_t tkv_f32_to_f16(float f) {
     return (uint16_t)(sign | r);
 }
 
-/* Rows of n elements, the same conversions. */
+/* A row of n fp16 values widened exactly (rows the other way: the CPU op table's f32_to_f16). */
 static inline void tkv_f16_row_to_f32(const uint16_t *x, float *y, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = tkv_f16_to_f32(x[i]);
-}
-static inline void tkv_f32_row_to_f16(const float *x, uint16_t *y, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = tkv_f32_to_f16(x[i]);
 }
 
 static inline float tkv_bf16_to_f32(uint16_t h) { return tkv_bits_f32((uint32_t)h << 16); }

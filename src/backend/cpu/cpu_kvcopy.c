@@ -15,8 +15,9 @@
 
 #define MAX_DIM 8192 /* kv_dim at most (checked by the KV module's options) */
 
-/* Row `which` (0 K, 1 V) of a record as f32 into buf. */
-static void rec_get(be_kv_fmt fmt, const uint8_t *rec, int which, int n_head_kv, int head_dim, float *buf) {
+/* Row `which` (0 K, 1 V) of a record as f32 into buf; the T2 decodes with AVX2 where the backend
+ * runs AVX2 or better (the same bits, kvq.h). */
+static void rec_get(cpu_isa isa, be_kv_fmt fmt, const uint8_t *rec, int which, int n_head_kv, int head_dim, float *buf) {
     size_t kd = (size_t)n_head_kv * (size_t)head_dim;
     int kc, vc;
     switch (fmt) {
@@ -26,8 +27,9 @@ static void rec_get(be_kv_fmt fmt, const uint8_t *rec, int which, int n_head_kv,
     case BE_KV_Q8BH:
     case BE_KV_Q4BH:
         TKV_ASSERT(be_kv_fmt_codecs(fmt, &kc, &vc));
-        kvq_decode_row((kvq_codec)(which ? vc : kc), rec + (which ? be_kv_k_record_bytes(fmt, n_head_kv, head_dim) : 0),
-                       n_head_kv, head_dim, buf);
+        (isa >= CPU_ISA_AVX2 ? kvq_decode_row_avx2 : kvq_decode_row)(
+            (kvq_codec)(which ? vc : kc), rec + (which ? be_kv_k_record_bytes(fmt, n_head_kv, head_dim) : 0), n_head_kv,
+            head_dim, buf);
         break;
     default: {
         float sc[1024];
@@ -38,12 +40,13 @@ static void rec_get(be_kv_fmt fmt, const uint8_t *rec, int which, int n_head_kv,
     }
 }
 
-static void rec_put(be_kv_fmt fmt, uint8_t *rec, int which, int n_head_kv, int head_dim, const float *x) {
+static void rec_put(const cpu_f32_ops *ops, be_kv_fmt fmt, uint8_t *rec, int which, int n_head_kv, int head_dim,
+                    const float *x) {
     size_t kd = (size_t)n_head_kv * (size_t)head_dim;
     int kc, vc;
     switch (fmt) {
     case BE_KV_F32: memcpy(rec + (size_t)which * kd * 4, x, kd * 4); break;
-    case BE_KV_F16: tkv_f32_row_to_f16(x, (uint16_t *)(void *)(rec + (size_t)which * kd * 2), kd); break;
+    case BE_KV_F16: ops->f32_to_f16(x, (uint16_t *)(void *)(rec + (size_t)which * kd * 2), (int64_t)kd); break;
     case BE_KV_Q8B:
     case BE_KV_Q8BH:
     case BE_KV_Q4BH:
@@ -64,29 +67,29 @@ static be_kv_fmt fmt_of(const be_kv_pools *p, int32_t ref) { return p->pool[BE_S
 
 void cpu_be_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, const float *k,
                      const float *v) {
-    (void)b;
+    const cpu_f32_ops *ops = ((cpu_be *)(void *)b)->f32;
     size_t kd = (size_t)p->n_head_kv * (size_t)p->head_dim;
     for (int i = 0; i < n; i++) {
         uint8_t *rec = be_kv_record(p, slots[i], layer);
         be_kv_fmt f = fmt_of(p, slots[i]);
-        rec_put(f, rec, 0, p->n_head_kv, p->head_dim, k + (size_t)i * kd);
-        rec_put(f, rec, 1, p->n_head_kv, p->head_dim, v + (size_t)i * kd);
+        rec_put(ops, f, rec, 0, p->n_head_kv, p->head_dim, k + (size_t)i * kd);
+        rec_put(ops, f, rec, 1, p->n_head_kv, p->head_dim, v + (size_t)i * kd);
     }
 }
 
 void cpu_be_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, float *k, float *v) {
-    (void)b;
+    cpu_isa isa = ((cpu_be *)(void *)b)->isa;
     size_t kd = (size_t)p->n_head_kv * (size_t)p->head_dim;
     for (int i = 0; i < n; i++) {
         const uint8_t *rec = be_kv_record(p, slots[i], layer);
         be_kv_fmt f = fmt_of(p, slots[i]);
-        rec_get(f, rec, 0, p->n_head_kv, p->head_dim, k + (size_t)i * kd);
-        if (v) rec_get(f, rec, 1, p->n_head_kv, p->head_dim, v + (size_t)i * kd);
+        rec_get(isa, f, rec, 0, p->n_head_kv, p->head_dim, k + (size_t)i * kd);
+        if (v) rec_get(isa, f, rec, 1, p->n_head_kv, p->head_dim, v + (size_t)i * kd);
     }
 }
 
 void cpu_be_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer) {
-    (void)b;
+    const cpu_be *c = (const cpu_be *)(const void *)b;
     float buf[MAX_DIM];
     TKV_ASSERT((size_t)p->n_head_kv * (size_t)p->head_dim <= MAX_DIM);
     for (int i = 0; i < n; i++) {
@@ -99,8 +102,8 @@ void cpu_be_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves
             continue;
         }
         for (int w = 0; w < 2; w++) {
-            rec_get(fs, src, w, p->n_head_kv, p->head_dim, buf);
-            rec_put(fd, dst, w, p->n_head_kv, p->head_dim, buf);
+            rec_get(c->isa, fs, src, w, p->n_head_kv, p->head_dim, buf);
+            rec_put(c->f32, fd, dst, w, p->n_head_kv, p->head_dim, buf);
         }
     }
 }

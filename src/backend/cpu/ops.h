@@ -81,6 +81,9 @@ typedef struct {
                             const uint8_t *keep, int n, float scale, float *att, size_t stride);
     void (*attn_wsum_f16)(const float *att, size_t stride, int group, int hd, const uint16_t *const *rows, size_t off,
                           int n, float *out);
+    /* y[i] = tkv_f32_to_f16(x[i]) (base/half.h: round to nearest even, NaN quieted with its top
+     * payload bits) for every input, bit for bit: the rows an f16 KV record is written with */
+    void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n);
 } cpu_f32_ops;
 const cpu_f32_ops *cpu_f32_ops_for(cpu_isa isa);
 

@@ -414,6 +414,10 @@ void cpu_gen_attn_wsum_f16(const float *att, size_t stride, int group, int hd, c
         }
 }
 
+void cpu_gen_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = tkv_f32_to_f16(x[i]);
+}
+
 int cpu_gen_softmax(float *a, int n) {
     float mx = -INFINITY;
     for (int j = 0; j < n; j++)

@@ -852,6 +852,16 @@ void FN(attn_wsum_f16)(const float *att, size_t stride, int group, int hd, const
     attn_wsum_body(att, stride, group, hd, (const void *const *)rows, off, n, out, 1);
 }
 
+/* vcvtps2ph with round to nearest even is IEEE's conversion, subnormals included (MXCSR's DAZ is
+ * never set here); NaNs come out quieted with their top payload bits, as half.h writes them. */
+void FN(f32_to_f16)(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) y[i] = tkv_f32_to_f16(x[i]);
+}
+
 /* exp(x) for x <= 0 (softmax arguments): x = k ln2 + r, |r| <= ln2/2, exp(r) by a degree-6
  * polynomial (relative error about 2e-7), 2^k through the exponent bits; below -87 it returns 0. */
 INLINE __m256 exp_neg_ps(__m256 x) {
