@@ -467,6 +467,8 @@ TEST(eval_sweep_tiny) {
              t_bin(), dir, t_shared(FIXTURE), dir, dir);
     int st = system(cmd);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "see %s/sweep.txt", dir);
+    char first[8192];
+    snprintf(first, sizeof first, "%s", cmd);
     char out[600];
     snprintf(out, sizeof out, "%s/out", dir);
     char *tsv = slurp(out, "sweep.tsv");
@@ -507,6 +509,10 @@ TEST(eval_sweep_tiny) {
     CHECK(strstr(cmds, t_tmpdir()) == NULL); /* --dir and --data were absolute: their file names */
     CHECK(strstr(cmds, " --data data.jsonl ") != NULL);
     free(cmds);
+    /* the same sweep again (a queue resumed) runs nothing and records no second line */
+    st = system(first);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "see %s/sweep.txt", dir);
+    CHECK(n_lines(out, "sweep.cmd") == 1);
     /* a number a summary does not hold is written NA and the columns stay aligned; the eviction
      * statistic comes from the per-problem records, not from the summary */
     snprintf(cmd, sizeof cmd, "sed -i -e 's/\"tok_per_s\"/\"tok_per_x\"/' -e 's/\"mean_evicted\": *[0-9.]*/\"mean_evicted\":99/' "

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/path.h"
 #include "cmds.h"
 #include "common.h"
 #include "eval/eval.h"
@@ -303,6 +304,33 @@ static void put_arg(FILE *f, const char *a) {
     else sh_quote(q, sizeof q, a), fprintf(f, " %s", q);
 }
 
+/* The command, one line per distinct invocation, in DIR/sweep.cmd for scripts/results.sh: as eval's
+ * summaries record theirs (recorded_arg), with the model, wherever it lies, by its file name, as
+ * the summaries name it. The same command run again (a queue resumed) adds no line. */
+static void record_command(const char *dir, int argc, char **argv) {
+    char *line = NULL, *cp = tkv_xmalloc(strlen(dir) + 16), *have = NULL;
+    size_t len = 0, cap = 0;
+    FILE *m = open_memstream(&line, &len);
+    if (!m) { free(cp); return; }
+    fputs("tierkv", m);
+    for (int i = 0; i < argc; i++) {
+        int model = i > 0 && (!strcmp(argv[i - 1], "-m") || !strcmp(argv[i - 1], "--model"));
+        put_arg(m, model ? tkv_file_name(argv[i]) : recorded_arg(argv[i]));
+    }
+    fputc('\n', m);
+    fclose(m);
+    sprintf(cp, "%s/sweep.cmd", dir);
+    FILE *f = fopen(cp, "r");
+    int seen = 0;
+    ssize_t k;
+    while (f && !seen && (k = getline(&have, &cap, f)) > 0) seen = (size_t)k == len && !memcmp(have, line, len);
+    if (f) fclose(f);
+    if (!seen && (f = fopen(cp, "a"))) fwrite(line, 1, len, f), fclose(f);
+    free(have);
+    free(line);
+    free(cp);
+}
+
 int cmd_sweep(int argc, char **argv) {
     const char *dir = NULL, *plot_script = NULL, *tag = NULL;
     const char *pol_list = "full,hierarchy,evict,quant,streaming,h2o,rkv";
@@ -388,24 +416,7 @@ int cmd_sweep(int argc, char **argv) {
     int rc = 0;
     if (!dry && mkdir(dir, 0777) && access(dir, W_OK)) { fprintf(stderr, "tierkv sweep: cannot create %s\n", dir); free(pass); return 1; }
     if (dry) printf("%d configurations:\n", n);
-    else if (!table_only) { /* the commands, one line per invocation, for scripts/results.sh */
-        char *cp = tkv_xmalloc(strlen(dir) + 16);
-        sprintf(cp, "%s/sweep.cmd", dir);
-        FILE *f = fopen(cp, "a");
-        free(cp);
-        if (f) {
-            fputs("tierkv", f);
-            /* as eval's summaries record their command (recorded_arg), and the model, wherever it
-             * lies, by its file name, as the summaries name it */
-            for (int i = 0; i < argc; i++) {
-                int model = i > 0 && (!strcmp(argv[i - 1], "-m") || !strcmp(argv[i - 1], "--model"));
-                const char *slash = model ? strrchr(argv[i], '/') : NULL;
-                put_arg(f, slash ? slash + 1 : recorded_arg(argv[i]));
-            }
-            fputc('\n', f);
-            fclose(f);
-        }
-    }
+    else if (!table_only) record_command(dir, argc, argv);
     for (int i = 0; i < n; i++) {
         struct cfg *c = &cf[i];
         char t0s[32], evs[32];
