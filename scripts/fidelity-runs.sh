@@ -34,8 +34,8 @@ model=$(scripts/fetch-model.sh 1.5b)
 data=${TIERKV_DATA:-../shared/data}
 
 # label | sweep dir | task | data file | max tokens | flags for tierkv sweep. In priority order:
-# the paired GSM8K set (full, hierarchy, the paper's int8 T2 against
-# the per-block one, the published baselines, evict, then the rest of the codecs and baselines),
+# the paired GSM8K set (full, hierarchy, the T2 codecs: the paper's int8 against the per-block one
+# and the 4-bit one, and the hierarchy with a T2 share; then evict and the other baselines),
 # then the other benchmarks, absolute token budgets, the real-T0 grid (MATH-500, window 16, the
 # first 100 problems), and last the prompt-protected baselines on the other sets. First of all, the
 # prompt-protected H2O and R-KV on GSM8K, each followed by its published setting in the same set
@@ -50,14 +50,14 @@ configs=(
     "gsm8k-hier3|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.03"
     "gsm8k-quant-q8h|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies quant --t0 0.3 --tag t2-q8h --t2-codec q8h"
     "gsm8k-quant-q8bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies quant --t0 0.3 --tag t2-q8bh --t2-codec q8bh"
+    "gsm8k-quant-q4bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies quant --t0 0.3 --tag t2-q4bh --t2-codec q4bh"
+    "gsm8k-hiert2-q8bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8bh --t2-ratio 0.4 --t2-codec q8bh"
     "gsm8k-evict|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict --t0 0.5"
     "gsm8k-streaming-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-snapkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5 --tag pp --protect-prompt"
-    "gsm8k-hiert2-q8bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8bh --t2-ratio 0.4 --t2-codec q8bh"
     "gsm8k-hier10|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.1"
     "gsm8k-streaming|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5"
     "gsm8k-snapkv|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5"
-    "gsm8k-quant-q4bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies quant --t0 0.3 --tag t2-q4bh --t2-codec q4bh"
     "gsm8k-hiert2-q8h|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8h --t2-ratio 0.4 --t2-codec q8h"
     "gsm8k-hiert2-q4bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q4bh --t2-ratio 0.4 --t2-codec q4bh"
     "math500-hier3|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.03"
