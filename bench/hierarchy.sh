@@ -14,8 +14,11 @@
 # N=384 and DELTA=64 there are 6 re-tierings and, at the end, T1 holds most of the sequence
 # (about 60% at a 30% ratio: the window of 64 and the T0 share stay). Each run is `tierkv bench -p 0 -n N -d DEPTH --reps 1`.
 #
+# POLICY=quant times T2 instead (T0 at each ratio, the rest int8 or 4-bit host memory: KVFLAGS="--t2-codec q8bh"),
+# against the same full cache.
+#
 # usage: bench/hierarchy.sh [MODEL.gguf]   (env: REPS=5 N=384 DEPTH=0 DELTA=64 THREADS=2 RATIOS="0.3 0.5 0.7"
-#                                            BIN=build/tierkv; extra KV flags in KVFLAGS, e.g. --staged)
+#                                            BIN=build/tierkv POLICY=hierarchy; extra KV flags in KVFLAGS, e.g. --staged)
 set -eu
 MODEL=${1:-$HOME/.cache/tierkv/models/qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf}
 BIN=${BIN:-build/tierkv}
@@ -26,6 +29,8 @@ DELTA=${DELTA:-64}
 THREADS=${THREADS:-2}
 RATIOS=${RATIOS:-"0.3 0.5 0.7"}
 KVFLAGS=${KVFLAGS:-}
+POLICY=${POLICY:-hierarchy}
+case $POLICY in hierarchy | quant) ;; *) echo "hierarchy.sh: POLICY is hierarchy or quant, not '$POLICY'" >&2; exit 2 ;; esac
 [ -x "$BIN" ] || { echo "hierarchy.sh: $BIN not built (make)" >&2; exit 1; }
 [ -r "$MODEL" ] || { echo "hierarchy.sh: model $MODEL not found" >&2; exit 1; }
 OUT=$(mktemp -d)
@@ -37,14 +42,14 @@ for r in $RATIOS; do SETTINGS="$SETTINGS $r"; done
 REVERSED=$(echo "$SETTINGS" | awk '{for (i = NF; i > 0; i--) printf "%s ", $i}')
 
 run() { # setting -> one tok/s sample appended to $OUT/<setting>
-    if [ "$1" = full ]; then flags=""; else flags="--policy hierarchy --hbm-ratio $1 --delta $DELTA $KVFLAGS"; fi
+    if [ "$1" = full ]; then flags=""; else flags="--policy $POLICY --hbm-ratio $1 --delta $DELTA $KVFLAGS"; fi
     # shellcheck disable=SC2086
     "$BIN" bench -m "$MODEL" -t "$THREADS" -p 0 -n "$N" -d "$DEPTH" --reps 1 --json $flags 2>/dev/null |
         sed -n 's/.*"tok_per_s": \([0-9.]*\).*/\1/p' >>"$OUT/$1"
     printf '  %-5s %s tok/s\n' "$1" "$(tail -n 1 "$OUT/$1")" >&2
 }
 
-echo "model $MODEL, $THREADS threads, decode $N tokens from depth $DEPTH, delta $DELTA, $REPS reps, $KVFLAGS" >&2
+echo "model $MODEL, $THREADS threads, decode $N tokens from depth $DEPTH, delta $DELTA, $REPS reps, $POLICY $KVFLAGS" >&2
 rep=1
 while [ "$rep" -le "$REPS" ]; do
     if [ $((rep % 2)) -eq 1 ]; then order=$SETTINGS; else order=$REVERSED; fi
@@ -62,6 +67,6 @@ printf '%-10s %10s %8s %8s %8s  %s\n' setting "tok/s" ratio paired best samples
 printf '%-10s %10.3f %8s %8s %8s  %s\n' full "$FULL" 1 1 1 "$(tr '\n' ' ' <"$OUT/full")"
 for r in $RATIOS; do
     M=$(median "$OUT/$r")
-    printf 'hier %-5s %10.3f %8.4f %8.4f %8.4f  %s\n' "$r" "$M" "$(echo "$M $FULL" | awk '{print $1 / $2}')" \
+    printf '%-4.4s %-5s %10.3f %8.4f %8.4f %8.4f  %s\n' "$POLICY" "$r" "$M" "$(echo "$M $FULL" | awk '{print $1 / $2}')" \
         "$(median "$OUT/paired_$r")" "$(echo "$(best "$OUT/$r") $BFULL" | awk '{print $1 / $2}')" "$(tr '\n' ' ' <"$OUT/$r")"
 done
