@@ -373,4 +373,20 @@ TEST(kvq_avx2) {
                     CHECK(((uint32_t *)y1)[n] == 0xffffffffu); /* nothing written past the row */
                 }
         }
+    /* the backend's own q8h record (kv_codec.h) the same way */
+    static int8_t q[MAXD];
+    float sc[8];
+    for (int h = 0; h < 6; h++)
+        for (int G = 1; G <= 8; G++)
+            for (int m = -30; m <= 30; m += 10) {
+                int hd = hds[h], n = G * hd;
+                fill_row(x, G, hd, powf(10.0f, (float)m), m == 0);
+                if (G == 3) x[hd + 5] = NAN;
+                kv_q8_encode_row(x, G, hd, q, sc);
+                kv_q8_decode_row(q, sc, G, hd, y0);
+                memset(y1, 0xff, sizeof y1);
+                kv_q8_decode_row_avx2(q, sc, G, hd, y1);
+                CHECKF(memcmp(y0, y1, sizeof(float) * n) == 0, "kv_codec q8 hd %d G %d", hd, G);
+                CHECK(((uint32_t *)y1)[n] == 0xffffffffu);
+            }
 }

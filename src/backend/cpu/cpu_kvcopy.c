@@ -35,7 +35,8 @@ static void rec_get(cpu_isa isa, be_kv_fmt fmt, const uint8_t *rec, int which, i
         float sc[1024];
         TKV_ASSERT(n_head_kv <= 1024);
         memcpy(sc, rec + 2 * kd + (size_t)which * n_head_kv * 4, (size_t)n_head_kv * 4);
-        kv_q8_decode_row((const int8_t *)(rec + (size_t)which * kd), sc, n_head_kv, head_dim, buf);
+        (isa >= CPU_ISA_AVX2 ? kv_q8_decode_row_avx2 : kv_q8_decode_row)((const int8_t *)(rec + (size_t)which * kd), sc,
+                                                                         n_head_kv, head_dim, buf);
     }
     }
 }

@@ -20,5 +20,7 @@ void kv_q8_decode(const int8_t *q, int n, float scale, float *x);
 /* One row of n_head_kv groups of head_dim values: scales[g] for group g. */
 void kv_q8_encode_row(const float *x, int n_head_kv, int head_dim, int8_t *q, float *scales);
 void kv_q8_decode_row(const int8_t *q, const float *scales, int n_head_kv, int head_dim, float *x);
+/* The same decode with AVX2 (kv_codec_avx2.c; only where the CPU has AVX2): the same bits. */
+void kv_q8_decode_row_avx2(const int8_t *q, const float *scales, int n_head_kv, int head_dim, float *x);
 
 #endif
