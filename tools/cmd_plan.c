@@ -5,10 +5,12 @@
  * Model of the numbers (per sequence, at length --ctx, then times --batch):
  *   kv bytes per token  = 2 (K, V) x layers x kv heads x head dim x bytes per element (--kv-type,
  *                         f16 by default, the engine's default too);
- *   T2 bytes per token  = 2 x layers x kv heads x (head dim + 4): int8 rows + one f32 scale per head;
+ *   T2 bytes per token  = layers x the T2 codec's record (--t2-codec; q8h, the default: 2 x kv heads x
+ *                         (head dim + 4), int8 rows and one f32 scale per head; docs/T2-CODECS.md);
  *   T0 tokens           = hbm ratio x ctx, or the absolute budget / batch / kv bytes per token,
  *                         never below the protected sinks + window; T2 = t2 ratio x ctx,
- *                         evicted = evict ratio x ctx, T1 = the rest (policy hierarchy), as in kv.c;
+ *                         evicted = evict ratio x ctx, T1 = the rest (policy hierarchy): the KV
+ *                         module's own rules (tkv_plan), not a copy of them;
  *   bus per step        = T1 and T2 tokens streamed from host for every decode step (no staging cache);
  *   moves per re-tier   = at least the (1 - hbm ratio) x delta new tokens that must leave T0 every
  *                         delta steps (score reshuffles add promotions on top), amortised per step. */
@@ -118,11 +120,11 @@ int cmd_plan(int argc, char **argv) {
     double t0 = (double)pr.t0_tokens, t1 = (double)pr.t1_tokens, t2 = (double)pr.t2_tokens, t3 = (double)pr.t3_tokens;
     printf("plan: %s (%d layers, %d kv heads, head dim %d), %s KV, batch %ld, ctx %ld, policy %s\n", sh.name, sh.n_layer,
            sh.n_head_kv, sh.head_dim, o.f16 ? "f16" : "f32", batch, ctx, tkv_policy_name(o.policy));
-    printf("  KV bytes per token: %.0f (%.1f KiB); int8 T2: %.0f\n", kvb, kvb / 1024, t2b);
+    printf("  KV bytes per token: %.0f (%.1f KiB); T2 (%s): %.0f\n", kvb, kvb / 1024, o.t2_codec ? o.t2_codec : "q8h", t2b);
     printf("  %-18s %12s %12s\n", "tier", "tokens/seq", "MiB (batch)");
     printf("  %-18s %12.0f %12.2f\n", "T0 fast memory", t0, tkv_mib(t0 * kvb * B));
     printf("  %-18s %12.0f %12.2f\n", "T1 host full", t1, tkv_mib(t1 * kvb * B));
-    printf("  %-18s %12.0f %12.2f\n", "T2 host int8", t2, tkv_mib(t2 * t2b * B));
+    printf("  %-18s %12.0f %12.2f\n", "T2 host quantised", t2, tkv_mib(t2 * t2b * B));
     printf("  %-18s %12.0f %12s\n", "T3 evicted", t3, "0");
     double full = n * kvb * B;
     printf("  full cache %.2f MiB; fast memory saved %.2f MiB (%.1f%%)\n", tkv_mib(full), tkv_mib(full - t0 * kvb * B),
