@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/kv_codec.h"
 #include "backend/cpu/kvq_impl.h"
 #include "base/err.h"
 #include "base/half.h"
@@ -74,16 +75,11 @@ void kvq_decode_row_avx2(kvq_codec c, const void *rec, int n_head_kv, int head_d
     const kvq_info *in = &kvq_infos[c];
     const uint8_t *r = rec;
     size_t n = (size_t)n_head_kv * (size_t)head_dim;
-    if (in->kind == KVQ_K_Q8H) {
+    if (in->kind == KVQ_K_Q8H) { /* kv_codec's decode, a head at a time: here each scale follows the row */
         for (int g = 0; g < n_head_kv; g++) {
             float s;
             memcpy(&s, r + n + 4 * (size_t)g, 4);
-            const int8_t *q = (const int8_t *)r + (size_t)g * head_dim;
-            float *yg = y + (size_t)g * head_dim;
-            int i = 0;
-            for (; i + 8 <= head_dim; i += 8)
-                _mm256_storeu_ps(yg + i, _mm256_mul_ps(cvt8(_mm_loadl_epi64((const __m128i *)(q + i))), _mm256_set1_ps(s)));
-            for (; i < head_dim; i++) yg[i] = (float)q[i] * s;
+            kv_q8_decode_row_avx2((const int8_t *)r + (size_t)g * head_dim, &s, 1, head_dim, y + (size_t)g * head_dim);
         }
         return;
     }
