@@ -495,13 +495,13 @@ def paper_table(all_sums, bench_dirs):
     L.append("| --- |" + " --- |" * len(cols))
     fulls = [next((s for s in sums if s["_name"] == "full"), None) for _, sums in cols]
     L.append("| n | " + " | ".join(str(f.get("n")) if f else "—" for f in fulls) + " |")
-    running = [{n: (k, c) for n, k, c, _ in in_progress(d, sums)} for d, sums in cols]
+    running = [{n: k for n, k, _, _ in in_progress(d, sums)} for d, sums in cols]  # lines so far
     for name, label in PAPER_ROWS:
         cells = []
         for (d, sums), full, run in zip(cols, fulls, running):
             s = next((x for x in sums if x["_name"] == name), None)
             if s is None:
-                cells.append(f"running {run[name][0]}" if run.get(name, (0,))[0] else "—")
+                cells.append(f"running {run[name]}" if run.get(name) else "—")
             elif s is full or full is None:
                 cells.append(pct(s.get("accuracy")))
             else:
