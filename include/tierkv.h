@@ -167,9 +167,14 @@ typedef struct {
                                   method's budget is what is left of it beside the prompt); 0: as
                                   published (the method may drop prompt tokens) */
     const char *t2_codec;      /* T2: "q8h" (NULL, the default: int8, a scale per token and head),
-                                  "q8b", "q8bh" (keys in blocks of 32, rotated), "q4bh" (4 bits) */
+                                  "q8b", "q8bh" (keys in blocks of 32, rotated), "q4bh" (4 bits),
+                                  "q8bhc", "q4bhc" (q8bh, q4bh with the keys centred on the model's
+                                  K bias first; docs/T2-CODECS.md) */
 } tkv_kv_params;
 void tkv_kv_params_default(tkv_kv_params *p);
+/* 1 when name is a T2 codec; the names for messages ("q8h, q8b, ..."). */
+int tkv_t2_codec_known(const char *name);
+const char *tkv_t2_codec_names(void);
 
 /* ---- sessions and sequences ------------------------------------------------------------------- */
 

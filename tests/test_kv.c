@@ -645,9 +645,9 @@ TEST(kv_bl_topk_matches_rank_rule) {
  * cache's element type) within the codec's stated bound (kvq_error_bound, plus one fp16 rounding of
  * an f16 cache); the bytes per token follow the format's record size. */
 TEST(kv_t2_codecs_in_cache) {
-    static const char *const names[] = {"q8h", "q8b", "q8bh", "q4bh"};
+    static const char *const names[] = {"q8h", "q8b", "q8bh", "q4bh", "q8bhc", "q4bhc"}; /* no centre: as their twins */
     for (int f16 = 0; f16 < 2; f16++)
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 6; c++) {
             kv_options o;
             shape(&o, 2, 4, 2, 32, 1, 120);
             o.f16 = f16;
@@ -696,4 +696,126 @@ TEST(kv_t2_codecs_in_cache) {
             free(att);
             kv_free(kv);
         }
+}
+
+/* Keys that are mostly a constant offset per channel (as a Qwen2 model's early layers: the K bias is
+ * hundreds of times what varies between tokens), through the T2 codecs with and without the centre.
+ * The centred formats stay within their stated bound, taken on K - centre (backend.h: kvq's bound on
+ * the residual, plus 2^-22 (|x| + |c|) for the subtraction and the add back); the uncentred ones
+ * within theirs on K. With the centre the largest key error is far below the uncentred one's, and a
+ * cache without a centre stores the centred formats exactly as their twins. */
+static float centre_val(int l, int d) { return (d % 7 == 0 ? 300.0f : 20.0f) * (float)(l + 1) * (d % 2 ? -1.0f : 1.0f); }
+
+static void t2_key_error(const char *name, int centred_cache, double *worst_out, float *k_out, int *n_out) {
+    kv_options o;
+    shape(&o, 2, 4, 2, 32, 1, 120);
+    o.f16 = 0;
+    o.policy = KV_POLICY_QUANT;
+    o.hbm_ratio = 0.2; o.sinks = 2; o.window = 4; o.delta = 3; o.sync_transfers = 1;
+    int kd = o.n_head_kv * o.head_dim;
+    static float centre[2 * 64];
+    for (int l = 0; l < 2; l++)
+        for (int d = 0; d < kd; d++) centre[l * kd + d] = centre_val(l, d);
+    o.k_center = centred_cache ? centre : NULL;
+    REQUIRE(be_kv_t2_parse(name, &o.t2_fmt) == 0);
+    char err[256];
+    kv_cache *kv = kv_open_all(&o, err, sizeof err);
+    REQUIRE(kv);
+    float *att = calloc((size_t)o.n_head * o.n_ctx, sizeof(float));
+    uint64_t rng = 5;
+    for (int p = 0; p < 100; p++) {
+        REQUIRE(kv_append(kv, 0, p, p < 8, err, sizeof err) == 0);
+        for (int l = 0; l < o.n_layer; l++) {
+            float k[64], v[64];
+            for (int d = 0; d < kd; d++) k[d] = centre_val(l, d) + val(0, l, p, 0, d) * 0.01f, v[d] = val(0, l, p, 1, d);
+            kv_put(kv, 0, l, p, k, v);
+        }
+        observe_all(kv, &o, 0, p, att, &rng);
+        if (p >= 8) kv_step_end(kv, 0);
+    }
+    REQUIRE(kv_check(kv, err, sizeof err) == 0);
+    int ki, vi, in_t2 = 0, bad = 0;
+    REQUIRE(be_kv_fmt_codecs(o.t2_fmt, &ki, &vi));
+    int centred = centred_cache && be_kv_fmt_centred(o.t2_fmt);
+    double worst = 0;
+    for (int l = 0; l < o.n_layer; l++) {
+        kv_view v;
+        kv_view_layer(kv, 0, l, &v);
+        for (int p = 0; p < v.n; p++) {
+            if (kv_token_tier(kv, 0, p) != 2) continue;
+            in_t2 += l == 0;
+            float x[64], r[64];
+            for (int d = 0; d < kd; d++) {
+                x[d] = centre_val(l, d) + val(0, l, p, 0, d) * 0.01f;
+                r[d] = centred ? x[d] - centre_val(l, d) : x[d];
+            }
+            double b = kvq_error_bound((kvq_codec)ki, r, o.n_head_kv, o.head_dim) * (1 + 1e-4) + 1e-30;
+            for (int d = 0; d < kd; d++) {
+                double e = fabs((double)vget(&v, 0, p, d) - x[d]);
+                double bd = b + (centred ? 0x1p-22 * (fabs(x[d]) + fabs(centre_val(l, d))) : 0);
+                bad += e > bd;
+                worst = fmax(worst, e);
+                if (k_out && l == 0 && *n_out < 100 * 64) k_out[(*n_out)++] = vget(&v, 0, p, d);
+            }
+        }
+    }
+    CHECKF(in_t2 > 50 && bad == 0, "%s (centre %d): %d tokens in T2, %d key values out of bound", name, centred_cache, in_t2, bad);
+    free(att);
+    kv_free(kv);
+    if (worst_out) *worst_out = worst;
+}
+
+TEST(kv_t2_centred_keys) {
+    double e4 = 0, e4c = 1, e8 = 0, e8c = 1;
+    t2_key_error("q4bh", 1, &e4, NULL, NULL);
+    t2_key_error("q4bhc", 1, &e4c, NULL, NULL);
+    t2_key_error("q8bh", 1, &e8, NULL, NULL);
+    t2_key_error("q8bhc", 1, &e8c, NULL, NULL);
+    CHECKF(e4c * 50 < e4 && e8c * 50 < e8, "largest key error: q4bh %g, q4bhc %g; q8bh %g, q8bhc %g", e4, e4c, e8, e8c);
+    static float a[100 * 64], b[100 * 64];
+    int na = 0, nb = 0;
+    t2_key_error("q4bh", 0, NULL, a, &na);
+    t2_key_error("q4bhc", 0, NULL, b, &nb);
+    CHECK(na == nb && na > 0 && memcmp(a, b, (size_t)na * sizeof(float)) == 0);
+}
+
+/* A backend that cannot store a T2 format is refused it when the cache opens, with a message naming
+ * the backend and the format (the CUDA backend's records are F32, F16 and Q8_HEAD only); a policy
+ * without T2 opens on it whatever the T2 codec. */
+TEST(kv_backend_refuses_t2_format) {
+    be_ops ops = *cpu()->ops;
+    ops.name = "narrow";
+    ops.kv_fmts = 1u << BE_KV_F32 | 1u << BE_KV_F16 | 1u << BE_KV_Q8_HEAD;
+    be_backend narrow = {&ops};
+    kv_options o;
+    shape(&o, 2, 4, 2, 32, 1, 64);
+    o.policy = KV_POLICY_QUANT;
+    o.hbm_ratio = 0.5;
+    REQUIRE(be_kv_t2_parse("q4bhc", &o.t2_fmt) == 0);
+    char err[256] = "";
+    kv_cache *kv = kv_init(&o, &narrow, err, sizeof err);
+    CHECKF(!kv && strstr(err, "narrow") && strstr(err, "q4bhc") && strstr(err, "q8h"), "%s", err);
+    kv_free(kv);
+    REQUIRE(be_kv_t2_parse("q8h", &o.t2_fmt) == 0);
+    kv = kv_init(&o, &narrow, err, sizeof err);
+    CHECKF(kv != NULL, "%s", err);
+    kv_free(kv);
+    o.policy = KV_POLICY_EVICT;
+    REQUIRE(be_kv_t2_parse("q4bhc", &o.t2_fmt) == 0);
+    kv = kv_init(&o, &narrow, err, sizeof err);
+    CHECKF(kv != NULL, "%s", err);
+    kv_free(kv);
+}
+
+/* The list of T2 codec names that messages print holds every T2 format, in enum order, each parsing
+ * back to its format. */
+TEST(kv_t2_codec_names_complete) {
+    char list[128];
+    snprintf(list, sizeof list, "%s", be_kv_t2_names());
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(list, ", ", &save); t; t = strtok_r(NULL, ", ", &save), n++) {
+        be_kv_fmt f;
+        CHECKF(be_kv_t2_parse(t, &f) == 0 && f == (be_kv_fmt)(BE_KV_Q8_HEAD + n), "'%s' is #%d", t, n);
+    }
+    CHECK(n == BE_KV_N_FMT - BE_KV_Q8_HEAD);
 }

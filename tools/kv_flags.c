@@ -82,8 +82,8 @@ int kv_flags_parse(tkv_kv_params *o, int argc, char **argv, int *i, char *err, s
         return 1;
     }
     if (!strcmp(name, "--t2-codec")) {
-        if (strcmp(val, "q8h") && strcmp(val, "q8b") && strcmp(val, "q8bh") && strcmp(val, "q4bh"))
-            return tkv_errf(err, errlen, "--t2-codec wants q8h, q8b, q8bh or q4bh, got '%s'", val);
+        if (!tkv_t2_codec_known(val))
+            return tkv_errf(err, errlen, "--t2-codec wants one of %s, got '%s'", tkv_t2_codec_names(), val);
         o->t2_codec = val;
         return 1;
     }
@@ -122,7 +122,8 @@ const char *kv_flags_usage(void) {
            "      --t2-ratio R        int8 host tier share of the length (policy hierarchy)\n"
            "      --evict-ratio R     evicted share at most (hierarchy, quant)\n"
            "      --t2-codec C        T2 codec: q8h (default: int8, a scale per token and head), q8b (keys in\n"
-           "                          blocks of 32), q8bh (keys rotated, then blocks), q4bh (4 bits)\n"
+           "                          blocks of 32), q8bh (keys rotated, then blocks), q4bh (4 bits),\n"
+           "                          q8bhc, q4bhc (q8bh, q4bh with keys centred on the model's K bias)\n"
            "      --delta N           re-tier every N decode steps (64)\n"
            "      --sinks N           protected first tokens (4)\n"
            "      --window N          protected last tokens (64)\n"

@@ -11,15 +11,19 @@
 #include "backend/cuda/cuda_backend.h"
 #endif
 
-/* The key and value codecs of the kvq formats. */
+/* The key and value codecs of the kvq formats (the centred ones store what their twins store). */
 static int codecs_of(be_kv_fmt fmt, kvq_codec *k, kvq_codec *v) {
     switch (fmt) {
     case BE_KV_Q8B: *k = KVQ_Q8B, *v = KVQ_Q8H; return 1;
-    case BE_KV_Q8BH: *k = KVQ_Q8BH, *v = KVQ_Q8H; return 1;
-    case BE_KV_Q4BH: *k = KVQ_Q4BH, *v = KVQ_Q4B; return 1;
+    case BE_KV_Q8BH:
+    case BE_KV_Q8BHC: *k = KVQ_Q8BH, *v = KVQ_Q8H; return 1;
+    case BE_KV_Q4BH:
+    case BE_KV_Q4BHC: *k = KVQ_Q4BH, *v = KVQ_Q4B; return 1;
     default: return 0;
     }
 }
+
+int be_kv_fmt_centred(be_kv_fmt fmt) { return fmt == BE_KV_Q8BHC || fmt == BE_KV_Q4BHC; }
 
 size_t be_kv_record_bytes(be_kv_fmt fmt, int n_head_kv, int head_dim) {
     size_t kd = (size_t)n_head_kv * (size_t)head_dim;
@@ -49,8 +53,11 @@ int be_kv_fmt_codecs(be_kv_fmt fmt, int *k, int *v) {
 int be_kv_fmt_exact(be_kv_fmt fmt) { return fmt == BE_KV_F32 || fmt == BE_KV_F16; }
 
 static const struct { be_kv_fmt fmt; const char *name; } t2_names[] = {
-    {BE_KV_Q8_HEAD, "q8h"}, {BE_KV_Q8B, "q8b"}, {BE_KV_Q8BH, "q8bh"}, {BE_KV_Q4BH, "q4bh"},
+    {BE_KV_Q8_HEAD, "q8h"}, {BE_KV_Q8B, "q8b"},     {BE_KV_Q8BH, "q8bh"},
+    {BE_KV_Q4BH, "q4bh"},   {BE_KV_Q8BHC, "q8bhc"}, {BE_KV_Q4BHC, "q4bhc"},
 };
+
+const char *be_kv_t2_names(void) { return "q8h, q8b, q8bh, q4bh, q8bhc, q4bhc"; } /* t2_names, in order */
 
 const char *be_kv_t2_name(be_kv_fmt fmt) {
     for (size_t i = 0; i < sizeof t2_names / sizeof t2_names[0]; i++)

@@ -59,23 +59,40 @@ enum { BE_T0 = 0, BE_T1 = 1, BE_T2 = 2, BE_STAGE = 3, BE_N_POOLS = 4 };
  * The other T2 formats are a K row record then a V row record of the codecs of
  * src/backend/cpu/kvq.h (their bounds there): Q8B keys q8b (int8 in blocks of 32), Q8BH keys q8bh
  * (a fixed Hadamard rotation per head, then q8b), both with values q8h (one scale per token and
- * head); Q4BH keys q4bh and values q4b (4 bits in blocks of 32). */
-typedef enum { BE_KV_F32 = 0, BE_KV_F16 = 1, BE_KV_Q8_HEAD = 2, BE_KV_Q8B, BE_KV_Q8BH, BE_KV_Q4BH, BE_KV_N_FMT } be_kv_fmt;
+ * head); Q4BH keys q4bh and values q4b (4 bits in blocks of 32). Q8BHC and Q4BHC are Q8BH and Q4BH
+ * whose keys are centred first: the pools' k_center row of the layer is subtracted before the codec
+ * encodes a K row and added back after it decodes one (a Qwen2 model's K bias is most of its early
+ * layers' keys, hundreds of times what varies from token to token: centred, the codec's steps are
+ * spent on what varies). */
+typedef enum {
+    BE_KV_F32 = 0,
+    BE_KV_F16 = 1,
+    BE_KV_Q8_HEAD = 2,
+    BE_KV_Q8B,
+    BE_KV_Q8BH,
+    BE_KV_Q4BH,
+    BE_KV_Q8BHC,
+    BE_KV_Q4BHC,
+    BE_KV_N_FMT
+} be_kv_fmt;
 
 /* Bytes of one record of fmt (one token, one layer, K and V). */
 size_t be_kv_record_bytes(be_kv_fmt fmt, int n_head_kv, int head_dim);
 /* 1 when records of fmt hold exactly what the forward wrote (after the cache's element rounding):
  * the lossless tiers T0/T1 use such formats. */
 int be_kv_fmt_exact(be_kv_fmt fmt);
-/* The T2 formats by their codec names, "q8h", "q8b", "q8bh", "q4bh" (the keys' codec); parse
+/* The T2 formats by their codec names, "q8h", "q8b", "q8bh", "q4bh", "q8bhc", "q4bhc"; parse
  * returns -1 for another name; supported says why a head dim cannot be used (0 with a message). */
 const char *be_kv_t2_name(be_kv_fmt fmt);
+const char *be_kv_t2_names(void); /* "q8h, q8b, ...": every T2 format's name, in enum order */
 int be_kv_t2_parse(const char *name, be_kv_fmt *out);
 int be_kv_fmt_supported(be_kv_fmt fmt, int head_dim, char *err, size_t errlen);
 /* For the kvq formats: the bytes of the K part of a record (V follows), and the two codecs
- * (kvq_codec values); 0 for the other formats. */
+ * (kvq_codec values); 0 for the other formats. be_kv_fmt_centred: 1 for the formats whose keys are
+ * centred on k_center. */
 size_t be_kv_k_record_bytes(be_kv_fmt fmt, int n_head_kv, int head_dim);
 int be_kv_fmt_codecs(be_kv_fmt fmt, int *k, int *v);
+int be_kv_fmt_centred(be_kv_fmt fmt);
 
 typedef struct {
     be_kv_fmt fmt;
@@ -91,6 +108,8 @@ typedef struct {
 typedef struct {
     int n_layer, n_head_kv, head_dim;
     be_kv_pool pool[BE_N_POOLS];
+    const float *k_center; /* [n_layer][n_head_kv * head_dim] in host memory: the key centre of the
+                              centred formats (the model's K bias), or NULL (centre 0) */
 } be_kv_pools;
 
 /* One move of the transfer engine: the record of slot `src` copied into slot `dst` for one layer,
@@ -174,6 +193,7 @@ typedef struct {
     const char *name;            /* "cpu", "cuda" */
     int unified;                 /* 1: every memory kind is host memory (the CPU backend): host buffers
                                     may be given to ops directly, and backend memory read in place */
+    unsigned kv_fmts;            /* bit f set: the backend reads and writes KV records of be_kv_fmt f */
     void (*close)(be_backend *b);
     const char *(*describe)(const be_backend *b); /* kernels in use, e.g. "avx512" or "sm_90" */
 

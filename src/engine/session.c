@@ -24,7 +24,7 @@ void tkv_kv_params_default(tkv_kv_params *p) {
 int engine_kv_options_checked(const tkv_kv_params *p, kv_options *o, char *err, size_t errlen) {
     engine_kv_options(p, o);
     if (p->t2_codec && be_kv_t2_parse(p->t2_codec, &o->t2_fmt))
-        return tkv_errf(err, errlen, "kv: unknown T2 codec '%s' (q8h, q8b, q8bh, q4bh)", p->t2_codec);
+        return tkv_errf(err, errlen, "kv: unknown T2 codec '%s' (%s)", p->t2_codec, tkv_t2_codec_names());
     return 0;
 }
 
@@ -76,6 +76,7 @@ int tkv_session_open(tkv_model *m, const tkv_session_params *p, tkv_session **ou
     ko.head_dim = c->head_dim;
     ko.n_seq = p->max_seqs;
     ko.n_ctx = p->max_ctx;
+    ko.k_center = m->m->k_center;
     s->kv = kv_init(&ko, m->be, err, errlen);
     if (!s->kv) { free(s); return TKV_ERR; }
     be_backend *host = NULL;

@@ -195,3 +195,10 @@ int tkv_policy_parse(const char *name, tkv_policy *out) {
 }
 
 int tkv_policy_shares_prefix(tkv_policy p) { return kv_policy_copies_prefix((kv_policy_kind)p); }
+
+int tkv_t2_codec_known(const char *name) {
+    be_kv_fmt f;
+    return name && be_kv_t2_parse(name, &f) == 0;
+}
+
+const char *tkv_t2_codec_names(void) { return be_kv_t2_names(); }

@@ -34,6 +34,13 @@ kv_cache *kv_init(const kv_options *o, be_backend *be, char *err, size_t errlen)
     int mode, seq_tokens;
     int64_t shared;
     if (kv_validate(o, ops, &mode, &seq_tokens, &shared, err, errlen)) return NULL;
+    be_kv_fmt exact = o->f16 ? BE_KV_F16 : BE_KV_F32;
+    if (!(be->ops->kv_fmts & 1u << exact) || (ops->uses_t2 && !(be->ops->kv_fmts & 1u << o->t2_fmt))) {
+        tkv_errf(err, errlen, "kv: the %s backend cannot store %s records%s", be->ops->name,
+                 !(be->ops->kv_fmts & 1u << exact) ? (o->f16 ? "f16" : "f32") : be_kv_t2_name(o->t2_fmt),
+                 be->ops->kv_fmts & 1u << BE_KV_Q8_HEAD ? " (its T2 codec: q8h)" : "");
+        return NULL;
+    }
     kv_cache *kv = tkv_xcalloc(1, sizeof *kv);
     kv->o = *o;
     kv->ops = ops;

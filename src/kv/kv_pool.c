@@ -58,6 +58,7 @@ int kv_pools_init(kv_cache *kv, char *err, size_t errlen) {
     kv->pools.n_layer = o->n_layer;
     kv->pools.n_head_kv = o->n_head_kv;
     kv->pools.head_dim = o->head_dim;
+    kv->pools.k_center = o->k_center;
     int64_t per = (int64_t)1 << KV_CHUNK_SHIFT;
     int64_t all = (int64_t)o->n_seq * o->n_ctx; /* the most tokens any pool can ever hold */
     for (int t = 0; t < BE_N_POOLS; t++) {

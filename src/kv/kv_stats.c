@@ -118,7 +118,7 @@ void kv_stats_print(FILE *f, const kv_cache *kv, int seq) {
     kv_stats s;
     kv_get_stats(kv, seq, &s);
     const char *names[4] = {kv->o.f16 ? "T0 fast (f16)" : "T0 fast (f32)", kv->o.f16 ? "T1 host (f16)" : "T1 host (f32)",
-                            kv->o.t2_fmt == BE_KV_Q4BH ? "T2 host (int4)" : "T2 host (int8)", "T3 evicted"};
+                            kv->o.t2_fmt == BE_KV_Q4BH || kv->o.t2_fmt == BE_KV_Q4BHC ? "T2 host (int4)" : "T2 host (int8)", "T3 evicted"};
     fprintf(f, "kv %s%s: policy %s, %s transfers%s, T2 codec %s\n", seq < 0 ? "total" : "sequence ", seq < 0 ? "" : "",
             kv_policy_name(kv->o.policy), kv->o.sync_transfers ? "sync" : "async", kv->o.staged ? ", staged T1" : "",
             be_kv_t2_name(kv->o.t2_fmt));

@@ -220,6 +220,11 @@ int model_bind(gguf_file *f, model **out, char *err, size_t errlen) {
     }
     m->file = *f;
     memset(f, 0, sizeof *f);
+    for (int l = 0; l < c.n_layer; l++) /* kept on the host: model_prepare may move the biases to a device */
+        if (m->layers[l].bk) {
+            if (!m->k_center) m->k_center = tkv_xcalloc((size_t)c.n_layer * (size_t)KV, sizeof(float));
+            memcpy(m->k_center + (size_t)l * (size_t)KV, m->layers[l].bk, (size_t)KV * sizeof(float));
+        }
     m->weight_bytes = mat_bytes(&m->output); /* the embedding lookup reads one row, not the matrix */
     for (int l = 0; l < c.n_layer; l++) {
         model_layer *L = &m->layers[l];
@@ -305,6 +310,7 @@ void model_close(model *m) {
     if (!m) return;
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
+    free(m->k_center);
     free(m->layers);
     gguf_free(&m->file);
     free(m);

@@ -51,6 +51,9 @@ typedef struct model {
     int tied_output;
     const float *output_norm;          /* [n_embd] */
     model_layer *layers;               /* [n_layer] */
+    float *k_center;                   /* [n_layer][n_head_kv * head_dim] the K biases as host f32 (zeros
+                                          for a layer without one), the centre of the centred T2
+                                          formats (backend.h); NULL when no layer has a K bias */
     float **owned;                     /* vectors converted to f32 at load */
     int n_owned;
     uint64_t weight_bytes;             /* bytes of all tensors the forward reads */

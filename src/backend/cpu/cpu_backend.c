@@ -184,6 +184,7 @@ static void cpu_copy_wait(be_backend *b, int layer) { (void)b, (void)layer; } /*
 static const be_ops cpu_ops = {
     .name = "cpu",
     .unified = 1,
+    .kv_fmts = (1u << BE_KV_N_FMT) - 1, /* every format */
     .close = cpu_close,
     .describe = cpu_describe,
     .alloc = cpu_alloc,

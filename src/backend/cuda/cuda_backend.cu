@@ -234,6 +234,7 @@ static be_ops cu_ops_table(void) {
     be_ops o;
     memset(&o, 0, sizeof o);
     o.name = "cuda";
+    o.kv_fmts = 1u << BE_KV_F32 | 1u << BE_KV_F16 | 1u << BE_KV_Q8_HEAD; /* cuda_kv.cu's record codecs */
     o.close = cu_close;
     o.describe = cu_describe;
     o.alloc = cu_alloc;
