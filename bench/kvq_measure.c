@@ -14,7 +14,12 @@
  *
  * Reported per codec: bytes of one row (K or V); over rows, ||x - x^|| / ||x|| (mean, max); over
  * (query, token, head), |q . k - q . k^| / rms_t(q . k) (mean, max) — the score error relative to
- * the typical score of that query and head. */
+ * the typical score of that query and head.
+ * Real rows add a second table: per layer, the keys' error energy sum ||k - k^||^2 over what varies
+ * between tokens, sum ||k - mean_t(k)||^2 (a constant added to every key moves every score of a query
+ * alike, so only the part that varies decides where attention goes), for each key codec as is and
+ * centred on the model's K bias (the centred T2 formats, backend.h): mean over layers, and the worst
+ * layer. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +125,29 @@ static int synthetic(void) {
     return 0;
 }
 
+/* Key error energy over what varies (see the header) for one layer's rows k[n][kd], codec c, centre
+ * cen (kd values, or NULL). */
+static double dev_err(kvq_codec c, const float *k, int n, int G, int hd, const float *cen) {
+    int kd = G * hd;
+    double *mu = tkv_xcalloc((size_t)kd, sizeof(double)), e2 = 0, d2 = 0;
+    float *r = tkv_xmalloc((size_t)kd * sizeof(float)), *y = tkv_xmalloc((size_t)kd * sizeof(float));
+    uint8_t *rec = tkv_xmalloc(kvq_row_bytes(c, G, hd));
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < kd; i++) mu[i] += k[(size_t)t * kd + i] / (double)n;
+    for (int t = 0; t < n; t++) {
+        const float *x = k + (size_t)t * kd;
+        for (int i = 0; i < kd; i++) r[i] = cen ? x[i] - cen[i] : x[i];
+        kvq_encode_row(c, r, G, hd, rec);
+        kvq_decode_row(c, rec, G, hd, y);
+        for (int i = 0; i < kd; i++) {
+            double e = (double)y[i] + (cen ? cen[i] : 0) - x[i], d = x[i] - mu[i];
+            e2 += e * e, d2 += d * d;
+        }
+    }
+    free(mu), free(r), free(y), free(rec);
+    return d2 > 0 ? e2 / d2 : 0;
+}
+
 static int real(const char *model_path, const char *text_path, int n_tok) {
     char err[512];
     char *text = NULL;
@@ -150,6 +178,9 @@ static int real(const char *model_path, const char *text_path, int n_tok) {
     float *k = tkv_xmalloc((size_t)n_ids * kd * sizeof(float)), *v = tkv_xmalloc((size_t)n_ids * kd * sizeof(float));
     float *q = tkv_xmalloc((size_t)G * NQ * hd * sizeof(float));
     stats sk[KVQ_N] = {0}, sv[KVQ_N] = {0};
+    const float *bias = m->m->k_center; /* [L][kd], NULL without K biases */
+    double dev[KVQ_N][2][2] = {{{0}}};  /* [codec][centred][0 sum over layers, 1 worst] */
+    int worst_l[KVQ_N][2] = {{0}};
     for (int l = 0; l < L; l++) {
         kv_view vw;
         kv_view_layer(engine_kv(e), seq, l, &vw);
@@ -161,10 +192,23 @@ static int real(const char *model_path, const char *text_path, int n_tok) {
         for (int c = 0; c < KVQ_N; c++) {
             measure(c, k, n_ids, G, hd, q, &sk[c]);
             measure(c, v, n_ids, G, hd, NULL, &sv[c]);
+            for (int cen = 0; cen < 1 + (bias != NULL); cen++) {
+                double r = dev_err(c, k, n_ids, G, hd, cen ? bias + (size_t)l * kd : NULL);
+                dev[c][cen][0] += r / L;
+                if (r > dev[c][cen][1]) dev[c][cen][1] = r, worst_l[c][cen] = l;
+            }
         }
     }
     printf("real rows: %d tokens x %d layers, %d kv heads, head_dim %d\n\n", n_ids, L, G, hd);
     print_table(sk, sv, G, hd);
+    printf("\nkeys: error energy over what varies between tokens, sum ||k - k^||^2 / sum ||k - mean_t k||^2 per layer\n\n"
+           "| key codec | as is: mean over layers | as is: worst layer | centred on the K bias: mean | centred: worst layer |\n"
+           "|---|---|---|---|---|\n");
+    for (int c = 0; c < KVQ_N; c++) {
+        printf("| %s | %.2e | %.2e (layer %d) |", kvq_name(c), dev[c][0][0], dev[c][0][1], worst_l[c][0]);
+        if (bias) printf(" %.2e | %.2e (layer %d) |\n", dev[c][1][0], dev[c][1][1], worst_l[c][1]);
+        else printf(" (no K bias) | |\n");
+    }
     free(k), free(v), free(q), free(ids);
     tkv_session_close(e);
     tkv_model_close(m);

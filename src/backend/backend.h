@@ -63,7 +63,9 @@ enum { BE_T0 = 0, BE_T1 = 1, BE_T2 = 2, BE_STAGE = 3, BE_N_POOLS = 4 };
  * whose keys are centred first: the pools' k_center row of the layer is subtracted before the codec
  * encodes a K row and added back after it decodes one (a Qwen2 model's K bias is most of its early
  * layers' keys, hundreds of times what varies from token to token: centred, the codec's steps are
- * spent on what varies). */
+ * spent on what varies). Their key error, per element: |y - x| <= b(r) (1 + 2^-23) + 2^-22 (|x| + |c|),
+ * with r = x - c as computed in f32 and b(r) kvq's bound for r's element (the two f32 roundings of
+ * the subtraction and the add back, 2^-24 each, and their products); the values' bound is kvq's. */
 typedef enum {
     BE_KV_F32 = 0,
     BE_KV_F16 = 1,
