@@ -34,12 +34,12 @@ model=$(scripts/fetch-model.sh 1.5b)
 data=${TIERKV_DATA:-../shared/data}
 
 # label | sweep dir | task | data file | max tokens | flags for tierkv sweep. In priority order:
-# the paired GSM8K set (full, hierarchy, the T2 codecs: the paper's int8 against the per-block one
-# and the 4-bit one, and the hierarchy with a T2 share; then evict and the other baselines),
-# then the other benchmarks, absolute token budgets, the real-T0 grid (MATH-500, window 16, the
-# first 100 problems), and last the prompt-protected baselines on the other sets. First of all, the
-# prompt-protected H2O and R-KV on GSM8K, each followed by its published setting in the same set
-# (paired with full there): how much of each cliff is the prompt.
+# what earlier sessions finished first (GSM8K: full, hierarchy 3%, H2O and R-KV in both settings,
+# the T2 codecs), then the rest of GSM8K's table and the centred 4-bit T2, the int8 T2 codecs on
+# MATH-500 (which one is T2's default), full and hierarchy 3% on each other benchmark, then the
+# baselines benchmark by benchmark (published and prompt-protected), StreamingLLM and SnapKV on
+# GSM8K, the absolute token budgets, the real-T0 grid (MATH-500, window 16, the first 100 problems),
+# and the remaining T2 rows.
 configs=(
     "gsm8k-h2o-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-h2o|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5"
@@ -53,50 +53,54 @@ configs=(
     "gsm8k-quant-q4bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies quant --t0 0.3 --tag t2-q4bh --t2-codec q4bh"
     "gsm8k-hiert2-q8bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8bh --t2-ratio 0.4 --t2-codec q8bh"
     "gsm8k-evict|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict --t0 0.5"
-    "gsm8k-streaming-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5 --tag pp --protect-prompt"
-    "gsm8k-snapkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-hier10|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.1"
-    "gsm8k-streaming|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5"
-    "gsm8k-snapkv|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5"
-    "gsm8k-hiert2-q8h|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8h --t2-ratio 0.4 --t2-codec q8h"
-    "gsm8k-hiert2-q4bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q4bh --t2-ratio 0.4 --t2-codec q4bh"
+    "gsm8k-quant-q4bhc|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies quant --t0 0.3 --tag t2-q4bhc --t2-codec q4bhc"
+    "math500-quant-q8bh|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies quant --t0 0.3 --tag t2-q8bh --t2-codec q8bh"
+    "math500-quant-q8h|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies quant --t0 0.3 --tag t2-q8h --t2-codec q8h"
     "math500-hier3|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.03"
+    "math500-quant-q4bhc|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies quant --t0 0.3 --tag t2-q4bhc --t2-codec q4bhc"
     "arc-full|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies full"
     "arc-hier3|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.03"
-    "math500-evict|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies evict --t0 0.5"
-    "math500-h2o|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5"
-    "math500-rkv|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5"
-    "math500-hier10|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.1"
-    "math500-quant-q8bh|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies quant --t0 0.3 --tag t2-q8bh --t2-codec q8bh"
-    "math500-hiert2-q8bh|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8bh --t2-ratio 0.4 --t2-codec q8bh"
-    "math500-quant-q4bh|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies quant --t0 0.3 --tag t2-q4bh --t2-codec q4bh"
-    "math500-quant-q8h|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies quant --t0 0.3 --tag t2-q8h --t2-codec q8h"
-    "arc-evict|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies evict --t0 0.5"
-    "arc-h2o|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies h2o --t0 0.5"
-    "arc-rkv|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies rkv --t0 0.5"
-    "arc-hier10|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.1"
     "mathl5-full|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies full"
     "mathl5-hier3|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.03"
-    "mathl5-hier10|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.1"
+    "gsm8k-hiert2-q4bhc|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q4bhc --t2-ratio 0.4 --t2-codec q4bhc"
+    "arc-evict|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies evict --t0 0.5"
+    "arc-hier10|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.1"
+    "arc-h2o|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies h2o --t0 0.5"
+    "arc-rkv|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies rkv --t0 0.5"
+    "arc-h2o-pp|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies h2o --t0 0.5 --tag pp --protect-prompt"
+    "arc-rkv-pp|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies rkv --t0 0.5 --tag pp --protect-prompt"
+    "math500-evict|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies evict --t0 0.5"
+    "math500-hier10|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.1"
+    "math500-h2o|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5"
+    "math500-rkv|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5"
+    "math500-h2o-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5 --tag pp --protect-prompt"
+    "math500-rkv-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5 --tag pp --protect-prompt"
+    "math500-hiert2-q8bh|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8bh --t2-ratio 0.4 --t2-codec q8bh"
+    "math500-hiert2-q4bhc|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q4bhc --t2-ratio 0.4 --t2-codec q4bhc"
     "mathl5-evict|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies evict --t0 0.5"
+    "mathl5-hier10|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.1"
     "mathl5-h2o|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies h2o --t0 0.5"
     "mathl5-rkv|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies rkv --t0 0.5"
+    "mathl5-h2o-pp|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies h2o --t0 0.5 --tag pp --protect-prompt"
+    "mathl5-rkv-pp|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies rkv --t0 0.5 --tag pp --protect-prompt"
+    "gsm8k-streaming-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5 --tag pp --protect-prompt"
+    "gsm8k-snapkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5 --tag pp --protect-prompt"
+    "gsm8k-streaming|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5"
+    "gsm8k-snapkv|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5"
     "gsm8k-rkv-tok128|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 128"
     "gsm8k-hier-tok128|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict,hierarchy --tokens 128 --evict 0.03"
     "gsm8k-rkv-tok256|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 256"
     "gsm8k-hier-tok256|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict,hierarchy --tokens 256 --evict 0.03"
     "gsm8k-rkv-tok512|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 512"
     "gsm8k-hier-tok512|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict,hierarchy --tokens 512 --evict 0.03"
-    "realt0-grid|math500-1.5b-n100-2048-w16|math500|math500_test.jsonl|2048|--policies full,hierarchy --t0 0.1,0.2,0.3 --evict 0,0.03,0.1 --tag w16 --window 16"
-    "math500-h2o-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5 --tag pp --protect-prompt"
-    "math500-rkv-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5 --tag pp --protect-prompt"
-    "arc-h2o-pp|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies h2o --t0 0.5 --tag pp --protect-prompt"
-    "arc-rkv-pp|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies rkv --t0 0.5 --tag pp --protect-prompt"
-    "mathl5-h2o-pp|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies h2o --t0 0.5 --tag pp --protect-prompt"
-    "mathl5-rkv-pp|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies rkv --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-rkv-tok128-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 128 --tag pp --protect-prompt"
     "gsm8k-rkv-tok256-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 256 --tag pp --protect-prompt"
-    "gsm8k-rkv-tok512-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 512 --tag pp --protect-prompt")
+    "gsm8k-rkv-tok512-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 512 --tag pp --protect-prompt"
+    "realt0-grid|math500-1.5b-n100-2048-w16|math500|math500_test.jsonl|2048|--policies full,hierarchy --t0 0.1,0.2,0.3 --evict 0,0.03,0.1 --tag w16 --window 16"
+    "math500-quant-q4bh|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies quant --t0 0.3 --tag t2-q4bh --t2-codec q4bh"
+    "gsm8k-hiert2-q8h|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8h --t2-ratio 0.4 --t2-codec q8h"
+    "gsm8k-hiert2-q4bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q4bh --t2-ratio 0.4 --t2-codec q4bh")
 for c in "${configs[@]}"; do
     IFS='|' read -r label dir task file max flags <<<"$c"
     [ -z "$only" ] || [[ $label == *"$only"* ]] || continue
