@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/path.h"
 #include "eval/eval.h"
 #include "tierkv.h"
 
@@ -223,7 +224,7 @@ int main(int argc, char **argv) {
     }
 
     printf("t2_fidelity: %s, %s, problems %d..%d, %ld reference tokens, max %d, T0 %g, T2 %g, evict %g, window %d\n",
-           model_path, task_name, offset, offset + n - 1, total_steps, max_tokens, t0, t2, evict, window);
+           tkv_file_name(model_path), task_name, offset, offset + n - 1, total_steps, max_tokens, t0, t2, evict, window);
     printf("| config | steps | top-1 agree | KL mean | KL p99 | lossy steps | top-1 agree there | KL mean there |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (int c = 1; c < n_s; c++) {
