@@ -166,7 +166,8 @@ typedef struct {
     int protect_prompt;        /* baselines: the prompt is never evicted, as our policies keep it (the
                                   method's budget is what is left of it beside the prompt); 0: as
                                   published (the method may drop prompt tokens) */
-    const char *t2_codec;      /* T2: "q8h" (NULL, the default: int8, a scale per token and head),
+    const char *t2_codec;      /* T2: NULL, the backend's default (tkv_t2_codec_default); "q8h" (int8, a
+                                  scale per token and head, the paper's),
                                   "q8b", "q8bh" (keys in blocks of 32, rotated), "q4bh" (4 bits),
                                   "q8bhc", "q4bhc" (q8bh, q4bh with the keys centred on the model's
                                   K bias first; docs/T2-CODECS.md) */
@@ -175,6 +176,11 @@ void tkv_kv_params_default(tkv_kv_params *p);
 /* 1 when name is a T2 codec; the names for messages ("q8h, q8b, ..."). */
 int tkv_t2_codec_known(const char *name);
 const char *tkv_t2_codec_names(void);
+/* The T2 codec a session uses when t2_codec is NULL, on the backend named ("cpu" or NULL, "cuda");
+ * tkv_plan plans with the "cuda" one (it plans a GPU's fast memory). */
+const char *tkv_t2_codec_default(const char *backend);
+/* 1 when these options put tokens in T2 (quant; hierarchy with a T2 share): when the codec matters. */
+int tkv_kv_uses_t2(const tkv_kv_params *p);
 
 /* ---- sessions and sequences ------------------------------------------------------------------- */
 

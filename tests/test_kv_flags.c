@@ -58,3 +58,21 @@ TEST(kv_plan_shapes) {
     CHECK(r2 == 2);
     CHECK(r3 == 1);
 }
+
+/* Which options put tokens in T2 (when the codec matters), and the codec a backend uses by default:
+ * a codec each backend can store (CUDA's records: q8h only). */
+TEST(kv_t2_default_and_use) {
+    tkv_kv_params p;
+    tkv_kv_params_default(&p);
+    CHECK(!tkv_kv_uses_t2(&p));
+    p.policy = TKV_POLICY_QUANT;
+    CHECK(tkv_kv_uses_t2(&p));
+    p.policy = TKV_POLICY_HIERARCHY;
+    CHECK(!tkv_kv_uses_t2(&p));
+    p.t2_ratio = 0.4;
+    CHECK(tkv_kv_uses_t2(&p));
+    p.policy = TKV_POLICY_EVICT;
+    CHECK(!tkv_kv_uses_t2(&p));
+    CHECK(!strcmp(tkv_t2_codec_default("cuda"), "q8h"));
+    CHECK(tkv_t2_codec_known(tkv_t2_codec_default("cpu")) && !strcmp(tkv_t2_codec_default(NULL), tkv_t2_codec_default("cpu")));
+}

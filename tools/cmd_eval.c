@@ -161,6 +161,8 @@ int cmd_eval(int argc, char **argv) {
     o.model_path = c.model_path;
     o.mp = c.mp;
     o.sp = c.sp;
+    /* results record the codec a T2 configuration ran, also when it is the backend's default */
+    if (!o.sp.kv.t2_codec && tkv_kv_uses_t2(&o.sp.kv)) o.sp.kv.t2_codec = tkv_t2_codec_default(o.mp.backend);
     o.progress = quiet ? NULL : stderr;
     o.progress_tty = isatty(2);
 

@@ -120,7 +120,7 @@ int cmd_plan(int argc, char **argv) {
     double t0 = (double)pr.t0_tokens, t1 = (double)pr.t1_tokens, t2 = (double)pr.t2_tokens, t3 = (double)pr.t3_tokens;
     printf("plan: %s (%d layers, %d kv heads, head dim %d), %s KV, batch %ld, ctx %ld, policy %s\n", sh.name, sh.n_layer,
            sh.n_head_kv, sh.head_dim, o.f16 ? "f16" : "f32", batch, ctx, tkv_policy_name(o.policy));
-    printf("  KV bytes per token: %.0f (%.1f KiB); T2 (%s): %.0f\n", kvb, kvb / 1024, o.t2_codec ? o.t2_codec : "q8h", t2b);
+    printf("  KV bytes per token: %.0f (%.1f KiB); T2 (%s): %.0f\n", kvb, kvb / 1024, o.t2_codec ? o.t2_codec : tkv_t2_codec_default("cuda"), t2b);
     printf("  %-18s %12s %12s\n", "tier", "tokens/seq", "MiB (batch)");
     printf("  %-18s %12.0f %12.2f\n", "T0 fast memory", t0, tkv_mib(t0 * kvb * B));
     printf("  %-18s %12.0f %12.2f\n", "T1 host full", t1, tkv_mib(t1 * kvb * B));

@@ -57,6 +57,11 @@ static const struct { be_kv_fmt fmt; const char *name; } t2_names[] = {
     {BE_KV_Q4BH, "q4bh"},   {BE_KV_Q8BHC, "q8bhc"}, {BE_KV_Q4BHC, "q4bhc"},
 };
 
+be_kv_fmt be_kv_t2_default(const char *name) {
+    if (name && !strcmp(name, "cuda")) return BE_KV_Q8_HEAD; /* the only T2 codec cuda_kv.cu has */
+    return BE_KV_Q8_HEAD;
+}
+
 const char *be_kv_t2_names(void) { return "q8h, q8b, q8bh, q4bh, q8bhc, q4bhc"; } /* t2_names, in order */
 
 const char *be_kv_t2_name(be_kv_fmt fmt) {

@@ -87,6 +87,8 @@ int be_kv_fmt_exact(be_kv_fmt fmt);
  * returns -1 for another name; supported says why a head dim cannot be used (0 with a message). */
 const char *be_kv_t2_name(be_kv_fmt fmt);
 const char *be_kv_t2_names(void); /* "q8h, q8b, ...": every T2 format's name, in enum order */
+/* The T2 format a session of backend `name` ("cpu" or NULL, "cuda") uses when none is asked for. */
+be_kv_fmt be_kv_t2_default(const char *name);
 int be_kv_t2_parse(const char *name, be_kv_fmt *out);
 int be_kv_fmt_supported(be_kv_fmt fmt, int head_dim, char *err, size_t errlen);
 /* For the kvq formats: the bytes of the K part of a record (V follows), and the two codecs

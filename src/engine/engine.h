@@ -38,8 +38,9 @@ struct tkv_session {
 
 /* The public KV parameters as the KV module's options (shape filled in by the caller). */
 void engine_kv_options(const tkv_kv_params *p, kv_options *o);
-/* The same, with the names checked (an unknown T2 codec). */
-int engine_kv_options_checked(const tkv_kv_params *p, kv_options *o, char *err, size_t errlen);
+/* The same, with the names checked (an unknown T2 codec); no T2 codec given: the default of the
+ * backend named (NULL: the CPU's). */
+int engine_kv_options_checked(const tkv_kv_params *p, const char *backend, kv_options *o, char *err, size_t errlen);
 /* The KV cache of a session (tests look inside it). */
 kv_cache *engine_kv(tkv_session *s);
 

@@ -21,8 +21,9 @@ void tkv_kv_params_default(tkv_kv_params *p) {
     p->f16 = o.f16;
 }
 
-int engine_kv_options_checked(const tkv_kv_params *p, kv_options *o, char *err, size_t errlen) {
+int engine_kv_options_checked(const tkv_kv_params *p, const char *backend, kv_options *o, char *err, size_t errlen) {
     engine_kv_options(p, o);
+    o->t2_fmt = be_kv_t2_default(backend);
     if (p->t2_codec && be_kv_t2_parse(p->t2_codec, &o->t2_fmt))
         return tkv_errf(err, errlen, "kv: unknown T2 codec '%s' (%s)", p->t2_codec, tkv_t2_codec_names());
     return 0;
@@ -69,7 +70,7 @@ int tkv_session_open(tkv_model *m, const tkv_session_params *p, tkv_session **ou
     if (s->p.max_batch < p->max_seqs) s->p.max_batch = p->max_seqs;
     const model_config *c = &m->m->cfg;
     kv_options ko;
-    if (engine_kv_options_checked(&p->kv, &ko, err, errlen)) { free(s); return TKV_ERR; }
+    if (engine_kv_options_checked(&p->kv, m->p.backend, &ko, err, errlen)) { free(s); return TKV_ERR; }
     ko.n_layer = c->n_layer;
     ko.n_head = c->n_head;
     ko.n_head_kv = c->n_head_kv;

@@ -59,7 +59,7 @@ int tkv_plan(const tkv_shape *sh, const tkv_kv_params *kv, int batch, int ctx, i
              char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     kv_options o;
-    if (engine_kv_options_checked(kv, &o, err, errlen)) return TKV_ERR;
+    if (engine_kv_options_checked(kv, "cuda", &o, err, errlen)) return TKV_ERR; /* plans fast memory: a GPU's */
     o.n_layer = sh->n_layer;
     o.n_head = sh->n_head;
     o.n_head_kv = sh->n_head_kv;

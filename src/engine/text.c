@@ -202,3 +202,9 @@ int tkv_t2_codec_known(const char *name) {
 }
 
 const char *tkv_t2_codec_names(void) { return be_kv_t2_names(); }
+
+const char *tkv_t2_codec_default(const char *backend) { return be_kv_t2_name(be_kv_t2_default(backend)); }
+
+int tkv_kv_uses_t2(const tkv_kv_params *p) {
+    return p->policy == TKV_POLICY_QUANT || (p->policy == TKV_POLICY_HIERARCHY && p->t2_ratio > 0);
+}
