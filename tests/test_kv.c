@@ -641,6 +641,37 @@ TEST(kv_bl_topk_matches_rank_rule) {
     }
 }
 
+/* The quant cache the T2 tests drive: 2 layers, 2 kv heads of 32, T0 20% (2 sinks, a window of 4),
+ * re-tiered every 3 steps, the T2 codec named, keys centred on `centre` when not NULL. */
+static void t2_test_options(kv_options *o, int f16, const char *codec, const float *centre) {
+    shape(o, 2, 4, 2, 32, 1, 120);
+    o->f16 = f16;
+    o->policy = KV_POLICY_QUANT;
+    o->hbm_ratio = 0.2; o->sinks = 2; o->window = 4; o->delta = 3; o->sync_transfers = 1;
+    o->k_center = centre;
+    TKV_ASSERT(be_kv_t2_parse(codec, &o->t2_fmt) == 0);
+}
+
+/* 100 tokens (8 of them a prompt) through that cache, put() writing each one's rows, observed and
+ * re-tiered as decode steps; NULL when the cache refuses the options or ends inconsistent. */
+static kv_cache *t2_test_run(const kv_options *o, void (*put)(kv_cache *kv, const kv_options *o, int pos)) {
+    char err[256];
+    kv_cache *kv = kv_open_all(o, err, sizeof err);
+    float *att = calloc((size_t)o->n_head * o->n_ctx, sizeof(float));
+    uint64_t rng = 17;
+    for (int p = 0; kv && p < 100; p++) {
+        TKV_ASSERT(kv_append(kv, 0, p, p < 8, err, sizeof err) == 0);
+        put(kv, o, p);
+        observe_all(kv, o, 0, p, att, &rng);
+        if (p >= 8) kv_step_end(kv, 0);
+    }
+    free(att);
+    if (kv && kv_check(kv, err, sizeof err)) kv_free(kv), kv = NULL;
+    return kv;
+}
+
+static void put_plain(kv_cache *kv, const kv_options *o, int pos) { write_token(kv, o, 0, pos); }
+
 /* Every T2 codec through the cache: tokens demoted to T2 read back (dequantised, then rounded to the
  * cache's element type) within the codec's stated bound (kvq_error_bound, plus one fp16 rounding of
  * an f16 cache); the bytes per token follow the format's record size. */
@@ -649,23 +680,9 @@ TEST(kv_t2_codecs_in_cache) {
     for (int f16 = 0; f16 < 2; f16++)
         for (int c = 0; c < 6; c++) {
             kv_options o;
-            shape(&o, 2, 4, 2, 32, 1, 120);
-            o.f16 = f16;
-            o.policy = KV_POLICY_QUANT;
-            o.hbm_ratio = 0.2; o.sinks = 2; o.window = 4; o.delta = 3; o.sync_transfers = 1;
-            REQUIRE(be_kv_t2_parse(names[c], &o.t2_fmt) == 0);
-            char err[256];
-            kv_cache *kv = kv_open_all(&o, err, sizeof err);
+            t2_test_options(&o, f16, names[c], NULL);
+            kv_cache *kv = t2_test_run(&o, put_plain);
             REQUIRE(kv);
-            float *att = calloc((size_t)o.n_head * o.n_ctx, sizeof(float));
-            uint64_t rng = 17;
-            for (int p = 0; p < 100; p++) {
-                REQUIRE(kv_append(kv, 0, p, p < 8, err, sizeof err) == 0);
-                write_token(kv, &o, 0, p);
-                observe_all(kv, &o, 0, p, att, &rng);
-                if (p >= 8) kv_step_end(kv, 0);
-            }
-            REQUIRE(kv_check(kv, err, sizeof err) == 0);
             int kd = o.n_head_kv * o.head_dim, in_t2 = 0, bad = 0;
             kvq_codec kc = KVQ_Q8H, vcod = KVQ_Q8H;
             int ki, vi;
@@ -693,7 +710,6 @@ TEST(kv_t2_codecs_in_cache) {
             }
             CHECKF(in_t2 > 50 && bad == 0, "%s f16 %d: %d tokens in T2, %d values out of bound", names[c], f16, in_t2, bad);
             CHECK(kv_token_bytes(kv, 2) == o.n_layer * (int64_t)be_kv_record_bytes(o.t2_fmt, o.n_head_kv, o.head_dim));
-            free(att);
             kv_free(kv);
         }
 }
@@ -706,34 +722,24 @@ TEST(kv_t2_codecs_in_cache) {
  * cache without a centre stores the centred formats exactly as their twins. */
 static float centre_val(int l, int d) { return (d % 7 == 0 ? 300.0f : 20.0f) * (float)(l + 1) * (d % 2 ? -1.0f : 1.0f); }
 
+static void put_centred(kv_cache *kv, const kv_options *o, int pos) {
+    int kd = o->n_head_kv * o->head_dim;
+    for (int l = 0; l < o->n_layer; l++) {
+        float k[64], v[64];
+        for (int d = 0; d < kd; d++) k[d] = centre_val(l, d) + val(0, l, pos, 0, d) * 0.01f, v[d] = val(0, l, pos, 1, d);
+        kv_put(kv, 0, l, pos, k, v);
+    }
+}
+
 static void t2_key_error(const char *name, int centred_cache, double *worst_out, float *k_out, int *n_out) {
-    kv_options o;
-    shape(&o, 2, 4, 2, 32, 1, 120);
-    o.f16 = 0;
-    o.policy = KV_POLICY_QUANT;
-    o.hbm_ratio = 0.2; o.sinks = 2; o.window = 4; o.delta = 3; o.sync_transfers = 1;
-    int kd = o.n_head_kv * o.head_dim;
     static float centre[2 * 64];
     for (int l = 0; l < 2; l++)
-        for (int d = 0; d < kd; d++) centre[l * kd + d] = centre_val(l, d);
-    o.k_center = centred_cache ? centre : NULL;
-    REQUIRE(be_kv_t2_parse(name, &o.t2_fmt) == 0);
-    char err[256];
-    kv_cache *kv = kv_open_all(&o, err, sizeof err);
+        for (int d = 0; d < 64; d++) centre[l * 64 + d] = centre_val(l, d);
+    kv_options o;
+    t2_test_options(&o, 0, name, centred_cache ? centre : NULL);
+    int kd = o.n_head_kv * o.head_dim;
+    kv_cache *kv = t2_test_run(&o, put_centred);
     REQUIRE(kv);
-    float *att = calloc((size_t)o.n_head * o.n_ctx, sizeof(float));
-    uint64_t rng = 5;
-    for (int p = 0; p < 100; p++) {
-        REQUIRE(kv_append(kv, 0, p, p < 8, err, sizeof err) == 0);
-        for (int l = 0; l < o.n_layer; l++) {
-            float k[64], v[64];
-            for (int d = 0; d < kd; d++) k[d] = centre_val(l, d) + val(0, l, p, 0, d) * 0.01f, v[d] = val(0, l, p, 1, d);
-            kv_put(kv, 0, l, p, k, v);
-        }
-        observe_all(kv, &o, 0, p, att, &rng);
-        if (p >= 8) kv_step_end(kv, 0);
-    }
-    REQUIRE(kv_check(kv, err, sizeof err) == 0);
     int ki, vi, in_t2 = 0, bad = 0;
     REQUIRE(be_kv_fmt_codecs(o.t2_fmt, &ki, &vi));
     int centred = centred_cache && be_kv_fmt_centred(o.t2_fmt);
@@ -760,7 +766,6 @@ static void t2_key_error(const char *name, int centred_cache, double *worst_out,
         }
     }
     CHECKF(in_t2 > 50 && bad == 0, "%s (centre %d): %d tokens in T2, %d key values out of bound", name, centred_cache, in_t2, bad);
-    free(att);
     kv_free(kv);
     if (worst_out) *worst_out = worst;
 }
