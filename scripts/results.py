@@ -536,7 +536,8 @@ def t2_table(all_sums):
     return ["## T2 codecs", "",
             "Every configuration that held tokens in T2 (int8 or 4-bit host memory), paired with `full` on "
             "the same problems. Codecs (docs/T2-CODECS.md): q8h int8 per (token, layer, head), the paper's; "
-            "q8b/q8bh keys per 32-channel block (h: Hadamard-rotated first), values per token; q4bh 4-bit. "
+            "q8b/q8bh keys per 32-channel block (h: Hadamard-rotated first), values per token; q4bh 4-bit; "
+            "q8bhc/q4bhc: q8bh/q4bh with the keys centred on the model's K bias first. "
             "T2 share: of the final length, mean over problems. only full / only T2: discordant pairs.", "",
             "| benchmark | configuration | codec | T0 held | T2 share | n | full | with T2 | only full | only T2 | p |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
