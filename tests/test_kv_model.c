@@ -260,6 +260,28 @@ TEST(kv_model_t0_within_byte_budget) {
     CHECK(c[0].st.tokens[1] > 0 && c[0].st.bytes_moved_up > 0);
 }
 
+/* A hierarchy given a T2 codec and a T2 share of 0 holds nothing in T2 and gives full's logits bit
+ * for bit, whatever the codec (the centred one too: its centre is the model's K bias). */
+TEST(kv_model_t2_share_zero_bit_exact) {
+    static const char *const codecs[] = {"q8h", "q8bh", "q4bhc"};
+    cand c[3];
+    char names[3][48];
+    for (int i = 0; i < 3; i++) {
+        snprintf(names[i], sizeof names[i], "hierarchy 30%%, T2 0%% %s", codecs[i]);
+        cand_init(&c[i], names[i], KV_POLICY_HIERARCHY, 0.3, 7);
+        c[i].kv.t2_ratio = 0;
+        c[i].kv.window = 16;
+        REQUIRE(be_kv_t2_parse(codecs[i], &c[i].kv.t2_fmt) == 0);
+    }
+    NEED(QWEN2);
+    REQUIRE(lockstep(t_shared(QWEN2), 1, 64, 300, c, 3, check_hierarchy) == 0);
+    for (int i = 0; i < 3; i++) {
+        CHECKF(c[i].first_diff < 0, "%s: logits differ from full at step %d", c[i].name, c[i].first_diff);
+        CHECKF(c[i].bad == 0 && c[i].st.tokens[2] == 0 && c[i].st.bytes_moved_down > 0, "%s: %d step checks failed, %lld in T2",
+               c[i].name, c[i].bad, (long long)c[i].st.tokens[2]);
+    }
+}
+
 /* Protected tokens (prompt, sinks, window) stay in T0 also when the rest goes to T2 (lossy, so
  * logits are not compared). */
 TEST(kv_model_protected_stay_in_t0) {
