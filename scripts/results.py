@@ -258,19 +258,21 @@ def provenance(d, sums):
 
 def plot(dirname, sums, plotdir):
     """Accuracy against the evicted share for one benchmark, one point per configuration, into
-    plotdir/DIR-evicted.png; returns the file or None (no gnuplot or nothing to plot)."""
+    plotdir/DIR-evicted.png; returns the file or None (no gnuplot or nothing to plot). The T2
+    configurations evict nothing and would pile up at 0 with unreadable labels: they have their own
+    table (t2_table), not a place here."""
     if not shutil.which("gnuplot"):
         return None
     groups = {"full and hierarchy (ours)": [], "evict": [], "baselines, published setting": [],
-              "baselines, prompt protected": [], "T2 (quant, hierarchy with T2)": []}
+              "baselines, prompt protected": []}
     for s in sums:
         x, n = evicted_share(s), s.get("n") or 0
         if x is None or n == 0 or s.get("accuracy") is None:
             continue
         pol, name = s.get("policy"), s["_name"]
         if "_t2-" in name or pol == "quant":
-            g = "T2 (quant, hierarchy with T2)"
-        elif pol in ("full", "hierarchy"):
+            continue
+        if pol in ("full", "hierarchy"):
             g = "full and hierarchy (ours)"
         elif pol == "evict":
             g = "evict"
