@@ -166,7 +166,8 @@ typedef struct {
     int protect_prompt;        /* baselines: the prompt is never evicted, as our policies keep it (the
                                   method's budget is what is left of it beside the prompt); 0: as
                                   published (the method may drop prompt tokens) */
-    const char *t2_codec;      /* T2: NULL, the backend's default (tkv_t2_codec_default); "q8h" (int8, a
+    const char *t2_codec;      /* T2: NULL, the backend's default (tkv_t2_codec_default: q8bh on the
+                                  CPU, q8h on CUDA); "q8h" (int8, a
                                   scale per token and head, the paper's),
                                   "q8b", "q8bh" (keys in blocks of 32, rotated), "q4bh" (4 bits),
                                   "q8bhc", "q4bhc" (q8bh, q4bh with the keys centred on the model's

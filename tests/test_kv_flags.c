@@ -73,6 +73,6 @@ TEST(kv_t2_default_and_use) {
     CHECK(tkv_kv_uses_t2(&p));
     p.policy = TKV_POLICY_EVICT;
     CHECK(!tkv_kv_uses_t2(&p));
-    CHECK(!strcmp(tkv_t2_codec_default("cuda"), "q8h"));
+    CHECK(!strcmp(tkv_t2_codec_default("cuda"), "q8h") && !strcmp(tkv_t2_codec_default("cpu"), "q8bh"));
     CHECK(tkv_t2_codec_known(tkv_t2_codec_default("cpu")) && !strcmp(tkv_t2_codec_default(NULL), tkv_t2_codec_default("cpu")));
 }

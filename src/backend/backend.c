@@ -59,7 +59,7 @@ static const struct { be_kv_fmt fmt; const char *name; } t2_names[] = {
 
 be_kv_fmt be_kv_t2_default(const char *name) {
     if (name && !strcmp(name, "cuda")) return BE_KV_Q8_HEAD; /* the only T2 codec cuda_kv.cu has */
-    return BE_KV_Q8_HEAD;
+    return BE_KV_Q8BH; /* the int8 codec that matched full on GSM8K and MATH-500 (docs/T2-CODECS.md) */
 }
 
 const char *be_kv_t2_names(void) { return "q8h, q8b, q8bh, q4bh, q8bhc, q4bhc"; } /* t2_names, in order */

@@ -64,7 +64,8 @@ typedef struct {
     int staged;                /* 1: T1 rows are copied to a staging area per layer before attention */
     int sync_transfers;        /* 1: moves run on the caller's thread (for debugging and tests) */
     int f16;                   /* 1 (default): T0/T1 rows are fp16; 0: f32 */
-    be_kv_fmt t2_fmt;          /* the T2 codec (default BE_KV_Q8_HEAD, "q8h") */
+    be_kv_fmt t2_fmt;          /* the T2 codec (default BE_KV_Q8_HEAD, "q8h"; a session sets its
+                                  backend's default, be_kv_t2_default) */
     const float *k_center;     /* [n_layer][n_head_kv * head_dim] host f32, the key centre of the
                                   centred T2 formats (the model's K bias), or NULL; not owned */
 } kv_options;
