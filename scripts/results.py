@@ -527,7 +527,7 @@ def t2_table(all_sums):
             if not ((t[2] or 0) > 0 or s.get("policy") == "quant" or "_t2-" in s["_name"]):
                 continue
             rs = summary_records(s)
-            codec = next((r.get("t2_codec") for r in rs if r.get("t2_codec")), None) or "q8h (default, not recorded)"
+            codec = next((r.get("t2_codec") for r in rs if r.get("t2_codec")), None) or "q8h (not recorded: the default then)"
             tot = sum(x or 0 for x in t)
             n, a, b, oa, ob, p = paired(full, s) if full else (0, 0, 0, 0, 0, 1.0)
             rows.append(f"| {os.path.basename(d)} | {s['_name']} | {codec} | {t0_held(s)} | "
