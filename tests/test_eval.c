@@ -708,3 +708,25 @@ TEST(base_file_name) {
     CHECK(!strcmp(tkv_file_name("/"), "/"));
     CHECK(!strcmp(tkv_file_name(NULL), ""));
 }
+
+/* A T2 configuration records the codec it ran also when none was asked for (the backend's default,
+ * which has changed once: a line without a codec means q8h); a configuration without T2 records none,
+ * so its lines compare with lines written before codecs were recorded. Resuming the q8h file with
+ * the default codec is refused, naming both. */
+TEST(eval_t2_codec_recorded) {
+    const char *dir = setup("t2codec");
+    if (!dir) return;
+    REQUIRE(run_eval(dir, "d.jsonl", "--n 2 --policy quant --hbm-ratio 0.3") == 0);
+    REQUIRE(run_eval(dir, "q.jsonl", "--n 2 --policy quant --hbm-ratio 0.3 --t2-codec q8h") == 0);
+    REQUIRE(run_eval(dir, "f.jsonl", "--n 2") == 0);
+    char want[64];
+    snprintf(want, sizeof want, "\"t2_codec\":\"%s\"", tkv_t2_codec_default("cpu"));
+    char *d = slurp(dir, "d.jsonl"), *q = slurp(dir, "q.jsonl"), *f = slurp(dir, "f.jsonl");
+    CHECKF(d && strstr(d, want), "no %s in the default run's lines", want);
+    CHECK(f && !strstr(f, "t2_codec"));
+    free(d), free(q), free(f);
+    CHECK(run_eval(dir, "q.jsonl", "--n 3 --policy quant --hbm-ratio 0.3") == 1);
+    char *e = slurp(dir, "stderr.txt");
+    CHECKF(e && strstr(e, "another configuration") && strstr(e, "q8h"), "%s", e ? e : "(no stderr)");
+    free(e);
+}
