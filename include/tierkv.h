@@ -166,6 +166,9 @@ typedef struct {
     int protect_prompt;        /* baselines: the prompt is never evicted, as our policies keep it (the
                                   method's budget is what is left of it beside the prompt); 0: as
                                   published (the method may drop prompt tokens) */
+    int unpin_prompt;          /* hierarchy: the prompt stays exact (T0 or T1, never T2 or evicted) but
+                                  is not pinned in T0: it competes for T0 by score like the generated
+                                  tokens, so T0 can be smaller than the prompt; 0: pinned (default) */
     const char *t2_codec;      /* T2: NULL, the backend's default (tkv_t2_codec_default: q8bh on the
                                   CPU, q8h on CUDA); "q8h" (int8, a
                                   scale per token and head, the paper's),
@@ -210,9 +213,12 @@ void tkv_seq_close(tkv_session *s, int seq);
 int tkv_seq_len(const tkv_session *s, int seq);
 /* Positions 0..n-1 of sequence src become the prompt of the empty sequence dst, sharing the same K/V
  * rows in the pool (held once, counted once in T0). Only for policies that do not score the prompt
- * (full, hierarchy, evict, quant); TKV_ERR otherwise. */
+ * (full, hierarchy, evict, quant) and a prompt pinned in T0 (not unpin_prompt); TKV_ERR otherwise. */
 int tkv_seq_share_prefix(tkv_session *s, int src, int dst, int n, char *err, size_t errlen);
 int tkv_policy_shares_prefix(tkv_policy p);
+/* 1 when sessions with these options share prompt prefixes: the policy's rule, and a pinned prompt
+ * (an unpinned prompt may leave T0, and shared rows never move). */
+int tkv_kv_shares_prefix(const tkv_kv_params *p);
 
 /* Appends n prompt tokens to seq (chunked by max_batch). logits (if not NULL) receives the last
  * token's logits, or with all_logits every token's (n x n_vocab). */

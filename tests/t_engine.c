@@ -40,6 +40,7 @@ static void to_params(const kv_options *k, tkv_kv_params *p) {
     p->t2_codec = be_kv_t2_name(k->t2_fmt);
     p->t0_tokens = k->t0_tokens;
     p->protect_prompt = k->protect_prompt;
+    p->unpin_prompt = k->unpin_prompt;
 }
 
 int te_open(const char *path, const te_options *o, te_engine **out, char *err, size_t errlen) {

@@ -730,3 +730,38 @@ TEST(eval_t2_codec_recorded) {
     CHECKF(e && strstr(e, "another configuration") && strstr(e, "q8h"), "%s", e ? e : "(no stderr)");
     free(e);
 }
+
+/* The generated text of every line, in file order ("output" up to the next key). */
+static int outputs_equal(const char *a, const char *b) {
+    for (;;) {
+        const char *x = strstr(a, "\"output\":"), *y = strstr(b, "\"output\":");
+        if (!x || !y) return !x && !y;
+        const char *xe = strstr(x, "\",\""), *ye = strstr(y, "\",\"");
+        if (!xe || !ye || xe - x != ye - y || memcmp(x, y, (size_t)(xe - x))) return 0;
+        a = xe, b = ye;
+    }
+}
+
+/* --unpin-prompt: recorded in the lines (a file of pinned runs refuses to be resumed with it), and with
+ * eviction the same texts as the prompt pinned at another T0 share (the T0 share changes no output). */
+TEST(eval_unpinned_prompt_recorded) {
+    const char *dir = setup("unpin");
+    if (!dir) return;
+    const char *common = "--n 3 --parallel 1 --policy hierarchy --evict-ratio 0.1 --window 8 --delta 8 --max-tokens 64";
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s --hbm-ratio 0.5", common);
+    snprintf(b, sizeof b, "%s --hbm-ratio 0.1 --unpin-prompt", common);
+    REQUIRE(run_eval(dir, "p.jsonl", a) == 0);
+    REQUIRE(run_eval(dir, "u.jsonl", b) == 0);
+    char *p = slurp(dir, "p.jsonl"), *u = slurp(dir, "u.jsonl");
+    REQUIRE(p && u);
+    CHECK(strstr(u, "\"unpin_prompt\":true") && !strstr(p, "unpin_prompt"));
+    CHECK(strstr(p, "\"tokens_evicted\":0,") == NULL); /* something was evicted in every line */
+    CHECKF(outputs_equal(p, u), "texts differ:\n%s\n%s", p, u);
+    free(p), free(u);
+    CHECK(run_eval(dir, "p.jsonl", "--n 4 --parallel 1 --policy hierarchy --evict-ratio 0.1 --window 8 --delta 8 "
+                                   "--max-tokens 64 --hbm-ratio 0.5 --unpin-prompt") == 1);
+    char *e = slurp(dir, "stderr.txt");
+    CHECKF(e && strstr(e, "another configuration"), "%s", e ? e : "(no stderr)");
+    free(e);
+}

@@ -138,6 +138,77 @@ TEST(kv_select_fill_and_empty_tiers) {
     for (int i = 0; i < N; i++) CHECK(target[i] == (prot[i] ? 0 : 3));
 }
 
+/* a ranks before b: higher score, then the later position (kv_rank's order) */
+static int ranks_above(const double *score, int a, int b) { return score[a] != score[b] ? score[a] > score[b] : a > b; }
+
+/* The ranked fill against a plain top-down fill (no exact candidates), and with exact candidates (an
+ * unpinned prompt) the rules they add, on random scores, tiers and caps: an exact candidate is never T2
+ * nor evicted; the evicted are the lowest-ranked other candidates, as many as the top-down fill evicts
+ * while there are that many; T2 ranks below every other lossy-able T0/T1 candidate; T0 holds the
+ * top-ranked of what is left, as many as the fill gives it. */
+TEST(kv_select_exact_candidates) {
+    enum { N = 40 };
+    double score[N];
+    uint8_t tier[N], prot[N], exact[N], target[N], plain[N];
+    int32_t order[N], scratch[N];
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    for (int trial = 0; trial < 2000; trial++) {
+        int n = 1 + (int)(r % N);
+        for (int i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            score[i] = (double)((r >> 33) % 7); /* ties on purpose */
+            tier[i] = (r >> 20) % 11 == 0 ? 3 : 0;
+            prot[i] = tier[i] != 3 && (r >> 24) % 6 == 0;
+            exact[i] = (r >> 28) % 3 == 0;
+        }
+        kv_select_in in = {.n = n, .score = score, .tier = tier, .prot = prot, .order = order, .scratch = scratch};
+        for (int t = 0; t < 3; t++) in.cap[t] = (int)((r >> (40 + 6 * t)) % (N / 2)) - 2;
+        /* the plain top-down fill */
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (tier[i] != 3 && !prot[i]) order[m++] = i;
+        for (int a = 1; a < m; a++) /* insertion sort by rank */
+            for (int b = a; b > 0 && ranks_above(score, order[b], order[b - 1]); b--) {
+                int32_t x = order[b]; order[b] = order[b - 1]; order[b - 1] = x;
+            }
+        int k = 0, cnt[4] = {0, 0, 0, 0};
+        for (int i = 0; i < n; i++) plain[i] = tier[i] == 3 ? 3 : 0;
+        for (int t = 0; t < 3; t++)
+            for (int c = 0; c < in.cap[t] && k < m; c++) plain[order[k++]] = (uint8_t)t, cnt[t]++;
+        for (; k < m; k++) plain[order[k]] = 3, cnt[3]++;
+        kv_select_out out = {.target = target};
+        kv_select_ranked(&in, &out);
+        for (int i = 0; i < n; i++) CHECKF(target[i] == plain[i], "trial %d pos %d: tier %d, plain fill %d", trial, i, target[i], plain[i]);
+        /* with exact candidates */
+        in.exact = exact;
+        kv_select_ranked(&in, &out);
+        int got[4] = {0, 0, 0, 0}, lossy_ok = 0;
+        for (int i = 0; i < n; i++) {
+            if (tier[i] == 3) { CHECK(target[i] == 3); continue; }
+            if (prot[i]) { CHECK(target[i] == 0); continue; }
+            got[target[i]]++;
+            lossy_ok += !exact[i];
+            CHECKF(!exact[i] || target[i] <= 1, "trial %d: exact candidate %d in T%d", trial, i, target[i]);
+        }
+        CHECKF(got[3] == (cnt[3] < lossy_ok ? cnt[3] : lossy_ok), "trial %d: %d evicted, want %d", trial, got[3], cnt[3]);
+        int rest = lossy_ok - got[3];
+        CHECKF(got[2] == (cnt[2] < rest ? cnt[2] : rest), "trial %d: %d in T2, want %d", trial, got[2], cnt[2]);
+        int upper = m - got[3] - got[2];
+        CHECKF(got[0] == (cnt[0] < upper ? cnt[0] : upper), "trial %d: %d in T0, want %d", trial, got[0], cnt[0]);
+        for (int a = 0; a < n; a++)
+            for (int b = 0; b < n; b++) {
+                if (tier[a] == 3 || tier[b] == 3 || prot[a] || prot[b] || !ranks_above(score, a, b)) continue;
+                int ta = target[a], tb = target[b];
+                /* a ranks above b: b holds the better tier only when a is lossy and b exact, or
+                 * a went to T2 while b (exact or not) stays lossless above it, never T0 over T1 */
+                if (ta == 0) continue;
+                if (ta == 1) CHECKF(tb != 0, "trial %d: %d in T1 above %d in T0", trial, a, b);
+                if (ta == 2) CHECKF(tb >= 2 || exact[b], "trial %d: %d in T2 above lossless non-exact %d", trial, a, b);
+                if (ta == 3) CHECKF(tb == 3 || exact[b], "trial %d: %d evicted above kept non-exact %d", trial, a, b);
+            }
+    }
+}
+
 TEST(kv_policy_caps_per_kind) {
     int cap[3];
     kv_policy_caps(kv_policy_ops_of(KV_POLICY_HIERARCHY), 100, 30, 20, 10, cap);
@@ -185,6 +256,17 @@ TEST(kv_options_refused) {
     CHECK(init_fails(&o, "multiple"));
     o.n_head = 4;
     char err[256];
+    for (int p = 0; p < KV_POLICY_COUNT; p++) { /* an unpinned prompt waits in T1: hierarchy only */
+        o.policy = (kv_policy_kind)p, o.unpin_prompt = 1;
+        if (p == KV_POLICY_HIERARCHY) {
+            kv_cache *h = kv_open_all(&o, err, sizeof err);
+            CHECKF(h != NULL, "hierarchy with an unpinned prompt: %s", err);
+            if (h) kv_free(h);
+        } else {
+            CHECKF(init_fails(&o, "cannot unpin the prompt"), "policy %s", kv_policy_name(o.policy));
+        }
+    }
+    o.policy = KV_POLICY_EVICT, o.unpin_prompt = 0;
     kv_cache *kv = kv_open_all(&o, err, sizeof err);
     CHECK(kv != NULL);
     kv_free(kv);
@@ -293,6 +375,15 @@ TEST(kv_copy_prefix) {
     REQUIRE(kv_append(kv, 0, 0, 1, err, sizeof err) == 0);
     write_token(kv, &o, 0, 0);
     CHECK(kv_seq_copy_prefix(kv, 0, 1, 1, err, sizeof err) == -1 && strstr(err, "scores the prompt"));
+    kv_free(kv);
+    /* an unpinned prompt may leave T0, and shared rows never move: no prefix is shared */
+    o.policy = KV_POLICY_HIERARCHY, o.unpin_prompt = 1;
+    kv = kv_open_all(&o, err, sizeof err);
+    REQUIRE(kv);
+    REQUIRE(kv_append(kv, 0, 0, 1, err, sizeof err) == 0);
+    write_token(kv, &o, 0, 0);
+    kv_step_end(kv, 0);
+    CHECK(kv_seq_copy_prefix(kv, 0, 1, 1, err, sizeof err) == -1 && strstr(err, "unpinned prompt"));
     kv_free(kv);
 }
 

@@ -32,6 +32,13 @@ TEST(kv_flags_parse_values) {
     CHECK(parse1(&o, "--window", "16", &to) == 1 && o.window == 16);
     CHECK(parse1(&o, "--staged", NULL, &to) == 1 && o.staged == 1);
     CHECK(parse1(&o, "--sync-transfers", NULL, &to) == 1 && o.sync_transfers == 1);
+    CHECK(parse1(&o, "--unpin-prompt", NULL, &to) == 1 && o.unpin_prompt == 1);
+    CHECK(parse1(&o, "--unpin-prompt=1", NULL, &to) == -1);
+    /* sessions share prompt prefixes only with the prompt pinned (eval and serve ask this) */
+    o.policy = TKV_POLICY_HIERARCHY;
+    CHECK(!tkv_kv_shares_prefix(&o));
+    o.unpin_prompt = 0;
+    CHECK(tkv_kv_shares_prefix(&o));
     CHECK(parse1(&o, "--policy", "lru", &to) == -1);
     CHECK(parse1(&o, "--temperature", "0.7", &to) == 0 && to == 0);
     CHECK(parse1(&o, "--sinks", NULL, &to) == -1);

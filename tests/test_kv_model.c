@@ -68,14 +68,17 @@ static void prompt_ids(int32_t *p, int n, int vocab) {
     for (int i = 0; i < n; i++) p[i] = (int32_t)(((int64_t)i * 7919 + 13) % vocab);
 }
 
-/* Reference plus k candidates in lockstep; returns -1 (with a failed check) if an engine fails. */
-static int lockstep(const char *model, int threads, int np, int n_gen, cand *c, int k, check_fn fn) {
+/* A reference (ref_kv, or policy full when NULL) plus k candidates in lockstep; returns -1 (with a
+ * failed check) if an engine fails. */
+static int lockstep_with(const char *model, int threads, int np, int n_gen, const kv_options *ref_kv, cand *c, int k,
+                         check_fn fn) {
     char err[512];
     te_options o;
     te_options_default(&o);
     o.n_threads = threads;
     o.n_ctx = np + n_gen + 1;
-    o.kv.f16 = k > 0 ? c[0].kv.f16 : 0; /* the full reference stores the candidates' element type */
+    if (ref_kv) o.kv = *ref_kv;
+    o.kv.f16 = k > 0 ? c[0].kv.f16 : 0; /* the reference stores the candidates' element type */
     for (int i = 1; i < k; i++)
         if (c[i].kv.f16 != o.kv.f16) {
             CHECK(!"lockstep candidates must share one KV element type");
@@ -141,21 +144,25 @@ done:
     return rc;
 }
 
+static int lockstep(const char *model, int threads, int np, int n_gen, cand *c, int k, check_fn fn) {
+    return lockstep_with(model, threads, np, n_gen, NULL, c, k, fn);
+}
+
 static const model_config *cfg_of(cand *c) { return &te_model(c->e)->cfg; }
 
 /* ---- the hierarchy: lossless tiers are bit-exact ---- */
 
 /* kv_check (slots, T0 within its budget, protected tokens in T0) and, independently, the protected
- * positions through kv_token_tier. */
+ * positions through kv_token_tier; an unpinned prompt (kv.unpin_prompt) in T0 or T1. */
 static void check_hierarchy(cand *c, int step) {
     kv_cache *kv = te_kv(c->e);
     char err[256];
     if (kv_check(kv, err, sizeof err)) bad(c, step, err);
     int len = kv_seq_len(kv, 0), w = c->kv.window > 1 ? c->kv.window : 1;
     for (int p = 0; p < len; p++) {
-        int prot = p < c->np || p < c->kv.sinks || p >= len - w;
-        if (prot && kv_token_tier(kv, 0, p) != 0) {
-            snprintf(err, sizeof err, "protected position %d in T%d", p, kv_token_tier(kv, 0, p));
+        int prot = (p < c->np && !c->kv.unpin_prompt) || p < c->kv.sinks || p >= len - w, t = kv_token_tier(kv, 0, p);
+        if ((prot && t != 0) || (p < c->np && t > 1)) {
+            snprintf(err, sizeof err, "%s position %d in T%d", prot ? "protected" : "prompt", p, t);
             bad(c, step, err);
         }
     }
@@ -242,6 +249,53 @@ static void hierarchy_f32(const char *model) {
 }
 TEST(kv_model_hierarchy_f32_bit_exact_qwen2) { hierarchy_f32(QWEN2); }
 TEST(kv_model_hierarchy_f32_bit_exact_llama) { hierarchy_f32(LLAMA); }
+
+/* The T0 share does not change what the hierarchy evicts: at 10% eviction (window 16, re-tiering
+ * every 7 steps) T0 at 10%, 30% or 20 tokens, the prompt pinned in T0 or not (--unpin-prompt: the
+ * prompt competes for T0 and waits in T1), all give the logits of T0 at 50% with the prompt pinned,
+ * bit for bit, while evicting. Unpinned at 10% and at 20 tokens, T0 really holds less than the prompt
+ * (64 tokens) and part of the prompt sits in T1; it is never evicted (check_hierarchy, kv_check). */
+static int t0_min_seen[5];
+static void check_t0_min(cand *c, int step) {
+    check_hierarchy(c, step);
+    kv_stats st;
+    kv_get_stats(te_kv(c->e), 0, &st);
+    int *m = &t0_min_seen[c->name[0] - '0'];
+    if (step > 0 && (*m == 0 || st.tokens[0] < *m)) *m = (int)st.tokens[0];
+}
+
+TEST(kv_model_t0_share_does_not_change_eviction) {
+    enum { NP = 64, NG = 300, K = 5 };
+    static const struct { const char *name; double ratio; int tokens, unpin; } cfg[K] = {
+        {"0 pinned, T0 10%", 0.1, 0, 0},     {"1 pinned, T0 30%", 0.3, 0, 0},
+        {"2 unpinned, T0 10%", 0.1, 0, 1},   {"3 unpinned, T0 30%", 0.3, 0, 1},
+        {"4 unpinned, T0 20 tokens", -1, 20, 1},
+    };
+    kv_options ref;
+    kv_options_default(&ref);
+    ref.policy = KV_POLICY_HIERARCHY, ref.hbm_ratio = 0.5, ref.evict_ratio = 0.1, ref.delta = 7, ref.window = 16;
+    cand c[K];
+    for (int i = 0; i < K; i++) {
+        cand_init(&c[i], cfg[i].name, KV_POLICY_HIERARCHY, cfg[i].ratio, 7);
+        c[i].kv.evict_ratio = 0.1, c[i].kv.window = 16, c[i].kv.t0_tokens = cfg[i].tokens;
+        c[i].kv.unpin_prompt = cfg[i].unpin;
+        t0_min_seen[i] = 0;
+    }
+    NEED(QWEN2);
+    REQUIRE(lockstep_with(t_shared(QWEN2), 1, NP, NG, &ref, c, K, check_t0_min) == 0);
+    for (int i = 0; i < K; i++) {
+        const kv_stats *s = &c[i].st;
+        printf("    %-26s T0 %4lld T1 %4lld evicted %4lld, least T0 held %d, moved up %lld KiB\n", c[i].name,
+               (long long)s->tokens[0], (long long)s->tokens[1], (long long)s->tokens[3], t0_min_seen[i],
+               (long long)(s->bytes_moved_up / 1024));
+        CHECKF(c[i].first_diff < 0, "%s: logits differ from T0 50%% at step %d", c[i].name, c[i].first_diff);
+        CHECKF(c[i].bad == 0, "%s: %d step checks failed", c[i].name, c[i].bad);
+        CHECKF(s->tokens[3] >= (NP + NG) / 10 - 1, "%s: %lld evicted", c[i].name, (long long)s->tokens[3]);
+    }
+    /* pinned, T0 never holds less than the prompt; unpinned at 10% and 20 tokens it does */
+    CHECK(t0_min_seen[0] >= NP && t0_min_seen[1] >= NP);
+    CHECKF(t0_min_seen[2] < NP && t0_min_seen[4] <= 20 + 1, "least T0 held: %d and %d", t0_min_seen[2], t0_min_seen[4]);
+}
 
 /* An absolute T0 budget (--hbm-budget): T0 never holds more bytes than it, at any step. */
 TEST(kv_model_t0_within_byte_budget) {

@@ -36,6 +36,7 @@ void engine_kv_options(const tkv_kv_params *p, kv_options *o) {
     o->hbm_budget_bytes = p->hbm_budget_bytes;
     o->t0_tokens = p->t0_tokens;
     o->protect_prompt = p->protect_prompt;
+    o->unpin_prompt = p->unpin_prompt;
     o->t2_ratio = p->t2_ratio;
     o->evict_ratio = p->evict_ratio;
     o->delta = p->delta;

@@ -196,6 +196,8 @@ int tkv_policy_parse(const char *name, tkv_policy *out) {
 
 int tkv_policy_shares_prefix(tkv_policy p) { return kv_policy_copies_prefix((kv_policy_kind)p); }
 
+int tkv_kv_shares_prefix(const tkv_kv_params *p) { return tkv_policy_shares_prefix(p->policy) && !p->unpin_prompt; }
+
 int tkv_t2_codec_known(const char *name) {
     be_kv_fmt f;
     return name && be_kv_t2_parse(name, &f) == 0;

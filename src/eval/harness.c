@@ -267,7 +267,7 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
         if (!sp.max_ctx) sp.max_ctx = max_prompt + o->max_tokens;
         /* a prompt prefix the problems share (the system turn) is prefilled once and shared by each:
          * the same K/V as prefilling it in place (tested); one prefix sequence beside the problems */
-        int prefix = o->no_prefix_cache || r.n_pending < 2 || !tkv_policy_shares_prefix(sp.kv.policy) ? 0 : 1;
+        int prefix = o->no_prefix_cache || r.n_pending < 2 || !tkv_kv_shares_prefix(&sp.kv) ? 0 : 1;
         sp.max_seqs = P + prefix;
         if (o->progress)
             fprintf(o->progress, "[eval] %s: %zu problems, %zu already in the results file, %zu to run, %d at once\n",

@@ -91,8 +91,10 @@ static int rec_from_json(const struct json_value *o, struct harness_rec *x) {
     x->kv_f16 = kt && !strcmp(kt, "f16");
     const char *t2 = json_get_str(o, "t2_codec");
     const struct json_value *pp = json_get(o, "protect_prompt");
-    snprintf(x->kv_extra, sizeof x->kv_extra, "%s/%d/%d/%d/%d/%d", t2 ? t2 : "q8h", (int)num_or(o, "t0_tokens", 0),
-             pp && pp->type == JSON_TRUE, (int)num_or(o, "window", 64), (int)num_or(o, "sinks", 4), (int)num_or(o, "delta", 64));
+    const struct json_value *up = json_get(o, "unpin_prompt");
+    snprintf(x->kv_extra, sizeof x->kv_extra, "%s/%d/%d/%d/%d/%d/%d", t2 ? t2 : "q8h", (int)num_or(o, "t0_tokens", 0),
+             pp && pp->type == JSON_TRUE, (int)num_or(o, "window", 64), (int)num_or(o, "sinks", 4), (int)num_or(o, "delta", 64),
+             up && up->type == JSON_TRUE);
     x->t0_share = num_or(kv, "t0_share", NAN);
     return 0;
 }
@@ -214,11 +216,12 @@ void harness_out_config(struct json_out *j, const struct harness_opts *o) {
 
 /* The KV options that exist since results lines record them, written only when not the default,
  * so older lines (which lack them) stay comparable: T2 codec, absolute tokens per sequence, the
- * baselines' protected prompt, and window/sinks/delta when changed. */
+ * baselines' protected prompt, window/sinks/delta when changed, and the unpinned prompt. */
 void harness_out_kv_extra(struct json_out *j, const tkv_kv_params *kv) {
     if (kv->t2_codec && strcmp(kv->t2_codec, "q8h")) json_out_key(j, "t2_codec"), json_out_str(j, kv->t2_codec);
     if (kv->t0_tokens) json_out_key(j, "t0_tokens"), json_out_int(j, kv->t0_tokens);
     if (kv->protect_prompt) json_out_key(j, "protect_prompt"), json_out_bool(j, 1);
+    if (kv->unpin_prompt) json_out_key(j, "unpin_prompt"), json_out_bool(j, 1);
     if (kv->window != 64) json_out_key(j, "window"), json_out_int(j, kv->window);
     if (kv->sinks != 4) json_out_key(j, "sinks"), json_out_int(j, kv->sinks);
     if (kv->delta != 64) json_out_key(j, "delta"), json_out_int(j, kv->delta);
@@ -226,8 +229,8 @@ void harness_out_kv_extra(struct json_out *j, const tkv_kv_params *kv) {
 
 /* A line's form of the same options, to refuse mixing configurations in one results file. */
 void harness_kv_extra_key(const tkv_kv_params *kv, char *b, size_t n) {
-    snprintf(b, n, "%s/%d/%d/%d/%d/%d", kv->t2_codec && strcmp(kv->t2_codec, "q8h") ? kv->t2_codec : "q8h", kv->t0_tokens,
-             kv->protect_prompt, kv->window, kv->sinks, kv->delta);
+    snprintf(b, n, "%s/%d/%d/%d/%d/%d/%d", kv->t2_codec && strcmp(kv->t2_codec, "q8h") ? kv->t2_codec : "q8h", kv->t0_tokens,
+             kv->protect_prompt, kv->window, kv->sinks, kv->delta, kv->unpin_prompt);
 }
 
 /* ---- summaries ---- */

@@ -229,6 +229,8 @@ int kv_seq_share_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t
     kv_seq *s = &kv->seq[src], *d = &kv->seq[dst];
     if (!kv_policy_copies_prefix(kv->o.policy))
         return tkv_errf(err, errlen, "kv: policy %s scores the prompt's own attention; its prefix cannot be copied", kv->ops->name);
+    if (kv->o.unpin_prompt)
+        return tkv_errf(err, errlen, "kv: an unpinned prompt may leave T0 and shared rows never move: no prefix is shared");
     if (src == dst || d->len != 0 || n < 1 || n > s->len || n > d->n_ctx)
         return tkv_errf(err, errlen, "kv: cannot copy %d positions of sequence %d (holding %d) into sequence %d (holding %d)", n,
                         src, s->len, dst, d->len);
@@ -375,6 +377,7 @@ void kv_batch_end(kv_cache *kv, const int *seqs, const uint8_t *is_prompt, int n
     for (int t = 0; t < n; t++) {
         kv_seq *s = kv_get_seq(kv, seqs[t]);
         s->fresh_from = s->len; /* every layer of the new tokens is written */
+        if (kv->o.unpin_prompt && kv->mode != KV_B_SHARED) kv_trim_t0(kv, s);
     }
     if (!kv->ops->tiered) return;
     for (int t = 0; t < n; t++) {

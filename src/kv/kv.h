@@ -58,6 +58,9 @@ typedef struct {
     uint64_t hbm_budget_bytes; /* absolute T0 budget for all sequences together */
     int t0_tokens;             /* absolute T0 budget per sequence, in tokens */
     int protect_prompt;        /* baselines: the prompt is kept outside their budget */
+    int unpin_prompt;          /* hierarchy: the prompt is never evicted nor lossy, but not pinned in T0:
+                                  it competes for T0 by score and waits in T1 otherwise, so T0 can hold
+                                  less than the prompt (0: pinned in T0, the default) */
     int delta;                 /* re-tier every delta decode steps (default 64) */
     int sinks;                 /* protected first tokens (default 4) */
     int window;                /* protected last positions (default 64); the newest token always is */

@@ -47,18 +47,24 @@ int kv_ratio_tokens(double r, int len) { return r > 0 ? (int)floor(r * len + 1e-
 /* ---- protection ---- */
 
 int kv_is_protected(const kv_cache *kv, const kv_seq *s, int pos, int len) {
-    return s->prompt[pos] || pos < kv->o.sinks || pos >= len - kv->window;
+    return (s->prompt[pos] && !kv->o.unpin_prompt) || pos < kv->o.sinks || pos >= len - kv->window;
 }
 
+/* The T0 places s needs at length len: protected positions, and with an unpinned prompt the prompt
+ * tokens of the forward call under way (not written yet, so they cannot move; kv_trim_t0 gives the
+ * places back once they are). */
 int kv_prot_count(const kv_cache *kv, const kv_seq *s, int len) {
-    int n = s->n_prompt, sink_end = kv->o.sinks < len ? kv->o.sinks : len;
-    for (int i = 0; i < sink_end; i++) n += !s->prompt[i];
+    const uint8_t *pinned = kv->o.unpin_prompt ? NULL : s->prompt; /* prompt positions counted below */
+    int n = pinned ? s->n_prompt : 0, sink_end = kv->o.sinks < len ? kv->o.sinks : len;
+    for (int i = 0; i < sink_end; i++) n += !pinned || !pinned[i];
     int w0 = len - kv->window;
     if (w0 < sink_end) w0 = sink_end;
-    for (int i = w0; i < len; i++) n += !s->prompt[i];
+    for (int i = w0; i < len; i++) n += !pinned || !pinned[i];
+    for (int i = s->fresh_from > sink_end ? s->fresh_from : sink_end; !pinned && i < w0 && i < s->len; i++) n += s->prompt[i];
     return n;
 }
 
+/* An unpinned prompt is reserved as a pinned one: its prefill chunks sit in T0 until written. */
 int kv_reserve_need(const kv_cache *kv, int n_ctx, int n_prompt) {
     if (!kv->ops->tiered) return n_ctx; /* full: every token stays */
     int64_t need = (int64_t)n_prompt + (kv->o.sinks > n_prompt ? kv->o.sinks - n_prompt : 0) + kv->window;
@@ -109,6 +115,10 @@ int kv_validate(const kv_options *o, const kv_policy_ops *ops, int *mode, int *s
     if ((int64_t)o->n_head_kv * o->head_dim > 8192)
         return tkv_errf(err, errlen, "kv: kv dimension %d x %d above 8192", o->n_head_kv, o->head_dim);
     if (!ops) return tkv_errf(err, errlen, "kv: unknown policy %d", (int)o->policy);
+    if (o->unpin_prompt && o->policy != KV_POLICY_HIERARCHY)
+        return tkv_errf(err, errlen,
+                        "kv: policy %s cannot unpin the prompt: an unpinned prompt waits in T1, which only policy "
+                        "hierarchy has", ops->name);
     if (o->t2_fmt == BE_KV_F16 || o->t2_fmt == BE_KV_F32 || be_kv_record_bytes(o->t2_fmt, 1, o->head_dim) == 0)
         return tkv_errf(err, errlen, "kv: T2 format %d is not a T2 codec", (int)o->t2_fmt);
     char cerr[160];
@@ -200,9 +210,9 @@ int kv_plan(const kv_options *o, int batch, int ctx, int prompt, kv_plan_result 
     if (kv_validate(&v, ops, &mode, &seq_tokens, &shared, err, errlen)) return -1;
     for (int t = 0; t < 3; t++) out->token_bytes[t] = token_bytes_of(&v, t);
     /* a cache-less sequence at its full length: the rules of kv_t0_budget and kv_prot_count */
-    int window = o->window > 1 ? o->window : 1;
-    int64_t n = ctx, prot = prompt + (o->sinks > prompt ? (o->sinks < ctx ? o->sinks : ctx) - prompt : 0) +
-                            (window < ctx - prompt ? window : ctx - prompt);
+    int window = o->window > 1 ? o->window : 1, pinned = o->unpin_prompt ? 0 : prompt;
+    int64_t n = ctx, prot = pinned + (o->sinks > pinned ? (o->sinks < ctx ? o->sinks : ctx) - pinned : 0) +
+                            (window < ctx - pinned ? window : ctx - pinned);
     if (prot > n) prot = n;
     out->protected_tokens = prot;
     int64_t t0 = n;
@@ -218,12 +228,16 @@ int kv_plan(const kv_options *o, int batch, int ctx, int prompt, kv_plan_result 
         if (t0 < prot) out->raised = 1, t0 = prot;
         if (t0 > n) t0 = n;
         int64_t rest = n - t0, t3 = kv_ratio_tokens(o->evict_ratio, ctx), t2 = 0, t1 = 0;
-        if (t3 > rest) t3 = rest;
+        /* an unpinned prompt is never T2 nor evicted: only the unprotected generated tokens are */
+        int64_t lossy_max = o->unpin_prompt ? n - prot - (prompt - (o->sinks < prompt ? o->sinks : prompt)) : rest;
+        if (lossy_max > rest) lossy_max = rest;
+        if (lossy_max < 0) lossy_max = 0;
+        if (t3 > lossy_max) t3 = lossy_max;
         if (o->policy == KV_POLICY_EVICT) t3 = rest;
         else if (o->policy == KV_POLICY_QUANT) t2 = rest - t3;
         else {
             t2 = kv_ratio_tokens(o->t2_ratio, ctx);
-            if (t2 > rest - t3) t2 = rest - t3;
+            if (t2 > lossy_max - t3) t2 = lossy_max - t3;
             t1 = rest - t2 - t3;
         }
         out->t1 = t1, out->t2 = t2, out->t3 = t3;

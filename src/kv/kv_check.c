@@ -68,6 +68,8 @@ static int check_seq(const kv_cache *kv, int q, int32_t *count[BE_N_POOLS], char
         }
         if (kv->ops->select && kv_is_protected(kv, s, p, s->len) && t != KV_T0)
             return tkv_errf(err, errlen, "seq %d: protected position %d is in T%d", q, p, t);
+        if (kv->o.unpin_prompt && s->prompt[p] && t != KV_T0 && t != KV_T1)
+            return tkv_errf(err, errlen, "seq %d: unpinned prompt position %d is in T%d", q, p, t);
     }
     for (int t = 0; t < 4; t++)
         if (cnt[t] != s->ntok[t])

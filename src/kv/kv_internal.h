@@ -16,7 +16,8 @@
  *     (deferred);
  *   - T0 slots in use (held + deferred) never exceed the shared budget; each sequence's own T0 slots
  *     (t0_held, deferred ones it gave up included) never exceed its budget in the per-sequence modes;
- *   - protected positions are in T0; T3 positions hold no slot and never change tier again;
+ *   - protected positions are in T0 (an unpinned prompt, kv_options.unpin_prompt, in T0 or T1);
+ *     T3 positions hold no slot and never change tier again;
  *   - att[pos] = ref[pos], except positions read through STAGE (T2, and T1 when staged), which own
  *     one stage slot each;
  *   - hook-only policies (the baselines) protect nothing and use only T0 and T3: no (layer, kv head)
@@ -179,6 +180,9 @@ int kv_validate(const kv_options *o, const kv_policy_ops *ops, int *mode, int *s
 int kv_t0_budget(const kv_cache *kv, const kv_seq *s, int len, int *raised);
 /* Number of protected positions at length len. */
 int kv_prot_count(const kv_cache *kv, const kv_seq *s, int len);
+/* Demotes s's lowest-scored unprotected T0 tokens (sync) until s is within its own T0 budget: at the
+ * end of a forward call, for an unpinned prompt whose chunk T0 held while it was being written. */
+void kv_trim_t0(kv_cache *kv, kv_seq *s);
 int kv_is_protected(const kv_cache *kv, const kv_seq *s, int pos, int len);
 /* T0 tokens a sequence of n_ctx positions with an n_prompt-token prompt must be able to hold. */
 int kv_reserve_need(const kv_cache *kv, int n_ctx, int n_prompt);

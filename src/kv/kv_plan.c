@@ -231,6 +231,18 @@ int32_t kv_t0_slot_for_new(kv_cache *kv, kv_seq *s, char *err, size_t errlen) {
     }
 }
 
+void kv_trim_t0(kv_cache *kv, kv_seq *s) {
+    while (s->t0_held > kv_t0_budget(kv, s, s->len, NULL)) {
+        if (kv->batch.active) { /* slots given up by the batch in flight still count */
+            kv_complete_batch(kv);
+            continue;
+        }
+        int v = pick_victim(kv, s, s->len, NULL);
+        if (v < 0) return;
+        demote_sync(kv, s, v, kv->ops->overflow_tier);
+    }
+}
+
 /* ---- re-tiering ---- */
 
 /* Marks s's protected positions (shared slots too: they never move) in s->prot; returns the count. */
@@ -250,7 +262,7 @@ static void select_targets(kv_cache *kv, kv_seq *s, int nprot, int room0) {
     int len = s->len, evicted = (int)s->ntok[3];
     int n_cand = len - nprot - evicted;
     kv_select_in in = {
-        .n = len, .score = s->score, .prot = s->prot,
+        .n = len, .score = s->score, .prot = s->prot, .exact = kv->o.unpin_prompt ? s->prompt : NULL,
         .head_score = s->head_score, .prefill_score = s->prefill_score,
         .n_head_kv = kv->o.n_head_kv, .stride = s->n_ctx,
         .order = s->order, .scratch = s->scratch,

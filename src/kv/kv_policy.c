@@ -93,10 +93,23 @@ void kv_select_ranked(const kv_select_in *in, kv_select_out *out) {
         else in->order[m++] = i;
     }
     kv_rank(in->score, in->order, m, in->scratch);
-    int k = 0;
-    for (int t = 0; t < 3; t++)
-        for (int c = 0; c < in->cap[t] && k < m; c++) out->target[in->order[k++]] = (uint8_t)t;
-    while (k < m) out->target[in->order[k++]] = KV_T3;
+    /* tier counts of the plain top-down fill: T0 first, then T1, T2, the tail evicted */
+    int cnt[4], left = m;
+    for (int t = 0; t < 3; t++) {
+        cnt[t] = in->cap[t] < left ? (in->cap[t] > 0 ? in->cap[t] : 0) : left;
+        left -= cnt[t];
+    }
+    cnt[3] = left;
+    /* the evicted tail, then T2, from the bottom of the ranking, skipping the exact candidates; then
+     * T0 from the top and T1 for the rest. Without exact candidates this is the top-down fill. */
+    uint8_t *tg = out->target;
+    const int32_t *ord = in->order;
+    for (int k = 0; k < m; k++) tg[ord[k]] = KV_T1;
+    for (int t = 3, k = m - 1; t >= 2; t--)
+        for (int c = 0; c < cnt[t] && k >= 0; k--)
+            if (!in->exact || !in->exact[ord[k]]) tg[ord[k]] = (uint8_t)t, c++;
+    for (int k = 0, c = 0; k < m && c < cnt[0]; k++)
+        if (tg[ord[k]] == KV_T1) tg[ord[k]] = KV_T0, c++;
     out->keep_used = 0;
 }
 

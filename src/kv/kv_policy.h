@@ -9,7 +9,10 @@
  *     later position wins (recent tokens are the likelier to be read again, and the rule is total,
  *     so the ranking is deterministic);
  *   - the ranked candidates fill T0 up to cap[0], then T1 up to cap[1], then T2 up to cap[2]; the
- *     tail that is left is evicted. Each policy kind only chooses the caps (kv_policy_caps).
+ *     tail that is left is evicted. Each policy kind only chooses the caps (kv_policy_caps);
+ *   - candidates marked exact (an unpinned prompt, hierarchy only) are never T2 nor evicted: the
+ *     evicted tail and then T2 are taken from the lowest-ranked other candidates, the rest fill T0 in
+ *     rank order and T1 takes what is left.
  *
  * Baselines (streaming, h2o, rkv, snapkv) plug in here: their pure selection functions live in
  * src/kv/baselines*.c (baselines.h) and work per (layer, kv head) with their own state, so besides
@@ -31,6 +34,8 @@ typedef struct {
     const double *score;      /* [n] s_i = sum over decode steps of mean over layers and heads of attention */
     const uint8_t *tier;      /* [n] current tier */
     const uint8_t *prot;      /* [n] 1 = protected (must end in T0) */
+    const uint8_t *exact;     /* [n] 1 = a candidate that must stay exact, T0 or T1 (an unpinned prompt
+                                 token), or NULL; only for policies with a T1 */
     const float *head_score;  /* [n_head_kv][stride] decode scores per kv head, or NULL (ops.head_scores) */
     const float *prefill_score; /* [n_head_kv][stride] prefill observations per kv head, or NULL */
     int n_head_kv, stride;

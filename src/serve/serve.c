@@ -54,7 +54,7 @@ int serve_start(const serve_opts *o, serve **out, char *err, size_t errlen) {
         if (o->template_name || tkv_chat_open(o->model, "chatml", 0, &v->chat, err, errlen)) { teardown(v); return -1; }
         if (o->log) fprintf(o->log, "[serve] the model names no chat template: chatml (--template to choose)\n");
     }
-    int prefix = tkv_policy_shares_prefix(o->sp.kv.policy) ? o->prefix_entries : 0;
+    int prefix = tkv_kv_shares_prefix(&o->sp.kv) ? o->prefix_entries : 0;
     tkv_session_params sp = o->sp;
     sp.max_seqs = o->parallel + prefix;
     if (tkv_session_open(o->model, &sp, &v->s, err, errlen)) { teardown(v); return -1; }
