@@ -38,9 +38,10 @@ data=${TIERKV_DATA:-../shared/data}
 # the T2 codecs), then the rest of GSM8K's table and the centred 4-bit T2, the int8 T2 codecs on
 # MATH-500 (which one is T2's default), full and hierarchy 3% on each other benchmark, then the
 # baselines benchmark by benchmark (published and prompt-protected), StreamingLLM and SnapKV on
-# GSM8K, the absolute token budgets, the real-T0 grid (MATH-500, window 16, the first 100 problems, in MATH-500's directory
-# so that it pairs with full there; nothing evicted last: bit-identical to full by construction),
-# and the remaining T2 rows.
+# GSM8K, the absolute token budgets, and the remaining T2 rows. The real-T0 grid comes right after
+# the int8 T2 codecs on MATH-500 (in MATH-500's directory so that it pairs with full there): T0 at
+# 10% with the prompt unpinned and a 16-token window on the first 100 problems at 3% and 10%
+# eviction, T0 20% and 30% and nothing evicted on the first 25 (T0 changes no text: tested).
 configs=(
     "gsm8k-h2o-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-h2o|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5"
@@ -59,6 +60,9 @@ configs=(
     "math500-quant-q8bh|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies quant --t0 0.3 --tag t2-q8bh --t2-codec q8bh"
     "gsm8k-hiert2-q4bhc|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q4bhc --t2-ratio 0.4 --t2-codec q4bhc"
     "math500-quant-q8h|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies quant --t0 0.3 --tag t2-q8h --t2-codec q8h"
+    "realt0-unpin|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.1 --evict 0.03,0.1 --tag w16-unpin --window 16 --unpin-prompt"
+    "realt0-shares|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.2,0.3 --evict 0.03 --tag w16-unpin --window 16 --unpin-prompt"
+    "realt0-exact|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.1 --evict 0 --tag w16-unpin --window 16 --unpin-prompt"
     "math500-hier3|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.03"
     "math500-quant-q4bhc|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies quant --t0 0.3 --tag t2-q4bhc --t2-codec q4bhc"
     "arc-full|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies full"
@@ -98,10 +102,8 @@ configs=(
     "gsm8k-rkv-tok128-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 128 --tag pp --protect-prompt"
     "gsm8k-rkv-tok256-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 256 --tag pp --protect-prompt"
     "gsm8k-rkv-tok512-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 512 --tag pp --protect-prompt"
-    "realt0-grid|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.1,0.2,0.3 --evict 0.03,0.1 --tag w16 --window 16"
     "math500-quant-q4bh|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies quant --t0 0.3 --tag t2-q4bh --t2-codec q4bh"
     "gsm8k-hiert2-q8h|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8h --t2-ratio 0.4 --t2-codec q8h"
-    "realt0-exact|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.1,0.2,0.3 --evict 0 --tag w16 --window 16"
     "gsm8k-hiert2-q4bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q4bh --t2-ratio 0.4 --t2-codec q4bh")
 failed=0
 for c in "${configs[@]}"; do
@@ -111,7 +113,9 @@ for c in "${configs[@]}"; do
     echo "== $label ($(date -u +%H:%M:%S))"
     # shellcheck disable=SC2086 # flags are words
     n=$N
-    case $label in realt0-*) n=$((N / 2)) ;; esac # the real-T0 grid: the first half, paired with full there
+    # the real-T0 grid: the first half, paired with full there; the other T0 shares and nothing evicted
+    # (the same texts by construction, tested) on the first eighth, for the share held and the check
+    case $label in realt0-unpin) n=$((N / 2)) ;; realt0-*) n=$((N / 8)) ;; esac
     # a configuration that fails is reported and the queue goes on to the next one
     nice -n 19 "$bin" sweep --dir "results/$dir" --no-plot $flags -m "$model" --task "$task" \
         --data "$data/$file" --n "$n" --max-tokens "$max" --parallel 16 -t 2 ||
