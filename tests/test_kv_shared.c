@@ -173,7 +173,9 @@ static int run_alone(tkv_model *m, run_seq *r, int salt, int V, char *err, size_
     return rc;
 }
 
-TEST(kv_shared_budget_join_leave_bit_exact) {
+/* unpin: the prompt is not pinned in T0 (--unpin-prompt): it competes for the shared T0 too, and
+ * some prompt token must have waited in T1 at some step (none pinned). */
+static void join_leave(int unpin) {
     const char *path = t_shared(FIXTURE);
     FILE *probe = fopen(path, "rb");
     if (!probe) SKIP("fixture model missing");
@@ -205,6 +207,7 @@ TEST(kv_shared_budget_join_leave_bit_exact) {
     p.kv.policy = TKV_POLICY_HIERARCHY;
     p.kv.window = 16;
     p.kv.delta = 8;
+    p.kv.unpin_prompt = unpin;
     int64_t tb = 0;
     {   /* bytes of one T0 token of this model */
         tkv_session_params pp;
@@ -223,7 +226,7 @@ TEST(kv_shared_budget_join_leave_bit_exact) {
     kv_cache *kv = engine_kv(s);
     float *lg = malloc((size_t)NS * V * sizeof(float));
     int32_t prompt[256];
-    int seqs[NS], toks[NS], who[NS], refused = 0, mismatches = 0, max_live = 0, moved_up = 0;
+    int seqs[NS], toks[NS], who[NS], refused = 0, mismatches = 0, max_live = 0, moved_up = 0, prompt_in_t1 = 0;
     for (int step = 0; step < 400; step++) {
         /* joins (between steps) */
         for (int i = 0; i < NS; i++) {
@@ -276,6 +279,8 @@ TEST(kv_shared_budget_join_leave_bit_exact) {
             break;
         }
         moved_up = st.bytes_moved_up > 0;
+        for (int i = 0; i < NS; i++)
+            for (int q = 0; rs[i].seq >= 0 && q < rs[i].n_prompt; q++) prompt_in_t1 += kv_token_tier(kv, rs[i].seq, q) == 1;
     }
     tkv_sync(s);
     kv_stats st;
@@ -289,6 +294,7 @@ TEST(kv_shared_budget_join_leave_bit_exact) {
     CHECK(st.peak_t0_bytes <= budget_tokens * tb && st.t0_budget_bytes == budget_tokens * tb);
     CHECK(st.bytes_moved_down > 0 && moved_up && st.tokens[0] == 0 && st.live_seqs == 0);
     CHECK(st.tokens_evicted == 0);
+    CHECKF(unpin ? prompt_in_t1 > 0 : prompt_in_t1 == 0, "prompt tokens in T1 (summed over steps): %d", prompt_in_t1);
     /* never admitted: more than the whole budget (prompt 280 + window 16 > 260) */
     int q;
     CHECK(tkv_seq_open(s, 300, 280, &q, err, sizeof err) == TKV_ERR && strstr(err, "whole hbm budget") && q == -1);
@@ -297,6 +303,9 @@ TEST(kv_shared_budget_join_leave_bit_exact) {
     free(lg);
     tkv_model_close(m);
 }
+
+TEST(kv_shared_budget_join_leave_bit_exact) { join_leave(0); }
+TEST(kv_shared_budget_unpinned_prompt_bit_exact) { join_leave(1); }
 
 /* `tierkv bench --parallel N --policy hierarchy --hbm-budget SIZE --stats-json F`: the peak T0 of all
  * sequences together is at most SIZE, under the field names scripts read (total.peak_t0_bytes,
