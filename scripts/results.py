@@ -190,6 +190,12 @@ def paired(a, b):
     return (len(ids), sum(ca[i] for i in ids), sum(cb[i] for i in ids), oa, ob, mcnemar_p(oa, ob))
 
 
+def vs_full_cells(full, s):
+    """Table cells of s paired with full: n | full | s | only full | only s | p."""
+    n, a, b, oa, ob, p = paired(full, s) if full else (0, 0, 0, 0, 0, 1.0)
+    return f"{n} | {pct(a / n if n else None)} | {pct(b / n if n else None)} | {oa} | {ob} | {p:.3g}"
+
+
 def outputs(d, name):
     """id -> generated text of a configuration's results JSONL."""
     return {r.get("id"): r.get("output") for r in records(os.path.join(d, name + ".jsonl")) or []}
@@ -529,10 +535,8 @@ def t2_table(all_sums):
             rs = summary_records(s)
             codec = next((r.get("t2_codec") for r in rs if r.get("t2_codec")), None) or "q8h (not recorded: the default then)"
             tot = sum(x or 0 for x in t)
-            n, a, b, oa, ob, p = paired(full, s) if full else (0, 0, 0, 0, 0, 1.0)
             rows.append(f"| {os.path.basename(d)} | {s['_name']} | {codec} | {t0_held(s)} | "
-                        f"{pct((t[2] or 0) / tot if tot else None)} | {n} | {pct(a / n if n else None)} | "
-                        f"{pct(b / n if n else None)} | {oa} | {ob} | {p:.3g} |")
+                        f"{pct((t[2] or 0) / tot if tot else None)} | {vs_full_cells(full, s)} |")
     if not rows:
         return []
     return ["## T2 codecs", "",
@@ -564,7 +568,6 @@ def real_t0_table(all_sums):
         hs.sort(key=lambda h: (h[1][0] or 0, h[1][1], h[3], h[0].get("hbm_ratio") or 0))
         first = {}
         for s, key, req, unpin in hs:
-            n, a, b, oa, ob, p = paired(full, s) if full else (0, 0, 0, 0, 0, 1.0)
             ref = first.setdefault(key, s)
             if ref is s:
                 same = "—"
@@ -573,8 +576,7 @@ def real_t0_table(all_sums):
                 m = len(set(correct_by_id(ref)) & set(correct_by_id(s)))
                 same = "NA" if k is None else f"{k}/{m} ({ref['_name']})"
             rows.append(f"| {os.path.basename(d)} | {s['_name']} | {'unpinned' if unpin else 'pinned'} | {key[1]} | "
-                        f"{pct(key[0])} | {req} | {t0_held(s)} | {n} | {pct(a / n if n else None)} | "
-                        f"{pct(b / n if n else None)} | {oa} | {ob} | {p:.3g} | {same} |")
+                        f"{pct(key[0])} | {req} | {t0_held(s)} | {vs_full_cells(full, s)} | {same} |")
     if not rows:
         return []
     return ["## The T0 share requested and held", "",
