@@ -533,7 +533,7 @@ def t2_table(all_sums):
             if not ((t[2] or 0) > 0 or s.get("policy") == "quant" or "_t2-" in s["_name"]):
                 continue
             rs = summary_records(s)
-            codec = next((r.get("t2_codec") for r in rs if r.get("t2_codec")), None) or "q8h (not recorded: the default then)"
+            codec = next((r.get("t2_codec") for r in rs if r.get("t2_codec")), None) or "q8h"
             tot = sum(x or 0 for x in t)
             rows.append(f"| {os.path.basename(d)} | {s['_name']} | {codec} | {t0_held(s)} | "
                         f"{pct((t[2] or 0) / tot if tot else None)} | {vs_full_cells(full, s)} |")
@@ -544,6 +544,8 @@ def t2_table(all_sums):
             "the same problems. Codecs (docs/T2-CODECS.md): q8h int8 per (token, layer, head), the paper's; "
             "q8b/q8bh keys per 32-channel block (h: Hadamard-rotated first), values per token; q4bh 4-bit; "
             "q8bhc/q4bhc: q8bh/q4bh with the keys centred on the model's K bias first. "
+            "Results lines name the codec only when it is not q8h (so that lines written before codecs existed "
+            "stay comparable): a line without one ran q8h. "
             "T2 share: of the final length, mean over problems. only full / only T2: discordant pairs.", "",
             "| benchmark | configuration | codec | T0 held | T2 share | n | full | with T2 | only full | only T2 | p |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
