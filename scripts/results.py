@@ -570,7 +570,8 @@ def real_t0_table(all_sums):
         hs.sort(key=lambda h: (h[1][0] or 0, h[1][1], h[3], h[0].get("hbm_ratio") or 0))
         first = {}
         for s, key, req, unpin in hs:
-            ref = first.setdefault(key, s)
+            # nothing evicted: the texts should be full's (T0 and T1 hold the same values)
+            ref = full if full and not (key[0] or 0) > 0 else first.setdefault(key, s)
             if ref is s:
                 same = "—"
             else:
@@ -586,8 +587,8 @@ def real_t0_table(all_sums):
             "decode steps (the budget is raised to the protected tokens: the prompt when pinned, the first 4 "
             "and the last `window` positions). Unpinned (`--unpin-prompt`): the prompt is never evicted nor "
             "lossy but waits in T1 when it does not rank into T0. Same texts: problems whose generated text is "
-            "identical to the first configuration listed with the same eviction, window and sinks (T1 holds "
-            "T0's exact values, so the T0 share should change no text).", "",
+            "identical to full's when nothing is evicted, else to the first configuration listed with the same "
+            "eviction, window and sinks (T1 holds T0's exact values, so the T0 share should change no text).", "",
             "| benchmark | configuration | prompt | window | evict | T0 requested | T0 held | n | full | "
             "configuration acc. | only full | only config. | p | same texts as |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
