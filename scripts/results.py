@@ -266,9 +266,11 @@ def plot(dirname, sums, plotdir):
     """Accuracy against the evicted share for one benchmark, one point per configuration, into
     plotdir/DIR-evicted.png; returns the file or None (no gnuplot or nothing to plot). The T2
     configurations evict nothing and would pile up at 0 with unreadable labels: they have their own
-    table (t2_table), not a place here."""
+    table (t2_table), not a place here; nor do runs on fewer problems than full (the real-T0 grid's
+    subsets: real_t0_table), whose accuracy is not on the same problems."""
     if not shutil.which("gnuplot"):
         return None
+    n_full = next((s.get("n") for s in sums if s["_name"] == "full"), None)
     groups = {"full and hierarchy (ours)": [], "evict": [], "baselines, published setting": [],
               "baselines, prompt protected": []}
     for s in sums:
@@ -276,7 +278,7 @@ def plot(dirname, sums, plotdir):
         if x is None or n == 0 or s.get("accuracy") is None:
             continue
         pol, name = s.get("policy"), s["_name"]
-        if "_t2-" in name or pol == "quant":
+        if "_t2-" in name or pol == "quant" or (n_full and n < n_full):
             continue
         if pol in ("full", "hierarchy"):
             g = "full and hierarchy (ours)"
