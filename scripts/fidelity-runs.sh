@@ -38,7 +38,9 @@ data=${TIERKV_DATA:-../shared/data}
 # the T2 codecs), then the rest of GSM8K's table and the centred 4-bit T2, the int8 T2 codecs on
 # MATH-500 (which one is T2's default), full and hierarchy 3% on each other benchmark, then the
 # baselines benchmark by benchmark (published and prompt-protected), StreamingLLM and SnapKV on
-# GSM8K, the absolute token budgets, and the remaining T2 rows. The real-T0 grid comes right after
+# GSM8K, the absolute token budgets (the baselines and evict; the hierarchy's texts at a T0 budget are
+# those of any other T0 budget with the same eviction, so only a check on the first 25: T0 128 tokens
+# with the prompt unpinned against hierarchy 3% at T0 50%), and the remaining T2 rows. The real-T0 grid comes right after
 # the int8 T2 codecs on MATH-500 (in MATH-500's directory so that it pairs with full there): T0 at
 # 10% with the prompt unpinned and a 16-token window on the first 100 problems at 3% and 10%
 # eviction, T0 20% and 30% and nothing evicted on the first 25 (T0 changes no text: tested).
@@ -94,11 +96,12 @@ configs=(
     "gsm8k-streaming|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5"
     "gsm8k-snapkv|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5"
     "gsm8k-rkv-tok128|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 128"
-    "gsm8k-hier-tok128|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict,hierarchy --tokens 128 --evict 0.03"
+    "gsm8k-evict-tok128|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict --tokens 128"
+    "gsm8k-hier-tok128-check|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --tokens 128 --evict 0.03 --tag unpin --unpin-prompt"
     "gsm8k-rkv-tok256|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 256"
-    "gsm8k-hier-tok256|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict,hierarchy --tokens 256 --evict 0.03"
+    "gsm8k-evict-tok256|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict --tokens 256"
     "gsm8k-rkv-tok512|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 512"
-    "gsm8k-hier-tok512|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict,hierarchy --tokens 512 --evict 0.03"
+    "gsm8k-evict-tok512|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict --tokens 512"
     "gsm8k-rkv-tok128-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 128 --tag pp --protect-prompt"
     "gsm8k-rkv-tok256-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 256 --tag pp --protect-prompt"
     "gsm8k-rkv-tok512-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 512 --tag pp --protect-prompt"
@@ -115,7 +118,7 @@ for c in "${configs[@]}"; do
     n=$N
     # the real-T0 grid: the first half, paired with full there; the other T0 shares and nothing evicted
     # (the same texts by construction, tested) on the first eighth, for the share held and the check
-    case $label in realt0-unpin) n=$((N / 2)) ;; realt0-*) n=$((N / 8)) ;; esac
+    case $label in realt0-unpin) n=$((N / 2)) ;; realt0-* | *-check) n=$((N / 8)) ;; esac
     # a configuration that fails is reported and the queue goes on to the next one
     nice -n 19 "$bin" sweep --dir "results/$dir" --no-plot $flags -m "$model" --task "$task" \
         --data "$data/$file" --n "$n" --max-tokens "$max" --parallel 16 -t 2 ||
