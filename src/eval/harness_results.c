@@ -54,6 +54,13 @@ static void rec_push(struct harness_results *r, const struct harness_rec *x) {
 }
 
 /* 0 and *x filled when o is a results record (an object with a string id). */
+/* The one form of the KV options beside policy and budgets (written from a line and from the options
+ * of a run) that decides whether a line belongs to a configuration. */
+static void kv_extra_format(char *b, size_t n, const char *t2, int t0_tokens, int protect, int window, int sinks, int delta,
+                            int unpin) {
+    snprintf(b, n, "%s/%d/%d/%d/%d/%d/%d", t2, t0_tokens, protect, window, sinks, delta, unpin);
+}
+
 static int rec_from_json(const struct json_value *o, struct harness_rec *x) {
     const char *id = json_get_str(o, "id");
     if (!o || o->type != JSON_OBJECT || !id) return -1;
@@ -92,9 +99,9 @@ static int rec_from_json(const struct json_value *o, struct harness_rec *x) {
     const char *t2 = json_get_str(o, "t2_codec");
     const struct json_value *pp = json_get(o, "protect_prompt");
     const struct json_value *up = json_get(o, "unpin_prompt");
-    snprintf(x->kv_extra, sizeof x->kv_extra, "%s/%d/%d/%d/%d/%d/%d", t2 ? t2 : "q8h", (int)num_or(o, "t0_tokens", 0),
-             pp && pp->type == JSON_TRUE, (int)num_or(o, "window", 64), (int)num_or(o, "sinks", 4), (int)num_or(o, "delta", 64),
-             up && up->type == JSON_TRUE);
+    kv_extra_format(x->kv_extra, sizeof x->kv_extra, t2 ? t2 : "q8h", (int)num_or(o, "t0_tokens", 0),
+                    pp && pp->type == JSON_TRUE, (int)num_or(o, "window", 64), (int)num_or(o, "sinks", 4),
+                    (int)num_or(o, "delta", 64), up && up->type == JSON_TRUE);
     x->t0_share = num_or(kv, "t0_share", NAN);
     return 0;
 }
@@ -229,8 +236,8 @@ void harness_out_kv_extra(struct json_out *j, const tkv_kv_params *kv) {
 
 /* A line's form of the same options, to refuse mixing configurations in one results file. */
 void harness_kv_extra_key(const tkv_kv_params *kv, char *b, size_t n) {
-    snprintf(b, n, "%s/%d/%d/%d/%d/%d/%d", kv->t2_codec && strcmp(kv->t2_codec, "q8h") ? kv->t2_codec : "q8h", kv->t0_tokens,
-             kv->protect_prompt, kv->window, kv->sinks, kv->delta, kv->unpin_prompt);
+    kv_extra_format(b, n, kv->t2_codec ? kv->t2_codec : "q8h", kv->t0_tokens, kv->protect_prompt, kv->window, kv->sinks,
+                    kv->delta, kv->unpin_prompt);
 }
 
 /* ---- summaries ---- */
