@@ -40,7 +40,10 @@ data=${TIERKV_DATA:-../shared/data}
 # baselines benchmark by benchmark (published and prompt-protected), StreamingLLM and SnapKV on
 # GSM8K, the absolute token budgets (the baselines and evict; the hierarchy's texts at a T0 budget are
 # those of any other T0 budget with the same eviction, so only a check on the first 25: T0 128 tokens
-# with the prompt unpinned against hierarchy 3% at T0 50%), and the remaining T2 rows. The real-T0 grid comes right after
+# with the prompt unpinned against hierarchy 3% at T0 50%), and the remaining T2 rows. The noise
+# floor: full with an f32 cache (a perturbation smaller than any codec's) in a directory of its own,
+# paired with full (f16) by scripts/results.sh, on GSM8K after ARC's first two and on MATH-500 before
+# its T2 shares. The real-T0 grid comes right after
 # the int8 T2 codecs on MATH-500 (in MATH-500's directory so that it pairs with full there): T0 at
 # 10% with the prompt unpinned and a 16-token window on the first 100 problems at 3% and 10%
 # eviction, T0 20% and 30% and nothing evicted on the first 25 (T0 changes no text: tested).
@@ -69,6 +72,7 @@ configs=(
     "math500-quant-q4bhc|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies quant --t0 0.3 --tag t2-q4bhc --t2-codec q4bhc"
     "arc-full|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies full"
     "arc-hier3|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.03"
+    "gsm8k-full-f32|gsm8k-1.5b-n$N-f32|gsm8k|gsm8k_test.jsonl|1024|--policies full --kv-type f32"
     "mathl5-full|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies full"
     "mathl5-hier3|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.03"
     "arc-evict|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies evict --t0 0.5"
@@ -83,6 +87,7 @@ configs=(
     "math500-rkv|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5"
     "math500-h2o-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5 --tag pp --protect-prompt"
     "math500-rkv-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5 --tag pp --protect-prompt"
+    "math500-full-f32|math500-1.5b-n$N-2048-f32|math500|math500_test.jsonl|2048|--policies full --kv-type f32"
     "math500-hiert2-q8bh|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8bh --t2-ratio 0.4 --t2-codec q8bh"
     "math500-hiert2-q4bhc|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q4bhc --t2-ratio 0.4 --t2-codec q4bhc"
     "mathl5-evict|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies evict --t0 0.5"

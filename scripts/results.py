@@ -596,6 +596,63 @@ def real_t0_table(all_sums):
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
 
 
+def builds_of(s):
+    """The builds that wrote a configuration's lines, else its summary's commit."""
+    b = sorted({r.get("build") for r in summary_records(s) if r.get("build")})
+    return ", ".join(x.split()[1] if len(x.split()) > 1 else x for x in b) or s.get("commit") or "not recorded"
+
+
+def prompt_lengths(s):
+    return {r.get("id"): r.get("prompt_tokens") for r in summary_records(s)}
+
+
+def noise_table(all_sums):
+    """full against full: two lossless runs of the same task and token cap from different directories,
+    which differ in the cache's element type (f16, f32) or in the build, paired on the same problems.
+    Neither drops or quantises anything; what differs is rounding, so their discordant pairs show how
+    far greedy chains move under a perturbation smaller than any T2 codec's, the scale against which
+    the other p-values read. A run whose texts are all an earlier run's (one directory resumed from
+    another) is left out."""
+    fulls = []
+    for d, sums in all_sums:
+        for s in sums:
+            if s.get("policy") != "full":
+                continue
+            t = outputs(d, s["_name"])
+            # a run whose every text is an earlier run's (a directory resumed from another) adds no pair
+            if not any(t and all(k in u and u[k] == v for k, v in t.items()) for _, _, u in fulls):
+                fulls.append((d, s, t))
+    rows = []
+    for i, (da, a, ta) in enumerate(fulls):
+        for db, b, tb in fulls[i + 1:]:
+            if (a.get("task"), a.get("max_tokens"), a.get("model")) != (b.get("task"), b.get("max_tokens"), b.get("model")):
+                continue
+            pa, pb = prompt_lengths(a), prompt_lengths(b)
+            if any(pa[k] != pb[k] for k in pa if k in pb):
+                continue  # another prompt (a system turn or not, another template)
+            n, ca, cb, oa, ob, p = paired(a, b)
+            same = sum(1 for k in ta if k in tb and ta[k] == tb[k])
+            if n == 0:
+                continue
+            rows.append(f"| {a.get('task')} | {a.get('max_tokens')} | {os.path.basename(da)} | "
+                        f"{a.get('kv_type') or 'f32'}, {builds_of(a)} | {os.path.basename(db)} | "
+                        f"{b.get('kv_type') or 'f32'}, {builds_of(b)} | {n} | {ca} | {cb} | {oa} | {ob} | "
+                        f"{p:.3g} | {same}/{n} |")
+    if not rows:
+        return []
+    return ["## Noise floor: full against full", "",
+            "Pairs of `full` runs of one benchmark from different directories: the cache's element type (f16 "
+            "as llama.cpp, or f32; a summary without one was written before f16 existed and ran f32) or the "
+            "build differs. Nothing is evicted or quantised in either, and the f16 rounding of K and V "
+            "(relative 2^-11) is smaller than any T2 codec's error, yet a greedy chain that passes a near-tie "
+            "diverges from there. Their discordant pairs are the scale of chance against which the other "
+            "tables' p-values read. A run whose texts all equal an earlier run's (a directory resumed from "
+            "another) is left out.", "",
+            "| task | max tokens | A | A: cache, build | B | B: cache, build | n | A correct | B correct | only A | "
+            "only B | p | same texts |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
+
+
 def main():
     out, dirs, bench_dirs = sys.argv[1], sys.argv[2:], []
     if dirs and dirs[0].startswith("--benchmarks="):
@@ -621,6 +678,7 @@ def main():
         all_sums.append((d, sums))
     L += paper_table(all_sums, bench_dirs)
     L += cliffs(all_sums)
+    L += noise_table(all_sums)
     L += t2_table(all_sums)
     L += real_t0_table(all_sums)
     for d, sums in all_sums:
