@@ -6,7 +6,8 @@
  *   build/bench/t2_fidelity MODEL.gguf DATA.jsonl [--task gsm8k] [--n 16] [--offset 0]
  *       [--max-tokens 512] [--t0 0.3] [--t2 R] [--evict R] [--window N] [-t 2] CONFIG...
  *
- * CONFIG is POLICY[:CODEC] (quant:q4bh, hierarchy:q8bh, evict). One session decodes the problems
+ * CONFIG is POLICY[:CODEC] (quant:q4bh, hierarchy:q8bh, evict), or POLICY:f32 for the policy with
+ * an f32 cache instead of f16 (full:f32: how far rounding alone moves the distribution). One session decodes the problems
  * greedily with the full cache: that is the reference chain. Every CONFIG session is fed the same
  * tokens (teacher forcing: its own mistakes never steer it), all sessions in lock step, the first
  * n problems of DATA decoded together. At each decode step and for each CONFIG it compares the logits
@@ -41,7 +42,7 @@ typedef struct {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: t2_fidelity MODEL.gguf DATA.jsonl [--task gsm8k|math|arc] [--n N] [--offset K]\n"
-               "       [--max-tokens M] [--t0 R] [--t2 R] [--evict R] [--window N] [-t THREADS] POLICY[:CODEC]...\n");
+               "       [--max-tokens M] [--t0 R] [--t2 R] [--evict R] [--window N] [-t THREADS] POLICY[:CODEC|:f32]...\n");
 }
 
 /* log-softmax normaliser of x[n] in double. */
@@ -160,6 +161,8 @@ int main(int argc, char **argv) {
             sp.kv.t2_ratio = t2;
             sp.kv.evict_ratio = evict;
             if (window >= 0) sp.kv.window = window;
+            /* ":f32" is no codec: the same policy with an f32 cache (full:f32, rounding's own divergence) */
+            if (codec && !strcmp(codec, "f32")) sp.kv.f16 = 0, codec = NULL;
             sp.kv.t2_codec = codec;
         }
         cf[c].label = c ? cfg_arg[c - 1] : "full";
@@ -231,10 +234,11 @@ int main(int argc, char **argv) {
         config *x = &cf[c];
         qsort(x->kl, (size_t)x->n_kl, sizeof(double), cmp_double);
         double p99 = x->n_kl ? x->kl[(long)floor(0.99 * (double)(x->n_kl - 1))] : 0;
-        printf("| %s | %ld | %.4f | %.3e | %.3e | %ld | %.4f | %.3e |\n", x->label, x->steps,
-               x->steps ? (double)x->agree / x->steps : 0, x->steps ? x->kl_sum / x->steps : 0, p99, x->steps_lossy,
-               x->steps_lossy ? (double)x->agree_lossy / x->steps_lossy : 0,
-               x->steps_lossy ? x->kl_lossy_sum / x->steps_lossy : 0);
+        printf("| %s | %ld | %.4f | %.3e | %.3e | %ld | ", x->label, x->steps, x->steps ? (double)x->agree / x->steps : 0,
+               x->steps ? x->kl_sum / x->steps : 0, p99, x->steps_lossy);
+        if (x->steps_lossy)
+            printf("%.4f | %.3e |\n", (double)x->agree_lossy / x->steps_lossy, x->kl_lossy_sum / x->steps_lossy);
+        else printf("— | — |\n"); /* nothing outside T0/T1 (full:f32): no such steps */
     }
     for (int c = 0; c < n_s; c++) tkv_session_close(cf[c].e), free(cf[c].logits), free(cf[c].kl);
     for (int p = 0; p < n; p++) free(ids[p]);
