@@ -3,7 +3,8 @@
     python3 tests/results_test.py --tmp DIR [--bin TIERKV]
 
 Exit 0 when every expectation holds, 1 with the failures listed. The directory holds full, an H2O
-run in the published and the prompt-protected setting, a T2 run, and a run still in progress."""
+run in the published and the prompt-protected setting, a T2 run, and a run still in progress; beside it,
+full runs for the noise floor (another cache type and build, a resumed copy, other prompts)."""
 import argparse
 import json
 import os
@@ -20,12 +21,15 @@ os.makedirs(d, exist_ok=True)
 N = 10
 
 
-def write(name, policy, correct_ids, tiers=(100, 0, 0, 0), evicted=0.0, extra=None, n=N, summary=True, t0_share=None):
+def write(name, policy, correct_ids, tiers=(100, 0, 0, 0), evicted=0.0, extra=None, n=N, summary=True, t0_share=None,
+          where=d, kv_type="f16", build="abc123", text="x", prompt=30):
     ids = [f"p{i}" for i in range(n)]
-    with open(os.path.join(d, name + ".jsonl"), "w") as f:
+    os.makedirs(where, exist_ok=True)
+    with open(os.path.join(where, name + ".jsonl"), "w") as f:
         for i in ids:
-            r = {"id": i, "task": "gsm8k", "output": "</think>\\boxed{40}" if i == "p0" else "x", "pred": "", "gold": "0.4",
-                 "correct": i in correct_ids, "policy": policy, "build": "abc123",
+            r = {"id": i, "task": "gsm8k", "output": "</think>\\boxed{40}" if i == "p0" else text + i[1:] if i < "p4" else "x",
+                 "pred": "", "gold": "0.4", "correct": i in correct_ids, "policy": policy, "build": build,
+                 "prompt_tokens": prompt,
                  "kv": {"tokens": list(tiers), "evicted_equiv": evicted, "t0_share": t0_share or 0}}
             r.update(extra or {})
             f.write(json.dumps(r) + "\n")
@@ -36,8 +40,8 @@ def write(name, policy, correct_ids, tiers=(100, 0, 0, 0), evicted=0.0, extra=No
          "build_flags": "cc -O2", "policy": policy, "hbm_ratio": 0.5, "evict_ratio": -1, "n": n, "correct": k,
          "accuracy": k / n, "ci_lo": 0.1, "ci_hi": 0.9, "mean_len": 90, "max_len": 120, "length_share": 0,
          "mean_tier_tokens": list(tiers), "mean_peak_t0_bytes": 1 << 20, "mean_bytes_moved": 0,
-         "mean_t0_share": t0_share, "parallel": 4, "max_tokens": 256, "kv_type": "f16", "ids": ids, "tok_per_s": 10.0}
-    with open(os.path.join(d, name + ".summary.json"), "w") as f:
+         "mean_t0_share": t0_share, "parallel": 4, "max_tokens": 256, "kv_type": kv_type, "ids": ids, "tok_per_s": 10.0}
+    with open(os.path.join(where, name + ".summary.json"), "w") as f:
         json.dump(s, f)
 
 
@@ -47,11 +51,20 @@ write("h2o_t0-0.5_pp", "h2o", {"p1", "p2", "p3", "p4", "p5"}, tiers=(50, 0, 0, 0
 write("quant_t0-0.3_t2-q8bh", "quant", {"p0", "p1", "p2", "p3", "p4", "p5", "p6"}, tiers=(30, 0, 70, 0),
       extra={"t2_codec": "q8bh"}, t0_share=0.31)
 write("evict_t0-0.5", "evict", {"p1"}, n=4, summary=False)
+# the noise floor: full with an f32 cache from another build (p1, p2, p3 written otherwise: 3 texts differ,
+# full alone right on p6 and p7, it alone on p8), a copy of bench-x's full (resumed: left out), and a
+# full with other prompts (another system turn: not paired)
+dirs = {k: os.path.join(root, "results", k) for k in ("bench-x-f32", "bench-x-copy", "bench-x-nosys")}
+write("full", "full", {"p0", "p1", "p2", "p3", "p4", "p5", "p8"}, where=dirs["bench-x-f32"], kv_type="f32",
+      build="tierkv def456 cc", text="y")
+write("full", "full", {"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"}, where=dirs["bench-x-copy"])
+write("full", "full", {"p0"}, where=dirs["bench-x-nosys"], kv_type="f32", prompt=20, text="z")
 out = os.path.join(root, "docs", "RESULTS.md")
 env = dict(os.environ)
 if a.bin:
     env["TIERKV"] = a.bin
-p = subprocess.run(["scripts/results.sh", "-o", out, "--benchmarks", d + "," + os.path.join(root, "results", "bench-y"), d],
+p = subprocess.run(["scripts/results.sh", "-o", out, "--benchmarks", d + "," + os.path.join(root, "results", "bench-y"), d]
+                   + list(dirs.values()),
                    capture_output=True, text=True, env=env)
 fails = []
 if p.returncode != 0:
@@ -73,6 +86,8 @@ expect = [
     "| evict, T0 50% | running 4 |",
     "| R-KV 50%, published | — |",
     "Not started yet: `bench-y`.",
+    # f16 8/10 against f32 7/10: 2 vs 1, 7 of 10 texts alike
+    "| gsm8k | 256 | bench-x | f16, abc123 | bench-x-f32 | f32, def456 | 10 | 8 | 7 | 2 | 1 | 1 | 7/10 |",
 ]
 if a.bin:
     expect.append("- line checks (`tierkv verify`): 0 intact, 44 unchecked")
@@ -82,6 +97,9 @@ for e in expect:
         fails.append(f"missing: {e}")
 if "| evict_t0-0.5 | evict |" in doc:
     fails.append("a run in progress was tabulated")
+for k in ("bench-x-copy", "bench-x-nosys"):
+    if f"| {k} |" in doc.split("## Noise floor")[-1].split("\n## ")[0]:
+        fails.append(f"the noise floor paired {k}")
 for f in fails:
     print("results_test:", f)
 sys.exit(1 if fails else 0)
