@@ -242,12 +242,15 @@ def in_progress(d, sums):
 
 def provenance(d, sums):
     """Lines describing which builds wrote the lines and whether the lines are intact."""
-    builds = Counter()
+    builds, kernels = Counter(), Counter()
     paths = sorted(glob.glob(os.path.join(d, "*.jsonl")))
     for p in paths:
         for r in records(p) or []:
             builds[r.get("build") or "not recorded (written before lines carried it)"] += 1
-    out = ["- builds that wrote the lines: " + ", ".join(f"`{b}` ({n})" for b, n in builds.most_common())]
+            kernels[r.get("kernels") or "not recorded (written before lines carried them)"] += 1
+    out = ["- builds that wrote the lines: " + ", ".join(f"`{b}` ({n})" for b, n in builds.most_common()),
+           "- kernels that wrote them (their float sums differ in order, so their texts may): "
+           + ", ".join(f"`{k}` ({n})" for k, n in kernels.most_common())]
     flags = sorted({s.get("build_flags") for s in sums if s.get("build_flags")})
     commits = sorted({s.get("commit") for s in sums if s.get("commit")})
     if commits:

@@ -32,6 +32,8 @@ def write(name, policy, correct_ids, tiers=(100, 0, 0, 0), evicted=0.0, extra=No
                  "prompt_tokens": prompt,
                  "kv": {"tokens": list(tiers), "evicted_equiv": evicted, "t0_share": t0_share or 0}}
             r.update(extra or {})
+            if summary:  # the run in progress was written by a build without the field
+                r["kernels"] = "cpu avx512"
             f.write(json.dumps(r) + "\n")
     if not summary:
         return
@@ -77,6 +79,8 @@ expect = [
     "| bench-x | quant_t0-0.3_t2-q8bh | q8bh | 31.0% | 70.0% | 10 | 80.0% | 70.0% | 1 | 0 | 1 |",
     "| evict_t0-0.5 | 4 | 1 | none yet |",  # in progress, not tabulated
     "- builds that wrote the lines: `abc123` (44)",
+    "- kernels that wrote them (their float sums differ in order, so their texts may): `cpu avx512` (40), "
+    "`not recorded (written before lines carried them)` (4)",
     "| h2o_t0-0.5_pp | h2o | 0.5 | 50.0% |",
     # the paper's table: a column for bench-x, bench-y not started; H2O paired with full (8 vs 1: 7/0)
     "| configuration | bench-x |",

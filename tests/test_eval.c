@@ -125,7 +125,7 @@ TEST(eval_results_and_summary) {
     free(so);
 }
 
-/* Every line carries the build and a check; an edited line is caught, an untouched one passes. */
+/* Every line carries the build, the kernels and a check; an edited line is caught, an untouched one passes. */
 TEST(eval_lines_checked_and_verified) {
     const char *dir = setup("verify");
     if (!dir) return;
@@ -141,6 +141,7 @@ TEST(eval_lines_checked_and_verified) {
         lines++;
         CHECK(harness_verify_line(line, n) == 1);
         CHECK(memmem(line, n, "\"build\":\"", 9) != NULL);
+        CHECK(memmem(line, n, "\"kernels\":\"cpu ", 15) != NULL); /* which kernels' float sums wrote it */
         char *copy = strndup(line, n);
         char *digit = strstr(copy, "\"gen_tokens\":") + 13; /* one changed number */
         *digit = *digit == '1' ? '2' : '1';

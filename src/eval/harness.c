@@ -44,6 +44,7 @@ struct run {
     FILE *out;
     struct harness_results *res;
     const char *model_name;
+    char kernels[48]; /* "cpu avx512": which kernels wrote the lines (their float sums differ in order) */
     int rc;            /* the first error of a job (its message in err) */
     char err[512];
     /* progress */
@@ -139,6 +140,7 @@ static void on_end(void *user, const sched_end *e) {
     json_out_obj_end(&j);
     harness_out_config(&j, o);
     json_out_key(&j, "build"), json_out_str(&j, tkv_build_commit());
+    json_out_key(&j, "kernels"), json_out_str(&j, r->kernels);
     harness_sign(&j);
     /* one fwrite + fflush: with the 1 MiB buffer a line normally goes out in one write() */
     if (r->out && (fwrite(j.b.p, 1, j.b.n, r->out) != j.b.n || fputc('\n', r->out) == EOF || fflush(r->out)) && !r->rc) {
@@ -256,6 +258,9 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
         r.n_ids = tkv_xcalloc(r.n_pending, sizeof *r.n_ids);
         int max_prompt = 0;
         if (tkv_model_open(o->model_path, &o->mp, &r.m, err, errlen)) goto out;
+        tkv_model_info mi;
+        tkv_model_get_info(r.m, &mi);
+        snprintf(r.kernels, sizeof r.kernels, "%s %s", mi.backend, mi.kernels);
         if (encode_prompts(&r, &max_prompt, err, errlen)) goto out;
         tkv_session_params sp = o->sp;
         int P = (size_t)o->parallel < r.n_pending ? o->parallel : (int)r.n_pending;
