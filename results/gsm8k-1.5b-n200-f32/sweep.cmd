@@ -1,0 +1,1 @@
+tierkv sweep --dir results/gsm8k-1.5b-n200-f32 --no-plot --policies full --kv-type f32 -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 200 --max-tokens 1024 --parallel 16 -t 2
