@@ -47,6 +47,8 @@ data=${TIERKV_DATA:-../shared/data}
 # the int8 T2 codecs on MATH-500 (in MATH-500's directory so that it pairs with full there): T0 at
 # 10% with the prompt unpinned and a 16-token window on the first 100 problems at 3% and 10%
 # eviction, T0 20% and 30% and nothing evicted on the first 25 (T0 changes no text: tested).
+# MATH level 5 runs with --spread: its file is sorted by subject and its first 200 are all Algebra
+# (full got 76 of those, in results/mathl5-1.5b-n200-2048), so the 200 are taken evenly spaced.
 configs=(
     "gsm8k-h2o-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-h2o|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies h2o --t0 0.5"
@@ -73,8 +75,8 @@ configs=(
     "arc-full|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies full"
     "arc-hier3|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.03"
     "gsm8k-full-f32|gsm8k-1.5b-n$N-f32|gsm8k|gsm8k_test.jsonl|1024|--policies full --kv-type f32"
-    "mathl5-full|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies full"
-    "mathl5-hier3|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.03"
+    "mathl5-full|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies full"
+    "mathl5-hier3|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies hierarchy --t0 0.5 --evict 0.03"
     "arc-evict|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies evict --t0 0.5"
     "arc-hier10|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies hierarchy --t0 0.5 --evict 0.1"
     "arc-h2o|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies h2o --t0 0.5"
@@ -90,12 +92,12 @@ configs=(
     "math500-full-f32|math500-1.5b-n$N-2048-f32|math500|math500_test.jsonl|2048|--policies full --kv-type f32"
     "math500-hiert2-q8bh|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8bh --t2-ratio 0.4 --t2-codec q8bh"
     "math500-hiert2-q4bhc|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q4bhc --t2-ratio 0.4 --t2-codec q4bhc"
-    "mathl5-evict|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies evict --t0 0.5"
-    "mathl5-hier10|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.1"
-    "mathl5-h2o|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies h2o --t0 0.5"
-    "mathl5-rkv|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies rkv --t0 0.5"
-    "mathl5-h2o-pp|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies h2o --t0 0.5 --tag pp --protect-prompt"
-    "mathl5-rkv-pp|mathl5-1.5b-n$N-2048|math-l5|math_level5_test.jsonl|2048|--policies rkv --t0 0.5 --tag pp --protect-prompt"
+    "mathl5-evict|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies evict --t0 0.5"
+    "mathl5-hier10|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies hierarchy --t0 0.5 --evict 0.1"
+    "mathl5-h2o|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies h2o --t0 0.5"
+    "mathl5-rkv|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies rkv --t0 0.5"
+    "mathl5-h2o-pp|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies h2o --t0 0.5 --tag pp --protect-prompt"
+    "mathl5-rkv-pp|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies rkv --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-streaming-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-snapkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-streaming|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5"

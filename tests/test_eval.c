@@ -125,6 +125,37 @@ TEST(eval_results_and_summary) {
     free(so);
 }
 
+/* --spread takes the n problems at evenly spaced positions after --offset, not the first n: of 5,
+ * --n 2 runs positions 0 and 2, with --offset 1 positions 1 and 3; the summary lists those ids. */
+TEST(eval_spread_selects_evenly) {
+    const char *dir = setup("spread");
+    if (!dir) return;
+    const struct { const char *flags, *file; int want[5]; } cases[] = {
+        {"--n 2 --spread", "a.jsonl", {1, 0, 1, 0, 0}},
+        {"--offset 1 --n 2 --spread", "b.jsonl", {0, 1, 0, 1, 0}},
+        {"--n 2", "c.jsonl", {1, 1, 0, 0, 0}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char extra[700];
+        snprintf(extra, sizeof extra, "%s --summary-json %s/%s.summary", cases[c].flags, dir, cases[c].file);
+        REQUIRE(run_eval(dir, cases[c].file, extra) == 0);
+        char *o[5];
+        outputs(dir, cases[c].file, o);
+        for (int i = 0; i < 5; i++) CHECKF((o[i] != NULL) == cases[c].want[i], "%s: t-%d", cases[c].flags, i);
+        free_outputs(o);
+        char name[64];
+        snprintf(name, sizeof name, "%s.summary", cases[c].file);
+        char *sj = slurp(dir, name);
+        REQUIRE(sj);
+        for (int i = 0; i < 5; i++) {
+            char id[16];
+            snprintf(id, sizeof id, "\"t-%d\"", i);
+            CHECKF((strstr(sj, id) != NULL) == cases[c].want[i], "%s: summary and t-%d", cases[c].flags, i);
+        }
+        free(sj);
+    }
+}
+
 /* Every line carries the build, the kernels and a check; an edited line is caught, an untouched one passes. */
 TEST(eval_lines_checked_and_verified) {
     const char *dir = setup("verify");

@@ -32,6 +32,9 @@ static void usage(FILE *out) {
             "                          gsm8k_test.jsonl, math500_test.jsonl, math_level5_test.jsonl, arc_challenge_test.jsonl)\n"
             "      --n N               problems to run (default: all)\n"
             "      --offset K          skip the first K problems of the file (default 0)\n"
+            "      --spread            the N problems at evenly spaced positions of the file (after --offset)\n"
+            "                          instead of the first N: a file sorted by subject (MATH level 5: its\n"
+            "                          first 200 are all Algebra) is then sampled in proportion\n"
             "      --max-tokens N      generated tokens per problem at most (default 1024)\n"
             "      --parallel P        problems decoded together (default 8)\n"
             "      --out FILE          results JSONL, one line per problem; ids already there are skipped (resume)\n"
@@ -109,6 +112,7 @@ int cmd_eval(int argc, char **argv) {
         if (r > 0) continue;
         if (!strcmp(a, "--no-system")) { o.no_system = 1; continue; }
         if (!strcmp(a, "--no-prefix-cache")) { o.no_prefix_cache = 1; continue; }
+        if (!strcmp(a, "--spread")) { o.spread = 1; continue; }
         if (!strcmp(a, "--quiet")) { quiet = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "tierkv eval: unknown flag or missing value: %s\n", a); usage(stderr); return 2; }
         const char *v = argv[++i];

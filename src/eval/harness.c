@@ -225,6 +225,9 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
     struct run r = {0};
     memset(s, 0, sizeof *s);
     int rc = -1;
+    /* the selected items, in file order: [lo, hi), or hi - lo of them spread over [lo, set.n) */
+    size_t *sel = tkv_xmalloc((hi - lo + 1) * sizeof(size_t));
+    for (size_t k = 0; k < hi - lo; k++) sel[k] = o->spread ? lo + k * (set.n - lo) / (hi - lo) : lo + k;
     if (o->out_path) {
         if (harness_repair_tail(o->out_path, o->progress ? o->progress : stderr, err, errlen)) goto out;
         if (harness_load(o->out_path, &res, o->progress, err, errlen)) goto out;
@@ -238,7 +241,8 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
     harness_results_sort(&res);
     char extra[96];
     harness_kv_extra_key(&o->sp.kv, extra, sizeof extra);
-    for (size_t i = lo; i < hi; i++) {
+    for (size_t k = 0; k < r.total; k++) {
+        size_t i = sel[k];
         const struct harness_rec *x = harness_find(&res, set.items[i].id);
         if (x && (strcmp(x->policy, tkv_policy_name(o->sp.kv.policy)) || x->max_tokens != o->max_tokens ||
                   x->hbm_ratio != o->sp.kv.hbm_ratio || x->t2_ratio != o->sp.kv.t2_ratio ||
@@ -293,7 +297,7 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
         if (lrc) goto out;
     }
     char **ids = tkv_xmalloc((r.total + 1) * sizeof(char *));
-    for (size_t i = lo; i < hi; i++) ids[i - lo] = xstrdup(set.items[i].id);
+    for (size_t k = 0; k < r.total; k++) ids[k] = xstrdup(set.items[sel[k]].id);
     harness_results_sort(&res);
     harness_summarize(&res, ids, r.total, s);
     if (sel_ids) *sel_ids = ids, *n_sel = r.total;
@@ -308,6 +312,7 @@ out:
     free(r.ids);
     free(r.n_ids);
     free(r.pending);
+    free(sel);
     tkv_session_close(r.e);
     tkv_model_close(r.m);
     harness_results_free(&res);

@@ -27,6 +27,9 @@ struct harness_opts {
     const char *task_label;    /* the name written into results ("gsm8k", "math500", ...) */
     const char *data_path;
     long offset, n;            /* items [offset, offset + n) of the data file; n < 0: to the end */
+    int spread;                /* 1: the n items at evenly spaced positions of [offset, end) instead,
+                                  offset + floor(k (size - offset) / n) for k < n: a file sorted by
+                                  subject (MATH level 5) is then sampled in proportion */
     int max_tokens;            /* generated tokens per problem at most */
     int parallel;              /* sequence slots decoded together */
     const char *out_path;      /* results JSONL, appended to and resumed from; NULL: none */
