@@ -7,8 +7,8 @@
  *       [--max-tokens 512] [--t0 0.3] [--t2 R] [--evict R] [--window N] [-t 2] CONFIG...
  *
  * CONFIG is POLICY[:CODEC] (quant:q4bh, hierarchy:q8bh, evict), or POLICY:f32 for the policy with
- * an f32 cache instead of f16 (full:f32: how far rounding alone moves the distribution). One session decodes the problems
- * greedily with the full cache: that is the reference chain. Every CONFIG session is fed the same
+ * an f32 cache instead of f16 (full:f32: how far rounding alone moves the distribution). One session
+ * decodes the problems greedily with the full cache: that is the reference chain. Every CONFIG session is fed the same
  * tokens (teacher forcing: its own mistakes never steer it), all sessions in lock step, the first
  * n problems of DATA decoded together. At each decode step and for each CONFIG it compares the logits
  * with the reference's: whether the top token is the same, and KL(reference || config) of the
