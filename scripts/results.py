@@ -601,12 +601,8 @@ def real_t0_table(all_sums):
 
 def builds_of(s):
     """The builds that wrote a configuration's lines, else its summary's commit."""
-    b = sorted({r.get("build") for r in summary_records(s) if r.get("build")})
-    return ", ".join(x.split()[1] if len(x.split()) > 1 else x for x in b) or s.get("commit") or "not recorded"
-
-
-def prompt_lengths(s):
-    return {r.get("id"): r.get("prompt_tokens") for r in summary_records(s)}
+    return ", ".join(sorted({r.get("build") for r in summary_records(s) if r.get("build")})) or \
+        s.get("commit") or "not recorded"
 
 
 def noise_table(all_sums):
@@ -623,20 +619,19 @@ def noise_table(all_sums):
                 continue
             t = outputs(d, s["_name"])
             # a run whose every text is an earlier run's (a directory resumed from another) adds no pair
-            if not any(t and all(k in u and u[k] == v for k, v in t.items()) for _, _, u in fulls):
-                fulls.append((d, s, t))
+            if not any(t and all(k in u and u[k] == v for k, v in t.items()) for _, _, u, _ in fulls):
+                fulls.append((d, s, t, {r.get("id"): r.get("prompt_tokens") for r in summary_records(s)}))
     rows = []
-    for i, (da, a, ta) in enumerate(fulls):
-        for db, b, tb in fulls[i + 1:]:
+    for i, (da, a, ta, pa) in enumerate(fulls):
+        for db, b, tb, pb in fulls[i + 1:]:
             if (a.get("task"), a.get("max_tokens"), a.get("model")) != (b.get("task"), b.get("max_tokens"), b.get("model")):
                 continue
-            pa, pb = prompt_lengths(a), prompt_lengths(b)
             if any(pa[k] != pb[k] for k in pa if k in pb):
                 continue  # another prompt (a system turn or not, another template)
             n, ca, cb, oa, ob, p = paired(a, b)
-            same = sum(1 for k in ta if k in tb and ta[k] == tb[k])
             if n == 0:
                 continue
+            same = sum(1 for k in ta if k in tb and ta[k] == tb[k])
             rows.append(f"| {a.get('task')} | {a.get('max_tokens')} | {os.path.basename(da)} | "
                         f"{a.get('kv_type') or 'f32'}, {builds_of(a)} | {os.path.basename(db)} | "
                         f"{b.get('kv_type') or 'f32'}, {builds_of(b)} | {n} | {ca} | {cb} | {oa} | {ob} | "

@@ -58,7 +58,7 @@ write("evict_t0-0.5", "evict", {"p1"}, n=4, summary=False)
 # full with other prompts (another system turn: not paired)
 dirs = {k: os.path.join(root, "results", k) for k in ("bench-x-f32", "bench-x-copy", "bench-x-nosys")}
 write("full", "full", {"p0", "p1", "p2", "p3", "p4", "p5", "p8"}, where=dirs["bench-x-f32"], kv_type="f32",
-      build="tierkv def456 cc", text="y")
+      build="def456", text="y")
 write("full", "full", {"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"}, where=dirs["bench-x-copy"])
 write("full", "full", {"p0"}, where=dirs["bench-x-nosys"], kv_type="f32", prompt=20, text="z")
 out = os.path.join(root, "docs", "RESULTS.md")
