@@ -35,18 +35,21 @@ data=${TIERKV_DATA:-../shared/data}
 
 # label | sweep dir | task | data file | max tokens | flags for tierkv sweep. In priority order:
 # what earlier sessions finished first (GSM8K: full, hierarchy 3%, H2O and R-KV in both settings,
-# the T2 codecs), then the rest of GSM8K's table and the centred 4-bit T2, the int8 T2 codecs on
-# MATH-500 (which one is T2's default), full and hierarchy 3% on each other benchmark, then the
-# baselines benchmark by benchmark (published and prompt-protected), StreamingLLM and SnapKV on
-# GSM8K, the absolute token budgets (the baselines and evict; the hierarchy's texts at a T0 budget are
-# those of any other T0 budget with the same eviction, so only a check on the first 25: T0 128 tokens
-# with the prompt unpinned against hierarchy 3% at T0 50%), and the remaining T2 rows. The noise
-# floor: full with an f32 cache (a perturbation smaller than any codec's) in a directory of its own,
-# paired with full (f16) by scripts/results.sh, on GSM8K after ARC's first two and on MATH-500 before
-# its T2 shares. The real-T0 grid comes right after
-# the int8 T2 codecs on MATH-500 (in MATH-500's directory so that it pairs with full there): T0 at
-# 10% with the prompt unpinned and a 16-token window on the first 100 problems at 3% and 10%
-# eviction, T0 20% and 30% and nothing evicted on the first 25 (T0 changes no text: tested).
+# the T2 codecs, the rest of GSM8K's table; the int8 and centred 4-bit T2 codecs and the real-T0
+# grid on MATH-500; full and hierarchy 3% on each other benchmark), then what completes a table
+# soonest per hour of CPU: ARC's column, StreamingLLM and SnapKV on GSM8K, the knob (evict 50%,
+# hierarchy 10%) on the MATH sets, MATH-500's f32 control and T2 shares, the next N problems of
+# GSM8K on full and the centred 4-bit T2 (the one pair that missed the 95% goal; a second sample),
+# and last the longest runs: the baselines on the MATH sets (published and prompt-protected; a
+# chain whose prompt is gone runs to the token cap), then the absolute token budgets on GSM8K (the
+# baselines and evict; the hierarchy's texts at a T0 budget are those of any other T0 budget with
+# the same eviction, so only a check on the first 25: T0 128 tokens with the prompt unpinned
+# against hierarchy 3% at T0 50%), and the remaining T2 rows.
+# The noise floor: full with an f32 cache (a perturbation smaller than any codec's) in a directory of
+# its own, paired with full (f16) by scripts/results.sh. The real-T0 grid (in MATH-500's directory so
+# that it pairs with full there): T0 at 10% with the prompt unpinned and a 16-token window on the
+# first 100 problems at 3% and 10% eviction; T0 20% and 30% at 3% and T0 10% with nothing evicted
+# on the first 25 (the T0 share changes no text: tested).
 # MATH level 5 runs with --spread: its file is sorted by subject and its first 200 are all Algebra
 # (full got 76 of those, in results/mathl5-1.5b-n200-2048), so the 200 are taken evenly spaced.
 configs=(
@@ -83,25 +86,27 @@ configs=(
     "arc-rkv|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies rkv --t0 0.5"
     "arc-h2o-pp|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies h2o --t0 0.5 --tag pp --protect-prompt"
     "arc-rkv-pp|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies rkv --t0 0.5 --tag pp --protect-prompt"
-    "math500-evict|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies evict --t0 0.5"
-    "math500-hier10|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.1"
-    "math500-h2o|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5"
-    "math500-rkv|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5"
-    "math500-h2o-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5 --tag pp --protect-prompt"
-    "math500-rkv-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5 --tag pp --protect-prompt"
-    "math500-full-f32|math500-1.5b-n$N-2048-f32|math500|math500_test.jsonl|2048|--policies full --kv-type f32"
-    "math500-hiert2-q8bh|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8bh --t2-ratio 0.4 --t2-codec q8bh"
-    "math500-hiert2-q4bhc|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q4bhc --t2-ratio 0.4 --t2-codec q4bhc"
-    "mathl5-evict|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies evict --t0 0.5"
-    "mathl5-hier10|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies hierarchy --t0 0.5 --evict 0.1"
-    "mathl5-h2o|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies h2o --t0 0.5"
-    "mathl5-rkv|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies rkv --t0 0.5"
-    "mathl5-h2o-pp|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies h2o --t0 0.5 --tag pp --protect-prompt"
-    "mathl5-rkv-pp|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies rkv --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-streaming-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-snapkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-streaming|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5"
     "gsm8k-snapkv|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5"
+    "math500-evict|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies evict --t0 0.5"
+    "math500-hier10|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.1"
+    "mathl5-evict|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies evict --t0 0.5"
+    "mathl5-hier10|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies hierarchy --t0 0.5 --evict 0.1"
+    "math500-full-f32|math500-1.5b-n$N-2048-f32|math500|math500_test.jsonl|2048|--policies full --kv-type f32"
+    "math500-hiert2-q8bh|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8bh --t2-ratio 0.4 --t2-codec q8bh"
+    "math500-hiert2-q4bhc|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q4bhc --t2-ratio 0.4 --t2-codec q4bhc"
+    "gsm8k-o-full|gsm8k-1.5b-n$N-o$N|gsm8k|gsm8k_test.jsonl|1024|--offset $N --policies full"
+    "gsm8k-o-quant-q4bhc|gsm8k-1.5b-n$N-o$N|gsm8k|gsm8k_test.jsonl|1024|--offset $N --policies quant --t0 0.3 --tag t2-q4bhc --t2-codec q4bhc"
+    "math500-h2o|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5"
+    "math500-rkv|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5"
+    "math500-h2o-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5 --tag pp --protect-prompt"
+    "math500-rkv-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5 --tag pp --protect-prompt"
+    "mathl5-h2o|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies h2o --t0 0.5"
+    "mathl5-rkv|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies rkv --t0 0.5"
+    "mathl5-h2o-pp|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies h2o --t0 0.5 --tag pp --protect-prompt"
+    "mathl5-rkv-pp|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies rkv --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-rkv-tok128|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 128"
     "gsm8k-evict-tok128|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict --tokens 128"
     "gsm8k-hier-tok128-check|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --tokens 128 --evict 0.03 --tag unpin --unpin-prompt"
