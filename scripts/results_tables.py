@@ -1,0 +1,222 @@
+"""results_tables.py — the tables of docs/RESULTS.md that read across result directories: the paper's
+comparison on every benchmark, where each baseline's cliff comes from, the absolute token budgets,
+the noise floor (full against full), the T2 codecs and their goals, the T0 share requested and held.
+
+Each returns the Markdown lines of one section, or nothing when no directory has its runs. Numbers
+come from results_data.py; nothing here reads a file itself.
+"""
+import os
+import re
+
+from results_data import (correct_by_id, in_progress, load_summaries, mcnemar_p, outputs, paired, pct,
+                          same_outputs, summary_records, t0_held, vs_full_cells)
+
+
+def budget_key(name):
+    """'h2o_t0-0.5_pp' -> ('h2o', 't0-0.5', True); None for names that are not a baseline's."""
+    m = re.match(r"^(h2o|rkv|snapkv|streaming)_((?:t0|tok)-[0-9.]+)(_pp)?$", name)
+    return (m.group(1), m.group(2), bool(m.group(3))) if m else None
+
+
+def cliffs(all_sums):
+    """Where each baseline's cliff comes from: the published setting against the prompt-protected one
+    at the same budget, both paired with full on the same problems."""
+    rows = []
+    for d, sums in all_sums:
+        by = {s["_name"]: s for s in sums}
+        full = by.get("full")
+        for s in sums:
+            k = budget_key(s["_name"])
+            if not k or k[2] or not full:
+                continue
+            pp = by.get(s["_name"] + "_pp")
+            if not pp:
+                continue
+            cf, cpub, cpp = correct_by_id(full), correct_by_id(s), correct_by_id(pp)
+            ids = [i for i in cf if i in cpub and i in cpp]
+            if not ids:
+                continue
+            n = len(ids)
+            af, apub, app = (sum(c[i] for i in ids) / n for c in (cf, cpub, cpp))
+            oa = sum(1 for i in ids if cpp[i] and not cpub[i])
+            ob = sum(1 for i in ids if cpub[i] and not cpp[i])
+            rows.append(f"| {os.path.basename(d)} | {k[0]} | {k[1]} | {n} | {pct(af)} | {pct(apub)} | {pct(app)} | "
+                        f"{100 * (app - apub):+.1f} | {100 * (af - app):+.1f} | {mcnemar_p(oa, ob):.3g} |")
+    if not rows:
+        return []
+    return ["## Where each baseline's cliff comes from", "",
+            "The same baseline at the same budget in the published setting (the prompt counts inside the "
+            "budget and may be dropped) and with the prompt protected (`--protect-prompt`: the prompt is "
+            "kept and the method chooses among the generated tokens), paired with `full` on the problems "
+            "all three ran. Lost to the prompt: protected minus published; lost to eviction of the chain: "
+            "full minus protected (points of accuracy). p: exact McNemar, published against protected.", "",
+            "| benchmark | baseline | budget | n | full | published | prompt protected | lost to the prompt | lost to the chain | p |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
+
+
+PAPER_ROWS = (("full", "full cache"), ("hierarchy_t0-0.5_ev-0.03", "hierarchy, 3% evicted (T0 50%)"),
+              ("hierarchy_t0-0.5_ev-0.1", "hierarchy, 10% evicted (T0 50%)"), ("evict_t0-0.5", "evict, T0 50%"),
+              ("h2o_t0-0.5", "H2O 50%, published"), ("h2o_t0-0.5_pp", "H2O 50%, prompt protected"),
+              ("rkv_t0-0.5", "R-KV 50%, published"), ("rkv_t0-0.5_pp", "R-KV 50%, prompt protected"),
+              ("streaming_t0-0.5", "StreamingLLM 50%, published"), ("streaming_t0-0.5_pp", "StreamingLLM 50%, prompt protected"),
+              ("snapkv_t0-0.5", "SnapKV 50%, published"), ("snapkv_t0-0.5_pp", "SnapKV 50%, prompt protected"))
+
+
+def paper_table(all_sums, bench_dirs):
+    """The paper's comparison on each benchmark named by --benchmarks: one column per directory, one
+    row per configuration, accuracy and the exact McNemar p against full on the same problems."""
+    if not bench_dirs:
+        return []
+    have = {os.path.normpath(d): sums for d, sums in all_sums}
+    cols = [(d, have.get(os.path.normpath(d)) or load_summaries(d)) for d in bench_dirs if os.path.isdir(d)]
+    missing = [os.path.basename(os.path.normpath(d)) for d in bench_dirs if not os.path.isdir(d)]
+    L = ["## The paper's comparison on every benchmark", "",
+         "Accuracy of each configuration, and in brackets the exact McNemar p against `full` paired on the "
+         "same problems (n: problems of full). Running: lines written so far by a run not finished (not "
+         "compared). —: not run yet. Every directory's own section below has the intervals, lengths and "
+         "the T0 share actually held.", ""]
+    L.append("| configuration | " + " | ".join(f"{os.path.basename(os.path.normpath(d))}" for d, _ in cols) + " |")
+    L.append("| --- |" + " --- |" * len(cols))
+    fulls = [next((s for s in sums if s["_name"] == "full"), None) for _, sums in cols]
+    L.append("| n | " + " | ".join(str(f.get("n")) if f else "—" for f in fulls) + " |")
+    running = [{n: k for n, k, _, _ in in_progress(d, sums)} for d, sums in cols]  # lines so far
+    for name, label in PAPER_ROWS:
+        cells = []
+        for (d, sums), full, run in zip(cols, fulls, running):
+            s = next((x for x in sums if x["_name"] == name), None)
+            if s is None:
+                cells.append(f"running {run[name]}" if run.get(name) else "—")
+            elif s is full or full is None:
+                cells.append(pct(s.get("accuracy")))
+            else:
+                n, _, b, _, _, pv = paired(full, s)
+                cells.append(f"{pct(b / n if n else None)} (p {pv:.2g})")
+        L.append(f"| {label} | " + " | ".join(cells) + " |")
+    L.append("")
+    if missing:
+        L += ["Not started yet: " + ", ".join(f"`{m}`" for m in missing) + ".", ""]
+    return L
+
+
+def t2_table(all_sums):
+    """The T2 codecs: each configuration holding tokens in T2, paired with full."""
+    rows = []
+    for d, sums in all_sums:
+        by = {s["_name"]: s for s in sums}
+        full = by.get("full")
+        for s in sums:
+            t = s.get("mean_tier_tokens") or [0] * 4
+            if not ((t[2] or 0) > 0 or s.get("policy") == "quant" or "_t2-" in s["_name"]):
+                continue
+            rs = summary_records(s)
+            codec = next((r.get("t2_codec") for r in rs if r.get("t2_codec")), None) or "q8h"
+            tot = sum(x or 0 for x in t)
+            rows.append(f"| {os.path.basename(d)} | {s['_name']} | {codec} | {t0_held(s)} | "
+                        f"{pct((t[2] or 0) / tot if tot else None)} | {vs_full_cells(full, s)} |")
+    if not rows:
+        return []
+    return ["## T2 codecs", "",
+            "Every configuration that held tokens in T2 (int8 or 4-bit host memory), paired with `full` on "
+            "the same problems. Codecs (docs/T2-CODECS.md): q8h int8 per (token, layer, head), the paper's; "
+            "q8b/q8bh keys per 32-channel block (h: Hadamard-rotated first), values per token; q4bh 4-bit; "
+            "q8bhc/q4bhc: q8bh/q4bh with the keys centred on the model's K bias first. "
+            "Results lines name the codec only when it is not q8h (so that lines written before codecs existed "
+            "stay comparable): a line without one ran q8h. "
+            "T2 share: of the final length, mean over problems. only full / only T2: discordant pairs.", "",
+            "| benchmark | configuration | codec | T0 held | T2 share | n | full | with T2 | only full | only T2 | p |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
+
+
+def real_t0_table(all_sums):
+    """The hierarchy without T2: the T0 share requested against the one held (mean over decode steps),
+    the prompt pinned in T0 or not, and accuracy against full; configurations that differ only in T0
+    (same eviction, window and sinks) are compared text for text."""
+    rows = []
+    for d, sums in all_sums:
+        full = next((s for s in sums if s["_name"] == "full"), None)
+        hs = []
+        for s in sums:
+            t = s.get("mean_tier_tokens") or [0] * 4
+            if s.get("policy") != "hierarchy" or (t[2] or 0) > 0 or "_t2-" in s["_name"]:
+                continue
+            r0 = next(iter(summary_records(s)), {})
+            tok = r0.get("t0_tokens")
+            hs.append((s, (s.get("evict_ratio"), r0.get("window", 64), r0.get("sinks", 4)),
+                       f"{tok} tokens" if tok else pct(s.get("hbm_ratio")), bool(r0.get("unpin_prompt"))))
+        hs.sort(key=lambda h: (h[1][0] or 0, h[1][1], h[3], h[0].get("hbm_ratio") or 0))
+        first = {}
+        for s, key, req, unpin in hs:
+            # nothing evicted: the texts should be full's (T0 and T1 hold the same values)
+            ref = full if full and not (key[0] or 0) > 0 else first.setdefault(key, s)
+            if ref is s:
+                same = "—"
+            else:
+                k = same_outputs(d, ref["_name"], s["_name"], s.get("ids"))
+                m = len(set(correct_by_id(ref)) & set(correct_by_id(s)))
+                same = "NA" if k is None else f"{k}/{m} ({ref['_name']})"
+            rows.append(f"| {os.path.basename(d)} | {s['_name']} | {'unpinned' if unpin else 'pinned'} | {key[1]} | "
+                        f"{pct(key[0])} | {req} | {t0_held(s)} | {vs_full_cells(full, s)} | {same} |")
+    if not rows:
+        return []
+    return ["## The T0 share requested and held", "",
+            "Every hierarchy configuration without T2. T0 held: the share of the sequence in T0, mean over "
+            "decode steps (the budget is raised to the protected tokens: the prompt when pinned, the first 4 "
+            "and the last `window` positions). Unpinned (`--unpin-prompt`): the prompt is never evicted nor "
+            "lossy but waits in T1 when it does not rank into T0. Same texts: problems whose generated text is "
+            "identical to full's when nothing is evicted, else to the first configuration listed with the same "
+            "eviction, window and sinks (T1 holds T0's exact values, so the T0 share should change no text).", "",
+            "| benchmark | configuration | prompt | window | evict | T0 requested | T0 held | n | full | "
+            "configuration acc. | only full | only config. | p | same texts as |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
+
+
+def builds_of(s):
+    """The builds that wrote a configuration's lines, else its summary's commit."""
+    return ", ".join(sorted({r.get("build") for r in summary_records(s) if r.get("build")})) or \
+        s.get("commit") or "not recorded"
+
+
+def noise_table(all_sums):
+    """full against full: two lossless runs of the same task and token cap from different directories,
+    which differ in the cache's element type (f16, f32) or in the build, paired on the same problems.
+    Neither drops or quantises anything; what differs is rounding, so their discordant pairs show how
+    far greedy chains move under a perturbation smaller than any T2 codec's, the scale against which
+    the other p-values read. A run whose texts are all an earlier run's (one directory resumed from
+    another) is left out."""
+    fulls = []
+    for d, sums in all_sums:
+        for s in sums:
+            if s.get("policy") != "full":
+                continue
+            t = outputs(d, s["_name"])
+            # a run whose every text is an earlier run's (a directory resumed from another) adds no pair
+            if not any(t and all(k in u and u[k] == v for k, v in t.items()) for _, _, u, _ in fulls):
+                fulls.append((d, s, t, {r.get("id"): r.get("prompt_tokens") for r in summary_records(s)}))
+    rows = []
+    for i, (da, a, ta, pa) in enumerate(fulls):
+        for db, b, tb, pb in fulls[i + 1:]:
+            if (a.get("task"), a.get("max_tokens"), a.get("model")) != (b.get("task"), b.get("max_tokens"), b.get("model")):
+                continue
+            if any(pa[k] != pb[k] for k in pa if k in pb):
+                continue  # another prompt (a system turn or not, another template)
+            n, ca, cb, oa, ob, p = paired(a, b)
+            if n == 0:
+                continue
+            same = sum(1 for k in ta if k in tb and ta[k] == tb[k])
+            rows.append(f"| {a.get('task')} | {a.get('max_tokens')} | {os.path.basename(da)} | "
+                        f"{a.get('kv_type') or 'f32'}, {builds_of(a)} | {os.path.basename(db)} | "
+                        f"{b.get('kv_type') or 'f32'}, {builds_of(b)} | {n} | {ca} | {cb} | {oa} | {ob} | "
+                        f"{p:.3g} | {same}/{n} |")
+    if not rows:
+        return []
+    return ["## Noise floor: full against full", "",
+            "Pairs of `full` runs of one benchmark from different directories: the cache's element type (f16 "
+            "as llama.cpp, or f32; a summary without one was written before f16 existed and ran f32) or the "
+            "build differs. Nothing is evicted or quantised in either, and the f16 rounding of K and V "
+            "(relative 2^-11) is smaller than any T2 codec's error, yet a greedy chain that passes a near-tie "
+            "diverges from there. Their discordant pairs are the scale of chance against which the other "
+            "tables' p-values read. A run whose texts all equal an earlier run's (a directory resumed from "
+            "another) is left out.", "",
+            "| task | max tokens | A | A: cache, build | B | B: cache, build | n | A correct | B correct | only A | "
+            "only B | p | same texts |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
