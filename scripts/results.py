@@ -19,7 +19,7 @@ from collections import Counter
 
 from results_data import (evicted_share, fmt, in_progress, load_summaries, mean_dropped, no_paths, paired, pct,
                           read_tsv, records, same_outputs, shown_dir, t0_held, verify, via_percent)
-from results_tables import cliffs, noise_table, paper_table, real_t0_table, t2_table
+from results_tables import cliffs, noise_table, paper_table, real_t0_table, t2_goals, t2_table, token_budgets
 
 
 def provenance(d, sums):
@@ -248,8 +248,10 @@ def main():
         all_sums.append((d, sums))
     L += paper_table(all_sums, bench_dirs)
     L += cliffs(all_sums)
+    L += token_budgets(all_sums)
     L += noise_table(all_sums)
     L += t2_table(all_sums)
+    L += t2_goals(all_sums)
     L += real_t0_table(all_sums)
     for d, sums in all_sums:
         L += dir_section(d, sums, docdir, plotdir) if sums else started_section(d)

@@ -8,8 +8,8 @@ come from results_data.py; nothing here reads a file itself.
 import os
 import re
 
-from results_data import (correct_by_id, in_progress, load_summaries, mcnemar_p, outputs, paired, pct,
-                          same_outputs, summary_records, t0_held, vs_full_cells)
+from results_data import (correct_by_id, evicted_share, in_progress, load_summaries, mcnemar_p, outputs, paired,
+                          pct, same_outputs, summary_records, t0_held, vs_full_cells)
 
 
 def budget_key(name):
@@ -52,6 +52,63 @@ def cliffs(all_sums):
             "full minus protected (points of accuracy). p: exact McNemar, published against protected.", "",
             "| benchmark | baseline | budget | n | full | published | prompt protected | lost to the prompt | lost to the chain | p |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
+
+
+
+BUDGET_COLS = (("evict_{b}", "evict"), ("hierarchy_{b}_ev-0.03", "hierarchy 3%"),
+               ("hierarchy_{b}_ev-0.03_unpin", "hierarchy 3%, prompt unpinned"),
+               ("h2o_{b}", "H2O published"), ("h2o_{b}_pp", "H2O protected"),
+               ("rkv_{b}", "R-KV published"), ("rkv_{b}_pp", "R-KV protected"),
+               ("snapkv_{b}", "SnapKV published"), ("snapkv_{b}_pp", "SnapKV protected"),
+               ("streaming_{b}", "StreamingLLM published"), ("streaming_{b}_pp", "StreamingLLM protected"))
+
+
+def budget_order(b):
+    """'t0-0.5' before 'tok-128' before 'tok-512'."""
+    kind, v = b.split("-", 1)
+    return (kind != "t0", float(v))
+
+
+def token_budgets(all_sums):
+    """Every method at the same budgets: a share of the length (t0-R) and the absolute T0 budgets in
+    tokens (tok-N) as R-KV and SnapKV are run, for each directory that ran a token budget. A cell is
+    accuracy, the exact McNemar p against full on the same problems and the evicted share held."""
+    L = []
+    for d, sums in all_sums:
+        by = {s["_name"]: s for s in sums}
+        full = by.get("full")
+        budgets = {m.group(1) for m in (re.match(r"^[a-z0-9]+_((?:t0|tok)-[0-9.]+)", n) for n in by) if m}
+        if not full or not any(b.startswith("tok-") for b in budgets):
+            continue
+        budgets = sorted(budgets, key=budget_order)
+        cols = [(c, label) for c, label in BUDGET_COLS if any(c.format(b=b) in by for b in budgets)]
+        rows = []
+        for b in budgets:
+            cells = []
+            for c, _ in cols:
+                s = by.get(c.format(b=b))
+                if s is None:
+                    cells.append("—")
+                    continue
+                n, _, k, _, _, pv = paired(full, s)
+                few = f"n {n}, " if n != full.get("n") else ""
+                cells.append(f"{pct(k / n if n else None)} ({few}p {pv:.2g}, {pct(evicted_share(s))} ev.)")
+            if any(x != "—" for x in cells):
+                label = f"{b[4:]} tokens" if b.startswith("tok-") else f"{pct(float(b[3:]))} of the length"
+                rows.append(f"| {label} | " + " | ".join(cells) + " |")
+        L += [f"### {os.path.basename(d)} (full {pct(full.get('accuracy'))}, n {full.get('n')})", "",
+              "| T0 budget | " + " | ".join(label for _, label in cols) + " |",
+              "| --- |" + " --- |" * len(cols)] + rows + [""]
+    if not L:
+        return []
+    return ["## Every method at the same budgets", "",
+            "Each method at a T0 budget given as a share of the current length and as an absolute number "
+            "of tokens per sequence (`--t0-tokens`, as R-KV and SnapKV are usually run; the budget is raised "
+            "to the protected tokens where a method protects some). Published: the prompt counts inside the "
+            "budget; protected: `--protect-prompt`. A cell: accuracy (exact McNemar p against `full` on the "
+            "same problems, n when fewer than full's; the evicted share of the final length, mean over "
+            "problems). The hierarchy's texts at a T0 budget are those of any other T0 budget with the same "
+            "eviction (T1 holds T0's exact values), so it is run once as a check. —: not run.", ""] + L
 
 
 PAPER_ROWS = (("full", "full cache"), ("hierarchy_t0-0.5_ev-0.03", "hierarchy, 3% evicted (T0 50%)"),
@@ -98,20 +155,27 @@ def paper_table(all_sums, bench_dirs):
     return L
 
 
+def holds_t2(s):
+    t = s.get("mean_tier_tokens") or [0] * 4
+    return (t[2] or 0) > 0 or s.get("policy") == "quant" or "_t2-" in s["_name"]
+
+
+def codec_of(s):
+    """The T2 codec as the lines name it; lines name it only when it is not q8h (so that lines written
+    before codecs existed stay comparable)."""
+    return next((r.get("t2_codec") for r in summary_records(s) if r.get("t2_codec")), None) or "q8h"
+
+
 def t2_table(all_sums):
     """The T2 codecs: each configuration holding tokens in T2, paired with full."""
     rows = []
     for d, sums in all_sums:
         by = {s["_name"]: s for s in sums}
         full = by.get("full")
-        for s in sums:
+        for s in filter(holds_t2, sums):
             t = s.get("mean_tier_tokens") or [0] * 4
-            if not ((t[2] or 0) > 0 or s.get("policy") == "quant" or "_t2-" in s["_name"]):
-                continue
-            rs = summary_records(s)
-            codec = next((r.get("t2_codec") for r in rs if r.get("t2_codec")), None) or "q8h"
             tot = sum(x or 0 for x in t)
-            rows.append(f"| {os.path.basename(d)} | {s['_name']} | {codec} | {t0_held(s)} | "
+            rows.append(f"| {os.path.basename(d)} | {s['_name']} | {codec_of(s)} | {t0_held(s)} | "
                         f"{pct((t[2] or 0) / tot if tot else None)} | {vs_full_cells(full, s)} |")
     if not rows:
         return []
@@ -125,6 +189,76 @@ def t2_table(all_sums):
             "T2 share: of the final length, mean over problems. only full / only T2: discordant pairs.", "",
             "| benchmark | configuration | codec | T0 held | T2 share | n | full | with T2 | only full | only T2 | p |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
+
+
+PLACEMENT = {"--n": 1, "--offset": 1, "--out": 1, "--summary-json": 1, "--parallel": 1, "-t": 1, "--threads": 1,
+             "--spread": 0}
+
+
+def setting_of(s):
+    """What makes two runs of full comparable whichever problems they ran: the recorded command without
+    the flags that only choose problems or place the run (paths reduced to file names), and the cache
+    type (f32 where a summary predates the field)."""
+    words, out = (s.get("command") or "").split(), []
+    i = 0
+    while i < len(words):
+        if words[i] in PLACEMENT:
+            i += 1 + PLACEMENT[words[i]]
+            continue
+        out.append(os.path.basename(words[i]))
+        i += 1
+    return (" ".join(out), s.get("kv_type") or "f32")
+
+
+def t2_goals(all_sums):
+    """Each T2 configuration against the issue's goals: int8 within the noise of full (exact McNemar
+    p > 0.3), 4-bit keeping at least 95% of full's accuracy. Directories whose full runs have the same
+    setting (model, task, prompt, token cap, cache type) on disjoint problems are pooled: their
+    discordant pairs add up."""
+    groups = {}
+    for d, sums in all_sums:
+        full = next((s for s in sums if s["_name"] == "full"), None)
+        if full:
+            groups.setdefault(setting_of(full), []).append((d, full, sums))
+    rows = []
+    for members in groups.values():
+        names = sorted({s["_name"] for _, _, sums in members for s in sums if holds_t2(s)})
+        for name in names:
+            parts = [(d, full, next(s for s in sums if s["_name"] == name))
+                     for d, full, sums in members if any(s["_name"] == name for s in sums)]
+            seen, overlap = set(), False
+            for _, _, s in parts:
+                ids = set(correct_by_id(s))
+                overlap |= bool(seen & ids)
+                seen |= ids
+            if overlap:  # the same problems twice: keep the first directory alone
+                parts = parts[:1]
+            n = a = b = oa = ob = 0
+            for _, full, s in parts:
+                pn, pa, pb, poa, pob, _ = paired(full, s)
+                n, a, b, oa, ob = n + pn, a + pa, b + pb, oa + poa, ob + pob
+            if not n:
+                continue
+            codec, pv = codec_of(parts[0][2]), mcnemar_p(oa, ob)
+            kept = b / a if a else None
+            if codec.startswith("q4"):
+                goal, met = "keeps ≥ 95%", "yes" if kept is not None and kept >= 0.95 else "no"
+            else:
+                goal, met = "p > 0.3", "yes" if pv > 0.3 else ("no (T2 ahead)" if b > a else "no")
+            where = " + ".join(os.path.basename(d) for d, _, _ in parts)
+            rows.append(f"| {where} | {name} | {codec} | {n} | {pct(a / n)} | {pct(b / n)} | {pct(kept)} | {oa} | "
+                        f"{ob} | {pv:.3g} | {goal} | {met} |")
+    if not rows:
+        return []
+    return ["## T2 against its goals", "",
+            "The goals of the T2 tier: an int8 codec within the noise of `full` (exact McNemar p > 0.3), and a "
+            "4-bit codec that keeps at least 95% of full's accuracy (kept: accuracy with T2 over full's on "
+            "the same problems). Directories that ran full with the same setting (command but for the "
+            "problems chosen, and cache type) on different problems are pooled (joined by +): their "
+            "discordant pairs add up. A p-value at or under 0.3 misses the goal in either direction; "
+            "T2 ahead says which.", "",
+            "| benchmark | configuration | codec | n | full | with T2 | kept | only full | only T2 | p | goal | met |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
 
 
 def real_t0_table(all_sums):
