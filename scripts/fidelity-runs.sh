@@ -48,8 +48,9 @@ data=${TIERKV_DATA:-../shared/data}
 # The noise floor: full with an f32 cache (a perturbation smaller than any codec's) in a directory of
 # its own, paired with full (f16) by scripts/results.sh. The real-T0 grid (in MATH-500's directory so
 # that it pairs with full there): T0 at 10% with the prompt unpinned and a 16-token window on the
-# first 100 problems at 3% and 10% eviction; T0 20% and 30% at 3% and T0 10% with nothing evicted
-# on the first 25 (the T0 share changes no text: tested).
+# first 100 problems at 3% and 10% eviction; T0 20% and 30% at 0%, 3% and 10% and T0 10% with
+# nothing evicted on the first 25 (the T0 share changes no text: tested), the rest of the grid right
+# after StreamingLLM and SnapKV.
 # MATH level 5 runs with --spread: its file is sorted by subject and its first 200 are all Algebra
 # (full got 76 of those, in results/mathl5-1.5b-n200-2048), so the 200 are taken evenly spaced.
 configs=(
@@ -90,6 +91,7 @@ configs=(
     "gsm8k-snapkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5 --tag pp --protect-prompt"
     "gsm8k-streaming|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5"
     "gsm8k-snapkv|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5"
+    "realt0-grid|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.2,0.3 --evict 0,0.1 --tag w16-unpin --window 16 --unpin-prompt"
     "math500-evict|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies evict --t0 0.5"
     "math500-hier10|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.1"
     "mathl5-evict|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies evict --t0 0.5"
