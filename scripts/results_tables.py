@@ -54,7 +54,6 @@ def cliffs(all_sums):
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
 
 
-
 BUDGET_COLS = (("evict_{b}", "evict"), ("hierarchy_{b}_ev-0.03", "hierarchy 3%"),
                ("hierarchy_{b}_ev-0.03_unpin", "hierarchy 3%, prompt unpinned"),
                ("h2o_{b}", "H2O published"), ("h2o_{b}_pp", "H2O protected"),
