@@ -1,2 +1,4 @@
 tierkv sweep --dir results/arc-1.5b-n200 --no-plot --policies full -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task arc --data ../shared/data/arc_challenge_test.jsonl --n 200 --max-tokens 1024 --parallel 16 -t 2
 tierkv sweep --dir results/arc-1.5b-n200 --no-plot --policies hierarchy --t0 0.5 --evict 0.03 -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task arc --data ../shared/data/arc_challenge_test.jsonl --n 200 --max-tokens 1024 --parallel 16 -t 2
+tierkv sweep --dir results/arc-1.5b-n200 --no-plot --policies evict --t0 0.5 -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task arc --data ../shared/data/arc_challenge_test.jsonl --n 200 --max-tokens 1024 --parallel 16 -t 2
+tierkv sweep --dir results/arc-1.5b-n200 --no-plot --policies hierarchy --t0 0.5 --evict 0.1 -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task arc --data ../shared/data/arc_challenge_test.jsonl --n 200 --max-tokens 1024 --parallel 16 -t 2
