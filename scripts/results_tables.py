@@ -216,15 +216,14 @@ def t2_goals(all_sums):
     discordant pairs add up."""
     groups = {}
     for d, sums in all_sums:
-        full = next((s for s in sums if s["_name"] == "full"), None)
-        if full:
-            groups.setdefault(setting_of(full), []).append((d, full, sums))
+        by = {s["_name"]: s for s in sums}
+        if "full" in by:
+            groups.setdefault(setting_of(by["full"]), []).append((d, by))
     rows = []
     for members in groups.values():
-        names = sorted({s["_name"] for _, _, sums in members for s in sums if holds_t2(s)})
+        names = sorted({n for _, by in members for n, s in by.items() if holds_t2(s)})
         for name in names:
-            parts = [(d, full, next(s for s in sums if s["_name"] == name))
-                     for d, full, sums in members if any(s["_name"] == name for s in sums)]
+            parts = [(d, by["full"], by[name]) for d, by in members if name in by]
             seen, overlap = set(), False
             for _, _, s in parts:
                 ids = set(correct_by_id(s))
@@ -269,8 +268,7 @@ def real_t0_table(all_sums):
         full = next((s for s in sums if s["_name"] == "full"), None)
         hs = []
         for s in sums:
-            t = s.get("mean_tier_tokens") or [0] * 4
-            if s.get("policy") != "hierarchy" or (t[2] or 0) > 0 or "_t2-" in s["_name"]:
+            if s.get("policy") != "hierarchy" or holds_t2(s):
                 continue
             r0 = next(iter(summary_records(s)), {})
             tok = r0.get("t0_tokens")
