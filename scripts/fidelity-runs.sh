@@ -37,20 +37,20 @@ data=${TIERKV_DATA:-../shared/data}
 # what earlier sessions finished first (GSM8K: full, hierarchy 3%, H2O and R-KV in both settings,
 # the T2 codecs, the rest of GSM8K's table; the int8 and centred 4-bit T2 codecs and the real-T0
 # grid on MATH-500; full and hierarchy 3% on each other benchmark), then what completes a table
-# soonest per hour of CPU: ARC's column, StreamingLLM and SnapKV on GSM8K, the knob (evict 50%,
-# hierarchy 10%) on the MATH sets, MATH-500's f32 control and T2 shares, the next N problems of
-# GSM8K on full and the centred 4-bit T2 (the one pair that missed the 95% goal; a second sample),
-# and last the longest runs: the baselines on the MATH sets (published and prompt-protected; a
-# chain whose prompt is gone runs to the token cap), then the absolute token budgets on GSM8K (the
-# baselines and evict; the hierarchy's texts at a T0 budget are those of any other T0 budget with
-# the same eviction, so only a check on the first 25: T0 128 tokens with the prompt unpinned
-# against hierarchy 3% at T0 50%), and the remaining T2 rows.
+# soonest per hour of CPU, one item of the issue after another: ARC's column; the rest of the
+# real-T0 grid (item 3); MATH-500's f32 control and T2 shares, then the next N problems of GSM8K on
+# full and the centred 4-bit T2 (the one pair that missed the 95% goal; a second sample) (item 4);
+# StreamingLLM and SnapKV on GSM8K, then the absolute token budgets on GSM8K (the baselines and
+# evict; the hierarchy's texts at a T0 budget are those of any other T0 budget with the same
+# eviction, so only a check on the first 25: T0 128 tokens with the prompt unpinned against
+# hierarchy 3% at T0 50%) (item 1); the knob (evict 50%, hierarchy 10%) on the MATH sets, then the
+# longest runs, the baselines on the MATH sets (published and prompt-protected; a chain whose
+# prompt is gone runs to the token cap) (item 2); and the remaining T2 rows.
 # The noise floor: full with an f32 cache (a perturbation smaller than any codec's) in a directory of
 # its own, paired with full (f16) by scripts/results.sh. The real-T0 grid (in MATH-500's directory so
 # that it pairs with full there): T0 at 10% with the prompt unpinned and a 16-token window on the
 # first 100 problems at 3% and 10% eviction; T0 20% and 30% at 0%, 3% and 10% and T0 10% with
-# nothing evicted on the first 25 (the T0 share changes no text: tested), the rest of the grid right
-# after StreamingLLM and SnapKV.
+# nothing evicted on the first 25 (the T0 share changes no text: tested).
 # MATH level 5 runs with --spread: its file is sorted by subject and its first 200 are all Algebra
 # (full got 76 of those, in results/mathl5-1.5b-n200-2048), so the 200 are taken evenly spaced.
 configs=(
@@ -87,28 +87,16 @@ configs=(
     "arc-rkv|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies rkv --t0 0.5"
     "arc-h2o-pp|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies h2o --t0 0.5 --tag pp --protect-prompt"
     "arc-rkv-pp|arc-1.5b-n$N|arc|arc_challenge_test.jsonl|1024|--policies rkv --t0 0.5 --tag pp --protect-prompt"
-    "gsm8k-streaming-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5 --tag pp --protect-prompt"
-    "gsm8k-snapkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5 --tag pp --protect-prompt"
-    "gsm8k-streaming|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5"
-    "gsm8k-snapkv|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5"
     "realt0-grid|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.2,0.3 --evict 0,0.1 --tag w16-unpin --window 16 --unpin-prompt"
-    "math500-evict|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies evict --t0 0.5"
-    "math500-hier10|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.1"
-    "mathl5-evict|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies evict --t0 0.5"
-    "mathl5-hier10|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies hierarchy --t0 0.5 --evict 0.1"
     "math500-full-f32|math500-1.5b-n$N-2048-f32|math500|math500_test.jsonl|2048|--policies full --kv-type f32"
     "math500-hiert2-q8bh|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8bh --t2-ratio 0.4 --t2-codec q8bh"
     "math500-hiert2-q4bhc|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q4bhc --t2-ratio 0.4 --t2-codec q4bhc"
     "gsm8k-o-full|gsm8k-1.5b-n$N-o$N|gsm8k|gsm8k_test.jsonl|1024|--offset $N --policies full"
     "gsm8k-o-quant-q4bhc|gsm8k-1.5b-n$N-o$N|gsm8k|gsm8k_test.jsonl|1024|--offset $N --policies quant --t0 0.3 --tag t2-q4bhc --t2-codec q4bhc"
-    "math500-h2o|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5"
-    "math500-rkv|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5"
-    "math500-h2o-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5 --tag pp --protect-prompt"
-    "math500-rkv-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5 --tag pp --protect-prompt"
-    "mathl5-h2o|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies h2o --t0 0.5"
-    "mathl5-rkv|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies rkv --t0 0.5"
-    "mathl5-h2o-pp|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies h2o --t0 0.5 --tag pp --protect-prompt"
-    "mathl5-rkv-pp|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies rkv --t0 0.5 --tag pp --protect-prompt"
+    "gsm8k-streaming-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5 --tag pp --protect-prompt"
+    "gsm8k-snapkv-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5 --tag pp --protect-prompt"
+    "gsm8k-streaming|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies streaming --t0 0.5"
+    "gsm8k-snapkv|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies snapkv --t0 0.5"
     "gsm8k-rkv-tok128|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 128"
     "gsm8k-evict-tok128|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies evict --tokens 128"
     "gsm8k-hier-tok128-check|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --tokens 128 --evict 0.03 --tag unpin --unpin-prompt"
@@ -119,6 +107,18 @@ configs=(
     "gsm8k-rkv-tok128-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 128 --tag pp --protect-prompt"
     "gsm8k-rkv-tok256-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 256 --tag pp --protect-prompt"
     "gsm8k-rkv-tok512-pp|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies rkv,snapkv --tokens 512 --tag pp --protect-prompt"
+    "math500-evict|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies evict --t0 0.5"
+    "math500-hier10|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies hierarchy --t0 0.5 --evict 0.1"
+    "mathl5-evict|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies evict --t0 0.5"
+    "mathl5-hier10|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies hierarchy --t0 0.5 --evict 0.1"
+    "math500-h2o|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5"
+    "math500-rkv|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5"
+    "math500-h2o-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies h2o --t0 0.5 --tag pp --protect-prompt"
+    "math500-rkv-pp|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies rkv --t0 0.5 --tag pp --protect-prompt"
+    "mathl5-h2o|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies h2o --t0 0.5"
+    "mathl5-rkv|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies rkv --t0 0.5"
+    "mathl5-h2o-pp|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies h2o --t0 0.5 --tag pp --protect-prompt"
+    "mathl5-rkv-pp|mathl5-1.5b-n$N-2048-spread|math-l5|math_level5_test.jsonl|2048|--spread --policies rkv --t0 0.5 --tag pp --protect-prompt"
     "math500-quant-q4bh|math500-1.5b-n$N-2048|math500|math500_test.jsonl|2048|--policies quant --t0 0.3 --tag t2-q4bh --t2-codec q4bh"
     "gsm8k-hiert2-q8h|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q8h --t2-ratio 0.4 --t2-codec q8h"
     "gsm8k-hiert2-q4bh|gsm8k-1.5b-n$N-v2|gsm8k|gsm8k_test.jsonl|1024|--policies hierarchy --t0 0.3 --evict 0 --tag t2-0.4-q4bh --t2-ratio 0.4 --t2-codec q4bh")
