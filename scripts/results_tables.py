@@ -292,7 +292,9 @@ def real_t0_table(all_sums):
     return ["## The T0 share requested and held", "",
             "Every hierarchy configuration without T2. T0 held: the share of the sequence in T0, mean over "
             "decode steps (the budget is raised to the protected tokens: the prompt when pinned, the first 4 "
-            "and the last `window` positions). Unpinned (`--unpin-prompt`): the prompt is never evicted nor "
+            "and the last `window` positions; a re-tiering fills T0 only to the budget less the room the next "
+            "Δ tokens take, since they enter T0, so above that floor the share held is below the one "
+            "requested). Unpinned (`--unpin-prompt`): the prompt is never evicted nor "
             "lossy but waits in T1 when it does not rank into T0. Same texts: problems whose generated text is "
             "identical to full's when nothing is evicted, else to the first configuration listed with the same "
             "eviction, window and sinks (T1 holds T0's exact values, so the T0 share should change no text).", "",
