@@ -1,0 +1,1 @@
+tierkv sweep --dir results/math500-1.5b-n200-2048-f32 --no-plot --policies full --kv-type f32 -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task math500 --data ../shared/data/math500_test.jsonl --n 200 --max-tokens 2048 --parallel 16 -t 2
