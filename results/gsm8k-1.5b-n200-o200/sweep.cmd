@@ -1,0 +1,2 @@
+tierkv sweep --dir results/gsm8k-1.5b-n200-o200 --no-plot --offset 200 --policies full -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 200 --max-tokens 1024 --parallel 16 -t 2
+tierkv sweep --dir results/gsm8k-1.5b-n200-o200 --no-plot --offset 200 --policies quant --t0 0.3 --tag t2-q4bhc --t2-codec q4bhc -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task gsm8k --data ../shared/data/gsm8k_test.jsonl --n 200 --max-tokens 1024 --parallel 16 -t 2
