@@ -209,6 +209,17 @@ def setting_of(s):
     return (" ".join(out), s.get("kv_type") or "f32")
 
 
+def prompts_of(s):
+    """id -> prompt length in tokens of a configuration's lines."""
+    return {r.get("id"): r.get("prompt_tokens") for r in summary_records(s)}
+
+
+def same_prompts(pa, pb):
+    """Whether two runs saw the same prompts (the same length on every problem both ran); another system
+    turn or template is another experiment."""
+    return all(pa[k] == pb[k] for k in pa if k in pb)
+
+
 def without_kv_type(setting):
     """A setting's command without its cache type flag: f16 and f32 runs of full share it."""
     return re.sub(r" --kv-type \S+", "", setting[0])
@@ -252,7 +263,7 @@ def t2_goals(all_sums):
             for _, full, s in parts:
                 for f32 in f32_fulls.get(without_kv_type(setting_of(full)), []):
                     pn, pa, pb, poa, pob, _ = paired(f32, s)
-                    if pn and full.get("kv_type") != "f32":
+                    if pn and full.get("kv_type") != "f32" and same_prompts(prompts_of(f32), prompts_of(s)):
                         fn, fa, fb, foa, fob = fn + pn, fa + pa, fb + pb, foa + poa, fob + pob
                         break
             vs_f32 = f"{fn} | {fa} | {fb} | {foa} | {fob} | {mcnemar_p(foa, fob):.3g}" if fn else "— | — | — | — | — | —"
@@ -347,13 +358,13 @@ def noise_table(all_sums):
             t = outputs(d, s["_name"])
             # a run whose every text is an earlier run's (a directory resumed from another) adds no pair
             if not any(t and all(k in u and u[k] == v for k, v in t.items()) for _, _, u, _ in fulls):
-                fulls.append((d, s, t, {r.get("id"): r.get("prompt_tokens") for r in summary_records(s)}))
+                fulls.append((d, s, t, prompts_of(s)))
     rows = []
     for i, (da, a, ta, pa) in enumerate(fulls):
         for db, b, tb, pb in fulls[i + 1:]:
             if (a.get("task"), a.get("max_tokens"), a.get("model")) != (b.get("task"), b.get("max_tokens"), b.get("model")):
                 continue
-            if any(pa[k] != pb[k] for k in pa if k in pb):
+            if not same_prompts(pa, pb):
                 continue  # another prompt (a system turn or not, another template)
             n, ca, cb, oa, ob, p = paired(a, b)
             if n == 0:
