@@ -41,7 +41,8 @@ def cliffs(all_sums):
             oa = sum(1 for i in ids if cpp[i] and not cpub[i])
             ob = sum(1 for i in ids if cpub[i] and not cpp[i])
             rows.append(f"| {os.path.basename(d)} | {k[0]} | {k[1]} | {n} | {pct(af)} | {pct(apub)} | {pct(app)} | "
-                        f"{100 * (app - apub):+.1f} | {100 * (af - app):+.1f} | {mcnemar_p(oa, ob):.3g} |")
+                        f"{100 * (app - apub):+.1f} | {100 * (af - app):+.1f} | {mcnemar_p(oa, ob):.3g} | "
+                        f"{pct(evicted_share(s))} / {pct(evicted_share(pp))} |")
     if not rows:
         return []
     return ["## Where each baseline's cliff comes from", "",
@@ -49,9 +50,14 @@ def cliffs(all_sums):
             "budget and may be dropped) and with the prompt protected (`--protect-prompt`: the prompt is "
             "kept and the method chooses among the generated tokens), paired with `full` on the problems "
             "all three ran. Lost to the prompt: protected minus published; lost to eviction of the chain: "
-            "full minus protected (points of accuracy). p: exact McNemar, published against protected.", "",
-            "| benchmark | baseline | budget | n | full | published | prompt protected | lost to the prompt | lost to the chain | p |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
+            "full minus protected (points of accuracy). p: exact McNemar, published against protected. "
+            "Evicted: the share of the final length no longer readable at the end, mean over problems, "
+            "published / protected. SnapKV as published compresses the prompt once, at its end, and never "
+            "evicts a generated token, so all it evicts is prompt; protected, it has no prompt to compress and "
+            "runs as the R-KV paper's decode-time SnapKV (R-KV's schedule, importance only).", "",
+            "| benchmark | baseline | budget | n | full | published | prompt protected | lost to the prompt | "
+            "lost to the chain | p | evicted |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
 
 
 BUDGET_COLS = (("evict_{b}", "evict"), ("hierarchy_{b}_ev-0.03", "hierarchy 3%"),

@@ -51,7 +51,7 @@ def write(name, policy, correct_ids, tiers=(100, 0, 0, 0), evicted=0.0, extra=No
 
 write("full", "full", {"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"})
 write("h2o_t0-0.5", "h2o", {"p1"}, tiers=(50, 0, 0, 0), evicted=50)
-write("h2o_t0-0.5_pp", "h2o", {"p1", "p2", "p3", "p4", "p5"}, tiers=(50, 0, 0, 0), evicted=50, t0_share=0.5)
+write("h2o_t0-0.5_pp", "h2o", {"p1", "p2", "p3", "p4", "p5"}, tiers=(50, 0, 0, 0), evicted=25, t0_share=0.5)
 write("quant_t0-0.3_t2-q8bh", "quant", {"p0", "p1", "p2", "p3", "p4", "p5", "p6"}, tiers=(30, 0, 70, 0),
       extra={"t2_codec": "q8bh"}, t0_share=0.31)
 write("quant_t0-0.3_t2-q4bhc", "quant", {"p0", "p1", "p2", "p3", "p4", "p5", "p6"}, tiers=(30, 0, 70, 0),
@@ -86,8 +86,9 @@ if p.returncode != 0:
     fails.append(f"results.sh exited {p.returncode}: {p.stderr}")
 doc = open(out).read() if os.path.exists(out) else ""
 expect = [
-    # the cliff: full 8/10, published 1/10, protected 5/10: +40 points to the prompt, +30 to the chain
-    "| bench-x | h2o | t0-0.5 | 10 | 80.0% | 10.0% | 50.0% | +40.0 | +30.0 |",
+    # the cliff: full 8/10, published 1/10, protected 5/10: +40 points to the prompt, +30 to the chain;
+    # 4 vs 0 (p 0.125); published evicts 50 of 50, protected 25 of 50
+    "| bench-x | h2o | t0-0.5 | 10 | 80.0% | 10.0% | 50.0% | +40.0 | +30.0 | 0.125 | 100.0% / 50.0% |",
     # T2: codec from the lines, T0 held, T2 share 70%, paired with full (8 vs 7: only full 1)
     "| bench-x | quant_t0-0.3_t2-q8bh | q8bh | 31.0% | 70.0% | 10 | 80.0% | 70.0% | 1 | 0 | 1 |",
     "| evict_t0-0.5 | 4 | 1 | none yet |",  # in progress, not tabulated
