@@ -246,7 +246,10 @@ def t2_goals(all_sums):
             if by["full"].get("kv_type") == "f32":  # recorded, not assumed from an older summary
                 f32_fulls.setdefault(without_kv_type(setting), []).append(by["full"])
     rows = []
-    for members in groups.values():
+    for setting, members in groups.items():
+        # the f32 runs of full this group's full can be paired with (none when its own full is f32)
+        f32s = [] if members[0][1]["full"].get("kv_type") == "f32" else \
+            [(f, prompts_of(f)) for f in f32_fulls.get(without_kv_type(setting), [])]
         names = sorted({n for _, by in members for n, s in by.items() if holds_t2(s)})
         for name in names:
             parts = [(d, by["full"], by[name]) for d, by in members if name in by]
@@ -266,10 +269,11 @@ def t2_goals(all_sums):
             codec, pv = codec_of(parts[0][2]), mcnemar_p(oa, ob)
             # against full with an f32 cache, on the problems it ran (the first f32 run that has them)
             fn = fa = fb = foa = fob = 0
-            for _, full, s in parts:
-                for f32 in f32_fulls.get(without_kv_type(setting_of(full)), []):
+            for _, _, s in parts:
+                ps = prompts_of(s) if f32s else {}
+                for f32, pf in f32s:
                     pn, pa, pb, poa, pob, _ = paired(f32, s)
-                    if pn and full.get("kv_type") != "f32" and same_prompts(prompts_of(f32), prompts_of(s)):
+                    if pn and same_prompts(pf, ps):
                         fn, fa, fb, foa, fob = fn + pn, fa + pa, fb + pb, foa + poa, fob + pob
                         break
             vs_f32 = f"{fn} | {fa} | {fb} | {foa} | {fob} | {mcnemar_p(foa, fob):.3g}" if fn else "— | — | — | — | — | —"
