@@ -77,7 +77,8 @@ def budget_order(b):
 def token_budgets(all_sums):
     """Every method at the same budgets: a share of the length (t0-R) and the absolute T0 budgets in
     tokens (tok-N) as R-KV and SnapKV are run, for each directory that ran a token budget. A cell is
-    accuracy, the exact McNemar p against full on the same problems and the evicted share held."""
+    accuracy, the exact McNemar p against full on the same problems and the evicted share held; the
+    heading gives the range of full's prompt lengths, which a budget in tokens is measured against."""
     L = []
     for d, sums in all_sums:
         by = {s["_name"]: s for s in sums}
@@ -101,7 +102,9 @@ def token_budgets(all_sums):
             if any(x != "—" for x in cells):
                 label = f"{b[4:]} tokens" if b.startswith("tok-") else f"{pct(float(b[3:]))} of the length"
                 rows.append(f"| {label} | " + " | ".join(cells) + " |")
-        L += [f"### {os.path.basename(d)} (full {pct(full.get('accuracy'))}, n {full.get('n')})", "",
+        plen = [v for v in prompts_of(full).values() if isinstance(v, int)]
+        span = f", prompts {min(plen)}–{max(plen)} tokens" if plen else ""
+        L += [f"### {os.path.basename(d)} (full {pct(full.get('accuracy'))}, n {full.get('n')}{span})", "",
               "| T0 budget | " + " | ".join(label for _, label in cols) + " |",
               "| --- |" + " --- |" * len(cols)] + rows + [""]
     if not L:

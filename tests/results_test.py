@@ -31,7 +31,7 @@ def write(name, policy, correct_ids, tiers=(100, 0, 0, 0), evicted=0.0, extra=No
         for i in ids:
             r = {"id": i, "task": "gsm8k", "output": "</think>\\boxed{40}" if i == "p0" else text + i[1:] if i < "p4" else "x",
                  "pred": "", "gold": "0.4", "correct": i in correct_ids, "policy": policy, "build": build,
-                 "prompt_tokens": prompt,
+                 "prompt_tokens": prompt + int(i[1:]) % 3,  # the same per problem in every run
                  "kv": {"tokens": list(tiers), "evicted_equiv": evicted, "t0_share": t0_share or 0}}
             r.update(extra or {})
             if summary:  # the run in progress was written by a build without the field
@@ -106,6 +106,7 @@ expect = [
     "Not started yet: `bench-y`.",
     # the same budget in tokens: cliffs split, and every method in one row with its evicted share
     "| bench-x | rkv | tok-128 | 10 | 80.0% | 10.0% | 50.0% | +40.0 | +30.0 |",
+    "### bench-x (full 80.0%, n 10, prompts 30–32 tokens)",
     "| T0 budget | evict | H2O published | H2O protected | R-KV published | R-KV protected |",
     "| 128 tokens | 50.0% (p 0.25, 40.0% ev.) | — | — | 10.0% (p 0.016, 50.0% ev.) | 50.0% (p 0.25, 50.0% ev.) |",
     # the goals: int8 pooled over both directories (2 vs 1 over 20), 4-bit keeping 7 of 8; each also
