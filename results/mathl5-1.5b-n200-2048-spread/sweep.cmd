@@ -1,2 +1,3 @@
 tierkv sweep --dir results/mathl5-1.5b-n200-2048-spread --no-plot --spread --policies full -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task math-l5 --data ../shared/data/math_level5_test.jsonl --n 200 --max-tokens 2048 --parallel 16 -t 2
 tierkv sweep --dir results/mathl5-1.5b-n200-2048-spread --no-plot --spread --policies hierarchy --t0 0.5 --evict 0.03 -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task math-l5 --data ../shared/data/math_level5_test.jsonl --n 200 --max-tokens 2048 --parallel 16 -t 2
+tierkv sweep --dir results/mathl5-1.5b-n200-2048-spread --no-plot --spread --policies evict --t0 0.5 -m qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --task math-l5 --data ../shared/data/math_level5_test.jsonl --n 200 --max-tokens 2048 --parallel 16 -t 2
