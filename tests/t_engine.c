@@ -54,6 +54,7 @@ int te_open(const char *path, const te_options *o, te_engine **out, char *err, s
     mp.kernels = o->isa >= 0 && o->isa <= 2 ? isa[o->isa] : NULL;
     mp.mmap_weights = o->mmap_weights;
     mp.keep_layout = o->keep_layout;
+    mp.backend = o->backend;
     tkv_session_params sp;
     tkv_session_params_default(&sp);
     sp.max_seqs = o->n_seq;

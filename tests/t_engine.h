@@ -19,6 +19,7 @@ typedef struct {
     int isa;          /* -1: auto; 0 generic, 1 avx2, 2 avx512 */
     int mmap_weights, keep_layout;
     int split;        /* split attention (tkv_kv_params.split) */
+    const char *backend; /* NULL: "cpu"; "cpu-async" (a GPU's ordering, backend/cpu/cpu_async.c) */
     kv_options kv;
 } te_options;
 

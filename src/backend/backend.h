@@ -171,9 +171,10 @@ typedef struct {
     int mass_mode;               /* BE_MASS_* */
     float *mass;                 /* [n_tok][mass heads][mass_stride], masked positions 0 */
     int mass_stride;             /* >= the largest n_pos */
-    uint64_t tables_gen;         /* slots, n_pos and keep are the same as in the previous call with the
-                                    same nonzero tables_gen (one forward call: every layer), so an
-                                    implementation may keep its device copy; 0: always read them */
+    uint64_t tables_gen;         /* a promise: slots, n_pos and keep (all of them: keep masks differ per
+                                    layer) are the same as in the previous call with the same nonzero
+                                    tables_gen, so an implementation may keep its device copy; 0: always
+                                    read them. A producer gives a new value whenever any may differ */
     /* Split attention (T0 on the device, T1 where it lies, merged by log-sum-exp): tiers (bit per
      * BE_T0..BE_STAGE) restricts the positions read to those whose slot is in one of these tiers (0:
      * all); with part != NULL the call writes a partial result instead of o: part->o the weighted V
@@ -239,7 +240,9 @@ typedef struct {
                      const float *v);
     /* reads one layer's K (and V, if v is not NULL) of n slots as f32 into host memory [n][kv_dim] */
     void (*kv_read)(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, float *k, float *v);
-    /* executes moves for one layer (may be asynchronous on the copy queue; see copy_wait) */
+    /* executes moves for one layer (may be asynchronous on the copy queue; see copy_wait), as if one
+     * after another in list order. A slot a move reads may be reused (written by kv_write, or freed)
+     * only after copy_wait for its layer: until then the copy may not have read it */
     void (*copy_moves)(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer);
     /* orders later compute after every copy_moves already submitted for `layer` */
     void (*copy_wait)(be_backend *b, int layer);

@@ -206,6 +206,9 @@ void kv_retier(kv_cache *kv, const int *seqs, int n);
 void kv_complete_batch(kv_cache *kv);
 /* Finds a T0 slot for the token being appended to s at position s->len (prompt flag already set). */
 int32_t kv_t0_slot_for_new(kv_cache *kv, kv_seq *s, char *err, size_t errlen);
+/* Orders the compute queue after every copy submitted so far, on every layer (before slots that
+ * copies read are freed). */
+void kv_fence_all(kv_cache *kv);
 /* The per-layer fence: waits until the batch in flight has finished layer `layer`. */
 void kv_fence(kv_cache *kv, int layer);
 

@@ -73,9 +73,17 @@ void kv_fence(kv_cache *kv, int layer) {
     kv->be->ops->copy_wait(kv->be, layer);
 }
 
-/* Frees the batch's source slots and files its records. */
+void kv_fence_all(kv_cache *kv) {
+    for (int l = 0; l < kv->o.n_layer; l++) kv->be->ops->copy_wait(kv->be, l);
+}
+
+/* Frees the batch's source slots and files its records. The one place where slots that moves read
+ * are freed: every layer's copies are fenced first, so the compute queue cannot write a freed slot
+ * (a new token's row) before the copy that reads it has run (on a GPU the copies run on their own
+ * stream; the transfer thread having submitted them says nothing about their end). */
 static void retire_batch(kv_cache *kv, double move_seconds) {
     kv_batch *b = &kv->batch;
+    if (b->n_moves > 0) kv_fence_all(kv);
     for (int i = 0; i < b->n_deferred; i++) {
         const kv_deferred *d = &b->deferred[i];
         if (BE_SLOT_TIER(d->ref) == BE_T0 && kv->seq[d->seq].live) kv->seq[d->seq].t0_held--;
@@ -154,6 +162,7 @@ static void demote_sync(kv_cache *kv, kv_seq *s, int pos, int to) {
         TKV_ASSERT(dst != BE_SLOT_NONE);
         be_move m = {src, dst};
         for (int l = 0; l < kv->o.n_layer; l++) kv->be->ops->copy_moves(kv->be, &kv->pools, &m, 1, l);
+        kv_fence_all(kv); /* src is freed below and may be the new token's slot: its copy must have run */
         kv_place(kv, s, pos, dst);
         s->c.bytes_moved_down += kv_token_bytes(kv, BE_T0);
     }

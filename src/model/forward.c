@@ -13,6 +13,7 @@
 #include "model/forward.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,9 @@ struct fwd {
     const int32_t **tables;
     const uint8_t **keeps;
     int *n_pos;
+    /* the tables_gen of the last attention call and what it stood for (tables_gen_for) */
+    uint64_t tables_gen, gen_kv;
+    int gen_t0, gen_layer;
     double att_seconds;
 };
 
@@ -219,6 +223,23 @@ static void attention_split(fwd *f, be_attn *a, int nt) {
     }
 }
 
+/* The tables_gen of one attention call (backend.h: equal values promise equal slot tables, lengths
+ * and keep masks). Tables change with the KV module's generation and the sub-batch; keep masks also
+ * per layer, so with masks each layer gets its own value. Values are unique in the process: forward
+ * objects sharing a backend never hand it one another's value. */
+static uint64_t tables_gen_for(fwd *f, int layer, int t0, int nt) {
+    static _Atomic uint64_t next = 1;
+    int masks = 0;
+    for (int i = 0; i < nt; i++) masks |= f->keeps[i] != NULL;
+    uint64_t kg = kv_tables_gen(f->kv);
+    int kl = masks ? layer : -1;
+    if (!f->tables_gen || kg != f->gen_kv || t0 != f->gen_t0 || kl != f->gen_layer) {
+        f->tables_gen = atomic_fetch_add(&next, 1);
+        f->gen_kv = kg, f->gen_t0 = t0, f->gen_layer = kl;
+    }
+    return f->tables_gen;
+}
+
 static void attention(fwd *f, int layer, const int *seq, const int *pos, int n) {
     const model_config *c = &f->m->cfg;
     double t_start = tkv_now_s();
@@ -236,7 +257,7 @@ static void attention(fwd *f, int layer, const int *seq, const int *pos, int n) 
             .scale = 1.0f / sqrtf((float)c->head_dim), .q = f->q + (size_t)t0 * Q, .o = f->o + (size_t)t0 * Q,
             .pools = kv_pools(f->kv), .slots = f->tables, .n_pos = f->n_pos, .keep = f->keeps,
             .keep_stride = kv_keep_stride(f->kv), .mass_mode = mass, .mass = f->att, .mass_stride = f->opt.n_ctx,
-            .tables_gen = kv_tables_gen(f->kv) * 4096 + (uint64_t)t0 + 1,
+            .tables_gen = tables_gen_for(f, layer, t0, nt),
         };
         const float *w = f->att;
         if (f->opt.split) {

@@ -211,8 +211,9 @@ static const be_ops cpu_ops = {
     .attention_merge = cpu_be_attention_merge,
 };
 
-int cpu_backend_open(const be_params *p, be_backend **out, char *err, size_t errlen) {
-    *out = NULL;
+const be_ops *cpu_be_ops(void) { return &cpu_ops; }
+
+int cpu_be_init(cpu_be *c, const be_params *p, char *err, size_t errlen) {
     int threads = p && p->n_threads > 0 ? p->n_threads : 2;
     if (threads > 256) return tkv_errf(err, errlen, "threads must be 1..256 (got %d)", threads);
     cpu_isa best = cpu_detect_isa(), isa = best;
@@ -226,13 +227,22 @@ int cpu_backend_open(const be_params *p, be_backend **out, char *err, size_t err
             return tkv_errf(err, errlen, "kernel variant %s is not supported by this CPU (best: %s)", k, cpu_isa_name(best));
         isa = (cpu_isa)found;
     }
-    cpu_be *c = tkv_xcalloc(1, sizeof *c);
     c->base.ops = &cpu_ops;
     c->isa = isa;
     c->f32 = cpu_f32_ops_for(isa);
     c->keep_layout = p ? p->keep_layout : 0;
     c->pool = pool_init(threads);
     snprintf(c->desc, sizeof c->desc, "%s", cpu_isa_name(isa));
+    return 0;
+}
+
+int cpu_backend_open(const be_params *p, be_backend **out, char *err, size_t errlen) {
+    *out = NULL;
+    cpu_be *c = tkv_xcalloc(1, sizeof *c);
+    if (cpu_be_init(c, p, err, errlen)) {
+        free(c);
+        return -1;
+    }
     *out = &c->base;
     return 0;
 }

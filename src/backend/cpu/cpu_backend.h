@@ -20,6 +20,12 @@ typedef struct {
 } cpu_be;
 
 int cpu_backend_open(const be_params *p, be_backend **out, char *err, size_t errlen);
+/* Fills a zeroed cpu_be (the first member of a larger struct, for cpu_async.c); the op table of the
+ * plain CPU backend, for a backend that overrides a few of its ops. */
+int cpu_be_init(cpu_be *c, const be_params *p, char *err, size_t errlen);
+const be_ops *cpu_be_ops(void);
+/* The test backend "cpu-async" (cpu_async.c): the CPU backend with a GPU's ordering, for tests. */
+int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errlen);
 
 /* The op table's parts, by file. */
 void cpu_be_attention(be_backend *b, const be_attn *a, void *scratch);              /* cpu_attention.c */

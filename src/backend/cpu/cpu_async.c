@@ -1,0 +1,173 @@
+/* cpu_async.c — the test backend "cpu-async": the CPU backend with a GPU's ordering, so that the
+ * races a GPU would show can fail a test on a machine without one.
+ *
+ * Two things differ from "cpu", both as the CUDA backend behaves:
+ *   - copy_moves only queues its moves (per layer, in submission order, from any thread); they run
+ *     when copy_wait(layer) is called, as a copy stream's work is only known done once the compute
+ *     queue has waited for it. A slot freed or read before its layer's copy_wait therefore holds the
+ *     old bytes, or gets overwritten before the copy reads it: exactly the reuse races of a GPU.
+ *   - attention keeps a copy of the tables (slot tables, lengths, keep masks) it was given with a
+ *     nonzero tables_gen, and a later call with the same tables_gen reads that copy instead of what it
+ *     is given, as the CUDA backend reuses its device image (backend.h: the producer promises they
+ *     are the same). A producer that breaks the promise gets the stale tables a GPU would read.
+ * Everything else is the CPU backend's, bit for bit. Moves still queued when the backend closes are
+ * dropped (the KV module fences every layer before it frees its pools). Not for production use. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "base/err.h"
+
+typedef struct {
+    const be_kv_pools *p;
+    int first, n; /* moves[first .. first + n) of the layer's queue */
+} pending_call;
+
+typedef struct {
+    be_move *moves;
+    int n_moves, cap_moves;
+    pending_call *calls;
+    int n_calls, cap_calls;
+} layer_queue;
+
+typedef struct {
+    cpu_be cpu; /* first: the CPU ops cast the backend to cpu_be */
+    be_ops ops;
+    pthread_mutex_t mu;
+    layer_queue *q; /* [n_q] */
+    int n_q;
+    /* the tables of the last attention call with a nonzero tables_gen */
+    uint64_t gen;
+    int n_tok;
+    int32_t **slots;
+    int *n_pos;
+    uint8_t **keep;
+    int cap_tok;
+} async_be;
+
+static async_be *ab(be_backend *b) { return (async_be *)(void *)b; }
+
+static void *grow(void *p, int *cap, int need, size_t item) {
+    if (need <= *cap) return p;
+    int c = *cap ? *cap : 16;
+    while (c < need) c *= 2;
+    void *n = realloc(p, (size_t)c * item);
+    TKV_ASSERT(n);
+    *cap = c;
+    return n;
+}
+
+static void async_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer) {
+    async_be *a = ab(b);
+    if (n <= 0) return;
+    TKV_ASSERT(layer >= 0);
+    pthread_mutex_lock(&a->mu);
+    if (layer >= a->n_q) {
+        layer_queue *q = realloc(a->q, (size_t)(layer + 1) * sizeof *q);
+        TKV_ASSERT(q);
+        memset(q + a->n_q, 0, (size_t)(layer + 1 - a->n_q) * sizeof *q);
+        a->q = q;
+        a->n_q = layer + 1;
+    }
+    layer_queue *q = &a->q[layer];
+    q->moves = grow(q->moves, &q->cap_moves, q->n_moves + n, sizeof *q->moves);
+    q->calls = grow(q->calls, &q->cap_calls, q->n_calls + 1, sizeof *q->calls);
+    memcpy(q->moves + q->n_moves, moves, (size_t)n * sizeof *moves);
+    q->calls[q->n_calls++] = (pending_call){p, q->n_moves, n};
+    q->n_moves += n;
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* Runs the layer's queued calls in order. The queue is taken whole under the lock; calls queued
+ * meanwhile (the transfer thread) wait for the next copy_wait, as later stream work would. */
+static void async_copy_wait(be_backend *b, int layer) {
+    async_be *a = ab(b);
+    pthread_mutex_lock(&a->mu);
+    layer_queue mine = {0};
+    if (layer >= 0 && layer < a->n_q) {
+        mine = a->q[layer];
+        memset(&a->q[layer], 0, sizeof a->q[layer]);
+    }
+    pthread_mutex_unlock(&a->mu);
+    for (int i = 0; i < mine.n_calls; i++)
+        cpu_be_copy_moves(b, mine.calls[i].p, mine.moves + mine.calls[i].first, mine.calls[i].n, layer);
+    free(mine.moves);
+    free(mine.calls);
+}
+
+/* Keeps copies of a's tables under its tables_gen. */
+static void remember_tables(async_be *s, const be_attn *a) {
+    if (a->n_tok > s->cap_tok) {
+        int c = a->n_tok;
+        s->slots = realloc(s->slots, (size_t)c * sizeof *s->slots);
+        s->keep = realloc(s->keep, (size_t)c * sizeof *s->keep);
+        s->n_pos = realloc(s->n_pos, (size_t)c * sizeof *s->n_pos);
+        TKV_ASSERT(s->slots && s->keep && s->n_pos);
+        for (int t = s->cap_tok; t < c; t++) s->slots[t] = NULL, s->keep[t] = NULL;
+        s->cap_tok = c;
+    }
+    size_t keep_bytes = (size_t)a->n_head_kv * (size_t)a->keep_stride;
+    for (int t = 0; t < a->n_tok; t++) {
+        s->n_pos[t] = a->n_pos[t];
+        free(s->slots[t]);
+        s->slots[t] = tkv_xmalloc((size_t)(a->n_pos[t] > 0 ? a->n_pos[t] : 1) * sizeof(int32_t));
+        memcpy(s->slots[t], a->slots[t], (size_t)a->n_pos[t] * sizeof(int32_t));
+        free(s->keep[t]);
+        s->keep[t] = NULL;
+        if (a->keep && a->keep[t]) {
+            s->keep[t] = tkv_xmalloc(keep_bytes ? keep_bytes : 1);
+            memcpy(s->keep[t], a->keep[t], keep_bytes);
+        }
+    }
+    s->n_tok = a->n_tok;
+    s->gen = a->tables_gen;
+}
+
+static void async_attention(be_backend *b, const be_attn *a, void *scratch) {
+    async_be *s = ab(b);
+    if (!a->tables_gen) {
+        cpu_be_attention(b, a, scratch);
+        return;
+    }
+    if (a->tables_gen != s->gen || a->n_tok != s->n_tok) remember_tables(s, a);
+    be_attn c = *a;
+    c.slots = (const int32_t *const *)s->slots;
+    c.n_pos = s->n_pos;
+    c.keep = a->keep ? (const uint8_t *const *)s->keep : NULL;
+    cpu_be_attention(b, &c, scratch);
+}
+
+static void async_close(be_backend *b) {
+    async_be *a = ab(b);
+    for (int l = 0; l < a->n_q; l++) {
+        free(a->q[l].moves);
+        free(a->q[l].calls);
+    }
+    free(a->q);
+    for (int t = 0; t < a->cap_tok; t++) free(a->slots[t]), free(a->keep[t]);
+    free(a->slots);
+    free(a->keep);
+    free(a->n_pos);
+    pthread_mutex_destroy(&a->mu);
+    cpu_be_ops()->close(b); /* frees the pool and the struct itself (cpu is its first member) */
+}
+
+int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errlen) {
+    *out = NULL;
+    async_be *a = tkv_xcalloc(1, sizeof *a);
+    if (cpu_be_init(&a->cpu, p, err, errlen)) {
+        free(a);
+        return -1;
+    }
+    a->ops = *cpu_be_ops();
+    a->ops.name = "cpu-async";
+    a->ops.close = async_close;
+    a->ops.copy_moves = async_copy_moves;
+    a->ops.copy_wait = async_copy_wait;
+    a->ops.attention = async_attention;
+    a->cpu.base.ops = &a->ops;
+    pthread_mutex_init(&a->mu, NULL);
+    *out = &a->cpu.base;
+    return 0;
+}
