@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kv/kv.h"
+#include "kv/kv_internal.h" /* pool sizes */
 #include "t.h"
 #include "t_engine.h"
 
@@ -155,5 +156,57 @@ TEST(gpu_order_keep_masks_per_layer) {
         kv_stats st;
         run_case(name[i], &k, 0, 0, 64, 64, 120, &st);
         CHECKF(st.tokens_evicted > 0, "%s: nothing evicted", name[i]);
+    }
+}
+
+/* Pools are reserved when a sequence opens: no step grows one (on a GPU a growth is a cudaMalloc or
+ * cudaHostAlloc inside a timed step). Each policy runs a sequence to its full length. */
+TEST(gpu_order_pools_reserved_before_steps) {
+    NEED(QWEN2);
+    static const struct { const char *name; kv_policy_kind p; double t0, t2, ev; int staged; } cs[] = {
+        {"full", KV_POLICY_FULL, -1, 0, 0, 0},
+        {"hierarchy 30%, T2 20%, 3% evicted", KV_POLICY_HIERARCHY, 0.3, 0.2, 0.03, 0},
+        {"hierarchy 50% staged", KV_POLICY_HIERARCHY, 0.5, 0, 0, 1},
+        {"quant 30%", KV_POLICY_QUANT, 0.3, 0, 0.05, 0},
+        {"evict 50%", KV_POLICY_EVICT, 0.5, 0, 0, 0},
+        {"h2o 50%", KV_POLICY_H2O, 0.5, 0, 0, 0},
+    };
+    enum { CTX = 384, NP = 48 };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        te_options o;
+        base_options(&o, "cpu");
+        o.n_ctx = CTX;
+        o.kv.policy = cs[c].p;
+        if (cs[c].t0 >= 0) o.kv.hbm_ratio = cs[c].t0;
+        if (cs[c].t2 > 0) o.kv.t2_ratio = cs[c].t2;
+        if (cs[c].ev > 0) o.kv.evict_ratio = cs[c].ev;
+        o.kv.staged = cs[c].staged;
+        o.kv.delta = 16;
+        o.kv.window = 16;
+        char err[512];
+        te_engine *e;
+        if (te_open(t_shared(QWEN2), &o, &e, err, sizeof err)) {
+            CHECKF(0, "%s: %s", cs[c].name, err);
+            continue;
+        }
+        kv_cache *kv = te_kv(e);
+        int before[BE_N_POOLS];
+        for (int t = 0; t < BE_N_POOLS; t++) before[t] = kv->tp[t].n_slots;
+        int V = te_n_vocab(e), seq = 0, rc = 0;
+        int32_t prompt[NP];
+        float *lg = malloc((size_t)V * sizeof(float));
+        for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
+        rc = te_prefill(e, 0, prompt, NP, lg, 0, err, sizeof err);
+        for (int s = NP; s < CTX && !rc; s++) {
+            int32_t tok = argmax(lg, V);
+            rc = te_decode(e, &seq, &tok, 1, lg, err, sizeof err);
+        }
+        CHECKF(!rc, "%s: %s", cs[c].name, err);
+        kv_sync(kv);
+        for (int t = 0; t < BE_N_POOLS; t++)
+            CHECKF(kv->tp[t].n_slots == before[t], "%s: pool %d grew from %d to %d slots during the steps (peak in use %lld)",
+                   cs[c].name, t, before[t], kv->tp[t].n_slots, (long long)kv->tp[t].peak);
+        free(lg);
+        te_close(e);
     }
 }

@@ -176,6 +176,14 @@ int kv_seq_add(kv_cache *kv, int n_ctx, int n_prompt, int *seq, char *err, size_
     kv->committed += mem;
     kv->reserved += reserve;
     kv->n_live++;
+    for (int t = 0; t < BE_N_POOLS; t++) {
+        s->bound[t] = kv->tp[t].cap_chunks ? kv_tier_bound(kv, t, n_ctx, n_prompt) : 0;
+        kv->tp[t].reserved += s->bound[t];
+    }
+    if (kv_pools_reserve(kv, err, errlen)) { /* the memory is out: the sequence is not added */
+        kv_seq_remove(kv, q);
+        return kv->n_live > 0 ? -2 : -1;
+    }
     *seq = q;
     return 0;
 }
@@ -212,6 +220,7 @@ void kv_seq_remove(kv_cache *kv, int seq) {
     retire_counters(kv, s);
     kv->reserved -= s->reserve;
     kv->committed -= s->mem;
+    for (int t = 0; t < BE_N_POOLS; t++) kv->tp[t].reserved -= s->bound[t];
     kv->n_live--;
     seq_free_arrays(kv, s);
 }

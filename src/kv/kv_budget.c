@@ -73,6 +73,27 @@ int kv_reserve_need(const kv_cache *kv, int n_ctx, int n_prompt) {
 
 /* ---- budgets ---- */
 
+static int imin(int a, int b) { return a < b ? a : b; }
+static int imax(int a, int b) { return a > b ? a : b; }
+
+int kv_tier_bound(const kv_cache *kv, int t, int n_ctx, int n_prompt) {
+    const kv_policy_ops *ops = kv->ops;
+    int t1 = ops->uses_t1 ? n_ctx : 0;
+    /* T2 takes its share at each re-tiering (hierarchy) or all but T0 and the evicted (quant) */
+    int t2 = !ops->uses_t2 ? 0 : ops->t2_ratio_ok ? imin(n_ctx, kv_ratio_tokens(kv->o.t2_ratio, n_ctx) + 1) : n_ctx;
+    switch (t) {
+    case BE_T0:
+        if (kv->mode == KV_B_SHARED) return 0;
+        if (!ops->tiered || !ops->select || kv->mode == KV_B_NONE) return n_ctx;
+        /* the budget at full length (+1 for its rounding), raised to the protected tokens */
+        return imin(n_ctx, imax(kv->mode == KV_B_SEQ ? kv->seq_tokens : kv_ratio_tokens(kv->o.hbm_ratio, n_ctx) + 1,
+                                kv_reserve_need(kv, n_ctx, n_prompt)));
+    case BE_T1: return t1;
+    case BE_T2: return t2;
+    default: return t2 + (kv->o.staged ? t1 : 0); /* STAGE: one slot per position read through it */
+    }
+}
+
 int kv_t0_budget(const kv_cache *kv, const kv_seq *s, int len, int *raised) {
     if (raised) *raised = 0;
     if (!kv->ops->tiered || !kv->ops->select) return s->n_ctx; /* full, or a baseline that evicts itself */

@@ -53,6 +53,7 @@ typedef struct {
     int n_free;
     uint16_t *holders;    /* [n_slots] sequences holding each slot (0: free or deferred) */
     int64_t peak;         /* most slots in use at once */
+    int64_t reserved;     /* slots the live sequences may need at their full lengths (kv_tier_bound) */
 } kv_tpool;
 
 static inline int64_t kv_tpool_in_use(const kv_tpool *p) { return p->n_slots - p->n_free; }
@@ -88,6 +89,7 @@ typedef struct {
     int64_t n_decode;         /* decode steps so far */
     int reserve;              /* T0 tokens reserved at admission (shared budget, policy full with one) */
     int64_t mem;              /* host bytes counted at admission (kv_pools_admit) */
+    int bound[BE_N_POOLS];    /* slots of each pool it may hold at its full length, reserved at admission */
     int t0_held;              /* T0 slots this sequence holds or gave up in the batch in flight */
     int32_t *ref;             /* [n_ctx] BE_SLOT(tier, slot), BE_SLOT_NONE for T3 */
     int32_t *att;             /* [n_ctx] where attention reads the position (ref, or a STAGE slot) */
@@ -162,6 +164,9 @@ int kv_pools_init(kv_cache *kv, char *err, size_t errlen);
  * allocated, exceeds the memory available (tkv_mem_available). */
 int kv_pools_admit(const kv_cache *kv, int n_ctx, int64_t *bytes, char *err, size_t errlen);
 void kv_pools_free(kv_cache *kv);
+/* Grows every pool to the slots its live sequences may need at their full lengths (tp[t].reserved),
+ * so that no step allocates: before a sequence's first step. -1 with a message when memory is out. */
+int kv_pools_reserve(kv_cache *kv, char *err, size_t errlen);
 /* A fresh slot of tier t for sequence seq (holders 1), growing the pool by a chunk when needed;
  * BE_SLOT_NONE when the tier is at its cap. Aborts (with a message) when memory runs out. */
 int32_t kv_slot_alloc(kv_cache *kv, int tier);
@@ -186,6 +191,10 @@ void kv_trim_t0(kv_cache *kv, kv_seq *s);
 int kv_is_protected(const kv_cache *kv, const kv_seq *s, int pos, int len);
 /* T0 tokens a sequence of n_ctx positions with an n_prompt-token prompt must be able to hold. */
 int kv_reserve_need(const kv_cache *kv, int n_ctx, int n_prompt);
+/* The most slots of pool t (BE_T0..BE_STAGE) one sequence of n_ctx positions with an n_prompt-token
+ * prompt may hold: what kv_pools_reserve reserves for it (0: it never uses the pool; a shared T0 is
+ * allocated whole at init and counts 0 here). A bound that proves short only means a later growth. */
+int kv_tier_bound(const kv_cache *kv, int t, int n_ctx, int n_prompt);
 /* The baselines' budget in tokens at length len. */
 int kv_bl_budget(const kv_cache *kv, int len);
 /* Bytes of one (layer, kv head) row of one token: K and V, f32 or fp16. */

@@ -85,6 +85,18 @@ int kv_pools_init(kv_cache *kv, char *err, size_t errlen) {
     return 0;
 }
 
+int kv_pools_reserve(kv_cache *kv, char *err, size_t errlen) {
+    int64_t per = (int64_t)1 << KV_CHUNK_SHIFT;
+    for (int t = 0; t < BE_N_POOLS; t++) {
+        kv_tpool *p = &kv->tp[t];
+        int64_t want = p->reserved < p->cap_slots ? p->reserved : p->cap_slots;
+        if (want > (int64_t)p->cap_chunks * per) want = (int64_t)p->cap_chunks * per;
+        while (p->n_slots < want)
+            if (grow(kv, t, err, errlen)) return -1;
+    }
+    return 0;
+}
+
 int kv_pools_admit(const kv_cache *kv, int n_ctx, int64_t *bytes, char *err, size_t errlen) {
     const kv_options *o = &kv->o;
     const kv_policy_ops *ops = kv->ops;
@@ -94,7 +106,12 @@ int kv_pools_admit(const kv_cache *kv, int n_ctx, int64_t *bytes, char *err, siz
         if (kv->tp[t].cap_chunks == 0 || (bp->mem == BE_MEM_DEVICE && !kv->be->ops->unified)) continue;
         int64_t tb = (int64_t)bp->layers * (int64_t)bp->record_bytes;
         if (tb > token) token = tb;
-        held += (int64_t)bp->n_chunks * (int64_t)chunk_bytes(bp);
+        /* the chunks that growing on demand would have made by now (the peak in use, in whole chunks):
+         * what kv_pools_reserve adds beyond them is address space the live sequences have not touched */
+        const kv_tpool *p = &kv->tp[t];
+        int64_t per = (int64_t)1 << KV_CHUNK_SHIFT, used = (p->peak + per - 1) / per;
+        if (t == BE_T0 && kv->mode == KV_B_SHARED) used = bp->n_chunks; /* allocated whole at init */
+        held += (used < bp->n_chunks ? used : bp->n_chunks) * (int64_t)chunk_bytes(bp);
     }
     int64_t meta = n * 64; /* ref, att, score, flags, order, row pointers */
     if (ops->head_scores) meta += n * o->n_head_kv * 4;
