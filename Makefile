@@ -2,41 +2,62 @@
 # `make asan` / `make ubsan` run it under sanitizers; `make fuzz` builds libFuzzer targets (clang);
 # `make fuzz-run FUZZ_SECONDS=N` runs each for N seconds, `make fuzz-smoke` is CI's short run;
 # `make cuda` builds the same binaries with the CUDA backend into build-cuda/ (needs nvcc; plain
-# `make` does not), `make cuda-test` runs that suite (its CUDA tests skip without a GPU).
+# `make` does not; `make cuda BUILD=DIR` builds into DIR), `make cuda-test` runs that suite (its
+# CUDA tests skip without a GPU).
+# Variables: SERVE=0 leaves the server out (no src/serve, no test_serve, no libmicrohttpd or
+# jansson: `tierkv serve` then says so and exits 2); WERROR= turns warnings-as-errors off for cc and
+# nvcc (default -Werror: on); EXTRA_INC=-IDIR puts DIR first on the include path of cc and nvcc;
+# NVCC and CUDA_HOME default to the nvcc on PATH and the toolkit it lies in (else /usr/local/cuda).
+# A build folder remembers its configuration (BUILD/config.stamp): building one folder with other
+# SERVE, CUDA, CC, OPT, CFLAGS or EXTRA_INC recompiles it whole rather than mixing objects.
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2
 CFLAGS  ?=
-BASEFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $(OPT) -g -Iinclude -Isrc -MMD -MP -pthread
+WERROR  ?= -Werror
+EXTRA_INC ?=
+SERVE   ?= 1
+BASEFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra $(WERROR) $(OPT) -g $(EXTRA_INC) -Iinclude -Isrc -MMD -MP -pthread
+LDLIBS  = -lm -pthread
+ifeq ($(SERVE),0)
+BASEFLAGS += -DTKV_NO_SERVE
+else
 # the server's libraries: libmicrohttpd (HTTP) and jansson (JSON), both packaged by Debian
-LDLIBS  = -lmicrohttpd -ljansson -lm -pthread
+LDLIBS  := -lmicrohttpd -ljansson $(LDLIBS)
+endif
 
 # Kernel variants are compiled with their own ISA flags and chosen at run time from cpuid.
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
 
-LIB_SRC  = $(sort $(wildcard src/base/*.c src/gguf/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/model/*.c src/kv/*.c src/engine/*.c src/eval/*.c src/sched/*.c src/serve/*.c))
-TOOL_SRC = $(sort $(wildcard tools/*.c))
-TEST_SRC = $(sort $(wildcard tests/*.c))
+LIB_SRC  = $(sort $(wildcard src/base/*.c src/gguf/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/model/*.c src/kv/*.c src/engine/*.c src/eval/*.c src/sched/*.c $(if $(filter 0,$(SERVE)),,src/serve/*.c)))
+# SERVE=0: tools/cmd_serve_none.c (a `serve` that says why it is missing) replaces tools/cmd_serve.c
+TOOL_SRC = $(filter-out $(if $(filter 0,$(SERVE)),tools/cmd_serve.c,tools/cmd_serve_none.c),$(sort $(wildcard tools/*.c)))
+TEST_SRC = $(filter-out $(if $(filter 0,$(SERVE)),tests/test_serve.c),$(sort $(wildcard tests/*.c)))
 BENCH_SRC = $(sort $(wildcard bench/*.c))
 
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
 
 # CUDA=1 (set by `make cuda`): the .cu files of src/backend/cuda, nvcc for Hopper (sm_90 code and
-# compute_90 PTX), TKV_CUDA for the C files, and the static CUDA runtime.
+# compute_90 PTX), TKV_CUDA for the C files, and the static CUDA runtime. nvcc: NVCC if given, else
+# CUDA_HOME/bin/nvcc if CUDA_HOME is given, else the one on PATH, else /usr/local/cuda/bin/nvcc;
+# CUDA_HOME (the libraries) defaults to the folder above that nvcc's bin/. Only CUDA=1 looks.
 CUDA      ?= 0
-CUDA_HOME ?= /usr/local/cuda
-NVCC      ?= $(CUDA_HOME)/bin/nvcc
 CU_ARCH   ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-NVCCFLAGS = -std=c++17 -O3 -g -lineinfo -DTKV_CUDA -D_GNU_SOURCE -Iinclude -Isrc $(CU_ARCH) --Werror all-warnings \
-            -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
 ifeq ($(CUDA),1)
+ifneq ($(filter undefined default,$(origin NVCC)),)
+NVCC := $(if $(CUDA_HOME),$(CUDA_HOME)/bin/nvcc,$(or $(shell command -v nvcc 2>/dev/null),/usr/local/cuda/bin/nvcc))
+endif
+CUDA_HOME ?= $(or $(patsubst %/bin/,%,$(dir $(realpath $(shell command -v $(NVCC) 2>/dev/null)))),/usr/local/cuda)
 BASEFLAGS += -DTKV_CUDA
 CU_SRC  = $(sort $(wildcard src/backend/cuda/*.cu))
 CU_OBJ  = $(CU_SRC:%.cu=$(BUILD)/%.o)
 LIB_OBJ += $(CU_OBJ)
-LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+LDLIBS  += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -lcudart_static -ldl -lrt -lstdc++
 endif
+NVCCFLAGS = -std=c++17 -O3 -g -lineinfo -DTKV_CUDA -D_GNU_SOURCE $(EXTRA_INC) -Iinclude -Isrc $(CU_ARCH) \
+            $(if $(WERROR),--Werror all-warnings) -Xcompiler -Wall,-Wextra$(if $(WERROR),$(comma)-Werror) -MMD -MP
+comma := ,
 TOOL_OBJ = $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/%.o)
 # tools/main.c holds main(); the other tool files are commands the test binary may also call.
@@ -44,16 +65,23 @@ TOOL_LIB_OBJ = $(filter-out $(BUILD)/tools/main.o,$(TOOL_OBJ))
 
 all: $(BUILD)/tierkv
 
-$(BUILD)/%_avx2.o: %_avx2.c
+# The folder's configuration: rewritten only when it changes, and every object depends on it.
+STAMP = $(BUILD)/config.stamp
+BUILD_CONFIG = $(subst ',,CC=$(CC) OPT=$(OPT) CFLAGS=$(CFLAGS) CUDA=$(CUDA) SERVE=$(SERVE) EXTRA_INC=$(EXTRA_INC))
+$(STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(BUILD_CONFIG)' | cmp -s - $@ || { [ ! -f $@ ] || echo "$(BUILD): configuration changed, rebuilding it"; echo '$(BUILD_CONFIG)' >$@; }
+
+$(BUILD)/%_avx2.o: %_avx2.c $(STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(AVX2_FLAGS) $(CFLAGS) -c $< -o $@
-$(BUILD)/%_avx512.o: %_avx512.c
+$(BUILD)/%_avx512.o: %_avx512.c $(STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(AVX512_FLAGS) $(CFLAGS) -c $< -o $@
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) $(CFLAGS) -c $< -o $@
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu $(STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -62,17 +90,17 @@ $(BUILD)/%.o: %.cu
 GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 --exclude '*' 2>/dev/null || echo unknown)
 $(BUILD)/src/base/version.o: src/base/version.c FORCE
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(CFLAGS) -DTKV_COMMIT='"$(GIT_COMMIT)"' -DTKV_FLAGS='"$(CC) $(OPT) $(CFLAGS)$(if $(filter 1,$(CUDA)), +cuda sm_90)"' -c $< -o $@
+	$(CC) $(BASEFLAGS) $(CFLAGS) -DTKV_COMMIT='"$(GIT_COMMIT)"' -DTKV_FLAGS='"$(CC) $(OPT) $(CFLAGS)$(if $(filter 1,$(CUDA)), +cuda sm_90)$(if $(filter 0,$(SERVE)), +noserve)"' -c $< -o $@
 FORCE:
 
 $(BUILD)/libtierkv.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/tierkv: $(TOOL_OBJ) $(BUILD)/libtierkv.a
+$(BUILD)/tierkv: $(TOOL_OBJ) $(BUILD)/libtierkv.a $(STAMP)
 	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libtierkv.a $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/tierkv-tests: $(TEST_OBJ) $(TOOL_LIB_OBJ) $(BUILD)/libtierkv.a
+$(BUILD)/tierkv-tests: $(TEST_OBJ) $(TOOL_LIB_OBJ) $(BUILD)/libtierkv.a $(STAMP)
 	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $(TEST_OBJ) $(TOOL_LIB_OBJ) $(BUILD)/libtierkv.a $(LDFLAGS) $(LDLIBS)
 
 # Measurement programs: bench/x.c -> build/bench/x (`make bench`).
@@ -81,7 +109,7 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libtierkv.a
 	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libtierkv.a $(LDFLAGS) $(LDLIBS)
 # The fuzz targets built without libFuzzer (fuzz/replay_main.c): `make test` replays the corpora
 # and every crash kept there through them, with this build's compiler and sanitizers.
-FUZZ_SRC = $(filter-out fuzz/replay_main.c,$(sort $(wildcard fuzz/*.c)))
+FUZZ_SRC = $(filter-out fuzz/replay_main.c $(if $(filter 0,$(SERVE)),fuzz/fuzz_serve_request.c),$(sort $(wildcard fuzz/*.c)))
 FUZZ_NAMES = $(FUZZ_SRC:fuzz/%.c=%)
 REPLAY_BIN = $(FUZZ_NAMES:%=$(BUILD)/fuzz-replay/%)
 $(BUILD)/fuzz-replay/%: $(BUILD)/fuzz/%.o $(BUILD)/fuzz/replay_main.o $(BUILD)/libtierkv.a
@@ -95,11 +123,15 @@ test: $(BUILD)/tierkv-tests $(BUILD)/tierkv $(REPLAY_BIN)
 	TIERKV_SHARED=$(SHARED) TIERKV_BIN=$(BUILD)/tierkv TIERKV_FUZZ_REPLAY=$(BUILD)/fuzz-replay $(BUILD)/tierkv-tests $(TESTS)
 
 # The CUDA build: compile and link only; `make cuda-test` also runs the suite (CUDA tests skip
-# without a GPU, with the runtime's reason).
+# without a GPU, with the runtime's reason). Into build-cuda/, or BUILD when given on the command line.
+CUDA_BUILD = $(if $(filter command line,$(origin BUILD)),$(BUILD),build-cuda)
 cuda:
-	$(MAKE) CUDA=1 BUILD=build-cuda build-cuda/tierkv build-cuda/tierkv-tests
+	$(MAKE) CUDA=1 BUILD=$(CUDA_BUILD) $(CUDA_BUILD)/tierkv $(CUDA_BUILD)/tierkv-tests
 cuda-test:
-	$(MAKE) CUDA=1 BUILD=build-cuda test
+	$(MAKE) CUDA=1 BUILD=$(CUDA_BUILD) test
+# the nvcc a CUDA build uses (`make -s CUDA=1 print-nvcc`; scripts/check-cuda-noserve.sh)
+print-nvcc:
+	@echo $(NVCC)
 
 asan:
 	$(MAKE) test BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address"
@@ -121,7 +153,7 @@ fuzz-smoke: fuzz
 	TIERKV_SHARED=$(SHARED) scripts/fuzz.sh 25 $(FUZZ_NAMES)
 
 clean:
-	rm -rf build build-asan build-ubsan build-fuzz build-cuda
+	rm -rf build build-asan build-ubsan build-fuzz build-cuda build-cuda-noserve
 
 format:
 	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(wildcard fuzz/*.c) $(wildcard src/*/*.h src/backend/*/*.h include/*.h tests/*.h)
@@ -136,5 +168,5 @@ demo:
 	build/tierkv run -m "$$model" --chat -n 400 --policy hierarchy --hbm-ratio 0.5 --evict-ratio 0.03 --stats \
 	  -p "$(DEMO_Q) Please reason step by step, and put your final answer within \\boxed{}."
 
-.PHONY: all bench test cuda cuda-test asan ubsan fuzz fuzz-run fuzz-smoke clean format demo FORCE
+.PHONY: all bench test cuda cuda-test print-nvcc asan ubsan fuzz fuzz-run fuzz-smoke clean format demo FORCE
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_SRC:%.c=$(BUILD)/%.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(BUILD)/fuzz/replay_main.d

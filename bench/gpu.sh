@@ -1,123 +1,288 @@
 #!/usr/bin/env bash
-# bench/gpu.sh — the one prepared GPU run (an H200; under 5 minutes in one go, everything included):
-#   1. builds with `make cuda`;
-#   2. runs the CUDA op checks (tests/test_cuda.c: every op against the CPU reference, relative
-#      error per op printed);
-#   3. measures the HBM bandwidth with a device-to-device copy (bytes read + written);
-#   4. checks on the GPU that `hierarchy` at 0% eviction gives the same greedy tokens as `full`
-#      (staged and direct: bit-exact by design; split: rounding-level differences allowed, reported);
-#   5. on random-weight files with the shapes of DeepSeek-R1-Distill-Qwen-7B and 14B (bf16, Q8_0;
-#      ONE file on disk at a time, deleted before the next) measures decode tokens/s of `full` and
-#      `hierarchy` at T0 30/50/70% (staged and split) at contexts 2K/8K/32K, batch 1 and 8, with the
-#      share of decode time waiting for transfers, bytes moved per step, peak device memory and the
-#      share of the HBM-bandwidth bound (weight + KV bytes read per token / measured time, against the
-#      measured bandwidth).
-# Every step has a time estimate; a step that would not end inside BUDGET seconds is skipped and
-# named in the "skipped" list. Prints one table last; writes $OUT/gpu.json, $OUT/gpu.log and
-# $OUT/tests.log ($OUT from the environment, default bench/out).
+# bench/gpu.sh — the one prepared GPU run (an H200 lent 15 minutes at a time, machine start and
+# transfers included, so a full run stays under 300 s and a `--quick` rerun under 120 s: a fix and
+# a second try fit).
 #
-# Flags of the engine that are still being named are variables (override from the environment):
-#   BACKEND_FLAG  selects the CUDA backend                 (default "--backend cuda")
-#   STAGED_FLAG   staged attention (T1 rows copied to HBM)  (default "--staged")
-#   SPLIT_FLAG    split attention (T1 part where it lies)   (default "--split")
-#   DEPTH_FLAG    bench: prefill the context as generated, unprotected tokens, so the hierarchy has
-#                 something to tier at depth (default "--depth-generated")
-#   PAR_DEPTH_FLAG bench: run --parallel 8 at each depth (default "--parallel-depth")
-# Other knobs: BUDGET (280 s), MODELS, DEPTHS, RATIOS, NGEN, PARALLEL (8; 0: no batched run), WORK
-# (scratch for model files), TOKSHAPE and GREEDY (the token check's model and steps). A dry run of
-# the control flow on a CPU machine: BACKEND_FLAG="--threads 2" MODELS=qwen2.5-0.5b:Q8_0 DEPTHS=32
-# RATIOS=0.5 NGEN=2 PARALLEL=0 TOKSHAPE=qwen2.5-0.5b GREEDY=4 bench/gpu.sh
+# Usage:
+#   bench/gpu.sh               the full plan (BUDGET 300 s)
+#   bench/gpu.sh --quick       binary, op checks, token check, one engine job (BUDGET 120 s)
+#   bench/gpu.sh --dry-run [--quick]   prints the plan: every job, its estimated seconds, whether it
+#                              fits, and the sum; touches no GPU, runs no nvidia-smi, builds nothing
+# Before a run, on the dev machine: `make cuda SERVE=0` and carry build-cuda/tierkv and
+# build-cuda/tierkv-tests (a GPU machine has no libmicrohttpd or jansson, and building there costs
+# time). Without a runnable prebuilt binary the script builds there: `make cuda SERVE=0 WERROR=`.
+#
+# The plan, in priority order (a job whose estimate would not end MARGIN seconds before BUDGET is
+# skipped and named; a decode job over two depths that does not fit runs the first depth alone):
+#   1. preflight: nvcc and gcc versions, nvidia-smi (GPU, driver, free memory), the machine's
+#      available memory exported as TIERKV_MEM_AVAILABLE (bytes: MemAvailable, or the cgroup's
+#      room when smaller; src/base/meminfo.c reads it);
+#   2. binary: the prebuilt BIN_DIR/tierkv when `--version` runs and ldd resolves, else a build;
+#   3. CUDA op checks: BIN_DIR/tierkv-tests cuda (every op against the CPU reference);
+#   4. HBM bandwidth: a torch device-to-device copy (bytes read + written; datasheet 4.8e12 if no torch);
+#   5. token check: greedy tokens of `hierarchy` at 0% eviction (direct, staged: must be identical;
+#      split: rounding-level differences allowed) against `full`, on a TOKLAYERS-layer file of TOKSHAPE;
+#   6. kernel microbenchmark: `tierkv bench-ops` when the binary has it (else recorded as skipped);
+#   7. per model of MODELS (random weights from gen-random; ONE file on disk at a time): decode
+#      tok/s of `full`, then `hierarchy` at T0 HBM_RATIO (0% eviction, no T2) direct, staged and
+#      split, at DEPTHS (the hierarchy with DEPTH_FLAG, so it has generated tokens to tier), then one
+#      PREFILL-token prefill measurement;
+#   8. staged and split at LONG_DEPTH on the last model, if time is left.
+#   --quick: 1, 2, 3, 5 and one `full` decode job at the first depth on the token check's file.
+#
+# Estimates (seconds; each job's is SAFETY x its parts + 3, the dry run prints them). Today's
+# constants, overridable: GEN_S_PER_GB 4.0 (gen-random writing), LOAD_S_PER_GB 0.6 and PROC_S 4
+# (open, CUDA context, pools), BUILD_S 45 (23 s for the whole CUDA build on 2 cores here). Decode and
+# prefill from the shapes: a weight pass is weight bytes / (HBM_BPS 4.8e12 x MM_EFF 0.5); decode is
+# one pass per token plus its KV (T0 at HBM speed, T1 over PCIe at PCIE_BPS 25e9, or by the CPU at
+# CPU_ATT_BPS 20e9 for split); prefill (and DEPTH_FLAG's appended context, chunked like a prompt)
+# re-reads the weights every 8 tokens, and each appended token attends to everything before it, so
+# the T1 part grows with depth squared (direct: every row over PCIe per token; staged: per chunk of
+# 64; split: on the CPU). Measured rates refine them during the run: gen-random's rate from the
+# token check's file, and every job's wall time against its estimate (a factor kept for the rest).
+# 7B: BF16 15.2 GB, Q8_0 8.1 GB of weights.
+#
+# Variables (environment): OUT (bench/out), WORK (scratch and model files, /tmp/tierkv-gpu),
+# BUDGET, MARGIN (10), BIN_DIR (build-cuda), THREADS (nproc), MODELS ("r1-distill-qwen-7b:BF16
+# r1-distill-qwen-7b:Q8_0"), DEPTHS ("2048 8192"), LONG_DEPTH (32768; empty: none), HBM_RATIO (0.5),
+# NGEN (32 decode steps), REPS (2), PREFILL (2048), TOKSHAPE (r1-distill-qwen-7b), TOKLAYERS (2),
+# GREEDY (64 steps), OPS_DEPTHS (2048,8192,32768), and the flags of the engine: BACKEND_FLAG
+# ("--backend cuda"), STAGED_FLAG ("--staged"), SPLIT_FLAG ("--split"), DEPTH_FLAG ("--depth-generated").
+# The control flow on a CPU machine (no GPU, small model; op checks and the torch probe then report
+# their skip): BACKEND_FLAG="--backend cpu" BIN_DIR=build MODELS=qwen2.5-0.5b:Q8_0 DEPTHS=32 LONG_DEPTH=
+# TOKSHAPE=qwen2.5-0.5b GREEDY=4 NGEN=2 PREFILL=16 THREADS=1 bench/gpu.sh
+#
+# Outputs under $OUT: gpu.jsonl (one JSON line per step, written as each ends, so a run killed at
+# the time limit still returns what it measured: "kind" is meta, preflight, binary, job, result,
+# bench-ops or skipped), gpu.log (everything printed), summary.txt (the table printed last) and
+# gpu-logs.tar.gz (build log, tests log, each job's stderr, bench output and stats JSON; repacked
+# after every job and on exit). Decode rows carry tok/s, the share of the HBM bound, peak device
+# memory, bytes moved per step and the copy wait: copy_stall_seconds from --stats-json when the
+# engine reports it (device time the compute stream waited for the copy stream), else
+# fence_wait_seconds, named in "wait_from", as a share of the job's time after loading.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-T_START=$(date +%s)
-BUDGET=${BUDGET:-280}
+
+DRY=0 QUICK=0
+for a in "$@"; do
+    case $a in
+    --dry-run) DRY=1 ;;
+    --quick) QUICK=1 ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu.sh: unknown argument '$a' (--dry-run, --quick, --help)" >&2; exit 2 ;;
+    esac
+done
+
+if [ "$QUICK" = 1 ]; then BUDGET=${BUDGET:-120}; else BUDGET=${BUDGET:-300}; fi
+MARGIN=${MARGIN:-10}
 OUT=${OUT:-bench/out}
 WORK=${WORK:-/tmp/tierkv-gpu}
-BIN=build-cuda/tierkv
+BIN_DIR=${BIN_DIR:-build-cuda}
+BIN=$BIN_DIR/tierkv
+TBIN=$BIN_DIR/tierkv-tests
+THREADS=${THREADS:-$(nproc)}
 BACKEND_FLAG=${BACKEND_FLAG:---backend cuda}
 STAGED_FLAG=${STAGED_FLAG:---staged}
 SPLIT_FLAG=${SPLIT_FLAG:---split}
 DEPTH_FLAG=${DEPTH_FLAG:---depth-generated}
-PAR_DEPTH_FLAG=${PAR_DEPTH_FLAG:---parallel-depth}
-MODELS=${MODELS:-"r1-distill-qwen-7b:BF16 r1-distill-qwen-7b:Q8_0 r1-distill-qwen-14b:Q8_0 r1-distill-qwen-14b:BF16"}
-DEPTHS=${DEPTHS:-"2048 8192 32768"}
-RATIOS=${RATIOS:-"0.3 0.5 0.7"}
+MODELS=${MODELS:-"r1-distill-qwen-7b:BF16 r1-distill-qwen-7b:Q8_0"}
+DEPTHS=${DEPTHS:-"2048 8192"}
+LONG_DEPTH=${LONG_DEPTH-32768}
+HBM_RATIO=${HBM_RATIO:-0.5}
 NGEN=${NGEN:-32}
-PARALLEL=${PARALLEL:-8}
+REPS=${REPS:-2}
+PREFILL=${PREFILL:-2048}
 TOKSHAPE=${TOKSHAPE:-r1-distill-qwen-7b}
-GREEDY=${GREEDY:-128}
-mkdir -p "$OUT" "$WORK"
-OUT=$(cd "$OUT" && pwd)
-RES=$WORK/results.tsv   # one line per measurement
-META=$WORK/meta.tsv     # key value
-SKIPS=$WORK/skipped.txt
-: >"$RES"; : >"$META"; : >"$SKIPS"
+TOKLAYERS=${TOKLAYERS:-2}
+GREEDY=${GREEDY:-64}
+OPS_DEPTHS=${OPS_DEPTHS:-2048,8192,32768}
+GEN_S_PER_GB=${GEN_S_PER_GB:-4.0}
+LOAD_S_PER_GB=${LOAD_S_PER_GB:-0.6}
+PROC_S=${PROC_S:-4}
+BUILD_S=${BUILD_S:-45}
+HBM_BPS=${HBM_BPS:-4.8e12}
+MM_EFF=${MM_EFF:-0.5}
+PCIE_BPS=${PCIE_BPS:-25e9}
+CPU_ATT_BPS=${CPU_ATT_BPS:-20e9}
+SAFETY=${SAFETY:-1.3}
+HIER="--policy hierarchy --evict-ratio 0 --t2-ratio 0 --hbm-ratio $HBM_RATIO"
+JOB_FACTOR=1   # measured wall / estimate of the engine jobs so far (clamped 0.5..3)
+BW=$HBM_BPS    # replaced by the probe's measurement
+BW_FROM="datasheet"
+MODEL_OK=0 STEP_WALL=
 
-now() { echo $(($(date +%s) - T_START)); }
-left() { echo $((BUDGET - $(now))); }
-meta() { printf '%s\t%s\n' "$1" "$2" >>"$META"; }
-skip() { echo "$*" >>"$SKIPS"; echo "SKIP: $*"; }
-# fits EST: 0 if a step estimated at EST seconds ends 10 s before the budget
-fits() { [ $(($(now) + $1 + 10)) -le "$BUDGET" ]; }
-# run_to LIMIT cmd...: the command, killed when it would pass the budget
-run_to() {
-    local lim=$1; shift
-    local l=$(($(left) - 8))
-    [ "$l" -lt "$lim" ] && lim=$l
-    [ "$lim" -lt 1 ] && return 124
-    timeout -s KILL "$lim" "$@"
-}
-section() { echo; echo "== [$(now)s] $*"; }
+T_START=$(date +%s)
+SIM=0 # the dry run's clock
+now() { if [ "$DRY" = 1 ]; then echo "$SIM"; else echo $(($(date +%s) - T_START)); fi; }
+calc() { awk "BEGIN { print $* }"; }
+int() { awk -v x="$1" 'BEGIN { printf "%d\n", x + 0.999 }'; }
 
-finish() {
-    section "results"
-    python3 - "$RES" "$META" "$SKIPS" "$OUT/gpu.json" <<'PY'
+if [ "$DRY" = 0 ]; then
+    mkdir -p "$OUT" "$WORK/logs"
+    OUT=$(cd "$OUT" && pwd)
+    rm -f "$WORK"/logs/* "$OUT/gpu.jsonl" "$OUT/summary.txt" "$OUT/gpu-logs.tar.gz"
+    exec > >(tee "$OUT/gpu.log") 2>&1
+fi
+L=$WORK/logs
+J=${OUT}/gpu.jsonl
+
+# jl KEY=VALUE ...: one JSON line on gpu.jsonl (numbers stay numbers); the dry run writes nothing
+jl() {
+    [ "$DRY" = 1 ] && return 0
+    python3 - "$@" >>"$J" <<'PY'
 import json, sys
-res, meta, skips, out = sys.argv[1:5]
-rows = [l.rstrip("\n").split("\t") for l in open(res) if l.strip()]
-keys = ["model", "type", "policy", "t0", "mode", "depth", "batch", "tok_s", "wait_share", "bytes_step",
-        "peak_mib", "bw_share", "note"]
-recs = [dict(zip(keys, r)) for r in rows]
-m = dict(l.rstrip("\n").split("\t", 1) for l in open(meta) if "\t" in l)
-sk = [l.strip() for l in open(skips) if l.strip()]
-json.dump({"meta": m, "decode": recs, "skipped": sk}, open(out, "w"), indent=1)
-for k in sorted(m): print(f"  {k:28s} {m[k]}")
-if recs:
-    hdr = ["model", "type", "policy", "t0", "mode", "depth", "batch", "tok/s", "wait%", "MB/step", "peak MiB", "HBM bound%", "note"]
-    print(" | ".join(hdr))
-    for r in recs:
-        print(" | ".join([r["model"], r["type"], r["policy"], r["t0"], r["mode"], r["depth"], r["batch"], r["tok_s"],
-                          r["wait_share"], r["bytes_step"], r["peak_mib"], r["bw_share"], r.get("note", "")]))
-else:
-    print("  no decode measurements")
-print("skipped:" if sk else "skipped: nothing")
-for s in sk: print("  -", s)
+d = {}
+for kv in sys.argv[1:]:
+    k, _, v = kv.partition("=")
+    try: d[k] = int(v)
+    except ValueError:
+        try: d[k] = float(v)
+        except ValueError: d[k] = v
+print(json.dumps(d))
 PY
 }
-main() {
-# ---- 1. build -------------------------------------------------------------------------------
-section "build (make cuda)"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee "$WORK/gpu.txt"
-meta gpu "$(head -1 "$WORK/gpu.txt")"
-t0=$(now)
-if ! run_to 150 make -j"$(nproc)" cuda >"$WORK/build.log" 2>&1; then
-    tail -30 "$WORK/build.log"
-    meta build "FAILED (see gpu.log)"
-    return 1
-fi
-meta build "ok in $(($(now) - t0)) s"
+pack() { # the logs as one tarball, replaced atomically
+    [ "$DRY" = 1 ] && return 0
+    tar czf "$OUT/.gpu-logs.tmp" -C "$WORK" logs 2>/dev/null && mv -f "$OUT/.gpu-logs.tmp" "$OUT/gpu-logs.tar.gz"
+}
+section() { echo; echo "== [$(now)s] $*"; }
+fits() { [ $(($(now) + $1 + MARGIN)) -le "$BUDGET" ]; }
+SKIPPED=0 PLANNED=0
+skip() { # name est why
+    SKIPPED=$((SKIPPED + 1))
+    if [ "$DRY" = 1 ]; then printf '  %-58s %5ss  skip: %s\n' "$1" "$2" "$3"; else echo "SKIP: $1 (est $2 s): $3"; fi
+    jl kind=skipped job="$1" est_s="$2" why="$3"
+}
+# step NAME EST CMD...: runs CMD if it fits (the dry run only counts it); 0 if it ran and succeeded
+step() {
+    local name=$1 est=$2; shift 2
+    if ! fits "$est"; then skip "$name" "$est" "over budget (at $(now) s of $BUDGET)"; return 1; fi
+    PLANNED=$((PLANNED + 1))
+    if [ "$DRY" = 1 ]; then
+        SIM=$((SIM + est))
+        printf '  %-58s %5ss  (ends by %s s)\n' "$name" "$est" "$SIM"
+        return 0
+    fi
+    section "$name (est ${est} s)"
+    local t0; t0=$(date +%s.%N)
+    "$@"
+    local rc=$?
+    STEP_WALL=$(calc "$(date +%s.%N) - $t0")
+    echo "-- $name: rc $rc in $(printf '%.1f' "$STEP_WALL") s (est $est s)"
+    jl kind=step job="$name" rc=$rc wall_s="$STEP_WALL" est_s="$est" at_s="$(now)"
+    pack
+    return $rc
+}
+# run_to LIMIT CMD...: CMD with stdout line-buffered, stopped at LIMIT seconds or at the budget
+run_to() {
+    local lim=$1; shift
+    local l=$((BUDGET - $(now) - 3))
+    [ "$l" -lt "$lim" ] && lim=$l
+    [ "$lim" -lt 1 ] && return 124
+    timeout -k 3 "$lim" stdbuf -oL "$@"
+}
 
-# ---- 2. op checks ---------------------------------------------------------------------------
-section "CUDA op checks"
-t0=$(now)
-run_to 90 ./build-cuda/tierkv-tests cuda >"$OUT/tests.log" 2>&1
-rc=$?
-grep -E "rel err|exact|FAIL|^ok|^skip|passed" "$OUT/tests.log"
-meta op_checks "rc $rc in $(($(now) - t0)) s: $(tail -1 "$OUT/tests.log")"
+# Shapes (tools/cmd_gen_random.c): layers embd heads kv_heads ff vocab tied
+shape_of() {
+    case $1 in
+    qwen2.5-0.5b) echo "24 896 14 2 4864 151936 1" ;;
+    r1-distill-qwen-1.5b | qwen2.5-coder-1.5b) echo "28 1536 12 2 8960 151936 0" ;;
+    r1-distill-qwen-7b) echo "28 3584 28 4 18944 152064 0" ;;
+    r1-distill-qwen-14b) echo "48 5120 40 8 13824 152064 0" ;;
+    *) return 1 ;;
+    esac
+}
+bpe_of() { case $1 in BF16 | F16) echo 2 ;; Q8_0) echo 1.0625 ;; F32) echo 4 ;; *) echo 2 ;; esac; }
+# model_gb SHAPE TYPE [LAYERS]: sets GB (weight bytes / 1e9) and KVTOK (f16 K and V bytes of one
+# position, all layers); 1 for an unknown shape
+model_gb() {
+    local s; s=$(shape_of "$1") || return 1
+    set -- $s "$(bpe_of "$2")" "${3:-}"
+    local nl=$1 e=$2 h=$3 kvh=$4 ff=$5 v=$6 tied=$7 bpe=$8
+    [ -n "${9:-}" ] && nl=$9
+    local kvd=$((e / h * kvh))
+    KVTOK=$((nl * 2 * kvd * 2))
+    GB=$(calc "($v * $e * (2 - $tied) + $nl * ($e * ($e + 2 * $kvd) + $e * $e + 3 * $e * $ff)) * $bpe / 1e9")
+}
+gen_est() { int "$(calc "$1 * $GEN_S_PER_GB + 5")"; }
+# bench_est GB KVTOK MODE DEPTHS(space-separated) PROMPT NGEN: seconds for one `tierkv bench`
+# MODE: full, direct, staged, split, prefill
+bench_est() {
+    awk -v gb="$1" -v kv="$2" -v mode="$3" -v depths="$4" -v pp="$5" -v ng="$6" -v reps="$REPS" \
+        -v load="$LOAD_S_PER_GB" -v proc="$PROC_S" -v bw="$HBM_BPS" -v eff="$MM_EFF" -v pcie="$PCIE_BPS" \
+        -v cpu="$CPU_ATT_BPS" -v r="$HBM_RATIO" -v safety="$SAFETY" -v f="$JOB_FACTOR" 'BEGIN {
+        w = gb * 1e9 / (bw * eff)             # one pass over the weights
+        t1 = (mode == "full" || mode == "prefill") ? 0 : 1 - r
+        slow = mode == "split" ? cpu : pcie     # where the T1 part is read
+        per = mode == "staged" ? 64 : 1         # staged: T1 rows cross once per 64-token chunk
+        t = proc + gb * load
+        n = split(depths, ds, " ")
+        for (i = 1; i <= n; i++) {
+            d = ds[i]
+            tri = d * d / 2 * kv              # KV bytes the appended tokens attend to, together
+            t += (d / 8) * w + tri * (1 - t1) / (bw * 0.5) + tri * t1 / (slow * per)
+            t += (1 + reps * ng) * (w + d * kv * (1 - t1) / bw + d * kv * t1 / slow)
+            if (pp > 0) t += reps * (pp / 8) * w
+        }
+        printf "%d\n", safety * t * f + 3.999
+    }'
+}
 
-# ---- 3. bandwidth ---------------------------------------------------------------------------
-section "HBM bandwidth (device-to-device copy)"
-BW=$(run_to 60 python3 - <<'PY' 2>/dev/null
+# ---- 1. preflight ----------------------------------------------------------------------------
+preflight() {
+    local nvcc; nvcc=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
+    local nv gv smi mem cg_max cg_cur
+    nv=$("$nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*, V[0-9.]*' || echo "none")
+    gv=$(gcc --version 2>/dev/null | head -1 || echo "none")
+    smi=$(nvidia-smi --query-gpu=name,driver_version,memory.total,memory.free --format=csv,noheader 2>/dev/null | head -1)
+    mem=$(awk '/^MemAvailable:/ { printf "%.0f", $2 * 1024 }' /proc/meminfo)
+    cg_max=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || echo max)
+    cg_cur=$(cat /sys/fs/cgroup/memory.current 2>/dev/null || echo 0)
+    if [ "$cg_max" != max ] && [ -n "$cg_max" ]; then
+        local room=$((cg_max > cg_cur ? cg_max - cg_cur : 0))
+        [ "$room" -lt "$mem" ] && mem=$room
+    fi
+    export TIERKV_MEM_AVAILABLE=$mem
+    echo "nvcc $nvcc: $nv"; echo "gcc: $gv"; echo "gpu: ${smi:-none (nvidia-smi failed)}"
+    echo "TIERKV_MEM_AVAILABLE=$mem ($(calc "$mem / 1073741824") GiB)"; echo "threads: $THREADS"
+    jl kind=preflight nvcc="$nvcc" nvcc_version="$nv" gcc="$gv" gpu="${smi:-none}" \
+        mem_available_bytes="$mem" threads="$THREADS" budget_s="$BUDGET" quick="$QUICK" \
+        commit="$(git describe --always --dirty 2>/dev/null || echo unknown)"
+    nvidia-smi >"$L/nvidia-smi.txt" 2>&1
+    return 0
+}
+
+# ---- 2. binary --------------------------------------------------------------------------------
+runnable() { # BIN and TBIN run and resolve their libraries
+    [ -x "$BIN" ] && [ -x "$TBIN" ] && "$BIN" --version >/dev/null 2>&1 &&
+        ! ldd "$BIN" "$TBIN" 2>/dev/null | grep -q "not found"
+}
+build() {
+    run_to $((BUILD_S * 3)) make -j"$(nproc)" cuda SERVE=0 WERROR= BUILD="$BIN_DIR" >"$L/build.log" 2>&1
+    local rc=$?
+    [ $rc -ne 0 ] && tail -30 "$L/build.log"
+    runnable || { echo "the built $BIN does not run"; return 1; }
+    return $rc
+}
+binary_note() {
+    echo "binary: $BINARY ($("$BIN" --version 2>&1))"
+    jl kind=binary how="$BINARY" version="$("$BIN" --version 2>&1)" ldd="$(ldd "$BIN" 2>&1 | awk '{print $1}' | tr '\n' ' ')"
+}
+
+# ---- 3. op checks -----------------------------------------------------------------------------
+op_checks() {
+    run_to 60 "$TBIN" cuda >"$L/tests.log" 2>&1
+    local rc=$?
+    grep -E "rel err|exact|FAIL|^ok|^skip|passed" "$L/tests.log" | tail -40
+    jl kind=result job=op_checks rc=$rc summary="$(tail -1 "$L/tests.log")" \
+        failed="$(grep -c '^FAIL\|  FAIL' "$L/tests.log")"
+    return $rc
+}
+
+# ---- 4. bandwidth -----------------------------------------------------------------------------
+hbm_probe() {
+    local bw
+    bw=$(run_to 40 python3 - 2>"$L/hbm.err" <<'PY'
 import torch
 n = 4 << 30  # bytes per buffer, far above the 60 MB L2
 a = torch.empty(n // 2, dtype=torch.float16, device="cuda").normal_()
@@ -132,199 +297,280 @@ for _ in range(10):
 ts.sort()
 print(f"{2 * n / ts[len(ts) // 2]:.4e}")  # bytes read + written per second, median of 10
 PY
-)
-if [ -z "$BW" ]; then BW=4.8e12; meta hbm_bandwidth "4.8e12 B/s (datasheet: the copy probe failed)"; else meta hbm_bandwidth "$BW B/s (d2d copy, read+write, median of 10)"; fi
-echo "bandwidth $BW B/s"
-
-# ---- engine availability --------------------------------------------------------------------
-HELP=$($BIN bench --help 2>&1) # bench's flags: its own, the common ones and the KV ones
-have() { grep -q -e "$1" <<<"$HELP"; }
-ENGINE=1
-have "${BACKEND_FLAG%% *}" || { ENGINE=0; skip "engine runs: the tools have no ${BACKEND_FLAG%% *} flag (the forward is not on the backend seam in this build)"; }
-HAVE_STATS=0; have "--stats-json" && HAVE_STATS=1
-HAVE_SPLIT=1; have "${SPLIT_FLAG%% *}" || { HAVE_SPLIT=0; skip "split mode: no ${SPLIT_FLAG%% *} flag in this build"; }
-HAVE_DEPTH=0; [ -n "$DEPTH_FLAG" ] && have "${DEPTH_FLAG%% *}" && HAVE_DEPTH=1
-HAVE_PDEPTH=0; [ -n "$PAR_DEPTH_FLAG" ] && have "${PAR_DEPTH_FLAG%% *}" && HAVE_PDEPTH=1
-HIER="--policy hierarchy --evict-ratio 0 --t2-ratio 0"
-
-# ---- 4. hierarchy == full on the GPU ---------------------------------------------------------
-if [ "$ENGINE" = 1 ] && fits 60; then
-    section "greedy tokens: hierarchy (0% eviction) against full"
-    python3 -c "import random; random.seed(7); print(' '.join(str(random.randrange(1000, 30000)) for _ in range(32)))" >"$WORK/ids.txt"
-    if run_to 60 $BIN gen-random --shape "$TOKSHAPE" --type BF16 --layers 4 -o "$WORK/tok.gguf" >/dev/null 2>&1; then
-        greedy() { # name, flags... -> $WORK/greedy.<name>.json
-            local name=$1; shift
-            run_to 40 $BIN logits -m "$WORK/tok.gguf" $BACKEND_FLAG --tokens "$WORK/ids.txt" --greedy "$GREEDY" --first-pos 31 \
-                -o "$WORK/l.f32" --window 8 --sinks 4 --delta 8 "$@" >"$WORK/greedy.$name.json" 2>"$WORK/greedy.$name.err"
-        }
-        greedy full --policy full
-        greedy staged $HIER --hbm-ratio 0.3 $STAGED_FLAG
-        greedy direct $HIER --hbm-ratio 0.3
-        [ "$HAVE_SPLIT" = 1 ] && greedy split $HIER --hbm-ratio 0.3 $SPLIT_FLAG
-        python3 - "$WORK" "$META" <<'PY'
-import json, os, sys
-w, meta = sys.argv[1], sys.argv[2]
-def ids(n):
-    try: return json.load(open(f"{w}/greedy.{n}.json"))["greedy"]
-    except Exception as e: return None
-full = ids("full")
-with open(meta, "a") as m:
-    for n in ("staged", "direct", "split"):
-        g = ids(n)
-        if g is None or full is None:
-            err = open(f"{w}/greedy.{n}.err").read().strip().splitlines()[-1:] if os.path.exists(f"{w}/greedy.{n}.err") else ["not run"]
-            m.write(f"tokens_{n}_vs_full\tno result ({err[0] if err else ''})\n"); continue
-        same = sum(a == b for a, b in zip(g, full))
-        first = next((i for i, (a, b) in enumerate(zip(g, full)) if a != b), None)
-        verdict = "IDENTICAL" if g == full else f"differ from step {first}"
-        exact = n != "split"
-        m.write(f"tokens_{n}_vs_full\t{verdict}: {same}/{len(full)} equal{' (must be identical)' if exact and g != full else ''}\n")
-PY
-        grep tokens_ "$META"
-    else
-        skip "token check: gen-random failed"
-    fi
-    rm -f "$WORK/tok.gguf" "$WORK/l.f32"
-else
-    [ "$ENGINE" = 1 ] && skip "token check: no time left"
-fi
-
-# ---- 5. decode benchmarks --------------------------------------------------------------------
-GEN_RATE=""      # seconds per GB of gen-random output, measured on the first file
-LOAD_RATE=""     # seconds per GB of model load, measured
-PF_RATE=""       # seconds per prefill token per GB of weights, measured
-
-est_gen() { python3 -c "print(int($1 * ${GEN_RATE:-4.0} + 5))"; }
-est_job() { # GB, prefill tokens -> seconds
-    python3 -c "print(int(1.3 * ($1 * ${LOAD_RATE:-0.6} + 4 + $2 * $1 * ${PF_RATE:-0.00005}) + 3))"
+    )
+    if [ -n "$bw" ]; then BW=$bw; BW_FROM="d2d copy, read+write, median of 10"; fi
+    echo "bandwidth $BW B/s ($BW_FROM)"
+    jl kind=result job=hbm_bandwidth bytes_per_s="$BW" from="$BW_FROM"
+    [ -n "$bw" ]
 }
 
-# one bench invocation: label fields, flags; appends one row per (depth, batch) to $RES
-bench_job() {
-    local model=$1 type=$2 policy=$3 t0=$4 mode=$5 depths=$6 gb=$7 wbytes=$8 kvtok=$9; shift 9
-    local dlist=${depths// /,} ptoks=0 d
-    for d in $depths; do ptoks=$((ptoks + d)); done
-    local est; est=$(est_job "$gb" "$ptoks")
-    local label="$model $type $policy t0=$t0 $mode depths=$depths"
-    if ! fits "$est"; then skip "$label (estimated ${est}s)"; return; fi
-    local extra=() note=""
-    [ "$HAVE_STATS" = 1 ] && extra+=(--stats-json "$WORK/stats.json")
-    if [ "$policy" = hierarchy ]; then
-        if [ "$HAVE_DEPTH" = 1 ]; then extra+=($DEPTH_FLAG); else note="prompt-protected context (no DEPTH_FLAG): T0 holds it"; fi
+# ---- 5. token check ---------------------------------------------------------------------------
+TOKMODEL=$WORK/tok.gguf
+tok_check() {
+    python3 -c "import random; random.seed(7); print(' '.join(str(random.randrange(1000, 30000)) for _ in range(32)))" >"$WORK/ids.txt"
+    local tg; tg=$(date +%s.%N)
+    if ! run_to 90 "$BIN" gen-random --shape "$TOKSHAPE" --type BF16 --layers "$TOKLAYERS" -o "$TOKMODEL" >"$L/tok-gen.log" 2>&1; then
+        tail -3 "$L/tok-gen.log"; jl kind=result job=token_check error="gen-random failed"; return 1
     fi
-    local par=()
-    [ "$PARALLEL" -gt 1 ] && par=(--parallel "$PARALLEL")
-    [ "$PARALLEL" -gt 1 ] && [ "$HAVE_PDEPTH" = 1 ] && par+=($PAR_DEPTH_FLAG)
-    rm -f "$WORK/stats.json"
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$WORK/mem.txt" 2>/dev/null &
-    local smi=$!
-    local t_start; t_start=$(date +%s.%N)
-    echo "-- $label (est ${est}s)"
-    run_to $((est * 2 + 10)) $BIN bench -m "$WORK/model.gguf" $BACKEND_FLAG "$@" -p 0 -n "$NGEN" --reps 2 -d "$dlist" \
-        ${par[@]+"${par[@]}"} --json ${extra[@]+"${extra[@]}"} >"$WORK/bench.json" 2>"$WORK/bench.err"
+    local gb; gb=$(calc "$(stat -c %s "$TOKMODEL") / 1e9")
+    GEN_S_PER_GB=$(calc "($(date +%s.%N) - $tg) / $gb")
+    echo "gen-random: $gb GB at $GEN_S_PER_GB s/GB (estimates from here use it)"
+    jl kind=meta gen_s_per_gb="$GEN_S_PER_GB" from="token check file, $gb GB"
+    greedy() { # name, flags...
+        local name=$1; shift
+        run_to 40 "$BIN" logits -m "$TOKMODEL" $BACKEND_FLAG -t "$THREADS" --tokens "$WORK/ids.txt" --greedy "$GREEDY" \
+            --first-pos 31 -o "$WORK/l.f32" --window 8 --sinks 4 --delta 8 "$@" >"$L/greedy.$name.json" 2>"$L/greedy.$name.err"
+    }
+    greedy full --policy full
+    greedy direct $HIER
+    greedy staged $HIER $STAGED_FLAG
+    greedy split $HIER $SPLIT_FLAG
+    rm -f "$WORK/l.f32"
+    python3 - "$L" <<'PY' | tee -a "$J"
+import json, os, sys
+w = sys.argv[1]
+def ids(n):
+    try: return json.load(open(f"{w}/greedy.{n}.json"))["greedy"]
+    except Exception: return None
+full = ids("full")
+for n in ("direct", "staged", "split"):
+    g = ids(n)
+    r = {"kind": "result", "job": f"tokens_{n}_vs_full", "must_be_identical": n != "split"}
+    if g is None or full is None:
+        e = f"{w}/greedy.{n if g is None else 'full'}.err"
+        last = open(e).read().strip().splitlines()[-1:] if os.path.exists(e) else ["not run"]
+        r.update(verdict="no result", error=last[0] if last else "")
+    else:
+        first = next((i for i, (a, b) in enumerate(zip(g, full)) if a != b), None)
+        r.update(verdict="IDENTICAL" if g == full else f"differ from step {first}",
+                 equal=sum(a == b for a, b in zip(g, full)), steps=len(full))
+    print(json.dumps(r))
+PY
+}
+
+# ---- 6. kernel microbenchmark -----------------------------------------------------------------
+bench_ops() {
+    run_to 60 "$BIN" bench-ops $BACKEND_FLAG --shape r1-distill-qwen-7b --type BF16 --depths "$OPS_DEPTHS" --json \
+        >"$L/bench-ops.jsonl" 2>"$L/bench-ops.err"
     local rc=$?
-    local wall; wall=$(python3 -c "import time; print(time.time() - $t_start)")
-    kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
-    [ $rc -ne 0 ] && { tail -3 "$WORK/bench.err"; note="${note:+$note; }rc $rc"; }
-    python3 - "$WORK" "$RES" "$model" "$type" "$policy" "$t0" "$mode" "$wbytes" "$kvtok" "$BW" "$note" "$wall" "$ptoks" "$gb" <<'PY'
+    python3 - "$L/bench-ops.jsonl" <<'PY' | tee -a "$J"
 import json, sys
-w, res, model, typ, policy, t0, mode, wbytes, kvtok, bw, note, wall, ptoks, gb = sys.argv[1:15]
-wbytes, kvtok, bw, wall, ptoks, gb = float(wbytes), float(kvtok), float(bw), float(wall), int(ptoks), float(gb)
+for l in open(sys.argv[1]):
+    try: r = json.loads(l)
+    except Exception: continue
+    if isinstance(r, dict): print(json.dumps({"kind": "bench-ops", **r}))
+PY
+    return $rc
+}
+
+# ---- 7. engine jobs ---------------------------------------------------------------------------
+# bench_job LABEL MODE DEPTHS PROMPT NGEN -- engine flags: one `tierkv bench` on $MODEL, one result
+# line per row it prints; degrades to the first depth when all of DEPTHS do not fit
+bench_job() {
+    local label=$1 mode=$2 depths=$3 pp=$4 ng=$5; shift 6
+    local est; est=$(bench_est "$MGB" "$KVTOK" "$mode" "$depths" "$pp" "$ng")
+    if ! fits "$est" && [ "${depths% *}" != "$depths" ]; then
+        local first=${depths%% *} e1
+        e1=$(bench_est "$MGB" "$KVTOK" "$mode" "$first" "$pp" "$ng")
+        if fits "$e1"; then
+            skip "$label d=${depths// /,}" "$est" "over budget: runs at d=$first alone"
+            depths=$first est=$e1
+        fi
+    fi
+    local name="$label d=${depths// /,}" tag=${label// /_}_${depths// /_}
+    tag=${tag//\//-}
+    if [ "$MODEL_OK" = 0 ]; then skip "$name" "$est" "no model file (its gen-random was skipped or failed)"; return 1; fi
+    BJ=("$@") BJ_MODE=$mode BJ_DEPTHS=$depths BJ_PP=$pp BJ_NG=$ng BJ_TAG=$tag BJ_EST=$est
+    STEP_WALL=
+    step "$name" "$est" bench_run
+    local rc=$?
+    # a job that ended refines the estimates after it
+    [ "$rc" = 0 ] && [ -n "$STEP_WALL" ] && JOB_FACTOR=$(awk -v f="$JOB_FACTOR" -v w="$STEP_WALL" -v e="$est" \
+        'BEGIN { x = f * w / e; if (x < 0.5) x = 0.5; if (x > 3) x = 3; print x }')
+    return $rc
+}
+bench_run() {
+    local tag=$BJ_TAG extra=()
+    # shellcheck disable=SC2206 # the flag may be several words
+    [ "$BJ_MODE" != full ] && [ "$BJ_MODE" != prefill ] && [ -n "$DEPTH_FLAG" ] && extra+=($DEPTH_FLAG)
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$L/$tag.mem" 2>/dev/null &
+    local smi=$! t0; t0=$(date +%s.%N)
+    run_to $((BJ_EST * 2 + 10)) "$BIN" bench -m "$MODEL" $BACKEND_FLAG -t "$THREADS" -p "$BJ_PP" -n "$BJ_NG" \
+        --reps "$REPS" -d "${BJ_DEPTHS// /,}" --json --stats-json "$L/$tag.stats.json" ${extra[@]+"${extra[@]}"} "${BJ[@]}" \
+        >"$L/$tag.jsonl" 2>"$L/$tag.err"
+    local rc=$? wall; wall=$(calc "$(date +%s.%N) - $t0")
+    kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+    [ $rc -ne 0 ] && tail -3 "$L/$tag.err"
+    python3 - "$L" "$tag" "$MNAME" "$BJ_MODE" "$MWBYTES" "$KVTOK" "$BW" "$wall" "$MGB" "$LOAD_S_PER_GB" "$PROC_S" "$rc" <<'PY' | tee -a "$J"
+import json, sys
+L, tag, model, mode, wbytes, kvtok, bw, wall, gb, load, proc, rc = sys.argv[1:13]
+wbytes, kvtok, bw, wall, gb = float(wbytes), float(kvtok), float(bw), float(wall), float(gb)
 rows = []
-for l in open(f"{w}/bench.json"):
+for l in open(f"{L}/{tag}.jsonl"):
     try: rows.append(json.loads(l))
     except Exception: pass
 peak = 0
-for l in open(f"{w}/mem.txt"):
-    try: peak = max(peak, int(l.strip()))
-    except Exception: pass
-wait = moved = "n/a"
-tg = [r for r in rows if r.get("test", "").startswith("tg")]
-steps = sum(r.get("tokens", 0) * 2 for r in tg)  # decode steps timed (--reps 2), single and batched
 try:
-    t = json.load(open(f"{w}/stats.json"))["total"]
-    dec_s = sum(r["tokens"] * 2 * r.get("sequences", 1) / r["tok_per_s"] for r in tg if r.get("tok_per_s"))
-    wait = f"{100 * t.get('fence_wait_seconds', 0) / dec_s:.1f}" if dec_s else "n/a"
+    for l in open(f"{L}/{tag}.mem"):
+        try: peak = max(peak, int(l.strip()))
+        except ValueError: pass
+except OSError: pass
+wait_s = wait_from = moved = None
+steps = sum(r.get("tokens", 0) for r in rows if r.get("test", "").startswith("tg"))
+try:
+    t = json.load(open(f"{L}/{tag}.stats.json"))["total"]
+    if "copy_stall_seconds" in t: wait_s, wait_from = t["copy_stall_seconds"], "copy_stall_seconds"
+    elif "fence_wait_seconds" in t: wait_s, wait_from = t["fence_wait_seconds"], "fence_wait_seconds"
     mb = sum(t.get(k, 0) for k in ("bytes_moved_down", "bytes_moved_up", "bytes_moved_host", "bytes_staged"))
-    moved = f"{mb / max(steps, 1) / 1e6:.1f}"
+    moved = mb / max(steps, 1) / 1e6
 except Exception:
     pass
-with open(res, "a") as f:
-    for r in rows:
-        if not r.get("test", "").startswith("tg"): continue
-        n_seq = r.get("sequences", 1)
-        depth = r.get("depth", 0)
-        tps = r.get("tok_per_s", 0.0)
-        # bytes read per decode step: the weights once, each sequence's KV (all layers, K and V)
-        step_bytes = wbytes + n_seq * depth * kvtok
-        share = 100 * step_bytes * (tps / n_seq) / bw if tps else 0
-        f.write("\t".join([model, typ, policy, t0, mode, str(depth), str(n_seq), f"{tps:.1f}", wait, moved,
-                           str(peak), f"{share:.0f}", note]) + "\n")
-with open(f"{w}/timing.tsv", "a") as f:
-    f.write(f"{gb}\t{ptoks}\t{wall}\n")
+engine_s = max(wall - float(proc) - gb * float(load), 1e-3)  # the job's time after loading (estimated)
+base = {"kind": "result", "job": tag, "model": model, "mode": mode, "rc": int(rc), "wall_s": round(wall, 1),
+        "peak_mib": peak, "wait_s": wait_s, "wait_from": wait_from,
+        "wait_pct": None if wait_s is None else round(100 * wait_s / engine_s, 1), "mb_moved_per_step": moved}
+if not rows: print(json.dumps({**base, "error": "no rows"}))
+for r in rows:
+    out = dict(base, test=r.get("test"), depth=r.get("depth", 0), tok_s=r.get("tok_per_s"))
+    if r.get("test", "").startswith("tg") and r.get("tok_per_s"):
+        n = r.get("sequences", 1)
+        step_bytes = wbytes + n * r.get("depth", 0) * kvtok  # weights once, each sequence's KV
+        out["hbm_bound_pct"] = round(100 * step_bytes * r["tok_per_s"] / n / bw, 1)
+    print(json.dumps(out))
 PY
-    # refine the prefill-rate estimate from this job (load time known from the probe)
-    PF_RATE=$(python3 -c "
-l = ${LOAD_RATE:-0.6} * $gb + 4
-print(max(1e-6, ($wall - l) / max($ptoks, 1) / $gb))")
+    return $rc
 }
 
-if [ "$ENGINE" = 1 ]; then
+model_jobs() { # SHAPE TYPE LAST(0|1)
+    local shape=$1 type=$2 last=$3
+    MNAME="$shape $type"
+    model_gb "$shape" "$type" || { skip "$MNAME" 0 "unknown shape"; return; }
+    MGB=$GB
+    local s; s=$(shape_of "$shape"); set -- $s
+    MWBYTES=$(calc "$MGB * 1e9 - $6 * $2 * $(bpe_of "$type")") # the embedding: one row per token
+    MODEL=$WORK/model.gguf
+    local eg; eg=$(gen_est "$MGB")
+    local first; first=$(bench_est "$MGB" "$KVTOK" full "${DEPTHS%% *}" 0 "$NGEN")
+    MODEL_OK=0
+    if ! fits $((eg + first)); then
+        skip "$MNAME gen-random ($(printf '%.1f' "$MGB") GB) + its first job" $((eg + first)) "over budget"
+    else
+        [ "$DRY" = 0 ] && rm -f "$MODEL"
+        step "$MNAME gen-random ($(printf '%.1f' "$MGB") GB)" "$eg" gen_model "$shape" "$type" && MODEL_OK=1
+    fi
+    bench_job "$MNAME full" full "$DEPTHS" 0 "$NGEN" -- --policy full
+    bench_job "$MNAME direct T0 $HBM_RATIO" direct "$DEPTHS" 0 "$NGEN" -- $HIER
+    bench_job "$MNAME staged T0 $HBM_RATIO" staged "$DEPTHS" 0 "$NGEN" -- $HIER $STAGED_FLAG
+    bench_job "$MNAME split T0 $HBM_RATIO" split "$DEPTHS" 0 "$NGEN" -- $HIER $SPLIT_FLAG
+    bench_job "$MNAME prefill $PREFILL" prefill 0 "$PREFILL" 0 -- --policy full
+    if [ "$last" = 1 ] && [ -n "$LONG_DEPTH" ]; then
+        bench_job "$MNAME staged T0 $HBM_RATIO" staged "$LONG_DEPTH" 0 "$NGEN" -- $HIER $STAGED_FLAG
+        bench_job "$MNAME split T0 $HBM_RATIO" split "$LONG_DEPTH" 0 "$NGEN" -- $HIER $SPLIT_FLAG
+    fi
+    [ "$DRY" = 0 ] && rm -f "$MODEL"
+}
+gen_model() {
+    local tg; tg=$(date +%s.%N)
+    run_to $(($(gen_est "$MGB") * 2 + 20)) "$BIN" gen-random --shape "$1" --type "$2" -o "$MODEL" >"$L/gen-$1-$2.log" 2>&1 ||
+        { tail -3 "$L/gen-$1-$2.log"; return 1; }
+    local gb; gb=$(calc "$(stat -c %s "$MODEL") / 1e9")
+    GEN_S_PER_GB=$(calc "($(date +%s.%N) - $tg) / $gb")
+    jl kind=meta model="$MNAME" file_gb="$gb" gen_s_per_gb="$GEN_S_PER_GB"
+}
+
+# ---- the summary ------------------------------------------------------------------------------
+summary() {
+    [ "$DRY" = 1 ] && return 0
+    jl kind=meta elapsed_s="$(now)" budget_s="$BUDGET" planned="$PLANNED" skipped="$SKIPPED" job_factor="$JOB_FACTOR"
+    section "summary"
+    python3 - "$J" <<'PY' | tee "$OUT/summary.txt"
+import json, sys
+recs = []
+for l in open(sys.argv[1]):
+    try: recs.append(json.loads(l))
+    except Exception: pass
+def f(x, p=1):
+    return "-" if x is None else (f"{x:.{p}f}" if isinstance(x, float) else str(x))
+for r in recs:
+    if r.get("kind") in ("preflight", "binary"):
+        print("  " + ", ".join(f"{k}={v}" for k, v in r.items() if k != "kind"))
+for r in recs:
+    if r.get("kind") == "result" and "test" not in r:
+        print("  " + ", ".join(f"{k}={v}" for k, v in r.items() if k != "kind"))
+rows = [r for r in recs if r.get("kind") == "result" and "test" in r]
+if rows:
+    hdr = ["model", "mode", "test", "depth", "tok/s", "HBM bound%", "wait%", "wait from", "MB/step", "peak MiB", "rc"]
+    print(" | ".join(hdr))
+    for r in rows:
+        print(" | ".join([r["model"], r["mode"], f(r.get("test")), f(r.get("depth")), f(r.get("tok_s")),
+                          f(r.get("hbm_bound_pct")), f(r.get("wait_pct")), f(r.get("wait_from")),
+                          f(r.get("mb_moved_per_step")), f(r.get("peak_mib")), f(r.get("rc"))]))
+else:
+    print("  no engine measurements")
+ops = [r for r in recs if r.get("kind") == "bench-ops"]
+for r in ops: print("  bench-ops " + ", ".join(f"{k}={v}" for k, v in r.items() if k != "kind"))
+sk = [r for r in recs if r.get("kind") == "skipped"]
+print("skipped:" if sk else "skipped: nothing")
+for r in sk: print(f"  - {r['job']} (est {r['est_s']} s): {r['why']}")
+for r in recs:
+    if r.get("kind") == "meta" and "elapsed_s" in r:
+        print(f"elapsed {r['elapsed_s']} s of {r['budget_s']} s")
+PY
+    pack
+}
+on_exit() { trap - EXIT; summary; pack; }
+on_signal() { echo "gpu.sh: stopped by a signal at $(now) s"; jl kind=meta stopped_at_s="$(now)"; exit 143; }
+
+# ---- the plan ---------------------------------------------------------------------------------
+if [ "$DRY" = 1 ]; then
+    echo "plan ($([ "$QUICK" = 1 ] && echo quick || echo full)): budget $BUDGET s, jobs end $MARGIN s before it"
+else
+    trap on_exit EXIT
+    trap on_signal TERM INT
+    jl kind=meta script=bench/gpu.sh quick="$QUICK" budget_s="$BUDGET" models="$MODELS" depths="$DEPTHS" \
+        hbm_ratio="$HBM_RATIO" ngen="$NGEN" reps="$REPS" backend_flag="$BACKEND_FLAG"
+fi
+step "preflight" 5 preflight
+if [ "$DRY" = 1 ]; then
+    if runnable; then BINARY="prebuilt"; BEST=3; else BINARY="build"; BEST=$BUILD_S; fi
+    step "binary: $BINARY ($BIN_DIR)" "$BEST" true
+elif runnable; then
+    BINARY="prebuilt $BIN"
+    step "binary: prebuilt" 3 binary_note
+else
+    BINARY="built here: make cuda SERVE=0 WERROR="
+    if step "binary: build (make cuda SERVE=0 WERROR=)" "$BUILD_S" build; then binary_note; else
+        echo "no runnable binary: nothing more to do"; exit 1
+    fi
+fi
+step "CUDA op checks (tierkv-tests cuda)" 20 op_checks
+[ "$QUICK" = 0 ] && step "HBM bandwidth (torch d2d copy)" 20 hbm_probe
+model_gb "$TOKSHAPE" BF16 "$TOKLAYERS" || { echo "gpu.sh: unknown TOKSHAPE $TOKSHAPE" >&2; exit 2; }
+TOKGB=$GB
+# gen-random, then four `logits` runs: open and load, 32 prompt tokens, GREEDY steps (a weight pass each)
+TOK_EST=$(($(gen_est "$TOKGB") + $(int "$(calc "4 * $SAFETY * ($PROC_S + $TOKGB * $LOAD_S_PER_GB + ($GREEDY + 4) * $TOKGB * 1e9 / ($HBM_BPS * $MM_EFF)) + 3")")))
+TOKDONE=0
+step "token check ($TOKSHAPE ${TOKLAYERS} layers, $(printf '%.1f' "$TOKGB") GB; full/direct/staged/split)" "$TOK_EST" tok_check && TOKDONE=1
+if [ "$QUICK" = 1 ]; then
+    MNAME="$TOKSHAPE/${TOKLAYERS}L BF16" MGB=$TOKGB MODEL=$TOKMODEL MWBYTES=$(calc "$TOKGB * 1e9")
+    MODEL_OK=$TOKDONE
+    bench_job "$MNAME full" full "${DEPTHS%% *}" 0 "$NGEN" -- --policy full
+else
+    [ "$DRY" = 0 ] && rm -f "$TOKMODEL"
+    if [ "$DRY" = 1 ] || "$BIN" --help 2>&1 | grep -q bench-ops; then
+        step "bench-ops (kernel microbenchmark)" 25 bench_ops
+    else
+        skip "bench-ops" 0 "skipped: no bench-ops in this build"
+    fi
+    n=$(wc -w <<<"$MODELS") i=0
     for mt in $MODELS; do
-        shape=${mt%%:*}; type=${mt##*:}
-        case $shape in
-        r1-distill-qwen-7b) P=7.6; NL=28; KVD=512; EMBD=3584 ;;
-        r1-distill-qwen-14b) P=14.8; NL=48; KVD=1024; EMBD=5120 ;;
-        qwen2.5-0.5b) P=0.49; NL=24; KVD=128; EMBD=896 ;; # dry runs of this script
-        *) skip "$mt: unknown shape"; continue ;;
-        esac
-        case $type in BF16) BPE=2 ;; Q8_0) BPE=1.0625 ;; *) BPE=2 ;; esac
-        GB=$(python3 -c "print(round($P * $BPE, 1))")
-        EG=$(est_gen "$GB")
-        if ! fits $((EG + 30)); then skip "$mt: generating ${GB} GB (est ${EG}s) and one run do not fit"; continue; fi
-        section "$mt: gen-random (${GB} GB)"
-        rm -f "$WORK/model.gguf"
-        tg=$(date +%s.%N)
-        if ! run_to $((EG * 2 + 20)) $BIN gen-random --shape "$shape" --type "$type" -o "$WORK/model.gguf" >"$WORK/gen.log" 2>&1; then
-            tail -3 "$WORK/gen.log"; skip "$mt: gen-random failed or ran out of time"; rm -f "$WORK/model.gguf"; continue
-        fi
-        REAL_GB=$(python3 -c "import os; print(os.path.getsize('$WORK/model.gguf') / 1e9)")
-        GEN_RATE=$(python3 -c "import time; print((time.time() - $tg) / $REAL_GB)")
-        meta "gen_${shape}_${type}" "$(python3 -c "print(f'{$REAL_GB:.1f} GB in {$GEN_RATE * $REAL_GB:.0f} s')")"
-        # weight bytes read per token: everything but the embedding table (one row is looked up)
-        WBYTES=$(python3 -c "print(int($REAL_GB * 1e9 - 152064 * $EMBD * $BPE))")
-        KVTOK=$((NL * 2 * KVD * 2)) # f16 K and V of one position, all layers
-        # load-time probe (one decode step at depth 0)
-        tl=$(date +%s.%N)
-        if run_to 90 $BIN bench -m "$WORK/model.gguf" $BACKEND_FLAG -p 0 -n 1 --reps 1 -d 0 --json >/dev/null 2>"$WORK/probe.err"; then
-            LOAD_RATE=$(python3 -c "import time; print(max(0.05, (time.time() - $tl - 2) / $REAL_GB))")
-            meta "load_${shape}_${type}" "$(python3 -c "print(f'{$LOAD_RATE * $REAL_GB + 2:.1f} s to load and one step')")"
-        else
-            tail -3 "$WORK/probe.err"; skip "$mt: the model did not load on the backend"; rm -f "$WORK/model.gguf"; continue
-        fi
-        short=$(echo "$DEPTHS" | awk '{for (i = 1; i <= NF; i++) if ($i < 32768) printf "%s ", $i}' | sed 's/ $//')
-        long=$(echo "$DEPTHS" | awk '{for (i = 1; i <= NF; i++) if ($i >= 32768) printf "%s ", $i}' | sed 's/ $//')
-        mid=$(echo "$short" | awk '{print $NF}')
-        J="$shape $type"
-        A=("$GB" "$WBYTES" "$KVTOK")
-        # priority: full and 50% at the short depths, then 30/70% at one depth, then the long depth
-        [ -n "$short" ] && bench_job $J full - - "$short" "${A[@]}" --policy full
-        [ -n "$short" ] && bench_job $J hierarchy 0.5 staged "$short" "${A[@]}" $HIER --hbm-ratio 0.5 $STAGED_FLAG
-        [ -n "$short" ] && [ "$HAVE_SPLIT" = 1 ] && bench_job $J hierarchy 0.5 split "$short" "${A[@]}" $HIER --hbm-ratio 0.5 $SPLIT_FLAG
-        for r in $RATIOS; do
-            [ "$r" = 0.5 ] && continue
-            [ -n "$mid" ] && bench_job $J hierarchy "$r" staged "$mid" "${A[@]}" $HIER --hbm-ratio "$r" $STAGED_FLAG
-            [ -n "$mid" ] && [ "$HAVE_SPLIT" = 1 ] && bench_job $J hierarchy "$r" split "$mid" "${A[@]}" $HIER --hbm-ratio "$r" $SPLIT_FLAG
-        done
-        if [ -n "$long" ]; then
-            bench_job $J full - - "$long" "${A[@]}" --policy full
-            bench_job $J hierarchy 0.5 staged "$long" "${A[@]}" $HIER --hbm-ratio 0.5 $STAGED_FLAG
-            [ "$HAVE_SPLIT" = 1 ] && bench_job $J hierarchy 0.5 split "$long" "${A[@]}" $HIER --hbm-ratio 0.5 $SPLIT_FLAG
-        fi
-        rm -f "$WORK/model.gguf"
+        i=$((i + 1))
+        model_jobs "${mt%%:*}" "${mt##*:}" "$([ "$i" = "$n" ] && echo 1 || echo 0)"
     done
 fi
-meta elapsed "$(now) s of a ${BUDGET} s budget"
-}
-
-{ main; finish; } 2>&1 | tee "$OUT/gpu.log"
+[ "$DRY" = 0 ] && rm -f "$TOKMODEL"
+if [ "$DRY" = 1 ]; then
+    echo "sum: $SIM s of estimated work + $MARGIN s margin, budget $BUDGET s ($PLANNED jobs run, $SKIPPED skipped)"
+    [ "$SIM" -lt "$BUDGET" ] || { echo "gpu.sh: the plan does not fit its budget" >&2; exit 1; }
+fi
+exit 0

@@ -356,6 +356,22 @@ static const hcase main_ok[] = {
 };
 TEST(cli_hostile_dispatch) { run_cases(main_ok, N(main_ok)); }
 
+/* A SERVE=0 build keeps `serve` as a command that says why it cannot run (exit 2), never an
+ * "unknown command"; a build with the server is checked by test_serve.c. */
+TEST(cli_serve_absent_in_serve0_build) {
+#ifndef TKV_NO_SERVE
+    SKIP("built with the server (SERVE=1)");
+#else
+    char buf[2048], *argv[8];
+    if (make_argv("serve -m $M --port 0", buf, sizeof buf, argv, 8) < 0) REQUIRE(0);
+    char *err = NULL;
+    int st = t_spawn(argv, NULL, TIME_LIMIT, &err);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d", st);
+    CHECKF(err && strstr(err, "this build has no server (built with SERVE=0"), "stderr: %s", err ? err : "");
+    free(err);
+#endif
+}
+
 /* bench --parallel N under a budget the N sequences do not fit: refused with the numbers before
  * anything is timed (stdout empty), not after the single-sequence runs (before 2026-12: their rows
  * were printed first). 256 KiB holds 256 tokens of this fixture's 1 KiB; 16 sequences need 131 each. */

@@ -46,7 +46,13 @@ TEST(fuzz_corpus_json) { replay("fuzz_json", NULL); }
 TEST(fuzz_corpus_grade) { replay("fuzz_grade", NULL); }
 TEST(fuzz_corpus_tokenizer) { replay("fuzz_tokenizer", "fixtures/tokenizer/extra/ggml-vocab-gpt-2.gguf"); }
 TEST(fuzz_corpus_chat) { replay("fuzz_chat", "fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf"); }
-TEST(fuzz_corpus_serve_request) { replay("fuzz_serve_request", NULL); }
+TEST(fuzz_corpus_serve_request) {
+#ifdef TKV_NO_SERVE
+    SKIP("built with SERVE=0: no server, no fuzz_serve_request");
+#else
+    replay("fuzz_serve_request", NULL);
+#endif
+}
 
 /* Every target has a corpus, and every corpus a test above. */
 TEST(fuzz_targets_all_replayed) {

@@ -18,7 +18,11 @@ static const struct { const char *name; int (*fn)(int, char **); const char *wha
     {"eval", cmd_eval, "run a benchmark task end to end"},
     {"sweep", cmd_sweep, "run eval over a grid of KV policies and budgets, tables and plots"},
     {"verify", cmd_verify, "check that results files were not edited by hand (per-line checks)"},
+#ifdef TKV_NO_SERVE
+    {"serve", cmd_serve, "(not in this build: built with SERVE=0) an OpenAI-compatible HTTP server"},
+#else
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server with continuous batching over the tiered KV cache"},
+#endif
     {"mutate-gguf", cmd_mutate_gguf, "write malformed variants of a GGUF model and a manifest (loader tests)"},
 };
 
