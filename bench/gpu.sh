@@ -21,11 +21,11 @@
 #   3. CUDA op checks: BIN_DIR/tierkv-tests cuda (every op against the CPU reference);
 #   4. HBM bandwidth: a torch device-to-device copy (bytes read + written; datasheet 4.8e12 if no torch);
 #   5. token check: greedy tokens of `hierarchy` at 0% eviction (direct, staged: must be identical;
-#      split: rounding-level differences allowed) against `full`, on a TOKLAYERS-layer file of TOKSHAPE;
+#      split: rounding-level differences allowed) against `full`, on a TOKLAYERS-layer TOKTYPE file of TOKSHAPE;
 #   6. kernel microbenchmark: `tierkv bench-ops` when the binary has it (else recorded as skipped);
 #   7. per model of MODELS (random weights from gen-random; ONE file on disk at a time): decode
-#      tok/s of `full`, then `hierarchy` at T0 HBM_RATIO (0% eviction, no T2) direct, staged and
-#      split, at DEPTHS (the hierarchy with DEPTH_FLAG, so it has generated tokens to tier), then one
+#      tok/s of `full`, then `hierarchy` at T0 HBM_RATIO (0% eviction, no T2) staged, split and
+#      direct, at DEPTHS (the hierarchy with DEPTH_FLAG, so it has generated tokens to tier), then one
 #      PREFILL-token prefill measurement;
 #   8. staged and split at LONG_DEPTH on the last model, if time is left.
 #   --quick: 1, 2, 3, 5 and one `full` decode job at the first depth on the token check's file.
@@ -45,7 +45,7 @@
 # Variables (environment): OUT (bench/out), WORK (scratch and model files, /tmp/tierkv-gpu),
 # BUDGET, MARGIN (10), BIN_DIR (build-cuda), THREADS (nproc), MODELS ("r1-distill-qwen-7b:BF16
 # r1-distill-qwen-7b:Q8_0"), DEPTHS ("2048 8192"), LONG_DEPTH (32768; empty: none), HBM_RATIO (0.5),
-# NGEN (32 decode steps), REPS (2), PREFILL (2048), TOKSHAPE (r1-distill-qwen-7b), TOKLAYERS (2),
+# NGEN (32 decode steps), REPS (2), PREFILL (2048), TOKSHAPE (r1-distill-qwen-7b), TOKLAYERS (2), TOKTYPE (Q8_0),
 # GREEDY (64 steps), OPS_DEPTHS (2048,8192,32768), and the flags of the engine: BACKEND_FLAG
 # ("--backend cuda"), STAGED_FLAG ("--staged"), SPLIT_FLAG ("--split"), DEPTH_FLAG ("--depth-generated").
 # The control flow on a CPU machine (no GPU, small model; op checks and the torch probe then report
@@ -94,6 +94,7 @@ REPS=${REPS:-2}
 PREFILL=${PREFILL:-2048}
 TOKSHAPE=${TOKSHAPE:-r1-distill-qwen-7b}
 TOKLAYERS=${TOKLAYERS:-2}
+TOKTYPE=${TOKTYPE:-Q8_0} # half BF16's bytes: the file is written and loaded 4 times faster than a BF16 one
 GREEDY=${GREEDY:-64}
 OPS_DEPTHS=${OPS_DEPTHS:-2048,8192,32768}
 GEN_S_PER_GB=${GEN_S_PER_GB:-4.0}
@@ -309,7 +310,7 @@ TOKMODEL=$WORK/tok.gguf
 tok_check() {
     python3 -c "import random; random.seed(7); print(' '.join(str(random.randrange(1000, 30000)) for _ in range(32)))" >"$WORK/ids.txt"
     local tg; tg=$(date +%s.%N)
-    if ! run_to 90 "$BIN" gen-random --shape "$TOKSHAPE" --type BF16 --layers "$TOKLAYERS" -o "$TOKMODEL" >"$L/tok-gen.log" 2>&1; then
+    if ! run_to 90 "$BIN" gen-random --shape "$TOKSHAPE" --type "$TOKTYPE" --layers "$TOKLAYERS" -o "$TOKMODEL" >"$L/tok-gen.log" 2>&1; then
         tail -3 "$L/tok-gen.log"; jl kind=result job=token_check error="gen-random failed"; return 1
     fi
     local gb; gb=$(calc "$(stat -c %s "$TOKMODEL") / 1e9")
@@ -459,9 +460,11 @@ model_jobs() { # SHAPE TYPE LAST(0|1)
         step "$MNAME gen-random ($(printf '%.1f' "$MGB") GB)" "$eg" gen_model "$shape" "$type" && MODEL_OK=1
     fi
     bench_job "$MNAME full" full "$DEPTHS" 0 "$NGEN" -- --policy full
-    bench_job "$MNAME direct T0 $HBM_RATIO" direct "$DEPTHS" 0 "$NGEN" -- $HIER
+    # staged and split (the two ways the paper's T1 is read) before direct (every T1 row over PCIe
+    # for every token: the slowest, and the least likely to be used)
     bench_job "$MNAME staged T0 $HBM_RATIO" staged "$DEPTHS" 0 "$NGEN" -- $HIER $STAGED_FLAG
     bench_job "$MNAME split T0 $HBM_RATIO" split "$DEPTHS" 0 "$NGEN" -- $HIER $SPLIT_FLAG
+    bench_job "$MNAME direct T0 $HBM_RATIO" direct "$DEPTHS" 0 "$NGEN" -- $HIER
     bench_job "$MNAME prefill $PREFILL" prefill 0 "$PREFILL" 0 -- --policy full
     if [ "$last" = 1 ] && [ -n "$LONG_DEPTH" ]; then
         bench_job "$MNAME staged T0 $HBM_RATIO" staged "$LONG_DEPTH" 0 "$NGEN" -- $HIER $STAGED_FLAG
@@ -545,14 +548,14 @@ else
 fi
 step "CUDA op checks (tierkv-tests cuda)" 20 op_checks
 [ "$QUICK" = 0 ] && step "HBM bandwidth (torch d2d copy)" 20 hbm_probe
-model_gb "$TOKSHAPE" BF16 "$TOKLAYERS" || { echo "gpu.sh: unknown TOKSHAPE $TOKSHAPE" >&2; exit 2; }
+model_gb "$TOKSHAPE" "$TOKTYPE" "$TOKLAYERS" || { echo "gpu.sh: unknown TOKSHAPE $TOKSHAPE" >&2; exit 2; }
 TOKGB=$GB
 # gen-random, then four `logits` runs: open and load, 32 prompt tokens, GREEDY steps (a weight pass each)
 TOK_EST=$(($(gen_est "$TOKGB") + $(int "$(calc "4 * $SAFETY * ($PROC_S + $TOKGB * $LOAD_S_PER_GB + ($GREEDY + 4) * $TOKGB * 1e9 / ($HBM_BPS * $MM_EFF)) + 3")")))
 TOKDONE=0
 step "token check ($TOKSHAPE ${TOKLAYERS} layers, $(printf '%.1f' "$TOKGB") GB; full/direct/staged/split)" "$TOK_EST" tok_check && TOKDONE=1
 if [ "$QUICK" = 1 ]; then
-    MNAME="$TOKSHAPE/${TOKLAYERS}L BF16" MGB=$TOKGB MODEL=$TOKMODEL MWBYTES=$(calc "$TOKGB * 1e9")
+    MNAME="$TOKSHAPE/${TOKLAYERS}L $TOKTYPE" MGB=$TOKGB MODEL=$TOKMODEL MWBYTES=$(calc "$TOKGB * 1e9")
     MODEL_OK=$TOKDONE
     bench_job "$MNAME full" full "${DEPTHS%% *}" 0 "$NGEN" -- --policy full
 else
