@@ -220,6 +220,8 @@ static void cu_close(be_backend *b) {
     pthread_mutex_destroy(&B->mv_lock);
     free(B->move_ws);
     free(B->runs);
+    free(B->move_phase);
+    free(B->move_starts);
     free(B->tok);
     free(B->pieces);
     free(B->uptr);

@@ -96,8 +96,10 @@ struct cu_backend {
     const void *tables_scratch;
     size_t tables_bytes;
     /* host workspaces of the planners: grown (host memory only) when a call is larger than any before */
-    uint64_t *move_ws;
+    uint64_t *move_ws;    /* CU_MOVE_WS_WORDS(move_cap) */
     cu_move_run *runs;
+    uint8_t *move_phase;  /* [move_cap] */
+    int *move_starts;     /* [move_cap + 1] */
     int move_cap;
     cu_tok_info *tok;
     cu_piece *pieces;
