@@ -206,7 +206,9 @@ typedef struct {
     void (*free)(be_backend *b, void *p, be_mem mem);
     void (*upload)(be_backend *b, void *dst, const void *src, size_t bytes);   /* host -> backend */
     /* A host-readable copy of backend memory: returns src itself where it is host memory, else
-     * copies into host_tmp (bytes) and returns it. Waits for the compute queue. */
+     * copies into host_tmp (bytes) and returns it. Waits for the compute queue. On a backend that
+     * is not unified, give it a host_tmp allocated BE_MEM_PINNED: the copy is then one DMA (the CUDA
+     * backend bounces a pageable host_tmp through its own pinned buffer, a second copy). */
     const void *(*read)(be_backend *b, const void *src, size_t bytes, void *host_tmp);
 
     /* weights: binds (and may reorder, in place in the model's private pages, or copy to the device)

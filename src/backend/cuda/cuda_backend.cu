@@ -175,14 +175,28 @@ static void cu_upload(be_backend *b, void *dst, const void *src, size_t bytes) {
     CUDA_CHECK(cudaStreamSynchronize(B->compute));
 }
 
+/* Device memory lands in host_tmp by one DMA when host_tmp is pinned (the forward's read buffers
+ * are: BE_MEM_PINNED); a pageable host_tmp, which would make the runtime stage the copy itself, is
+ * filled through the pinned bounce buffer, a piece at a time. */
 static const void *cu_read(be_backend *b, const void *src, size_t bytes, void *host_tmp) {
     cu_backend *B = cu_of(b);
     cu_bind(B);
     cudaPointerAttributes at;
     CUDA_CHECK(cudaPointerGetAttributes(&at, src));
     if (at.type == cudaMemoryTypeDevice) {
-        CUDA_CHECK(cudaMemcpyAsync(host_tmp, src, bytes, cudaMemcpyDeviceToHost, B->compute));
-        CUDA_CHECK(cudaStreamSynchronize(B->compute));
+        cudaPointerAttributes dt;
+        CUDA_CHECK(cudaPointerGetAttributes(&dt, host_tmp));
+        if (dt.type == cudaMemoryTypeHost) {
+            CUDA_CHECK(cudaMemcpyAsync(host_tmp, src, bytes, cudaMemcpyDeviceToHost, B->compute));
+            CUDA_CHECK(cudaStreamSynchronize(B->compute));
+            return host_tmp;
+        }
+        for (size_t off = 0; off < bytes; off += CU_BOUNCE_BYTES) {
+            size_t nb = bytes - off < CU_BOUNCE_BYTES ? bytes - off : CU_BOUNCE_BYTES;
+            CUDA_CHECK(cudaMemcpyAsync(B->bounce, (const uint8_t *)src + off, nb, cudaMemcpyDeviceToHost, B->compute));
+            CUDA_CHECK(cudaStreamSynchronize(B->compute));
+            memcpy((uint8_t *)host_tmp + off, B->bounce, nb);
+        }
         return host_tmp;
     }
     CUDA_CHECK(cudaStreamSynchronize(B->compute)); /* pinned or host: readable once the queue is done */
