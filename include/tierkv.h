@@ -249,6 +249,9 @@ typedef struct {
     double evicted_equiv;       /* positions no longer readable, averaged over (layer, kv head) rows */
     int64_t retiers, sync_demotions;
     double move_seconds, retier_seconds, fence_wait_seconds;
+    double copy_stall_seconds;  /* session total: device time the GPU's compute queue stood still waiting
+                                   for KV copies (timed on the device; 0 on the CPU, whose copies are
+                                   synchronous). fence_wait_seconds is the host's time at those fences */
     int64_t held_bytes, peak_held_bytes, limit_bytes; /* the baselines, per row (see docs/BASELINES.md) */
     int64_t shared_tokens;      /* prefix tokens held once for several sequences */
     int64_t shared_bytes_saved; /* bytes those would take if every sequence held its own copy */

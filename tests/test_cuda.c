@@ -900,7 +900,11 @@ TEST(cuda_kv_write_read_moves) {
             CHECKF(bad == 0, "copy_moves layer %d (%s): %d records differ from the moves in list order", layer,
                    vname[variant], bad);
         }
-        printf("    kv_write/kv_read/copy_moves (%s T0/T1/STAGE, Q8 T2): exact against the host codec\n", vname[variant]);
+        /* the stalls at copy_wait, timed on the device, settled by the reads above */
+        double stall = B->ops->copy_stall_seconds ? B->ops->copy_stall_seconds(B) : -1;
+        CHECKF(stall >= 0 && stall < 10, "copy_stall_seconds %g", stall);
+        printf("    kv_write/kv_read/copy_moves (%s T0/T1/STAGE, Q8 T2): exact against the host codec; copy stalls %.3f ms\n",
+               vname[variant], stall * 1e3);
         free(k), free(v), free(refs), free(tr.v);
         B->ops->free(B, dk, BE_MEM_DEVICE), B->ops->free(B, dv, BE_MEM_DEVICE);
         dpools_free(B, &d);

@@ -245,6 +245,11 @@ typedef struct {
     void (*copy_moves)(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer);
     /* orders later compute after every copy_moves already submitted for `layer` */
     void (*copy_wait)(be_backend *b, int layer);
+    /* Optional (NULL where copies are synchronous: the CPU). The device time, in seconds since open,
+     * the compute queue spent stalled at copy_wait for the copy queue, timed on the device. A wait
+     * counts once its timing has completed (it is collected at the next read, or by this call when
+     * the device got there): the figure settles after a read. Never waits. */
+    double (*copy_stall_seconds)(be_backend *b);
     /* attention over slot tables; scratch from attention_scratch */
     size_t (*attention_scratch)(const be_backend *b, int n_tok, int max_pos, int n_head, int head_dim);
     void (*attention)(be_backend *b, const be_attn *a, void *scratch);

@@ -21,7 +21,8 @@
  * Ordering: copy_moves(layer) records layer_ev[layer] on the copy stream after its work;
  * copy_wait(layer) makes the compute stream wait for it. Writes into the STAGE pool first wait for
  * stage_ev[layer % layers], which attention records after reading that STAGE layer (the double
- * buffer's write-after-read). Within a call the moves mean what they mean on the CPU (list order):
+ * buffer's write-after-read). copy_wait also times the compute stream's stall there (two timing
+ * events around the wait, collected without waiting: copy_stall_seconds). Within a call the moves mean what they mean on the CPU (list order):
  * they run as groups one after another, and inside a group a move that overwrites another's source
  * runs in a later phase (cuda_plan.h). Completion on the host: a copy is done once `read` returns after a
  * copy_wait for its layer. */
@@ -358,9 +359,53 @@ void cu_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, in
     pthread_mutex_unlock(&B->mv_lock);
 }
 
+/* The stream wait, between two timing events on the compute stream: the time between them is the
+ * time the compute stream stood still for the copy stream (about 0 when the copy had finished). The
+ * pair's time is collected later (cu_stall_collect); a full ring first collects what completed, and
+ * if nothing did this wait goes untimed rather than waiting on the device. */
 void cu_copy_wait(be_backend *b, int layer) {
     cu_backend *B = cu_of(b);
     cu_bind(B);
     CU_REQUIRE(layer >= 0 && layer < CU_MAX_LAYER_EVENTS, "copy_wait: layer beyond CU_MAX_LAYER_EVENTS");
+    pthread_mutex_lock(&B->stall_lock);
+    if (B->stall_next - B->stall_done == CU_STALL_PAIRS) cu_stall_collect_locked(B);
+    cudaEvent_t *ev = NULL;
+    if (B->stall_next - B->stall_done < CU_STALL_PAIRS) ev = B->stall_ev[B->stall_next++ % CU_STALL_PAIRS];
+    else B->stall_untimed++;
+    if (ev) CUDA_CHECK(cudaEventRecord(ev[0], B->compute));
     CUDA_CHECK(cudaStreamWaitEvent(B->compute, B->layer_ev[layer], 0));
+    if (ev) CUDA_CHECK(cudaEventRecord(ev[1], B->compute));
+    pthread_mutex_unlock(&B->stall_lock);
+}
+
+void cu_stall_collect_locked(cu_backend *B) {
+    while (B->stall_done < B->stall_next) {
+        cudaEvent_t *ev = B->stall_ev[B->stall_done % CU_STALL_PAIRS];
+        cudaError_t e = cudaEventQuery(ev[1]);
+        if (e == cudaErrorNotReady) {
+            (void)cudaGetLastError(); /* "not yet" is an answer, not an error to keep */
+            return;
+        }
+        CUDA_CHECK(e);
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+        B->stall_seconds += (double)ms * 1e-3;
+        B->stall_done++;
+    }
+}
+
+void cu_stall_collect(cu_backend *B) {
+    pthread_mutex_lock(&B->stall_lock);
+    cu_stall_collect_locked(B);
+    pthread_mutex_unlock(&B->stall_lock);
+}
+
+double cu_copy_stall_seconds(be_backend *b) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    pthread_mutex_lock(&B->stall_lock);
+    cu_stall_collect_locked(B);
+    double s = B->stall_seconds;
+    pthread_mutex_unlock(&B->stall_lock);
+    return s;
 }
