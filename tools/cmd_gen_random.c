@@ -18,6 +18,7 @@
 #include "base/half.h"
 #include "cmds.h"
 #include "gguf/gguf.h"
+#include "gguf/gguf_random.h"
 #include "gguf/gguf_write.h"
 #include "out.h"
 #include "shapes.h"
@@ -178,10 +179,10 @@ static int write_tensor(gguf_writer *w, const tdesc *t, uint8_t *buf, size_t cap
     for (uint64_t r = 0; r < t->ne[1]; r += rows_per) {
         uint64_t nr = t->ne[1] - r < rows_per ? t->ne[1] - r : rows_per;
         if (t->kind == 0) {
-            shapes_fill(t->type, buf, nr * t->ne[0], t->ne[0], rng);
+            gguf_fill_random(t->type, buf, nr * t->ne[0], t->ne[0], rng);
         } else {
             for (uint64_t i = 0; i < t->ne[0]; i++) {
-                float x = t->kind == 1 ? 1.0f : 0.02f * shapes_rng_unif(rng);
+                float x = t->kind == 1 ? 1.0f : 0.02f * gguf_rng_unif(rng);
                 memcpy(buf + 4 * i, &x, 4);
             }
         }
