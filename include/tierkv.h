@@ -249,6 +249,9 @@ typedef struct {
     double evicted_equiv;       /* positions no longer readable, averaged over (layer, kv head) rows */
     int64_t retiers, sync_demotions;
     double move_seconds, retier_seconds, fence_wait_seconds;
+    double copy_stall_seconds;  /* session total: device time the GPU's compute queue stood still waiting
+                                   for KV copies (timed on the device; 0 on the CPU, whose copies are
+                                   synchronous). fence_wait_seconds is the host's time at those fences */
     int64_t held_bytes, peak_held_bytes, limit_bytes; /* the baselines, per row (see docs/BASELINES.md) */
     int64_t shared_tokens;      /* prefix tokens held once for several sequences */
     int64_t shared_bytes_saved; /* bytes those would take if every sequence held its own copy */
@@ -284,6 +287,33 @@ typedef struct {
  * by the same budget code a session runs; TKV_ERR with the session's own message for bad budgets. */
 int tkv_plan(const tkv_shape *sh, const tkv_kv_params *kv, int batch, int ctx, int prompt, tkv_plan_result *out,
              char *err, size_t errlen);
+
+/* ---- kernel microbenchmark (tierkv bench-ops): a backend's decode ops alone, no model --------- */
+
+typedef struct {
+    const char *backend;        /* "cpu" (NULL: "cpu") or "cuda" */
+    int n_threads, device;      /* CPU threads; CUDA device ordinal */
+    int n_embd, n_head, n_head_kv, n_ff; /* the model's shape (head_dim = n_embd / n_head) */
+    const char *type;           /* weight type by its GGUF name: "BF16", "Q8_0", "Q4_K", ... */
+    const int *depths;          /* attention depths (positions) */
+    int n_depths;
+    int reps;                   /* timed calls per op */
+    uint64_t seed;              /* random weights, activations and KV rows */
+} tkv_bench_ops_params;
+typedef struct {
+    const char *op;             /* "matmul" or "attention" */
+    const char *name;           /* matmul: "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down" */
+    int64_t n_in, n_out, bytes; /* matmul: the matrix and its bytes in the file's layout */
+    int depth;                  /* attention: positions attended */
+    double us;                  /* matmul: per one-token call; attention: per layer (one query token) */
+} tkv_bench_ops_row;
+/* Times each per-layer matrix of the shape (random weights of p->type, prepared by the backend) for
+ * one token, then one layer's attention (f16 T0 rows, one query) at each depth, calling row() for
+ * each as it is measured. Wall clock around p->reps calls ended by one read of the output (which
+ * waits for the backend's queue), after one untimed call. describe receives the backend's kernels.
+ * TKV_ERR with a message for a backend that cannot open or a type it cannot run. */
+int tkv_bench_ops(const tkv_bench_ops_params *p, void (*row)(void *ctx, const tkv_bench_ops_row *r), void *ctx,
+                  char *describe, size_t describe_len, char *err, size_t errlen);
 
 /* The build: git commit (with -dirty) and compiler flags. */
 const char *tkv_build_commit(void);

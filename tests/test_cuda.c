@@ -5,7 +5,12 @@
  *     dequantisation bit for bit.
  *   cuda_host_moves: move lists planned into runs and phases, executed run by run, leave the pools
  *     as the moves executed one by one in list order do (demoted T0 slot handed to a promoted token in
- *     the same batch included); a swap is refused.
+ *     the same batch included); such a batch is one group; a swap is refused by the one-group planner.
+ *   cuda_host_move_groups: ANY move list (swaps, chains longer than the phases, repeated
+ *     destinations, conversions) split into groups, each group's runs executed phase by phase as a
+ *     device may (all reads of a phase before its writes, or its records in reverse order), leaves
+ *     the pools byte for byte as the CPU backend's copy_moves (list order) does; the lists include
+ *     ones the one-group planner refused (the old abort).
  *   cuda_host_tables: the attention tables' image (shared slot tables and keep masks once) holds
  *     what each row's own tables hold; its size stays under the scratch bound.
  *   cuda_host_ring: ring reservations are aligned, inside one segment, and a segment is entered only
@@ -250,6 +255,17 @@ static void pools_copy(hpools *dst, const hpools *src) {
     }
 }
 
+static int runs_equal(const cu_move_run *a, int na, const cu_move_run *b, int nb) {
+    if (na != nb) return 0;
+    for (int r = 0; r < na; r++)
+        if (a[r].src != b[r].src || a[r].dst != b[r].dst || a[r].n != b[r].n || a[r].src_bytes != b[r].src_bytes ||
+            a[r].dst_bytes != b[r].dst_bytes || a[r].src_fmt != b[r].src_fmt || a[r].dst_fmt != b[r].dst_fmt ||
+            a[r].phase != b[r].phase || a[r].same != b[r].same || a[r].src_tier != b[r].src_tier ||
+            a[r].dst_tier != b[r].dst_tier)
+            return 0;
+    return 1;
+}
+
 /* A batch like kv_step_end's: demotions T0 -> T1 / T2, promotions into the T0 slots they free,
  * staging T1/T2 -> STAGE, with runs of consecutive slots. */
 static int make_moves(be_move *mv, int slots_per_pool) {
@@ -279,7 +295,7 @@ TEST(cuda_host_moves) {
         for (int j = 0; j < i; j++)
             if (mv[j].dst == mv[i].dst) { mv[i] = mv[--n]; i--; break; }
     cu_move_run runs[64];
-    uint64_t ws[3 * 64];
+    uint64_t ws[CU_MOVE_WS_WORDS(64)];
     for (int layer = 0; layer < 3; layer++) {
         for (int i = 0; i < n; i++) host_move(&a.p, mv[i].src, mv[i].dst, layer);
         int nr = cu_plan_moves(&b.p, mv, n, layer, runs, ws);
@@ -295,6 +311,13 @@ TEST(cuda_host_moves) {
         CHECK(total == n);
         CHECK(phase_ok && ordered);
         CHECK(runs[0].n == 8 && runs[0].same); /* the eight consecutive demotions are one run */
+        uint8_t ph[64];
+        int starts[65];
+        uint64_t gws[CU_MOVE_WS_WORDS(64)];
+        CHECK(cu_group_moves(&b.p, mv, n, layer, ph, starts, gws) == 1); /* the batch stays one group */
+        cu_move_run runs2[64];
+        int nr2 = cu_runs_of(&b.p, mv, n, layer, ph, runs2);
+        CHECK(runs_equal(runs2, nr2, runs, nr)); /* with the same runs */
         host_runs(runs, nr, &b.p);
         CHECKF(pools_equal(&a, &b), "layer %d: runs by phase differ from the moves in list order", layer);
     }
@@ -302,6 +325,148 @@ TEST(cuda_host_moves) {
     be_move sw[2] = {{BE_SLOT(BE_T0, 1), BE_SLOT(BE_T1, 1)}, {BE_SLOT(BE_T1, 1), BE_SLOT(BE_T0, 1)}};
     CHECK(cu_plan_moves(&b.p, sw, 2, 0, runs, ws) == -1);
     hpools_free(&a), hpools_free(&b);
+}
+
+/* The runs of one group executed as a device may run them: phase after phase, and inside a phase
+ * either every source read before any destination is written (mode 0: a read-after-write inside a
+ * phase would read the old bytes) or the records in reverse order (mode 1: a write-after-read or a
+ * write-after-write inside a phase would show). */
+static void sim_runs(const cu_move_run *runs, int n_runs, const be_kv_pools *p, int mode) {
+    int kd = p->n_head_kv * p->head_dim;
+    size_t max_rec = rec_bytes(BE_KV_F32, p->n_head_kv, p->head_dim);
+    float *k = malloc((size_t)kd * 8), *v = k + kd;
+    for (int r0 = 0; r0 < n_runs;) {
+        int r1 = r0;
+        size_t recs = 0;
+        while (r1 < n_runs && runs[r1].phase == runs[r0].phase) recs += runs[r1++].n;
+        uint8_t *tmp = malloc(recs * max_rec + 1);
+        if (mode == 0) {
+            size_t at = 0;
+            for (int r = r0; r < r1; r++)
+                for (uint32_t i = 0; i < runs[r].n; i++, at++)
+                    memcpy(tmp + at * max_rec, (const void *)(uintptr_t)(runs[r].src + (uint64_t)i * runs[r].src_bytes),
+                           runs[r].src_bytes);
+        }
+        size_t at = 0;
+        for (int rr = r0; rr < r1; rr++) {
+            int r = mode == 1 ? r1 - 1 - (rr - r0) : rr;
+            for (uint32_t ii = 0; ii < runs[r].n; ii++, at++) {
+                uint32_t i = mode == 1 ? runs[r].n - 1 - ii : ii;
+                const uint8_t *s = mode == 0 ? tmp + at * max_rec
+                                             : (const uint8_t *)(uintptr_t)(runs[r].src + (uint64_t)i * runs[r].src_bytes);
+                uint8_t *d = (uint8_t *)(uintptr_t)(runs[r].dst + (uint64_t)i * runs[r].dst_bytes);
+                if (runs[r].same) memmove(d, s, runs[r].src_bytes);
+                else {
+                    rec_decode(s, runs[r].src_fmt, p->n_head_kv, p->head_dim, k, v);
+                    rec_encode(d, runs[r].dst_fmt, p->n_head_kv, p->head_dim, k, v);
+                }
+            }
+        }
+        free(tmp);
+        r0 = r1;
+    }
+    free(k);
+}
+
+/* A move list of hazards over few slots: swaps, list-order chains (each move reading what the one
+ * before wrote), reverse chains (each writing what the one before read: write-after-read deeper
+ * than the phases), repeated destinations, and random moves between every pair of tiers. mild: only
+ * random moves and list-order chains of 2 (what the one-group planner accepts but runs otherwise). */
+static int hazard_moves(be_move *mv, int cap, int slots, int mild) {
+    int n = 0;
+    while (n < cap - 8) {
+        int kind = mild ? (rnd() % 4 ? 5 : 1) : (int)(rnd() % 6), t1 = (int)(rnd() % 4), t2 = (int)(rnd() % 4);
+        int a = (int)(rnd() % (unsigned)slots), b = (int)(rnd() % (unsigned)slots);
+        if (kind == 0) { /* there and back: a cycle */
+            mv[n++] = (be_move){BE_SLOT(t1, a), BE_SLOT(t2, b)};
+            mv[n++] = (be_move){BE_SLOT(t2, b), BE_SLOT(t1, a)};
+        } else if (kind == 1 || kind == 2) { /* a chain of 6 or 7 (mild: 2) */
+            int len = mild ? 2 : 6 + (int)(rnd() % 2);
+            int32_t ref[8];
+            for (int i = 0; i <= len; i++) ref[i] = BE_SLOT((int)(rnd() % 4), (int)(rnd() % (unsigned)slots));
+            for (int i = 0; i < len; i++) {
+                int j = kind == 1 ? i : len - 1 - i; /* 1: r0->r1, r1->r2, ...  2: r(len-1)->r(len), ... r0->r1 */
+                mv[n++] = (be_move){ref[j], ref[j + 1]};
+            }
+        } else if (kind == 3) { /* the same destination twice */
+            mv[n++] = (be_move){BE_SLOT(t1, a), BE_SLOT(t2, b)};
+            mv[n++] = (be_move){BE_SLOT(t1, (a + 1) % slots), BE_SLOT(t2, b)};
+        } else {
+            mv[n++] = (be_move){BE_SLOT(t1, a), BE_SLOT(t2, b)};
+        }
+    }
+    return n;
+}
+
+TEST(cuda_host_move_groups) {
+    be_backend *cpu = NULL;
+    char err[256];
+    be_params bp = {.name = "cpu", .n_threads = 1};
+    REQUIRE(be_open(&bp, &cpu, err, sizeof err) == 0);
+    /* same-format pools, then T1 in F32 and T2 in Q8_HEAD (conversions both ways) */
+    const be_kv_fmt fmt_same[4] = {BE_KV_F16, BE_KV_F16, BE_KV_F16, BE_KV_F16};
+    const be_kv_fmt fmt_conv[4] = {BE_KV_F16, BE_KV_F32, BE_KV_Q8_HEAD, BE_KV_F16};
+    enum { CAP = 96, LISTS = 300 };
+    be_move mv[CAP];
+    cu_move_run runs[CAP], runs1[CAP];
+    uint8_t phase[CAP];
+    int starts[CAP + 1];
+    uint64_t ws[CU_MOVE_WS_WORDS(CAP)], ws1[CU_MOVE_WS_WORDS(CAP)];
+    int bad = 0, bad_plan = 0, old_refused = 0, old_wrong = 0, split = 0, groups_total = 0;
+    for (int variant = 0; variant < 2; variant++) {
+        const be_kv_fmt *f = variant ? fmt_conv : fmt_same;
+        hpools init, ref, dev, old;
+        hpools_init(&init, 3, 2, 32, f, 3, 4), hpools_init(&ref, 3, 2, 32, f, 3, 4);
+        hpools_init(&dev, 3, 2, 32, f, 3, 4), hpools_init(&old, 3, 2, 32, f, 3, 4);
+        for (int list = 0; list < LISTS; list++) {
+            int mild = list % 3 == 0, slots = mild ? 32 : 4 + (int)(rnd() % 12); /* few slots: many hazards */
+            int n = hazard_moves(mv, mild ? 12 : 16 + (int)(rnd() % (CAP - 16)), slots, mild), layer = (int)(rnd() % 3);
+            fill_pools_random(&init);
+            /* the CPU backend: list order */
+            pools_copy(&ref, &init);
+            cpu->ops->copy_moves(cpu, &ref.p, mv, n, layer);
+            /* the groups (all pools share one layout, so the plan made on dev's addresses is run on dev) */
+            int ng = cu_group_moves(&dev.p, mv, n, layer, phase, starts, ws);
+            REQUIRE(ng >= 1 && starts[0] == 0 && starts[ng] == n);
+            groups_total += ng, split += ng > 1;
+            for (int mode = 0; mode < 2; mode++) {
+                pools_copy(&dev, &init);
+                for (int g = 0; g < ng; g++) {
+                    int i0 = starts[g], i1 = starts[g + 1];
+                    REQUIRE(i1 > i0);
+                    int nr = cu_runs_of(&dev.p, mv + i0, i1 - i0, layer, phase + i0, runs);
+                    if (mode == 0) { /* the one-group planner accepts each group and plans the same runs */
+                        int nr1 = cu_plan_moves(&dev.p, mv + i0, i1 - i0, layer, runs1, ws1);
+                        bad_plan += !runs_equal(runs, nr, runs1, nr1);
+                    }
+                    sim_runs(runs, nr, &dev.p, mode);
+                }
+                if (!pools_equal(&dev, &ref)) {
+                    if (bad < 3)
+                        fprintf(stderr, "    variant %d list %d (%d moves, %d groups), mode %d: differs from list order\n",
+                                variant, list, n, ng, mode);
+                    bad++;
+                }
+            }
+            /* the old behaviour: the whole list as one group (-1 was an abort) */
+            pools_copy(&old, &init);
+            int onr = cu_plan_moves(&old.p, mv, n, layer, runs, ws);
+            if (onr < 0) old_refused++;
+            else {
+                sim_runs(runs, onr, &old.p, 0);
+                old_wrong += !pools_equal(&old, &ref);
+            }
+        }
+        hpools_free(&init), hpools_free(&ref), hpools_free(&dev), hpools_free(&old);
+    }
+    CHECKF(bad == 0, "%d runs of move lists by groups differ from the CPU backend's list order", bad);
+    CHECKF(bad_plan == 0, "%d groups the one-group planner refuses or plans otherwise", bad_plan);
+    /* the lists hold what the one-group planner refused (an abort before) or ran otherwise than list order */
+    CHECKF(old_refused > 0 && old_wrong > 0, "old: refused %d, wrong %d", old_refused, old_wrong);
+    CHECK(split > 0);
+    printf("    %d lists: %d groups in all; as one group %d were refused and %d ran otherwise than list order\n",
+           2 * LISTS, groups_total, old_refused, old_wrong);
+    be_close(cpu);
 }
 
 TEST(cuda_host_tables) {
@@ -706,19 +871,24 @@ TEST(cuda_kv_write_read_moves) {
         mv[n++] = (be_move){BE_SLOT(BE_T2, 50), BE_SLOT(BE_T0, 110)};
         mv[n++] = (be_move){BE_SLOT(BE_T1, 60), BE_SLOT(BE_T2, 61)};
         for (int s = 0; s < 20; s++) mv[n++] = (be_move){BE_SLOT(s % 2 ? BE_T1 : BE_T2, 200 + 2 * s), BE_SLOT(BE_STAGE, s)};
+        /* a swap through a spare slot (a cycle) and a write-after-read chain deeper than the phases:
+         * more groups (cuda_plan.h) */
+        mv[n++] = (be_move){BE_SLOT(BE_T0, 120), BE_SLOT(BE_T1, 250)};
+        mv[n++] = (be_move){BE_SLOT(BE_T1, 251), BE_SLOT(BE_T0, 120)};
+        mv[n++] = (be_move){BE_SLOT(BE_T1, 250), BE_SLOT(BE_T1, 251)};
+        for (int s = 245; s >= 240; s--) mv[n++] = (be_move){BE_SLOT(BE_T1, s), BE_SLOT(BE_T1, s + 1)};
         for (int layer = 0; layer < L; layer++) {
-            /* host truth in list order (reads before writes: the moves of one call see the old values) */
-            truth old = {malloc((size_t)4 * S * L * 2 * kd * 4), S, L, kd};
-            memcpy(old.v, tr.v, (size_t)4 * S * L * 2 * kd * 4);
+            /* host truth in list order, each move reading what its source holds then (the CPU
+             * backend's meaning; the staging of T1 slots 202.. reads what the demotions wrote there) */
             uint8_t *rec = malloc(rec_bytes(BE_KV_F32, nkv, hd));
             for (int i = 0; i < n; i++) {
                 be_kv_fmt fd = d.p.pool[BE_SLOT_TIER(mv[i].dst)].fmt;
-                const float *s = tr_at(&old, mv[i].src, layer);
+                const float *s = tr_at(&tr, mv[i].src, layer);
                 float *t = tr_at(&tr, mv[i].dst, BE_SLOT_TIER(mv[i].dst) == BE_STAGE ? layer % 2 : layer);
                 rec_encode(rec, fd, nkv, hd, s, s + kd);
                 rec_decode(rec, fd, nkv, hd, t, t + kd);
             }
-            free(rec), free(old.v);
+            free(rec);
             B->ops->copy_moves(B, &d.p, mv, n, layer);
             B->ops->copy_wait(B, layer);
             bad = 0;
@@ -730,7 +900,11 @@ TEST(cuda_kv_write_read_moves) {
             CHECKF(bad == 0, "copy_moves layer %d (%s): %d records differ from the moves in list order", layer,
                    vname[variant], bad);
         }
-        printf("    kv_write/kv_read/copy_moves (%s T0/T1/STAGE, Q8 T2): exact against the host codec\n", vname[variant]);
+        /* the stalls at copy_wait, timed on the device, settled by the reads above */
+        double stall = B->ops->copy_stall_seconds ? B->ops->copy_stall_seconds(B) : -1;
+        CHECKF(stall >= 0 && stall < 10, "copy_stall_seconds %g", stall);
+        printf("    kv_write/kv_read/copy_moves (%s T0/T1/STAGE, Q8 T2): exact against the host codec; copy stalls %.3f ms\n",
+               vname[variant], stall * 1e3);
         free(k), free(v), free(refs), free(tr.v);
         B->ops->free(B, dk, BE_MEM_DEVICE), B->ops->free(B, dv, BE_MEM_DEVICE);
         dpools_free(B, &d);

@@ -334,6 +334,8 @@ TEST(kv_shared_bench_stats_json) {
     int64_t peak = -1, bud = -1, down = -1;
     CHECK(json_get_int(total, "peak_t0_bytes", &peak) && json_get_int(total, "t0_budget_bytes", &bud));
     CHECK(json_get_int(total, "bytes_moved_down", &down) && down > 0);
+    int64_t stall = -1; /* the CPU's copies are synchronous: no device stall to time */
+    CHECK(json_get_int(total, "copy_stall_seconds", &stall) && stall == 0);
     printf("    peak T0 %lld of %ld bytes, moved down %lld\n", (long long)peak, budget, (long long)down);
     CHECK(peak > 0 && peak <= budget && bud == budget);
     json_free(d);

@@ -18,27 +18,10 @@
 #include "base/half.h"
 #include "cmds.h"
 #include "gguf/gguf.h"
+#include "gguf/gguf_random.h"
 #include "gguf/gguf_write.h"
 #include "out.h"
-
-typedef struct {
-    const char *name, *arch;
-    uint32_t n_layer, n_embd, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
-    float theta, eps;
-    int tied; /* no output.weight: logits use token_embd */
-} shape;
-
-/* MODELS.md "Shapes"; eps 1e-6 for the Qwen family as FORMATS.md 4.2 says. */
-static const shape SHAPES[] = {
-    {"qwen2.5-0.5b", "qwen2", 24, 896, 14, 2, 4864, 151936, 32768, 1e6f, 1e-6f, 1},
-    {"qwen2.5-coder-1.5b", "qwen2", 28, 1536, 12, 2, 8960, 151936, 32768, 1e6f, 1e-6f, 0},
-    {"r1-distill-qwen-1.5b", "qwen2", 28, 1536, 12, 2, 8960, 151936, 131072, 1e4f, 1e-6f, 0},
-    {"r1-distill-qwen-7b", "qwen2", 28, 3584, 28, 4, 18944, 152064, 131072, 1e4f, 1e-6f, 0},
-    {"r1-distill-qwen-14b", "qwen2", 48, 5120, 40, 8, 13824, 152064, 131072, 1e6f, 1e-6f, 0},
-    {"r1-distill-qwen-32b", "qwen2", 64, 5120, 40, 8, 27648, 152064, 131072, 1e6f, 1e-6f, 0},
-    {"llama-70b", "llama", 80, 8192, 64, 8, 28672, 128256, 131072, 5e5f, 1e-5f, 0},
-};
-#define N_SHAPES (sizeof SHAPES / sizeof SHAPES[0])
+#include "shapes.h"
 
 #define MIX_Q4_K_M 1000 /* pseudo type id for the mix */
 
@@ -54,7 +37,7 @@ enum role { R_EMBD, R_OUTPUT, R_ATTN_V, R_FFN_DOWN, R_MATRIX };
 static void usage(FILE *out) {
     fprintf(out, "usage: tierkv gen-random --shape NAME --type T -o FILE [--seed S] [--layers N]\n"
                  "  writes a GGUF with real shapes and random weights (speed benchmarks only)\n  shapes:");
-    for (size_t i = 0; i < N_SHAPES; i++) fprintf(out, " %s", SHAPES[i].name);
+    for (size_t i = 0; i < shapes_n; i++) fprintf(out, " %s", shapes_table[i].name);
     fprintf(out, "\n  types: ");
     for (size_t i = 0; i < N_TYPES; i++) fprintf(out, " %s", TYPES[i].name);
     fprintf(out, "\n  --layers N keeps the first N layers (default: the model's count); --seed S (default 1)\n");
@@ -80,64 +63,6 @@ static uint32_t pick_type(uint32_t want, enum role r, int il, int n_layer, uint6
     return ne0 % ggml_blck_size(t) == 0 ? t : GGML_F16;
 }
 
-/* ---- random data ---- */
-
-static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ull;
-}
-static float rng_unif(uint64_t *s) { return (float)(rng_next(s) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f; }
-
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-
-/* Standard deviation of the dequantized element per unit of d, for uniformly random quant bytes
- * (with dmin/m chosen to cancel the mean where the type has one). */
-static float unit_std(uint32_t t) {
-    switch (t) {
-    case GGML_Q4_0: return 4.6f;
-    case GGML_Q5_0: case GGML_Q5_1: return 9.2f;
-    case GGML_Q8_0: return 73.9f;
-    case GGML_Q4_K: return 254.0f;
-    case GGML_Q5_K: return 518.0f;
-    case GGML_Q6_K: return 1367.0f;
-    default: return 1.0f;
-    }
-}
-
-/* Fills n elements (a whole number of blocks) of type t for a matrix with n_in inputs. */
-static void fill(uint32_t t, uint8_t *buf, uint64_t n, uint64_t n_in, uint64_t *rng) {
-    float target = 0.5f / sqrtf((float)n_in);
-    if (t == GGML_F32 || t == GGML_F16 || t == GGML_BF16) {
-        float a = target * 1.7320508f; /* uniform(-a, a) has std a/sqrt(3) */
-        for (uint64_t i = 0; i < n; i++) {
-            float x = a * rng_unif(rng);
-            if (t == GGML_F32) memcpy(buf + 4 * i, &x, 4);
-            else put16(buf + 2 * i, t == GGML_F16 ? tkv_f32_to_f16(x) : tkv_f32_to_bf16(x));
-        }
-        return;
-    }
-    uint64_t bsize = ggml_type_size(t), nb = n / ggml_blck_size(t), bytes = nb * bsize;
-    for (uint64_t i = 0; i < bytes; i += 8) {
-        uint64_t r = rng_next(rng);
-        for (uint64_t k = 0; k < 8 && i + k < bytes; k++) buf[i + k] = (uint8_t)(r >> (8 * k));
-    }
-    float d = target / unit_std(t);
-    uint16_t hd = tkv_f32_to_f16(d);
-    for (uint64_t b = 0; b < nb; b++) {
-        uint8_t *p = buf + b * bsize;
-        switch (t) {
-        case GGML_Q4_0: case GGML_Q5_0: case GGML_Q8_0: put16(p, hd); break;
-        case GGML_Q5_1: put16(p, hd); put16(p + 2, tkv_f32_to_f16(-15.5f * d)); break;
-        case GGML_Q4_K: put16(p, hd); put16(p + 2, tkv_f32_to_f16(7.5f * d)); break;
-        case GGML_Q5_K: put16(p, hd); put16(p + 2, tkv_f32_to_f16(15.5f * d)); break;
-        case GGML_Q6_K: put16(p + 208, hd); break;
-        default: break;
-        }
-    }
-}
-
 /* ---- the model ---- */
 
 typedef struct {
@@ -147,7 +72,7 @@ typedef struct {
     int kind; /* 0 matrix, 1 norm (ones), 2 bias (small) */
 } tdesc;
 
-static int plan(const shape *s, uint32_t want, uint32_t n_layer, tdesc **out, char *err, size_t errlen) {
+static int plan(const model_shape *s, uint32_t want, uint32_t n_layer, tdesc **out, char *err, size_t errlen) {
     uint32_t hd = s->n_embd / s->n_head, E = s->n_embd, KV = hd * s->n_head_kv, Q = hd * s->n_head;
     size_t cap = 3 + (size_t)n_layer * 12, n = 0;
     tdesc *t = calloc(cap, sizeof *t);
@@ -206,7 +131,7 @@ static int byte_token(int b, char *out) {
     return 2;
 }
 
-static void add_metadata(gguf_writer *w, const shape *s, uint32_t n_layer, const char *tname, uint32_t file_type) {
+static void add_metadata(gguf_writer *w, const model_shape *s, uint32_t n_layer, const char *tname, uint32_t file_type) {
     char key[128], name[128];
 #define K(x) (snprintf(key, sizeof key, "%s." x, s->arch), key)
     gguf_writer_add_str(w, "general.architecture", s->arch);
@@ -254,10 +179,10 @@ static int write_tensor(gguf_writer *w, const tdesc *t, uint8_t *buf, size_t cap
     for (uint64_t r = 0; r < t->ne[1]; r += rows_per) {
         uint64_t nr = t->ne[1] - r < rows_per ? t->ne[1] - r : rows_per;
         if (t->kind == 0) {
-            fill(t->type, buf, nr * t->ne[0], t->ne[0], rng);
+            gguf_fill_random(t->type, buf, nr * t->ne[0], t->ne[0], rng);
         } else {
             for (uint64_t i = 0; i < t->ne[0]; i++) {
-                float x = t->kind == 1 ? 1.0f : 0.02f * rng_unif(rng);
+                float x = t->kind == 1 ? 1.0f : 0.02f * gguf_rng_unif(rng);
                 memcpy(buf + 4 * i, &x, 4);
             }
         }
@@ -290,8 +215,8 @@ int cmd_gen_random(int argc, char **argv) {
         } else { fprintf(stderr, "gen-random: unknown flag %s\n", a); usage(stderr); return 2; }
     }
     if (!shape_name || !type_name || !out) { fprintf(stderr, "gen-random: --shape, --type and -o are required\n"); usage(stderr); return 2; }
-    const shape *s = NULL;
-    for (size_t i = 0; i < N_SHAPES; i++) if (!strcmp(SHAPES[i].name, shape_name)) s = &SHAPES[i];
+    const model_shape *s = NULL;
+    for (size_t i = 0; i < shapes_n; i++) if (!strcmp(shapes_table[i].name, shape_name)) s = &shapes_table[i];
     if (!s) { fprintf(stderr, "gen-random: unknown shape '%s'\n", shape_name); usage(stderr); return 2; }
     int ti = -1;
     for (size_t i = 0; i < N_TYPES; i++) if (!strcmp(TYPES[i].name, type_name)) ti = (int)i;

@@ -6,6 +6,7 @@
 
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_bench_ops(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_gen_random(int argc, char **argv);

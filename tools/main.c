@@ -9,6 +9,7 @@ static const struct { const char *name; int (*fn)(int, char **); const char *wha
     {"run", cmd_run, "generate text (or continue token ids) with the tiered KV cache"},
     {"logits", cmd_logits, "write the logits of a token sequence and greedy steps (compare with other engines)"},
     {"bench", cmd_bench, "prefill and decode speed at several context depths"},
+    {"bench-ops", cmd_bench_ops, "the backend's decode matmuls and attention alone, on random data of a model's shape"},
     {"inspect", cmd_inspect, "print a GGUF file's metadata, tensors and memory needs"},
     {"gen-random", cmd_gen_random, "write a GGUF with real shapes and random weights"},
     {"tokenize", cmd_tokenize, "text to token ids"},

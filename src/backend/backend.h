@@ -207,7 +207,9 @@ typedef struct {
     void (*free)(be_backend *b, void *p, be_mem mem);
     void (*upload)(be_backend *b, void *dst, const void *src, size_t bytes);   /* host -> backend */
     /* A host-readable copy of backend memory: returns src itself where it is host memory, else
-     * copies into host_tmp (bytes) and returns it. Waits for the compute queue. */
+     * copies into host_tmp (bytes) and returns it. Waits for the compute queue. On a backend that
+     * is not unified, give it a host_tmp allocated BE_MEM_PINNED: the copy is then one DMA (the CUDA
+     * backend bounces a pageable host_tmp through its own pinned buffer, a second copy). */
     const void *(*read)(be_backend *b, const void *src, size_t bytes, void *host_tmp);
 
     /* weights: binds (and may reorder, in place in the model's private pages, or copy to the device)
@@ -246,6 +248,11 @@ typedef struct {
     void (*copy_moves)(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer);
     /* orders later compute after every copy_moves already submitted for `layer` */
     void (*copy_wait)(be_backend *b, int layer);
+    /* Optional (NULL where copies are synchronous: the CPU). The device time, in seconds since open,
+     * the compute queue spent stalled at copy_wait for the copy queue, timed on the device. A wait
+     * counts once its timing has completed (it is collected at the next read, or by this call when
+     * the device got there): the figure settles after a read. Never waits. */
+    double (*copy_stall_seconds)(be_backend *b);
     /* attention over slot tables; scratch from attention_scratch */
     size_t (*attention_scratch)(const be_backend *b, int n_tok, int max_pos, int n_head, int head_dim);
     void (*attention)(be_backend *b, const be_attn *a, void *scratch);

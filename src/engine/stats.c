@@ -23,6 +23,7 @@ static void to_public(const kv_stats *k, tkv_stats *o) {
     o->move_seconds = k->move_seconds;
     o->retier_seconds = k->retier_seconds;
     o->fence_wait_seconds = k->fence_wait_seconds;
+    o->copy_stall_seconds = k->copy_stall_seconds;
     o->held_bytes = k->held_bytes;
     o->peak_held_bytes = k->peak_held_bytes;
     o->limit_bytes = k->limit_bytes;

@@ -179,6 +179,8 @@ typedef struct {
     double move_seconds;        /* time the transfer engine spent copying */
     double retier_seconds;      /* time spent ranking and planning */
     double fence_wait_seconds;  /* time the forward waited at per-layer fences */
+    double copy_stall_seconds;  /* total only: device time the compute queue stood still at those fences
+                                   for the copy queue (the backend's copy_stall_seconds; 0 on the CPU) */
     int64_t sync_demotions;     /* T0 tokens demoted synchronously because a new token would overflow T0 */
     int64_t bytes_moved_host;   /* T1 <-> T2 conversions (host side, no bus traffic) */
     /* The baselines drop tokens per (layer, kv head) row (docs/BASELINES.md): held_bytes = held

@@ -66,6 +66,7 @@ void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out) {
     out->move_seconds += r->move_seconds;
     out->retier_seconds += r->retier_seconds;
     out->fence_wait_seconds = r->fence_wait_seconds;
+    out->copy_stall_seconds = kv->be->ops->copy_stall_seconds ? kv->be->ops->copy_stall_seconds(kv->be) : 0;
     int64_t tb0 = kv_token_bytes(kv, 0);
     const kv_tpool *p0 = &kv->tp[BE_T0];
     int64_t held_once = 0, saved = 0;
@@ -86,7 +87,8 @@ int kv_stats_json(const kv_stats *s, char *buf, size_t n) {
                     "\"t0_budget_bytes\":%lld,\"budget_raised\":%lld,\"bytes_moved_down\":%lld,\"bytes_moved_up\":%lld,"
                     "\"bytes_moved_host\":%lld,\"bytes_staged\":%lld,\"tokens_evicted\":%lld,\"retiers\":%lld,"
                     "\"evicted_equiv\":%.2f,\"sync_demotions\":%lld,\"held_bytes\":%lld,\"peak_held_bytes\":%lld,\"limit_bytes\":%lld,"
-                    "\"move_seconds\":%.6f,\"retier_seconds\":%.6f,\"fence_wait_seconds\":%.6f,\"shared_tokens\":%lld,"
+                    "\"move_seconds\":%.6f,\"retier_seconds\":%.6f,\"fence_wait_seconds\":%.6f,\"copy_stall_seconds\":%.6f,"
+                    "\"shared_tokens\":%lld,"
                     "\"shared_bytes_saved\":%lld,\"live_seqs\":%d,\"t0_share_mean\":%.4f}",
                     (long long)s->tokens[0], (long long)s->tokens[1], (long long)s->tokens[2], (long long)s->tokens[3],
                     (long long)s->bytes[0], (long long)s->bytes[1], (long long)s->bytes[2], (long long)s->bytes[3],
@@ -94,7 +96,7 @@ int kv_stats_json(const kv_stats *s, char *buf, size_t n) {
                     (long long)s->bytes_moved_down, (long long)s->bytes_moved_up, (long long)s->bytes_moved_host,
                     (long long)s->bytes_staged, (long long)s->tokens_evicted, (long long)s->retiers,
                     s->evicted_equiv, (long long)s->sync_demotions, (long long)s->held_bytes, (long long)s->peak_held_bytes,
-                    (long long)s->limit_bytes, s->move_seconds, s->retier_seconds, s->fence_wait_seconds,
+                    (long long)s->limit_bytes, s->move_seconds, s->retier_seconds, s->fence_wait_seconds, s->copy_stall_seconds,
                     (long long)s->shared_tokens, (long long)s->shared_bytes_saved, s->live_seqs, s->t0_share_mean);
 }
 
@@ -144,6 +146,8 @@ void kv_stats_print(FILE *f, const kv_cache *kv, int seq) {
                 tkv_mib(s.shared_bytes_saved));
     fprintf(f, "  staged %.2f MiB; time: plan %.3f s, moves %.3f s, fence waits %.3f s\n", tkv_mib(s.bytes_staged),
             s.retier_seconds, s.move_seconds, s.fence_wait_seconds);
+    if (seq < 0 && kv->be->ops->copy_stall_seconds) /* a backend with a copy queue of its own */
+        fprintf(f, "  device stalled for copies at the fences %.3f s\n", s.copy_stall_seconds);
 }
 
 void kv_retier_log_print(FILE *f, const kv_cache *kv) {

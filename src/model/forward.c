@@ -9,7 +9,13 @@
  * Attention reads each sequence's slot table from the KV cache and visits positions in their
  * original order, so the result does not depend on which tier holds a token (the exactness the
  * hierarchy relies on). With the split option it runs in two parts, merged by log-sum-exp: T0 and
- * STAGE on the backend, T1 on the host backend where its rows lie. */
+ * STAGE on the backend, T1 on the host backend where its rows lie.
+ *
+ * Memory: on a backend that is not host memory (not `unified`), everything read back to the host
+ * (attention weights, the split's partial results and queries, logits) lands in host buffers the
+ * backend allocated BE_MEM_PINNED at init, so each read is one DMA into page-locked memory (a
+ * pageable destination would make it a staged, synchronous copy). On a unified backend (the CPU)
+ * nothing is read back: the forward reads backend memory in place. */
 #include "model/forward.h"
 
 #include <math.h>
@@ -38,11 +44,14 @@ struct fwd {
     float *gate, *up;/* n_ff */
     float *tmp;      /* n_embd: projection outputs before the residual add */
     float *logit_rows; /* [max_batch x n_embd] rows gathered for the output projection */
-    float *logits;   /* [max_batch x n_vocab] (not unified backends: read back into the caller's) */
+    float *logits;   /* [max_batch x n_vocab] (not unified backends: read back into logits_host) */
+    float *logits_host; /* [max_batch x n_vocab] pinned: where logits land before the caller's buffer */
     float *att;      /* [ATT_SUB x n_head x n_ctx] attention weights for the policy */
-    float *att_host; /* host copy of att (not unified backends) */
+    float *att_host; /* pinned host copy of att (not unified backends) */
     void *mm_scratch, *att_scratch;
-    /* split attention: the host part's buffers (host memory) */
+    /* split attention: the host part's buffers. Part 0 (the backend's, read back) and q_host / o_host
+     * (not unified backends only) are the backend's pinned memory; att1 and part 1 (written by the
+     * host backend) plain host memory */
     float *q_host, *o_host, *att1, *part_m[2], *part_l[2], *part_o[2];
     float *dpart_m, *dpart_l; /* the backend's part's m and l, in its memory (not unified) */
     void *att1_scratch;
@@ -60,6 +69,10 @@ struct fwd {
 
 static void *balloc(fwd *f, size_t bytes, char *err, size_t errlen) {
     return f->op->alloc(f->be, bytes, BE_MEM_DEVICE, err, errlen);
+}
+/* host memory the backend reads into (pinned) */
+static void *palloc(fwd *f, size_t bytes, char *err, size_t errlen) {
+    return f->op->alloc(f->be, bytes, BE_MEM_PINNED, err, errlen);
 }
 
 fwd *fwd_init(const model *m, kv_cache *kv, be_backend *be, be_backend *host, const fwd_options *o, char *err,
@@ -128,19 +141,25 @@ fwd *fwd_init(const model *m, kv_cache *kv, be_backend *be, be_backend *host, co
         fwd_free(f);
         return NULL;
     }
-    if (!f->op->unified) f->att_host = tkv_xmalloc(A * 4);
+    if (!f->op->unified &&
+        (!(f->att_host = palloc(f, A * 4, err, errlen)) ||
+         !(f->logits_host = palloc(f, B * (size_t)c->n_vocab * 4, err, errlen)))) {
+        fwd_free(f);
+        return NULL;
+    }
     if (o->split) {
         size_t nq = (size_t)ATT_SUB * Q, nh = (size_t)ATT_SUB * c->n_head;
-        f->q_host = tkv_xmalloc(nq * 4);
-        f->o_host = tkv_xmalloc(nq * 4);
         f->att1 = tkv_xmalloc(A * 4);
-        for (int k = 0; k < 2; k++) {
-            f->part_m[k] = tkv_xmalloc(nh * 4);
-            f->part_l[k] = tkv_xmalloc(nh * 4);
-            f->part_o[k] = tkv_xmalloc(nq * 4);
-        }
+        f->part_m[1] = tkv_xmalloc(nh * 4);
+        f->part_l[1] = tkv_xmalloc(nh * 4);
+        f->part_o[1] = tkv_xmalloc(nq * 4);
         f->att1_scratch = tkv_xmalloc(host->ops->attention_scratch(host, ATT_SUB, o->n_ctx, c->n_head, c->head_dim));
-        if (!f->op->unified && (!(f->dpart_m = balloc(f, nh * 4, err, errlen)) || !(f->dpart_l = balloc(f, nh * 4, err, errlen)))) {
+        ok = (f->part_m[0] = palloc(f, nh * 4, err, errlen)) && (f->part_l[0] = palloc(f, nh * 4, err, errlen)) &&
+             (f->part_o[0] = palloc(f, nq * 4, err, errlen));
+        if (ok && !f->op->unified)
+            ok = (f->q_host = palloc(f, nq * 4, err, errlen)) && (f->o_host = palloc(f, nq * 4, err, errlen)) &&
+                 (f->dpart_m = balloc(f, nh * 4, err, errlen)) && (f->dpart_l = balloc(f, nh * 4, err, errlen));
+        if (!ok) {
             fwd_free(f);
             return NULL;
         }
@@ -159,8 +178,11 @@ void fwd_free(fwd *f) {
                    f->mm_scratch, f->att_scratch, f->dpart_m, f->dpart_l};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) f->op->free(f->be, dev[i], BE_MEM_DEVICE);
-    free(f->att_host); free(f->q_host); free(f->o_host); free(f->att1); free(f->att1_scratch);
-    for (int k = 0; k < 2; k++) free(f->part_m[k]), free(f->part_l[k]), free(f->part_o[k]);
+    void *pinned[] = {f->att_host, f->logits_host, f->q_host, f->o_host, f->part_m[0], f->part_l[0], f->part_o[0]};
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
+        if (pinned[i]) f->op->free(f->be, pinned[i], BE_MEM_PINNED);
+    free(f->att1); free(f->att1_scratch);
+    free(f->part_m[1]), free(f->part_l[1]), free(f->part_o[1]);
     free(f->slots); free(f->useq); free(f->tables); free(f->keeps); free(f->n_pos);
     free(f);
 }
@@ -335,8 +357,7 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
             matmul(f, &m->output, f->h, nr, logits, c->n_vocab);
         } else {
             matmul(f, &m->output, f->h, nr, f->logits, c->n_vocab);
-            const void *r = op->read(be, f->logits, bytes, logits);
-            if (r != logits) memcpy(logits, r, bytes);
+            memcpy(logits, op->read(be, f->logits, bytes, f->logits_host), bytes); /* DMA into pinned memory */
         }
     }
     kv_batch_end(f->kv, seq, is_prompt, n); /* a decode step ends for each sequence that decoded */

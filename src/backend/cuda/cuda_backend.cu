@@ -175,17 +175,34 @@ static void cu_upload(be_backend *b, void *dst, const void *src, size_t bytes) {
     CUDA_CHECK(cudaStreamSynchronize(B->compute));
 }
 
+/* Device memory lands in host_tmp by one DMA when host_tmp is pinned (the forward's read buffers
+ * are: BE_MEM_PINNED); a pageable host_tmp, which would make the runtime stage the copy itself, is
+ * filled through the pinned bounce buffer, a piece at a time. */
 static const void *cu_read(be_backend *b, const void *src, size_t bytes, void *host_tmp) {
     cu_backend *B = cu_of(b);
     cu_bind(B);
     cudaPointerAttributes at;
     CUDA_CHECK(cudaPointerGetAttributes(&at, src));
     if (at.type == cudaMemoryTypeDevice) {
-        CUDA_CHECK(cudaMemcpyAsync(host_tmp, src, bytes, cudaMemcpyDeviceToHost, B->compute));
-        CUDA_CHECK(cudaStreamSynchronize(B->compute));
+        cudaPointerAttributes dt;
+        CUDA_CHECK(cudaPointerGetAttributes(&dt, host_tmp));
+        if (dt.type == cudaMemoryTypeHost) {
+            CUDA_CHECK(cudaMemcpyAsync(host_tmp, src, bytes, cudaMemcpyDeviceToHost, B->compute));
+            CUDA_CHECK(cudaStreamSynchronize(B->compute));
+            cu_stall_collect(B);
+            return host_tmp;
+        }
+        for (size_t off = 0; off < bytes; off += CU_BOUNCE_BYTES) {
+            size_t nb = bytes - off < CU_BOUNCE_BYTES ? bytes - off : CU_BOUNCE_BYTES;
+            CUDA_CHECK(cudaMemcpyAsync(B->bounce, (const uint8_t *)src + off, nb, cudaMemcpyDeviceToHost, B->compute));
+            CUDA_CHECK(cudaStreamSynchronize(B->compute));
+            memcpy((uint8_t *)host_tmp + off, B->bounce, nb);
+        }
+        cu_stall_collect(B);
         return host_tmp;
     }
     CUDA_CHECK(cudaStreamSynchronize(B->compute)); /* pinned or host: readable once the queue is done */
+    cu_stall_collect(B);
     return src;
 }
 
@@ -215,11 +232,16 @@ static void cu_close(be_backend *b) {
     if (B->bounce) CUDA_CHECK(cudaFreeHost(B->bounce));
     for (int k = 0; k < CU_MAX_LAYER_EVENTS; k++) CUDA_CHECK(cudaEventDestroy(B->layer_ev[k]));
     for (int k = 0; k < CU_MAX_STAGE_LAYERS; k++) CUDA_CHECK(cudaEventDestroy(B->stage_ev[k]));
+    for (int k = 0; k < CU_STALL_PAIRS; k++)
+        for (int j = 0; j < 2; j++) CUDA_CHECK(cudaEventDestroy(B->stall_ev[k][j]));
+    pthread_mutex_destroy(&B->stall_lock);
     CUDA_CHECK(cudaStreamDestroy(B->compute));
     CUDA_CHECK(cudaStreamDestroy(B->copy));
     pthread_mutex_destroy(&B->mv_lock);
     free(B->move_ws);
     free(B->runs);
+    free(B->move_phase);
+    free(B->move_starts);
     free(B->tok);
     free(B->pieces);
     free(B->uptr);
@@ -256,6 +278,7 @@ static be_ops cu_ops_table(void) {
     o.kv_read = cu_kv_read;
     o.copy_moves = cu_copy_moves;
     o.copy_wait = cu_copy_wait;
+    o.copy_stall_seconds = cu_copy_stall_seconds;
     o.attention_scratch = cu_attention_scratch;
     o.attention = cu_attention;
     o.attention_merge = cu_attention_merge;
@@ -296,6 +319,9 @@ extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err
     ring_init(&B->arg, CU_ARG_RING_BYTES, B->compute);
     ring_init(&B->mv, CU_MOVE_RING_BYTES, B->copy);
     pthread_mutex_init(&B->mv_lock, NULL);
+    pthread_mutex_init(&B->stall_lock, NULL);
+    for (int k = 0; k < CU_STALL_PAIRS; k++)
+        for (int j = 0; j < 2; j++) CUDA_CHECK(cudaEventCreate(&B->stall_ev[k][j])); /* timing events */
     CUDA_CHECK(cudaHostAlloc((void **)&B->bounce, CU_BOUNCE_BYTES, cudaHostAllocPortable | cudaHostAllocMapped));
     for (int k = 0; k < CU_CHUNK_CACHES; k++)
         for (int i = 0; i < BE_N_POOLS; i++) {

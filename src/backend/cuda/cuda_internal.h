@@ -38,6 +38,7 @@
 #define CU_CHUNK_CACHES 4                     /* distinct be_kv_pools whose chunk tables stay on the device */
 #define CU_MAX_CHUNKS 65536                   /* chunks per pool in those tables */
 #define CU_MAX_PARTS 4                        /* attention_merge */
+#define CU_STALL_PAIRS 512                    /* timing event pairs around copy_wait's stream waits */
 
 /* A pinned ring with a device twin: the host writes at an offset, the stream copies the bytes to the
  * twin at the same offset, and kernels read the twin. One event per segment (cuda_plan.h). */
@@ -89,6 +90,14 @@ struct cu_backend {
     cu_ring mv;                                          /* copy stream */
     pthread_mutex_t mv_lock;                             /* copy_moves may come from any thread */
     float *bounce;                                       /* pinned, CU_BOUNCE_BYTES */
+    /* copy stalls: a pair of timing events on the compute stream around each copy_wait's stream
+     * wait, a ring of CU_STALL_PAIRS reused; pairs [stall_done, stall_next) are recorded and not yet
+     * collected (counters, mod CU_STALL_PAIRS); collected pairs add their elapsed time */
+    cudaEvent_t stall_ev[CU_STALL_PAIRS][2];
+    uint64_t stall_next, stall_done;
+    uint64_t stall_untimed;                              /* waits left untimed: every pair still pending */
+    double stall_seconds;
+    pthread_mutex_t stall_lock;                          /* the stats may be read from another thread */
     cu_chunk_cache cc[CU_CHUNK_CACHES];
     uint64_t cc_clock;
     /* attention: the device image of the last call's tables */
@@ -96,8 +105,10 @@ struct cu_backend {
     const void *tables_scratch;
     size_t tables_bytes;
     /* host workspaces of the planners: grown (host memory only) when a call is larger than any before */
-    uint64_t *move_ws;
+    uint64_t *move_ws;    /* CU_MOVE_WS_WORDS(move_cap) */
     cu_move_run *runs;
+    uint8_t *move_phase;  /* [move_cap] */
+    int *move_starts;     /* [move_cap + 1] */
     int move_cap;
     cu_tok_info *tok;
     cu_piece *pieces;
@@ -116,6 +127,9 @@ void cu_bind(cu_backend *B);
 void cu_own(cu_backend *B, void *p);
 /* the chunk tables of p on the device, refreshed if a pool grew (compute stream) */
 void cu_pools_sync(cu_backend *B, const be_kv_pools *p, cu_pools_view *v);
+/* adds the elapsed time of every recorded stall pair the device has completed (never waits) */
+void cu_stall_collect(cu_backend *B);
+void cu_stall_collect_locked(cu_backend *B); /* with stall_lock held */
 /* aborts unless p is device or pinned memory (what a kernel can read) */
 void cu_require_device_readable(const void *p, const char *what);
 
@@ -141,6 +155,7 @@ void cu_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *
 void cu_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, float *k, float *v);
 void cu_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer);
 void cu_copy_wait(be_backend *b, int layer);
+double cu_copy_stall_seconds(be_backend *b);
 /* cuda_attn.cu */
 size_t cu_attention_scratch(const be_backend *b, int n_tok, int max_pos, int n_head, int head_dim);
 void cu_attention(be_backend *b, const be_attn *a, void *scratch);

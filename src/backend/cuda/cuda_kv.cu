@@ -21,8 +21,10 @@
  * Ordering: copy_moves(layer) records layer_ev[layer] on the copy stream after its work;
  * copy_wait(layer) makes the compute stream wait for it. Writes into the STAGE pool first wait for
  * stage_ev[layer % layers], which attention records after reading that STAGE layer (the double
- * buffer's write-after-read). Within a call, a move that overwrites another's source runs in a
- * later phase (cuda_plan.h). Completion on the host: a copy is done once `read` returns after a
+ * buffer's write-after-read). copy_wait also times the compute stream's stall there (two timing
+ * events around the wait, collected without waiting: copy_stall_seconds). Within a call the moves mean what they mean on the CPU (list order):
+ * they run as groups one after another, and inside a group a move that overwrites another's source
+ * runs in a later phase (cuda_plan.h). Completion on the host: a copy is done once `read` returns after a
  * copy_wait for its layer. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,9 +222,13 @@ static void grow_move_ws(cu_backend *B, int n) {
     while (cap < n) cap *= 2;
     free(B->move_ws);
     free(B->runs);
-    B->move_ws = (uint64_t *)malloc((size_t)cap * 3 * sizeof(uint64_t));
+    free(B->move_phase);
+    free(B->move_starts);
+    B->move_ws = (uint64_t *)malloc(CU_MOVE_WS_WORDS(cap) * sizeof(uint64_t));
     B->runs = (cu_move_run *)malloc((size_t)cap * sizeof(cu_move_run));
-    CU_REQUIRE(B->move_ws && B->runs, "out of host memory");
+    B->move_phase = (uint8_t *)malloc((size_t)cap);
+    B->move_starts = (int *)malloc(((size_t)cap + 1) * sizeof(int));
+    CU_REQUIRE(B->move_ws && B->runs && B->move_phase && B->move_starts, "out of host memory");
     B->move_cap = cap;
 }
 
@@ -304,27 +310,12 @@ static void launch_runs(cu_backend *B, const be_kv_pools *p, const cu_move_run *
     }
 }
 
-void cu_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer) {
-    cu_backend *B = cu_of(b);
-    cu_bind(B);
-    CU_REQUIRE(layer >= 0 && layer < CU_MAX_LAYER_EVENTS, "copy_moves: layer beyond CU_MAX_LAYER_EVENTS");
-    if (n <= 0) return;
-    pthread_mutex_lock(&B->mv_lock);
-    grow_move_ws(B, n);
-    int to_stage = 0;
-    for (int i = 0; i < n; i++) to_stage |= BE_SLOT_TIER(moves[i].dst) == BE_STAGE;
-    int n_runs = cu_plan_moves(p, moves, n, layer, B->runs, B->move_ws);
-    CU_REQUIRE(n_runs >= 0, "copy_moves: the moves of one layer form a cycle (a swap cannot run in place)");
-    if (to_stage) {
-        int ls = p->pool[BE_STAGE].layers;
-        CU_REQUIRE(ls >= 1 && ls <= CU_MAX_STAGE_LAYERS, "copy_moves: STAGE pool with too many layers");
-        CUDA_CHECK(cudaStreamWaitEvent(B->copy, B->stage_ev[layer % ls], 0));
-    }
-    kv_geom g = geom_of(p);
+/* The runs of one group, phase by phase: the long plain runs to the copy engines, the rest, in
+ * order, to the kernel. */
+static void run_group(cu_backend *B, const be_kv_pools *p, int n_runs, kv_geom g) {
     for (int r0 = 0; r0 < n_runs;) {
         int r1 = r0;
         while (r1 < n_runs && B->runs[r1].phase == B->runs[r0].phase) r1++;
-        /* the long plain runs to the copy engines; the rest, in order, to the kernel */
         int k0 = r0;
         for (int r = r0; r <= r1; r++) {
             const cu_move_run *u = &B->runs[r];
@@ -339,13 +330,82 @@ void cu_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, in
         }
         r0 = r1;
     }
+}
+
+/* Any move list, with the CPU backend's meaning (list order): its groups (cuda_plan.h) one after
+ * another on the copy stream, which runs them in that order. The KV module's batches are one group. */
+void cu_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    CU_REQUIRE(layer >= 0 && layer < CU_MAX_LAYER_EVENTS, "copy_moves: layer beyond CU_MAX_LAYER_EVENTS");
+    if (n <= 0) return;
+    pthread_mutex_lock(&B->mv_lock);
+    grow_move_ws(B, n);
+    int to_stage = 0;
+    for (int i = 0; i < n; i++) to_stage |= BE_SLOT_TIER(moves[i].dst) == BE_STAGE;
+    int n_groups = cu_group_moves(p, moves, n, layer, B->move_phase, B->move_starts, B->move_ws);
+    if (to_stage) {
+        int ls = p->pool[BE_STAGE].layers;
+        CU_REQUIRE(ls >= 1 && ls <= CU_MAX_STAGE_LAYERS, "copy_moves: STAGE pool with too many layers");
+        CUDA_CHECK(cudaStreamWaitEvent(B->copy, B->stage_ev[layer % ls], 0));
+    }
+    kv_geom g = geom_of(p);
+    for (int k = 0; k < n_groups; k++) {
+        int i0 = B->move_starts[k], i1 = B->move_starts[k + 1];
+        int n_runs = cu_runs_of(p, moves + i0, i1 - i0, layer, B->move_phase + i0, B->runs);
+        run_group(B, p, n_runs, g);
+    }
     CUDA_CHECK(cudaEventRecord(B->layer_ev[layer], B->copy));
     pthread_mutex_unlock(&B->mv_lock);
 }
 
+/* The stream wait, between two timing events on the compute stream: the time between them is the
+ * time the compute stream stood still for the copy stream (about 0 when the copy had finished). The
+ * pair's time is collected later (cu_stall_collect); a full ring first collects what completed, and
+ * if nothing did this wait goes untimed rather than waiting on the device. */
 void cu_copy_wait(be_backend *b, int layer) {
     cu_backend *B = cu_of(b);
     cu_bind(B);
     CU_REQUIRE(layer >= 0 && layer < CU_MAX_LAYER_EVENTS, "copy_wait: layer beyond CU_MAX_LAYER_EVENTS");
+    pthread_mutex_lock(&B->stall_lock);
+    if (B->stall_next - B->stall_done == CU_STALL_PAIRS) cu_stall_collect_locked(B);
+    cudaEvent_t *ev = NULL;
+    if (B->stall_next - B->stall_done < CU_STALL_PAIRS) ev = B->stall_ev[B->stall_next++ % CU_STALL_PAIRS];
+    else B->stall_untimed++;
+    if (ev) CUDA_CHECK(cudaEventRecord(ev[0], B->compute));
     CUDA_CHECK(cudaStreamWaitEvent(B->compute, B->layer_ev[layer], 0));
+    if (ev) CUDA_CHECK(cudaEventRecord(ev[1], B->compute));
+    pthread_mutex_unlock(&B->stall_lock);
+}
+
+void cu_stall_collect_locked(cu_backend *B) {
+    while (B->stall_done < B->stall_next) {
+        cudaEvent_t *ev = B->stall_ev[B->stall_done % CU_STALL_PAIRS];
+        cudaError_t e = cudaEventQuery(ev[1]);
+        if (e == cudaErrorNotReady) {
+            (void)cudaGetLastError(); /* "not yet" is an answer, not an error to keep */
+            return;
+        }
+        CUDA_CHECK(e);
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+        B->stall_seconds += (double)ms * 1e-3;
+        B->stall_done++;
+    }
+}
+
+void cu_stall_collect(cu_backend *B) {
+    pthread_mutex_lock(&B->stall_lock);
+    cu_stall_collect_locked(B);
+    pthread_mutex_unlock(&B->stall_lock);
+}
+
+double cu_copy_stall_seconds(be_backend *b) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    pthread_mutex_lock(&B->stall_lock);
+    cu_stall_collect_locked(B);
+    double s = B->stall_seconds;
+    pthread_mutex_unlock(&B->stall_lock);
+    return s;
 }

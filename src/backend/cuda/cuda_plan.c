@@ -34,10 +34,37 @@ static uint64_t rec_addr(const be_kv_pools *p, int32_t r, int layer) {
     return (uint64_t)(uintptr_t)be_kv_record(p, r, layer);
 }
 
+int cu_runs_of(const be_kv_pools *p, const be_move *mv, int n, int layer, const uint8_t *phase, cu_move_run *out) {
+    int n_runs = 0;
+    for (int ph = 0; ph < CU_MAX_PHASES; ph++) {
+        cu_move_run *cur = NULL;
+        for (int i = 0; i < n; i++) {
+            if (phase[i] != ph) continue;
+            const be_kv_pool *ps = &p->pool[BE_SLOT_TIER(mv[i].src)], *pd = &p->pool[BE_SLOT_TIER(mv[i].dst)];
+            uint64_t s = rec_addr(p, mv[i].src, layer), d = rec_addr(p, mv[i].dst, layer);
+            int ts = BE_SLOT_TIER(mv[i].src), td = BE_SLOT_TIER(mv[i].dst);
+            if (cur && cur->src_tier == ts && cur->dst_tier == td &&
+                s == cur->src + (uint64_t)cur->n * cur->src_bytes && d == cur->dst + (uint64_t)cur->n * cur->dst_bytes) {
+                cur->n++;
+                continue;
+            }
+            cur = &out[n_runs++];
+            cur->src = s, cur->dst = d, cur->n = 1;
+            cur->src_bytes = (uint32_t)ps->record_bytes, cur->dst_bytes = (uint32_t)pd->record_bytes;
+            cur->src_fmt = (uint8_t)ps->fmt, cur->dst_fmt = (uint8_t)pd->fmt;
+            cur->phase = (uint8_t)ph;
+            cur->same = ps->fmt == pd->fmt;
+            cur->src_tier = (uint8_t)ts, cur->dst_tier = (uint8_t)td;
+        }
+    }
+    return n_runs;
+}
+
 int cu_plan_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, cu_move_run *out, uint64_t *ws) {
     if (n <= 0) return 0;
     addr_idx *by_src = (addr_idx *)ws;            /* 2n words */
     uint64_t *phase = ws + 2 * (size_t)n;         /* n words */
+    uint8_t *ph8 = (uint8_t *)(ws + 3 * (size_t)n); /* n bytes */
     for (int i = 0; i < n; i++) {
         by_src[i].addr = rec_addr(p, mv[i].src, layer);
         by_src[i].idx = (uint64_t)i;
@@ -63,29 +90,55 @@ int cu_plan_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, cu_
         if (!changed) break;
         if (pass > CU_MAX_PHASES) return -1;
     }
-    int n_runs = 0;
-    for (uint64_t ph = 0; ph < CU_MAX_PHASES; ph++) {
-        cu_move_run *cur = NULL;
-        for (int i = 0; i < n; i++) {
-            if (phase[i] != ph) continue;
-            const be_kv_pool *ps = &p->pool[BE_SLOT_TIER(mv[i].src)], *pd = &p->pool[BE_SLOT_TIER(mv[i].dst)];
-            uint64_t s = rec_addr(p, mv[i].src, layer), d = rec_addr(p, mv[i].dst, layer);
-            int ts = BE_SLOT_TIER(mv[i].src), td = BE_SLOT_TIER(mv[i].dst);
-            if (cur && cur->src_tier == ts && cur->dst_tier == td &&
-                s == cur->src + (uint64_t)cur->n * cur->src_bytes && d == cur->dst + (uint64_t)cur->n * cur->dst_bytes) {
-                cur->n++;
-                continue;
-            }
-            cur = &out[n_runs++];
-            cur->src = s, cur->dst = d, cur->n = 1;
-            cur->src_bytes = (uint32_t)ps->record_bytes, cur->dst_bytes = (uint32_t)pd->record_bytes;
-            cur->src_fmt = (uint8_t)ps->fmt, cur->dst_fmt = (uint8_t)pd->fmt;
-            cur->phase = (uint8_t)ph;
-            cur->same = ps->fmt == pd->fmt;
-            cur->src_tier = (uint8_t)ts, cur->dst_tier = (uint8_t)td;
-        }
+    for (int i = 0; i < n; i++) ph8[i] = (uint8_t)phase[i];
+    return cu_runs_of(p, mv, n, layer, ph8, out);
+}
+
+/* One pass in list order over the moves, with the records named by small ids (the distinct addresses,
+ * sorted). Per id: the group that last wrote it, and the group that last read it with 1 + the largest
+ * phase of its readers in that group. A move joins the current group unless it reads or writes a
+ * record the group wrote or its phase (1 + the readers' of its destination, all earlier in the group
+ * since a later reader would be a read-after-write) reaches CU_MAX_PHASES; a new group starts with it
+ * at phase 0. Phases are final when assigned: a move's phase depends on earlier moves only. */
+int cu_group_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase, int *starts,
+                   uint64_t *ws) {
+    if (n <= 0) {
+        starts[0] = 0;
+        return 0;
     }
-    return n_runs;
+    size_t n2 = 2 * (size_t)n;
+    addr_idx *keys = (addr_idx *)ws;                /* 2n entries: 4n words */
+    uint32_t *id = (uint32_t *)(ws + 2 * n2);       /* [2n]: id of move i's source (2i), destination (2i + 1) */
+    uint32_t *w_grp = id + n2, *r_grp = w_grp + n2, *r_ph = r_grp + n2; /* [ids <= 2n] each */
+    for (int i = 0; i < n; i++) {
+        keys[2 * i].addr = rec_addr(p, mv[i].src, layer), keys[2 * i].idx = 2 * (uint64_t)i;
+        keys[2 * i + 1].addr = rec_addr(p, mv[i].dst, layer), keys[2 * i + 1].idx = 2 * (uint64_t)i + 1;
+    }
+    qsort(keys, n2, sizeof *keys, cmp_addr);
+    uint32_t u = 0;
+    for (size_t k = 0; k < n2; k++) {
+        if (k && keys[k].addr != keys[k - 1].addr) u++;
+        id[keys[k].idx] = u;
+    }
+    for (uint32_t k = 0; k <= u; k++) w_grp[k] = r_grp[k] = r_ph[k] = 0;
+    uint32_t g = 1; /* the current group's number (0: none) */
+    int n_groups = 1;
+    starts[0] = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t s = id[2 * i], d = id[2 * i + 1];
+        uint32_t ph = r_grp[d] == g ? r_ph[d] : 0;
+        if (w_grp[s] == g || w_grp[d] == g || ph >= CU_MAX_PHASES) {
+            g++;
+            starts[n_groups++] = i;
+            ph = 0;
+        }
+        phase[i] = (uint8_t)ph;
+        if (r_grp[s] != g) r_grp[s] = g, r_ph[s] = 0;
+        if (r_ph[s] < ph + 1) r_ph[s] = ph + 1;
+        w_grp[d] = g;
+    }
+    starts[n_groups] = n;
+    return n_groups;
 }
 
 /* ---- attention tables ---- */

@@ -31,12 +31,31 @@ typedef struct {
 
 #define CU_MAX_PHASES 4
 
-/* Plans the n moves of one layer. A move whose destination record is another move's source (the
- * T0 slot of a demoted token handed to a promoted one in the same batch) runs in a later phase than
- * that move, so every move reads what was there before the call; otherwise the moves are
- * independent. Runs come out phase by phase, list order within a phase. ws: 3 * n uint64_t of host
- * scratch. Returns the number of runs (<= n), or -1 when the dependencies form a cycle or a chain
- * longer than CU_MAX_PHASES (a swap cannot run in place). */
+/* The meaning of a move list, on every backend (the CPU's cpu_be_copy_moves): the moves run one after
+ * another in list order, each reading what its source holds at that moment. The device runs many
+ * records at once, so a list runs as consecutive groups, one after another on the copy stream; inside
+ * a group every move reads what was there before the group (the phases below order a move that
+ * overwrites another's source after it). A group therefore never holds a move that reads or writes a
+ * record an earlier move of the group wrote (read-after-write, write-after-write: a new group starts
+ * there), nor a write-after-read chain deeper than CU_MAX_PHASES; under those rules "before the
+ * group" and "in list order" read the same bytes. A swap (a cycle) is two groups; the KV module's
+ * batches (demotions, then promotions into the T0 slots they gave up: depth 2) are one.
+ *
+ * cu_group_moves: starts[0..g] receives the first move of each of the g groups it returns (plus
+ * starts[g] = n), phase[i] move i's phase inside its group. ws: CU_MOVE_WS_WORDS(n) uint64_t. */
+#define CU_MOVE_WS_WORDS(n) (8 * (size_t)(n) + 8)
+int cu_group_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase, int *starts,
+                   uint64_t *ws);
+/* The runs of n moves with the given phases (< CU_MAX_PHASES): phase by phase, list order within a
+ * phase, consecutive records of one phase merged. Returns the number of runs (<= n). */
+int cu_runs_of(const be_kv_pools *p, const be_move *mv, int n, int layer, const uint8_t *phase, cu_move_run *out);
+
+/* Plans n moves as ONE group. A move whose destination record is another move's source (the T0 slot
+ * of a demoted token handed to a promoted one in the same batch) runs in a later phase than that
+ * move, so every move reads what was there before the call (list order only when cu_group_moves
+ * would make one group of them). ws: CU_MOVE_WS_WORDS(n) uint64_t of host scratch. Returns the
+ * number of runs (<= n), or -1 when the dependencies form a cycle or a chain longer than
+ * CU_MAX_PHASES (a swap cannot run in place). */
 int cu_plan_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, cu_move_run *out, uint64_t *ws);
 
 /* ---- attention tables ----------------------------------------------------------------------- */

@@ -1,0 +1,81 @@
+/* test_bench_ops.c — `tierkv bench-ops` on the CPU backend with a tiny shape (qwen2.5-0.5b, 1 rep,
+ * depth 256): one JSON line per per-layer matmul with its name, shape, type, a positive time and
+ * bandwidth, then one per depth for attention; a wrong flag, shape or type is refused with status 2.
+ * Checks the tool's output, not its speed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "eval/json.h"
+#include "t.h"
+
+static double num(const struct json_value *o, const char *key) {
+    const struct json_value *v = json_get(o, key);
+    return v && v->type == JSON_NUMBER ? v->u.num : -1;
+}
+
+TEST(bench_ops_cpu_json) {
+    char out[600];
+    snprintf(out, sizeof out, "%s/bench-ops.jsonl", t_tmpdir());
+    char *argv[] = {(char *)t_bin(), "bench-ops", "--backend", "cpu", "--shape", "qwen2.5-0.5b", "--type", "BF16",
+                    "--depths", "256,300", "--reps", "1", "-t", "1", "--json", NULL};
+    char *err = NULL;
+    int st = t_spawn(argv, out, 120, &err);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d, stderr: %s", st, err ? err : "");
+    free(err);
+    char *text = t_slurp(out);
+    REQUIRE(text);
+    /* qwen2.5-0.5b: n_embd 896, 14 heads of 64, 2 kv heads, n_ff 4864 */
+    static const struct { const char *name; int n_in, n_out; } want[] = {
+        {"attn_q", 896, 896}, {"attn_k", 896, 128}, {"attn_v", 896, 128}, {"attn_output", 896, 896},
+        {"ffn_gate", 896, 4864}, {"ffn_up", 896, 4864}, {"ffn_down", 4864, 896},
+    };
+    int n_mm = 0, n_att = 0, bad = 0, lines = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"), lines++) {
+        struct json_doc *d;
+        char jerr[200];
+        if (json_parse(line, strlen(line), NULL, &d, jerr, sizeof jerr)) {
+            fprintf(stderr, "    not JSON: %s (%s)\n", line, jerr);
+            bad++;
+            continue;
+        }
+        const struct json_value *o = json_root(d);
+        const char *op = json_get_str(o, "op");
+        if (op && !strcmp(op, "matmul") && n_mm < 7) {
+            const char *name = json_get_str(o, "name"), *type = json_get_str(o, "type");
+            int ok = name && !strcmp(name, want[n_mm].name) && type && !strcmp(type, "BF16") &&
+                     num(o, "n_in") == want[n_mm].n_in && num(o, "n_out") == want[n_mm].n_out && num(o, "us") > 0 &&
+                     num(o, "gb_s") > 0;
+            if (!ok) fprintf(stderr, "    unexpected matmul line %d: %s\n", n_mm, line);
+            bad += !ok;
+            n_mm++;
+        } else if (op && !strcmp(op, "attention") && n_att < 2) {
+            int ok = num(o, "depth") == (n_att ? 300 : 256) && num(o, "us_per_layer") > 0;
+            if (!ok) fprintf(stderr, "    unexpected attention line: %s\n", line);
+            bad += !ok;
+            n_att++;
+        } else {
+            fprintf(stderr, "    unexpected line: %s\n", line);
+            bad++;
+        }
+        json_free(d);
+    }
+    CHECKF(n_mm == 7 && n_att == 2 && bad == 0 && lines == 9, "%d matmul lines, %d attention lines, %d bad of %d", n_mm,
+           n_att, bad, lines);
+    free(text);
+}
+
+TEST(bench_ops_refuses_bad_flags) {
+    static const char *cases[][2] = {{"--shape", "no-such-model"}, {"--type", "Q9_9"}, {"--depths", "256,,3"},
+                                     {"--reps", "0"}, {"--frobnicate", "1"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[] = {(char *)t_bin(), "bench-ops", "--shape", "qwen2.5-0.5b", (char *)cases[i][0], (char *)cases[i][1],
+                        NULL};
+        char *err = NULL;
+        int st = t_spawn(argv, NULL, 60, &err);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 2 && err && *err, "%s %s: status %d, stderr: %s", cases[i][0],
+               cases[i][1], st, err ? err : "");
+        free(err);
+    }
+}

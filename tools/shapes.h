@@ -1,0 +1,20 @@
+/* shapes.h — the shapes of the known models (MODELS.md), for the speed tools that work on random
+ * weights (gen-random, bench-ops; the weights themselves: gguf/gguf_random.h). */
+#ifndef TKV_TOOLS_SHAPES_H
+#define TKV_TOOLS_SHAPES_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    const char *name, *arch;
+    uint32_t n_layer, n_embd, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+    float theta, eps;
+    int tied; /* no output.weight: logits use token_embd */
+} model_shape;
+
+extern const model_shape shapes_table[];
+extern const size_t shapes_n;
+/* the shape called name, or NULL */
+const model_shape *shapes_find(const char *name);
+
+#endif
