@@ -195,7 +195,7 @@ static const hcase run_ok[] = {
     {"run -m $M -p hi -n 2 --seed 99999999999999999999999", 'E', 0, 0},
     {"run -m $M -p hi -n 2 --system x", 'E', 0, 0},
     {"run -m $M -p hi -n 2 --template chatml", 'E', 0, 0},
-    {"run -m $M -p hi -n 16777216", 'E', 0, 5},
+    {"run -m $M -p hi -n 16777216 -c 4096", 'E', 0, 5}, /* without -c: stops at the model's context */
     {"run -m $M -p hi -n 2 --stats-json /dev/full", '1', 0, 0},
     {"run -m $M -p hi -n 2", '1', 1, 0},
 };
