@@ -294,7 +294,8 @@ static const hcase eval_ok[] = {
     {"verify --bogus", '2', 0, 0},
     {"verify /dev/zero", '1', 0, 0},
     {"verify $T", '1', 0, 0},
-    {"verify results/gsm8k-1.5b-n200/full.jsonl", '1', 1, 0},
+    {"verify $D", '1', 0, 0}, /* no line carries a check: nothing verified */
+    {"verify results/gsm8k-1.5b-n200-v2/full.jsonl", '1', 1, 0}, /* checked lines, so the write error is what fails */
 };
 TEST(cli_hostile_eval_sweep_grade_verify) { run_cases(eval_ok, N(eval_ok)); }
 
