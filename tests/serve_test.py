@@ -375,6 +375,9 @@ def sec_malformed(args):
             (json.dumps({"messages": msgs, "stop": {"a": 1}}).encode(), "stop"),
             (json.dumps({"messages": msgs, "stream": "yes"}).encode(), "stream"),
             (json.dumps({"messages": [{"role": "robot", "content": "a"}]}).encode(), "messages[0].role"),
+            (json.dumps({"messages": [{"role": "user"}]}).encode(), "messages[0].content"),
+            (json.dumps({"messages": [{"role": "system", "content": None}, {"role": "user", "content": "a"}]}).encode(),
+             "messages[0].content"),
             (b'{"messages": [{"role": "user", "content": "a"}], "x": ' + b"[" * 5000 + b"]" * 5000 + b"}", None),
         ]
         for body, param in corpus:

@@ -156,6 +156,37 @@ TEST(eval_spread_selects_evenly) {
     }
 }
 
+/* `tierkv verify` on a file in which no line carries a check (JSON lines without one, plain text, no
+ * lines at all) has verified nothing: exit 1 with a message saying so (before: exit 0, "0 intact").
+ * A committed results file with checks still passes. Needs only the binary. */
+TEST(verify_no_checked_line_fails) {
+    const char *files[][2] = {{"plain.jsonl", "{\"id\":\"a\",\"correct\":true}\n{\"id\":\"b\"}\n"},
+                              {"text.txt", "hello\nworld\n"},
+                              {"empty.jsonl", ""}};
+    for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/%s", t_tmpdir(), files[k][0]);
+        FILE *f = fopen(path, "w");
+        REQUIRE(f);
+        fputs(files[k][1], f);
+        REQUIRE(fclose(f) == 0);
+        char *argv[] = {(char *)t_bin(), "verify", path, NULL}, *err = NULL;
+        int st = t_spawn(argv, NULL, 10, &err);
+        const char *e = err ? err : "";
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s: status %d; stderr: %.200s", files[k][0], st, e);
+        CHECKF(strstr(e, *files[k][1] ? "no line carried a check" : "nothing to verify"), "%s: stderr: %.200s",
+               files[k][0], e);
+        free(err);
+    }
+    const char *checked = "results/gsm8k-1.5b-n200-v2/full.jsonl"; /* committed, with checks */
+    if (access(checked, R_OK) == 0) {
+        char *argv[] = {(char *)t_bin(), "verify", (char *)checked, NULL}, *err = NULL;
+        int st = t_spawn(argv, NULL, 10, &err);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d; stderr: %.200s", checked, st, err ? err : "");
+        free(err);
+    }
+}
+
 /* Every line carries the build, the kernels and a check; an edited line is caught, an untouched one passes. */
 TEST(eval_lines_checked_and_verified) {
     const char *dir = setup("verify");

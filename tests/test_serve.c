@@ -97,11 +97,11 @@ TEST(serve_request_good) {
     serve_request r;
     serve_error e;
     REQUIRE(parse("{\"model\":\"x\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":"
-                  "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"developer\",\"content\":null}],"
+                  "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":null}],"
                   "\"max_completion_tokens\":7,\"temperature\":0,\"top_p\":0.5,\"seed\":-3,\"stop\":[\"x\",\"yy\"],\"stream\":true,"
                   "\"stream_options\":{\"include_usage\":true},\"n\":1,\"logit_bias\":{\"1\":2},\"unknown\":[1,2,{}]}",
                   SERVE_CHAT, &r, &e) == 0);
-    CHECK(r.n_msgs == 3 && !strcmp(r.msgs[1].content, "a\nb") && !strcmp(r.msgs[2].role, "system") && !strcmp(r.msgs[2].content, ""));
+    CHECK(r.n_msgs == 3 && !strcmp(r.msgs[1].content, "a\nb") && !strcmp(r.msgs[2].role, "assistant") && !strcmp(r.msgs[2].content, ""));
     CHECK(r.max_tokens == 7 && r.temperature == 0 && r.top_p == 0.5 && r.has_seed && r.seed == (uint64_t)-3);
     CHECK(r.n_stops == 2 && !strcmp(r.stops[1], "yy") && r.stream && r.include_usage);
     serve_request_free(&r);
@@ -132,6 +132,12 @@ TEST(serve_request_bad_corpus) {
         {SERVE_CHAT, "{\"messages\":[{\"content\":\"a\"}]}", "messages[0].role"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"a\"}]}", "messages[0].role"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content"},
+        /* a user or system message with no content (absent or null); an assistant's may be null */
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", "messages[0].content"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":null}]}", "messages[0].content"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"system\",\"content\":null},{\"role\":\"user\",\"content\":\"a\"}]}",
+         "messages[0].content"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"assistant\"},{\"role\":\"developer\"}]}", "messages[1].content"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", "messages[0].content"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":\"5\"}", "max_tokens"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":0}", "max_tokens"},
@@ -168,6 +174,21 @@ TEST(serve_request_bad_corpus) {
                "case %zu (%s): rc %d status %d param '%s' message '%s'", i, bad[i].body, rc, e.status, e.param, e.message);
         CHECK(r.msgs == NULL && r.prompt == NULL && r.stops == NULL); /* nothing left to free */
     }
+}
+
+/* The refusal of a message without content names its index and role (before: answered 200). */
+TEST(serve_request_message_needs_content) {
+    serve_request r;
+    serve_error e;
+    REQUIRE(parse("{\"messages\":[{\"role\":\"user\"}]}", SERVE_CHAT, &r, &e) == -1);
+    CHECKF(e.status == 400 && strstr(e.message, "messages[0]: a user message needs content"), "%d %s", e.status, e.message);
+    REQUIRE(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"developer\",\"content\":null}]}",
+                  SERVE_CHAT, &r, &e) == -1);
+    CHECKF(e.status == 400 && strstr(e.message, "messages[1]: a developer message needs content"), "%d %s", e.status, e.message);
+    /* an empty string is content; an assistant's null is accepted as today (tool calls come later) */
+    REQUIRE(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"\"},{\"role\":\"assistant\"}]}", SERVE_CHAT, &r, &e) == 0);
+    CHECK(r.n_msgs == 2 && !strcmp(r.msgs[0].content, "") && !strcmp(r.msgs[1].content, ""));
+    serve_request_free(&r);
 }
 
 /* ---- responses ---- */

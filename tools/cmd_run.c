@@ -27,7 +27,8 @@ static void usage(FILE *out) {
             "  -p, --prompt TEXT       the prompt (with --chat: the user message)\n"
             "  -f, --file FILE         read the prompt from a file\n"
             "      --tokens FILE       feed token ids (whitespace-separated) instead of text\n"
-            "  -n, --n-predict N       tokens to generate (default 256)\n"
+            "  -n, --n-predict N       tokens to generate (default 256); without -c generation stops at the\n"
+            "                          model's context_length (\"stop: context\"), however large N is\n"
             "      --chat              wrap the prompt in the model's chat template\n"
             "      --system TEXT       system prompt for --chat (default: the template's own)\n"
             "      --template NAME     chat template: chatml, deepseek-r1, llama3 (default: from the file)\n"
@@ -184,12 +185,29 @@ int cmd_run(int argc, char **argv) {
             fprintf(stderr, "tierkv run: token id %d (at %d) is out of range 0..%d\n", ids[k], k, info.n_vocab - 1);
             goto out;
         }
-    /* the context holds the prompt and the generation: -c caps it, never raised silently */
+    /* The context holds the prompt and the generation. An explicit -c caps it and is never raised
+     * silently (a prompt and -n that do not fit are refused). Without -c it is the model's
+     * context_length: positions past it are ones the model was never trained on, so generation stops
+     * there ("stop: context") as llama.cpp's does, however large -n is. */
     long need = (long)n_ids + n_predict;
+    int ctx_stop = 0; /* 1: -n was cut to the model's context */
     if (c.ctx_given && need > c.sp.max_ctx) {
         fprintf(stderr, "tierkv run: the prompt (%d tokens) and -n %ld need %ld positions, more than --ctx %d\n", n_ids,
                 n_predict, need, c.sp.max_ctx);
         goto out;
+    }
+    if (c.ctx_given) common_ctx_warn("run", &c, info.n_ctx_train);
+    if (!c.ctx_given && info.n_ctx_train > 0) { /* a file without context_length reads as 4096; 0: unknown */
+        if (n_ids > info.n_ctx_train) {
+            fprintf(stderr, "tierkv run: the prompt (%d tokens) is longer than the model's context (context_length %d)\n",
+                    n_ids, info.n_ctx_train);
+            goto out;
+        }
+        if (need > info.n_ctx_train) {
+            n_predict = info.n_ctx_train - n_ids;
+            need = info.n_ctx_train;
+            ctx_stop = 1;
+        }
     }
     if (!c.ctx_given) c.sp.max_ctx = (int)need;
     c.sp.max_seqs = 1;
@@ -213,7 +231,7 @@ int cmd_run(int argc, char **argv) {
     piece = tkv_xmalloc(outcap);
     shown = tkv_xmalloc(tkv_stop_out_size(sm, outcap));
     int n_gen = 0, stopped = 0, werr = 0;
-    const char *why = "length";
+    const char *why = ctx_stop ? "context" : "length";
     for (; n_gen < n_predict; n_gen++) {
         int32_t tok = tkv_sampler_sample(smp, logits, hist, n_hist);
         hist[n_hist++] = tok;
@@ -241,9 +259,12 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "\n[tierkv] model %s | %s kernels %s | threads %d | policy %s\n",
             tkv_file_name(c.model_path), info.backend, info.kernels,
             c.mp.n_threads, tkv_policy_name(c.sp.kv.policy));
+    char why_note[96] = "";
+    if (!strcmp(why, "length")) snprintf(why_note, sizeof why_note, " (the -n cap)");
+    else if (!strcmp(why, "context"))
+        snprintf(why_note, sizeof why_note, " (the model's context_length, %d positions)", info.n_ctx_train);
     fprintf(stderr, "[tierkv] prompt %d tokens in %.2f s (%.1f tok/s) | generated %d tokens in %.2f s (%.2f tok/s) | stop: %s%s\n",
-            n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0, why,
-            !strcmp(why, "length") ? " (the -n cap)" : "");
+            n_ids, t1 - t0, n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0, why, why_note);
     if (stats) {
         tkv_stats_print(stderr, s, -1);
         tkv_retier_log_print(stderr, s);

@@ -32,7 +32,8 @@ static void usage(FILE *out) {
             "      --max-body SIZE      largest request body (default 1MiB)\n"
             "      --max-connections N  open connections at most (default 64)\n"
             "      --timeout S          seconds a request may take to arrive, or a client to stall (default 30)\n"
-            "  --ctx N is the positions of one request (prompt + generation, default 4096); --hbm-budget is the T0\n"
+            "  --ctx N is the positions of one request (prompt + generation, default 4096 or the model's\n"
+            "  context_length if smaller); --hbm-budget is the T0\n"
             "  budget of all requests together.\n"
             "%s%s",
             common_usage(), kv_flags_usage());
@@ -99,6 +100,12 @@ int cmd_serve(int argc, char **argv) {
     tkv_model *m = NULL;
     if (tkv_model_open(c.model_path, &c.mp, &m, err, sizeof err)) { fprintf(stderr, "tierkv serve: %s\n", err); return 1; }
     o.model = m;
+    tkv_model_info info;
+    tkv_model_get_info(m, &info);
+    /* a request's positions stay within what the model was trained on: the default 4096 comes down
+     * to a smaller context_length; an explicit --ctx above it is kept, with a warning */
+    if (!c.ctx_given && info.n_ctx_train > 0 && c.sp.max_ctx > info.n_ctx_train) c.sp.max_ctx = info.n_ctx_train;
+    common_ctx_warn("serve", &c, info.n_ctx_train);
     o.sp = c.sp;
     o.log = stderr;
     serve *srv;

@@ -1,8 +1,10 @@
 /* cmd_verify.c — `tierkv verify FILE.jsonl...`: checks the per-line check of results files written by
  * `tierkv eval` (harness_verify_line: FNV-1a 64 of each line before its "check" field). A line edited
  * by hand without recomputing the check is reported with its number. Lines written before checks
- * existed are counted as unchecked, not as altered. Exit status: 0 every checked line intact, 1 an
- * altered line or an unreadable file, 2 usage. */
+ * existed are counted as unchecked, not as altered; but a file in which no line carries a check (old
+ * results, or any other JSON or text) has verified nothing and fails: there is nothing else to
+ * verify such lines against. Exit status: 0 every checked line intact and each file with at least
+ * one checked line, 1 an altered line, a file with no checked line or an unreadable file, 2 usage. */
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -14,7 +16,11 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tierkv verify RESULTS.jsonl...\n"
-               "  prints per file: lines, intact, unchecked (written before checks existed), altered (with line numbers)\n");
+               "  prints per file: lines, intact, unchecked (written before checks existed), altered (with line numbers)\n"
+               "  exit 0: every file has at least one checked line and none altered; 1: a line altered, a file\n"
+               "  unreadable, or a file in which no line carries a check (nothing verified); 2: usage\n"
+               "  Results written before lines carried a check (\"N unchecked\") cannot be verified: the check\n"
+               "  is the only record of what the line was. Rerun `tierkv eval` into a new file to get checked lines.\n");
 }
 
 int cmd_verify(int argc, char **argv) {
@@ -48,6 +54,13 @@ int cmd_verify(int argc, char **argv) {
         free(buf);
         printf("%s: %ld lines, %ld intact, %ld unchecked, %ld altered\n", argv[i], lines, ok, unchecked, bad);
         if (bad) rc = 1;
+        else if (!ok) { /* nothing verified is not "all intact" */
+            if (!lines) fprintf(stderr, "tierkv verify: %s: no lines: nothing to verify\n", argv[i]);
+            else
+                fprintf(stderr, "tierkv verify: %s: no line carried a check, so none could be verified (results written "
+                        "before checks existed cannot be; other JSON or text has none)\n", argv[i]);
+            rc = 1;
+        }
     }
     return out_finish("verify") ? 1 : rc;
 }

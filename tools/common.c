@@ -106,7 +106,9 @@ int common_parse(common_opts *c, int argc, char **argv, int *i, char *err, size_
 const char *common_usage(void) {
     return "  -m, --model FILE    GGUF model (default: the cached Qwen2.5-Coder-1.5B-Instruct Q4_K_M)\n"
            "  -t, --threads N     threads (default 2)\n"
-           "  -c, --ctx N         positions per sequence (default 4096)\n"
+           "  -c, --ctx N         positions per sequence, never raised silently (default: what the command needs;\n"
+           "                      run: at most the model's context_length; serve: 4096); a warning when above\n"
+           "                      the model's context_length\n"
            "  -b, --batch N       prefill chunk (default 64)\n"
            "      --isa NAME      CPU kernels: auto (cpuid), generic, avx2, avx512\n"
            "      --backend NAME  cpu (default) or cuda (a `make cuda` build)\n"
@@ -126,4 +128,10 @@ int common_model_path(common_opts *c, char *err, size_t errlen) {
         return tkv_errf(err, errlen, "no -m given and the default model is not cached (%s); fetch it with: scripts/fetch-model.sh 1.5b", path);
     c->model_path = path;
     return 0;
+}
+
+void common_ctx_warn(const char *cmd, const common_opts *c, int n_ctx_train) {
+    if (c->ctx_given && n_ctx_train > 0 && c->sp.max_ctx > n_ctx_train)
+        fprintf(stderr, "tierkv %s: warning: --ctx %d is more than the model's context_length %d; positions past %d were "
+                "never trained on\n", cmd, c->sp.max_ctx, n_ctx_train, n_ctx_train);
 }

@@ -21,6 +21,9 @@ int common_parse(common_opts *c, int argc, char **argv, int *i, char *err, size_
 const char *common_usage(void);
 /* Resolves the model path: -m, else the cached default model; -1 with a how-to-fetch message. */
 int common_model_path(common_opts *c, char *err, size_t errlen);
+/* An explicit -c above the model's context_length is allowed (a user may know the model extrapolates),
+ * but not silently: one warning on stderr naming both numbers. Nothing when -c was not given. */
+void common_ctx_warn(const char *cmd, const common_opts *c, int n_ctx_train);
 /* Parses an integer flag value with range checking. */
 int parse_int(const char *s, long lo, long hi, long *out);
 /* 1 when s may be read as a decimal number: not empty, no leading blank (strtod and strtol skip them),

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/path.h"
 #include "eval/eval.h"
 #include "eval/json.h"
 #include "eval/pystr.h"
@@ -28,11 +29,6 @@ const char *eval_task_name(enum eval_task t) {
     return t == EVAL_GSM8K ? "gsm8k" : t == EVAL_MATH ? "math" : t == EVAL_ARC ? "arc" : "?";
 }
 
-static const char *file_kind(mode_t m) {
-    return S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
-         : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : "not a regular file";
-}
-
 int eval_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen) {
     /* O_NONBLOCK: opening a FIFO must not wait for a writer before it is refused */
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -45,7 +41,7 @@ int eval_read_file(const char *path, char **data, size_t *len, char *err, size_t
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return tkv_errf(err, errlen, "%s: is %s, not a regular file", path, file_kind(st.st_mode));
+        return tkv_errf(err, errlen, "%s: is %s, not a regular file", path, tkv_file_kind(st.st_mode));
     }
     if ((uint64_t)st.st_size > EVAL_MAX_FILE) {
         close(fd);

@@ -70,6 +70,10 @@ int ggml_type_supported(uint32_t type);
  * where it makes sense); *out is left zeroed. On success the caller frees with gguf_free. */
 int gguf_parse(const uint8_t *bytes, size_t size, gguf_file *out, char *err, size_t errlen);
 int gguf_open(const char *path, gguf_file *out, char *err, size_t errlen); /* maps the file */
+/* Opens path read-only for gguf_open/gguf_load: a regular, non-empty file of at most SIZE_MAX bytes
+ * (*fd, *size), or -1 naming the path and what it is instead (a directory, a FIFO, a socket, a
+ * device). Never blocks: a FIFO is refused, not waited on for a writer. */
+int gguf_open_file(const char *path, int *fd, size_t *size, char *err, size_t errlen);
 /* For inference (gguf_load.c): GGUF_COPY reads the file into read-only huge-page memory, GGUF_MMAP
  * maps it, GGUF_AUTO copies when huge pages are allowed and the file is at most half of the
  * available memory. */

@@ -57,18 +57,17 @@ static int load_copy(const char *path, int fd, size_t size, gguf_file *out, char
 int gguf_load(const char *path, gguf_load_mode mode, gguf_file *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (mode == GGUF_MMAP) return gguf_open(path, out, err, errlen);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return tkv_errf(err, errlen, "gguf: cannot open '%s': %s", path, strerror(errno));
-    struct stat st;
-    int copy = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
-               (unsigned long long)st.st_size <= (size_t)-1 / 2;
+    int fd;
+    size_t size;
+    if (gguf_open_file(path, &fd, &size, err, errlen)) return -1; /* a regular file, never a FIFO waited on */
+    int copy = size <= (size_t)-1 / 2;
     if (copy && mode == GGUF_AUTO) {
         uint64_t avail = tkv_mem_available();
-        copy = tkv_huge_allowed() && avail != UINT64_MAX && (uint64_t)st.st_size <= avail / 2;
+        copy = tkv_huge_allowed() && avail != UINT64_MAX && (uint64_t)size <= avail / 2;
     }
-    if (!copy) { /* map it; gguf_open's messages say what is wrong with a path that is no file */
+    if (!copy) { /* map it */
         close(fd);
         return gguf_open(path, out, err, errlen);
     }
-    return load_copy(path, fd, (size_t)st.st_size, out, err, errlen);
+    return load_copy(path, fd, size, out, err, errlen);
 }

@@ -78,7 +78,8 @@ static int get_bool(const json_t *root, const char *key, int *out, serve_error *
     return 0;
 }
 
-/* content: a string, null, or an array of {"type":"text","text":...} parts (joined by newlines). */
+/* content: a string, null (an assistant's only), or an array of {"type":"text","text":...} parts
+ * (joined by newlines). */
 static int get_content(const json_t *c, const char *field, char **out, serve_error *e) {
     if (!c || json_is_null(c)) { *out = dup_n("", 0); return 0; }
     if (json_is_string(c)) { *out = dup_str(c); return 0; }
@@ -123,13 +124,20 @@ static int get_messages(const json_t *root, const serve_limits *lim, serve_reque
         const json_t *role = json_object_get(msg, "role");
         snprintf(field, sizeof field, "messages[%zu].role", i);
         if (!json_is_string(role)) return BAD_TYPE(e, field, "a string");
-        const char *rs = json_string_value(role);
+        const char *given = json_string_value(role), *rs = given;
         if (!strcmp(rs, "developer")) rs = "system";
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
             return BAD_VALUE(e, field, "'%s' must be system, developer, user or assistant, got '%.32s'", field, rs);
         snprintf(field, sizeof field, "messages[%zu].content", i);
+        /* OpenAI's API: only an assistant message may leave content out or null (it then carries tool
+         * calls; read here as an empty turn); a user or system message without content is a mistake */
+        const json_t *cv = json_object_get(msg, "content");
+        if ((!cv || json_is_null(cv)) && strcmp(rs, "assistant"))
+            return serve_error_set(e, 400, "invalid_request_error", field, "missing_required_parameter",
+                                   "messages[%zu]: a %s message needs content (a string or an array of text parts), got %s",
+                                   i, given, cv ? "null" : "none");
         char *content = NULL;
-        if (get_content(json_object_get(msg, "content"), field, &content, e)) return -1;
+        if (get_content(cv, field, &content, e)) return -1;
         r->msgs[r->n_msgs].role = dup_n(rs, strlen(rs));
         r->msgs[r->n_msgs++].content = content;
     }
