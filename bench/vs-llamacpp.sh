@@ -51,7 +51,7 @@ ll_batched() {  # model npp ntg npl column
   echo "$out" | awk -F'|' -v col="$5" 'NR==1 { gsub(/ /, "", $col); print $col }'
 }
 tk() { { "$TKBIN" bench -m "$1" -t "$THREADS" --reps "$REPS" --kv-type "$KV_TYPE" ${TK_LOAD[@]+"${TK_LOAD[@]}"} --json "${@:2}" 2>/dev/null || true; } | sed -n 's/.*"tok_per_s": *\([0-9.]*\).*/\1/p' | tail -1; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 tkp() {  # aggregate decode of PARALLEL sequences (the "_x" line)
   { "$TKBIN" bench -m "$1" -t "$THREADS" --reps "$REPS" --kv-type "$KV_TYPE" ${TK_LOAD[@]+"${TK_LOAD[@]}"} --json -p 0 -n "$NGEN" -d 0 --parallel "$PARALLEL" 2>/dev/null || true; } | grep '_x' | sed -n 's/.*"tok_per_s": *\([0-9.]*\).*/\1/p'
@@ -71,7 +71,11 @@ measure() {  # name tk-args... -- llama-command...
       esac
     done
   done
-  echo "$(echo "${a[*]:-}" | median) $(echo "${o[*]:-}" | median) $(echo "${b[*]:-}" | median)"
+  # "-" for a column with no number (no TIERKV_OLD, or an engine that failed), so the three words
+  # always reach row() (an empty one would vanish in the word splitting)
+  local ma mo mb
+  ma=$(echo "${a[*]:-}" | median); mo=$(echo "${o[*]:-}" | median); mb=$(echo "${b[*]:-}" | median)
+  echo "${ma:--} ${mo:--} ${mb:--}"
 }
 row() {  # name test new old llama
   if [ -n "$TIERKV_OLD" ]; then
