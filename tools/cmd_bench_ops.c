@@ -33,13 +33,6 @@ static void usage(FILE *out) {
     fprintf(out, "\n  types: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q6_K ... (what the backend's prepare_weight takes)\n");
 }
 
-/* 1 when name is a GGUF tensor type */
-static int known_type(const char *name) {
-    for (uint32_t t = 0; t < 64; t++)
-        if (ggml_blck_size(t) && !strcmp(ggml_type_name(t), name)) return 1;
-    return 0;
-}
-
 static void print_row(void *ctx, const tkv_bench_ops_row *r) {
     printer *pr = ctx;
     if (!strcmp(r->op, "matmul")) {
@@ -105,7 +98,7 @@ int cmd_bench_ops(int argc, char **argv) {
     }
     const model_shape *s = shapes_find(shape_name);
     if (!s) { fprintf(stderr, "bench-ops: unknown shape '%s'\n", shape_name); usage(stderr); return 2; }
-    if (!known_type(type_name)) { fprintf(stderr, "bench-ops: unknown type '%s'\n", type_name); usage(stderr); return 2; }
+    if (ggml_type_by_name(type_name) < 0) { fprintf(stderr, "bench-ops: unknown type '%s'\n", type_name); usage(stderr); return 2; }
     int depths[MAX_DEPTHS], n_depths = parse_depths(depth_list, depths);
     if (n_depths < 0) { fprintf(stderr, "bench-ops: bad --depths '%s' (up to %d positive counts, comma-separated)\n", depth_list, MAX_DEPTHS); return 2; }
     char err[512], desc[256] = "";

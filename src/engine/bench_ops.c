@@ -145,16 +145,9 @@ done:
     return rc;
 }
 
-/* the ggml type called name, or -1 */
-static int type_of(const char *name) {
-    for (uint32_t t = 0; name && t < 64; t++)
-        if (ggml_blck_size(t) && !strcmp(ggml_type_name(t), name)) return (int)t;
-    return -1;
-}
-
 int tkv_bench_ops(const tkv_bench_ops_params *P, void (*row)(void *ctx, const tkv_bench_ops_row *r), void *ctx,
                   char *describe, size_t describe_len, char *err, size_t errlen) {
-    int type = type_of(P->type);
+    int type = ggml_type_by_name(P->type);
     if (type < 0) return tkv_errf(err, errlen, "unknown weight type '%s'", P->type ? P->type : "(none)");
     if (P->n_embd <= 0 || P->n_head <= 0 || P->n_head_kv <= 0 || P->n_ff <= 0 || P->n_embd % P->n_head ||
         P->n_head % P->n_head_kv || P->reps < 1)

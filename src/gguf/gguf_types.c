@@ -4,6 +4,8 @@
  * Removed ids (4, 5, 31..33, 36..38) and ids >= GGML_TYPE_COUNT have blck = size = 0, name "?". */
 #include "gguf/gguf.h"
 
+#include <string.h>
+
 typedef struct {
     const char *name; /* NULL for removed ids */
     uint32_t blck;    /* elements per block */
@@ -29,6 +31,11 @@ uint32_t ggml_blck_size(uint32_t type) { return type < GGML_TYPE_COUNT ? TYPES[t
 uint32_t ggml_type_size(uint32_t type) { return type < GGML_TYPE_COUNT ? TYPES[type].size : 0; }
 const char *ggml_type_name(uint32_t type) {
     return type < GGML_TYPE_COUNT && TYPES[type].name ? TYPES[type].name : "?";
+}
+int ggml_type_by_name(const char *name) {
+    for (uint32_t t = 0; name && t < GGML_TYPE_COUNT; t++)
+        if (TYPES[t].blck && TYPES[t].name && !strcmp(TYPES[t].name, name)) return (int)t;
+    return -1;
 }
 int ggml_type_supported(uint32_t type) { return type < GGML_TYPE_COUNT && TYPES[type].supported; }
 

@@ -50,7 +50,8 @@ int cu_group_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, ui
  * phase, consecutive records of one phase merged. Returns the number of runs (<= n). */
 int cu_runs_of(const be_kv_pools *p, const be_move *mv, int n, int layer, const uint8_t *phase, cu_move_run *out);
 
-/* Plans n moves as ONE group. A move whose destination record is another move's source (the T0 slot
+/* Not on the copy path (cu_copy_moves runs cu_group_moves' groups): the independent one-group
+ * planner the host tests hold every group against. Plans n moves as ONE group. A move whose destination record is another move's source (the T0 slot
  * of a demoted token handed to a promoted one in the same batch) runs in a later phase than that
  * move, so every move reads what was there before the call (list order only when cu_group_moves
  * would make one group of them). ws: CU_MOVE_WS_WORDS(n) uint64_t of host scratch. Returns the
