@@ -25,22 +25,18 @@
 #include "gguf/gguf.h"
 #include "common.h"
 #include "kv_flags.h"
+#include "shapes.h"
 
 typedef struct {
     const char *name;
     int n_layer, n_head_kv, head_dim;
 } plan_shape;
 
-static const plan_shape shapes[] = {
-    {"qwen2.5-0.5b", 24, 2, 64},          {"qwen2.5-coder-1.5b", 28, 2, 128}, {"r1-distill-qwen-1.5b", 28, 2, 128},
-    {"r1-distill-qwen-7b", 28, 4, 128},   {"r1-distill-qwen-14b", 48, 8, 128}, {"r1-distill-qwen-32b", 64, 8, 128},
-    {"llama-70b", 80, 8, 128},
-};
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tierkv plan (-m MODEL.gguf | --shape NAME) [--batch B] [--ctx N] [--prompt N] [--kv-type f16|f32] [kv flags]\n"
                "  shapes:");
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) fprintf(f, " %s", shapes[i].name);
+    for (size_t i = 0; i < shapes_n; i++) fprintf(f, " %s", shapes_table[i].name);
     fprintf(f, "\n  --batch B (1) sequences, --ctx N (4096) positions each, --prompt N (0) of them the prompt\n%s",
             kv_flags_usage());
 }
@@ -105,8 +101,8 @@ int cmd_plan(int argc, char **argv) {
     if (model) {
         if (shape_from_gguf(model, &sh, err, sizeof err)) { fprintf(stderr, "tierkv plan: %s\n", err); return 1; }
     } else {
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-            if (!strcmp(shapes[i].name, shape_name)) sh = shapes[i];
+        const model_shape *ms = shapes_find(shape_name); /* the speed tools' table (shapes.h) */
+        if (ms) sh = (plan_shape){ms->name, (int)ms->n_layer, (int)ms->n_head_kv, (int)(ms->n_embd / ms->n_head)};
         if (!sh.name) { fprintf(stderr, "tierkv plan: unknown shape '%s'\n", shape_name); usage(stderr); return 2; }
     }
     if (o.policy != TKV_POLICY_FULL && o.hbm_ratio < 0 && !o.hbm_budget_bytes && !o.t0_tokens)

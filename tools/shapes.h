@@ -1,5 +1,5 @@
 /* shapes.h — the shapes of the known models (MODELS.md), for the speed tools that work on random
- * weights (gen-random, bench-ops; the weights themselves: gguf/gguf_random.h). */
+ * weights (gen-random, bench-ops; the weights themselves: gguf/gguf_random.h) and for `plan`. */
 #ifndef TKV_TOOLS_SHAPES_H
 #define TKV_TOOLS_SHAPES_H
 #include <stddef.h>
