@@ -209,19 +209,21 @@ static void host_move(const be_kv_pools *p, int32_t src, int32_t dst, int layer)
     rec_encode(d, pd->fmt, p->n_head_kv, p->head_dim, k, v);
     free(k);
 }
+/* One record of a run: s into d, a byte copy or through f32 (k, v: kv_dim floats each). */
+static void run_record(const cu_move_run *r, const uint8_t *s, uint8_t *d, const be_kv_pools *p, float *k, float *v) {
+    if (r->same) memmove(d, s, r->src_bytes);
+    else {
+        rec_decode(s, r->src_fmt, p->n_head_kv, p->head_dim, k, v);
+        rec_encode(d, r->dst_fmt, p->n_head_kv, p->head_dim, k, v);
+    }
+}
 static void host_runs(const cu_move_run *runs, int n_runs, const be_kv_pools *p) {
     int kd = p->n_head_kv * p->head_dim;
     float *k = malloc((size_t)kd * 8), *v = k + kd;
     for (int r = 0; r < n_runs; r++)
-        for (uint32_t i = 0; i < runs[r].n; i++) {
-            const uint8_t *s = (const uint8_t *)(uintptr_t)(runs[r].src + (uint64_t)i * runs[r].src_bytes);
-            uint8_t *d = (uint8_t *)(uintptr_t)(runs[r].dst + (uint64_t)i * runs[r].dst_bytes);
-            if (runs[r].same) memcpy(d, s, runs[r].src_bytes);
-            else {
-                rec_decode(s, runs[r].src_fmt, p->n_head_kv, p->head_dim, k, v);
-                rec_encode(d, runs[r].dst_fmt, p->n_head_kv, p->head_dim, k, v);
-            }
-        }
+        for (uint32_t i = 0; i < runs[r].n; i++)
+            run_record(&runs[r], (const uint8_t *)(uintptr_t)(runs[r].src + (uint64_t)i * runs[r].src_bytes),
+                       (uint8_t *)(uintptr_t)(runs[r].dst + (uint64_t)i * runs[r].dst_bytes), p, k, v);
     free(k);
 }
 static void fill_pools_random(hpools *h) {
@@ -354,12 +356,7 @@ static void sim_runs(const cu_move_run *runs, int n_runs, const be_kv_pools *p, 
                 uint32_t i = mode == 1 ? runs[r].n - 1 - ii : ii;
                 const uint8_t *s = mode == 0 ? tmp + at * max_rec
                                              : (const uint8_t *)(uintptr_t)(runs[r].src + (uint64_t)i * runs[r].src_bytes);
-                uint8_t *d = (uint8_t *)(uintptr_t)(runs[r].dst + (uint64_t)i * runs[r].dst_bytes);
-                if (runs[r].same) memmove(d, s, runs[r].src_bytes);
-                else {
-                    rec_decode(s, runs[r].src_fmt, p->n_head_kv, p->head_dim, k, v);
-                    rec_encode(d, runs[r].dst_fmt, p->n_head_kv, p->head_dim, k, v);
-                }
+                run_record(&runs[r], s, (uint8_t *)(uintptr_t)(runs[r].dst + (uint64_t)i * runs[r].dst_bytes), p, k, v);
             }
         }
         free(tmp);
