@@ -12,6 +12,7 @@
 
 #include "sched/sched.h"
 #include "base/buf.h"
+#include "serve/fields.h"
 #include "serve/metrics.h"
 #include "serve/reasoning.h"
 #include "serve/request.h"
@@ -99,7 +100,9 @@ TEST(serve_request_good) {
     REQUIRE(parse("{\"model\":\"x\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":"
                   "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":null}],"
                   "\"max_completion_tokens\":7,\"temperature\":0,\"top_p\":0.5,\"seed\":-3,\"stop\":[\"x\",\"yy\"],\"stream\":true,"
-                  "\"stream_options\":{\"include_usage\":true},\"n\":1,\"logit_bias\":{\"1\":2},\"unknown\":[1,2,{}]}",
+                  "\"stream_options\":{\"include_usage\":true},\"n\":1,\"logit_bias\":{},\"logprobs\":false,\"tools\":[],"
+                  "\"tool_choice\":\"none\",\"response_format\":{\"type\":\"text\"},\"frequency_penalty\":0,\"user\":\"u\","
+                  "\"metadata\":{\"k\":\"v\"}}",
                   SERVE_CHAT, &r, &e) == 0);
     CHECK(r.n_msgs == 3 && !strcmp(r.msgs[1].content, "a\nb") && !strcmp(r.msgs[2].role, "assistant") && !strcmp(r.msgs[2].content, ""));
     CHECK(r.max_tokens == 7 && r.temperature == 0 && r.top_p == 0.5 && r.has_seed && r.seed == (uint64_t)-3);
@@ -164,6 +167,23 @@ TEST(serve_request_bad_corpus) {
         {SERVE_COMPLETION, "{\"prompt\":[1,-2]}", "prompt"},
         {SERVE_COMPLETION, "{\"prompt\":[1,\"x\"]}", "prompt"},
         {SERVE_COMPLETION, "{\"prompt\":[1e3]}", "prompt"},
+        /* refused, never ignored: unsupported values and unknown fields (src/serve/fields.c) */
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true}", "logprobs"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}", "top_logprobs"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logit_bias\":{\"1\":2}}", "logit_bias"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{}]}", "tools"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tool_choice\":\"auto\"}", "tool_choice"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}",
+         "response_format"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"presence_penalty\":0.5}", "presence_penalty"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"reasoning_effort\":\"low\"}", "reasoning_effort"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"unknown\":[1,2,{}]}", "unknown"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"prompt\":\"x\"}", "prompt"},
+        {SERVE_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":1}", "logprobs"},
+        {SERVE_COMPLETION, "{\"prompt\":\"a\",\"echo\":true}", "echo"},
+        {SERVE_COMPLETION, "{\"prompt\":\"a\",\"best_of\":2}", "best_of"},
+        {SERVE_COMPLETION, "{\"prompt\":\"a\",\"messages\":[]}", "messages"},
+        {SERVE_COMPLETION, "{\"prompt\":\"a\",\"tools\":[]}", "tools"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         serve_request r;
@@ -174,6 +194,28 @@ TEST(serve_request_bad_corpus) {
                "case %zu (%s): rc %d status %d param '%s' message '%s'", i, bad[i].body, rc, e.status, e.param, e.message);
         CHECK(r.msgs == NULL && r.prompt == NULL && r.stops == NULL); /* nothing left to free */
     }
+}
+
+/* docs/SERVE-FIELDS.md says what src/serve/fields.c does: every row's class, for its endpoints. */
+TEST(serve_fields_doc_matches_table) {
+    FILE *f = fopen("docs/SERVE-FIELDS.md", "r");
+    if (!f) SKIP("docs/SERVE-FIELDS.md not found (run from the repository root)");
+    char line[1024];
+    int rows = 0;
+    while (fgets(line, sizeof line, f)) {
+        char name[64], ep[32], cls[64];
+        if (sscanf(line, "| `%63[a-z_]` | %31[a-z] | %63[a-z ] |", name, ep, cls) != 3) continue;
+        size_t n = strlen(cls);
+        while (n && cls[n - 1] == ' ') cls[--n] = 0;
+        int chat = strcmp(ep, "completions") != 0, compl = strcmp(ep, "chat") != 0;
+        const char *c1 = serve_field_class(name, SERVE_CHAT), *c2 = serve_field_class(name, SERVE_COMPLETION);
+        CHECKF(chat ? c1 && !strcmp(c1, cls) : !c1, "%s (chat): doc '%s', code '%s'", name, cls, c1 ? c1 : "unknown");
+        CHECKF(compl ? c2 && !strcmp(c2, cls) : !c2, "%s (completions): doc '%s', code '%s'", name, cls, c2 ? c2 : "unknown");
+        rows++;
+    }
+    fclose(f);
+    CHECKF(rows >= 40, "only %d field rows read from docs/SERVE-FIELDS.md", rows);
+    CHECK(serve_field_class("frobnicate", SERVE_CHAT) == NULL);
 }
 
 /* The refusal of a message without content names its index and role (before: answered 200). */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "serve/fields.h"
 
 void serve_limits_default(serve_limits *l) {
     l->max_body = 1 << 20;
@@ -197,6 +198,7 @@ static int get_stop(const json_t *root, const serve_limits *lim, serve_request *
 
 static int parse_root(const json_t *root, enum serve_kind kind, const serve_limits *lim, serve_request *r, serve_error *e) {
     if (!json_is_object(root)) return serve_error_set(e, 400, "invalid_request_error", "", "invalid_type", "the body must be a JSON object");
+    if (serve_fields_check(root, kind, e)) return -1;
     if (kind == SERVE_CHAT ? get_messages(root, lim, r, e) : get_prompt(root, lim, r, e)) return -1;
     long long v = -1, n = 1;
     int given = 0;
