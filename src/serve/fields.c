@@ -28,6 +28,7 @@ static int is_text_modality(const json_t *v) {
     return json_is_string(m) && !strcmp(json_string_value(m), "text");
 }
 static int is_bool_or_null(const json_t *v) { return json_is_null(v) || json_is_boolean(v); }
+static int is_zero_or_false(const json_t *v) { return is_zero(v) || json_is_false(v); }
 
 typedef struct {
     const char *name;
@@ -61,7 +62,9 @@ static const field fields[] = {
     {"safety_identifier", BOTH, NO_EFFECT, NULL, NULL},
     {"prompt_cache_key", BOTH, NO_EFFECT, NULL, NULL},
     /* not supported yet: accepted only with the value that changes nothing */
-    {"logprobs", BOTH, NEUTRAL_ONLY, NULL, "log-probabilities are not returned yet"},
+    /* logprobs is a boolean in chat and an integer (0..5) in completions */
+    {"logprobs", CHAT, NEUTRAL_ONLY, is_false, "log-probabilities are not returned yet"},
+    {"logprobs", COMPL, NEUTRAL_ONLY, is_zero_or_false, "log-probabilities are not returned yet"},
     {"top_logprobs", CHAT, NEUTRAL_ONLY, is_zero, "log-probabilities are not returned yet"},
     {"echo", COMPL, NEUTRAL_ONLY, is_false, "echoing the prompt is not supported"},
     {"suffix", COMPL, NEUTRAL_ONLY, is_empty_str, "a suffix (insertion) is not supported"},
@@ -103,14 +106,12 @@ int serve_fields_check(const json_t *root, enum serve_kind kind, serve_error *e)
     json_object_foreach((json_t *)root, key, v) {
         const field *f = lookup(key, kind);
         if (!f) {
-            const char *other = lookup(key, kind == SERVE_CHAT ? SERVE_COMPLETION : SERVE_CHAT) ? (kind == SERVE_CHAT ? " (it belongs to /v1/completions)" : " (it belongs to /v1/chat/completions)") : "";
+            int other = lookup(key, kind == SERVE_CHAT ? SERVE_COMPLETION : SERVE_CHAT) != NULL;
             return serve_error_set(e, 400, "invalid_request_error", key, "unsupported_parameter",
-                                   "unknown field '%s'%s: this server refuses what it would not honour", key, other);
+                                   "unknown field '%s'%s: this server refuses what it would not honour", key,
+                                   !other ? "" : kind == SERVE_CHAT ? " (it belongs to /v1/completions)" : " (it belongs to /v1/chat/completions)");
         }
-        if (f->cls != NEUTRAL_ONLY) continue;
-        /* logprobs is a boolean in chat and an integer (0..5) in completions */
-        int neutral = f->neutral ? f->neutral(v) : (kind == SERVE_CHAT ? is_false(v) : is_zero(v) || json_is_false(v));
-        if (!neutral)
+        if (f->cls == NEUTRAL_ONLY && !f->neutral(v))
             return serve_error_set(e, 400, "invalid_request_error", key, "unsupported_parameter", "'%s': %s", key, f->why);
     }
     return 0;

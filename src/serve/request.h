@@ -8,8 +8,9 @@
  * or an array of token ids), max_tokens / max_completion_tokens, temperature, top_p, top_k,
  * min_p, seed, stop (a string or an array), stream, stream_options.include_usage, n (only 1).
  * Every other field is refused unless it has no effect (serve/fields.h: `user`, `logprobs:
- * false` ...); a known field of the wrong type or out of range is refused with the field's name (OpenAI's error: type invalid_request_error, param, code). Not done here: the
- * prompt's length in tokens and the context (the worker checks those against the model). */
+ * false` ...); a known field of the wrong type or out of range is refused with the field's name
+ * (OpenAI's error: type invalid_request_error, param, code). Not done here: the prompt's length
+ * in tokens and the context (the worker checks those against the model). */
 #ifndef TKV_SERVE_REQUEST_H
 #define TKV_SERVE_REQUEST_H
 #include <stddef.h>
