@@ -9,12 +9,17 @@
  * whichever tier (T0 device, T1 pinned read in place, STAGE) holds them: tiering through the lossless
  * tiers never changes the result.
  *
- * Reads: per position one warp loads the kv head's K row (hd values; 256 contiguous bytes for
- * hd = 128 in f16) and, if any weight is nonzero, its V row, each once for all query heads of the
- * group (GQA). Masked, evicted and out-of-tier positions are never read. Records of any pool format
- * are widened in registers (F32, F16 exact; Q8_HEAD int8 * scale as kv_codec.c). Bound: KV bytes
- * of the attended positions from HBM (PCIe for pinned tiers); with 4 warps per block and two rows in
- * flight per warp it is latency-limited at short contexts (to tune on a GPU).
+ * Reads: a block first resolves its chunk's slot references (keep mask, tier filter, chunk table)
+ * into record addresses in shared memory, so the row loads that follow depend on nothing else;
+ * then one warp per position loads the kv head's K row (hd values; 256 contiguous bytes for hd = 128
+ * in f16), four positions in flight per warp, and, if any weight is nonzero, its V row, each once
+ * for all query heads of the group (GQA). The 8 heads' dot products are summed over the warp by
+ * one reduce-scatter (9 shuffles instead of 40). Masked, evicted and out-of-tier positions are never
+ * read. Records of any pool format are widened in registers (F32, F16 exact; Q8_HEAD int8 * scale as
+ * kv_codec.c). The merge gives each warp every 8th chunk, the rows of several chunks in flight.
+ * Bound: KV bytes of the attended positions from HBM (PCIe for pinned tiers). Measured on an H200
+ * (7B shape, f16, one query; docs/CUDA.md): 24 us per layer at 2048 positions, 28.5 at 8192, 127 at
+ * 32768 (0.5 TB/s there: still latency-bound).
  *
  * Split: a->tiers restricts the positions to slots of those tiers; with a->part the merged chunk
  * results are written unnormalised (o, m, l) instead of o. attention_merge combines parts by
@@ -30,9 +35,11 @@
 
 #include "backend/cuda/cuda_internal.h"
 
-#define AT_CH 256    /* positions per chunk */
+#define AT_CH 64     /* positions per chunk: 2048 positions fill 32 chunks per kv head */
 #define AT_WARPS 4
 #define AT_G 8       /* query heads per block */
+#define AT_CB 256    /* threads of a combine block */
+#define AT_SEG 1024  /* chunk factors a combine block holds in shared memory at a time */
 
 struct at_args {
     int n_tok, n_head, n_head_kv, hd, layer, group, hpass, n_chunk;
@@ -110,8 +117,29 @@ __device__ __forceinline__ cu_pool_view at_pool(const at_args &a, int tier) {
     }
 }
 
+/* positions whose rows a warp has in flight at once (their record addresses come from shared memory,
+ * so the loads are independent) */
+template <int EPL>
+__host__ __device__ constexpr int at_flight() { return EPL >= 8 ? 2 : 4; }
+
+/* The sums over the warp of p[0..AT_G-1], by a reduce-scatter (9 shuffles where 8 butterflies take
+ * 40): the sum of head h lands in lanes 4h..4h+3. The order of the additions is fixed. */
+__device__ __forceinline__ float at_reduce8(const float (&p)[AT_G], int lane) {
+    static_assert(AT_G == 8, "at_reduce8 splits 8 heads over the lanes");
+    const bool b4 = lane & 16, b3 = lane & 8, b2 = lane & 4;
+    float a4[4], a2[2];
+#pragma unroll
+    for (int i = 0; i < 4; i++) a4[i] = (b4 ? p[i + 4] : p[i]) + __shfl_xor_sync(0xffffffffu, b4 ? p[i] : p[i + 4], 16);
+#pragma unroll
+    for (int i = 0; i < 2; i++) a2[i] = (b3 ? a4[i + 2] : a4[i]) + __shfl_xor_sync(0xffffffffu, b3 ? a4[i] : a4[i + 2], 8);
+    float s = (b2 ? a2[1] : a2[0]) + __shfl_xor_sync(0xffffffffu, b2 ? a2[0] : a2[1], 4);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    return s + __shfl_xor_sync(0xffffffffu, s, 1);
+}
+
 template <int EPL>
 __global__ void __launch_bounds__(AT_WARPS * 32) at_chunk_kernel(const at_args a) {
+    constexpr int PF = at_flight<EPL>();
     const int c = blockIdx.x, t = blockIdx.z, g = blockIdx.y / a.hpass;
     const int h0 = g * a.group + (blockIdx.y % a.hpass) * AT_G;
     const int nh = min(AT_G, (g + 1) * a.group - h0);
@@ -127,39 +155,60 @@ __global__ void __launch_bounds__(AT_WARPS * 32) at_chunk_kernel(const at_args a
         }
         return;
     }
-    __shared__ float w[AT_G][AT_CH]; /* scores, then weights */
-    __shared__ float red[AT_G][256]; /* the V sums of the warps, added in warp order */
+    __shared__ const uint8_t *rp[AT_CH]; /* each position's record, NULL when it is not read */
+    __shared__ int rf[AT_CH];            /* its pool's format */
+    __shared__ float w[AT_G][AT_CH];     /* scores, then weights */
+    __shared__ float red[AT_G][256];     /* the V sums of the warps, added in warp order */
+    const int len = j1 - j0;
 
+    /* the chunk's slot references resolved once, by all threads: the loads below depend on nothing else */
+    for (int i = threadIdx.x; i < len; i += AT_WARPS * 32) {
+        int32_t r = at_ref(a, ti, g, j0 + i);
+        const uint8_t *rec = NULL;
+        int fmt = 0;
+        if (r != BE_SLOT_NONE) {
+            const cu_pool_view pv = at_pool(a, BE_SLOT_TIER(r));
+            rec = cu_rec(pv, r, a.layer);
+            fmt = pv.fmt;
+        }
+        rp[i] = rec;
+        rf[i] = fmt;
+    }
     float qv[AT_G][EPL];
 #pragma unroll
     for (int h = 0; h < AT_G; h++)
 #pragma unroll
         for (int k = 0; k < EPL; k++)
             qv[h][k] = h < nh ? a.q[((int64_t)t * a.n_head + h0 + h) * a.hd + lane * EPL + k] : 0.0f;
+    __syncthreads();
 
-    /* scores: one warp per position, a lane per EPL elements of the head */
-    for (int j = j0 + warp; j < j1; j += AT_WARPS) {
-        int32_t r = at_ref(a, ti, g, j);
-        float s[AT_G];
-        if (r != BE_SLOT_NONE) {
-            const cu_pool_view pv = at_pool(a, BE_SLOT_TIER(r));
-            float kk[EPL];
-            at_load<EPL>(cu_rec(pv, r, a.layer), pv.fmt, kv_dim, a.n_head_kv, a.hd, 0, g * a.hd + lane * EPL, kk);
+    /* scores: a warp per position, PF positions in flight, a lane per EPL elements of the head */
+    for (int i0 = warp * PF; i0 < len; i0 += AT_WARPS * PF) {
+        float kk[PF][EPL];
+#pragma unroll
+        for (int p = 0; p < PF; p++) {
+            const uint8_t *rec = i0 + p < len ? rp[i0 + p] : NULL;
+            if (rec) at_load<EPL>(rec, rf[i0 + p], kv_dim, a.n_head_kv, a.hd, 0, g * a.hd + lane * EPL, kk[p]);
+            else
+#pragma unroll
+                for (int k = 0; k < EPL; k++) kk[p][k] = 0.0f;
+        }
+#pragma unroll
+        for (int p = 0; p < PF; p++) {
+            float part[AT_G];
 #pragma unroll
             for (int h = 0; h < AT_G; h++) {
-                float p = 0.0f;
+                part[h] = 0.0f;
 #pragma unroll
-                for (int k = 0; k < EPL; k++) p += qv[h][k] * kk[k];
-                s[h] = cu_warp_sum(p) * a.scale;
+                for (int k = 0; k < EPL; k++) part[h] += qv[h][k] * kk[p][k];
             }
+            const float s = at_reduce8(part, lane);
+            const int i = i0 + p, h = lane >> 2;
+            if ((lane & 3) == 0 && h < nh && i < len) w[h][i] = rp[i] ? s * a.scale : at_neg_inf();
         }
-        if (lane == 0)
-#pragma unroll
-            for (int h = 0; h < AT_G; h++) w[h][j - j0] = r != BE_SLOT_NONE ? s[h] : at_neg_inf();
     }
     __syncthreads();
     /* per head: chunk max, weights, their sum */
-    const int len = j1 - j0;
     for (int h = warp; h < nh; h += AT_WARPS) {
         float m = at_neg_inf();
         for (int i = lane; i < len; i += 32) m = fmaxf(m, w[h][i]);
@@ -181,26 +230,33 @@ __global__ void __launch_bounds__(AT_WARPS * 32) at_chunk_kernel(const at_args a
         }
     }
     __syncthreads();
-    /* weighted V sum: each warp over its positions, then the warps' sums in warp order */
+    /* weighted V sum: each warp over its positions (PF in flight), then the warps' sums in warp order */
     float acc[AT_G][EPL];
 #pragma unroll
     for (int h = 0; h < AT_G; h++)
 #pragma unroll
         for (int k = 0; k < EPL; k++) acc[h][k] = 0.0f;
-    for (int j = j0 + warp; j < j1; j += AT_WARPS) {
-        int any = 0;
+    for (int i0 = warp * PF; i0 < len; i0 += AT_WARPS * PF) {
+        float vv[PF][EPL];
+        bool use[PF];
 #pragma unroll
-        for (int h = 0; h < AT_G; h++) any |= h < nh && w[h][j - j0] != 0.0f;
-        if (!any) continue;
-        int32_t r = a.slots[ti.slot_off + j];
-        const cu_pool_view pv = at_pool(a, BE_SLOT_TIER(r));
-        float vv[EPL];
-        at_load<EPL>(cu_rec(pv, r, a.layer), pv.fmt, kv_dim, a.n_head_kv, a.hd, 1, g * a.hd + lane * EPL, vv);
+        for (int p = 0; p < PF; p++) {
+            const int i = i0 + p;
+            use[p] = false;
+            if (i < len && rp[i])
 #pragma unroll
-        for (int h = 0; h < AT_G; h++) {
-            float e = h < nh ? w[h][j - j0] : 0.0f;
+                for (int h = 0; h < AT_G; h++) use[p] |= h < nh && w[h][i] != 0.0f;
+            if (use[p]) at_load<EPL>(rp[i], rf[i], kv_dim, a.n_head_kv, a.hd, 1, g * a.hd + lane * EPL, vv[p]);
+        }
 #pragma unroll
-            for (int k = 0; k < EPL; k++) acc[h][k] += e * vv[k];
+        for (int p = 0; p < PF; p++) {
+            if (!use[p]) continue;
+#pragma unroll
+            for (int h = 0; h < AT_G; h++) {
+                float e = h < nh ? w[h][i0 + p] : 0.0f;
+#pragma unroll
+                for (int k = 0; k < EPL; k++) acc[h][k] += e * vv[p][k];
+            }
         }
     }
     for (int ww = 0; ww < AT_WARPS; ww++) {
@@ -218,34 +274,97 @@ __global__ void __launch_bounds__(AT_WARPS * 32) at_chunk_kernel(const at_args a
         for (int d = lane; d < a.hd; d += 32) a.po[(ph0 + (int64_t)h * a.n_chunk) * a.hd + d] = red[h][d];
 }
 
-/* Merges the chunks of one (row, head) in chunk order. fc receives each chunk's factor for the
- * masses: e^(m_c - M) / L (or e^(m_c - M) for a part). */
-__global__ void at_combine_kernel(const at_args a, float *o, float *part_o, float *part_m, float *part_l, float *fc) {
+/* a block's max or sum of v, the warps' results taken in warp order (the same bits on every call) */
+__device__ __forceinline__ float at_block_reduce(float v, float *sh, bool is_max) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    v = is_max ? cu_warp_max(v) : cu_warp_sum(v);
+    __syncthreads(); /* sh is free */
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float r = sh[0];
+    for (int k = 1; k < nw; k++) r = is_max ? fmaxf(r, sh[k]) : r + sh[k];
+    return r;
+}
+
+/* EPL consecutive floats (16-byte aligned for EPL >= 4) */
+template <int EPL>
+__device__ __forceinline__ void at_ldf(const float *p, float *v) {
+    if constexpr (EPL % 4 == 0) {
+#pragma unroll
+        for (int k = 0; k < EPL; k += 4) {
+            float4 x = *(const float4 *)(p + k);
+            v[k] = x.x, v[k + 1] = x.y, v[k + 2] = x.z, v[k + 3] = x.w;
+        }
+    } else if constexpr (EPL == 2) {
+        float2 x = *(const float2 *)p;
+        v[0] = x.x, v[1] = x.y;
+    } else {
+        v[0] = p[0];
+    }
+}
+
+/* Merges the chunks of one (row, head): M the chunks' max; each chunk's factor e^(m_c - M) held in
+ * shared memory AT_SEG chunks at a time; L the sum of factor x l_c; o the sum of factor x o_c, each
+ * warp over every AT_CB/32-th chunk (a lane per EPL elements, several chunks' rows in flight), the
+ * warps' sums then added in warp order. fc receives each chunk's factor for the masses: e^(m_c - M) / L
+ * (or e^(m_c - M) for a part). A chunk without a read position has o_c = 0 and factor 0. */
+template <int EPL>
+__global__ void __launch_bounds__(AT_CB) at_combine_kernel(const at_args a, float *o, float *part_o, float *part_m,
+                                                           float *part_l, float *fc) {
+    constexpr int NW = AT_CB / 32;
     const int h = blockIdx.x, t = blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const cu_tok_info ti = a.tok[t];
     const int nc = (ti.n_pos + AT_CH - 1) / AT_CH;
     const int64_t base = ((int64_t)t * a.n_head + h) * a.n_chunk;
+    __shared__ float f[AT_SEG];
+    __shared__ float sh[NW];
+    __shared__ float red[NW][256];
     float M = at_neg_inf();
-    for (int c = 0; c < nc; c++) M = fmaxf(M, a.pm[base + c]);
-    float L = 0.0f;
-    for (int c = 0; c < nc; c++)
-        if (a.pm[base + c] != at_neg_inf()) L += expf(a.pm[base + c] - M) * a.pl[base + c];
-    for (int d = threadIdx.x; d < a.hd; d += blockDim.x) {
-        float s = 0.0f;
-        for (int c = 0; c < nc; c++)
-            if (a.pm[base + c] != at_neg_inf()) s += expf(a.pm[base + c] - M) * a.po[(base + c) * a.hd + d];
+    for (int c = threadIdx.x; c < nc; c += AT_CB) M = fmaxf(M, a.pm[base + c]);
+    M = at_block_reduce(M, sh, true);
+    float lp = 0.0f, s[EPL];
+#pragma unroll
+    for (int k = 0; k < EPL; k++) s[k] = 0.0f;
+    for (int c0 = 0; c0 < nc; c0 += AT_SEG) {
+        const int n = min(AT_SEG, nc - c0);
+        __syncthreads(); /* the previous segment's factors are no longer read */
+        for (int c = threadIdx.x; c < n; c += AT_CB) {
+            float m = a.pm[base + c0 + c];
+            float e = m == at_neg_inf() ? 0.0f : expf(m - M);
+            f[c] = e;
+            lp += e * a.pl[base + c0 + c];
+        }
+        __syncthreads();
+        const float *po = a.po + (base + c0) * a.hd + lane * EPL;
+#pragma unroll 8
+        for (int c = warp; c < n; c += NW) {
+            float v[EPL];
+            at_ldf<EPL>(po + (int64_t)c * a.hd, v);
+            const float e = f[c];
+#pragma unroll
+            for (int k = 0; k < EPL; k++) s[k] += e * v[k];
+        }
+    }
+    const float L = at_block_reduce(lp, sh, false);
+#pragma unroll
+    for (int k = 0; k < EPL; k++) red[warp][lane * EPL + k] = s[k];
+    __syncthreads();
+    for (int d = threadIdx.x; d < a.hd; d += AT_CB) {
+        float sum = red[0][d];
+        for (int w = 1; w < NW; w++) sum += red[w][d];
         int64_t od = ((int64_t)t * a.n_head + h) * a.hd + d;
-        if (part_o) part_o[od] = s;
-        else o[od] = L > 0.0f ? s / L : 0.0f;
+        if (part_o) part_o[od] = sum;
+        else o[od] = L > 0.0f ? sum / L : 0.0f;
     }
     if (threadIdx.x == 0 && part_o) {
         part_m[(int64_t)t * a.n_head + h] = M;
         part_l[(int64_t)t * a.n_head + h] = L;
     }
     if (fc)
-        for (int c = threadIdx.x; c < nc; c += blockDim.x) {
-            float f = a.pm[base + c] == at_neg_inf() ? 0.0f : expf(a.pm[base + c] - M);
-            fc[base + c] = part_o ? f : (L > 0.0f ? f / L : 0.0f);
+        for (int c = threadIdx.x; c < nc; c += AT_CB) {
+            float e = a.pm[base + c] == at_neg_inf() ? 0.0f : expf(a.pm[base + c] - M);
+            fc[base + c] = part_o ? e : (L > 0.0f ? e / L : 0.0f);
         }
 }
 
@@ -375,10 +494,14 @@ void cu_attention(be_backend *b, const be_attn *a, void *scratch) {
     CU_LAUNCHED();
     float *fc = want_mass ? (float *)(S + L.fc) : NULL;
     dim3 cg((unsigned)a->n_head, (unsigned)a->n_tok);
-    if (a->part)
-        at_combine_kernel<<<cg, 128, 0, B->compute>>>(x, NULL, a->part->o, a->part->m, a->part->l, fc);
-    else
-        at_combine_kernel<<<cg, 128, 0, B->compute>>>(x, a->o, NULL, NULL, NULL, fc);
+    float *po = a->part ? a->part->o : NULL, *pm = a->part ? a->part->m : NULL, *pl = a->part ? a->part->l : NULL;
+    float *o = a->part ? NULL : a->o;
+    switch (hd / 32) {
+    case 1: at_combine_kernel<1><<<cg, AT_CB, 0, B->compute>>>(x, o, po, pm, pl, fc); break;
+    case 2: at_combine_kernel<2><<<cg, AT_CB, 0, B->compute>>>(x, o, po, pm, pl, fc); break;
+    case 4: at_combine_kernel<4><<<cg, AT_CB, 0, B->compute>>>(x, o, po, pm, pl, fc); break;
+    default: at_combine_kernel<8><<<cg, AT_CB, 0, B->compute>>>(x, o, po, pm, pl, fc); break;
+    }
     CU_LAUNCHED();
     if (want_mass) {
         int mh = a->mass_mode == BE_MASS_HEADS ? a->n_head : 1;
