@@ -535,6 +535,38 @@ TEST(cuda_host_ring) {
     CHECK(entered_n > 4);
 }
 
+/* TIERKV_CUDA_GEMV: a bad value is refused at open, naming the variable, before any device is asked
+ * for (so this runs without a GPU); good values pass that check */
+TEST(cuda_gemv_env) {
+#ifndef TKV_CUDA
+    SKIP("built without CUDA (make cuda)");
+#else
+    const char *old = getenv("TIERKV_CUDA_GEMV");
+    char *saved = old ? strdup(old) : NULL;
+    const char *bad[] = {"fast", "direct,3", "tile,", "direct2", "tile,1x", "directx"};
+    const char *good[] = {"tile", "direct", "tile,1", "tile,2", "direct,1", "direct,2", ""};
+    be_params p = {.name = "cuda", .device = 0};
+    char err[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("TIERKV_CUDA_GEMV", bad[i], 1);
+        be_backend *b = NULL;
+        err[0] = 0;
+        CHECKF(cuda_backend_open(&p, &b, err, sizeof err) != 0 && strstr(err, "TIERKV_CUDA_GEMV"), "'%s': %s", bad[i], err);
+        if (b) be_close(b);
+    }
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        setenv("TIERKV_CUDA_GEMV", good[i], 1);
+        be_backend *b = NULL;
+        err[0] = 0;
+        int rc = cuda_backend_open(&p, &b, err, sizeof err);
+        CHECKF(rc == 0 || !strstr(err, "TIERKV_CUDA_GEMV"), "'%s' refused: %s", good[i], err);
+        if (b) be_close(b);
+    }
+    if (saved) setenv("TIERKV_CUDA_GEMV", saved, 1), free(saved);
+    else unsetenv("TIERKV_CUDA_GEMV");
+#endif
+}
+
 /* ====================================================================================== GPU === */
 
 #ifndef TKV_CUDA

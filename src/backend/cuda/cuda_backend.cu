@@ -286,8 +286,27 @@ static be_ops cu_ops_table(void) {
 }
 static const be_ops CU_OPS = cu_ops_table();
 
+/* TIERKV_CUDA_GEMV: the one-token matmul for every weight type, "tile" (x staged in shared memory)
+ * or "direct" (x read through L1), each optionally ",1" or ",2" rows per warp. Unset: direct for
+ * BF16/F16, tile for the rest, the type's rows (*direct -1, *rows 0). */
+static int gemv_choice(int *direct, int *rows, char *err, size_t errlen) {
+    const char *v = getenv("TIERKV_CUDA_GEMV");
+    *direct = -1, *rows = 0;
+    if (!v || !*v) return 0;
+    size_t n = strcspn(v, ",");
+    if (n == 4 && !strncmp(v, "tile", 4)) *direct = 0;
+    else if (n == 6 && !strncmp(v, "direct", 6)) *direct = 1;
+    else n = 0;
+    if (n && v[n] == ',' && (v[n + 1] == '1' || v[n + 1] == '2') && !v[n + 2]) *rows = v[n + 1] - '0';
+    else if (n && v[n]) n = 0;
+    if (!n) return tkv_errf(err, errlen, "TIERKV_CUDA_GEMV='%.40s': expected tile or direct, optionally ,1 or ,2", v);
+    return 0;
+}
+
 extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err, size_t errlen) {
     *out = NULL;
+    int gemv_direct, gemv_rows;
+    if (gemv_choice(&gemv_direct, &gemv_rows, err, errlen)) return -1; /* the message is in err */
     int dev = p ? p->device : 0, n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) return tkv_errf(err, errlen, "CUDA: %s", cudaGetErrorString(e));
@@ -307,9 +326,13 @@ extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err
     B->base.ops = &CU_OPS;
     B->device = dev;
     B->prop = prop;
+    B->gemv_direct = gemv_direct, B->gemv_rows = gemv_rows;
     cu_bind(B);
-    snprintf(B->desc, sizeof B->desc, "sm_%d%d (%.100s, %d SMs, %.0f GiB)", prop.major, prop.minor, prop.name,
-             prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    char rows[16] = "";
+    if (gemv_rows) snprintf(rows, sizeof rows, ",%d", gemv_rows);
+    snprintf(B->desc, sizeof B->desc, "sm_%d%d (%.100s, %d SMs, %.0f GiB; gemv %s%s)", prop.major, prop.minor, prop.name,
+             prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
+             gemv_direct < 0 ? "per type" : gemv_direct ? "direct" : "tile", rows);
     /* from here on a failure is a device fault, not an environment the user can fix: the check
      * macro aborts */
     CUDA_CHECK(cudaStreamCreateWithFlags(&B->compute, cudaStreamNonBlocking));

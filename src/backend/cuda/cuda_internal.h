@@ -83,6 +83,7 @@ struct cu_backend {
     cudaDeviceProp prop;
     char desc[192];
     cudaStream_t compute, copy;
+    int gemv_direct, gemv_rows; /* the one-token matmul (TIERKV_CUDA_GEMV): -1/0 the type's choice */
     cudaEvent_t layer_ev[CU_MAX_LAYER_EVENTS];           /* copy stream, recorded by copy_moves */
     cudaEvent_t stage_ev[CU_MAX_STAGE_LAYERS];           /* compute stream, recorded by attention after
                                                             reading STAGE layer k */

@@ -10,12 +10,15 @@
  * is 512 contiguous bytes per row. The activation rows (up to MM_NT tokens) are staged in shared
  * memory in tiles of kt elements, padded by 4 floats every 64 so the 16-byte reads of the lanes of
  * a quarter warp fall in distinct banks (exactly for F16/BF16/F32/Q4_K, 2-way for Q8_0/Q6_K); R rows
- * share every x read. Dot products sum per lane in unit order and then across the warp by a fixed
+ * share every x read. For one token of BF16/F16 weights x is read directly through L1 instead (no
+ * tile, no barrier: 0.80x the staged kernel's time on an H200; for Q8_0 it was 1.16x, so the other
+ * types keep the tile); TIERKV_CUDA_GEMV overrides the choice (docs/CUDA.md). Dot products sum per lane in unit order and then across the warp by a fixed
  * butterfly: the same inputs give the same bits on every call (no atomics), which the tiering's
  * exactness tests need. Batches of more than MM_NT tokens run as several launches (prefill is not
  * what this kernel is for: it reads the weights once per MM_NT tokens).
- * Bound at batch 1 (7B, bf16): 15 GB of weights per token; at 4.8 TB/s 3.1 ms. Targets: >= 70% of
- * the bandwidth bound; unverified until run on a GPU (bench/gpu.sh). */
+ * Bound at batch 1 (7B, bf16): 15 GB of weights per token; at 4.8 TB/s 3.1 ms. Measured on an H200
+ * (bench/gpu-ab.sh): 3.0-3.6 TB/s on the 7B's large BF16 matrices, 0.6 TB/s on k/v (launch-bound);
+ * Q8_0 1.9 TB/s (no integer dot products yet). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,16 +165,19 @@ template <int T>
 __host__ __device__ constexpr int mm_nspan() {
     return T == CW_T_Q6_K ? 4 : (T == CW_T_Q4_0 || T == CW_T_Q5_0 || T == CW_T_Q4_K) ? 2 : 1;
 }
-/* rows per warp: two when x reads would otherwise outweigh the weight bytes (4..6-bit types, or
- * several tokens) */
+/* rows per warp by default: two when x reads would otherwise outweigh the weight bytes (4..6-bit
+ * types, or several tokens) */
 template <int T, int NT>
 __host__ __device__ constexpr int mm_rows() {
     return (NT >= 2 || mm_unit<T>() == 32) ? 2 : 1;
 }
 
-template <int T, int NT>
+/* R rows per warp; XG: x read from global memory through L1 (one token) instead of staged in shared
+ * memory tiles */
+template <int T, int NT, int R, bool XG>
 __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a) {
-    constexpr int U = mm_unit<T>(), NS = mm_nspan<T>(), SL = U / NS, R = mm_rows<T, NT>();
+    constexpr int U = mm_unit<T>(), NS = mm_nspan<T>(), SL = U / NS;
+    static_assert(!XG || NT == 1, "x from global memory: one token");
     extern __shared__ float4 xs4[];
     float *xs = (float *)xs4;
     /* this block's output, selected with constant indices (a run-time index into the kernel's
@@ -194,13 +200,15 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a) {
 
     for (int64_t k0 = 0; k0 < a.n_in; k0 += a.kt) {
         const int klen = (int)(a.n_in - k0 < a.kt ? a.n_in - k0 : a.kt);
-        __syncthreads(); /* the previous tile is no longer read */
-        for (int t = 0; t < a.nt; t++) {
-            const float4 *src = (const float4 *)(a.x + (int64_t)t * a.n_in + k0);
-            for (int k = 4 * (int)threadIdx.x; k < klen; k += 4 * MM_WARPS * 32)
-                *(float4 *)&xs[t * xstride + mm_pad(k)] = __ldg(src + k / 4);
+        if constexpr (!XG) {
+            __syncthreads(); /* the previous tile is no longer read */
+            for (int t = 0; t < a.nt; t++) {
+                const float4 *src = (const float4 *)(a.x + (int64_t)t * a.n_in + k0);
+                for (int k = 4 * (int)threadIdx.x; k < klen; k += 4 * MM_WARPS * 32)
+                    *(float4 *)&xs[t * xstride + mm_pad(k)] = __ldg(src + k / 4);
+            }
+            __syncthreads();
         }
-        __syncthreads();
         const int64_t u0 = k0 / U, u1 = (k0 + klen) / U;
 #pragma unroll 2
         for (int64_t u = u0 + lane; u < u1; u += 32) {
@@ -220,7 +228,9 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a) {
                     if (t >= a.nt) break;
 #pragma unroll
                     for (int k4 = 0; k4 < SL / 4; k4++) {
-                        float4 xv = *(const float4 *)&xs[t * xstride + mm_pad(base + 4 * k4)];
+                        float4 xv;
+                        if constexpr (XG) xv = __ldg((const float4 *)(a.x + k0 + base + 4 * k4));
+                        else xv = *(const float4 *)&xs[t * xstride + mm_pad(base + 4 * k4)];
 #pragma unroll
                         for (int r = 0; r < R; r++) {
                             const float *vv = &v[r][s * SL + 4 * k4];
@@ -240,17 +250,33 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a) {
         }
 }
 
-template <int T, int NT>
+template <int T, int NT, int R, bool XG>
 static void mm_launch(cu_backend *B, mm_args &a, int n_blocks) {
-    size_t smem = (size_t)NT * (size_t)(a.kt + a.kt / 16) * sizeof(float);
-    mm_kernel<T, NT><<<n_blocks, MM_WARPS * 32, smem, B->compute>>>(a);
+    size_t smem = XG ? 0 : (size_t)NT * (size_t)(a.kt + a.kt / 16) * sizeof(float);
+    mm_kernel<T, NT, R, XG><<<n_blocks, MM_WARPS * 32, smem, B->compute>>>(a);
     CU_LAUNCHED();
+}
+
+/* one token: x read directly for the 16-bit types, staged for the rest (measured on an H200:
+ * docs/CUDA.md), unless TIERKV_CUDA_GEMV chose */
+template <int T>
+static bool mm_direct1(const cu_backend *B) {
+    return B->gemv_direct >= 0 ? B->gemv_direct != 0 : (T == CW_T_BF16 || T == CW_T_F16);
+}
+
+template <int T>
+static void mm_launch1(cu_backend *B, mm_args &a, int n_blocks, int rows) {
+    if (mm_direct1<T>(B))
+        rows == 2 ? mm_launch<T, 1, 2, true>(B, a, n_blocks) : mm_launch<T, 1, 1, true>(B, a, n_blocks);
+    else
+        rows == 2 ? mm_launch<T, 1, 2, false>(B, a, n_blocks) : mm_launch<T, 1, 1, false>(B, a, n_blocks);
 }
 
 template <int T>
 static void mm_type(cu_backend *B, mm_args &a) {
     int nt_max = a.nt <= 1 ? 1 : a.nt <= 2 ? 2 : a.nt <= 4 ? 4 : 8;
-    int rows_per_block = MM_WARPS * (nt_max >= 2 || mm_unit<T>() == 32 ? 2 : 1);
+    int rows = nt_max == 1 && B->gemv_rows ? B->gemv_rows : nt_max == 1 ? mm_rows<T, 1>() : 2;
+    int rows_per_block = MM_WARPS * rows;
     int blocks = 0;
     for (int i = 0; i < a.n_o; i++) {
         a.o[i].block0 = blocks;
@@ -263,12 +289,12 @@ static void mm_type(cu_backend *B, mm_args &a) {
     int64_t kt = per / step * step;
     if (kt < step) kt = step;
     int64_t whole = (a.n_in + step - 1) / step * step;
-    a.kt = (int)(kt < whole ? kt : whole);
+    a.kt = (int)((nt_max == 1 && mm_direct1<T>(B)) || whole < kt ? whole : kt);
     switch (nt_max) {
-    case 1: mm_launch<T, 1>(B, a, blocks); break;
-    case 2: mm_launch<T, 2>(B, a, blocks); break;
-    case 4: mm_launch<T, 4>(B, a, blocks); break;
-    default: mm_launch<T, 8>(B, a, blocks); break;
+    case 1: mm_launch1<T>(B, a, blocks, rows); break;
+    case 2: mm_launch<T, 2, 2, false>(B, a, blocks); break;
+    case 4: mm_launch<T, 4, 2, false>(B, a, blocks); break;
+    default: mm_launch<T, 8, 2, false>(B, a, blocks); break;
     }
 }
 
