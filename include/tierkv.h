@@ -216,6 +216,8 @@ int tkv_seq_len(const tkv_session *s, int seq);
  * (full, hierarchy, evict, quant) and a prompt pinned in T0 (not unpin_prompt); TKV_ERR otherwise. */
 int tkv_seq_share_prefix(tkv_session *s, int src, int dst, int n, char *err, size_t errlen);
 int tkv_policy_shares_prefix(tkv_policy p);
+/* 1 when the policy drops a position from every (layer, kv head) row at once, 0 when per row. */
+int tkv_policy_whole_token(tkv_policy p);
 /* 1 when sessions with these options share prompt prefixes: the policy's rule, and a pinned prompt
  * (an unpinned prompt may leave T0, and shared rows never move). */
 int tkv_kv_shares_prefix(const tkv_kv_params *p);

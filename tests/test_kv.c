@@ -223,6 +223,23 @@ TEST(kv_policy_caps_per_kind) {
     CHECK(cap[0] == 0 && cap[1] == 100);
 }
 
+/* the registry: every kind has its table, named once; a ranked policy selects, an own-budget one has
+ * hooks, and the name parses back to the kind */
+TEST(kv_policy_registry) {
+    for (int k = 0; k < KV_POLICY_COUNT; k++) {
+        const kv_policy_ops *o = kv_policy_ops_of((kv_policy_kind)k);
+        REQUIRE(o != NULL);
+        CHECKF(o->kind == (kv_policy_kind)k, "registry slot %d holds kind %d", k, (int)o->kind);
+        kv_policy_kind back;
+        CHECK(kv_policy_parse(o->name, &back) == 0 && back == (kv_policy_kind)k);
+        CHECKF(kv_ops_ranked(o) == (o->select != NULL), "%s", o->name);
+        CHECKF(o->own_budget == (o->hooks != NULL) && (!o->own_budget || o->limit_rule), "%s", o->name);
+        CHECKF(!o->host_caps || kv_ops_ranked(o), "%s", o->name);
+        for (int j = 0; j < k; j++) CHECK(strcmp(kv_policy_ops_of((kv_policy_kind)j)->name, o->name) != 0);
+    }
+    CHECK(kv_policy_ops_of(KV_POLICY_COUNT) == NULL);
+}
+
 /* ---- options ---- */
 
 static int init_fails(kv_options *o, const char *needle) {

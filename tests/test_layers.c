@@ -66,3 +66,55 @@ TEST(layers_include_rules) {
     static const char *const base[] = {"base/"};
     CHECK(check_dir("src/eval", base, 1, 0) > 0);
 }
+
+/* 1 when the file names a policy other than full by its kind (KV_POLICY_X or TKV_POLICY_X) */
+static int names_policy_kind(const char *path) {
+    static const char *const kinds[] = {"HIERARCHY", "EVICT", "QUANT", "STREAMING", "H2O", "RKV", "SNAPKV"};
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[1024], tok[64];
+    int hit = 0;
+    while (!hit && fgets(line, sizeof line, f))
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0] && !hit; k++) {
+            snprintf(tok, sizeof tok, "KV_POLICY_%s", kinds[k]);
+            for (const char *p = strstr(line, tok); p && !hit; p = strstr(p + 1, tok)) {
+                char next = p[strlen(tok)];
+                hit = !(next == '_' || (next >= 'A' && next <= 'Z') || (next >= '0' && next <= '9'));
+            }
+        }
+    fclose(f);
+    return hit;
+}
+
+/* The engine asks a policy's table, never its kind: outside the policy's own file (policy_*.c, the
+ * baselines' kv_baselines.c), the registry (kv_policy.c), the enum (kv.h) and its public mirror's
+ * check (engine/text.c), no file under src/ names a policy kind other than full. */
+TEST(layers_policy_identity) {
+    FILE *probe = fopen("include/tierkv.h", "r");
+    if (!probe) SKIP("not run from the repository root");
+    fclose(probe);
+    static const char *const dirs[] = {"src/base", "src/gguf", "src/backend", "src/backend/cpu", "src/backend/cuda",
+                                       "src/model", "src/kv", "src/engine", "src/eval", "src/sched", "src/serve"};
+    static const char *const allowed[] = {"src/kv/kv.h", "src/kv/kv_policy.c", "src/kv/kv_baselines.c",
+                                          "src/engine/text.c"};
+    int bad = 0, seen = 0;
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        DIR *d = opendir(dirs[i]);
+        if (!d) continue;
+        struct dirent *e;
+        char path[1024];
+        while ((e = readdir(d))) {
+            size_t l = strlen(e->d_name);
+            if (l < 3 || (strcmp(e->d_name + l - 2, ".c") && strcmp(e->d_name + l - 2, ".h"))) continue;
+            snprintf(path, sizeof path, "%s/%s", dirs[i], e->d_name);
+            if (!names_policy_kind(path)) continue;
+            seen++;
+            int ok = !strncmp(path, "src/kv/policy_", 14);
+            for (size_t k = 0; k < sizeof allowed / sizeof allowed[0] && !ok; k++) ok = !strcmp(path, allowed[k]);
+            if (!ok) fprintf(stderr, "    %s names a policy kind\n", path), bad++;
+        }
+        closedir(d);
+    }
+    CHECK(bad == 0);
+    CHECK(seen > 0); /* the scan sees the allowed files: it can fail */
+}

@@ -207,6 +207,6 @@ const char *tkv_t2_codec_names(void) { return be_kv_t2_names(); }
 
 const char *tkv_t2_codec_default(const char *backend) { return be_kv_t2_name(be_kv_t2_default(backend)); }
 
-int tkv_kv_uses_t2(const tkv_kv_params *p) {
-    return p->policy == TKV_POLICY_QUANT || (p->policy == TKV_POLICY_HIERARCHY && p->t2_ratio > 0);
-}
+int tkv_kv_uses_t2(const tkv_kv_params *p) { return kv_policy_uses_t2((kv_policy_kind)p->policy, p->t2_ratio); }
+
+int tkv_policy_whole_token(tkv_policy p) { return kv_policy_whole_token((kv_policy_kind)p); }

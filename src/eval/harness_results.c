@@ -86,8 +86,7 @@ static int rec_from_json(const struct json_value *o, struct harness_rec *x) {
      * undercounts the per-head baselines, whose share is then unknown */
     tkv_policy kind;
     /* the policies that drop a position from every (layer, kv head) row at once */
-    int whole_token = pol && tkv_policy_parse(pol, &kind) == 0 && kind != TKV_POLICY_H2O && kind != TKV_POLICY_RKV &&
-                      kind != TKV_POLICY_SNAPKV;
+    int whole_token = pol && tkv_policy_parse(pol, &kind) == 0 && tkv_policy_whole_token(kind);
     x->tokens_evicted = num_or(kv, "evicted_equiv", whole_token ? num_or(kv, "tokens_evicted", 0) : NAN);
     snprintf(x->policy, sizeof x->policy, "%s", pol ? pol : "");
     x->max_tokens = (int)num_or(o, "max_tokens", 0);

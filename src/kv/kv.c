@@ -60,7 +60,7 @@ kv_cache *kv_init(const kv_options *o, be_backend *be, char *err, size_t errlen)
         return NULL;
     }
     kv->stage_bytes_layer = (int64_t)kv->pools.pool[BE_STAGE].record_bytes;
-    if (ops->select && !o->sync_transfers) kv->xfer = xfer_init(xfer_run_layer, kv, o->n_layer);
+    if (kv_ops_ranked(ops) && !o->sync_transfers) kv->xfer = xfer_init(xfer_run_layer, kv, o->n_layer);
     return kv;
 }
 
@@ -362,7 +362,7 @@ void kv_observe(kv_cache *kv, int seq, int layer, int q_pos, const float *att, i
     TKV_ASSERT(q_pos >= 0 && q_pos < s->len);
     if (kv->ops->hooks && kv->ops->hooks->observe)
         kv->ops->hooks->observe(s->pstate, layer, q_pos, s->prompt[q_pos], att, att_stride, s->len);
-    if (!kv->ops->select) return; /* hook-only policies keep their own scores */
+    if (!kv_ops_ranked(kv->ops)) return; /* own-budget policies keep their own scores */
     int H = kv->o.n_head, group = kv->o.n_head / kv->o.n_head_kv;
     size_t nc = (size_t)s->n_ctx;
     if (s->prompt[q_pos]) { /* prefill: the hierarchy score ignores it; SnapKV-style policies keep it */
@@ -405,7 +405,7 @@ void kv_batch_end(kv_cache *kv, const int *seqs, const uint8_t *is_prompt, int n
         s->t0_share_n++;
         if (kv->batch.active && kv->xfer && xfer_finished(kv->xfer)) kv_complete_batch(kv);
         kv_policy_step(kv, seqs[t]);
-        if (!kv->ops->select || kv->mode == KV_B_SHARED) continue;
+        if (!kv_ops_ranked(kv->ops) || kv->mode == KV_B_SHARED) continue;
         if (s->steps_since >= kv->o.delta) {
             s->steps_since = 0;
             TKV_ASSERT(n_due < (int)(sizeof due / sizeof due[0]));
@@ -416,7 +416,7 @@ void kv_batch_end(kv_cache *kv, const int *seqs, const uint8_t *is_prompt, int n
             s->c.budget_raised += raised;
         }
     }
-    if (!kv->ops->select) return;
+    if (!kv_ops_ranked(kv->ops)) return;
     if (kv->mode == KV_B_SHARED) {
         if (decoded && ++kv->steps_since >= kv->o.delta) {
             kv->steps_since = 0;

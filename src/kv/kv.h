@@ -249,6 +249,8 @@ int kv_policy_whole_token(kv_policy_kind k);
  * score the prompt's own attention: full, hierarchy, evict, quant), so that a prompt prefix shared
  * with another sequence (kv_seq_share_prefix) is the same as one prefilled in place. */
 int kv_policy_copies_prefix(kv_policy_kind k);
+/* 1 if the policy with this T2 share stores tokens in T2 (quant always, hierarchy when t2_ratio > 0). */
+int kv_policy_uses_t2(kv_policy_kind k, double t2_ratio);
 
 /* ---- budgets without a cache (tierkv plan and the session's checks use the same rules) ---- */
 

@@ -388,10 +388,29 @@ static int snapkv_step(void *p, kv_step_io *io) {
     return 0;
 }
 
-const kv_policy_hooks kv_bl_hooks_streaming = {bl_init, bl_free, bl_reset, NULL, streaming_step};
-const kv_policy_hooks kv_bl_hooks_h2o = {bl_init, bl_free, bl_reset, h2o_observe, h2o_step};
-const kv_policy_hooks kv_bl_hooks_rkv = {bl_init, bl_free, bl_reset, rkv_observe, rkv_step};
-const kv_policy_hooks kv_bl_hooks_snapkv = {bl_init, bl_free, bl_reset, snapkv_observe, snapkv_step};
+static const kv_policy_hooks hooks_streaming = {bl_init, bl_free, bl_reset, NULL, streaming_step};
+static const kv_policy_hooks hooks_h2o = {bl_init, bl_free, bl_reset, h2o_observe, h2o_step};
+static const kv_policy_hooks hooks_rkv = {bl_init, bl_free, bl_reset, rkv_observe, rkv_step};
+static const kv_policy_hooks hooks_snapkv = {bl_init, bl_free, bl_reset, snapkv_observe, snapkv_step};
+
+/* The baselines' tables: their own scores and budgets, whole tokens (StreamingLLM) or per (layer,
+ * kv head) rows evicted by their hooks; no T1 or T2. */
+const kv_policy_ops kv_policy_streaming = {
+    .kind = KV_POLICY_STREAMING, .name = "streaming", .tiered = 1, .own_budget = 1, .overflow_tier = KV_T3,
+    .hooks = &hooks_streaming, .limit_rule = "nothing",
+};
+const kv_policy_ops kv_policy_h2o = {
+    .kind = KV_POLICY_H2O, .name = "h2o", .tiered = 1, .own_budget = 1, .overflow_tier = KV_T3, .head_masks = 1,
+    .hooks = &hooks_h2o, .limit_rule = "nothing",
+};
+const kv_policy_ops kv_policy_rkv = {
+    .kind = KV_POLICY_RKV, .name = "rkv", .tiered = 1, .own_budget = 1, .overflow_tier = KV_T3, .head_masks = 1,
+    .hooks = &hooks_rkv, .limit_rule = "tokens since the last compression, <= 128",
+};
+const kv_policy_ops kv_policy_snapkv = {
+    .kind = KV_POLICY_SNAPKV, .name = "snapkv", .tiered = 1, .own_budget = 1, .overflow_tier = KV_T3, .head_masks = 1,
+    .hooks = &hooks_snapkv, .limit_rule = "decode tokens, never evicted",
+};
 
 /* ---- a hook policy's step applied to the cache ---- */
 

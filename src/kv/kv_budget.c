@@ -84,7 +84,7 @@ int kv_tier_bound(const kv_cache *kv, int t, int n_ctx, int n_prompt) {
     switch (t) {
     case BE_T0:
         if (kv->mode == KV_B_SHARED) return 0;
-        if (!ops->tiered || !ops->select || kv->mode == KV_B_NONE) return n_ctx;
+        if (!kv_ops_ranked(ops) || kv->mode == KV_B_NONE) return n_ctx;
         /* the budget at full length (+1 for its rounding), raised to the protected tokens */
         return imin(n_ctx, imax(kv->mode == KV_B_SEQ ? kv->seq_tokens : kv_ratio_tokens(kv->o.hbm_ratio, n_ctx) + 1,
                                 kv_reserve_need(kv, n_ctx, n_prompt)));
@@ -96,7 +96,7 @@ int kv_tier_bound(const kv_cache *kv, int t, int n_ctx, int n_prompt) {
 
 int kv_t0_budget(const kv_cache *kv, const kv_seq *s, int len, int *raised) {
     if (raised) *raised = 0;
-    if (!kv->ops->tiered || !kv->ops->select) return s->n_ctx; /* full, or a baseline that evicts itself */
+    if (!kv_ops_ranked(kv->ops)) return s->n_ctx; /* full, or a policy with its own budget */
     if (kv->mode == KV_B_SHARED) return (int)(kv->shared_tokens < INT32_MAX ? kv->shared_tokens : INT32_MAX);
     int b = kv->mode == KV_B_SEQ ? kv->seq_tokens : kv->o.hbm_ratio >= 0 ? (int)floor(kv->o.hbm_ratio * len + 1e-9) : 0;
     int p = kv_prot_count(kv, s, len);
@@ -136,10 +136,10 @@ int kv_validate(const kv_options *o, const kv_policy_ops *ops, int *mode, int *s
     if ((int64_t)o->n_head_kv * o->head_dim > 8192)
         return tkv_errf(err, errlen, "kv: kv dimension %d x %d above 8192", o->n_head_kv, o->head_dim);
     if (!ops) return tkv_errf(err, errlen, "kv: unknown policy %d", (int)o->policy);
-    if (o->unpin_prompt && o->policy != KV_POLICY_HIERARCHY)
+    if (o->unpin_prompt && !ops->unpin_ok)
         return tkv_errf(err, errlen,
-                        "kv: policy %s cannot unpin the prompt: an unpinned prompt waits in T1, which only policy "
-                        "hierarchy has", ops->name);
+                        "kv: policy %s cannot unpin the prompt: an unpinned prompt waits in T1, which it does not use "
+                        "(policy hierarchy does)", ops->name);
     if (o->t2_fmt == BE_KV_F16 || o->t2_fmt == BE_KV_F32 || be_kv_record_bytes(o->t2_fmt, 1, o->head_dim) == 0)
         return tkv_errf(err, errlen, "kv: T2 format %d is not a T2 codec", (int)o->t2_fmt);
     char cerr[160];
@@ -169,7 +169,7 @@ int kv_validate(const kv_options *o, const kv_policy_ops *ops, int *mode, int *s
     if (given > 1)
         return tkv_errf(err, errlen, "kv: give the T0 budget once: a ratio (%g), bytes (%llu) or tokens per sequence (%d), not both",
                         o->hbm_ratio, (unsigned long long)o->hbm_budget_bytes, o->t0_tokens);
-    int baseline = !ops->select;
+    int baseline = ops->own_budget;
     if (!baseline && !given)
         return tkv_errf(err, errlen, "kv: policy %s needs a T0 budget (hbm ratio, hbm budget bytes or T0 tokens)", ops->name);
     if (o->protect_prompt && !baseline)
@@ -237,7 +237,7 @@ int kv_plan(const kv_options *o, int batch, int ctx, int prompt, kv_plan_result 
     if (prot > n) prot = n;
     out->protected_tokens = prot;
     int64_t t0 = n;
-    if (ops->tiered && ops->select) {
+    if (kv_ops_ranked(ops)) {
         if (mode == KV_B_RATIO) t0 = (int64_t)floor(o->hbm_ratio * (double)n + 1e-9);
         else if (mode == KV_B_SEQ) t0 = seq_tokens;
         else if (mode == KV_B_SHARED) {
@@ -254,13 +254,12 @@ int kv_plan(const kv_options *o, int batch, int ctx, int prompt, kv_plan_result 
         if (lossy_max > rest) lossy_max = rest;
         if (lossy_max < 0) lossy_max = 0;
         if (t3 > lossy_max) t3 = lossy_max;
-        if (o->policy == KV_POLICY_EVICT) t3 = rest;
-        else if (o->policy == KV_POLICY_QUANT) t2 = rest - t3;
-        else {
-            t2 = kv_ratio_tokens(o->t2_ratio, ctx);
-            if (t2 > lossy_max - t3) t2 = lossy_max - t3;
-            t1 = rest - t2 - t3;
-        }
+        /* the policy's split of what misses T0, as at each re-tiering (kv_policy_caps) */
+        int64_t b2 = kv_ratio_tokens(o->t2_ratio, ctx);
+        if (b2 > lossy_max - t3) b2 = lossy_max - t3;
+        int cap[3];
+        kv_policy_caps(ops, (int)rest, 0, (int)b2, (int)t3, cap);
+        t1 = cap[1], t2 = cap[2], t3 = rest - t1 - t2;
         out->t1 = t1, out->t2 = t2, out->t3 = t3;
     }
     out->t0 = t0;

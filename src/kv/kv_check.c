@@ -66,7 +66,7 @@ static int check_seq(const kv_cache *kv, int q, int32_t *count[BE_N_POOLS], char
         } else if (a != r) {
             return tkv_errf(err, errlen, "seq %d: position %d is read from a place it is not", q, p);
         }
-        if (kv->ops->select && kv_is_protected(kv, s, p, s->len) && t != KV_T0)
+        if (kv_ops_ranked(kv->ops) && kv_is_protected(kv, s, p, s->len) && t != KV_T0)
             return tkv_errf(err, errlen, "seq %d: protected position %d is in T%d", q, p, t);
         if (kv->o.unpin_prompt && s->prompt[p] && t != KV_T0 && t != KV_T1)
             return tkv_errf(err, errlen, "seq %d: unpinned prompt position %d is in T%d", q, p, t);
@@ -80,7 +80,7 @@ static int check_seq(const kv_cache *kv, int q, int32_t *count[BE_N_POOLS], char
     if (s->t0_held != s->ntok[KV_T0] + t0_deferred)
         return tkv_errf(err, errlen, "seq %d: holds %d T0 slots, counted %lld tokens + %d deferred", q, s->t0_held,
                         (long long)s->ntok[KV_T0], t0_deferred);
-    if (kv->ops->tiered && !kv->ops->select) return check_baseline(kv, q, err, errlen);
+    if (kv->ops->own_budget) return check_baseline(kv, q, err, errlen);
     if (kv->mode != KV_B_SHARED) {
         int budget = kv_t0_budget(kv, s, s->len, NULL);
         if (s->t0_held > budget) return tkv_errf(err, errlen, "seq %d: T0 uses %d slots, budget %d tokens", q, s->t0_held, budget);

@@ -4,23 +4,21 @@
 #include <stddef.h>
 #include <string.h>
 
-static const kv_policy_ops ops_table[KV_POLICY_COUNT] = {
-    /* kind, name, tiered, overflow, t1, t2, t2_ratio_ok, evict_ratio_ok, head scores, head masks,
-     * prefill, select, hooks */
-    {KV_POLICY_FULL, "full", 0, KV_T0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL},
-    {KV_POLICY_HIERARCHY, "hierarchy", 1, KV_T1, 1, 1, 1, 1, 0, 0, 0, kv_select_ranked, NULL},
-    {KV_POLICY_EVICT, "evict", 1, KV_T3, 0, 0, 0, 0, 0, 0, 0, kv_select_ranked, NULL},
-    {KV_POLICY_QUANT, "quant", 1, KV_T2, 0, 1, 0, 1, 0, 0, 0, kv_select_ranked, NULL},
-    /* baselines: hook-only (kv_baselines.c over baselines.h); they keep their own scores, evict by
-     * themselves and never use T1/T2 */
-    {KV_POLICY_STREAMING, "streaming", 1, KV_T3, 0, 0, 0, 0, 0, 0, 0, NULL, &kv_bl_hooks_streaming},
-    {KV_POLICY_H2O, "h2o", 1, KV_T3, 0, 0, 0, 0, 0, 1, 0, NULL, &kv_bl_hooks_h2o},
-    {KV_POLICY_RKV, "rkv", 1, KV_T3, 0, 0, 0, 0, 0, 1, 0, NULL, &kv_bl_hooks_rkv},
-    {KV_POLICY_SNAPKV, "snapkv", 1, KV_T3, 0, 0, 0, 0, 0, 1, 0, NULL, &kv_bl_hooks_snapkv},
+/* The registry: every policy's table, by kind. Adding a policy: its file and one line here (and its
+ * kind in kv.h's enum, mirrored in tierkv.h). */
+static const kv_policy_ops *const registry[KV_POLICY_COUNT] = {
+    [KV_POLICY_FULL] = &kv_policy_full,
+    [KV_POLICY_HIERARCHY] = &kv_policy_hierarchy,
+    [KV_POLICY_EVICT] = &kv_policy_evict,
+    [KV_POLICY_QUANT] = &kv_policy_quant,
+    [KV_POLICY_STREAMING] = &kv_policy_streaming,
+    [KV_POLICY_H2O] = &kv_policy_h2o,
+    [KV_POLICY_RKV] = &kv_policy_rkv,
+    [KV_POLICY_SNAPKV] = &kv_policy_snapkv,
 };
 
 const kv_policy_ops *kv_policy_ops_of(kv_policy_kind k) {
-    return (k >= 0 && k < KV_POLICY_COUNT) ? &ops_table[k] : NULL;
+    return (k >= 0 && k < KV_POLICY_COUNT) ? registry[k] : NULL;
 }
 
 int kv_policy_whole_token(kv_policy_kind k) {
@@ -30,16 +28,16 @@ int kv_policy_whole_token(kv_policy_kind k) {
 
 int kv_policy_copies_prefix(kv_policy_kind k) {
     const kv_policy_ops *o = kv_policy_ops_of(k);
-    return o && !o->hooks && !o->prefill_scores;
+    return o && !o->own_budget && !o->prefill_scores;
 }
 
 const char *kv_policy_name(kv_policy_kind p) {
-    return (p >= 0 && p < KV_POLICY_COUNT) ? ops_table[p].name : "?";
+    return (p >= 0 && p < KV_POLICY_COUNT) ? registry[p]->name : "?";
 }
 
 int kv_policy_parse(const char *name, kv_policy_kind *out) {
     for (int i = 0; name && i < KV_POLICY_COUNT; i++)
-        if (strcmp(name, ops_table[i].name) == 0) { *out = (kv_policy_kind)i; return 0; }
+        if (strcmp(name, registry[i]->name) == 0) { *out = (kv_policy_kind)i; return 0; }
     return -1;
 }
 
@@ -48,20 +46,14 @@ static int imax(int a, int b) { return a > b ? a : b; }
 
 void kv_policy_caps(const kv_policy_ops *ops, int n_cand, int room0, int b2, int room3, int cap[3]) {
     cap[0] = imax(0, imin(n_cand, room0));
-    int rest = n_cand - cap[0];
-    switch (ops->kind) {
-    case KV_POLICY_HIERARCHY: /* T1 absorbs whatever the T2 and eviction budgets do not take */
-        cap[2] = imax(0, b2);
-        cap[1] = imax(0, rest - cap[2] - imax(0, room3));
-        break;
-    case KV_POLICY_QUANT: /* no T1: T2 takes all but the eviction tail */
-        cap[1] = 0;
-        cap[2] = imax(0, rest - imax(0, room3));
-        break;
-    default: /* evict and the baselines: T0 or nothing */
-        cap[1] = cap[2] = 0;
-        break;
-    }
+    int host[2] = {0, 0};
+    if (ops->host_caps) ops->host_caps(n_cand - cap[0], b2, room3, host);
+    cap[1] = host[0], cap[2] = host[1];
+}
+
+int kv_policy_uses_t2(kv_policy_kind k, double t2_ratio) {
+    const kv_policy_ops *o = kv_policy_ops_of(k);
+    return o && o->uses_t2 && (!o->t2_ratio_ok || t2_ratio > 0);
 }
 
 /* a before b: higher score, then later position */

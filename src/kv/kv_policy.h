@@ -9,7 +9,7 @@
  *     later position wins (recent tokens are the likelier to be read again, and the rule is total,
  *     so the ranking is deterministic);
  *   - the ranked candidates fill T0 up to cap[0], then T1 up to cap[1], then T2 up to cap[2]; the
- *     tail that is left is evicted. Each policy kind only chooses the caps (kv_policy_caps);
+ *     tail that is left is evicted. Each policy only chooses the caps (its host_caps, kv_policy_caps);
  *   - candidates marked exact (an unpinned prompt, hierarchy only) are never T2 nor evicted: the
  *     evicted tail and then T2 are taken from the lowest-ranked other candidates, the rest fill T0 in
  *     rank order and T1 takes what is left.
@@ -20,7 +20,7 @@
  * observe (every kv_observe, prompt queries included, with the layer's view for key-based scores)
  * and step (every kv_step_end, and once at the end of the prompt), which writes per-layer, per-kv-head
  * keep masks and may evict whole tokens (T3). kv_baselines.c implements the hooks of the four
- * baselines (kv_bl_hooks_*), wired into the ops table in kv_policy.c. */
+ * baselines and their tables. */
 #ifndef TKV_KV_POLICY_H
 #define TKV_KV_POLICY_H
 #include <stdint.h>
@@ -85,25 +85,41 @@ typedef struct {
     int (*step)(void *st, kv_step_io *io);
 } kv_policy_hooks;
 
+/* A policy: one table, defined in the policy's own file (policy_*.c, the baselines in
+ * kv_baselines.c) and listed once in kv_policy.c's registry. The engine asks the table, never the
+ * policy's kind. */
 typedef struct {
     kv_policy_kind kind;
     const char *name;
     int tiered;          /* 0: policy full (no scores, no re-tiering, no budgets) */
+    int own_budget;      /* keeps its own scores and per-(layer, kv head) budget and evicts by itself
+                            through `hooks` (the published baselines); 0: ranked by the engine's
+                            cumulative attention and re-tiered by `select` */
     int overflow_tier;   /* where the lowest unprotected T0 token goes when a new token would overflow T0 */
     int uses_t1, uses_t2;/* which host tiers need storage */
     int t2_ratio_ok;     /* accepts --t2-ratio */
     int evict_ratio_ok;  /* accepts --evict-ratio */
+    int unpin_ok;        /* accepts an unpinned prompt (it waits in T1) */
     int head_scores;     /* keep per-kv-head decode scores (for a head-wise `select`) */
     int head_masks;      /* per-layer, per-kv-head keep masks in the views (head-wise policies) */
     int prefill_scores;  /* keep per-kv-head prefill observations (SnapKV) */
+    /* ranked policies: how the `rest` candidates that miss T0 split into T1 (out[0]) and T2 (out[1])
+     * given the T2 budget b2 and the eviction room left room3; what neither takes is evicted. NULL:
+     * T0 or nothing */
+    void (*host_caps)(int rest, int b2, int room3, int out[2]);
     kv_select_fn select; /* at re-tiering; NULL: the policy only uses hooks */
-    const kv_policy_hooks *hooks; /* NULL for the score-ranked policies */
+    const kv_policy_hooks *hooks; /* NULL for the ranked policies */
+    const char *limit_rule; /* own-budget policies: what a row may hold beyond the budget (the stats) */
 } kv_policy_ops;
+
+/* ranked by the engine (hierarchy, evict, quant): scores, re-tiering, a T0 budget */
+static inline int kv_ops_ranked(const kv_policy_ops *o) { return o->tiered && !o->own_budget; }
 
 const kv_policy_ops *kv_policy_ops_of(kv_policy_kind k);
 
-/* The baselines' hooks (kv_baselines.c). */
-extern const kv_policy_hooks kv_bl_hooks_streaming, kv_bl_hooks_h2o, kv_bl_hooks_rkv, kv_bl_hooks_snapkv;
+/* The tables, one per file (the registry in kv_policy.c lists them by kind). */
+extern const kv_policy_ops kv_policy_full, kv_policy_hierarchy, kv_policy_evict, kv_policy_quant;
+extern const kv_policy_ops kv_policy_streaming, kv_policy_h2o, kv_policy_rkv, kv_policy_snapkv;
 
 /* Candidate counts per tier for `n_cand` candidates, given room in T0 for unprotected tokens
  * (`room0`), the T2 budget (`b2`) and the eviction room left (`room3` = eviction budget minus tokens

@@ -11,7 +11,7 @@ static void add_seq(const kv_cache *kv, const kv_seq *s, kv_stats *o) {
         o->bytes[t] += s->ntok[t] * kv_token_bytes(kv, t);
     }
     o->peak_t0_bytes += s->c.peak_t0_bytes;
-    if (kv->ops->select || !kv->ops->tiered) {
+    if (!kv->ops->own_budget) {
         int64_t b = (int64_t)kv_t0_budget(kv, s, s->len, NULL) * kv_token_bytes(kv, 0);
         o->t0_budget_bytes += b;
         o->limit_bytes += b;
@@ -74,10 +74,10 @@ void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out) {
         held_once += p0->holders[i] > 0;
         saved += p0->holders[i] > 1 ? p0->holders[i] - 1 : 0;
     }
-    if (kv->ops->select || !kv->ops->tiered) out->bytes[0] = held_once * tb0;
+    if (!kv->ops->own_budget) out->bytes[0] = held_once * tb0;
     out->shared_bytes_saved = saved * tb0;
     out->peak_t0_bytes = p0->peak * tb0;
-    if (kv->mode == KV_B_SHARED && kv->ops->select) out->t0_budget_bytes = out->limit_bytes = kv->shared_tokens * tb0;
+    if (kv->mode == KV_B_SHARED && kv_ops_ranked(kv->ops)) out->t0_budget_bytes = out->limit_bytes = kv->shared_tokens * tb0;
     out->t0_share_mean = out->t0_steps ? out->t0_share_mean / (double)out->t0_steps : 0;
 }
 
@@ -131,14 +131,11 @@ void kv_stats_print(FILE *f, const kv_cache *kv, int seq) {
     fprintf(f, "  %lld re-tierings: down %.2f MiB, up %.2f MiB, host %.2f MiB, %lld sync demotions, %lld evicted\n",
             (long long)s.retiers, tkv_mib(s.bytes_moved_down), tkv_mib(s.bytes_moved_up), tkv_mib(s.bytes_moved_host),
             (long long)s.sync_demotions, (long long)s.tokens_evicted);
-    if (kv->ops->tiered && !kv->ops->select)
+    if (kv->ops->own_budget)
         fprintf(f, "  %s holds %.2f MiB per (layer, kv head) row (peak after a step %.2f MiB); its rule allows %.2f MiB "
                 "now (budget + %s)\n", kv_policy_name(kv->o.policy), tkv_mib(s.held_bytes), tkv_mib(s.peak_held_bytes),
-                tkv_mib(s.limit_bytes),
-                kv->o.policy == KV_POLICY_RKV      ? "tokens since the last compression, <= 128"
-                : kv->o.policy == KV_POLICY_SNAPKV ? "decode tokens, never evicted"
-                                                   : "nothing");
-    if (kv->ops->tiered && !kv->ops->select)
+                tkv_mib(s.limit_bytes), kv->ops->limit_rule);
+    if (kv->ops->own_budget)
         fprintf(f, "  %.1f positions dropped per (layer, kv head) row on average (T3 counts only those no row holds)\n",
                 s.evicted_equiv);
     if (s.shared_tokens)
