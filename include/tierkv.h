@@ -141,6 +141,7 @@ typedef enum {
     TKV_POLICY_H2O,
     TKV_POLICY_RKV,
     TKV_POLICY_SNAPKV,
+    TKV_POLICY_SINK,      /* attention sinks + the recent window only */
     TKV_POLICY_COUNT
 } tkv_policy;
 const char *tkv_policy_name(tkv_policy p);

@@ -350,6 +350,49 @@ TEST(kv_budget_raised_to_protected) {
     kv_free(kv);
 }
 
+/* Policy sink: T0 holds the prompt, the sinks and the window and nothing else, from the first
+ * decode step on (no budget, none accepted); what leaves the window is evicted at once; the plan
+ * without a cache says the same. */
+TEST(kv_policy_sink) {
+    kv_options o;
+    shape(&o, 1, 2, 1, 8, 1, 128);
+    o.policy = KV_POLICY_SINK;
+    o.sinks = 2; o.window = 4; o.delta = 4; o.sync_transfers = 1;
+    o.hbm_ratio = 0.5;
+    CHECK(init_fails(&o, "does not apply"));
+    o.hbm_ratio = -1; o.t2_ratio = 0.2;
+    CHECK(init_fails(&o, "no T2"));
+    o.t2_ratio = -1;
+    char err[256];
+    kv_cache *kv = kv_open_all(&o, err, sizeof err);
+    REQUIRE(kv);
+    float *att = calloc((size_t)o.n_head * o.n_ctx, sizeof(float));
+    uint64_t rng = 11;
+    for (int p = 0; p < 60; p++) {
+        int prompt = p < 10;
+        REQUIRE(kv_append(kv, 0, p, prompt, err, sizeof err) == 0);
+        write_token(kv, &o, 0, p);
+        if (!prompt) { observe_all(kv, &o, 0, p, att, &rng); kv_step_end(kv, 0); }
+        REQUIRE(kv_check(kv, err, sizeof err) == 0);
+        if (p >= 10) {
+            kv_stats st;
+            kv_get_stats(kv, 0, &st);
+            int want0 = 10 + (p + 1 - 10 < 4 ? p + 1 - 10 : 4);
+            CHECKF(st.tokens[0] == want0 && st.tokens[3] == p + 1 - want0, "at %d: T0 %lld, evicted %lld", p,
+                   (long long)st.tokens[0], (long long)st.tokens[3]);
+        }
+    }
+    kv_stats st;
+    kv_get_stats(kv, 0, &st);
+    CHECK(st.budget_raised == 0 && st.tokens[1] == 0 && st.tokens[2] == 0);
+    free(att);
+    kv_free(kv);
+    kv_plan_result pr;
+    REQUIRE(kv_plan(&o, 1, 128, 10, &pr, err, sizeof err) == 0);
+    CHECKF(pr.t0 == 10 + 4 && pr.t3 == 128 - 14 && pr.t1 == 0 && pr.t2 == 0, "plan: t0 %lld t3 %lld", (long long)pr.t0,
+           (long long)pr.t3);
+}
+
 /* A copied prompt prefix holds the source's rows bit for bit, as prompt tokens; what cannot be
  * copied (policies that score the prompt, a busy destination, too long a prefix) is refused. */
 TEST(kv_copy_prefix) {

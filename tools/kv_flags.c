@@ -78,7 +78,7 @@ int kv_flags_parse(tkv_kv_params *o, int argc, char **argv, int *i, char *err, s
     if (!strcmp(name, "--policy")) {
         tkv_policy p;
         if (tkv_policy_parse(val, &p))
-            return tkv_errf(err, errlen, "--policy wants full, hierarchy, evict, quant, streaming, h2o, rkv or snapkv, got '%s'", val);
+            return tkv_errf(err, errlen, "--policy wants full, hierarchy, evict, quant, streaming, h2o, rkv, snapkv or sink, got '%s'", val);
         o->policy = p;
         return 1;
     }
@@ -115,7 +115,7 @@ int kv_flags_parse(tkv_kv_params *o, int argc, char **argv, int *i, char *err, s
 
 const char *kv_flags_usage(void) {
     return "KV cache (memory hierarchy):\n"
-           "      --policy NAME       full (default) | hierarchy | evict | quant | streaming | h2o | rkv | snapkv\n"
+           "      --policy NAME       full (default) | hierarchy | evict | quant | streaming | h2o | rkv | snapkv | sink\n"
            "      --kv-type T         element type of T0/T1 rows: f16 (default, as llama.cpp) or f32\n"
            "      --hbm-ratio R       T0 (fast memory) share of the current length, 0..1\n"
            "      --hbm-budget SIZE   T0 bytes for all live sequences together: 4096, 64KB, 256MiB, 1.5GB\n"

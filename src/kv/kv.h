@@ -35,6 +35,7 @@ typedef enum {
     KV_POLICY_H2O,
     KV_POLICY_RKV,
     KV_POLICY_SNAPKV,
+    KV_POLICY_SINK,       /* sinks + window only, the rest evicted at once (src/kv/policy_sink.c) */
     KV_POLICY_COUNT
 } kv_policy_kind;
 

@@ -84,6 +84,7 @@ int kv_tier_bound(const kv_cache *kv, int t, int n_ctx, int n_prompt) {
     switch (t) {
     case BE_T0:
         if (kv->mode == KV_B_SHARED) return 0;
+        if (ops->fixed_t0) return imin(n_ctx, kv_reserve_need(kv, n_ctx, n_prompt) + 1); /* + the token appended before its overflow */
         if (!kv_ops_ranked(ops) || kv->mode == KV_B_NONE) return n_ctx;
         /* the budget at full length (+1 for its rounding), raised to the protected tokens */
         return imin(n_ctx, imax(kv->mode == KV_B_SEQ ? kv->seq_tokens : kv_ratio_tokens(kv->o.hbm_ratio, n_ctx) + 1,
@@ -98,6 +99,7 @@ int kv_t0_budget(const kv_cache *kv, const kv_seq *s, int len, int *raised) {
     if (raised) *raised = 0;
     if (!kv_ops_ranked(kv->ops)) return s->n_ctx; /* full, or a policy with its own budget */
     if (kv->mode == KV_B_SHARED) return (int)(kv->shared_tokens < INT32_MAX ? kv->shared_tokens : INT32_MAX);
+    if (kv->ops->fixed_t0) return kv_prot_count(kv, s, len); /* the protected tokens, not a raised budget */
     int b = kv->mode == KV_B_SEQ ? kv->seq_tokens : kv->o.hbm_ratio >= 0 ? (int)floor(kv->o.hbm_ratio * len + 1e-9) : 0;
     int p = kv_prot_count(kv, s, len);
     if (b < p) {
@@ -170,7 +172,10 @@ int kv_validate(const kv_options *o, const kv_policy_ops *ops, int *mode, int *s
         return tkv_errf(err, errlen, "kv: give the T0 budget once: a ratio (%g), bytes (%llu) or tokens per sequence (%d), not both",
                         o->hbm_ratio, (unsigned long long)o->hbm_budget_bytes, o->t0_tokens);
     int baseline = ops->own_budget;
-    if (!baseline && !given)
+    if (ops->fixed_t0 && given)
+        return tkv_errf(err, errlen, "kv: policy %s holds the protected tokens only (prompt, sinks, window): a T0 budget "
+                        "does not apply", ops->name);
+    if (!baseline && !given && !ops->fixed_t0)
         return tkv_errf(err, errlen, "kv: policy %s needs a T0 budget (hbm ratio, hbm budget bytes or T0 tokens)", ops->name);
     if (o->protect_prompt && !baseline)
         return tkv_errf(err, errlen, "kv: policy %s protects the prompt always; --protect-prompt is for the baselines", ops->name);
@@ -240,6 +245,7 @@ int kv_plan(const kv_options *o, int batch, int ctx, int prompt, kv_plan_result 
     if (kv_ops_ranked(ops)) {
         if (mode == KV_B_RATIO) t0 = (int64_t)floor(o->hbm_ratio * (double)n + 1e-9);
         else if (mode == KV_B_SEQ) t0 = seq_tokens;
+        else if (ops->fixed_t0) t0 = 0; /* raised to the protected tokens below */
         else if (mode == KV_B_SHARED) {
             t0 = shared / batch;
             if (t0 < prot)

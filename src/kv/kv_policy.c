@@ -15,6 +15,7 @@ static const kv_policy_ops *const registry[KV_POLICY_COUNT] = {
     [KV_POLICY_H2O] = &kv_policy_h2o,
     [KV_POLICY_RKV] = &kv_policy_rkv,
     [KV_POLICY_SNAPKV] = &kv_policy_snapkv,
+    [KV_POLICY_SINK] = &kv_policy_sink,
 };
 
 const kv_policy_ops *kv_policy_ops_of(kv_policy_kind k) {

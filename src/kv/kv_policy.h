@@ -100,6 +100,7 @@ typedef struct {
     int t2_ratio_ok;     /* accepts --t2-ratio */
     int evict_ratio_ok;  /* accepts --evict-ratio */
     int unpin_ok;        /* accepts an unpinned prompt (it waits in T1) */
+    int fixed_t0;        /* T0 holds the protected tokens only: no T0 budget is given or accepted */
     int head_scores;     /* keep per-kv-head decode scores (for a head-wise `select`) */
     int head_masks;      /* per-layer, per-kv-head keep masks in the views (head-wise policies) */
     int prefill_scores;  /* keep per-kv-head prefill observations (SnapKV) */
@@ -120,6 +121,7 @@ const kv_policy_ops *kv_policy_ops_of(kv_policy_kind k);
 /* The tables, one per file (the registry in kv_policy.c lists them by kind). */
 extern const kv_policy_ops kv_policy_full, kv_policy_hierarchy, kv_policy_evict, kv_policy_quant;
 extern const kv_policy_ops kv_policy_streaming, kv_policy_h2o, kv_policy_rkv, kv_policy_snapkv;
+extern const kv_policy_ops kv_policy_sink;
 
 /* Candidate counts per tier for `n_cand` candidates, given room in T0 for unprotected tokens
  * (`room0`), the T2 budget (`b2`) and the eviction room left (`room3` = eviction budget minus tokens
