@@ -29,23 +29,39 @@ static const char *bad_include(const char *path, const char *const *banned, int 
     return hit;
 }
 
-static int check_dir(const char *dir, const char *const *banned, int n, int verbose) {
+/* Calls fn on every .c and .h file of dir (not below); returns how many it flagged, -1 without dir. */
+static int each_source(const char *dir, int (*fn)(const char *path, void *ctx), void *ctx) {
     DIR *d = opendir(dir);
     if (!d) return -1;
     struct dirent *e;
-    int bad = 0;
-    char path[1024], line[512];
+    int flagged = 0;
+    char path[1024];
     while ((e = readdir(d))) {
         size_t l = strlen(e->d_name);
         if (l < 3 || (strcmp(e->d_name + l - 2, ".c") && strcmp(e->d_name + l - 2, ".h"))) continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (bad_include(path, banned, n, 0, line, sizeof line)) {
-            if (verbose) fprintf(stderr, "    %s: %s", path, line);
-            bad++;
-        }
+        flagged += fn(path, ctx) != 0;
     }
     closedir(d);
-    return bad;
+    return flagged;
+}
+
+struct banned_set {
+    const char *const *banned;
+    int n, verbose;
+};
+
+static int flag_banned(const char *path, void *ctx) {
+    const struct banned_set *b = ctx;
+    char line[512];
+    if (!bad_include(path, b->banned, b->n, 0, line, sizeof line)) return 0;
+    if (b->verbose) fprintf(stderr, "    %s: %s", path, line);
+    return 1;
+}
+
+static int check_dir(const char *dir, const char *const *banned, int n, int verbose) {
+    struct banned_set b = {banned, n, verbose};
+    return each_source(dir, flag_banned, &b);
 }
 
 TEST(layers_include_rules) {
@@ -86,6 +102,22 @@ static int names_policy_kind(const char *path) {
     return hit;
 }
 
+struct kind_scan {
+    const char *const *allowed;
+    size_t n_allowed;
+    int bad, seen;
+};
+
+static int flag_kind(const char *path, void *ctx) {
+    struct kind_scan *k = ctx;
+    if (!names_policy_kind(path)) return 0;
+    k->seen++;
+    int ok = !strncmp(path, "src/kv/policy_", 14);
+    for (size_t i = 0; i < k->n_allowed && !ok; i++) ok = !strcmp(path, k->allowed[i]);
+    if (!ok) fprintf(stderr, "    %s names a policy kind\n", path), k->bad++;
+    return !ok;
+}
+
 /* The engine asks a policy's table, never its kind: outside the policy's own file (policy_*.c, the
  * baselines' kv_baselines.c), the registry (kv_policy.c), the enum (kv.h) and its public mirror's
  * check (engine/text.c), no file under src/ names a policy kind other than full. */
@@ -97,24 +129,9 @@ TEST(layers_policy_identity) {
                                        "src/model", "src/kv", "src/engine", "src/eval", "src/sched", "src/serve"};
     static const char *const allowed[] = {"src/kv/kv.h", "src/kv/kv_policy.c", "src/kv/kv_baselines.c",
                                           "src/engine/text.c"};
-    int bad = 0, seen = 0;
-    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
-        DIR *d = opendir(dirs[i]);
-        if (!d) continue;
-        struct dirent *e;
-        char path[1024];
-        while ((e = readdir(d))) {
-            size_t l = strlen(e->d_name);
-            if (l < 3 || (strcmp(e->d_name + l - 2, ".c") && strcmp(e->d_name + l - 2, ".h"))) continue;
-            snprintf(path, sizeof path, "%s/%s", dirs[i], e->d_name);
-            if (!names_policy_kind(path)) continue;
-            seen++;
-            int ok = !strncmp(path, "src/kv/policy_", 14);
-            for (size_t k = 0; k < sizeof allowed / sizeof allowed[0] && !ok; k++) ok = !strcmp(path, allowed[k]);
-            if (!ok) fprintf(stderr, "    %s names a policy kind\n", path), bad++;
-        }
-        closedir(d);
-    }
+    struct kind_scan k = {allowed, sizeof allowed / sizeof allowed[0], 0, 0};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) (void)each_source(dirs[i], flag_kind, &k);
+    int bad = k.bad, seen = k.seen;
     CHECK(bad == 0);
     CHECK(seen > 0); /* the scan sees the allowed files: it can fail */
 }
