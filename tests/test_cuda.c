@@ -466,6 +466,60 @@ TEST(cuda_host_move_groups) {
     be_close(cpu);
 }
 
+/* The group cache (cuda_plan.h): a move list's groups and phases are the same at every layer, so the
+ * same list again (staging, once per layer) is not planned again; a list that differs in one move,
+ * or the same list over other pools, is planned afresh. Every cached answer equals cu_group_moves'. */
+TEST(cuda_host_group_cache) {
+    const be_kv_fmt f[4] = {BE_KV_F16, BE_KV_F16, BE_KV_F16, BE_KV_F16};
+    enum { CAP = 96, LISTS = 200, L = 3 };
+    be_move mv[CAP];
+    uint8_t phase[L][CAP], cphase[CAP];
+    int starts[L][CAP + 1], cstarts[CAP + 1];
+    uint64_t ws[CU_MOVE_WS_WORDS(CAP)];
+    hpools a, b;
+    hpools_init(&a, L, 2, 32, f, 3, 4), hpools_init(&b, L, 2, 32, f, 3, 4);
+    cu_group_cache c;
+    memset(&c, 0, sizeof c);
+    int bad_layer = 0, bad_cache = 0;
+    uint64_t want_hits = 0;
+    for (int list = 0; list < LISTS; list++) {
+        int mild = list % 3 == 0, slots = mild ? 32 : 4 + (int)(rnd() % 12);
+        int n = hazard_moves(mv, mild ? 12 : 16 + (int)(rnd() % (CAP - 16)), slots, mild);
+        int ng[L];
+        for (int l = 0; l < L; l++) {
+            ng[l] = cu_group_moves(&a.p, mv, n, l, phase[l], starts[l], ws);
+            bad_layer += ng[l] != ng[0] || memcmp(phase[l], phase[0], (size_t)n) ||
+                         memcmp(starts[l], starts[0], ((size_t)ng[0] + 1) * sizeof(int));
+        }
+        for (int rep = 0; rep < 2; rep++) /* a step's layers, twice: one plan, then hits */
+            for (int l = 0; l < L; l++) {
+                int g = cu_group_moves_cached(&c, &a.p, mv, n, l, cphase, cstarts, ws);
+                bad_cache += g != ng[l] || memcmp(cphase, phase[l], (size_t)n) ||
+                             memcmp(cstarts, starts[l], ((size_t)g + 1) * sizeof(int));
+            }
+        want_hits += 2 * L - 1;
+        /* one move changed: planned afresh */
+        int k = (int)(rnd() % (unsigned)n);
+        be_move keep = mv[k];
+        mv[k].dst = BE_SLOT(BE_SLOT_TIER(mv[k].dst), (int)(((uint32_t)mv[k].dst & 0x3fffffffu) + 1) % slots);
+        int g0 = cu_group_moves(&a.p, mv, n, 0, phase[0], starts[0], ws);
+        uint64_t misses = c.misses;
+        int g = cu_group_moves_cached(&c, &a.p, mv, n, 0, cphase, cstarts, ws);
+        bad_cache += c.misses != misses + 1 || g != g0 || memcmp(cphase, phase[0], (size_t)n);
+        mv[k] = keep;
+        /* the same list over other pools: planned afresh */
+        misses = c.misses;
+        (void)cu_group_moves_cached(&c, &b.p, mv, n, 0, cphase, cstarts, ws);
+        bad_cache += c.misses != misses + 1;
+    }
+    printf("    %d lists: %llu answers from the cache, %llu planned\n", LISTS, (unsigned long long)c.hits, (unsigned long long)c.misses);
+    CHECKF(bad_layer == 0, "%d lists whose groups differ between layers", bad_layer);
+    CHECKF(bad_cache == 0, "%d cached answers differ from cu_group_moves'", bad_cache);
+    CHECKF(c.hits == want_hits, "hits %llu, expected %llu", (unsigned long long)c.hits, (unsigned long long)want_hits);
+    cu_group_cache_free(&c);
+    hpools_free(&a), hpools_free(&b);
+}
+
 TEST(cuda_host_tables) {
     enum { NT = 5, NKV = 3, KS = 300 };
     int32_t s0[200], s1[100];

@@ -239,6 +239,7 @@ static void cu_close(be_backend *b) {
     CUDA_CHECK(cudaStreamDestroy(B->copy));
     pthread_mutex_destroy(&B->mv_lock);
     free(B->move_ws);
+    cu_group_cache_free(&B->gcache);
     free(B->runs);
     free(B->move_phase);
     free(B->move_starts);

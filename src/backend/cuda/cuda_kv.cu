@@ -343,7 +343,8 @@ void cu_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, in
     grow_move_ws(B, n);
     int to_stage = 0;
     for (int i = 0; i < n; i++) to_stage |= BE_SLOT_TIER(moves[i].dst) == BE_STAGE;
-    int n_groups = cu_group_moves(p, moves, n, layer, B->move_phase, B->move_starts, B->move_ws);
+    /* staging sends the same list for every layer of a step: planned once (cuda_plan.h) */
+    int n_groups = cu_group_moves_cached(&B->gcache, p, moves, n, layer, B->move_phase, B->move_starts, B->move_ws);
     if (to_stage) {
         int ls = p->pool[BE_STAGE].layers;
         CU_REQUIRE(ls >= 1 && ls <= CU_MAX_STAGE_LAYERS, "copy_moves: STAGE pool with too many layers");

@@ -1,8 +1,9 @@
-/* cuda_plan.c — the CUDA backend's host-side planning (see cuda_plan.h). No CUDA calls, no
- * allocation: every buffer comes from the caller. */
+/* cuda_plan.c — the CUDA backend's host-side planning (see cuda_plan.h). No CUDA calls; no
+ * allocation but the group cache's own copies: every other buffer comes from the caller. */
 #include "backend/cuda/cuda_plan.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/err.h"
 
@@ -139,6 +140,46 @@ int cu_group_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, ui
     }
     starts[n_groups] = n;
     return n_groups;
+}
+
+static int cache_matches(const cu_group_cache *c, const be_kv_pools *p, const be_move *mv, int n) {
+    if (!c->valid || c->n != n) return 0;
+    for (int t = 0; t < BE_N_POOLS; t++)
+        if (c->pool_sig[t] != (const void *)p->pool[t].chunks || c->pool_n[t] != p->pool[t].n_chunks) return 0;
+    return memcmp(c->mv, mv, (size_t)n * sizeof *mv) == 0;
+}
+
+int cu_group_moves_cached(cu_group_cache *c, const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase,
+                          int *starts, uint64_t *ws) {
+    if (n > 0 && cache_matches(c, p, mv, n)) {
+        memcpy(phase, c->phase, (size_t)n);
+        memcpy(starts, c->starts, ((size_t)c->n_groups + 1) * sizeof *starts);
+        c->hits++;
+        return c->n_groups;
+    }
+    int g = cu_group_moves(p, mv, n, layer, phase, starts, ws);
+    c->misses++;
+    c->valid = 0;
+    if (n <= 0) return g;
+    if (n > c->cap) {
+        free(c->mv), free(c->phase), free(c->starts);
+        c->mv = malloc((size_t)n * sizeof *c->mv);
+        c->phase = malloc((size_t)n);
+        c->starts = malloc(((size_t)n + 1) * sizeof *c->starts);
+        c->cap = c->mv && c->phase && c->starts ? n : 0;
+        if (!c->cap) return g; /* no copy kept: the next call plans again */
+    }
+    memcpy(c->mv, mv, (size_t)n * sizeof *mv);
+    memcpy(c->phase, phase, (size_t)n);
+    memcpy(c->starts, starts, ((size_t)g + 1) * sizeof *starts);
+    for (int t = 0; t < BE_N_POOLS; t++) c->pool_sig[t] = (const void *)p->pool[t].chunks, c->pool_n[t] = p->pool[t].n_chunks;
+    c->n = n, c->n_groups = g, c->valid = 1;
+    return g;
+}
+
+void cu_group_cache_free(cu_group_cache *c) {
+    free(c->mv), free(c->phase), free(c->starts);
+    memset(c, 0, sizeof *c);
 }
 
 /* ---- attention tables ---- */
