@@ -2,7 +2,7 @@
 """serve_test.py -- `tierkv serve` end to end over real HTTP, for tests/test_serve.c.
 
 One section per call (basic, reasoning, identical, malformed, disconnect, queue, budget, auth,
-idle, openai): each starts the server on a free loopback port (--port 0, the port read from its
+idle, openai, logprobs): each starts the server on a free loopback port (--port 0, the port read from its
 "listening on" line) with a fixture model, talks to it with the standard library only (the
 openai section uses the official client and exits 77 when it is not installed), stops it with
 SIGTERM and checks that it exited cleanly. Exit status: 0 all checks passed, 1 a check failed,
@@ -10,8 +10,10 @@ SIGTERM and checks that it exited cleanly. Exit status: 0 all checks passed, 1 a
 counts and the engine's behaviour are what is checked.
 """
 import argparse
+import array
 import http.client
 import json
+import math
 import os
 import re
 import signal
@@ -375,7 +377,7 @@ def sec_malformed(args):
             (json.dumps({"messages": msgs, "stop": {"a": 1}}).encode(), "stop"),
             (json.dumps({"messages": msgs, "stream": "yes"}).encode(), "stream"),
             # a field the server would not honour is refused, never ignored (src/serve/fields.c)
-            (json.dumps({"messages": msgs, "logprobs": True, "top_logprobs": 3}).encode(), "logprobs"),
+            (json.dumps({"messages": msgs, "logprobs": True, "top_logprobs": 30}).encode(), "top_logprobs"),
             (json.dumps({"messages": msgs, "tools": [{"type": "function", "function": {"name": "f"}}]}).encode(), "tools"),
             (json.dumps({"messages": msgs, "response_format": {"type": "json_object"}}).encode(), "response_format"),
             (json.dumps({"messages": msgs, "frobnicate": 1}).encode(), "frobnicate"),
@@ -660,6 +662,89 @@ def sec_openai(args):
 
 SECTIONS = {"basic": sec_basic, "reasoning": sec_reasoning, "identical": sec_identical, "malformed": sec_malformed,
             "disconnect": sec_disconnect, "queue": sec_queue, "budget": sec_budget, "auth": sec_auth, "idle": sec_idle, "openai": sec_openai}
+
+
+def log_softmax(row):
+    m = max(row)
+    lse = m + math.log(sum(math.exp(x - m) for x in row))
+    return [x - lse for x in row]
+
+
+def sec_logprobs(args):
+    """logprobs: completions over token ids against `tierkv logits` on the same ids; chat's entries
+    (sorted alternatives, the greedy token first, bytes that join to the text) the same streamed
+    and not; refusals; "logprobs": null when not asked."""
+    srv = Server(args, "--template", "chatml", "--parallel", "2")
+    try:
+        ids = [100, 200, 300, 400, 50]
+        st, _, b = srv.post("/v1/completions", {"prompt": ids, "max_tokens": 3, "temperature": 0, "logprobs": 3})
+        check(st == 200, "completions with logprobs: status %d %s" % (st, b))
+        lp = b["choices"][0]["logprobs"]
+        check(len(lp["tokens"]) == 3 and len(lp["token_logprobs"]) == 3 and len(lp["top_logprobs"]) == 3,
+              "completions logprobs shape %s" % lp)
+        offs, at = [], 0
+        for t in lp["tokens"]:
+            offs.append(at)
+            at += len(t)  # characters, as vLLM counts them
+        check(lp["text_offset"] == offs, "text_offset %s, want %s" % (lp["text_offset"], offs))
+        tok_file, out_file = os.path.join(args.tmp, "lp-ids.txt"), os.path.join(args.tmp, "lp-row.f32")
+        with open(tok_file, "w") as f:
+            f.write(" ".join(map(str, ids)) + "\n")
+        subprocess.run([args.bin, "logits", "-m", srv.model, "-t", "2", "--tokens", tok_file, "--first-pos", str(len(ids) - 1),
+                        "-o", out_file], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        row = array.array("f")
+        with open(out_file, "rb") as f:
+            row.frombytes(f.read())
+        ls = log_softmax(list(row))
+        best = max(range(len(ls)), key=lambda i: ls[i])
+        check(abs(lp["token_logprobs"][0] - ls[best]) < 1e-3,
+              "first token's logprob %r, tierkv logits says %r" % (lp["token_logprobs"][0], ls[best]))
+        top = sorted(ls, reverse=True)[:3]
+        got = sorted(lp["top_logprobs"][0].values(), reverse=True)
+        check(1 <= len(got) <= 3 and all(abs(g - t) < 1e-3 for g, t in zip(got, top)),
+              "top_logprobs %s, tierkv logits says %s" % (got, top))
+        # completions streamed: the same tokens, log-probabilities and offsets as the whole answer
+        cb = {"prompt": ids, "max_tokens": 6, "temperature": 0, "logprobs": 1}
+        st, _, whole = srv.post("/v1/completions", cb)
+        st2, chunks, done = srv.stream("/v1/completions", dict(cb, stream=True))
+        wl = whole["choices"][0]["logprobs"]
+        got = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for ch in chunks:
+            for cc in ch["choices"]:
+                for k in got:
+                    got[k] += (cc.get("logprobs") or {}).get(k, [])
+        check(st == 200 and st2 == 200 and done and got == wl, "streamed completions logprobs %s, whole %s" % (got, wl))
+        # chat: not streamed, then streamed: the same entries
+        body = chat_body("Say something.", max_tokens=8, logprobs=True, top_logprobs=2)
+        st, _, a = srv.post("/v1/chat/completions", body)
+        check(st == 200, "chat with logprobs: status %d" % st)
+        c = a["choices"][0]["logprobs"]["content"]
+        check(len(c) == a["usage"]["completion_tokens"], "%d entries for %d tokens" % (len(c), a["usage"]["completion_tokens"]))
+        joined = bytes(x for e in c for x in e["bytes"])
+        # (a random model makes bytes that are not UTF-8: the text carries U+FFFD for each)
+        check(joined.decode("utf-8", "replace") == a["choices"][0]["message"]["content"],
+              "the entries' bytes do not join to the text: %r %r" % (joined, a["choices"][0]["message"]["content"]))
+        for e in c:
+            t2 = e["top_logprobs"]
+            check(len(t2) == 2 and t2[0]["logprob"] >= t2[1]["logprob"] and e["logprob"] <= 0, "entry %s" % e)
+            check(t2[0]["token"] == e["token"] and t2[0]["logprob"] == e["logprob"], "greedy token not the likeliest: %s" % e)
+        st, chunks, done = srv.stream("/v1/chat/completions", dict(body, stream=True))
+        sc = [e for ch in chunks for cc in ch["choices"] if cc.get("logprobs") for e in cc["logprobs"]["content"]]
+        check(st == 200 and done and sc == c, "streamed entries differ from the whole answer's")
+        # not asked: null; refused: top_logprobs without logprobs, or more than 20
+        st, _, a = srv.post("/v1/chat/completions", chat_body("x", max_tokens=2))
+        check(st == 200 and a["choices"][0]["logprobs"] is None, "logprobs not asked for: %s" % a["choices"][0].get("logprobs"))
+        for bad in ({"top_logprobs": 2}, {"logprobs": True, "top_logprobs": 21}):
+            st, _, e = srv.post("/v1/chat/completions", chat_body("x", max_tokens=2, **bad))
+            check(st == 400 and e["error"]["param"] == "top_logprobs", "%s: %d %s" % (bad, st, e))
+        st, _, e = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 2, "logprobs": 21})
+        check(st == 400 and e["error"]["param"] == "logprobs", "completions logprobs 21: %d %s" % (st, e))
+    finally:
+        srv.stop()
+    return 0
+
+
+SECTIONS["logprobs"] = sec_logprobs
 
 
 def main():

@@ -168,8 +168,10 @@ TEST(serve_request_bad_corpus) {
         {SERVE_COMPLETION, "{\"prompt\":[1,\"x\"]}", "prompt"},
         {SERVE_COMPLETION, "{\"prompt\":[1e3]}", "prompt"},
         /* refused, never ignored: unsupported values and unknown fields (src/serve/fields.c) */
-        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true}", "logprobs"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":1}", "logprobs"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}", "top_logprobs"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true,\"top_logprobs\":21}",
+         "top_logprobs"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logit_bias\":{\"1\":2}}", "logit_bias"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{}]}", "tools"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tool_choice\":\"auto\"}", "tool_choice"},
@@ -179,7 +181,8 @@ TEST(serve_request_bad_corpus) {
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"reasoning_effort\":\"low\"}", "reasoning_effort"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"unknown\":[1,2,{}]}", "unknown"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"prompt\":\"x\"}", "prompt"},
-        {SERVE_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":1}", "logprobs"},
+        {SERVE_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs"},
+        {SERVE_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":\"2\"}", "logprobs"},
         {SERVE_COMPLETION, "{\"prompt\":\"a\",\"echo\":true}", "echo"},
         {SERVE_COMPLETION, "{\"prompt\":\"a\",\"best_of\":2}", "best_of"},
         {SERVE_COMPLETION, "{\"prompt\":\"a\",\"messages\":[]}", "messages"},
@@ -252,7 +255,7 @@ TEST(serve_response_shapes) {
     serve_resp_meta m = {"chatcmpl-1", 5, "model", SERVE_CHAT};
     serve_usage u = {10, 4, 3, 8};
     /* an invalid byte goes out as U+FFFD instead of failing */
-    s = serve_json_completion(&m, (serve_text){"ok\xff", 3}, (serve_text){"why", 3}, 1, "stop", &u);
+    s = serve_json_completion(&m, (serve_text){"ok\xff", 3}, (serve_text){"why", 3}, 1, "stop", &u, NULL);
     o = json_loads(s, 0, &je);
     REQUIRE(o);
     json_t *msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
@@ -265,7 +268,7 @@ TEST(serve_response_shapes) {
     CHECK(json_integer_value(json_object_get(json_object_get(us, "completion_tokens_details"), "reasoning_tokens")) == 3);
     json_decref(o);
     free(s);
-    s = serve_sse_chunk(&m, 0, (serve_text){"r", 1}, (serve_text){NULL, 0}, NULL, 1);
+    s = serve_sse_chunk(&m, 0, (serve_text){"r", 1}, (serve_text){NULL, 0}, NULL, 1, NULL);
     CHECK(!strncmp(s, "data: {", 7) && s[strlen(s) - 1] == '\n' && s[strlen(s) - 2] == '\n');
     o = json_loadb(s + 6, strlen(s) - 8, 0, &je);
     REQUIRE(o);
@@ -318,7 +321,8 @@ struct tj {
     int ended, why, cached;
 };
 
-static int tj_token(void *u, int32_t t) {
+static int tj_token(void *u, int32_t t, const sched_logprob *lp) {
+    (void)lp;
     struct tj *j = u;
     if (j->n_out < GEN + 1) j->out[j->n_out++] = t;
     return 0;
@@ -459,3 +463,4 @@ TEST(serve_http_budget_refusal) { http_section("budget"); }
 TEST(serve_http_auth) { http_section("auth"); }
 TEST(serve_http_idle_cpu) { http_section("idle"); }
 TEST(serve_http_openai_client) { http_section("openai"); }
+TEST(serve_http_logprobs) { http_section("logprobs"); }

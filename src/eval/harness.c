@@ -82,7 +82,8 @@ static void progress(struct run *r, int final) {
 
 /* ---- the scheduler's callbacks ---- */
 
-static int on_token(void *user, int32_t tok) {
+static int on_token(void *user, int32_t tok, const sched_logprob *lp) {
+    (void)lp;
     struct job *j = user;
     tkv_buf_add(&j->text, j->r->piece, tkv_detok_token(&j->ts, j->r->m, tok, 0, j->r->piece));
     return 0;

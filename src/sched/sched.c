@@ -7,6 +7,7 @@
  * sized at init, a job's history at its admission. */
 #include "sched/sched.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@ struct job {
     int seq;           /* -1 until admitted */
     int32_t pending;   /* the token the next step decodes */
     int32_t *hist;     /* prompt + generated ids, for the sampler's penalties */
+    float *raw;        /* [V] the logits row before sampling (logprobs), or NULL */
     int n_hist;
     int gen, cached;
     double t_submit, t_admit;
@@ -82,6 +84,8 @@ int sched_init(tkv_model *m, tkv_session *s, const sched_params *p, const sched_
 void sched_submit(sched *sc, const sched_job *j) {
     struct job *x = tkv_xcalloc(1, sizeof *x);
     x->j = *j;
+    if (x->j.top_logprobs < 0) x->j.top_logprobs = 0;
+    if (x->j.top_logprobs > SCHED_MAX_TOP_LOGPROBS) x->j.top_logprobs = SCHED_MAX_TOP_LOGPROBS;
     x->seq = -1;
     x->t_submit = tkv_now_s();
     if (sc->tail) sc->tail->next = x;
@@ -106,6 +110,7 @@ static void finish(sched *sc, struct job *x, int li, enum sched_why why, const c
     if (li >= 0) sc->live[li] = sc->live[--sc->n_live];
     e.t_end = tkv_now_s();
     free(x->hist);
+    free(x->raw);
     void *user = x->j.user;
     free(x);
     sc->cb.on_end(user, &e);
@@ -120,14 +125,38 @@ static struct job *pop_head(sched *sc) {
     return x;
 }
 
+/* log-softmax of raw[0..V) at t, and the k most likely entries (largest first, ties the lower id) */
+static void logprob_of(const float *raw, int V, int32_t t, int k, sched_logprob *lp) {
+    float m = raw[0];
+    for (int i = 1; i < V; i++) m = raw[i] > m ? raw[i] : m;
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)raw[i] - m);
+    double lse = m + log(sum);
+    lp->logprob = (float)(raw[t] - lse);
+    lp->n_top = 0;
+    for (int i = 0; i < V && k > 0; i++) { /* insertion into the sorted top k */
+        if (lp->n_top == k && raw[i] <= raw[lp->top_id[k - 1]]) continue;
+        int at = lp->n_top < k ? lp->n_top++ : k - 1;
+        while (at > 0 && raw[i] > raw[lp->top_id[at - 1]]) lp->top_id[at] = lp->top_id[at - 1], at--;
+        lp->top_id[at] = i;
+    }
+    for (int j = 0; j < lp->n_top; j++) lp->top_logprob[j] = (float)(raw[lp->top_id[j]] - lse);
+}
+
 /* Samples from row and hands the token on; 1 if the job ended (it is gone then). */
 static int take_token(sched *sc, struct job *x, int li, float *row) {
+    if (x->j.logprobs) { /* the sampler may change the row (penalties): the raw one is kept */
+        if (!x->raw) x->raw = tkv_xmalloc((size_t)sc->V * sizeof(float));
+        memcpy(x->raw, row, (size_t)sc->V * sizeof(float));
+    }
     int32_t t = x->j.sampler ? tkv_sampler_sample(x->j.sampler, row, x->hist, x->n_hist) : tkv_argmax(row, sc->V);
+    sched_logprob lp;
+    if (x->j.logprobs) logprob_of(x->raw, sc->V, t, x->j.top_logprobs, &lp);
     x->hist[x->n_hist++] = t;
     x->gen++;
     sc->info.gen_tokens++;
     if (!x->j.ignore_eog && tkv_token_is_eog(sc->m, t)) { finish(sc, x, li, SCHED_EOG, NULL); return 1; }
-    if (sc->cb.on_token(x->j.user, t)) { finish(sc, x, li, SCHED_STOP, NULL); return 1; }
+    if (sc->cb.on_token(x->j.user, t, x->j.logprobs ? &lp : NULL)) { finish(sc, x, li, SCHED_STOP, NULL); return 1; }
     if (x->gen >= x->j.max_tokens) { finish(sc, x, li, SCHED_LENGTH, NULL); return 1; }
     x->pending = t;
     return 0;

@@ -42,9 +42,22 @@ typedef struct {
     char msg[256];              /* REFUSED, FAILED */
 } sched_end;
 
+enum { SCHED_MAX_TOP_LOGPROBS = 20 };
+
+/* A generated token's log-probability: the log-softmax of the model's logits over the whole
+ * vocabulary, before the sampler's penalties, temperature or truncation (what vLLM returns by
+ * default), and the most likely tokens' likewise. */
 typedef struct {
-    /* A generated token (not an end-of-generation one): 1 ends the job here (SCHED_STOP). */
-    int (*on_token)(void *user, int32_t tok);
+    float logprob;                          /* of the token taken */
+    int n_top;                              /* alternatives, most likely first (ties: the lower id) */
+    int32_t top_id[SCHED_MAX_TOP_LOGPROBS];
+    float top_logprob[SCHED_MAX_TOP_LOGPROBS];
+} sched_logprob;
+
+typedef struct {
+    /* A generated token (not an end-of-generation one): 1 ends the job here (SCHED_STOP). lp: its
+     * log-probability when the job asked (sched_job.logprobs), else NULL. */
+    int (*on_token)(void *user, int32_t tok, const sched_logprob *lp);
     /* Polled once per step for every job (NULL: never cancelled); 1 ends it (SCHED_CANCELLED). */
     int (*cancelled)(void *user);
     /* Admitted and prefilled; called before its first token (NULL: not told). */
@@ -59,6 +72,8 @@ typedef struct {
     int max_tokens;        /* >= 1; the sequence is opened for n_prompt + max_tokens positions */
     tkv_sampler *sampler;  /* the caller's, used on this thread only; NULL: greedy (tkv_argmax) */
     int ignore_eog;        /* 1: end-of-generation tokens do not end the job */
+    int logprobs;          /* 1: each token's log-probability (and top_logprobs alternatives) to on_token */
+    int top_logprobs;      /* 0..SCHED_MAX_TOP_LOGPROBS */
     void *user;
 } sched_job;
 

@@ -54,7 +54,41 @@ struct stream {
     size_t off;
     size_t seen_c, seen_r; /* the job's text already sent */
     int sent_role, finished;
+    int seen_lp;           /* log-probabilities already sent */
+    size_t lp_text_off;    /* their tokens' characters (completions' text_offset) */
 };
+
+/* The job's log-probabilities not yet sent, copied (with the bytes they point into) while mu is held:
+ * the engine may grow the job's arrays after. */
+struct lp_slice {
+    serve_lp *v;
+    int n;
+    tkv_buf bytes;
+};
+
+static void lp_slice_take(struct stream *st, serve_job *j, struct lp_slice *s) {
+    memset(s, 0, sizeof *s);
+    if (!j->req.logprobs || j->n_lps <= st->seen_lp) return;
+    s->n = j->n_lps - st->seen_lp;
+    s->v = tkv_xmalloc((size_t)s->n * sizeof *s->v);
+    memcpy(s->v, j->lps + st->seen_lp, (size_t)s->n * sizeof *s->v);
+    uint32_t base = s->v[0].tok.off;
+    if (j->lp_bytes.n > base) tkv_buf_add(&s->bytes, j->lp_bytes.p + base, j->lp_bytes.n - base);
+    for (int i = 0; i < s->n; i++) {
+        s->v[i].tok.off -= base;
+        for (int k = 0; k < s->v[i].n_top; k++) s->v[i].top[k].off -= base;
+    }
+}
+
+/* the slice as a chunk's logprobs, once: the first chunk that carries text (or the last) takes it */
+static const serve_lps *lp_slice_use(struct stream *st, struct lp_slice *s, serve_lps *out) {
+    if (!s->n) return NULL;
+    *out = (serve_lps){s->v, s->n, s->bytes.p ? s->bytes.p : "", st->lp_text_off};
+    st->seen_lp += s->n;
+    for (int i = 0; i < s->n; i++) st->lp_text_off += serve_lp_chars(s->bytes.p, &s->v[i].tok);
+    s->n = 0;
+    return out;
+}
 
 /* Waits for more of the job and renders it as SSE events into st->out; -1 when the client left. */
 static int stream_fill(struct stream *st) {
@@ -70,6 +104,11 @@ static int stream_fill(struct stream *st) {
     st->seen_r = j->reasoning.n;
     st->seen_c = j->content.n;
     int done = j->phase == JOB_DONE;
+    struct lp_slice ls;
+    if (r.n || t.n || done) lp_slice_take(st, j, &ls);
+    else memset(&ls, 0, sizeof ls);
+    serve_lps lv;
+    int want_lp = j->req.logprobs;
     serve_error err = j->err;
     const char *finish = j->finish;
     serve_usage u = j->usage;
@@ -78,26 +117,35 @@ static int stream_fill(struct stream *st) {
     serve_text none = {NULL, 0};
     char *ev;
     if (!st->sent_role && st->meta.kind == SERVE_CHAT) {
-        ev = serve_sse_chunk(&st->meta, 1, none, none, NULL, usage);
+        ev = serve_sse_chunk(&st->meta, 1, none, none, NULL, usage, NULL);
         tkv_buf_adds(&st->out, ev);
         free(ev);
     }
     st->sent_role = 1;
     if (r.n) {
-        ev = serve_sse_chunk(&st->meta, 0, (serve_text){r.p, r.n}, none, NULL, usage);
+        ev = serve_sse_chunk(&st->meta, 0, (serve_text){r.p, r.n}, none, NULL, usage, lp_slice_use(st, &ls, &lv));
         tkv_buf_adds(&st->out, ev);
         free(ev);
     }
     if (t.n) {
-        ev = serve_sse_chunk(&st->meta, 0, none, (serve_text){t.p, t.n}, NULL, usage);
+        ev = serve_sse_chunk(&st->meta, 0, none, (serve_text){t.p, t.n}, NULL, usage, lp_slice_use(st, &ls, &lv));
         tkv_buf_adds(&st->out, ev);
         free(ev);
     }
     tkv_buf_free(&r);
     tkv_buf_free(&t);
-    if (!done) return 0;
+    if (!done) {
+        free(ls.v);
+        tkv_buf_free(&ls.bytes);
+        return 0;
+    }
+    /* the last chunk: the log-probabilities left ("content": [] when none, as a stream asked for them) */
+    const serve_lps *last = lp_slice_use(st, &ls, &lv);
+    if (!last && want_lp) lv = (serve_lps){NULL, 0, "", st->lp_text_off}, last = &lv;
     if (err.status) ev = serve_sse_error(&err);
-    else ev = serve_sse_chunk(&st->meta, 0, none, none, finish, usage);
+    else ev = serve_sse_chunk(&st->meta, 0, none, none, finish, usage, last);
+    free(ls.v);
+    tkv_buf_free(&ls.bytes);
     tkv_buf_adds(&st->out, ev);
     free(ev);
     if (usage && !err.status) {
@@ -195,8 +243,9 @@ static enum MHD_Result completion(serve_api *a, struct MHD_Connection *c, int ep
         return reply_error(a, c, ep, &e);
     }
     serve_resp_meta meta = {id, j->created, a->model, kind};
+    serve_lps lps = {j->lps, j->n_lps, j->lp_bytes.p ? j->lp_bytes.p : "", 0};
     char *out = serve_json_completion(&meta, (serve_text){j->content.p, j->content.n}, (serve_text){j->reasoning.p, j->reasoning.n},
-                                      j->with_reasoning, j->finish, &j->usage);
+                                      j->with_reasoning, j->finish, &j->usage, j->req.logprobs ? &lps : NULL);
     serve_job_unref(j);
     return reply(a, c, ep, 200, "application/json", out);
 }

@@ -28,7 +28,6 @@ static int is_text_modality(const json_t *v) {
     return json_is_string(m) && !strcmp(json_string_value(m), "text");
 }
 static int is_bool_or_null(const json_t *v) { return json_is_null(v) || json_is_boolean(v); }
-static int is_zero_or_false(const json_t *v) { return is_zero(v) || json_is_false(v); }
 
 typedef struct {
     const char *name;
@@ -53,6 +52,8 @@ static const field fields[] = {
     {"stop", BOTH, HONOURED, NULL, NULL},
     {"stream", BOTH, HONOURED, NULL, NULL},
     {"stream_options", BOTH, HONOURED, NULL, NULL},
+    {"logprobs", BOTH, HONOURED, NULL, NULL}, /* chat: a boolean; completions: 0..20 alternatives */
+    {"top_logprobs", CHAT, HONOURED, NULL, NULL},
     /* no effect on the output: one model is served; the rest are bookkeeping or latency hints */
     {"model", BOTH, NO_EFFECT, NULL, NULL},
     {"user", BOTH, NO_EFFECT, NULL, NULL},
@@ -62,10 +63,6 @@ static const field fields[] = {
     {"safety_identifier", BOTH, NO_EFFECT, NULL, NULL},
     {"prompt_cache_key", BOTH, NO_EFFECT, NULL, NULL},
     /* not supported yet: accepted only with the value that changes nothing */
-    /* logprobs is a boolean in chat and an integer (0..5) in completions */
-    {"logprobs", CHAT, NEUTRAL_ONLY, is_false, "log-probabilities are not returned yet"},
-    {"logprobs", COMPL, NEUTRAL_ONLY, is_zero_or_false, "log-probabilities are not returned yet"},
-    {"top_logprobs", CHAT, NEUTRAL_ONLY, is_zero, "log-probabilities are not returned yet"},
     {"echo", COMPL, NEUTRAL_ONLY, is_false, "echoing the prompt is not supported"},
     {"suffix", COMPL, NEUTRAL_ONLY, is_empty_str, "a suffix (insertion) is not supported"},
     {"best_of", COMPL, NEUTRAL_ONLY, is_one, "best_of > 1 is not supported"},

@@ -40,6 +40,8 @@ void serve_job_unref(serve_job *j) {
     serve_request_free(&j->req);
     tkv_buf_free(&j->content);
     tkv_buf_free(&j->reasoning);
+    free(j->lps);
+    tkv_buf_free(&j->lp_bytes);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     free(j);

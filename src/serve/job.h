@@ -33,6 +33,9 @@ typedef struct serve_job {
     tkv_buf content, reasoning;
     int with_reasoning;    /* the format has reasoning markers (the response carries reasoning_content) */
     const char *finish;    /* when done without error: "stop" or "length" */
+    serve_lp *lps;         /* req.logprobs: one per generated token (not the end-of-generation one) */
+    int n_lps, cap_lps;
+    tkv_buf lp_bytes;      /* the tokens' bytes the lps point into */
     serve_usage usage;
 } serve_job;
 

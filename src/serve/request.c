@@ -218,6 +218,27 @@ static int parse_root(const json_t *root, enum serve_kind kind, const serve_limi
     if (get_int(root, "n", 1, 1 << 30, &n, NULL, e)) return -1;
     if (n != 1) return BAD_VALUE(e, "n", "only n = 1 is supported, got %lld", n);
     if (get_stop(root, lim, r, e) || get_bool(root, "stream", &r->stream, e)) return -1;
+    /* log-probabilities: chat, logprobs true and top_logprobs 0..20; completions, logprobs 0..20
+     * alternatives (null or absent: none) */
+    r->top_logprobs = 0;
+    if (kind == SERVE_CHAT) {
+        if (get_bool(root, "logprobs", &r->logprobs, e)) return -1;
+        v = 0;
+        int has_top = 0;
+        if (get_int(root, "top_logprobs", 0, SERVE_MAX_TOP_LOGPROBS, &v, &has_top, e)) return -1;
+        if (has_top && v > 0 && !r->logprobs)
+            return BAD_VALUE(e, "top_logprobs", "top_logprobs needs \"logprobs\": true");
+        r->top_logprobs = (int)v;
+    } else {
+        const json_t *lp = json_object_get(root, "logprobs");
+        if (json_is_boolean(lp)) { /* some clients send a boolean here too */
+            r->logprobs = json_is_true(lp);
+        } else {
+            v = 0;
+            if (get_int(root, "logprobs", 0, SERVE_MAX_TOP_LOGPROBS, &v, &r->logprobs, e)) return -1;
+            r->top_logprobs = (int)v;
+        }
+    }
     const json_t *so = json_object_get(root, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return BAD_TYPE(e, "stream_options", "an object");

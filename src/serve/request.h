@@ -6,7 +6,8 @@
  * Accepted: messages (chat: role system|developer|user|assistant, content a string, null or an
  * array of {"type":"text","text"} parts), prompt (completions: a string, an array of one string,
  * or an array of token ids), max_tokens / max_completion_tokens, temperature, top_p, top_k,
- * min_p, seed, stop (a string or an array), stream, stream_options.include_usage, n (only 1).
+ * min_p, seed, stop (a string or an array), stream, stream_options.include_usage, n (only 1),
+ * logprobs (chat: a boolean with top_logprobs 0..20; completions: 0..20 alternatives).
  * Every other field is refused unless it has no effect (serve/fields.h: `user`, `logprobs:
  * false` ...); a known field of the wrong type or out of range is refused with the field's name
  * (OpenAI's error: type invalid_request_error, param, code). Not done here: the prompt's length
@@ -17,6 +18,7 @@
 #include <stdint.h>
 
 enum serve_kind { SERVE_CHAT, SERVE_COMPLETION };
+enum { SERVE_MAX_TOP_LOGPROBS = 20 };
 
 typedef struct {
     char *role;    /* system, user or assistant (developer is read as system) */
@@ -50,6 +52,8 @@ typedef struct {
     char **stops;
     int n_stops;
     int stream, include_usage;
+    int logprobs;        /* 1: each generated token's log-probability in the answer */
+    int top_logprobs;    /* 0..SERVE_MAX_TOP_LOGPROBS alternatives per token */
 } serve_request;
 
 typedef struct {

@@ -4,6 +4,7 @@
 #include "serve/response.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,16 +85,91 @@ static json_t *usage_obj(const serve_usage *u) {
 static json_t *finish_val(const char *finish) { return finish ? json_string(finish) : json_null(); }
 
 
-/* The one choice of a response or chunk, closed: no logprobs, its finish reason (null while going). */
-static void put_choice(json_t *o, json_t *choices, json_t *choice, const char *finish) {
-    json_object_set_new(choice, "logprobs", json_null());
+/* a log-probability as JSON: -inf (a token the logits rule out) as -9999.0, as vLLM writes it */
+static json_t *lp_real(float v) { return json_real(isfinite(v) ? (double)v : -9999.0); }
+
+static json_t *lp_token(const serve_lps *l, const serve_lp_tok *t) { return text((serve_text){l->bytes + t->off, t->len}); }
+
+static json_t *lp_bytes(const serve_lps *l, const serve_lp_tok *t) {
+    json_t *a = json_array();
+    for (uint32_t i = 0; i < t->len; i++) json_array_append_new(a, json_integer((unsigned char)l->bytes[t->off + i]));
+    return a;
+}
+
+/* chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal": null} */
+static json_t *lps_chat(const serve_lps *l) {
+    json_t *content = json_array();
+    for (int i = 0; i < l->n; i++) {
+        const serve_lp *p = &l->v[i];
+        json_t *e = json_object(), *top = json_array();
+        json_object_set_new(e, "token", lp_token(l, &p->tok));
+        json_object_set_new(e, "logprob", lp_real(p->tok.logprob));
+        json_object_set_new(e, "bytes", lp_bytes(l, &p->tok));
+        for (int k = 0; k < p->n_top; k++) {
+            json_t *t = json_object();
+            json_object_set_new(t, "token", lp_token(l, &p->top[k]));
+            json_object_set_new(t, "logprob", lp_real(p->top[k].logprob));
+            json_object_set_new(t, "bytes", lp_bytes(l, &p->top[k]));
+            json_array_append_new(top, t);
+        }
+        json_object_set_new(e, "top_logprobs", top);
+        json_array_append_new(content, e);
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "content", content);
+    json_object_set_new(o, "refusal", json_null());
+    return o;
+}
+
+size_t serve_lp_chars(const char *bytes, const serve_lp_tok *t) {
+    const unsigned char *p = (const unsigned char *)bytes + t->off;
+    size_t n = 0;
+    for (size_t i = 0; i < t->len; n++) {
+        size_t k = p[i] ? tkv_utf8_seq(p + i, t->len - i) : 0;
+        i += k ? k : 1;
+    }
+    return n;
+}
+
+/* completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset (characters)} */
+static json_t *lps_text(const serve_lps *l) {
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t off = l->text_off;
+    for (int i = 0; i < l->n; i++) {
+        const serve_lp *p = &l->v[i];
+        json_array_append_new(toks, lp_token(l, &p->tok));
+        json_array_append_new(lps, lp_real(p->tok.logprob));
+        json_t *t = json_object();
+        for (int k = 0; k < p->n_top; k++) {
+            json_t *key = lp_token(l, &p->top[k]);
+            if (!json_object_get(t, json_string_value(key))) /* two ids of one text: the likelier stays */
+                json_object_set_new(t, json_string_value(key), lp_real(p->top[k].logprob));
+            json_decref(key);
+        }
+        json_array_append_new(tops, t);
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += serve_lp_chars(l->bytes, &p->tok);
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "tokens", toks);
+    json_object_set_new(o, "token_logprobs", lps);
+    json_object_set_new(o, "top_logprobs", tops);
+    json_object_set_new(o, "text_offset", offs);
+    return o;
+}
+
+/* The one choice of a response or chunk, closed: its logprobs (null unless asked), its finish
+ * reason (null while going). */
+static void put_choice(json_t *o, json_t *choices, json_t *choice, const char *finish, enum serve_kind kind,
+                       const serve_lps *lps) {
+    json_object_set_new(choice, "logprobs", !lps ? json_null() : kind == SERVE_CHAT ? lps_chat(lps) : lps_text(lps));
     json_object_set_new(choice, "finish_reason", finish_val(finish));
     json_array_append_new(choices, choice);
     json_object_set_new(o, "choices", choices);
 }
 
 char *serve_json_completion(const serve_resp_meta *m, serve_text content, serve_text reasoning, int with_reasoning,
-                            const char *finish, const serve_usage *u) {
+                            const char *finish, const serve_usage *u, const serve_lps *lps) {
     json_t *o = head(m, 0), *choice = json_object(), *choices = json_array();
     json_object_set_new(choice, "index", json_integer(0));
     if (m->kind == SERVE_CHAT) {
@@ -109,13 +185,13 @@ char *serve_json_completion(const serve_resp_meta *m, serve_text content, serve_
     } else {
         json_object_set_new(choice, "text", text(content));
     }
-    put_choice(o, choices, choice, finish);
+    put_choice(o, choices, choice, finish, m->kind, lps);
     json_object_set_new(o, "usage", usage_obj(u));
     return dump(o);
 }
 
 char *serve_sse_chunk(const serve_resp_meta *m, int with_role, serve_text reasoning, serve_text content, const char *finish,
-                      int usage_null) {
+                      int usage_null, const serve_lps *lps) {
     json_t *o = head(m, 1), *choice = json_object(), *choices = json_array();
     json_object_set_new(choice, "index", json_integer(0));
     if (m->kind == SERVE_CHAT) {
@@ -130,7 +206,7 @@ char *serve_sse_chunk(const serve_resp_meta *m, int with_role, serve_text reason
     } else {
         json_object_set_new(choice, "text", text(content));
     }
-    put_choice(o, choices, choice, finish);
+    put_choice(o, choices, choice, finish, m->kind, lps);
     if (usage_null) json_object_set_new(o, "usage", json_null());
     return sse(o);
 }

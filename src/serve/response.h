@@ -5,6 +5,7 @@
 #ifndef TKV_SERVE_RESPONSE_H
 #define TKV_SERVE_RESPONSE_H
 #include <stddef.h>
+#include <stdint.h>
 
 #include "serve/request.h"
 
@@ -26,16 +27,38 @@ typedef struct {
     size_t n;
 } serve_text;
 
+/* Log-probabilities of generated tokens: each token's bytes lie at bytes + off, len long. */
+typedef struct {
+    uint32_t off, len;
+    float logprob;
+} serve_lp_tok;
+typedef struct {
+    serve_lp_tok tok;
+    int n_top;
+    serve_lp_tok top[SERVE_MAX_TOP_LOGPROBS];
+} serve_lp;
+typedef struct {
+    const serve_lp *v; /* v[0..n) */
+    int n;
+    const char *bytes;
+    size_t text_off;   /* completions' text_offset of v[0]: the characters of the tokens before it */
+} serve_lps;
+/* The characters of a token's text as the answer writes it (each byte that is not part of valid
+ * UTF-8 becomes one U+FFFD). */
+size_t serve_lp_chars(const char *bytes, const serve_lp_tok *t);
+
 /* {"error":{"message","type","param","code"}} */
 char *serve_json_error(const serve_error *e);
 /* The whole answer. With_reasoning: message.reasoning_content and message.reasoning carry the
- * reasoning (null when empty); content is null when empty and reasoning is not. */
+ * reasoning (null when empty); content is null when empty and reasoning is not. lps: the choice's
+ * logprobs (chat: {"content": [{token, logprob, bytes, top_logprobs}]}; completions: {tokens,
+ * token_logprobs, top_logprobs, text_offset}), or NULL for "logprobs": null. */
 char *serve_json_completion(const serve_resp_meta *m, serve_text content, serve_text reasoning, int with_reasoning,
-                            const char *finish, const serve_usage *u);
+                            const char *finish, const serve_usage *u, const serve_lps *lps);
 /* One SSE event "data: {chunk}\n\n": the role (first chunk of a chat), reasoning and/or content
  * deltas, finish_reason (NULL: null). usage_null: "usage": null (stream_options.include_usage). */
 char *serve_sse_chunk(const serve_resp_meta *m, int with_role, serve_text reasoning, serve_text content, const char *finish,
-                      int usage_null);
+                      int usage_null, const serve_lps *lps);
 /* The last chunk with include_usage: "choices": [] and the usage. */
 char *serve_sse_usage(const serve_resp_meta *m, const serve_usage *u);
 /* An error inside a stream: "data: {"error":{…}}\n\n". */

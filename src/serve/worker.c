@@ -179,9 +179,36 @@ static void emit_flush(struct wjob *wj) {
     pthread_mutex_unlock(&j->mu);
 }
 
-static int on_token(void *user, int32_t tok) {
+/* a token's bytes appended to the job's (mu held) */
+static serve_lp_tok lp_tok(serve_worker *w, serve_job *j, int32_t id, float logprob) {
+    const char *b = NULL;
+    int n = tkv_token_piece(w->m, id, 0, &b);
+    if (n < 0) n = 0;
+    serve_lp_tok t = {(uint32_t)j->lp_bytes.n, (uint32_t)n, logprob};
+    if (n) tkv_buf_add(&j->lp_bytes, b, (size_t)n);
+    return t;
+}
+
+/* the token's log-probability, kept for the answer before its text is (the stream sends both) */
+static void keep_logprob(serve_worker *w, serve_job *j, int32_t tok, const sched_logprob *lp) {
+    pthread_mutex_lock(&j->mu);
+    if (j->n_lps == j->cap_lps) {
+        j->cap_lps = j->cap_lps ? 2 * j->cap_lps : 64;
+        serve_lp *grown = realloc(j->lps, (size_t)j->cap_lps * sizeof *j->lps);
+        TKV_ASSERT(grown);
+        j->lps = grown;
+    }
+    serve_lp *p = &j->lps[j->n_lps++];
+    p->tok = lp_tok(w, j, tok, lp->logprob);
+    p->n_top = lp->n_top < SERVE_MAX_TOP_LOGPROBS ? lp->n_top : SERVE_MAX_TOP_LOGPROBS;
+    for (int k = 0; k < p->n_top; k++) p->top[k] = lp_tok(w, j, lp->top_id[k], lp->top_logprob[k]);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static int on_token(void *user, int32_t tok, const sched_logprob *lp) {
     struct wjob *wj = user;
     serve_worker *w = wj->w;
+    if (lp) keep_logprob(w, wj->job, tok, lp);
     if (!wj->got_first) {
         wj->got_first = 1;
         w->ttft_sum += tkv_now_s() - wj->job->t_submit;
@@ -287,7 +314,8 @@ static void take(serve_worker *w, serve_job *j) {
         pthread_mutex_unlock(&j->mu);
     }
     serve_job_set_phase(j, JOB_QUEUED);
-    sched_job sj = {.prompt = wj->ids, .n_prompt = wj->n_ids, .max_tokens = max_tokens, .sampler = wj->smp, .user = wj};
+    sched_job sj = {.prompt = wj->ids, .n_prompt = wj->n_ids, .max_tokens = max_tokens, .sampler = wj->smp, .user = wj,
+                    .logprobs = j->req.logprobs, .top_logprobs = j->req.top_logprobs};
     sched_submit(w->sc, &sj);
 }
 
