@@ -1,6 +1,7 @@
 /* fuzz_serve_request.c — libFuzzer target for the server's request parsing (`make fuzz`, then
  * build-fuzz/fuzz_bin/fuzz_serve_request fuzz/corpus/fuzz_serve_request -max_total_time=180): the
- * input is one request body, parsed as a chat and as a text completion request. A parse either
+ * input is one request body, parsed as a chat and as a text completion request, then as a
+ * /tokenize and a /detokenize body. A parse either
  * fills the request (every string valid UTF-8 and NUL-terminated, counts in range, the limits
  * kept) or fails with a 4xx and a message; the request is then freed (ASan catches leaks and
  * overreads; the body is a heap copy of exactly the input's bytes). */
@@ -10,6 +11,7 @@
 
 #include "base/err.h"
 #include "serve/request.h"
+#include "serve/tokenize.h"
 
 static void check_str(const char *s) {
     TKV_ASSERT(s);
@@ -43,6 +45,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             }
             for (int i = 0; i < r.n_stops; i++) TKV_ASSERT(r.stops[i] && r.stops[i][0]);
             serve_request_free(&r);
+        } else {
+            TKV_ASSERT(e.status >= 400 && e.status < 500 && e.message[0] && e.type);
+        }
+    }
+    for (int detok = 0; detok < 2; detok++) { /* the same bytes as a /tokenize and a /detokenize body */
+        serve_tok_request t;
+        serve_error e;
+        memset(&e, 0, sizeof e);
+        if (serve_tok_parse(body, size, detok, &lim, &t, &e) == 0) {
+            if (detok) {
+                TKV_ASSERT(t.n_ids >= 0 && t.n_ids <= lim.max_prompt_ids && t.ids);
+                for (int i = 0; i < t.n_ids; i++) TKV_ASSERT(t.ids[i] >= 0);
+            } else {
+                TKV_ASSERT(t.content && strlen(t.content) <= t.content_len);
+            }
+            serve_tok_request_free(&t);
         } else {
             TKV_ASSERT(e.status >= 400 && e.status < 500 && e.message[0] && e.type);
         }

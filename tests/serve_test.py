@@ -2,7 +2,7 @@
 """serve_test.py -- `tierkv serve` end to end over real HTTP, for tests/test_serve.c.
 
 One section per call (basic, reasoning, identical, malformed, disconnect, queue, budget, auth,
-idle, openai, logprobs): each starts the server on a free loopback port (--port 0, the port read from its
+idle, openai, logprobs, tokens): each starts the server on a free loopback port (--port 0, the port read from its
 "listening on" line) with a fixture model, talks to it with the standard library only (the
 openai section uses the official client and exits 77 when it is not installed), stops it with
 SIGTERM and checks that it exited cleanly. Exit status: 0 all checks passed, 1 a check failed,
@@ -84,7 +84,7 @@ class Server:
             body = json.loads(data)
         except ValueError:
             return st, h, data
-        if st == 200:
+        if st == 200 and "usage" in body:
             self.gen += body["usage"]["completion_tokens"]
         return st, h, body
 
@@ -745,6 +745,42 @@ def sec_logprobs(args):
 
 
 SECTIONS["logprobs"] = sec_logprobs
+
+
+def sec_tokens(args):
+    """/tokenize and /detokenize (llama-server's shapes): a round trip gives the text back; the ids
+    with add_special are the ones a completion counts; pieces join to the text; refusals."""
+    srv = Server(args, "--template", "chatml", "--parallel", "1")
+    try:
+        text = "The quick brown fox, 12345 times."
+        st, _, t = srv.post("/tokenize", {"content": text})
+        check(st == 200 and isinstance(t["tokens"], list) and t["tokens"] and all(isinstance(x, int) for x in t["tokens"]),
+              "tokenize: %d %s" % (st, t))
+        st, _, d = srv.post("/detokenize", {"tokens": t["tokens"]})
+        check(st == 200 and d["content"] == text, "detokenize(tokenize(text)) = %r" % d)
+        st, _, ts = srv.post("/tokenize", {"content": text, "add_special": True})
+        st2, _, c = srv.post("/v1/completions", {"prompt": text, "max_tokens": 1, "temperature": 0})
+        check(st == 200 and st2 == 200 and len(ts["tokens"]) == c["usage"]["prompt_tokens"],
+              "add_special ids %d, a completion counts %s" % (len(ts.get("tokens", [])), c.get("usage")))
+        st, _, p = srv.post("/tokenize", {"content": text, "with_pieces": True})
+        pieces = p["tokens"] if st == 200 else []
+        check([x["id"] for x in pieces] == t["tokens"], "with_pieces ids differ")
+        check("".join(x["piece"] if isinstance(x["piece"], str) else bytes(x["piece"]).decode("utf-8", "replace")
+                      for x in pieces) == text, "pieces do not join to the text")
+        for path, body, param in (("/detokenize", {"tokens": [1 << 30]}, "tokens"), ("/detokenize", {"tokens": "1"}, "tokens"),
+                                  ("/detokenize", {"tokens": [-1]}, "tokens"), ("/tokenize", {"content": 3}, "content"),
+                                  ("/tokenize", {"content": "a", "with_pieces": "yes"}, "with_pieces"),
+                                  ("/tokenize", {"content": "a", "prompt": "b"}, "prompt")):
+            st, _, e = srv.post(path, body)
+            check(st == 400 and e["error"]["param"] == param, "%s %s: %d %s" % (path, body, st, e))
+        st, _, _ = srv.request("GET", "/tokenize")
+        check(st == 405, "GET /tokenize: %d" % st)
+    finally:
+        srv.stop()
+    return 0
+
+
+SECTIONS["tokens"] = sec_tokens
 
 
 def main():

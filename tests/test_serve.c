@@ -464,3 +464,4 @@ TEST(serve_http_auth) { http_section("auth"); }
 TEST(serve_http_idle_cpu) { http_section("idle"); }
 TEST(serve_http_openai_client) { http_section("openai"); }
 TEST(serve_http_logprobs) { http_section("logprobs"); }
+TEST(serve_http_tokenize) { http_section("tokens"); }

@@ -14,6 +14,7 @@
 #include "base/err.h"
 #include "base/buf.h"
 #include "serve/response.h"
+#include "serve/tokenize.h"
 
 static int endpoint_of(const char *url) {
     if (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions")) return SERVE_EP_CHAT;
@@ -21,6 +22,8 @@ static int endpoint_of(const char *url) {
     if (!strcmp(url, "/v1/models") || !strcmp(url, "/models")) return SERVE_EP_MODELS;
     if (!strcmp(url, "/health")) return SERVE_EP_HEALTH;
     if (!strcmp(url, "/metrics")) return SERVE_EP_METRICS;
+    if (!strcmp(url, "/tokenize")) return SERVE_EP_TOKENIZE;
+    if (!strcmp(url, "/detokenize")) return SERVE_EP_DETOKENIZE;
     return SERVE_EP_OTHER;
 }
 
@@ -250,13 +253,26 @@ static enum MHD_Result completion(serve_api *a, struct MHD_Connection *c, int ep
     return reply(a, c, ep, 200, "application/json", out);
 }
 
+/* ---- tokens ---- */
+
+static enum MHD_Result tokens(serve_api *a, struct MHD_Connection *c, int ep, const char *body, size_t n) {
+    int detok = ep == SERVE_EP_DETOKENIZE;
+    serve_tok_request r;
+    serve_error e;
+    if (serve_tok_parse(body, n, detok, &a->lim, &r, &e)) return reply_error(a, c, ep, &e);
+    char *out = serve_tok_answer(serve_worker_model(a->w), &r, detok, &e);
+    serve_tok_request_free(&r);
+    if (!out) return reply_error(a, c, ep, &e);
+    return reply(a, c, ep, 200, "application/json", out);
+}
+
 /* ---- routes ---- */
 
 enum MHD_Result serve_api_handle(void *ctx, struct MHD_Connection *c, const char *method, const char *url, const char *body,
                                  size_t n) {
     serve_api *a = ctx;
     int ep = endpoint_of(url);
-    int post = ep == SERVE_EP_CHAT || ep == SERVE_EP_COMPLETIONS;
+    int post = ep == SERVE_EP_CHAT || ep == SERVE_EP_COMPLETIONS || ep == SERVE_EP_TOKENIZE || ep == SERVE_EP_DETOKENIZE;
     serve_error e;
     if (ep == SERVE_EP_OTHER) {
         serve_error_set(&e, 404, "invalid_request_error", "", "not_found", "no route %.64s %.200s", method, url);
@@ -267,6 +283,7 @@ enum MHD_Result serve_api_handle(void *ctx, struct MHD_Connection *c, const char
         serve_error_set(&e, 405, "invalid_request_error", "", "method_not_allowed", "%.200s takes %s", url, post ? "POST" : "GET");
         return serve_http_reply(c, 405, "application/json", serve_json_error(&e), "Allow", post ? "POST" : "GET");
     }
+    if (ep == SERVE_EP_TOKENIZE || ep == SERVE_EP_DETOKENIZE) return tokens(a, c, ep, body, n);
     if (post) return completion(a, c, ep, body, n);
     if (ep == SERVE_EP_HEALTH) return reply(a, c, ep, 200, "application/json", strdup("{\"status\":\"ok\"}"));
     if (ep == SERVE_EP_MODELS) return reply(a, c, ep, 200, "application/json", serve_json_models(a->model, a->created));

@@ -1,5 +1,6 @@
 /* api.h — the routes: POST /v1/chat/completions and /v1/completions (OpenAI's shapes, streamed by
- * server-sent events or whole), GET /v1/models, /health and /metrics. A completion is parsed
+ * server-sent events or whole), POST /tokenize and /detokenize (llama-server's; tokenize.h), GET
+ * /v1/models, /health and /metrics. A completion is parsed
  * (request.h), handed to the worker as a job (503 with Retry-After at once when the worker is
  * full), and answered from the job's text as it grows; a client that hangs up while it waits or
  * streams cancels the job (the engine frees its sequence at its next step).

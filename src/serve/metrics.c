@@ -8,7 +8,8 @@
 #include "base/clock.h"
 #include "base/buf.h"
 
-static const char *ep_name[SERVE_EP_COUNT] = {"chat", "completions", "models", "health", "metrics", "other"};
+static const char *ep_name[SERVE_EP_COUNT] = {"chat", "completions", "models", "health", "metrics", "tokenize",
+                                              "detokenize", "other"};
 
 void serve_metrics_init(serve_metrics *m) {
     memset(m, 0, sizeof *m);

@@ -1,7 +1,8 @@
 /* worker.c — the engine thread (see worker.h).
  *
- * Invariants: only the engine thread touches the model, the chat template, the session and the
- * scheduler; HTTP threads touch the inbox, the counters n_pending/n_running and the published
+ * Invariants: only the engine thread touches the model (but for its tokenizer, which reads the
+ * immutable vocabulary: /tokenize and /detokenize call it from HTTP threads), the chat template,
+ * the session and the scheduler; HTTP threads touch the inbox, the counters n_pending/n_running and the published
  * snapshot, all under w->mu, and the jobs under each job's own lock. A job the worker accepted
  * holds one reference until the scheduler ends it (or preparation refuses it). */
 #include "serve/worker.h"
@@ -466,6 +467,8 @@ int serve_worker_submit(serve_worker *w, serve_job *j) {
     pthread_mutex_unlock(&w->mu);
     return 0;
 }
+
+const tkv_model *serve_worker_model(const serve_worker *w) { return w->m; }
 
 void serve_worker_snapshot(serve_worker *w, serve_snapshot *out) {
     pthread_mutex_lock(&w->mu);

@@ -39,5 +39,7 @@ void serve_worker_free(serve_worker *w);
 int serve_worker_submit(serve_worker *w, serve_job *j);
 /* The engine's numbers as of its last step. */
 void serve_worker_snapshot(serve_worker *w, serve_snapshot *out);
+/* The model, for its tokenizer only (which reads the immutable vocabulary: any thread may). */
+const tkv_model *serve_worker_model(const serve_worker *w);
 
 #endif
