@@ -14,11 +14,16 @@
 # N=384 and DELTA=64 there are 6 re-tierings and, at the end, T1 holds most of the sequence
 # (about 60% at a 30% ratio: the window of 64 and the T0 share stay). Each run is `tierkv bench -p 0 -n N -d DEPTH --reps 1`.
 #
+# TIERKV_OLD=PATH (another tierkv binary, e.g. a build before a change) runs every setting with it too,
+# in the same alternation, and adds the columns `old tok/s` and `new/old` (median over rounds of the
+# ratio of the two binaries' runs of that setting in the same round): a change that must not change
+# speed is checked by new/old >= 0.97.
+#
 # POLICY=quant times T2 instead (T0 at each ratio, the rest int8 or 4-bit host memory: KVFLAGS="--t2-codec q8bh"),
 # against the same full cache.
 #
 # usage: bench/hierarchy.sh [MODEL.gguf]   (env: REPS=5 N=384 DEPTH=0 DELTA=64 THREADS=2 RATIOS="0.3 0.5 0.7"
-#                                            BIN=build/tierkv POLICY=hierarchy; extra KV flags in KVFLAGS, e.g. --staged)
+#                                            BIN=build/tierkv POLICY=hierarchy TIERKV_OLD=; extra KV flags in KVFLAGS, e.g. --staged)
 set -eu
 MODEL=${1:-$HOME/.cache/tierkv/models/qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf}
 BIN=${BIN:-build/tierkv}
@@ -30,21 +35,33 @@ THREADS=${THREADS:-2}
 RATIOS=${RATIOS:-"0.3 0.5 0.7"}
 KVFLAGS=${KVFLAGS:-}
 POLICY=${POLICY:-hierarchy}
+TIERKV_OLD=${TIERKV_OLD:-}
 case $POLICY in hierarchy | quant) ;; *) echo "hierarchy.sh: POLICY is hierarchy or quant, not '$POLICY'" >&2; exit 2 ;; esac
 [ -x "$BIN" ] || { echo "hierarchy.sh: $BIN not built (make)" >&2; exit 1; }
 [ -r "$MODEL" ] || { echo "hierarchy.sh: model $MODEL not found" >&2; exit 1; }
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 cp "$BIN" "$OUT/tierkv" && BIN=$OUT/tierkv # a rebuild during the runs must not mix binaries
+if [ -n "$TIERKV_OLD" ]; then
+    [ -x "$TIERKV_OLD" ] || { echo "hierarchy.sh: TIERKV_OLD=$TIERKV_OLD is not an executable" >&2; exit 1; }
+    cp "$TIERKV_OLD" "$OUT/tierkv-old"
+fi
 
 SETTINGS="full"
 for r in $RATIOS; do SETTINGS="$SETTINGS $r"; done
+if [ -n "$TIERKV_OLD" ]; then # each setting also as <setting>-old, run by the old binary
+    for s in $SETTINGS; do ALL="${ALL:-} $s $s-old"; done
+    SETTINGS=$ALL
+fi
 REVERSED=$(echo "$SETTINGS" | awk '{for (i = NF; i > 0; i--) printf "%s ", $i}')
 
 run() { # setting -> one tok/s sample appended to $OUT/<setting>
-    if [ "$1" = full ]; then flags=""; else flags="--policy $POLICY --hbm-ratio $1 --delta $DELTA $KVFLAGS"; fi
+    bin=$BIN
+    s=$1
+    case $s in *-old) bin=$OUT/tierkv-old s=${s%-old} ;; esac
+    if [ "$s" = full ]; then flags=""; else flags="--policy $POLICY --hbm-ratio $s --delta $DELTA $KVFLAGS"; fi
     # shellcheck disable=SC2086
-    "$BIN" bench -m "$MODEL" -t "$THREADS" -p 0 -n "$N" -d "$DEPTH" --reps 1 --json $flags 2>/dev/null |
+    "$bin" bench -m "$MODEL" -t "$THREADS" -p 0 -n "$N" -d "$DEPTH" --reps 1 --json $flags 2>/dev/null |
         sed -n 's/.*"tok_per_s": \([0-9.]*\).*/\1/p' >>"$OUT/$1"
     printf '  %-5s %s tok/s\n' "$1" "$(tail -n 1 "$OUT/$1")" >&2
 }
@@ -56,6 +73,9 @@ while [ "$rep" -le "$REPS" ]; do
     for s in $order; do run "$s"; done
     F=$(tail -n 1 "$OUT/full")
     for r in $RATIOS; do echo "$(tail -n 1 "$OUT/$r") $F" | awk '{print $1 / $2}' >>"$OUT/paired_$r"; done
+    if [ -n "$TIERKV_OLD" ]; then
+        for s in full $RATIOS; do echo "$(tail -n 1 "$OUT/$s") $(tail -n 1 "$OUT/$s-old")" | awk '{print $1 / $2}' >>"$OUT/newold_$s"; done
+    fi
     rep=$((rep + 1))
 done
 
@@ -70,3 +90,10 @@ for r in $RATIOS; do
     printf '%-4.4s %-5s %10.3f %8.4f %8.4f %8.4f  %s\n' "$POLICY" "$r" "$M" "$(echo "$M $FULL" | awk '{print $1 / $2}')" \
         "$(median "$OUT/paired_$r")" "$(echo "$(best "$OUT/$r") $BFULL" | awk '{print $1 / $2}')" "$(tr '\n' ' ' <"$OUT/$r")"
 done
+if [ -n "$TIERKV_OLD" ]; then
+    printf '\nagainst TIERKV_OLD=%s\n%-10s %10s %12s %8s  %s\n' "$TIERKV_OLD" setting "tok/s" "old tok/s" "new/old" "old samples"
+    for s in full $RATIOS; do
+        printf '%-10s %10.3f %12.3f %8.4f  %s\n' "$s" "$(median "$OUT/$s")" "$(median "$OUT/$s-old")" "$(median "$OUT/newold_$s")" \
+            "$(tr '\n' ' ' <"$OUT/$s-old")"
+    done
+fi
