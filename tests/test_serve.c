@@ -15,6 +15,7 @@
 #include "serve/fields.h"
 #include "serve/metrics.h"
 #include "serve/reasoning.h"
+#include "base/utf8.h"
 #include "serve/request.h"
 #include "serve/response.h"
 #include "t.h"
@@ -197,6 +198,18 @@ TEST(serve_request_bad_corpus) {
                "case %zu (%s): rc %d status %d param '%s' message '%s'", i, bad[i].body, rc, e.status, e.param, e.message);
         CHECK(r.msgs == NULL && r.prompt == NULL && r.stops == NULL); /* nothing left to free */
     }
+}
+
+/* tkv_utf8_repair: the one walk the server's JSON writers use for bytes that may not be UTF-8 */
+TEST(utf8_repair) {
+    static const char in[] = "a\xff\xc3\xa9\0b\xe2\x82"; /* a, bad, é, NUL, b, a cut 3-byte sequence */
+    tkv_buf out = {0};
+    size_t bad = 0, chars = tkv_utf8_repair(in, sizeof in - 1, &out, &bad);
+    static const char want[] = "a\xEF\xBF\xBD\xC3\xA9\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD";
+    CHECK(chars == 7 && bad == 4);
+    CHECK(out.n == sizeof want - 1 && memcmp(out.p, want, out.n) == 0);
+    CHECK(tkv_utf8_repair("\xC3\xA9t\xC3\xA9", 5, NULL, &bad) == 3 && bad == 0);
+    tkv_buf_free(&out);
 }
 
 /* docs/SERVE-FIELDS.md says what src/serve/fields.c does: every row's class, for its endpoints. */

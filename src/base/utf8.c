@@ -12,3 +12,16 @@ size_t tkv_utf8_seq(const unsigned char *p, size_t n) {
     if (k == 4 && ((c == 0xF0 && p[1] < 0x90) || (c == 0xF4 && p[1] > 0x8F))) return 0;
     return k;
 }
+
+size_t tkv_utf8_repair(const char *p, size_t n, tkv_buf *out, size_t *bad) {
+    const unsigned char *u = (const unsigned char *)p;
+    size_t chars = 0, replaced = 0;
+    for (size_t i = 0; i < n; chars++) {
+        size_t k = u[i] ? tkv_utf8_seq(u + i, n - i) : 0;
+        if (out) tkv_buf_add(out, k ? p + i : "\xEF\xBF\xBD", k ? k : 3);
+        replaced += !k;
+        i += k ? k : 1;
+    }
+    if (bad) *bad = replaced;
+    return chars;
+}

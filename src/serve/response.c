@@ -16,12 +16,7 @@ static json_t *text(serve_text t) {
     json_t *s = json_stringn(t.p ? t.p : "", t.n);
     if (s) return s;
     tkv_buf b = {0};
-    const unsigned char *p = (const unsigned char *)t.p;
-    for (size_t i = 0; i < t.n;) {
-        size_t k = p[i] ? tkv_utf8_seq(p + i, t.n - i) : 0;
-        if (k) tkv_buf_add(&b, t.p + i, k), i += k;
-        else tkv_buf_add(&b, "\xEF\xBF\xBD", 3), i++;
-    }
+    tkv_utf8_repair(t.p, t.n, &b, NULL);
     s = json_stringn(tkv_buf_str(&b), b.n);
     tkv_buf_free(&b);
     TKV_ASSERT(s);
@@ -121,15 +116,7 @@ static json_t *lps_chat(const serve_lps *l) {
     return o;
 }
 
-size_t serve_lp_chars(const char *bytes, const serve_lp_tok *t) {
-    const unsigned char *p = (const unsigned char *)bytes + t->off;
-    size_t n = 0;
-    for (size_t i = 0; i < t->len; n++) {
-        size_t k = p[i] ? tkv_utf8_seq(p + i, t->len - i) : 0;
-        i += k ? k : 1;
-    }
-    return n;
-}
+size_t serve_lp_chars(const char *bytes, const serve_lp_tok *t) { return tkv_utf8_repair(bytes + t->off, t->len, NULL, NULL); }
 
 /* completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset (characters)} */
 static json_t *lps_text(const serve_lps *l) {

@@ -85,13 +85,9 @@ void serve_tok_request_free(serve_tok_request *r) {
 
 /* a piece as a JSON string when it is valid UTF-8 on its own, else as its bytes */
 static json_t *piece_json(const char *p, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        size_t k = p[i] ? tkv_utf8_seq((const unsigned char *)p + i, n - i) : 0;
-        if (!k) break;
-        i += k;
-    }
-    if (i == n) return json_stringn(p, n);
+    size_t bad;
+    tkv_utf8_repair(p, n, NULL, &bad);
+    if (!bad) return json_stringn(p, n);
     json_t *a = json_array();
     for (size_t k = 0; k < n; k++) json_array_append_new(a, json_integer((unsigned char)p[k]));
     return a;
@@ -114,15 +110,10 @@ char *serve_tok_answer(const tkv_model *m, const serve_tok_request *r, int detok
         TKV_ASSERT(text);
         json_t *s = json_stringn(text, len);
         if (!s) { /* bytes that are not UTF-8 (ids that split a character): U+FFFD for each */
-            char *fixed = tkv_xmalloc(3 * len + 1);
-            size_t k = 0;
-            for (size_t i = 0; i < len;) {
-                size_t q = text[i] ? tkv_utf8_seq((const unsigned char *)text + i, len - i) : 0;
-                if (q) memcpy(fixed + k, text + i, q), k += q, i += q;
-                else memcpy(fixed + k, "\xEF\xBF\xBD", 3), k += 3, i++;
-            }
-            s = json_stringn(fixed, k);
-            free(fixed);
+            tkv_buf fixed = {0};
+            tkv_utf8_repair(text, len, &fixed, NULL);
+            s = json_stringn(tkv_buf_str(&fixed), fixed.n);
+            tkv_buf_free(&fixed);
         }
         free(text);
         json_object_set_new(o, "content", s);
