@@ -84,7 +84,8 @@ int kv_tier_bound(const kv_cache *kv, int t, int n_ctx, int n_prompt) {
     switch (t) {
     case BE_T0:
         if (kv->mode == KV_B_SHARED) return 0;
-        if (ops->fixed_t0) return imin(n_ctx, kv_reserve_need(kv, n_ctx, n_prompt) + 1); /* + the token appended before its overflow */
+        /* fixed T0: the protected tokens, + the token appended before its overflow is evicted */
+        if (ops->fixed_t0) return imin(n_ctx, kv_reserve_need(kv, n_ctx, n_prompt) + 1);
         if (!kv_ops_ranked(ops) || kv->mode == KV_B_NONE) return n_ctx;
         /* the budget at full length (+1 for its rounding), raised to the protected tokens */
         return imin(n_ctx, imax(kv->mode == KV_B_SEQ ? kv->seq_tokens : kv_ratio_tokens(kv->o.hbm_ratio, n_ctx) + 1,

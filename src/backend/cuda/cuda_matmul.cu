@@ -12,8 +12,9 @@
  * a quarter warp fall in distinct banks (exactly for F16/BF16/F32/Q4_K, 2-way for Q8_0/Q6_K); R rows
  * share every x read. For one token of BF16/F16 weights x is read directly through L1 instead (no
  * tile, no barrier: 0.80x the staged kernel's time on an H200; for Q8_0 it was 1.16x, so the other
- * types keep the tile); TIERKV_CUDA_GEMV overrides the choice (docs/CUDA.md). Dot products sum per lane in unit order and then across the warp by a fixed
- * butterfly: the same inputs give the same bits on every call (no atomics), which the tiering's
+ * types keep the tile); TIERKV_CUDA_GEMV overrides the choice (docs/CUDA.md). Dot products sum per
+ * lane in unit order and then across the warp by a fixed butterfly: the same inputs give the same
+ * bits on every call (no atomics), which the tiering's
  * exactness tests need. Batches of more than MM_NT tokens run as several launches (prefill is not
  * what this kernel is for: it reads the weights once per MM_NT tokens).
  * Bound at batch 1 (7B, bf16): 15 GB of weights per token; at 4.8 TB/s 3.1 ms. Measured on an H200
