@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "kv/kv.h"
-#include "kv/kv_internal.h" /* pool sizes */
+#include "kv/kv_state.h" /* pool sizes */
 #include "t.h"
 #include "t_engine.h"
 

@@ -16,8 +16,8 @@
 
 #include "engine/engine.h"
 #include "eval/eval.h"
-#include "eval/json.h"
-#include "kv/kv_internal.h"
+#include "base/json.h"
+#include "kv/kv_state.h"
 #include "kv/kv_policy.h"
 #include "t.h"
 

@@ -57,7 +57,7 @@ enum { BE_T0 = 0, BE_T1 = 1, BE_T2 = 2, BE_STAGE = 3, BE_N_POOLS = 4 };
  * Q8_HEAD: int8 K, int8 V, then f32 scales K[n_head_kv], V[n_head_kv] (one per head, symmetric,
  * round to nearest: |x - q*s| <= amax/254): the T2 codec "q8h".
  * The other T2 formats are a K row record then a V row record of the codecs of
- * src/backend/cpu/kvq.h (their bounds there): Q8B keys q8b (int8 in blocks of 32), Q8BH keys q8bh
+ * src/codec/kvq.h (their bounds there): Q8B keys q8b (int8 in blocks of 32), Q8BH keys q8bh
  * (a fixed Hadamard rotation per head, then q8b), both with values q8h (one scale per token and
  * head); Q4BH keys q4bh and values q4b (4 bits in blocks of 32). Q8BHC and Q4BHC are Q8BH and Q4BH
  * whose keys are centred first: the pools' k_center row of the layer is subtracted before the codec
@@ -281,6 +281,22 @@ int be_open(const be_params *p, be_backend **out, char *err, size_t errlen);
 static inline void be_close(be_backend *b) {
     if (b) b->ops->close(b);
 }
+
+/* ---- split attention (split.c: generic over two backends) ------------------------------------
+ * T0 and STAGE read on `be`, T1 on the host backend `host` (where its rows lie), the two partial
+ * results merged by log-sum-exp on the host: for a T1 that stays in host memory. The object holds
+ * the buffers for up to max_tok query rows over max_pos positions. */
+typedef struct be_split be_split;
+be_split *be_split_new(be_backend *be, be_backend *host, int max_tok, int n_head, int head_dim, int max_pos, char *err,
+                       size_t errlen);
+void be_split_free(be_split *sp);
+/* Host memory be_split_new takes (for a caller's check before allocating). */
+uint64_t be_split_host_bytes(const be_backend *be, const be_backend *host, int max_tok, int n_head, int head_dim,
+                             int max_pos);
+/* One attention call as `be`'s attention would make it (a->tiers and a->part unset; scratch from
+ * be's attention_scratch), the output in a->o. Returns the merged weights in host memory when
+ * a->mass_mode asks for them (a->mass itself on a unified backend), else NULL. */
+const float *be_split_attention(be_split *sp, const be_attn *a, void *scratch);
 
 /* Address of the record of slot reference r for layer l in host-addressable pools (CPU backend,
  * pinned/host pools): for the KV module's host-side readers and the CPU kernels. */

@@ -12,15 +12,9 @@
 #include <string.h>
 
 #include "base/err.h"
-#include "kv/kv_internal.h"
+#include "kv/kv_hooks.h"
 
 /* ---- per-position state ---- */
-
-void kv_set_keep(const kv_cache *kv, kv_seq *s, int pos, uint8_t v) {
-    if (!s->keep) return;
-    size_t stride = (size_t)kv_keep_stride(kv);
-    for (size_t r = 0; r < (size_t)kv->o.n_layer * kv->o.n_head_kv; r++) s->keep[r * stride + pos] = v;
-}
 
 /* ---- init / free ---- */
 
@@ -88,6 +82,7 @@ void kv_free(kv_cache *kv) {
     free(kv->batch.recycle_seq); free(kv->batch.seqs);
     free(kv->stage_moves);
     free(kv->share); free(kv->share_room); free(kv->mark);
+    free(kv->att_memo.slots), free(kv->att_memo.keep), free(kv->att_memo.n_pos), free(kv->att_memo.seq), free(kv->att_memo.pos);
     free(kv->seq);
     free(kv->log);
     free(kv);
@@ -349,10 +344,6 @@ void kv_put(kv_cache *kv, int seq, int layer, int pos, const float *k, const flo
 }
 
 const be_kv_pools *kv_pools(const kv_cache *kv) { return &kv->pools; }
-
-int kv_mass_mode(const kv_cache *kv) { return kv->ops->tiered ? BE_MASS_HEADS : BE_MASS_NONE; }
-
-uint64_t kv_tables_gen(const kv_cache *kv) { return kv->tables_gen; }
 
 /* ---- scores ---- */
 

@@ -10,10 +10,11 @@
  *
  * The forward, per call: kv_append every token (reserves its T0 slot), then per layer
  * kv_layer_begin (waits for that layer's in-flight moves, stages T1/T2 rows the attention must read
- * from STAGE), writes K (after RoPE) and V into kv_new_slot through the backend, and attends over
- * each sequence's slot table (kv_attn_slots: entry p is where position p is read, BE_SLOT_NONE when
- * evicted; kv_attn_keep: per-(kv head, position) masks of head-wise policies); kv_observe hands the
- * attention weights to the policy; kv_batch_end closes the call (re-tiering happens there).
+ * from STAGE), writes K (after RoPE) and V into kv_new_slot through the backend, takes the layer's
+ * attention table (kv_attn_table: per token its sequence's slot table, where position p is read,
+ * BE_SLOT_NONE when evicted, and the keep masks of head-wise policies), runs the attention, and hands
+ * its weights back to the policy in one call (kv_attn_mass); kv_batch_end closes the call
+ * (re-tiering happens there).
  *
  * Rows hold kv_dim = n_head_kv * head_dim values, head g at [g*head_dim, (g+1)*head_dim): f32, or
  * fp16 when kv_options.f16 is set, the default (as llama.cpp's f16 cache: rounded once).
@@ -123,19 +124,20 @@ const be_kv_pools *kv_pools(const kv_cache *kv);
  * layer (the per-layer fence) and stages the rows attention reads from STAGE (T2 always, T1 with
  * --staged) for this layer. */
 void kv_layer_begin(kv_cache *kv, const int *seqs, int n_seqs, int layer);
-/* What attention reads for a sequence: positions 0..kv_seq_len-1 (valid until the next kv_append,
- * kv_batch_end or kv_seq_* call), and the keep masks of layer `layer` (NULL: all kept), with stride
- * kv_keep_stride. */
-const int32_t *kv_attn_slots(const kv_cache *kv, int seq);
-const uint8_t *kv_attn_keep(const kv_cache *kv, int seq, int layer);
-int kv_keep_stride(const kv_cache *kv);
-/* The attention weights the policy reads (BE_MASS_NONE for policy full, else BE_MASS_HEADS). */
-int kv_mass_mode(const kv_cache *kv);
-/* Bumps when any slot table may have changed (attention's tables_gen): after appends and moves. */
-uint64_t kv_tables_gen(const kv_cache *kv);
+/* The attention table of one layer for n query tokens (sequence seq[i] at position pos[i], both
+ * appended already): fills the cache's fields of *a (n_tok, layer, pools, slot tables, n_pos, keep
+ * masks and their stride, the weights the policy wants back in mass_mode, tables_gen); the caller
+ * sets the rest (dimensions, queries, output, the mass buffer and its stride). The arrays stay valid
+ * until the next kv_attn_table, kv_append, kv_batch_end or kv_seq_* call. */
+void kv_attn_table(kv_cache *kv, int layer, const int *seq, const int *pos, int n, be_attn *a);
+/* The weights of that table's attention, handed to the policy in one call: w[i] (at w + i *
+ * n_head * stride) is token i's [n_head][stride] softmax weights. Nothing when mass_mode was
+ * BE_MASS_NONE. */
+void kv_attn_mass(kv_cache *kv, int layer, const int *seq, const int *pos, int n, const float *w, int stride);
 
 /* Attention weights of the query at q_pos, layer `layer`: att[h * att_stride + j] for heads
- * h < n_head and positions j <= q_pos (0 where masked or evicted). Policies accumulate scores here. */
+ * h < n_head and positions j <= q_pos (0 where masked or evicted). Policies accumulate scores here
+ * (kv_attn_mass calls it per token). */
 void kv_observe(kv_cache *kv, int seq, int layer, int q_pos, const float *att, int att_stride);
 
 /* End of one forward call over these tokens' sequences (is_prompt per token, NULL: none): every
@@ -205,8 +207,9 @@ void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out);
 /* Waits for every move in flight and settles their accounting (stats, log). */
 void kv_sync(kv_cache *kv);
 
-/* Stats as one JSON object (no newline) into buf; returns the length snprintf would write. */
-int kv_stats_json(const kv_stats *s, char *buf, size_t n);
+/* Stats as one JSON object, written with the engine's JSON writer (base/json.h). */
+struct json_out;
+void kv_stats_json(struct json_out *o, const kv_stats *s);
 /* {"policy":..., "total":{...}, "seqs":[{...}, ...]} (live sequences), newline-terminated. */
 void kv_stats_write_json(FILE *f, const kv_cache *kv);
 /* A short table for people: one line per tier (tokens, MiB), moves, staging, times. seq < 0: total. */

@@ -31,7 +31,7 @@
 
 #include "base/err.h"
 #include "kv/baselines.h"
-#include "kv/kv_internal.h"
+#include "kv/kv_hooks.h"
 #include "kv/kv_policy.h"
 
 typedef struct {
@@ -435,7 +435,8 @@ static const float *const *keys_layer(void *ctx, int layer) {
     return s->hook_rows;
 }
 
-/* Runs a hook policy's step: it may rewrite keep masks and evict whole tokens (T0 -> T3 at once). */
+/* Runs a hook policy's step: it may rewrite keep masks and evict whole tokens (T0 -> T3 at once,
+ * through the planner like every tier change). */
 void kv_policy_step(kv_cache *kv, int seq) {
     kv_seq *s = kv_get_seq(kv, seq);
     const kv_policy_hooks *h = kv->ops->hooks;
@@ -459,13 +460,8 @@ void kv_policy_step(kv_cache *kv, int seq) {
     s->c.budget_raised += io.raised;
     if (io.held_rows * kv_row_bytes(kv) > s->c.peak_held_bytes) s->c.peak_held_bytes = io.held_rows * kv_row_bytes(kv);
     kv_complete_batch(kv);
-    for (int i = 0; i < len; i++) {
-        if (!s->target[i] || s->ref[i] == BE_SLOT_NONE) continue;
-        int32_t old = s->ref[i];
-        kv_place(kv, s, i, BE_SLOT_NONE);
-        if (BE_SLOT_TIER(old) == BE_T0) s->t0_held--;
-        kv_slot_drop(kv, old);
-        s->c.tokens_evicted++;
-        kv->tables_gen++;
-    }
+    int m = 0;
+    for (int i = 0; i < len; i++)
+        if (s->target[i] && s->ref[i] != BE_SLOT_NONE) s->order[m++] = i;
+    if (m) kv_evict_now(kv, s, s->order, m);
 }

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "base/err.h"
-#include "kv/kv_internal.h"
+#include "kv/kv_budget.h"
 
 void kv_options_default(kv_options *o) {
     memset(o, 0, sizeof *o);

@@ -1,11 +1,12 @@
 /* kv_check.c — the consistency checker behind kv_check (for tests and debugging): recomputes every
- * invariant of kv_internal.h from scratch. All of it is this thread's metadata (the engine only
+ * invariant of kv_state.h from scratch. All of it is this thread's metadata (the engine only
  * copies row bytes), so it does not wait for in-flight moves. Not used in decode. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
-#include "kv/kv_internal.h"
+#include "kv/kv_budget.h"
+#include "kv/kv_pool.h"
 
 /* The baselines: every (layer, kv head) row within the limit of the policy's last step (plus the
  * tokens appended since, held by every row until the next step), evicted tokens held by no row,

@@ -1,6 +1,8 @@
 /* kv_plan.c — the planner: scores and budgets into target tiers, target tiers into one batch of moves
- * for the transfer engine, and the synchronous demotion that makes room for a new token when T0 is
- * at its budget. The policy (who goes where) is kv_policy.c's; slots are kv_pool.c's.
+ * for the transfer engine. Every tier change goes through it: a re-tiering's batch, the demotion
+ * that makes room for a new token when T0 is at its budget and a baseline's evictions (a batch of
+ * their own, run at once), so slots that moves read are freed in one place (retire_batch), after
+ * the copies are fenced. The policy (who goes where) is kv_policy.c's; slots are kv_pool.c's.
  *
  * A re-tiering of the per-sequence modes plans each due sequence alone, as the policy says, with its
  * own budget. In the shared mode every live sequence is planned at once: the T0 room left after the
@@ -12,7 +14,7 @@
  * headroom: delta tokens per sequence for an absolute budget (delta for each live one in the shared
  * mode), ceil(delta * (1 - hbm_ratio)) + 1 for a ratio (the budget grows by hbm_ratio per token),
  * never below the protected tokens. If a new token still would overflow T0 (prompt tokens, rounding),
- * the lowest-scored unprotected T0 token is demoted synchronously (stats.sync_demotions): the
+ * the lowest-scored unprotected T0 token is demoted at once (stats.sync_demotions): the
  * sequence's own in the per-sequence modes, the lowest normalised score of all in the shared one.
  *
  * Moves: only tokens whose tier changes move. Destination slots are allocated here; a T0 slot given
@@ -28,7 +30,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
-#include "kv/kv_internal.h"
+#include "kv/kv_plan.h"
 
 static void grow_moves(be_move **a, int *cap, int need) {
     if (need <= *cap) return;
@@ -63,6 +65,18 @@ static void push_recycle(kv_batch *b, int32_t ref, int seq) {
     }
     b->recycle_seq[b->n_recycle] = (int16_t)seq;
     b->recycle[b->n_recycle++] = ref;
+}
+
+/* What the batch gave back to the pools once it completes: recycled slots nobody took. */
+static void defer_recycled(kv_cache *kv, int only_seq) {
+    kv_batch *b = &kv->batch;
+    for (int k = b->n_recycle - 1; k >= 0; k--) {
+        if (only_seq >= 0 && b->recycle_seq[k] != only_seq) continue;
+        push_deferred(b, b->recycle[k], b->recycle_seq[k]);
+        b->recycle[k] = b->recycle[b->n_recycle - 1];
+        b->recycle_seq[k] = b->recycle_seq[b->n_recycle - 1];
+        b->n_recycle--;
+    }
 }
 
 /* ---- fences and completion ---- */
@@ -148,28 +162,55 @@ void kv_place(kv_cache *kv, kv_seq *s, int pos, int32_t ref) {
     kv_att_update(kv, s, pos);
 }
 
-/* ---- synchronous demotion ---- */
+/* ---- a position leaving T0 ---- */
 
-/* Moves token pos of s out of T0 now (every layer, on this thread). No batch may be in flight. */
-static void demote_sync(kv_cache *kv, kv_seq *s, int pos, int to) {
-    TKV_ASSERT(!kv->batch.active && tier_of(s->ref[pos]) == BE_T0);
-    int32_t src = s->ref[pos];
+/* Position pos of s leaves T0 for tier `to` (T1, T2 or T3) in the batch being planned: its T0 slot
+ * goes to the recycle list (a promotion takes it, else it is freed when the batch completes), a slot
+ * of the lower tier is allocated and the copy queued. Counts go to r. */
+static void plan_demotion(kv_cache *kv, kv_seq *s, int pos, int to, kv_retier_record *r) {
+    kv_batch *b = &kv->batch;
+    TKV_ASSERT(tier_of(s->ref[pos]) == BE_T0 && to > BE_T0 && to <= 3);
+    push_recycle(b, s->ref[pos], (int)(s - kv->seq));
     if (to == 3) {
         kv_place(kv, s, pos, BE_SLOT_NONE);
-        s->c.tokens_evicted++;
-    } else {
-        int32_t dst = kv_slot_alloc(kv, to);
-        TKV_ASSERT(dst != BE_SLOT_NONE);
-        be_move m = {src, dst};
-        for (int l = 0; l < kv->o.n_layer; l++) kv->be->ops->copy_moves(kv->be, &kv->pools, &m, 1, l);
-        kv_fence_all(kv); /* src is freed below and may be the new token's slot: its copy must have run */
-        kv_place(kv, s, pos, dst);
-        s->c.bytes_moved_down += kv_token_bytes(kv, BE_T0);
+        r->evicted++;
+        return;
     }
-    kv_slot_drop(kv, src);
-    s->t0_held--;
+    int32_t dst = kv_slot_alloc(kv, to);
+    TKV_ASSERT(dst != BE_SLOT_NONE);
+    grow_moves(&b->moves, &b->cap_moves, b->n_moves + 1);
+    b->moves[b->n_moves++] = (be_move){s->ref[pos], dst};
+    kv_place(kv, s, pos, dst);
+    r->moves++;
+    r->bytes_down += kv_token_bytes(kv, BE_T0);
+}
+
+/* Tier changes made between re-tierings (room in T0 for a new token, a baseline's evictions): the n
+ * positions pos[] of s leave T0 for `to` as a batch of their own, planned and run to its end like a
+ * re-tiering's, so their slots are freed in the same place, after the copies that read them. No
+ * batch may be in flight. Counts go to r. */
+static void demote_now(kv_cache *kv, kv_seq *s, const int32_t *pos, int n, int to, kv_retier_record *r) {
+    TKV_ASSERT(!kv->batch.active);
+    for (int i = 0; i < n; i++) plan_demotion(kv, s, pos[i], to, r);
+    defer_recycled(kv, (int)(s - kv->seq));
+    start_batch(kv);
+    kv_complete_batch(kv);
+}
+
+/* Moves token pos of s out of T0 now, to the policy's overflow tier (a sync demotion). */
+static void demote_sync(kv_cache *kv, kv_seq *s, int pos) {
+    kv_retier_record r = {0};
+    int32_t p = pos;
+    demote_now(kv, s, &p, 1, kv->ops->overflow_tier, &r);
+    s->c.tokens_evicted += r.evicted;
+    s->c.bytes_moved_down += r.bytes_down;
     s->c.sync_demotions++;
-    kv->tables_gen++;
+}
+
+void kv_evict_now(kv_cache *kv, kv_seq *s, const int32_t *pos, int n) {
+    kv_retier_record r = {0};
+    demote_now(kv, s, pos, n, 3, &r);
+    s->c.tokens_evicted += r.evicted;
 }
 
 static double norm_of(const kv_seq *s) {
@@ -236,7 +277,7 @@ int32_t kv_t0_slot_for_new(kv_cache *kv, kv_seq *s, char *err, size_t errlen) {
                             "kv: T0 budget of %d tokens is full of protected or unwritten tokens at position %d "
                             "(%d prompt tokens, sinks %d, window %d)",
                             kv_t0_budget(kv, s, new_len, NULL), s->len, s->n_prompt, kv->o.sinks, kv->window), BE_SLOT_NONE;
-        demote_sync(kv, vs, v, kv->ops->overflow_tier);
+        demote_sync(kv, vs, v);
     }
 }
 
@@ -248,7 +289,7 @@ void kv_trim_t0(kv_cache *kv, kv_seq *s) {
         }
         int v = pick_victim(kv, s, s->len, NULL);
         if (v < 0) return;
-        demote_sync(kv, s, v, kv->ops->overflow_tier);
+        demote_sync(kv, s, v);
     }
 }
 
@@ -287,26 +328,10 @@ static void select_targets(kv_cache *kv, kv_seq *s, int nprot, int room0) {
 
 /* Pass 1: tokens leaving T0. Their T0 slots go to the recycle list. */
 static void plan_demotions(kv_cache *kv, kv_seq *s) {
-    kv_batch *b = &kv->batch;
-    int64_t tb0 = kv_token_bytes(kv, BE_T0);
-    int q = (int)(s - kv->seq);
     for (int i = 0; i < s->len; i++) {
         int from = tier_of(s->ref[i]), to = s->target[i];
         TKV_ASSERT(to <= 3 && (from != 3 || to == 3) && (!s->prot[i] || to == BE_T0));
-        if (from != BE_T0 || to == BE_T0) continue;
-        push_recycle(b, s->ref[i], q);
-        if (to == 3) {
-            kv_place(kv, s, i, BE_SLOT_NONE);
-            s->rec.evicted++;
-        } else {
-            int32_t dst = kv_slot_alloc(kv, to);
-            TKV_ASSERT(dst != BE_SLOT_NONE);
-            grow_moves(&b->moves, &b->cap_moves, b->n_moves + 1);
-            b->moves[b->n_moves++] = (be_move){s->ref[i], dst};
-            kv_place(kv, s, i, dst);
-            s->rec.moves++;
-            s->rec.bytes_down += tb0;
-        }
+        if (from == BE_T0 && to != BE_T0) plan_demotion(kv, s, i, to, &s->rec);
     }
 }
 
@@ -347,18 +372,6 @@ static void plan_rest(kv_cache *kv, kv_seq *s, int any) {
         b->rest[b->n_rest++] = (be_move){s->ref[i], dst};
         kv_place(kv, s, i, dst);
         s->rec.moves++;
-    }
-}
-
-/* What the batch gave back to the pools once it completes: recycled slots nobody took. */
-static void defer_recycled(kv_cache *kv, int only_seq) {
-    kv_batch *b = &kv->batch;
-    for (int k = b->n_recycle - 1; k >= 0; k--) {
-        if (only_seq >= 0 && b->recycle_seq[k] != only_seq) continue;
-        push_deferred(b, b->recycle[k], b->recycle_seq[k]);
-        b->recycle[k] = b->recycle[b->n_recycle - 1];
-        b->recycle_seq[k] = b->recycle_seq[b->n_recycle - 1];
-        b->n_recycle--;
     }
 }
 

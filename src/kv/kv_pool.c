@@ -12,7 +12,7 @@
 
 #include "base/err.h"
 #include "base/meminfo.h"
-#include "kv/kv_internal.h"
+#include "kv/kv_pool.h"
 
 /* The pool layout of each tier: element format, memory, layer dimension. */
 static void tier_layout(const kv_cache *kv, int t, be_kv_fmt *fmt, be_mem *mem, int *layers) {

@@ -5,11 +5,12 @@
  * rows of every staged position of the batch into their stage slots (the STAGE pool is layer-less).
  * kv_view_layer builds host row pointers from the same tables, for tests and host readers; the
  * baselines read f32 keys through the backend's kv_read. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
-#include "kv/kv_internal.h"
+#include "kv/kv_view.h"
 
 static int staged_tier(const kv_cache *kv, int32_t ref) {
     if (ref == BE_SLOT_NONE) return 0;
@@ -37,13 +38,70 @@ void kv_att_update(kv_cache *kv, kv_seq *s, int pos) {
     s->att[pos] = r;
 }
 
-const int32_t *kv_attn_slots(const kv_cache *kv, int seq) { return kv_get_seq(kv, seq)->att; }
+void kv_set_keep(const kv_cache *kv, kv_seq *s, int pos, uint8_t v) {
+    if (!s->keep) return;
+    size_t stride = (size_t)kv_keep_stride(kv);
+    for (size_t r = 0; r < (size_t)kv->o.n_layer * kv->o.n_head_kv; r++) s->keep[r * stride + pos] = v;
+}
 
-int kv_keep_stride(const kv_cache *kv) { return kv->o.n_ctx; }
-
-const uint8_t *kv_attn_keep(const kv_cache *kv, int seq, int layer) {
-    const kv_seq *s = kv_get_seq(kv, seq);
+static const uint8_t *attn_keep(const kv_cache *kv, const kv_seq *s, int layer) {
     return s->keep_used ? s->keep + (size_t)layer * kv->o.n_head_kv * (size_t)kv_keep_stride(kv) : NULL;
+}
+
+/* The tables_gen of one table (backend.h: equal values promise equal slot tables, lengths and keep
+ * masks): a new value when the cache's tables changed, the tokens' sequences or positions differ
+ * from the last table's, or (with keep masks, which differ per layer) the layer does. Values are
+ * unique in the process, so caches sharing a backend never hand it one another's value. */
+static uint64_t table_gen(kv_cache *kv, int layer, const int *seq, const int *pos, int n, int masks) {
+    static _Atomic uint64_t next = 1;
+    kv_attn_memo *m = &kv->att_memo;
+    int kl = masks ? layer : -1, same = m->gen && m->kv_gen == kv->tables_gen && m->n == n && m->layer == kl;
+    for (int i = 0; i < n && same; i++) same = m->seq[i] == seq[i] && m->pos[i] == pos[i];
+    if (!same) {
+        m->gen = atomic_fetch_add(&next, 1);
+        m->kv_gen = kv->tables_gen, m->n = n, m->layer = kl;
+        memcpy(m->seq, seq, (size_t)n * sizeof *seq);
+        memcpy(m->pos, pos, (size_t)n * sizeof *pos);
+    }
+    return m->gen;
+}
+
+void kv_attn_table(kv_cache *kv, int layer, const int *seq, const int *pos, int n, be_attn *a) {
+    kv_attn_memo *m = &kv->att_memo;
+    if (n > m->cap) {
+        int c = n > 2 * m->cap ? n : 2 * m->cap;
+        free(m->slots), free(m->keep), free(m->n_pos), free(m->seq), free(m->pos);
+        m->slots = tkv_xcalloc((size_t)c, sizeof *m->slots);
+        m->keep = tkv_xcalloc((size_t)c, sizeof *m->keep);
+        m->n_pos = tkv_xcalloc((size_t)c, sizeof *m->n_pos);
+        m->seq = tkv_xcalloc((size_t)c, sizeof *m->seq);
+        m->pos = tkv_xcalloc((size_t)c, sizeof *m->pos);
+        m->cap = c, m->gen = 0;
+    }
+    int masks = 0;
+    for (int i = 0; i < n; i++) {
+        const kv_seq *s = kv_get_seq(kv, seq[i]);
+        TKV_ASSERT(pos[i] >= 0 && pos[i] < s->len);
+        m->slots[i] = s->att;
+        m->keep[i] = attn_keep(kv, s, layer);
+        m->n_pos[i] = pos[i] + 1;
+        masks |= m->keep[i] != NULL;
+    }
+    a->n_tok = n;
+    a->layer = layer;
+    a->pools = &kv->pools;
+    a->slots = m->slots;
+    a->n_pos = m->n_pos;
+    a->keep = m->keep;
+    a->keep_stride = kv_keep_stride(kv);
+    a->mass_mode = kv->ops->tiered ? BE_MASS_HEADS : BE_MASS_NONE;
+    a->tables_gen = table_gen(kv, layer, seq, pos, n, masks);
+}
+
+void kv_attn_mass(kv_cache *kv, int layer, const int *seq, const int *pos, int n, const float *w, int stride) {
+    if (!kv->ops->tiered) return;
+    size_t per = (size_t)kv->o.n_head * (size_t)stride;
+    for (int i = 0; i < n; i++) kv_observe(kv, seq[i], layer, pos[i], w + (size_t)i * per, stride);
 }
 
 /* Copies layer `layer` of every staged position of s into its stage slot (appended to the list). */
@@ -101,7 +159,7 @@ void kv_view_layer(kv_cache *kv, int seq, int layer, kv_view *out) {
     memset(out, 0, sizeof *out);
     if (kv->o.f16) out->k16 = s->hk, out->v16 = s->hv;
     else out->k = s->vk, out->v = s->vv;
-    out->keep = kv_attn_keep(kv, seq, layer);
+    out->keep = attn_keep(kv, s, layer);
     out->keep_stride = out->keep ? kv_keep_stride(kv) : 0;
     out->n = s->len;
 }

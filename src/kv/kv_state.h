@@ -1,12 +1,16 @@
-/* kv_internal.h — the state behind kv.h, shared by the KV module's files. Not for use outside src/kv.
+/* kv_state.h — the state behind kv.h: the data every file of the KV module reads (no functions but
+ * inline accessors). Not for use outside src/kv. Each file's functions are declared in its own header,
+ * and the files are layered: each includes only the headers of the files below it.
  *
- *   kv.c         the interface: init/free, sequences in and out, appends, observe, the call's end
- *   kv_pool.c    mechanism: pools of slots per tier (chunks, free lists, holders), who is where
+ *   kv.c, kv_stats.c, kv_check.c   the interface (init/free, sequences in and out, appends,
+ *                observe, the call's end), reporting and the consistency checker
+ *   kv_baselines.c  (kv_hooks.h) the own-budget policies' hooks run on the cache
+ *   kv_plan.c    the planner: scores + budgets -> target tiers -> batches of moves; every tier change
  *   kv_budget.c  budgets and protection, option checks, admission, the plan for `tierkv plan`
- *   kv_plan.c    the planner: scores + budgets -> target tiers -> one batch of moves; sync demotion
- *   kv_view.c    what attention reads: slot tables, staging, host views
- *   kv_xfer.c    the transfer engine thread; kv_baselines.c the baselines' adapter
- *   kv_stats.c, kv_check.c   reporting and the consistency checker
+ *   kv_view.c    what attention reads: slot tables, keep masks, staging, host views
+ *   kv_pool.c    mechanism: pools of slots per tier (chunks, free lists, holders), who is where
+ *   kv_xfer.c    the transfer engine thread (knows nothing of tiers)
+ *   kv_policy.c, policy_*.c   the policies (kv_policy.h: pure functions over plain data)
  *
  * Invariants (kv_check verifies them):
  *   - ref[pos] is the token's location *after* the last planned re-tiering; while a batch is in
@@ -23,10 +27,11 @@
  *   - hook-only policies (the baselines) protect nothing and use only T0 and T3: no (layer, kv head)
  *     row holds more than the limit their last step reported (plus the tokens appended since), a T3
  *     position is held by no row, and a T0 position by at least one (else its slot would be freed). */
-#ifndef TKV_KV_INTERNAL_H
-#define TKV_KV_INTERNAL_H
+#ifndef TKV_KV_STATE_H
+#define TKV_KV_STATE_H
 #include <stdint.h>
 
+#include "base/err.h"
 #include "kv/kv.h"
 #include "kv/kv_policy.h"
 #include "kv/kv_xfer.h"
@@ -122,6 +127,15 @@ typedef struct {
     int64_t bl_held_rows;     /* (layer, kv head, position) triples held after it */
 } kv_seq;
 
+/* The last attention table handed out (kv_attn_table): its arrays, and what its tables_gen stood for. */
+typedef struct {
+    const int32_t **slots;
+    const uint8_t **keep;
+    int *n_pos, *seq, *pos;   /* [cap] */
+    int cap, n, layer;
+    uint64_t gen, kv_gen;
+} kv_attn_memo;
+
 struct kv_cache {
     kv_options o;
     const kv_policy_ops *ops;
@@ -140,7 +154,8 @@ struct kv_cache {
     kv_batch batch;
     kv_xfer *xfer;            /* NULL when sync_transfers or nothing ever moves */
     int steps_since;          /* KV_B_SHARED: decode steps since the last re-tiering of all */
-    uint64_t tables_gen;
+    uint64_t tables_gen;      /* bumps when any slot table may have changed: after appends and moves */
+    kv_attn_memo att_memo;
     int64_t stage_bytes_layer;/* bytes one staged row pair takes (for bytes_staged) */
     be_move *stage_moves;     /* [cap] stage copies of one layer */
     int cap_stage_moves;
@@ -156,84 +171,12 @@ struct kv_cache {
     int cap_mark;
 };
 
-/* ---- kv_pool.c ---- */
-int kv_pools_init(kv_cache *kv, char *err, size_t errlen);
-/* Admission by memory: the host bytes a sequence of n_ctx positions may take at its full length
- * (its K/V rows in the costliest tier it can use, and its per-position metadata) in *bytes; -1 with
- * the numbers when that, with what the live sequences may still take beyond the chunks already
- * allocated, exceeds the memory available (tkv_mem_available). */
-int kv_pools_admit(const kv_cache *kv, int n_ctx, int64_t *bytes, char *err, size_t errlen);
-void kv_pools_free(kv_cache *kv);
-/* Grows every pool to the slots its live sequences may need at their full lengths (tp[t].reserved),
- * so that no step allocates: before a sequence's first step. -1 with a message when memory is out. */
-int kv_pools_reserve(kv_cache *kv, char *err, size_t errlen);
-/* A fresh slot of tier t for sequence seq (holders 1), growing the pool by a chunk when needed;
- * BE_SLOT_NONE when the tier is at its cap. Aborts (with a message) when memory runs out. */
-int32_t kv_slot_alloc(kv_cache *kv, int tier);
-/* One more holder of a slot (a shared prefix). */
-void kv_slot_hold(kv_cache *kv, int32_t ref);
-/* One holder fewer; the slot returns to its pool's free list at zero. Returns the holders left. */
-int kv_slot_drop(kv_cache *kv, int32_t ref);
-int kv_slot_holders(const kv_cache *kv, int32_t ref);
-/* Records the T0 peak after any change of its use. */
-void kv_pool_note_peak(kv_cache *kv, int tier);
-
-/* ---- kv_budget.c ---- */
-int kv_validate(const kv_options *o, const kv_policy_ops *ops, int *mode, int *seq_tokens, int64_t *shared_tokens,
-                char *err, size_t errlen);
-/* T0 budget in tokens of sequence s at length len (raised to the protected tokens, *raised set). */
-int kv_t0_budget(const kv_cache *kv, const kv_seq *s, int len, int *raised);
-/* Number of protected positions at length len. */
-int kv_prot_count(const kv_cache *kv, const kv_seq *s, int len);
-/* Demotes s's lowest-scored unprotected T0 tokens (sync) until s is within its own T0 budget: at the
- * end of a forward call, for an unpinned prompt whose chunk T0 held while it was being written. */
-void kv_trim_t0(kv_cache *kv, kv_seq *s);
-int kv_is_protected(const kv_cache *kv, const kv_seq *s, int pos, int len);
-/* T0 tokens a sequence of n_ctx positions with an n_prompt-token prompt must be able to hold. */
-int kv_reserve_need(const kv_cache *kv, int n_ctx, int n_prompt);
-/* The most slots of pool t (BE_T0..BE_STAGE) one sequence of n_ctx positions with an n_prompt-token
- * prompt may hold: what kv_pools_reserve reserves for it (0: it never uses the pool; a shared T0 is
- * allocated whole at init and counts 0 here). A bound that proves short only means a later growth. */
-int kv_tier_bound(const kv_cache *kv, int t, int n_ctx, int n_prompt);
-/* The baselines' budget in tokens at length len. */
-int kv_bl_budget(const kv_cache *kv, int len);
-/* Bytes of one (layer, kv head) row of one token: K and V, f32 or fp16. */
-int64_t kv_row_bytes(const kv_cache *kv);
-int kv_ratio_tokens(double r, int len);
-
-/* ---- kv.c ---- */
-/* Sets the keep mask of position pos for every layer and kv head (head-wise policies only). */
-void kv_set_keep(const kv_cache *kv, kv_seq *s, int pos, uint8_t v);
-
-/* ---- kv_plan.c ---- */
-/* Position pos of s now lives at ref (BE_SLOT_NONE: evicted): tier counts, lossy flag, stage slot
- * and keep masks follow. The old slot is the caller's to release or defer. */
-void kv_place(kv_cache *kv, kv_seq *s, int pos, int32_t ref);
-/* Re-tiers the sequences seqs[0..n) (all live ones in the shared mode) into one batch and starts it. */
-void kv_retier(kv_cache *kv, const int *seqs, int n);
-/* Waits for the batch in flight and frees its source slots. */
-void kv_complete_batch(kv_cache *kv);
-/* Finds a T0 slot for the token being appended to s at position s->len (prompt flag already set). */
-int32_t kv_t0_slot_for_new(kv_cache *kv, kv_seq *s, char *err, size_t errlen);
-/* Orders the compute queue after every copy submitted so far, on every layer (before slots that
- * copies read are freed). */
-void kv_fence_all(kv_cache *kv);
-/* The per-layer fence: waits until the batch in flight has finished layer `layer`. */
-void kv_fence(kv_cache *kv, int layer);
-
-/* ---- kv_view.c ---- */
-/* Position pos of s moved (ref changed): its attention entry and stage slot follow. */
-void kv_att_update(kv_cache *kv, kv_seq *s, int pos);
-/* Releases s's stage slot of pos, if any. */
-void kv_att_release(kv_cache *kv, kv_seq *s, int pos);
-
-/* ---- kv_baselines.c (through the policy hooks) ---- */
-void kv_policy_step(kv_cache *kv, int seq);
-
 static inline kv_seq *kv_get_seq(const kv_cache *kv, int seq) {
-    extern void tkv_assert_fail(const char *, const char *, int) __attribute__((noreturn));
     if (!(seq >= 0 && seq < kv->o.n_seq && kv->seq[seq].live)) tkv_assert_fail("live sequence", __FILE__, __LINE__);
     return &kv->seq[seq];
 }
+
+/* Positions per (layer, kv head) row of the keep masks. */
+static inline int kv_keep_stride(const kv_cache *kv) { return kv->o.n_ctx; }
 
 #endif

@@ -1,0 +1,130 @@
+/* split.c — split attention over two backends: T0 and STAGE where the backend computes, T1 on the host
+ * backend where its rows lie, the two partial results merged by log-sum-exp on the host. Only the
+ * queries and the partial results cross between the two, never a T1 row. Generic over backends:
+ * it calls their ops and nothing else.
+ *
+ * On a backend that is not host memory (not `unified`) the backend's part is written into its own
+ * buffers (o, m, l, the weights) and read back into pinned host memory; queries are read back once
+ * for the host part, and the merged output uploaded. On a unified backend (the CPU) both parts are
+ * host memory and nothing is copied. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "base/err.h"
+
+struct be_split {
+    be_backend *be, *host;
+    int max_tok, n_head, head_dim, max_pos;
+    /* part 0 (the backend's, read back) in its pinned memory; part 1 and att1 plain host memory */
+    float *part_m[2], *part_l[2], *part_o[2];
+    float *att1;           /* [max_tok][n_head][max_pos] the host part's weights */
+    void *host_scratch;
+    /* not unified only: */
+    float *q_host, *o_host; /* pinned */
+    float *att_host;        /* pinned: the backend part's weights, then the merged ones */
+    float *dpart_m, *dpart_l; /* the backend's part's m and l, in its memory */
+};
+
+static size_t mass_elems(int max_tok, int n_head, int max_pos) { return (size_t)max_tok * n_head * (size_t)max_pos; }
+
+uint64_t be_split_host_bytes(const be_backend *be, const be_backend *host, int max_tok, int n_head, int head_dim,
+                             int max_pos) {
+    size_t nq = (size_t)max_tok * n_head * head_dim, nh = (size_t)max_tok * n_head, A = mass_elems(max_tok, n_head, max_pos);
+    uint64_t b = (uint64_t)A * 4 + (uint64_t)(2 * nq + 4 * nh) * 4 +
+                 host->ops->attention_scratch(host, max_tok, max_pos, n_head, head_dim);
+    if (!be->ops->unified) b += (uint64_t)A * 4 + (uint64_t)2 * nq * 4;
+    return b;
+}
+
+void be_split_free(be_split *sp) {
+    if (!sp) return;
+    const be_ops *op = sp->be->ops;
+    void *pinned[] = {sp->part_m[0], sp->part_l[0], sp->part_o[0], sp->q_host, sp->o_host, sp->att_host};
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
+        if (pinned[i]) op->free(sp->be, pinned[i], BE_MEM_PINNED);
+    if (sp->dpart_m) op->free(sp->be, sp->dpart_m, BE_MEM_DEVICE);
+    if (sp->dpart_l) op->free(sp->be, sp->dpart_l, BE_MEM_DEVICE);
+    free(sp->part_m[1]), free(sp->part_l[1]), free(sp->part_o[1]);
+    free(sp->att1), free(sp->host_scratch);
+    free(sp);
+}
+
+be_split *be_split_new(be_backend *be, be_backend *host, int max_tok, int n_head, int head_dim, int max_pos, char *err,
+                       size_t errlen) {
+    if (!host) {
+        tkv_errf(err, errlen, "split attention needs a host backend for T1");
+        return NULL;
+    }
+    be_split *sp = tkv_xcalloc(1, sizeof *sp);
+    sp->be = be, sp->host = host, sp->max_tok = max_tok, sp->n_head = n_head, sp->head_dim = head_dim;
+    sp->max_pos = max_pos;
+    const be_ops *op = be->ops;
+    size_t nq = (size_t)max_tok * n_head * head_dim, nh = (size_t)max_tok * n_head, A = mass_elems(max_tok, n_head, max_pos);
+    sp->att1 = tkv_xmalloc(A * 4);
+    sp->part_m[1] = tkv_xmalloc(nh * 4);
+    sp->part_l[1] = tkv_xmalloc(nh * 4);
+    sp->part_o[1] = tkv_xmalloc(nq * 4);
+    sp->host_scratch = tkv_xmalloc(host->ops->attention_scratch(host, max_tok, max_pos, n_head, head_dim));
+    int ok = (sp->part_m[0] = op->alloc(be, nh * 4, BE_MEM_PINNED, err, errlen)) &&
+             (sp->part_l[0] = op->alloc(be, nh * 4, BE_MEM_PINNED, err, errlen)) &&
+             (sp->part_o[0] = op->alloc(be, nq * 4, BE_MEM_PINNED, err, errlen));
+    if (ok && !op->unified)
+        ok = (sp->q_host = op->alloc(be, nq * 4, BE_MEM_PINNED, err, errlen)) &&
+             (sp->o_host = op->alloc(be, nq * 4, BE_MEM_PINNED, err, errlen)) &&
+             (sp->att_host = op->alloc(be, A * 4, BE_MEM_PINNED, err, errlen)) &&
+             (sp->dpart_m = op->alloc(be, nh * 4, BE_MEM_DEVICE, err, errlen)) &&
+             (sp->dpart_l = op->alloc(be, nh * 4, BE_MEM_DEVICE, err, errlen));
+    if (!ok) {
+        be_split_free(sp);
+        return NULL;
+    }
+    return sp;
+}
+
+/* dst <- n bytes of backend memory src, through the backend's read (which may return dst itself) */
+static void read_into(be_backend *be, void *dst, const void *src, size_t n) {
+    const void *r = be->ops->read(be, src, n, dst);
+    if (r != dst) memcpy(dst, r, n);
+}
+
+const float *be_split_attention(be_split *sp, const be_attn *a, void *scratch) {
+    be_backend *be = sp->be, *host = sp->host;
+    int nt = a->n_tok, H = a->n_head, uni = be->ops->unified;
+    TKV_ASSERT(nt >= 1 && nt <= sp->max_tok && H == sp->n_head && a->head_dim == sp->head_dim &&
+               a->mass_stride <= sp->max_pos);
+    size_t Q = (size_t)H * a->head_dim, nh = (size_t)nt * H, nw = nh * (size_t)a->mass_stride;
+    int heads = a->mass_mode == BE_MASS_HEADS ? H : 0;
+    TKV_ASSERT(a->mass_mode == BE_MASS_NONE || heads);
+    be_attn_part p0 = {sp->part_o[0], sp->part_m[0], sp->part_l[0], heads ? (uni ? a->mass : sp->att_host) : NULL};
+    be_attn_part p1 = {sp->part_o[1], sp->part_m[1], sp->part_l[1], heads ? sp->att1 : NULL};
+    be_attn_part d0 = uni ? p0 : (be_attn_part){a->o, sp->dpart_m, sp->dpart_l, heads ? a->mass : NULL};
+    be_attn a0 = *a;
+    a0.tiers = (1u << BE_T0) | (1u << BE_STAGE);
+    a0.part = &d0;
+    be->ops->attention(be, &a0, scratch);
+    if (!uni) {
+        read_into(be, p0.o, d0.o, nt * Q * 4);
+        read_into(be, p0.m, d0.m, nh * 4);
+        read_into(be, p0.l, d0.l, nh * 4);
+        if (heads) read_into(be, sp->att_host, a->mass, nw * 4);
+    }
+    be_attn a1 = *a;
+    if (!uni) {
+        read_into(be, sp->q_host, a->q, nt * Q * 4);
+        a1.q = sp->q_host;
+    }
+    a1.tiers = 1u << BE_T1;
+    a1.mass = sp->att1;
+    a1.part = &p1;
+    a1.tables_gen = 0;
+    host->ops->attention(host, &a1, sp->host_scratch);
+    be_attn_part parts[2] = {p0, p1};
+    float *o = uni ? a->o : sp->o_host;
+    host->ops->attention_merge(host, o, parts, 2, nt, H, a->head_dim, heads, a->mass_stride, a->n_pos);
+    if (!uni) be->ops->upload(be, a->o, o, nt * Q * 4);
+    if (!heads) return NULL;
+    /* the parts' weights sit on disjoint positions: their sum is the whole softmax */
+    for (size_t i = 0; i < nw; i++) p0.mass[i] += sp->att1[i];
+    return p0.mass;
+}
