@@ -1,4 +1,4 @@
-/* kvq_measure.c — the error of every T2 codec (backend/cpu/kvq.h) on K and V rows, for
+/* kvq_measure.c — the error of every T2 codec (codec/kvq.h) on K and V rows, for
  * docs/T2-CODECS.md. Not a benchmark of speed and not a test: it prints one table.
  *
  *   build/bench/kvq_measure                     synthetic rows shaped like Qwen2's (below)
@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/kvq.h"
+#include "codec/kvq.h"
 #include "base/err.h"
 #include "eval/eval.h"
 #include "engine/engine.h"

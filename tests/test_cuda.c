@@ -29,7 +29,7 @@
 #include "backend/cuda/cuda_plan.h"
 #include "backend/cuda/cuda_wlayout.h"
 #include "base/half.h"
-#include "backend/cpu/kv_codec.h"
+#include "codec/kvq.h"
 #include "t.h"
 #ifdef TKV_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -153,7 +153,7 @@ static void rec_encode(uint8_t *rec, be_kv_fmt f, int nkv, int hd, const float *
             for (int i = 0; i < kd; i++) { uint16_t h = tkv_f32_to_f16(x[i]); memcpy(rec + ((size_t)part * kd + i) * 2, &h, 2); }
         else {
             float sc[64];
-            kv_q8_encode_row(x, nkv, hd, (int8_t *)rec + (size_t)part * kd, sc);
+            kvq_q8h_encode(x, nkv, hd, (int8_t *)rec + (size_t)part * kd, sc);
             memcpy(rec + 2 * (size_t)kd + (size_t)part * nkv * 4, sc, (size_t)nkv * 4);
         }
     }
@@ -169,7 +169,7 @@ static void rec_decode(const uint8_t *rec, be_kv_fmt f, int nkv, int hd, float *
         else {
             float sc[64];
             memcpy(sc, rec + 2 * (size_t)kd + (size_t)part * nkv * 4, (size_t)nkv * 4);
-            kv_q8_decode_row((const int8_t *)rec + (size_t)part * kd, sc, nkv, hd, x);
+            kvq_q8h_decode((const int8_t *)rec + (size_t)part * kd, sc, nkv, hd, x);
         }
     }
 }

@@ -1,4 +1,4 @@
-/* test_kvq.c — the T2 codecs (backend/cpu/kvq.h) against their stated bounds.
+/* test_kvq.c — the T2 codecs (codec/kvq.h) against their stated bounds.
  * kvq_names: names, parsing, supported head dims (with reasons) and record sizes.
  * kvq_hand: records worked out by hand (layouts, bf16 scales, ties to even, q4b's level -8).
  * kvq_signs / kvq_rotation: the sign table is splitmix64's, the rotation is H D / sqrt(n) (against
@@ -7,7 +7,8 @@
  * kvq_roundtrip: every codec on random rows (head_dim 32..256, n_head_kv 1..8, magnitudes 1e-30..
  *   1e30, outlier channels): every element within kvq_error_bound of its head, and the bound itself
  *   no looser than its closed form (so a vacuous bound fails too).
- * kvq_q8h_is_old: q8h records and decodes equal kv_codec.c's bit for bit.
+ * kvq_q8h_split: q8h on split storage (kvq_q8h_*) equals its record bit for bit, and both equal a
+ *   plain reference of the per-head codec (amax / 127, x * (127 / amax) rounded to nearest).
  * kvq_special: zeros decode to +0; NaN/inf, tiny and huge groups follow the documented rules.
  * kvq_scores: |q . k - q . k^| <= ||q||_1 e_head.
  * kvq_avx2: the AVX2 decode equals the generic one bit for bit (and writes nothing past the row). */
@@ -15,9 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/kvq.h"
 #include "backend/cpu/ops.h"
-#include "backend/cpu/kv_codec.h"
+#include "codec/kvq.h"
 #include "t.h"
 
 static uint64_t rs = 0x2545f4914f6cdd1dull;
@@ -255,10 +255,25 @@ TEST(kvq_bound_is_tight) {
     }
 }
 
-TEST(kvq_q8h_is_old) {
+/* The per-head codec as plainly written as it can be (finite rows): scale amax / 127, quants
+ * x * (127 / amax) rounded to nearest, clamped to +-127. */
+static void ref_q8h(const float *x, int G, int hd, int8_t *q, float *sc) {
+    for (int g = 0; g < G; g++) {
+        float amax = 0.0f;
+        for (int i = 0; i < hd; i++) amax = fmaxf(amax, fabsf(x[g * hd + i]));
+        int zero = !(amax > 0.0f) || !isfinite(127.0f / amax);
+        sc[g] = zero ? 0.0f : amax / 127.0f;
+        for (int i = 0; i < hd; i++) {
+            long r = zero ? 0 : lrintf(x[g * hd + i] * (127.0f / amax));
+            q[g * hd + i] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
+        }
+    }
+}
+
+TEST(kvq_q8h_split) {
     static float x[MAXD], y[MAXD], yo[MAXD];
-    static int8_t qo[MAXD];
-    float so[8];
+    static int8_t qo[MAXD], qr[MAXD];
+    float so[8], sr[8];
     static uint8_t rec[MAXD + 64];
     static const int hds[] = {64, 128, 80};
     for (int h = 0; h < 3; h++)
@@ -269,10 +284,12 @@ TEST(kvq_q8h_is_old) {
                 if (m == 0) memset(x, 0, sizeof(float) * hd); /* an all-zero head */
                 if (m == 5) x[n - 1] = 1e-38f;                /* a subnormal-range value */
                 kvq_encode_row(KVQ_Q8H, x, G, hd, rec);
-                kv_q8_encode_row(x, G, hd, qo, so);
+                kvq_q8h_encode(x, G, hd, qo, so);
+                ref_q8h(x, G, hd, qr, sr);
                 CHECK(memcmp(rec, qo, (size_t)n) == 0 && memcmp(rec + n, so, sizeof(float) * G) == 0);
+                CHECK(memcmp(qr, qo, (size_t)n) == 0 && memcmp(sr, so, sizeof(float) * G) == 0);
                 kvq_decode_row(KVQ_Q8H, rec, G, hd, y);
-                kv_q8_decode_row(qo, so, G, hd, yo);
+                kvq_q8h_decode(qo, so, G, hd, yo);
                 CHECK(memcmp(y, yo, sizeof(float) * n) == 0);
             }
     /* near ties: x = (j + 1/2) * amax / 127, where the rounding depends on every f32 operation */
@@ -281,8 +298,8 @@ TEST(kvq_q8h_is_old) {
         x[0] = a;
         for (int i = 1; i < 128; i++) x[i] = ((float)(i - 1) + 0.5f) * (a / 127.0f) * (i % 2 ? 1.0f : -1.0f);
         kvq_encode_row(KVQ_Q8H, x, 1, 128, rec);
-        kv_q8_encode_row(x, 1, 128, qo, so);
-        CHECK(memcmp(rec, qo, 128) == 0 && memcmp(rec + 128, so, sizeof(float)) == 0);
+        ref_q8h(x, 1, 128, qr, sr);
+        CHECK(memcmp(rec, qr, 128) == 0 && memcmp(rec + 128, sr, sizeof(float)) == 0);
     }
 }
 
@@ -373,7 +390,7 @@ TEST(kvq_avx2) {
                     CHECK(((uint32_t *)y1)[n] == 0xffffffffu); /* nothing written past the row */
                 }
         }
-    /* the backend's own q8h record (kv_codec.h) the same way */
+    /* q8h on split storage (the backend's Q8_HEAD record) the same way */
     static int8_t q[MAXD];
     float sc[8];
     for (int h = 0; h < 6; h++)
@@ -382,11 +399,11 @@ TEST(kvq_avx2) {
                 int hd = hds[h], n = G * hd;
                 fill_row(x, G, hd, powf(10.0f, (float)m), m == 0);
                 if (G == 3) x[hd + 5] = NAN;
-                kv_q8_encode_row(x, G, hd, q, sc);
-                kv_q8_decode_row(q, sc, G, hd, y0);
+                kvq_q8h_encode(x, G, hd, q, sc);
+                kvq_q8h_decode(q, sc, G, hd, y0);
                 memset(y1, 0xff, sizeof y1);
-                kv_q8_decode_row_avx2(q, sc, G, hd, y1);
-                CHECKF(memcmp(y0, y1, sizeof(float) * n) == 0, "kv_codec q8 hd %d G %d", hd, G);
+                kvq_q8h_decode_avx2(q, sc, G, hd, y1);
+                CHECKF(memcmp(y0, y1, sizeof(float) * n) == 0, "q8h split hd %d G %d", hd, G);
                 CHECK(((uint32_t *)y1)[n] == 0xffffffffu);
             }
 }

@@ -1,15 +1,12 @@
-/* backend.c — opening a backend by name, and the KV record formats every backend shares (their sizes
- * are part of the seam: the KV module sizes its pools by them). */
+/* backend.c — the KV record formats every backend shares (their sizes are part of the seam: the KV
+ * module sizes its pools by them). Opening a backend by name is open.c's, the one file that knows
+ * the implementations. */
 #include "backend/backend.h"
 
 #include <string.h>
 
-#include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/kvq.h"
+#include "codec/kvq.h"
 #include "base/err.h"
-#ifdef TKV_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
 
 /* The key and value codecs of the kvq formats (the centred ones store what their twins store). */
 static int codecs_of(be_kv_fmt fmt, kvq_codec *k, kvq_codec *v) {
@@ -80,19 +77,4 @@ int be_kv_fmt_supported(be_kv_fmt fmt, int head_dim, char *err, size_t errlen) {
     kvq_codec kc, vc;
     if (!codecs_of(fmt, &kc, &vc)) return fmt < BE_KV_N_FMT ? 1 : (tkv_errf(err, errlen, "unknown KV format %d", (int)fmt), 0);
     return kvq_supported(kc, head_dim, err, errlen) && kvq_supported(vc, head_dim, err, errlen);
-}
-
-int be_open(const be_params *p, be_backend **out, char *err, size_t errlen) {
-    *out = NULL;
-    const char *name = p && p->name ? p->name : "cpu";
-    if (!strcmp(name, "cpu")) return cpu_backend_open(p, out, err, errlen);
-    if (!strcmp(name, "cpu-async")) return cpu_async_open(p, out, err, errlen); /* for tests: a GPU's ordering */
-    if (!strcmp(name, "cuda")) {
-#ifdef TKV_CUDA
-        return cuda_backend_open(p, out, err, errlen);
-#else
-        return tkv_errf(err, errlen, "backend cuda: this build has no CUDA backend (build it with `make cuda`)");
-#endif
-    }
-    return tkv_errf(err, errlen, "unknown backend '%s' (cpu, cuda; cpu-async for tests)", name);
 }

@@ -1,18 +1,17 @@
 /* cpu_kvcopy.c — the KV record ops of the CPU backend: new tokens' rows written into their slots,
  * rows read back as f32, and the move lists of the transfer engine (one layer at a time), converting
  * between record formats: F32/F16 exactly (fp16 rows widen exactly; f32 -> f16 rounds to nearest
- * even, once, as llama.cpp's f16 cache), to and from Q8_HEAD through f32 with kv_codec, and to and
- * from the other T2 formats through f32 with kvq (the centred ones encode K - centre and add the
- * centre back after decoding: backend.h).
+ * even, once, as llama.cpp's f16 cache), to and from the T2 formats through f32 with the codecs of
+ * codec/kvq.h (Q8_HEAD with kvq_q8h_*, on its split record; the centred ones encode K - centre and
+ * add the centre back after decoding: backend.h).
  * A record is K then V (each kv_dim values), and for Q8_HEAD their per-head scales after both.
  * copy_moves may run on the transfer thread: it reads pool chunk arrays that never move. */
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/kv_codec.h"
-#include "backend/cpu/kvq.h"
 #include "base/err.h"
 #include "base/half.h"
+#include "codec/kvq.h"
 
 #define MAX_DIM 8192 /* kv_dim at most (checked by the KV module's options) */
 
@@ -47,7 +46,7 @@ static void rec_get(cpu_isa isa, be_kv_fmt fmt, const uint8_t *rec, int which, i
         float sc[1024];
         TKV_ASSERT(n_head_kv <= 1024);
         memcpy(sc, rec + 2 * kd + (size_t)which * n_head_kv * 4, (size_t)n_head_kv * 4);
-        (isa >= CPU_ISA_AVX2 ? kv_q8_decode_row_avx2 : kv_q8_decode_row)((const int8_t *)(rec + (size_t)which * kd), sc,
+        (isa >= CPU_ISA_AVX2 ? kvq_q8h_decode_avx2 : kvq_q8h_decode)((const int8_t *)(rec + (size_t)which * kd), sc,
                                                                          n_head_kv, head_dim, buf);
     }
     }
@@ -78,7 +77,7 @@ static void rec_put(const cpu_f32_ops *ops, be_kv_fmt fmt, uint8_t *rec, int whi
     default: {
         float sc[1024];
         TKV_ASSERT(n_head_kv <= 1024);
-        kv_q8_encode_row(x, n_head_kv, head_dim, (int8_t *)(rec + (size_t)which * kd), sc);
+        kvq_q8h_encode(x, n_head_kv, head_dim, (int8_t *)(rec + (size_t)which * kd), sc);
         memcpy(rec + 2 * kd + (size_t)which * n_head_kv * 4, sc, (size_t)n_head_kv * 4);
     }
     }

@@ -6,10 +6,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend/cpu/kvq.h"
-#include "backend/cpu/kvq_impl.h"
+#include "codec/kvq.h"
 #include "base/err.h"
 #include "base/half.h"
+#include "codec/kvq_impl.h"
 
 const kvq_info kvq_infos[KVQ_N] = {
     [KVQ_Q8H] = {"q8h", KVQ_K_Q8H, 0},   [KVQ_Q8B] = {"q8b", KVQ_K_Q8B, 0},
@@ -64,7 +64,7 @@ static float amax_of(const float *x, int n) {
 static int block_in_range(float amax) { return amax >= KVQ_AMAX_MIN && amax <= KVQ_AMAX_MAX; }
 static int clampi(long r, int lo, int hi) { return r < lo ? lo : r > hi ? hi : (int)r; }
 
-/* q8h: the old per-head codec, the same f32 operations. Returns the scale. */
+/* q8h: one group (a head), symmetric, round to nearest. Returns the scale. */
 static float q8h_encode(const float *x, int n, int8_t *q) {
     float amax = amax_of(x, n);
     if (!(amax > 0.0f) || !isfinite(amax) || !isfinite(127.0f / amax)) {
@@ -74,6 +74,18 @@ static float q8h_encode(const float *x, int n, int8_t *q) {
     float s = amax / 127.0f, inv = 127.0f / amax;
     for (int i = 0; i < n; i++) q[i] = (int8_t)clampi(lrintf(x[i] * inv), -127, 127);
     return s;
+}
+
+static void q8h_decode(const int8_t *q, int n, float s, float *y) {
+    for (int i = 0; i < n; i++) y[i] = (float)q[i] * s;
+}
+
+void kvq_q8h_encode(const float *x, int n_head_kv, int head_dim, int8_t *q, float *scales) {
+    for (int g = 0; g < n_head_kv; g++) scales[g] = q8h_encode(x + (size_t)g * head_dim, head_dim, q + (size_t)g * head_dim);
+}
+
+void kvq_q8h_decode(const int8_t *q, const float *scales, int n_head_kv, int head_dim, float *y) {
+    for (int g = 0; g < n_head_kv; g++) q8h_decode(q + (size_t)g * head_dim, head_dim, scales[g], y + (size_t)g * head_dim);
 }
 
 /* The stored scale of a block (bf16 bits, 0 for a block stored as zeros), shared by encode and bound. */
@@ -148,7 +160,7 @@ void kvq_encode_row(kvq_codec c, const float *x, int n_head_kv, int head_dim, vo
     if (in->kind == KVQ_K_Q8H) {
         for (int g = 0; g < n_head_kv; g++) {
             float s = q8h_encode(x + (size_t)g * head_dim, head_dim, (int8_t *)r + (size_t)g * head_dim);
-            memcpy(r + n + 4 * (size_t)g, &s, 4);
+            memcpy(r + n + 4 * (size_t)g, &s, 4); /* a record is not aligned */
         }
         return;
     }
@@ -174,8 +186,7 @@ void kvq_decode_row(kvq_codec c, const void *rec, int n_head_kv, int head_dim, f
         for (int g = 0; g < n_head_kv; g++) {
             float s;
             memcpy(&s, r + n + 4 * (size_t)g, 4);
-            const int8_t *q = (const int8_t *)r + (size_t)g * head_dim;
-            for (int i = 0; i < head_dim; i++) y[(size_t)g * head_dim + i] = (float)q[i] * s;
+            q8h_decode((const int8_t *)r + (size_t)g * head_dim, head_dim, s, y + (size_t)g * head_dim);
         }
         return;
     }

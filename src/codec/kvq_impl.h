@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/cpu/kvq.h"
+#include "codec/kvq.h"
 
 /* How a block (or q8h group) is quantised. */
 enum { KVQ_K_Q8H, KVQ_K_Q8B, KVQ_K_Q4S };

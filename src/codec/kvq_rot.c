@@ -4,7 +4,7 @@
  * operations in the same order, so both give the same bits. */
 #include <math.h>
 
-#include "backend/cpu/kvq.h"
+#include "codec/kvq.h"
 #include "base/err.h"
 
 /* kvq_signs[w] = output w (w = 0, 1, ...) of splitmix64 seeded with KVQ_SIGN_SEED (test kvq_signs). */

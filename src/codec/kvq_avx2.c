@@ -7,10 +7,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend/cpu/kv_codec.h"
-#include "backend/cpu/kvq_impl.h"
 #include "base/err.h"
 #include "base/half.h"
+#include "codec/kvq_impl.h"
 
 static inline __m256 cvt8(__m128i b8) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b8)); }
 
@@ -70,16 +69,31 @@ static void unrotate(float *x, int n) {
     }
 }
 
+/* Each output is the same single f32 operation as kvq.c's, (float)q * scale: the same bits. */
+void kvq_q8h_decode_avx2(const int8_t *q, const float *scales, int n_head_kv, int head_dim, float *y) {
+    for (int g = 0; g < n_head_kv; g++) {
+        const int8_t *qg = q + (size_t)g * head_dim;
+        float *yg = y + (size_t)g * head_dim;
+        __m256 s = _mm256_set1_ps(scales[g]);
+        int i = 0;
+        for (; i + 8 <= head_dim; i += 8) {
+            __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(qg + i));
+            _mm256_storeu_ps(yg + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), s));
+        }
+        for (; i < head_dim; i++) yg[i] = (float)qg[i] * scales[g];
+    }
+}
+
 void kvq_decode_row_avx2(kvq_codec c, const void *rec, int n_head_kv, int head_dim, float *y) {
     TKV_ASSERT(kvq_supported(c, head_dim, NULL, 0) && n_head_kv >= 1);
     const kvq_info *in = &kvq_infos[c];
     const uint8_t *r = rec;
     size_t n = (size_t)n_head_kv * (size_t)head_dim;
-    if (in->kind == KVQ_K_Q8H) { /* kv_codec's decode, a head at a time: here each scale follows the row */
+    if (in->kind == KVQ_K_Q8H) { /* a head at a time: here each scale follows the row */
         for (int g = 0; g < n_head_kv; g++) {
-            float s;
-            memcpy(&s, r + n + 4 * (size_t)g, 4);
-            kv_q8_decode_row_avx2((const int8_t *)r + (size_t)g * head_dim, &s, 1, head_dim, y + (size_t)g * head_dim);
+            float sc;
+            memcpy(&sc, r + n + 4 * (size_t)g, 4);
+            kvq_q8h_decode_avx2((const int8_t *)r + (size_t)g * head_dim, &sc, 1, head_dim, y + (size_t)g * head_dim);
         }
         return;
     }

@@ -1,10 +1,12 @@
-/* kvq.h — the T2 codecs: one K or V row of one (token, layer), kv_dim = n_head_kv * head_dim f32
+/* kvq.h — the T2 codecs (one place, above the backends: the CPU backend encodes and decodes with
+ * them, the CUDA backend's q8h kernels match them bit for bit, the KV module sizes its pools by them): one K or V row of one (token, layer), kv_dim = n_head_kv * head_dim f32
  * values (head g at [g*head_dim, (g+1)*head_dim)), encoded into a byte record and decoded back.
  * Pure functions of pointers and sizes: no globals but const tables, no allocation, no policy; the
  * KV module and the backend's op table choose which codec a pool uses (not wired here).
  *
  * Codecs (names are CLI values; keep them stable):
- *   q8h   int8, one f32 scale per head: kv_codec.c's kv_q8_encode_row, bit for bit (see below).
+ *   q8h   int8, one f32 scale per head (the paper's). Also on split storage (kvq_q8h_*): the
+ *         BE_KV_Q8_HEAD record keeps K's and V's quants apart from their scales.
  *   q8b   int8 in blocks of 32 values, one bf16 scale per block, symmetric.
  *   q8bh  per head, the rotation R = H D / sqrt(head_dim) (below), then q8b; decode inverts it.
  *   q4b   4 bits in blocks of 32, one bf16 scale per block, symmetric (q4_0-like levels -8..7).
@@ -91,6 +93,13 @@ void kvq_decode_row(kvq_codec c, const void *rec, int n_head_kv, int head_dim, f
 /* The same decode with AVX2 (kvq_avx2.c; call only where cpu_detect_isa() >= CPU_ISA_AVX2): equal to
  * kvq_decode_row bit for bit. */
 void kvq_decode_row_avx2(kvq_codec c, const void *rec, int n_head_kv, int head_dim, float *y);
+
+/* q8h on split storage: q[n_head_kv * head_dim] and scales[n_head_kv], the same values
+ * kvq_encode_row(KVQ_Q8H) writes into one record; the decodes equal kvq_decode_row's bit for bit
+ * (the AVX2 one only where cpu_detect_isa() >= CPU_ISA_AVX2). */
+void kvq_q8h_encode(const float *x, int n_head_kv, int head_dim, int8_t *q, float *scales);
+void kvq_q8h_decode(const int8_t *q, const float *scales, int n_head_kv, int head_dim, float *y);
+void kvq_q8h_decode_avx2(const int8_t *q, const float *scales, int n_head_kv, int head_dim, float *y);
 
 /* The bound above: max over the row of the elements' bounds (INFINITY if a value is not finite). */
 double kvq_error_bound(kvq_codec c, const float *x, int n_head_kv, int head_dim);
