@@ -62,7 +62,7 @@ run() { # setting -> one tok/s sample appended to $OUT/<setting>
     if [ "$s" = full ]; then flags=""; else flags="--policy $POLICY --hbm-ratio $s --delta $DELTA $KVFLAGS"; fi
     # shellcheck disable=SC2086
     "$bin" bench -m "$MODEL" -t "$THREADS" -p 0 -n "$N" -d "$DEPTH" --reps 1 --json $flags 2>/dev/null |
-        sed -n 's/.*"tok_per_s": \([0-9.]*\).*/\1/p' >>"$OUT/$1"
+        sed -n 's/.*"tok_per_s": *\([0-9.]*\).*/\1/p' >>"$OUT/$1"
     printf '  %-5s %s tok/s\n' "$1" "$(tail -n 1 "$OUT/$1")" >&2
 }
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/err.h"
-#include "eval/json.h"
+#include "base/json.h"
 
 static void walk(const struct json_value *v, struct json_out *o, int depth) {
     TKV_ASSERT(depth <= 40);

@@ -302,16 +302,18 @@ typedef struct {
     int n_depths;
     int reps;                   /* timed calls per op */
     uint64_t seed;              /* random weights, activations and KV rows */
+    int n_tok;                  /* matmul: tokens per call (0 or 1: one, a decode step; more: a prefill batch) */
 } tkv_bench_ops_params;
 typedef struct {
     const char *op;             /* "matmul" or "attention" */
     const char *name;           /* matmul: "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down" */
     int64_t n_in, n_out, bytes; /* matmul: the matrix and its bytes in the file's layout */
     int depth;                  /* attention: positions attended */
-    double us;                  /* matmul: per one-token call; attention: per layer (one query token) */
+    int n_tok;                  /* matmul: tokens per call */
+    double us;                  /* matmul: per call; attention: per layer (one query token) */
 } tkv_bench_ops_row;
 /* Times each per-layer matrix of the shape (random weights of p->type, prepared by the backend) for
- * one token, then one layer's attention (f16 T0 rows, one query) at each depth, calling row() for
+ * p->n_tok tokens, then one layer's attention (f16 T0 rows, one query) at each depth, calling row() for
  * each as it is measured. Wall clock around p->reps calls ended by one read of the output (which
  * waits for the backend's queue), after one untimed call. describe receives the backend's kernels.
  * TKV_ERR with a message for a backend that cannot open or a type it cannot run. */

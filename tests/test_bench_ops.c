@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "eval/json.h"
+#include "base/json.h"
 #include "t.h"
 
 static double num(const struct json_value *o, const char *key) {

@@ -12,7 +12,7 @@
 #include "base/path.h"
 #include "eval/eval.h"
 #include "eval/harness.h"
-#include "eval/json.h"
+#include "base/json.h"
 #include "t.h"
 
 #define FIXTURE "fixtures/models/qwen2-Q8_0.gguf"

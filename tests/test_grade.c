@@ -9,7 +9,7 @@
 #include "eval/equal.h"
 #include "eval/eval.h"
 #include "eval/extract.h"
-#include "eval/json.h"
+#include "base/json.h"
 #include "eval/normalize.h"
 #include "eval/stats.h"
 #include "t.h"

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval/json.h"
+#include "base/json.h"
 #include "t.h"
 
 static struct json_doc *parse_ok(const char *s) {
@@ -143,14 +143,23 @@ TEST(json_writer) {
     json_out_bool(&o, 1);
     json_out_null(&o);
     json_out_num(&o, NAN);
+    json_out_fixed(&o, 2.0 / 3.0, 3);
+    json_out_fixed(&o, -INFINITY, 3);
+    json_out_fixed(&o, 1e6, 0);
     json_out_arr_end(&o);
     json_out_obj_end(&o);
-    CHECK(!strcmp(o.b.p, "{\"id\":\"q\\\"1\\n\\u0001\xc3\xa9\",\"n\":0.1,\"i\":-42,\"l\":[true,null,null]}"));
+    CHECK(!strcmp(o.b.p, "{\"id\":\"q\\\"1\\n\\u0001\xc3\xa9\",\"n\":0.1,\"i\":-42,\"l\":[true,null,null,0.667,null,1000000]}"));
     struct json_doc *d = parse_ok(o.b.p);
     REQUIRE(d);
     CHECK(!strcmp(json_get_str(json_root(d), "id"), "q\"1\n\x01\xc3\xa9"));
     CHECK(json_get(json_root(d), "n")->u.num == 0.1);
     json_free(d);
+    json_out_reset(&o);
+    json_out_obj_begin(&o);
+    json_out_keyn(&o, "a\0b", 3);
+    json_out_int(&o, 1);
+    json_out_obj_end(&o);
+    CHECK(!strcmp(o.b.p, "{\"a\\u0000b\":1}"));
     json_out_free(&o);
     char small[4];
     CHECK(json_escape(small, sizeof small, "abcdef", 6) == 8 && !strcmp(small, "\"ab"));

@@ -463,9 +463,9 @@ TEST(kernels_f32_ops) {
 
 TEST(kernels_matmul) {
     enum { NOUT = 37, NTOK = 17 };
-    tkv_pool *pools[2] = {pool_init(1), pool_init(2)};
-    /* no pause after pool_init: a job posted before the worker thread runs must still be taken
-     * (this once hung; see pool.c) */
+    tkv_workers *ws[2] = {workers_init(1), workers_init(2)};
+    /* no pause after workers_init: a job posted before the worker thread runs must still be taken
+     * (this once hung; see workers.c) */
     for (int ti = 0; ti < N_TYPES; ti++) {
         uint32_t t = all_types[ti];
         int64_t n_in = cpu_type_blck(t) == 256 ? 768 : cpu_type_blck(t) == 32 || cpu_type_blck(t) == 128 ? 896 : 200;
@@ -503,7 +503,7 @@ TEST(kernels_matmul) {
                 int nt = toks[tk];
                 for (int p = 0; p < 2; p++) {
                     for (int64_t i = 0; i < y_stride * NTOK; i++) y[p][i] = -12345.0f;
-                    cpu_matmul(pools[p], (cpu_isa)isa, t, w, n_in, NOUT, x, nt, y[p], y_stride, scratch);
+                    cpu_matmul(ws[p], (cpu_isa)isa, t, w, n_in, NOUT, x, nt, y[p], y_stride, scratch);
                 }
                 CHECKF(memcmp(y[0], y[1], sizeof(float) * y_stride * nt) == 0, "threads differ: type %u isa %d ntok %d", t, isa, nt);
                 for (int k = 0; k < nt; k++) {
@@ -534,8 +534,8 @@ TEST(kernels_matmul) {
         }
         free(w); free(x); free(wd); free(amax); free(scratch); free(arow); free(y[0]); free(y[1]);
     }
-    pool_free(pools[0]);
-    pool_free(pools[1]);
+    workers_free(ws[0]);
+    workers_free(ws[1]);
 }
 
 /* Tables complete and consistent across ISAs; detection agrees with what the kernel reports. */
@@ -557,17 +557,17 @@ TEST(kernels_matmul_multi) {
     size_t ss = cpu_matmul_multi_scratch_size(o, 4, NIN, NTOK);
     void *scratch = tkv_xaligned(64, ss);
     for (int th = 1; th <= 3; th += 2) {
-        tkv_pool *pool = pool_init(th);
+        tkv_workers *workers = workers_init(th);
         for (int isa = CPU_ISA_GENERIC; isa <= CPU_ISA_AVX512; isa++) {
             if (!isa_available((cpu_isa)isa)) continue;
             const int ntoks[] = {1, 2, 6};
             for (int ti = 0; ti < 3; ti++) {
                 int nt = ntoks[ti];
                 for (int k = 0; k < 4; k++)
-                    cpu_matmul(pool, (cpu_isa)isa, types[k], w[k], NIN, nout[k], x, nt, ya[k], MAXO, scratch);
+                    cpu_matmul(workers, (cpu_isa)isa, types[k], w[k], NIN, nout[k], x, nt, ya[k], MAXO, scratch);
                 for (int np = 2; np <= 4; np++) {
                     memset(yb, 0, sizeof yb);
-                    cpu_matmul_multi(pool, (cpu_isa)isa, o, np, NIN, x, nt, scratch);
+                    cpu_matmul_multi(workers, (cpu_isa)isa, o, np, NIN, x, nt, scratch);
                     for (int k = 0; k < np; k++)
                         for (int t = 0; t < nt; t++)
                             CHECKF(memcmp(ya[k] + t * MAXO, yb[k] + t * MAXO, (size_t)nout[k] * sizeof(float)) == 0,
@@ -575,7 +575,7 @@ TEST(kernels_matmul_multi) {
                 }
             }
         }
-        pool_free(pool);
+        workers_free(workers);
     }
     free(scratch);
 }
@@ -620,11 +620,11 @@ static void count_task(void *ctx, int64_t i0, int64_t i1, int tid) {
 
 TEST(pool_first_job_after_init) {
     for (int rep = 0; rep < 50; rep++) {
-        tkv_pool *p = pool_init(2 + rep % 3);
+        tkv_workers *p = workers_init(2 + rep % 3);
         int hits[64] = {0};
-        pool_for(p, 64, count_task, hits);
+        workers_for(p, 64, count_task, hits);
         for (int i = 0; i < 64; i++) CHECK(hits[i] == 1);
-        pool_free(p);
+        workers_free(p);
     }
 }
 

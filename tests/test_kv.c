@@ -6,10 +6,10 @@
 
 #include "base/err.h"
 #include "base/half.h"
-#include "kv/kv.h"
-#include "backend/cpu/kv_codec.h"
-#include "backend/cpu/kvq.h"
+#include "base/json.h"
+#include "codec/kvq.h"
 #include "kv/baselines.h"
+#include "kv/kv.h"
 #include "kv/kv_policy.h"
 #include "t.h"
 
@@ -458,8 +458,8 @@ TEST(kv_t2_roundtrip_bound) {
         float mag = powf(10.0f, (float)(it % 9) - 4.0f);
         for (int i = 0; i < G * HD; i++) x[i] = rng_f(&rng) * mag * (i % 17 == 0 ? 30.0f : 1.0f);
         if (it % 10 == 0) memset(x + HD, 0, HD * sizeof(float)); /* an all-zero head */
-        kv_q8_encode_row(x, G, HD, q, sc);
-        kv_q8_decode_row(q, sc, G, HD, y);
+        kvq_q8h_encode(x, G, HD, q, sc);
+        kvq_q8h_decode(q, sc, G, HD, y);
         for (int g = 0; g < G; g++) {
             float amax = 0;
             for (int i = 0; i < HD; i++) amax = fmaxf(amax, fabsf(x[g * HD + i]));
@@ -720,8 +720,15 @@ static void fake_attention_bit_exact(int f16) {
     kv_sync(kh);
     kv_get_stats(kh, 0, &st);
     CHECKF(st.bytes_moved_up > 0 && st.bytes_moved_down > 0 && st.tokens[3] == 0 && st.tokens[2] == 0, "up %lld down %lld t2 %lld t3 %lld", (long long)st.bytes_moved_up, (long long)st.bytes_moved_down, (long long)st.tokens[2], (long long)st.tokens[3]);
-    char json[1024];
-    CHECK(kv_stats_json(&st, json, sizeof json) < (int)sizeof json && strstr(json, "\"retiers\":") != NULL);
+    struct json_out jo;
+    json_out_init(&jo);
+    kv_stats_json(&jo, &st);
+    struct json_doc *doc = NULL;
+    int64_t retiers = -1;
+    CHECK(json_parse(jo.b.p, jo.b.n, NULL, &doc, NULL, 0) == 0 && json_get_int(json_root(doc), "retiers", &retiers) &&
+          retiers == st.retiers);
+    json_free(doc);
+    json_out_free(&jo);
     free(wf); free(wh);
     kv_free(kf);
     kv_free(kh);

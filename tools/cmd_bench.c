@@ -11,7 +11,8 @@
 
 #include "base/err.h"
 #include "base/hugemem.h"
-#include "base/pool.h"
+#include "base/json.h"
+#include "base/workers.h"
 #include "cmds.h"
 #include "common.h"
 #include "kv_flags.h"
@@ -59,12 +60,24 @@ static int32_t rand_tok(int V) {
 }
 
 static void report(int json, const char *test, int depth, int n_tok, int n_seq, double tps, const common_opts *c, const char *isa) {
-    if (json)
-        printf("{\"test\": \"%s\", \"depth\": %d, \"tokens\": %d, \"sequences\": %d, \"tok_per_s\": %.3f, \"threads\": %d, "
-               "\"kernels\": \"%s\", \"policy\": \"%s\", \"hbm_ratio\": %.3f, \"evict_ratio\": %.3f}\n",
-               test, depth, n_tok, n_seq, tps, c->mp.n_threads, isa, tkv_policy_name(c->sp.kv.policy),
-               c->sp.kv.hbm_ratio, c->sp.kv.evict_ratio);
-    else
+    if (json) {
+        struct json_out j;
+        json_out_init(&j);
+        json_out_obj_begin(&j);
+        json_out_key(&j, "test"), json_out_str(&j, test);
+        json_out_key(&j, "depth"), json_out_int(&j, depth);
+        json_out_key(&j, "tokens"), json_out_int(&j, n_tok);
+        json_out_key(&j, "sequences"), json_out_int(&j, n_seq);
+        json_out_key(&j, "tok_per_s"), json_out_fixed(&j, tps, 3);
+        json_out_key(&j, "threads"), json_out_int(&j, c->mp.n_threads);
+        json_out_key(&j, "kernels"), json_out_str(&j, isa);
+        json_out_key(&j, "policy"), json_out_str(&j, tkv_policy_name(c->sp.kv.policy));
+        json_out_key(&j, "hbm_ratio"), json_out_fixed(&j, c->sp.kv.hbm_ratio, 3);
+        json_out_key(&j, "evict_ratio"), json_out_fixed(&j, c->sp.kv.evict_ratio, 3);
+        json_out_obj_end(&j);
+        printf("%s\n", j.b.p);
+        json_out_free(&j);
+    } else
         printf("%s,%d,%d,%d,%.3f,%d,%s,%s,%.3f,%.3f\n", test, depth, n_tok, n_seq, tps, c->mp.n_threads, isa,
                tkv_policy_name(c->sp.kv.policy), c->sp.kv.hbm_ratio, c->sp.kv.evict_ratio);
     fflush(stdout);
@@ -95,14 +108,14 @@ static double measure_read_bandwidth(int threads, int huge) {
     if (!buf) buf = tkv_xaligned(64, bytes), len = 0;
     for (size_t i = 0; i < J.n; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
     J.buf = buf;
-    tkv_pool *pool = pool_init(threads);
+    tkv_workers *workers = workers_init(threads);
     double s[5];
     for (int r = 0; r < 5; r++) {
         double t0 = tkv_now_s();
-        pool_for_grain(pool, (int64_t)J.n, 4096, bw_task, &J);
+        workers_for_grain(workers, (int64_t)J.n, 4096, bw_task, &J);
         s[r] = (double)bytes / (tkv_now_s() - t0);
     }
-    pool_free(pool);
+    workers_free(workers);
     if (len) tkv_huge_free(buf, len);
     else free(buf);
     return median(s, 5);
@@ -233,7 +246,7 @@ int cmd_bench(int argc, char **argv) {
             if (reopen(e, &seqs[0], (int)need, depth_gen ? 0 : d, err, sizeof err)) goto fail;
             if (d > 0 && tkv_prefill_ex(e, seqs[0], toks, d, dflags, NULL, 0, err, sizeof err)) goto fail;
             int at = d;
-            /* one untimed step warms caches and the thread pool */
+            /* one untimed step warms caches and the worker threads */
             if (tkv_decode(e, &seqs[0], &toks[at++], 1, logits, err, sizeof err)) goto fail;
             for (int r = 0; r < reps; r++) {
                 double t0 = tkv_now_s();
@@ -269,10 +282,19 @@ int cmd_bench(int argc, char **argv) {
     if (membw) {
         double bw = measure_read_bandwidth(c.mp.n_threads, !c.mp.mmap_weights);
         double wb = (double)info.weight_bytes;
-        if (json)
-            printf("{\"test\": \"membw\", \"read_gb_per_s\": %.2f, \"weight_bytes\": %.0f, \"decode_floor_tok_per_s\": %.2f, \"threads\": %d}\n",
-                   bw / 1e9, wb, bw / wb, c.mp.n_threads);
-        else
+        if (json) {
+            struct json_out j;
+            json_out_init(&j);
+            json_out_obj_begin(&j);
+            json_out_key(&j, "test"), json_out_str(&j, "membw");
+            json_out_key(&j, "read_gb_per_s"), json_out_fixed(&j, bw / 1e9, 2);
+            json_out_key(&j, "weight_bytes"), json_out_fixed(&j, wb, 0);
+            json_out_key(&j, "decode_floor_tok_per_s"), json_out_fixed(&j, bw / wb, 2);
+            json_out_key(&j, "threads"), json_out_int(&j, c.mp.n_threads);
+            json_out_obj_end(&j);
+            printf("%s\n", j.b.p);
+            json_out_free(&j);
+        } else
             printf("# membw: %.2f GB/s read on %d threads (%s pages); weights %.0f MB per token -> decode at most %.2f tok/s\n",
                    bw / 1e9, c.mp.n_threads, c.mp.mmap_weights ? "4 KiB" : "huge", wb / 1e6, bw / wb);
     }

@@ -1,6 +1,6 @@
 /* cmd_bench_ops.c — `tierkv bench-ops`: the backend's decode kernels alone (tkv_bench_ops, tierkv.h)
- * on random data of a known model's shape (tools/shapes.h): each per-layer matmul for one token (µs
- * per call, GB/s = the matrix's bytes / time) and one layer's attention at each depth (µs per layer).
+ * on random data of a known model's shape (tools/shapes.h): each per-layer matmul for one token or
+ * --tokens N (µs per call, GB/s = the matrix's bytes / time: its read rate, once per call) and one layer's attention at each depth (µs per layer).
  * Timing, as tkv_bench_ops does it: wall clock around --reps calls ended by one read of the output,
  * which waits for the backend's queue (not event-timed kernels: a time includes the host's launch
  * cost per call where that exceeds the device's). One JSON object per line with --json, else a
@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "cmds.h"
 #include "common.h"
 #include "gguf/gguf.h"
@@ -25,8 +26,8 @@ typedef struct {
 
 static void usage(FILE *out) {
     fprintf(out, "usage: tierkv bench-ops [--backend cpu|cuda] [--shape NAME] [--type T] [--depths N,N,...] [--reps N]\n"
-                 "                        [-t N] [--device N] [--json]\n"
-                 "  times the backend's decode matmuls (one token) and one layer's attention on random data of a\n"
+                 "                        [--tokens N] [-t N] [--device N] [--json]\n"
+                 "  times the backend's matmuls (one token, or N: a prefill batch) and one layer's attention on random data of a\n"
                  "  model's shape (defaults: cpu, r1-distill-qwen-7b, BF16, 2048,8192,32768, 20 reps, 2 threads)\n"
                  "  shapes:");
     for (size_t i = 0; i < shapes_n; i++) fprintf(out, " %s", shapes_table[i].name);
@@ -37,21 +38,43 @@ static void print_row(void *ctx, const tkv_bench_ops_row *r) {
     printer *pr = ctx;
     if (!strcmp(r->op, "matmul")) {
         double gbs = (double)r->bytes / (r->us * 1e-6) / 1e9;
-        if (pr->json)
-            printf("{\"op\":\"matmul\",\"name\":\"%s\",\"n_in\":%lld,\"n_out\":%lld,\"type\":\"%s\",\"us\":%.1f,"
-                   "\"gb_s\":%.1f,\"bytes\":%lld,\"reps\":%d,\"backend\":\"%s\"}\n",
-                   r->name, (long long)r->n_in, (long long)r->n_out, pr->type, r->us, gbs, (long long)r->bytes, pr->reps,
-                   pr->backend);
-        else {
+        if (pr->json) {
+            struct json_out j;
+            json_out_init(&j);
+            json_out_obj_begin(&j);
+            json_out_key(&j, "op"), json_out_str(&j, "matmul");
+            json_out_key(&j, "name"), json_out_str(&j, r->name);
+            json_out_key(&j, "n_in"), json_out_int(&j, r->n_in);
+            json_out_key(&j, "n_out"), json_out_int(&j, r->n_out);
+            json_out_key(&j, "type"), json_out_str(&j, pr->type);
+            json_out_key(&j, "us"), json_out_fixed(&j, r->us, 1);
+            json_out_key(&j, "gb_s"), json_out_fixed(&j, gbs, 1);
+            json_out_key(&j, "bytes"), json_out_int(&j, r->bytes);
+            json_out_key(&j, "tokens"), json_out_int(&j, r->n_tok);
+            json_out_key(&j, "reps"), json_out_int(&j, pr->reps);
+            json_out_key(&j, "backend"), json_out_str(&j, pr->backend);
+            json_out_obj_end(&j);
+            printf("%s\n", j.b.p);
+            json_out_free(&j);
+        } else {
             if (!pr->last_op || strcmp(pr->last_op, r->op)) printf("  %-12s %7s %7s %10s %9s\n", "matmul", "n_in", "n_out", "us", "GB/s");
             printf("  %-12s %7lld %7lld %10.1f %9.1f\n", r->name, (long long)r->n_in, (long long)r->n_out, r->us, gbs);
         }
     } else {
-        if (pr->json)
-            printf("{\"op\":\"attention\",\"depth\":%d,\"us_per_layer\":%.1f,\"kv\":\"f16\",\"reps\":%d,"
-                   "\"backend\":\"%s\"}\n",
-                   r->depth, r->us, pr->reps, pr->backend);
-        else {
+        if (pr->json) {
+            struct json_out j;
+            json_out_init(&j);
+            json_out_obj_begin(&j);
+            json_out_key(&j, "op"), json_out_str(&j, "attention");
+            json_out_key(&j, "depth"), json_out_int(&j, r->depth);
+            json_out_key(&j, "us_per_layer"), json_out_fixed(&j, r->us, 1);
+            json_out_key(&j, "kv"), json_out_str(&j, "f16");
+            json_out_key(&j, "reps"), json_out_int(&j, pr->reps);
+            json_out_key(&j, "backend"), json_out_str(&j, pr->backend);
+            json_out_obj_end(&j);
+            printf("%s\n", j.b.p);
+            json_out_free(&j);
+        } else {
             if (!pr->last_op || strcmp(pr->last_op, r->op)) printf("\n  %-12s %9s\n", "attention", "us/layer");
             printf("  %-12d %9.1f\n", r->depth, r->us);
         }
@@ -79,7 +102,7 @@ static int parse_depths(const char *s, int *out) {
 
 int cmd_bench_ops(int argc, char **argv) {
     const char *backend = "cpu", *shape_name = "r1-distill-qwen-7b", *type_name = "BF16", *depth_list = "2048,8192,32768";
-    long reps = 20, threads = 2, device = 0;
+    long reps = 20, threads = 2, device = 0, tokens = 1;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -92,6 +115,7 @@ int cmd_bench_ops(int argc, char **argv) {
         else if (!strcmp(a, "--type")) type_name = v;
         else if (!strcmp(a, "--depths")) depth_list = v;
         else if (!strcmp(a, "--reps")) { if (parse_int(v, 1, 100000, &reps)) { fprintf(stderr, "bench-ops: bad --reps '%s'\n", v); return 2; } }
+        else if (!strcmp(a, "--tokens")) { if (parse_int(v, 1, 4096, &tokens)) { fprintf(stderr, "bench-ops: bad --tokens '%s' (1..4096)\n", v); return 2; } }
         else if (!strcmp(a, "-t")) { if (parse_int(v, 1, 256, &threads)) { fprintf(stderr, "bench-ops: bad -t '%s'\n", v); return 2; } }
         else if (!strcmp(a, "--device")) { if (parse_int(v, 0, 64, &device)) { fprintf(stderr, "bench-ops: bad --device '%s'\n", v); return 2; } }
         else { fprintf(stderr, "bench-ops: unknown flag %s\n", a); usage(stderr); return 2; }
@@ -106,9 +130,9 @@ int cmd_bench_ops(int argc, char **argv) {
     tkv_bench_ops_params p = {.backend = backend, .n_threads = (int)threads, .device = (int)device,
                               .n_embd = (int)s->n_embd, .n_head = (int)s->n_head, .n_head_kv = (int)s->n_head_kv,
                               .n_ff = (int)s->n_ff, .type = type_name, .depths = depths, .n_depths = n_depths,
-                              .reps = (int)reps, .seed = 0x9e3779b97f4a7c15ull};
-    fprintf(stderr, "bench-ops: %s backend, %s, %s weights, %ld reps, wall clock over the reps ended by a read\n", backend,
-            s->name, type_name, reps);
+                              .reps = (int)reps, .seed = 0x9e3779b97f4a7c15ull, .n_tok = (int)tokens};
+    fprintf(stderr, "bench-ops: %s backend, %s, %s weights, %ld token(s) per matmul, %ld reps, wall clock over the reps "
+            "ended by a read\n", backend, s->name, type_name, tokens, reps);
     if (tkv_bench_ops(&p, print_row, &pr, desc, sizeof desc, err, sizeof err)) {
         fprintf(stderr, "bench-ops: %s\n", err);
         return 1;

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "eval/eval.h"
-#include "eval/json.h"
+#include "base/json.h"
 #include "eval/stats.h"
 #include "cmds.h"
 #include "out.h"

@@ -1,14 +1,17 @@
 /* cmd_inspect.c — `tierkv inspect MODEL.gguf [--json]`: version, metadata (long arrays summarised
  * by type, count and first elements; long strings cut), the tensor table, totals per type and the
- * memory the weights need. Text for people, --json for scripts. Then the file is checked the way
+ * memory the weights need. Text for people, --json (one JSON document, base/json.h's writer) for
+ * scripts. Then the file is checked the way
  * `tierkv run` loads it: the vocabulary and, for a file with tensors,
  * the model's configuration and weight binding; a file without tensors is a vocabulary file.
  * Exit 1 on a file that does not parse or does not load (after printing what parsed, so a broken
  * file can be looked at), 2 on bad flags. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "cmds.h"
 #include "gguf/gguf.h"
 #include "tierkv.h"
@@ -29,7 +32,7 @@ static uint64_t le(const uint8_t *p, int n) {
 }
 
 /* One scalar at p of type t, printed as a number. */
-static void print_scalar(FILE *o, uint32_t t, const uint8_t *p, int json) {
+static void print_scalar(FILE *o, uint32_t t, const uint8_t *p) {
     switch (t) {
     case GGUF_U8: fprintf(o, "%u", (unsigned)p[0]); break;
     case GGUF_I8: fprintf(o, "%d", (int)(int8_t)p[0]); break;
@@ -44,16 +47,14 @@ static void print_scalar(FILE *o, uint32_t t, const uint8_t *p, int json) {
         uint32_t b = (uint32_t)le(p, 4);
         float f;
         memcpy(&f, &b, 4);
-        if (json && !(f == f && f - f == 0)) fprintf(o, "null");
-        else fprintf(o, "%.9g", (double)f);
+        fprintf(o, "%.9g", (double)f);
         break;
     }
     case GGUF_F64: {
         uint64_t b = le(p, 8);
         double d;
         memcpy(&d, &b, 8);
-        if (json && !(d == d && d - d == 0)) fprintf(o, "null");
-        else fprintf(o, "%.17g", d);
+        fprintf(o, "%.17g", d);
         break;
     }
     default: fprintf(o, "?");
@@ -85,40 +86,94 @@ static void print_str(FILE *o, gguf_str s, uint64_t cut) {
     if (n < s.len) fprintf(o, "...(%" PRIu64 " bytes)", s.len);
 }
 
-static void print_value(FILE *o, const gguf_kv *kv, int json) {
+static void print_value(FILE *o, const gguf_kv *kv) {
     if (kv->type == GGUF_STR) {
-        gguf_str s = {(const char *)kv->data, kv->size};
-        if (json) {
-            print_str(o, s, 0);
-        } else {
-            print_str(o, s, STR_CUT);
-        }
+        print_str(o, (gguf_str){(const char *)kv->data, kv->size}, STR_CUT);
         return;
     }
     if (kv->type != GGUF_ARR) {
-        print_scalar(o, kv->type, kv->data, json);
+        print_scalar(o, kv->type, kv->data);
         return;
     }
     uint64_t show = kv->arr_n < ARR_SHOW ? kv->arr_n : ARR_SHOW;
-    if (json) fprintf(o, "{\"type\": \"%s\", \"count\": %" PRIu64 ", \"first\": [", gguf_vtype_name(kv->arr_type), kv->arr_n);
-    else fprintf(o, "[%s x %" PRIu64 "] [", gguf_vtype_name(kv->arr_type), kv->arr_n);
+    fprintf(o, "[%s x %" PRIu64 "] [", gguf_vtype_name(kv->arr_type), kv->arr_n);
     const uint8_t *p = kv->data;
     for (uint64_t i = 0; i < show; i++) {
         if (i) fputs(", ", o);
-        if (kv->arr_type == GGUF_STR) print_str(o, gguf_arr_str_next(&p), json ? 0 : 32);
+        if (kv->arr_type == GGUF_STR) print_str(o, gguf_arr_str_next(&p), 32);
         else {
-            print_scalar(o, kv->arr_type, p, json);
+            print_scalar(o, kv->arr_type, p);
             p += scalar_size(kv->arr_type);
         }
     }
-    if (json) fputs("]}", o);
-    else fputs(show < kv->arr_n ? ", ...]" : "]", o);
+    fputs(show < kv->arr_n ? ", ...]" : "]", o);
 }
 
-static void print_dims(FILE *o, const gguf_tensor *t) {
-    fputc('[', o);
-    for (uint32_t d = 0; d < (t->n_dims ? t->n_dims : 1); d++) fprintf(o, "%s%" PRIu64, d ? ", " : "", t->ne[d]);
-    fputc(']', o);
+/* ---- --json, through the JSON writer ---- */
+
+static void json_scalar(struct json_out *j, uint32_t t, const uint8_t *p) {
+    char tmp[40];
+    switch (t) {
+    case GGUF_U8: json_out_int(j, p[0]); break;
+    case GGUF_I8: json_out_int(j, (int8_t)p[0]); break;
+    case GGUF_U16: json_out_int(j, (int64_t)le(p, 2)); break;
+    case GGUF_I16: json_out_int(j, (int16_t)le(p, 2)); break;
+    case GGUF_U32: json_out_int(j, (int64_t)le(p, 4)); break;
+    case GGUF_I32: json_out_int(j, (int32_t)(uint32_t)le(p, 4)); break;
+    case GGUF_U64: {
+        uint64_t v = le(p, 8);
+        if (v <= INT64_MAX) json_out_int(j, (int64_t)v);
+        else json_out_num(j, (double)v);
+        break;
+    }
+    case GGUF_I64: json_out_int(j, (int64_t)le(p, 8)); break;
+    case GGUF_BOOL: json_out_bool(j, p[0] != 0); break;
+    case GGUF_F32: { /* as its nine significant digits (the float's own decimal form) */
+        uint32_t b = (uint32_t)le(p, 4);
+        float f;
+        memcpy(&f, &b, 4);
+        snprintf(tmp, sizeof tmp, "%.9g", (double)f);
+        json_out_num(j, strtod(tmp, NULL)); /* NaN, inf: null */
+        break;
+    }
+    case GGUF_F64: {
+        uint64_t b = le(p, 8);
+        double d;
+        memcpy(&d, &b, 8);
+        json_out_num(j, d);
+        break;
+    }
+    default: json_out_null(j);
+    }
+}
+
+static void json_value(struct json_out *j, const gguf_kv *kv) {
+    if (kv->type == GGUF_STR) {
+        json_out_strn(j, (const char *)kv->data, kv->size);
+        return;
+    }
+    if (kv->type != GGUF_ARR) {
+        json_scalar(j, kv->type, kv->data);
+        return;
+    }
+    uint64_t show = kv->arr_n < ARR_SHOW ? kv->arr_n : ARR_SHOW;
+    json_out_obj_begin(j);
+    json_out_key(j, "type"), json_out_str(j, gguf_vtype_name(kv->arr_type));
+    json_out_key(j, "count"), json_out_int(j, (int64_t)kv->arr_n);
+    json_out_key(j, "first");
+    json_out_arr_begin(j);
+    const uint8_t *p = kv->data;
+    for (uint64_t i = 0; i < show; i++) {
+        if (kv->arr_type == GGUF_STR) {
+            gguf_str e = gguf_arr_str_next(&p);
+            json_out_strn(j, e.ptr, e.len);
+        } else {
+            json_scalar(j, kv->arr_type, p);
+            p += scalar_size(kv->arr_type);
+        }
+    }
+    json_out_arr_end(j);
+    json_out_obj_end(j);
 }
 
 typedef struct {
@@ -134,7 +189,7 @@ static void print_text(FILE *o, const char *path, const gguf_file *f, const type
     for (uint64_t i = 0; i < f->n_kv; i++) {
         const gguf_kv *kv = &f->kv[i];
         fprintf(o, "  %-44.*s %-4s ", (int)kv->key.len, kv->key.ptr, gguf_vtype_name(kv->type));
-        print_value(o, kv, 0);
+        print_value(o, kv);
         fputc('\n', o);
     }
     fprintf(o, "\ntensors (%" PRIu64 "):\n  %-36s %-6s %-22s %14s %14s\n", f->n_tensors, "name", "type", "dims", "offset",
@@ -160,35 +215,53 @@ static void print_text(FILE *o, const char *path, const gguf_file *f, const type
 }
 
 static void print_json(FILE *o, const char *path, const gguf_file *f, const type_total *tt, uint64_t total) {
-    fputs("{\"file\": ", o);
-    print_str(o, (gguf_str){path, strlen(path)}, 0);
-    fprintf(o, ", \"version\": %u, \"size\": %" PRIu64 ", \"alignment\": %" PRIu64 ", \"data_start\": %" PRIu64 ",\n",
-            f->version, f->size, f->alignment, f->data_start);
-    fputs(" \"metadata\": {", o);
+    struct json_out j;
+    json_out_init(&j);
+    json_out_obj_begin(&j);
+    json_out_key(&j, "file"), json_out_str(&j, path);
+    json_out_key(&j, "version"), json_out_int(&j, f->version);
+    json_out_key(&j, "size"), json_out_int(&j, (int64_t)f->size);
+    json_out_key(&j, "alignment"), json_out_int(&j, (int64_t)f->alignment);
+    json_out_key(&j, "data_start"), json_out_int(&j, (int64_t)f->data_start);
+    json_out_key(&j, "metadata");
+    json_out_obj_begin(&j);
     for (uint64_t i = 0; i < f->n_kv; i++) {
-        fputs(i ? ",\n  " : "\n  ", o);
-        print_str(o, f->kv[i].key, 0);
-        fputs(": ", o);
-        print_value(o, &f->kv[i], 1);
+        json_out_keyn(&j, f->kv[i].key.ptr, f->kv[i].key.len);
+        json_value(&j, &f->kv[i]);
     }
-    fputs("},\n \"tensors\": [", o);
+    json_out_obj_end(&j);
+    json_out_key(&j, "tensors");
+    json_out_arr_begin(&j);
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
-        fputs(i ? ",\n  {\"name\": " : "\n  {\"name\": ", o);
-        print_str(o, t->name, 0);
-        fprintf(o, ", \"type\": \"%s\", \"dims\": ", ggml_type_name(t->type));
-        print_dims(o, t);
-        fprintf(o, ", \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 "}", t->offset, t->nbytes);
+        json_out_obj_begin(&j);
+        json_out_key(&j, "name"), json_out_strn(&j, t->name.ptr, t->name.len);
+        json_out_key(&j, "type"), json_out_str(&j, ggml_type_name(t->type));
+        json_out_key(&j, "dims");
+        json_out_arr_begin(&j);
+        for (uint32_t d = 0; d < (t->n_dims ? t->n_dims : 1); d++) json_out_int(&j, (int64_t)t->ne[d]);
+        json_out_arr_end(&j);
+        json_out_key(&j, "offset"), json_out_int(&j, (int64_t)t->offset);
+        json_out_key(&j, "bytes"), json_out_int(&j, (int64_t)t->nbytes);
+        json_out_obj_end(&j);
     }
-    fputs("],\n \"totals\": {", o);
-    int first = 1;
+    json_out_arr_end(&j);
+    json_out_key(&j, "totals");
+    json_out_obj_begin(&j);
     for (uint32_t ty = 0; ty < GGML_TYPE_COUNT; ty++) {
         if (!tt[ty].count) continue;
-        fprintf(o, "%s\"%s\": {\"tensors\": %" PRIu64 ", \"elements\": %" PRIu64 ", \"bytes\": %" PRIu64 "}",
-                first ? "" : ", ", ggml_type_name(ty), tt[ty].count, tt[ty].elems, tt[ty].bytes);
-        first = 0;
+        json_out_key(&j, ggml_type_name(ty));
+        json_out_obj_begin(&j);
+        json_out_key(&j, "tensors"), json_out_int(&j, (int64_t)tt[ty].count);
+        json_out_key(&j, "elements"), json_out_int(&j, (int64_t)tt[ty].elems);
+        json_out_key(&j, "bytes"), json_out_int(&j, (int64_t)tt[ty].bytes);
+        json_out_obj_end(&j);
     }
-    fprintf(o, "},\n \"weight_bytes\": %" PRIu64 "}\n", total);
+    json_out_obj_end(&j);
+    json_out_key(&j, "weight_bytes"), json_out_int(&j, (int64_t)total);
+    json_out_obj_end(&j);
+    fprintf(o, "%s\n", j.b.p);
+    json_out_free(&j);
 }
 
 int cmd_inspect(int argc, char **argv) {

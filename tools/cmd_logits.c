@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "base/err.h"
+#include "base/json.h"
 #include "cmds.h"
 #include "common.h"
 #include "kv_flags.h"
@@ -103,9 +104,20 @@ int cmd_logits(int argc, char **argv) {
     }
     if (fclose(fo) != 0) { fo = NULL; goto write_fail; }
     fo = NULL;
-    printf("{\"n_vocab\": %d, \"n_prompt\": %d, \"first_logit_pos\": %ld, \"rows\": %ld, \"greedy\": [", V, n, first, n - first + greedy);
-    for (long st = 0; st < greedy; st++) printf("%s%d", st ? "," : "", gids[st]);
-    printf("]}\n");
+    struct json_out j;
+    json_out_init(&j);
+    json_out_obj_begin(&j);
+    json_out_key(&j, "n_vocab"), json_out_int(&j, V);
+    json_out_key(&j, "n_prompt"), json_out_int(&j, n);
+    json_out_key(&j, "first_logit_pos"), json_out_int(&j, first);
+    json_out_key(&j, "rows"), json_out_int(&j, n - first + greedy);
+    json_out_key(&j, "greedy");
+    json_out_arr_begin(&j);
+    for (long st = 0; st < greedy; st++) json_out_int(&j, gids[st]);
+    json_out_arr_end(&j);
+    json_out_obj_end(&j);
+    printf("%s\n", j.b.p);
+    json_out_free(&j);
     rc = fflush(stdout) || ferror(stdout) ? 1 : 0;
     if (rc) fprintf(stderr, "tierkv logits: writing to stdout failed\n");
     goto done;

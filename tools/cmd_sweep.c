@@ -20,7 +20,7 @@
 #include "common.h"
 #include "eval/eval.h"
 #include "eval/harness.h"
-#include "eval/json.h"
+#include "base/json.h"
 #include "eval/stats.h"
 #include "out.h"
 

@@ -25,7 +25,7 @@
 typedef struct {
     be_backend *b;
     const be_ops *o;
-    int reps;
+    int reps, n_tok;
     uint64_t rng;
     void (*row)(void *ctx, const tkv_bench_ops_row *r);
     void *ctx;
@@ -49,6 +49,7 @@ static void sync_on(bench *B, const float *dev) {
 }
 
 static int bench_matmul(bench *B, const char *name, uint32_t type, int64_t n_in, int64_t n_out, char *err, size_t errlen) {
+    int64_t nt = B->n_tok;
     if (n_in % ggml_blck_size(type))
         return tkv_errf(err, errlen, "%s: %lld inputs are not a whole number of %s blocks (%u)", name, (long long)n_in,
                         ggml_type_name(type), ggml_blck_size(type));
@@ -62,19 +63,19 @@ static int bench_matmul(bench *B, const char *name, uint32_t type, int64_t n_in,
     void *scratch = NULL;
     if (B->o->prepare_weight(B->b, &m, BE_W_MATMUL, err, errlen)) goto done;
     be_mm_out out = {&m, NULL, n_out};
-    size_t ss = B->o->matmul_scratch(B->b, &out, 1, n_in, 1);
-    if (!(x = dalloc(B, (size_t)n_in * 4, err, errlen)) || !(y = dalloc(B, (size_t)n_out * 4, err, errlen)) ||
+    size_t ss = B->o->matmul_scratch(B->b, &out, 1, n_in, nt);
+    if (!(x = dalloc(B, (size_t)(n_in * nt) * 4, err, errlen)) || !(y = dalloc(B, (size_t)(n_out * nt) * 4, err, errlen)) ||
         !(scratch = dalloc(B, ss ? ss : 64, err, errlen)))
         goto done;
     out.y = y;
-    upload_random(B, x, (size_t)n_in, 1.0f);
-    B->o->matmul(B->b, &out, 1, n_in, x, 1, scratch);
+    upload_random(B, x, (size_t)(n_in * nt), 1.0f);
+    B->o->matmul(B->b, &out, 1, n_in, x, (int)nt, scratch);
     sync_on(B, y);
     double t0 = tkv_now_s();
-    for (int r = 0; r < B->reps; r++) B->o->matmul(B->b, &out, 1, n_in, x, 1, scratch);
+    for (int r = 0; r < B->reps; r++) B->o->matmul(B->b, &out, 1, n_in, x, (int)nt, scratch);
     sync_on(B, y);
     tkv_bench_ops_row res = {.op = "matmul", .name = name, .n_in = n_in, .n_out = n_out, .bytes = (int64_t)bytes,
-                             .us = (tkv_now_s() - t0) / B->reps * 1e6};
+                             .n_tok = (int)nt, .us = (tkv_now_s() - t0) / B->reps * 1e6};
     B->row(B->ctx, &res);
     rc = TKV_OK;
 done:
@@ -155,8 +156,9 @@ int tkv_bench_ops(const tkv_bench_ops_params *P, void (*row)(void *ctx, const tk
                         P->n_head, P->n_head_kv, P->n_ff, P->reps);
     for (int i = 0; i < P->n_depths; i++)
         if (P->depths[i] < 1) return tkv_errf(err, errlen, "bench-ops: depth %d is not positive", P->depths[i]);
+    if (P->n_tok < 0 || P->n_tok > 4096) return tkv_errf(err, errlen, "bench-ops: %d tokens per matmul (1..4096)", P->n_tok);
     be_params bp = {.name = P->backend, .n_threads = P->n_threads, .device = P->device};
-    bench B = {.reps = P->reps, .rng = P->seed ? P->seed : 1, .row = row, .ctx = ctx};
+    bench B = {.reps = P->reps, .n_tok = P->n_tok > 1 ? P->n_tok : 1, .rng = P->seed ? P->seed : 1, .row = row, .ctx = ctx};
     if (be_open(&bp, &B.b, err, errlen)) return TKV_ERR;
     B.o = B.b->ops;
     if (describe && describe_len) snprintf(describe, describe_len, "%s", B.o->describe(B.b));

@@ -20,7 +20,7 @@
 #include "base/path.h"
 #include "base/version.h"
 #include "eval/harness_impl.h"
-#include "eval/json.h"
+#include "base/json.h"
 #include "sched/sched.h"
 
 struct job {

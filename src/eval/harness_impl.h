@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 #include "eval/harness.h"
-#include "eval/json.h"
+#include "base/json.h"
 
 /* A file killed mid-write ends without '\n': repairs it before appending (see harness_run). */
 int harness_repair_tail(const char *path, FILE *warn, char *err, size_t errlen);

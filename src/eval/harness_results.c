@@ -19,7 +19,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/path.h"
-#include "eval/json.h"
+#include "base/json.h"
 #include "eval/stats.h"
 #include "base/version.h"
 

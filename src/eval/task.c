@@ -14,7 +14,7 @@
 #include "base/err.h"
 #include "base/path.h"
 #include "eval/eval.h"
-#include "eval/json.h"
+#include "base/json.h"
 #include "eval/pystr.h"
 
 int eval_task_parse(const char *name, enum eval_task *out, char *err, size_t errlen) {

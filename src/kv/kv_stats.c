@@ -1,9 +1,11 @@
 /* kv_stats.c — statistics: per-sequence and total counters, JSON for scripts, a table for people,
- * and the re-tiering log. Reads kv_internal.h; changes nothing. */
+ * and the re-tiering log. Reads kv_state.h; changes nothing. */
 #include <string.h>
 
+#include "base/json.h"
 #include "base/meminfo.h"
-#include "kv/kv_internal.h"
+#include "kv/kv_budget.h"
+#include "kv/kv_pool.h"
 
 static void add_seq(const kv_cache *kv, const kv_seq *s, kv_stats *o) {
     for (int t = 0; t < 4; t++) {
@@ -81,39 +83,61 @@ void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out) {
     out->t0_share_mean = out->t0_steps ? out->t0_share_mean / (double)out->t0_steps : 0;
 }
 
-int kv_stats_json(const kv_stats *s, char *buf, size_t n) {
-    return snprintf(buf, n,
-                    "{\"tokens\":[%lld,%lld,%lld,%lld],\"bytes\":[%lld,%lld,%lld,%lld],\"peak_t0_bytes\":%lld,"
-                    "\"t0_budget_bytes\":%lld,\"budget_raised\":%lld,\"bytes_moved_down\":%lld,\"bytes_moved_up\":%lld,"
-                    "\"bytes_moved_host\":%lld,\"bytes_staged\":%lld,\"tokens_evicted\":%lld,\"retiers\":%lld,"
-                    "\"evicted_equiv\":%.2f,\"sync_demotions\":%lld,\"held_bytes\":%lld,\"peak_held_bytes\":%lld,\"limit_bytes\":%lld,"
-                    "\"move_seconds\":%.6f,\"retier_seconds\":%.6f,\"fence_wait_seconds\":%.6f,\"copy_stall_seconds\":%.6f,"
-                    "\"shared_tokens\":%lld,"
-                    "\"shared_bytes_saved\":%lld,\"live_seqs\":%d,\"t0_share_mean\":%.4f}",
-                    (long long)s->tokens[0], (long long)s->tokens[1], (long long)s->tokens[2], (long long)s->tokens[3],
-                    (long long)s->bytes[0], (long long)s->bytes[1], (long long)s->bytes[2], (long long)s->bytes[3],
-                    (long long)s->peak_t0_bytes, (long long)s->t0_budget_bytes, (long long)s->budget_raised,
-                    (long long)s->bytes_moved_down, (long long)s->bytes_moved_up, (long long)s->bytes_moved_host,
-                    (long long)s->bytes_staged, (long long)s->tokens_evicted, (long long)s->retiers,
-                    s->evicted_equiv, (long long)s->sync_demotions, (long long)s->held_bytes, (long long)s->peak_held_bytes,
-                    (long long)s->limit_bytes, s->move_seconds, s->retier_seconds, s->fence_wait_seconds, s->copy_stall_seconds,
-                    (long long)s->shared_tokens, (long long)s->shared_bytes_saved, s->live_seqs, s->t0_share_mean);
+void kv_stats_json(struct json_out *o, const kv_stats *s) {
+    json_out_obj_begin(o);
+    json_out_key(o, "tokens");
+    json_out_arr_begin(o);
+    for (int t = 0; t < 4; t++) json_out_int(o, s->tokens[t]);
+    json_out_arr_end(o);
+    json_out_key(o, "bytes");
+    json_out_arr_begin(o);
+    for (int t = 0; t < 4; t++) json_out_int(o, s->bytes[t]);
+    json_out_arr_end(o);
+    const struct { const char *key; int64_t v; } ints[] = {
+        {"peak_t0_bytes", s->peak_t0_bytes},       {"t0_budget_bytes", s->t0_budget_bytes},
+        {"budget_raised", s->budget_raised},       {"bytes_moved_down", s->bytes_moved_down},
+        {"bytes_moved_up", s->bytes_moved_up},     {"bytes_moved_host", s->bytes_moved_host},
+        {"bytes_staged", s->bytes_staged},         {"tokens_evicted", s->tokens_evicted},
+        {"retiers", s->retiers},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) json_out_key(o, ints[i].key), json_out_int(o, ints[i].v);
+    json_out_key(o, "evicted_equiv"), json_out_num(o, s->evicted_equiv);
+    json_out_key(o, "sync_demotions"), json_out_int(o, s->sync_demotions);
+    json_out_key(o, "held_bytes"), json_out_int(o, s->held_bytes);
+    json_out_key(o, "peak_held_bytes"), json_out_int(o, s->peak_held_bytes);
+    json_out_key(o, "limit_bytes"), json_out_int(o, s->limit_bytes);
+    json_out_key(o, "move_seconds"), json_out_num(o, s->move_seconds);
+    json_out_key(o, "retier_seconds"), json_out_num(o, s->retier_seconds);
+    json_out_key(o, "fence_wait_seconds"), json_out_num(o, s->fence_wait_seconds);
+    json_out_key(o, "copy_stall_seconds"), json_out_num(o, s->copy_stall_seconds);
+    json_out_key(o, "shared_tokens"), json_out_int(o, s->shared_tokens);
+    json_out_key(o, "shared_bytes_saved"), json_out_int(o, s->shared_bytes_saved);
+    json_out_key(o, "live_seqs"), json_out_int(o, s->live_seqs);
+    json_out_key(o, "t0_share_mean"), json_out_num(o, s->t0_share_mean);
+    json_out_obj_end(o);
 }
 
 void kv_stats_write_json(FILE *f, const kv_cache *kv) {
-    char buf[2048];
+    struct json_out o;
+    json_out_init(&o);
     kv_stats st;
     kv_get_stats(kv, -1, &st);
-    kv_stats_json(&st, buf, sizeof buf);
-    fprintf(f, "{\"policy\":\"%s\",\"staged\":%d,\"sync_transfers\":%d,\"total\":%s,\"seqs\":[", kv_policy_name(kv->o.policy),
-            kv->o.staged, kv->o.sync_transfers, buf);
-    for (int q = 0, k = 0; q < kv->o.n_seq; q++) {
+    json_out_obj_begin(&o);
+    json_out_key(&o, "policy"), json_out_str(&o, kv_policy_name(kv->o.policy));
+    json_out_key(&o, "staged"), json_out_int(&o, kv->o.staged);
+    json_out_key(&o, "sync_transfers"), json_out_int(&o, kv->o.sync_transfers);
+    json_out_key(&o, "total"), kv_stats_json(&o, &st);
+    json_out_key(&o, "seqs");
+    json_out_arr_begin(&o);
+    for (int q = 0; q < kv->o.n_seq; q++) {
         if (!kv->seq[q].live) continue;
         kv_get_stats(kv, q, &st);
-        kv_stats_json(&st, buf, sizeof buf);
-        fprintf(f, "%s%s", k++ ? "," : "", buf);
+        kv_stats_json(&o, &st);
     }
-    fprintf(f, "]}\n");
+    json_out_arr_end(&o);
+    json_out_obj_end(&o);
+    fprintf(f, "%s\n", o.b.p);
+    json_out_free(&o);
 }
 
 void kv_stats_print(FILE *f, const kv_cache *kv, int seq) {

@@ -150,7 +150,7 @@ static void async_close(be_backend *b) {
     free(a->keep);
     free(a->n_pos);
     pthread_mutex_destroy(&a->mu);
-    cpu_be_ops()->close(b); /* frees the pool and the struct itself (cpu is its first member) */
+    cpu_be_ops()->close(b); /* frees the workers and the struct itself (cpu is its first member) */
 }
 
 int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errlen) {

@@ -137,7 +137,7 @@ void cpu_be_attention(be_backend *b, const be_attn *a, void *scratch) {
         J.att_stride = att_stride_of(max_pos);
     }
     TKV_ASSERT(!a->part || a->mass_mode != BE_MASS_SUM); /* unnormalised parts cannot be summed over heads */
-    pool_for(c->pool, (int64_t)a->n_tok * a->n_head_kv, attention_task, &J);
+    workers_for(c->workers, (int64_t)a->n_tok * a->n_head_kv, attention_task, &J);
     if (a->mass_mode == BE_MASS_SUM)
         for (int t = 0; t < a->n_tok; t++) {
             float *m = a->mass + (size_t)t * a->mass_stride;

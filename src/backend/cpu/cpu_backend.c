@@ -18,7 +18,7 @@ static cpu_be *cb(be_backend *b) { return (cpu_be *)(void *)b; }
 
 static void cpu_close(be_backend *b) {
     cpu_be *c = cb(b);
-    pool_free(c->pool);
+    workers_free(c->workers);
     free(c);
 }
 
@@ -85,7 +85,7 @@ static void cpu_matmul_op(be_backend *b, const be_mm_out *outs, int n_outs, int6
     cpu_be *c = cb(b);
     if (n_outs == 1) {
         const be_mat *w = outs[0].w;
-        cpu_matmul(c->pool, c->isa, w->type, w->data, n_in, w->n_out, x, n_tok, outs[0].y, outs[0].y_stride, scratch);
+        cpu_matmul(c->workers, c->isa, w->type, w->data, n_in, w->n_out, x, n_tok, outs[0].y, outs[0].y_stride, scratch);
         return;
     }
     cpu_mm_out o[BE_MM_MAX_OUTS];
@@ -93,7 +93,7 @@ static void cpu_matmul_op(be_backend *b, const be_mm_out *outs, int n_outs, int6
     for (int i = 0; i < n_outs; i++)
         o[i] = (cpu_mm_out){.type = outs[i].w->type, .w = outs[i].w->data, .n_out = outs[i].w->n_out, .y = outs[i].y,
                             .y_stride = outs[i].y_stride};
-    cpu_matmul_multi(c->pool, c->isa, o, n_outs, n_in, x, n_tok, scratch);
+    cpu_matmul_multi(c->workers, c->isa, o, n_outs, n_in, x, n_tok, scratch);
 }
 
 static void cpu_embed(be_backend *b, const be_mat *emb, const int32_t *tokens, int n, float *x) {
@@ -159,7 +159,7 @@ static void cpu_rope(be_backend *b, float *x, int n_rows, int n_heads, int hd, c
 
 typedef struct { float *gate; const float *up; const cpu_f32_ops *f32; } swiglu_job;
 
-/* gate[i] = silu(gate[i]) * up[i]; split over the pool (the exp dominates at prefill sizes) */
+/* gate[i] = silu(gate[i]) * up[i]; split over the workers (the exp dominates at prefill sizes) */
 static void swiglu_task(void *ctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     swiglu_job *J = ctx;
@@ -169,7 +169,7 @@ static void swiglu_task(void *ctx, int64_t i0, int64_t i1, int tid) {
 static void cpu_swiglu(be_backend *b, float *gate, const float *up, int64_t n) {
     cpu_be *c = cb(b);
     swiglu_job J = {gate, up, c->f32};
-    pool_for_grain(c->pool, n, 1024, swiglu_task, &J);
+    workers_for_grain(c->workers, n, 1024, swiglu_task, &J);
 }
 
 static void cpu_gather_rows(be_backend *b, float *dst, const float *src, const int *rows, int n, int width) {
@@ -231,7 +231,7 @@ int cpu_be_init(cpu_be *c, const be_params *p, char *err, size_t errlen) {
     c->isa = isa;
     c->f32 = cpu_f32_ops_for(isa);
     c->keep_layout = p ? p->keep_layout : 0;
-    c->pool = pool_init(threads);
+    c->workers = workers_init(threads);
     snprintf(c->desc, sizeof c->desc, "%s", cpu_isa_name(isa));
     return 0;
 }

@@ -1,5 +1,5 @@
 /* cpu_backend.h — the CPU implementation of backend.h: the op table over the kernels of ops.h
- * (generic C, AVX2 or AVX-512, chosen once from cpuid or by be_params.kernels) and a thread pool.
+ * (generic C, AVX2 or AVX-512, chosen once from cpuid or by be_params.kernels) and worker threads.
  * Everything lives in host memory (unified). Internal to src/backend: the engine opens it through
  * be_open. */
 #ifndef TKV_CPU_BACKEND_H
@@ -8,11 +8,11 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
-#include "base/pool.h"
+#include "base/workers.h"
 
 typedef struct {
     be_backend base;
-    tkv_pool *pool;
+    tkv_workers *workers;
     cpu_isa isa;
     const cpu_f32_ops *f32;
     int keep_layout;

@@ -1,8 +1,8 @@
-/* matmul.c — Y = X · Wᵀ over the thread pool (matmul.h).
+/* matmul.c — Y = X · Wᵀ over the worker threads (matmul.h).
  * Two phases: (1) every activation row is converted once into scratch, in parallel over rows;
  * (2) output rows (weight rows) are split over threads in grain-aligned chunks. Several matrices
  * that read the same input (q/k/v, gate/up) run as one job: their rows are concatenated, the
- * activations are converted once per format, and the pool is woken once. Inside a chunk,
+ * activations are converted once per format, and the workers are woken once. Inside a chunk,
  * weight rows are taken in blocks of MM_ROWS that stay in L1/L2 while every group of up to MM_NX
  * tokens is run against them with one vec_dot_tile call; the kernel unpacks each weight block once
  * per group instead of once per token and keeps the group's integer sums in registers. One token
@@ -16,7 +16,7 @@
 
 #define MM_NX 8        /* tokens per vec_dot_tile call */
 #define MM_ROWS 16     /* weight rows per cache block (prefill) */
-#define MM_GRAIN 16    /* rows per pool chunk unit */
+#define MM_GRAIN 16    /* rows per chunk unit of the workers */
 #define MM_ALIGN 64
 
 static size_t act_stride(uint32_t type, int64_t n_in) {
@@ -94,7 +94,7 @@ size_t cpu_matmul_multi_scratch_size(const cpu_mm_out *outs, int n_outs, int64_t
     return s;
 }
 
-void cpu_matmul_multi(tkv_pool *pool, cpu_isa isa, const cpu_mm_out *outs, int n_outs, int64_t n_in, const float *x,
+void cpu_matmul_multi(tkv_workers *workers, cpu_isa isa, const cpu_mm_out *outs, int n_outs, int64_t n_in, const float *x,
                       int64_t n_tok, void *scratch) {
     TKV_ASSERT(n_outs >= 1 && n_outs <= CPU_MM_MAX_PARTS);
     TKV_ASSERT(n_tok >= 0);
@@ -122,16 +122,16 @@ void cpu_matmul_multi(tkv_pool *pool, cpu_isa isa, const cpu_mm_out *outs, int n
             c.conv[c.n_conv++] = k;
         }
     }
-    if (n_tok == 1) /* one short row per format: not worth waking the pool */
+    if (n_tok == 1) /* one short row per format: not worth waking the workers */
         for (int k = 0; k < c.n_conv; k++) convert_rows(&c, &c.part[c.conv[k]], 0, 1);
     else
-        pool_for(pool, n_tok * c.n_conv, mm_convert, &c);
-    pool_for_grain(pool, rows, MM_GRAIN, mm_rows, &c);
+        workers_for(workers, n_tok * c.n_conv, mm_convert, &c);
+    workers_for_grain(workers, rows, MM_GRAIN, mm_rows, &c);
 }
 
-void cpu_matmul(tkv_pool *pool, cpu_isa isa, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
+void cpu_matmul(tkv_workers *workers, cpu_isa isa, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
                 const float *x, int64_t n_tok, float *y, int64_t y_stride, void *scratch) {
     if (n_out == 0) return;
     cpu_mm_out o = {.type = type, .w = w, .n_out = n_out, .y = y, .y_stride = y_stride};
-    cpu_matmul_multi(pool, isa, &o, 1, n_in, x, n_tok, scratch);
+    cpu_matmul_multi(workers, isa, &o, 1, n_in, x, n_tok, scratch);
 }

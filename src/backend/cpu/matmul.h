@@ -1,4 +1,4 @@
-/* matmul.h — Y = X · Wᵀ on the CPU thread pool, for one weight matrix and a batch of rows.
+/* matmul.h — Y = X · Wᵀ on the CPU worker threads, for one weight matrix and a batch of rows.
  * W is n_out rows of n_in elements in ggml type `type`; X is n_tok rows of n_in f32 (stride n_in);
  * Y is n_tok rows of n_out f32 (stride y_stride). Activations are converted once per call into
  * `scratch` (at least cpu_matmul_scratch_size bytes). Work is split over output rows, so every
@@ -9,11 +9,11 @@
 #include <stdint.h>
 
 #include "backend/cpu/ops.h"
-#include "base/pool.h"
+#include "base/workers.h"
 
 size_t cpu_matmul_scratch_size(uint32_t type, int64_t n_in, int64_t n_tok);
 
-/* Several matrices applied to the same X in one job (q/k/v, gate/up): one pool wake-up, one
+/* Several matrices applied to the same X in one job (q/k/v, gate/up): one wake-up of the workers, one
  * activation conversion per activation format. Results equal separate cpu_matmul calls bit for bit. */
 #define CPU_MM_MAX_PARTS 4
 typedef struct {
@@ -25,10 +25,10 @@ typedef struct {
 } cpu_mm_out;
 
 size_t cpu_matmul_multi_scratch_size(const cpu_mm_out *outs, int n_outs, int64_t n_in, int64_t n_tok);
-void cpu_matmul_multi(tkv_pool *pool, cpu_isa isa, const cpu_mm_out *outs, int n_outs, int64_t n_in, const float *x,
+void cpu_matmul_multi(tkv_workers *workers, cpu_isa isa, const cpu_mm_out *outs, int n_outs, int64_t n_in, const float *x,
                       int64_t n_tok, void *scratch);
 
-void cpu_matmul(tkv_pool *pool, cpu_isa isa, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
+void cpu_matmul(tkv_workers *workers, cpu_isa isa, uint32_t type, const void *w, int64_t n_in, int64_t n_out,
                 const float *x, int64_t n_tok, float *y, int64_t y_stride, void *scratch);
 
 #endif

@@ -1,7 +1,7 @@
-/* pool.c — persistent worker threads woken per job by a generation counter (see pool.h).
+/* workers.c — persistent worker threads woken per job by a generation counter (see workers.h).
  * Workers spin briefly before sleeping on a condition variable, because decode issues thousands of
  * short jobs per second and a futex wake costs more than a short spin. */
-#include "base/pool.h"
+#include "base/workers.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -10,7 +10,7 @@
 
 #include "base/err.h"
 
-struct tkv_pool {
+struct tkv_workers {
     int n;                       /* threads including the caller */
     pthread_t *threads;          /* n-1 workers */
     pthread_mutex_t mu;          /* guards sleeping / wake */
@@ -18,19 +18,19 @@ struct tkv_pool {
     atomic_uint gen;             /* job generation; workers run when it changes */
     atomic_int pending;          /* workers still running the current job */
     atomic_int quit;
-    tkv_pool_fn fn;              /* current job */
+    tkv_work_fn fn;              /* current job */
     void *ctx;
     int64_t n_items, grain;
     int64_t chunk;               /* grains per claimed chunk */
     atomic_int_fast64_t next;    /* next chunk to claim */
 };
 
-typedef struct { tkv_pool *pool; int tid; } worker_arg;
+typedef struct { tkv_workers *workers; int tid; } worker_arg;
 
 /* Chunks are claimed from a shared counter, so a thread that the OS delays (these machines are
  * shared) leaves its work to the others instead of holding up the whole job. Which thread runs a
  * chunk never changes what the chunk computes. */
-static void run_chunks(tkv_pool *p, int tid) {
+static void run_chunks(tkv_workers *p, int tid) {
     int64_t n = p->n_items, g = p->grain, per = p->chunk;
     for (;;) {
         int64_t c = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
@@ -43,10 +43,10 @@ static void run_chunks(tkv_pool *p, int tid) {
 
 static void *worker(void *arg) {
     worker_arg *wa = arg;
-    tkv_pool *p = wa->pool;
+    tkv_workers *p = wa->workers;
     int tid = wa->tid;
     free(wa);
-    unsigned seen = 0; /* the generation at pool_init: a job posted before this thread runs is still seen as new */
+    unsigned seen = 0; /* the generation at workers_init: a job posted before this thread runs is still seen as new */
     for (;;) {
         unsigned g;
         int spins = 0;
@@ -63,9 +63,9 @@ static void *worker(void *arg) {
     }
 }
 
-tkv_pool *pool_init(int n_threads) {
+tkv_workers *workers_init(int n_threads) {
     if (n_threads < 1) n_threads = 1;
-    tkv_pool *p = tkv_xcalloc(1, sizeof *p);
+    tkv_workers *p = tkv_xcalloc(1, sizeof *p);
     p->n = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -75,7 +75,7 @@ tkv_pool *pool_init(int n_threads) {
     p->threads = tkv_xcalloc((size_t)n_threads, sizeof(pthread_t));
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = tkv_xmalloc(sizeof *wa);
-        wa->pool = p;
+        wa->workers = p;
         wa->tid = i;
         int rc = pthread_create(&p->threads[i], NULL, worker, wa);
         TKV_ASSERT(rc == 0);
@@ -83,7 +83,7 @@ tkv_pool *pool_init(int n_threads) {
     return p;
 }
 
-void pool_free(tkv_pool *p) {
+void workers_free(tkv_workers *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->quit, 1);
@@ -96,9 +96,9 @@ void pool_free(tkv_pool *p) {
     free(p);
 }
 
-int pool_threads(const tkv_pool *p) { return p ? p->n : 1; }
+int workers_threads(const tkv_workers *p) { return p ? p->n : 1; }
 
-void pool_for_grain(tkv_pool *p, int64_t n, int64_t grain, tkv_pool_fn fn, void *ctx) {
+void workers_for_grain(tkv_workers *p, int64_t n, int64_t grain, tkv_work_fn fn, void *ctx) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
     if (!p || p->n == 1 || n <= grain) {
@@ -134,4 +134,4 @@ void pool_for_grain(tkv_pool *p, int64_t n, int64_t grain, tkv_pool_fn fn, void 
     }
 }
 
-void pool_for(tkv_pool *p, int64_t n, tkv_pool_fn fn, void *ctx) { pool_for_grain(p, n, 1, fn, ctx); }
+void workers_for(tkv_workers *p, int64_t n, tkv_work_fn fn, void *ctx) { workers_for_grain(p, n, 1, fn, ctx); }

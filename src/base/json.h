@@ -1,7 +1,8 @@
 /* json.h — a small, bounds-checked JSON (RFC 8259) parser and writer.
  * The parser is a pure function over (bytes, len): it never reads past len, never needs a NUL, and
  * builds a read-only tree in one arena that json_free releases at once. Errors name line, column
- * and byte offset. It is shared by the eval loaders and (later) the server.
+ * and byte offset. The one JSON writer of the engine and the tools (json_out; the server speaks
+ * JSON through jansson), and the parser of the eval loaders and the results files.
  *
  * Decisions a caller should know:
  *  - Strings are unescaped to UTF-8 and NUL-terminated; `len` is the true length, so a "\u0000"
@@ -14,8 +15,8 @@
  *  - Numbers follow the JSON grammar strictly; a value that overflows a double is an error.
  *  - Duplicate object keys are kept; json_get returns the last one (as Python's json does).
  *  - Nothing but whitespace may follow the root value. */
-#ifndef TKV_EVAL_JSON_H
-#define TKV_EVAL_JSON_H
+#ifndef TKV_BASE_JSON_H
+#define TKV_BASE_JSON_H
 #include <stddef.h>
 #include <stdint.h>
 
@@ -78,9 +79,11 @@ void json_out_obj_end(struct json_out *o);
 void json_out_arr_begin(struct json_out *o);
 void json_out_arr_end(struct json_out *o);
 void json_out_key(struct json_out *o, const char *key);
+void json_out_keyn(struct json_out *o, const char *key, size_t len); /* a key of len bytes (NULs allowed) */
 void json_out_str(struct json_out *o, const char *s);
 void json_out_strn(struct json_out *o, const char *s, size_t len);
 void json_out_num(struct json_out *o, double x); /* shortest round-trip form; NaN/inf -> null */
+void json_out_fixed(struct json_out *o, double x, int places); /* places (0..17) decimals; NaN/inf -> null */
 void json_out_int(struct json_out *o, int64_t x);
 void json_out_bool(struct json_out *o, int b);
 void json_out_null(struct json_out *o);

@@ -2,7 +2,7 @@
  * Parsing is recursive descent with the depth bounded by opts.max_depth. Children of an open
  * array/object are collected on one shared stack and copied into the arena when it closes, so a
  * document costs one arena plus two stacks, all freed together. Every read checks pos < len. */
-#include "eval/json.h"
+#include "base/json.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -464,11 +464,12 @@ void json_out_str(struct json_out *o, const char *s) {
     if (!s) { json_out_null(o); return; }
     json_out_strn(o, s, strlen(s));
 }
-void json_out_key(struct json_out *o, const char *key) {
-    json_out_str(o, key);
+void json_out_keyn(struct json_out *o, const char *key, size_t len) {
+    json_out_strn(o, key, len);
     out_raw(o, ":", 1);
     o->after_key = 1;
 }
+void json_out_key(struct json_out *o, const char *key) { json_out_keyn(o, key, strlen(key)); }
 void json_out_num(struct json_out *o, double x) {
     if (!isfinite(x)) { json_out_null(o); return; }
     char tmp[40];
@@ -476,6 +477,13 @@ void json_out_num(struct json_out *o, double x) {
         snprintf(tmp, sizeof tmp, "%.*g", prec, x);
         if (strtod(tmp, NULL) == x) break;
     }
+    out_sep(o);
+    out_raw(o, tmp, strlen(tmp));
+}
+void json_out_fixed(struct json_out *o, double x, int places) {
+    if (!isfinite(x)) { json_out_null(o); return; }
+    char tmp[352]; /* %.*f of DBL_MAX is 309 digits, places <= 17 */
+    snprintf(tmp, sizeof tmp, "%.*f", places < 0 ? 0 : places > 17 ? 17 : places, x);
     out_sep(o);
     out_raw(o, tmp, strlen(tmp));
 }
