@@ -1,7 +1,8 @@
 /* test_layers.c — the dependency rules of ARCHITECTURE.md, checked on the sources (the suite runs
  * from the repository root; skipped elsewhere): the public header includes system headers only; the
  * forward includes no CPU-backend header; tools/, src/eval/, src/sched/ and src/serve/ reach the
- * engine through the public API alone (no header of src/kv/, src/model/, src/backend/ or src/engine/). */
+ * engine through the public API alone (no header of src/kv/, src/model/, src/backend/ or src/engine/);
+ * bench/ programs include no header of src/kv/, src/model/ or a backend implementation. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,10 @@ TEST(layers_include_rules) {
     CHECK(check_dir("src/eval", inner, 4, 1) == 0);
     CHECK(check_dir("src/sched", inner, 4, 1) == 0);
     CHECK(check_dir("src/serve", inner, 4, 1) == 0);
+    /* bench/ programs: the public API, backend.h, the codecs, and engine/engine.h to look inside a
+     * session (the one internal header they may use); kernel timing goes through `tierkv bench-ops` */
+    static const char *const bench[] = {"kv/", "model/", "backend/cpu/", "backend/cuda/"};
+    CHECK(check_dir("bench", bench, 4, 1) == 0);
     /* and a rule broken on purpose is seen */
     static const char *const base[] = {"base/"};
     CHECK(check_dir("src/eval", base, 1, 0) > 0);
@@ -125,8 +130,8 @@ TEST(layers_policy_identity) {
     FILE *probe = fopen("include/tierkv.h", "r");
     if (!probe) SKIP("not run from the repository root");
     fclose(probe);
-    static const char *const dirs[] = {"src/base", "src/gguf", "src/backend", "src/backend/cpu", "src/backend/cuda",
-                                       "src/model", "src/kv", "src/engine", "src/eval", "src/sched", "src/serve"};
+    static const char *const dirs[] = {"src/base",  "src/gguf",  "src/backend", "src/backend/cpu", "src/backend/cuda",
+                                       "src/codec", "src/model", "src/kv", "src/engine", "src/eval", "src/sched", "src/serve"};
     static const char *const allowed[] = {"src/kv/kv.h", "src/kv/kv_policy.c", "src/kv/kv_baselines.c",
                                           "src/engine/text.c"};
     struct kind_scan k = {allowed, sizeof allowed / sizeof allowed[0], 0, 0};
@@ -134,4 +139,104 @@ TEST(layers_policy_identity) {
     int bad = k.bad, seen = k.seen;
     CHECK(bad == 0);
     CHECK(seen > 0); /* the scan sees the allowed files: it can fail */
+}
+
+/* ---- no include circle inside src/kv ----
+ * A module is a file name without its extension (kv_plan.c and kv_plan.h are one); module A depends
+ * on B when one of A's files includes "kv/B.h". Each file declares its functions in its own header,
+ * so a circle of includes is a circle of calls. kv.h is the exception: the module's interface for the
+ * rest of the engine, with the types every file uses and the functions several files define, it is
+ * a module of its own ("kv.h", at the bottom: it includes no header of src/kv). */
+enum { MAX_MOD = 64 };
+
+struct kv_graph {
+    char name[MAX_MOD][64];
+    unsigned char dep[MAX_MOD][MAX_MOD];
+    int n;
+};
+
+static int module_of(struct kv_graph *g, const char *name, size_t len) {
+    if (len >= sizeof g->name[0]) len = sizeof g->name[0] - 1;
+    for (int i = 0; i < g->n; i++)
+        if (strlen(g->name[i]) == len && !strncmp(g->name[i], name, len)) return i;
+    if (g->n == MAX_MOD) return -1;
+    memcpy(g->name[g->n], name, len);
+    g->name[g->n][len] = 0;
+    return g->n++;
+}
+
+static int add_includes(const char *path, void *ctx) {
+    struct kv_graph *g = ctx;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    int from = module_of(g, base, strcmp(base, "kv.h") ? strcspn(base, ".") : 4);
+    FILE *f = fopen(path, "r");
+    if (!f || from < 0) {
+        if (f) fclose(f);
+        return 1;
+    }
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        const char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (strncmp(p, "#include \"kv/", 13)) continue;
+        p += 13;
+        int to = module_of(g, p, strncmp(p, "kv.h\"", 5) ? strcspn(p, ".") : 4);
+        if (to >= 0 && to != from) g->dep[from][to] = 1;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* 1 when a circle passes through module u (colour: 0 unseen, 1 on the path, 2 done); the circle's
+ * modules are printed when verbose. */
+static int circle_from(const struct kv_graph *g, int u, unsigned char *colour, int verbose) {
+    colour[u] = 1;
+    for (int v = 0; v < g->n; v++) {
+        if (!g->dep[u][v] || colour[v] == 2) continue;
+        if (colour[v] == 1 || circle_from(g, v, colour, verbose)) {
+            if (verbose) fprintf(stderr, "    include circle through %s -> %s\n", g->name[u], g->name[v]);
+            return 1;
+        }
+    }
+    colour[u] = 2;
+    return 0;
+}
+
+static int has_circle(const struct kv_graph *g, int verbose) {
+    unsigned char colour[MAX_MOD] = {0};
+    for (int u = 0; u < g->n; u++)
+        if (!colour[u] && circle_from(g, u, colour, verbose)) return 1;
+    return 0;
+}
+
+TEST(layers_kv_no_circles) {
+    static struct kv_graph g;
+    memset(&g, 0, sizeof g);
+    if (each_source("src/kv", add_includes, &g) < 0) SKIP("not run from the repository root");
+    CHECK(g.n > 10);
+    CHECK(!has_circle(&g, 1));
+    /* the layers ARCHITECTURE.md names: the state and the mechanism include nothing above them */
+    int pool = module_of(&g, "kv_pool", 7), plan = module_of(&g, "kv_plan", 7), view = module_of(&g, "kv_view", 7);
+    CHECK(pool >= 0 && plan >= 0 && view >= 0 && g.dep[plan][view] && !g.dep[view][plan] && !g.dep[pool][plan]);
+    int api = module_of(&g, "kv.h", 4);
+    for (int v = 0; v < g.n; v++) CHECKF(!g.dep[api][v], "kv.h includes kv/%s.h", g.name[v]);
+    /* and a circle added on purpose is seen */
+    g.dep[pool][plan] = 1;
+    CHECK(has_circle(&g, 0));
+}
+
+/* The seam depends on no implementation: backend.c (the record formats) and split.c (generic over
+ * two backends) include no header of backend/cpu/ or backend/cuda/; open.c is the one file that may. */
+TEST(layers_backend_seam) {
+    FILE *probe = fopen("src/backend/backend.c", "r");
+    if (!probe) SKIP("not run from the repository root");
+    fclose(probe);
+    char line[512];
+    static const char *const impl[] = {"backend/cpu/", "backend/cuda/"};
+    CHECKF(!bad_include("src/backend/backend.c", impl, 2, 0, line, sizeof line), "backend.c includes %s", line);
+    CHECKF(!bad_include("src/backend/split.c", impl, 2, 0, line, sizeof line), "split.c includes %s", line);
+    CHECK(bad_include("src/backend/open.c", impl, 2, 0, line, sizeof line) != NULL); /* the rule can fail */
+    /* the T2 codecs sit above the backends: they include none of them */
+    static const char *const be[] = {"backend/"};
+    CHECK(check_dir("src/codec", be, 1, 1) == 0);
 }

@@ -16,7 +16,7 @@
  * for all query heads of the group (GQA). The 8 heads' dot products are summed over the warp by
  * one reduce-scatter (9 shuffles instead of 40). Masked, evicted and out-of-tier positions are never
  * read. Records of any pool format are widened in registers (F32, F16 exact; Q8_HEAD int8 * scale as
- * kv_codec.c). The merge gives each warp every 8th chunk, the rows of several chunks in flight.
+ * src/codec's q8h). The merge gives each warp every 8th chunk, the rows of several chunks in flight.
  * Bound: KV bytes of the attended positions from HBM (PCIe for pinned tiers). Measured on an H200
  * (7B shape, f16, one query; docs/CUDA.md): 24 us per layer at 2048 positions, 28.5 at 8192, 127 at
  * 32768 (0.5 TB/s there: still latency-bound).

@@ -15,7 +15,7 @@
  *   a side in pageable host memory          (a T2 the KV module put in BE_MEM_HOST) bounced through the
  *                                           pinned move ring by the CPU: sources gathered before the
  *                                           kernel, destinations scattered after it, synchronously
- * The codec is kv_codec.c's, bit for bit (one f32 scale per kv head, amax / 127, round to nearest
+ * The codec is src/codec's q8h (kvq_q8h_encode), bit for bit (one f32 scale per kv head, amax / 127, round to nearest
  * even, clamp to +-127; zeros or non-finite groups encode as zeros with scale 0).
  *
  * Ordering: copy_moves(layer) records layer_ev[layer] on the copy stream after its work;
