@@ -157,7 +157,7 @@ int main(int argc, char **argv) {
         }
         if (tkv_policy_parse(pol, &sp.kv.policy)) { fprintf(stderr, "t2_fidelity: unknown policy '%s'\n", pol); return 2; }
         if (c > 0) {
-            sp.kv.hbm_ratio = t0;
+            sp.kv.t0_ratio = t0;
             sp.kv.t2_ratio = t2;
             sp.kv.evict_ratio = evict;
             if (window >= 0) sp.kv.window = window;

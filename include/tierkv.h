@@ -149,8 +149,10 @@ int tkv_policy_parse(const char *name, tkv_policy *out); /* 0, or TKV_ERR for an
 
 typedef struct {
     tkv_policy policy;
-    double hbm_ratio;          /* T0 share of each sequence's length, [0, 1]; < 0: not given */
-    uint64_t hbm_budget_bytes; /* T0 bytes for all live sequences together; 0: not given */
+    /* T0 (fast memory, "HBM"): the tools' --hbm-ratio and --hbm-budget, the results files' keys
+     * hbm_ratio and hbm_budget_bytes */
+    double t0_ratio;           /* T0 share of each sequence's length, [0, 1]; < 0: not given */
+    uint64_t t0_budget_bytes;  /* T0 bytes for all live sequences together; 0: not given */
     double t2_ratio;           /* T2 share of each sequence's length; < 0: not given */
     double evict_ratio;        /* evicted share (at most) of each sequence's length; < 0: not given */
     int delta;                 /* re-tier every delta decode steps (64) */

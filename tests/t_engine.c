@@ -27,8 +27,8 @@ void te_options_default(te_options *o) {
 static void to_params(const kv_options *k, tkv_kv_params *p) {
     tkv_kv_params_default(p);
     p->policy = (tkv_policy)k->policy;
-    p->hbm_ratio = k->hbm_ratio;
-    p->hbm_budget_bytes = k->hbm_budget_bytes;
+    p->t0_ratio = k->t0_ratio;
+    p->t0_budget_bytes = k->t0_budget_bytes;
     p->t2_ratio = k->t2_ratio;
     p->evict_ratio = k->evict_ratio;
     p->delta = k->delta;

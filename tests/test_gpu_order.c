@@ -102,7 +102,7 @@ static kv_options hier(double ratio, int delta) {
     kv_options k;
     kv_options_default(&k);
     k.policy = KV_POLICY_HIERARCHY;
-    k.hbm_ratio = ratio;
+    k.t0_ratio = ratio;
     k.delta = delta;
     k.window = 16;
     return k;
@@ -152,7 +152,7 @@ TEST(gpu_order_keep_masks_per_layer) {
         kv_options k;
         kv_options_default(&k);
         k.policy = pol[i];
-        k.hbm_ratio = 0.5;
+        k.t0_ratio = 0.5;
         kv_stats st;
         run_case(name[i], &k, 0, 0, 64, 64, 120, &st);
         CHECKF(st.tokens_evicted > 0, "%s: nothing evicted", name[i]);
@@ -177,7 +177,7 @@ TEST(gpu_order_pools_reserved_before_steps) {
         base_options(&o, "cpu");
         o.n_ctx = CTX;
         o.kv.policy = cs[c].p;
-        if (cs[c].t0 >= 0) o.kv.hbm_ratio = cs[c].t0;
+        if (cs[c].t0 >= 0) o.kv.t0_ratio = cs[c].t0;
         if (cs[c].t2 > 0) o.kv.t2_ratio = cs[c].t2;
         if (cs[c].ev > 0) o.kv.evict_ratio = cs[c].ev;
         o.kv.staged = cs[c].staged;

@@ -255,17 +255,17 @@ TEST(kv_options_refused) {
     shape(&o, 2, 4, 2, 8, 1, 64);
     o.policy = KV_POLICY_HIERARCHY;
     CHECK(init_fails(&o, "needs a T0 budget"));
-    o.hbm_ratio = 0.6; o.t2_ratio = 0.3; o.evict_ratio = 0.2;
+    o.t0_ratio = 0.6; o.t2_ratio = 0.3; o.evict_ratio = 0.2;
     CHECK(init_fails(&o, "do not add up"));
-    o.hbm_ratio = 1.5; o.t2_ratio = o.evict_ratio = -1;
+    o.t0_ratio = 1.5; o.t2_ratio = o.evict_ratio = -1;
     CHECK(init_fails(&o, "[0, 1]"));
-    o.hbm_ratio = NAN;
+    o.t0_ratio = NAN;
     CHECK(init_fails(&o, "[0, 1]"));
-    o.hbm_ratio = 0.5; o.hbm_budget_bytes = 1 << 20;
+    o.t0_ratio = 0.5; o.t0_budget_bytes = 1 << 20;
     CHECK(init_fails(&o, "not both"));
-    o.hbm_ratio = -1; o.hbm_budget_bytes = 10 * 2 * 2 * 16 * 4; /* 10 tokens < sinks 4 + window 64 */
+    o.t0_ratio = -1; o.t0_budget_bytes = 10 * 2 * 2 * 16 * 4; /* 10 tokens < sinks 4 + window 64 */
     CHECK(init_fails(&o, "fewer than the 68 protected"));
-    o.hbm_budget_bytes = 0; o.hbm_ratio = 0.5; o.policy = KV_POLICY_EVICT; o.t2_ratio = 0.2;
+    o.t0_budget_bytes = 0; o.t0_ratio = 0.5; o.policy = KV_POLICY_EVICT; o.t2_ratio = 0.2;
     CHECK(init_fails(&o, "no T2"));
     o.t2_ratio = -1; o.delta = 0;
     CHECK(init_fails(&o, "delta"));
@@ -299,7 +299,7 @@ TEST(kv_abs_budget_prompt_too_long) {
     o.sinks = 2; o.window = 8;
     o.f16 = 0;
     int64_t tb = 2 * 2 * 16 * 4; /* layers x K,V x kv_dim x f32 */
-    o.hbm_budget_bytes = (uint64_t)(40 * tb); /* 40 tokens for both sequences */
+    o.t0_budget_bytes = (uint64_t)(40 * tb); /* 40 tokens for both sequences */
     char err[512];
     kv_cache *kv = kv_open_all(&o, err, sizeof err); /* each reserves sinks 2 + window 8 = 10 */
     REQUIRE(kv);
@@ -327,7 +327,7 @@ TEST(kv_budget_raised_to_protected) {
     kv_options o;
     shape(&o, 1, 2, 1, 8, 1, 128);
     o.policy = KV_POLICY_EVICT;
-    o.hbm_ratio = 0.001; o.sinks = 2; o.window = 4; o.delta = 4; o.sync_transfers = 1;
+    o.t0_ratio = 0.001; o.sinks = 2; o.window = 4; o.delta = 4; o.sync_transfers = 1;
     char err[256];
     kv_cache *kv = kv_open_all(&o, err, sizeof err);
     REQUIRE(kv);
@@ -358,9 +358,9 @@ TEST(kv_policy_sink) {
     shape(&o, 1, 2, 1, 8, 1, 128);
     o.policy = KV_POLICY_SINK;
     o.sinks = 2; o.window = 4; o.delta = 4; o.sync_transfers = 1;
-    o.hbm_ratio = 0.5;
+    o.t0_ratio = 0.5;
     CHECK(init_fails(&o, "does not apply"));
-    o.hbm_ratio = -1; o.t2_ratio = 0.2;
+    o.t0_ratio = -1; o.t2_ratio = 0.2;
     CHECK(init_fails(&o, "no T2"));
     o.t2_ratio = -1;
     char err[256];
@@ -401,7 +401,7 @@ TEST(kv_copy_prefix) {
         shape(&o, 2, 4, 2, 8, 3, 64);
         o.f16 = f16;
         o.policy = KV_POLICY_HIERARCHY;
-        o.hbm_ratio = 0.5; o.sinks = 1; o.window = 2; o.sync_transfers = 1;
+        o.t0_ratio = 0.5; o.sinks = 1; o.window = 2; o.sync_transfers = 1;
         char err[256];
         kv_cache *kv = kv_open_all(&o, err, sizeof err);
         REQUIRE(kv);
@@ -427,7 +427,7 @@ TEST(kv_copy_prefix) {
     kv_options o;
     shape(&o, 1, 2, 1, 8, 2, 32);
     o.policy = KV_POLICY_H2O;
-    o.hbm_ratio = 0.5;
+    o.t0_ratio = 0.5;
     char err[256];
     kv_cache *kv = kv_open_all(&o, err, sizeof err);
     REQUIRE(kv);
@@ -519,7 +519,7 @@ static void random_run(const run_cfg *c, uint64_t seed, int steps, int check_eac
     shape(&o, 3, 4, 2, 16, 2, 200);
     o.f16 = f16;
     o.policy = c->policy;
-    o.hbm_ratio = c->budget_tokens ? -1 : c->hbm;
+    o.t0_ratio = c->budget_tokens ? -1 : c->hbm;
     o.t2_ratio = c->t2;
     o.evict_ratio = c->ev;
     o.delta = c->delta; o.sinks = c->sinks; o.window = c->window;
@@ -530,7 +530,7 @@ static void random_run(const run_cfg *c, uint64_t seed, int steps, int check_eac
         kv_options p = o;
         p.policy = KV_POLICY_FULL;
         probe = kv_open_all(&p, err, sizeof err);
-        o.hbm_budget_bytes = c->budget_tokens * (uint64_t)kv_token_bytes(probe, 0) * (uint64_t)o.n_seq;
+        o.t0_budget_bytes = c->budget_tokens * (uint64_t)kv_token_bytes(probe, 0) * (uint64_t)o.n_seq;
         kv_free(probe);
     }
     kv_cache *kv = kv_open_all(&o, err, sizeof err);
@@ -564,7 +564,7 @@ static void random_run(const run_cfg *c, uint64_t seed, int steps, int check_eac
     kv_stats st;
     kv_get_stats(kv, -1, &st);
     if (o.policy != KV_POLICY_FULL) CHECK(st.retiers > 0);
-    if (c->budget_tokens) CHECK(st.peak_t0_bytes <= (int64_t)o.hbm_budget_bytes);
+    if (c->budget_tokens) CHECK(st.peak_t0_bytes <= (int64_t)o.t0_budget_bytes);
     int n;
     kv_retier_log(kv, &n);
     CHECK(n == st.retiers);
@@ -627,7 +627,7 @@ TEST(kv_staged_equals_in_place) {
     for (int f16 = 0; f16 < 2; f16++) {
         kv_options a;
         shape(&a, 3, 4, 2, 16, 1, 160);
-        a.policy = KV_POLICY_HIERARCHY; a.hbm_ratio = 0.2; a.t2_ratio = 0.2; a.delta = 5; a.window = 8; a.sync_transfers = 1;
+        a.policy = KV_POLICY_HIERARCHY; a.t0_ratio = 0.2; a.t2_ratio = 0.2; a.delta = 5; a.window = 8; a.sync_transfers = 1;
         a.f16 = f16;
         kv_options b = a;
         b.staged = 1;
@@ -642,7 +642,7 @@ TEST(kv_async_equals_sync) {
     for (int f16 = 0; f16 < 2; f16++) {
         kv_options a;
         shape(&a, 4, 4, 2, 16, 1, 160);
-        a.policy = KV_POLICY_HIERARCHY; a.hbm_ratio = 0.25; a.t2_ratio = 0.25; a.evict_ratio = 0.1; a.delta = 3; a.window = 4;
+        a.policy = KV_POLICY_HIERARCHY; a.t0_ratio = 0.25; a.t2_ratio = 0.25; a.evict_ratio = 0.1; a.delta = 3; a.window = 4;
         a.sync_transfers = 1;
         a.f16 = f16;
         kv_options b = a;
@@ -686,7 +686,7 @@ static void fake_attention_bit_exact(int f16) {
     shape(&f, L, H, HKV, HD, 1, CTX);
     f.f16 = f16;
     h = f;
-    h.policy = KV_POLICY_HIERARCHY; h.hbm_ratio = 0.4; h.delta = 4; h.window = 8; h.sinks = 2;
+    h.policy = KV_POLICY_HIERARCHY; h.t0_ratio = 0.4; h.delta = 4; h.window = 8; h.sinks = 2;
     char err[256];
     kv_cache *kf = kv_open_all(&f, err, sizeof err), *kh = kv_open_all(&h, err, sizeof err);
     REQUIRE(kf && kh);
@@ -744,7 +744,7 @@ TEST(kv_f16_bytes) {
     kv_options a;
     shape(&a, 3, 4, 2, 16, 1, 160);
     a.f16 = 1;
-    a.policy = KV_POLICY_HIERARCHY; a.hbm_ratio = 0.25; a.t2_ratio = 0.25; a.evict_ratio = 0.1;
+    a.policy = KV_POLICY_HIERARCHY; a.t0_ratio = 0.25; a.t2_ratio = 0.25; a.evict_ratio = 0.1;
     char err[256];
     kv_options c = a;
     c.f16 = 0;
@@ -805,7 +805,7 @@ static void t2_test_options(kv_options *o, int f16, const char *codec, const flo
     shape(o, 2, 4, 2, 32, 1, 120);
     o->f16 = f16;
     o->policy = KV_POLICY_QUANT;
-    o->hbm_ratio = 0.2; o->sinks = 2; o->window = 4; o->delta = 3; o->sync_transfers = 1;
+    o->t0_ratio = 0.2; o->sinks = 2; o->window = 4; o->delta = 3; o->sync_transfers = 1;
     o->k_center = centre;
     TKV_ASSERT(be_kv_t2_parse(codec, &o->t2_fmt) == 0);
 }
@@ -953,7 +953,7 @@ TEST(kv_backend_refuses_t2_format) {
     kv_options o;
     shape(&o, 2, 4, 2, 32, 1, 64);
     o.policy = KV_POLICY_QUANT;
-    o.hbm_ratio = 0.5;
+    o.t0_ratio = 0.5;
     REQUIRE(be_kv_t2_parse("q4bhc", &o.t2_fmt) == 0);
     char err[256] = "";
     kv_cache *kv = kv_init(&o, &narrow, err, sizeof err);

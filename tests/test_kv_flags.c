@@ -20,12 +20,12 @@ TEST(kv_flags_parse_values) {
     tkv_kv_params_default(&o);
     int to;
     CHECK(parse1(&o, "--policy", "hierarchy", &to) == 1 && to == 1 && o.policy == TKV_POLICY_HIERARCHY);
-    CHECK(parse1(&o, "--hbm-ratio=0.25", NULL, &to) == 1 && to == 0 && o.hbm_ratio == 0.25);
+    CHECK(parse1(&o, "--hbm-ratio=0.25", NULL, &to) == 1 && to == 0 && o.t0_ratio == 0.25);
     CHECK(parse1(&o, "--hbm-ratio", "1.5", &to) == -1);
     CHECK(parse1(&o, "--t2-ratio", "-0.1", &to) == -1);
-    CHECK(parse1(&o, "--hbm-budget", "256MiB", &to) == 1 && o.hbm_budget_bytes == 256ull << 20);
-    CHECK(parse1(&o, "--hbm-budget", "1.5GB", &to) == 1 && o.hbm_budget_bytes == 1500000000ull);
-    CHECK(parse1(&o, "--hbm-budget", "4096", &to) == 1 && o.hbm_budget_bytes == 4096);
+    CHECK(parse1(&o, "--hbm-budget", "256MiB", &to) == 1 && o.t0_budget_bytes == 256ull << 20);
+    CHECK(parse1(&o, "--hbm-budget", "1.5GB", &to) == 1 && o.t0_budget_bytes == 1500000000ull);
+    CHECK(parse1(&o, "--hbm-budget", "4096", &to) == 1 && o.t0_budget_bytes == 4096);
     CHECK(parse1(&o, "--hbm-budget", "100tok", &to) == -1);
     CHECK(parse1(&o, "--hbm-budget", "lots", &to) == -1);
     CHECK(parse1(&o, "--delta", "0", &to) == -1);

@@ -48,7 +48,7 @@ static void cand_init(cand *c, const char *name, kv_policy_kind p, double ratio,
     c->name = name;
     kv_options_default(&c->kv);
     c->kv.policy = p;
-    c->kv.hbm_ratio = ratio;
+    c->kv.t0_ratio = ratio;
     c->kv.delta = delta;
     c->first_diff = -1;
 }
@@ -273,7 +273,7 @@ TEST(kv_model_t0_share_does_not_change_eviction) {
     };
     kv_options ref;
     kv_options_default(&ref);
-    ref.policy = KV_POLICY_HIERARCHY, ref.hbm_ratio = 0.5, ref.evict_ratio = 0.1, ref.delta = 7, ref.window = 16;
+    ref.policy = KV_POLICY_HIERARCHY, ref.t0_ratio = 0.5, ref.evict_ratio = 0.1, ref.delta = 7, ref.window = 16;
     cand c[K];
     for (int i = 0; i < K; i++) {
         cand_init(&c[i], cfg[i].name, KV_POLICY_HIERARCHY, cfg[i].ratio, 7);
@@ -304,7 +304,7 @@ TEST(kv_model_t0_within_byte_budget) {
     c[0].kv.window = 16;
     /* qwen2 fixture, f32 cache: 2 layers x 2 kv heads x 64 head dim x K,V x 4 bytes = 2048 bytes per token */
     c[0].kv.f16 = 0;
-    c[0].kv.hbm_budget_bytes = 160 * 2048;
+    c[0].kv.t0_budget_bytes = 160 * 2048;
     NEED(QWEN2);
     REQUIRE(lockstep(t_shared(QWEN2), 1, 64, 300, c, 1, check_hierarchy) == 0);
     CHECKF(c[0].first_diff < 0, "logits differ from full at step %d", c[0].first_diff);
@@ -527,7 +527,7 @@ TEST(kv_model_baselines_byte_budget) {
     cand c[1];
     cand_init(&c[0], "h2o 100 tokens", KV_POLICY_H2O, -1, 64);
     c[0].kv.f16 = 1; /* 1024 bytes per token below */
-    c[0].kv.hbm_budget_bytes = 100 * 1024; /* qwen2 fixture, f16: 1024 bytes per token */
+    c[0].kv.t0_budget_bytes = 100 * 1024; /* qwen2 fixture, f16: 1024 bytes per token */
     c[0].no_compare = 1;
     NEED(QWEN2);
     REQUIRE(lockstep(t_shared(QWEN2), 1, 128, 100, c, 1, NULL) == 0);

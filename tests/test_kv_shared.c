@@ -220,7 +220,7 @@ static void join_leave(int unpin) {
         tkv_session_close(probe_s);
     }
     const int64_t budget_tokens = 260;
-    p.kv.hbm_budget_bytes = (uint64_t)(budget_tokens * tb);
+    p.kv.t0_budget_bytes = (uint64_t)(budget_tokens * tb);
     tkv_session *s;
     REQUIRE(tkv_session_open(m, &p, &s, err, sizeof err) == 0);
     kv_cache *kv = engine_kv(s);

@@ -136,7 +136,7 @@ TEST(split_hierarchy_close_to_full) {
     te_engine *ref, *sp;
     REQUIRE(te_open(path, &o, &ref, err, sizeof err) == 0);
     o.kv.policy = KV_POLICY_HIERARCHY;
-    o.kv.hbm_ratio = 0.3;
+    o.kv.t0_ratio = 0.3;
     o.kv.window = 16;
     o.kv.delta = 7;
     o.split = 1;

@@ -72,14 +72,14 @@ static void report(int json, const char *test, int depth, int n_tok, int n_seq, 
         json_out_key(&j, "threads"), json_out_int(&j, c->mp.n_threads);
         json_out_key(&j, "kernels"), json_out_str(&j, isa);
         json_out_key(&j, "policy"), json_out_str(&j, tkv_policy_name(c->sp.kv.policy));
-        json_out_key(&j, "hbm_ratio"), json_out_fixed(&j, c->sp.kv.hbm_ratio, 3);
+        json_out_key(&j, "hbm_ratio"), json_out_fixed(&j, c->sp.kv.t0_ratio, 3);
         json_out_key(&j, "evict_ratio"), json_out_fixed(&j, c->sp.kv.evict_ratio, 3);
         json_out_obj_end(&j);
         printf("%s\n", j.b.p);
         json_out_free(&j);
     } else
         printf("%s,%d,%d,%d,%.3f,%d,%s,%s,%.3f,%.3f\n", test, depth, n_tok, n_seq, tps, c->mp.n_threads, isa,
-               tkv_policy_name(c->sp.kv.policy), c->sp.kv.hbm_ratio, c->sp.kv.evict_ratio);
+               tkv_policy_name(c->sp.kv.policy), c->sp.kv.t0_ratio, c->sp.kv.evict_ratio);
     fflush(stdout);
 }
 

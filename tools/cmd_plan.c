@@ -105,7 +105,7 @@ int cmd_plan(int argc, char **argv) {
         if (ms) sh = (plan_shape){ms->name, (int)ms->n_layer, (int)ms->n_head_kv, (int)(ms->n_embd / ms->n_head)};
         if (!sh.name) { fprintf(stderr, "tierkv plan: unknown shape '%s'\n", shape_name); usage(stderr); return 2; }
     }
-    if (o.policy != TKV_POLICY_FULL && o.hbm_ratio < 0 && !o.hbm_budget_bytes && !o.t0_tokens)
+    if (o.policy != TKV_POLICY_FULL && o.t0_ratio < 0 && !o.t0_budget_bytes && !o.t0_tokens)
         fprintf(stderr, "tierkv plan: no T0 budget given: showing the full cache\n");
     tkv_shape ts = {sh.n_layer, sh.n_head_kv, sh.n_head_kv, sh.head_dim};
     tkv_plan_result pr;

@@ -94,7 +94,7 @@ int kv_flags_parse(tkv_kv_params *o, int argc, char **argv, int *i, char *err, s
         o->f16 = !strcmp(val, "f16");
         return 1;
     }
-    if (!strcmp(name, "--hbm-ratio")) return parse_ratio(name, val, &o->hbm_ratio, err, errlen) ? -1 : 1;
+    if (!strcmp(name, "--hbm-ratio")) return parse_ratio(name, val, &o->t0_ratio, err, errlen) ? -1 : 1;
     if (!strcmp(name, "--t2-ratio")) return parse_ratio(name, val, &o->t2_ratio, err, errlen) ? -1 : 1;
     if (!strcmp(name, "--evict-ratio")) return parse_ratio(name, val, &o->evict_ratio, err, errlen) ? -1 : 1;
     if (!strcmp(name, "--hbm-budget")) {
@@ -104,7 +104,7 @@ int kv_flags_parse(tkv_kv_params *o, int argc, char **argv, int *i, char *err, s
                             "(tierkv plan prints them); use --hbm-ratio for a share of the tokens", val);
         if (kv_flags_parse_size(val, &b) || b == 0)
             return tkv_errf(err, errlen, "--hbm-budget wants a size like 4096, 64KB, 256MiB or 1.5GB, got '%s'", val);
-        o->hbm_budget_bytes = b;
+        o->t0_budget_bytes = b;
         return 1;
     }
     if (!strcmp(name, "--delta")) return parse_count(name, val, 1, 1 << 30, &o->delta, err, errlen) ? -1 : 1;

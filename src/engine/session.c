@@ -12,7 +12,7 @@ void tkv_kv_params_default(tkv_kv_params *p) {
     kv_options_default(&o);
     memset(p, 0, sizeof *p);
     p->policy = (tkv_policy)o.policy;
-    p->hbm_ratio = o.hbm_ratio;
+    p->t0_ratio = o.t0_ratio;
     p->t2_ratio = o.t2_ratio;
     p->evict_ratio = o.evict_ratio;
     p->delta = o.delta;
@@ -32,8 +32,8 @@ int engine_kv_options_checked(const tkv_kv_params *p, const char *backend, kv_op
 void engine_kv_options(const tkv_kv_params *p, kv_options *o) {
     kv_options_default(o);
     o->policy = (kv_policy_kind)p->policy;
-    o->hbm_ratio = p->hbm_ratio;
-    o->hbm_budget_bytes = p->hbm_budget_bytes;
+    o->t0_ratio = p->t0_ratio;
+    o->t0_budget_bytes = p->t0_budget_bytes;
     o->t0_tokens = p->t0_tokens;
     o->protect_prompt = p->protect_prompt;
     o->unpin_prompt = p->unpin_prompt;

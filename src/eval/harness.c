@@ -246,12 +246,12 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
         size_t i = sel[k];
         const struct harness_rec *x = harness_find(&res, set.items[i].id);
         if (x && (strcmp(x->policy, tkv_policy_name(o->sp.kv.policy)) || x->max_tokens != o->max_tokens ||
-                  x->hbm_ratio != o->sp.kv.hbm_ratio || x->t2_ratio != o->sp.kv.t2_ratio ||
+                  x->t0_ratio != o->sp.kv.t0_ratio || x->t2_ratio != o->sp.kv.t2_ratio ||
                   x->evict_ratio != o->sp.kv.evict_ratio || x->kv_f16 != o->sp.kv.f16 || strcmp(x->kv_extra, extra))) {
             tkv_errf(err, errlen,
                      "%s holds %s from another configuration (policy %s, max_tokens %d, hbm/t2/evict ratios %g/%g/%g, "
                      "kv type %s, t2 codec/t0 tokens/protect/window/sinks/delta %s); give another --out to keep both",
-                     o->out_path, x->id, x->policy, x->max_tokens, x->hbm_ratio, x->t2_ratio, x->evict_ratio,
+                     o->out_path, x->id, x->policy, x->max_tokens, x->t0_ratio, x->t2_ratio, x->evict_ratio,
                      x->kv_f16 ? "f16" : "f32", x->kv_extra);
             goto out;
         }

@@ -56,7 +56,7 @@ struct harness_rec {
     double peak_t0_bytes, bytes_moved, tokens_evicted;
     char policy[24];       /* the configuration that produced it ("" if the line has none) */
     int max_tokens;
-    double hbm_ratio, t2_ratio, evict_ratio;
+    double t0_ratio, t2_ratio, evict_ratio;
     int kv_f16;                 /* kv_type "f16" (absent: f32) */
     char kv_extra[96];          /* the other KV options as written (t2 codec, t0 tokens, ...), one key */
     double t0_share;            /* the T0 share held, mean over the problem's decode steps (NAN: not recorded) */

@@ -90,7 +90,7 @@ static int rec_from_json(const struct json_value *o, struct harness_rec *x) {
     x->tokens_evicted = num_or(kv, "evicted_equiv", whole_token ? num_or(kv, "tokens_evicted", 0) : NAN);
     snprintf(x->policy, sizeof x->policy, "%s", pol ? pol : "");
     x->max_tokens = (int)num_or(o, "max_tokens", 0);
-    x->hbm_ratio = num_or(o, "hbm_ratio", -1);
+    x->t0_ratio = num_or(o, "hbm_ratio", -1);
     x->t2_ratio = num_or(o, "t2_ratio", -1);
     x->evict_ratio = num_or(o, "evict_ratio", -1);
     const char *kt = json_get_str(o, "kv_type"); /* absent: written before f16 caches existed (f32) */
@@ -211,10 +211,10 @@ int harness_repair_tail(const char *path, FILE *warn, char *err, size_t errlen) 
  * budgets, the cache type, the options beyond the defaults, the token cap. */
 void harness_out_config(struct json_out *j, const struct harness_opts *o) {
     json_out_key(j, "policy"), json_out_str(j, tkv_policy_name(o->sp.kv.policy));
-    json_out_key(j, "hbm_ratio"), json_out_num(j, o->sp.kv.hbm_ratio);
+    json_out_key(j, "hbm_ratio"), json_out_num(j, o->sp.kv.t0_ratio);
     json_out_key(j, "t2_ratio"), json_out_num(j, o->sp.kv.t2_ratio);
     json_out_key(j, "evict_ratio"), json_out_num(j, o->sp.kv.evict_ratio);
-    json_out_key(j, "hbm_budget_bytes"), json_out_int(j, (int64_t)o->sp.kv.hbm_budget_bytes);
+    json_out_key(j, "hbm_budget_bytes"), json_out_int(j, (int64_t)o->sp.kv.t0_budget_bytes);
     json_out_key(j, "kv_type"), json_out_str(j, o->sp.kv.f16 ? "f16" : "f32");
     harness_out_kv_extra(j, &o->sp.kv);
     json_out_key(j, "max_tokens"), json_out_int(j, o->max_tokens);

@@ -5,7 +5,7 @@
  * holds one token's K and V for every layer, in the backend's memory (src/backend/backend.h: the
  * cache decides, the backend stores and copies). Sequences are added and removed at run time, each
  * with its own context limit; admission is refused with the numbers when the budgets cannot hold one
- * more (never half-admitted). Pools grow by chunks with use; a T0 byte budget (hbm_budget_bytes)
+ * more (never half-admitted). Pools grow by chunks with use; a T0 byte budget (t0_budget_bytes)
  * holds for all live sequences together and re-tiering ranks tokens across them by score.
  *
  * The forward, per call: kv_append every token (reserves its T0 slot), then per layer
@@ -46,18 +46,18 @@ typedef struct {
     /* capacity: sequences live at once, and the longest context one may ask for */
     int n_seq, n_ctx;
     /* policy and budgets; ratios < 0 and budget 0 mean "not given". Policy full ignores ratios.
-     *   hbm_ratio: T0 share of each sequence's current length (each sequence its own budget);
-     *   hbm_budget_bytes: T0 bytes for all live sequences together (hierarchy, evict, quant: one
+     *   t0_ratio: T0 share of each sequence's current length (each sequence its own budget);
+     *   t0_budget_bytes: T0 bytes for all live sequences together (hierarchy, evict, quant: one
      *     pool ranked across sequences; full: admission reserves each sequence's whole context; the
      *     baselines, which keep per-sequence budgets by definition: an equal share per sequence slot);
      *   t0_tokens: T0 tokens per sequence, absolute (raised to the protected tokens for our policies;
      *     the method's budget for the baselines).
      * T2 and eviction are shares of each sequence's length; T1 takes the rest. */
     kv_policy_kind policy;
-    double hbm_ratio;          /* T0 share of current length */
+    double t0_ratio;          /* T0 share of current length */
     double t2_ratio;           /* T2 share of current length */
     double evict_ratio;        /* evicted share of current length */
-    uint64_t hbm_budget_bytes; /* absolute T0 budget for all sequences together */
+    uint64_t t0_budget_bytes; /* absolute T0 budget for all sequences together */
     int t0_tokens;             /* absolute T0 budget per sequence, in tokens */
     int protect_prompt;        /* baselines: the prompt is kept outside their budget */
     int unpin_prompt;          /* hierarchy: the prompt is never evicted nor lossy, but not pinned in T0:

@@ -4,9 +4,9 @@
  * sees about budgets. kv_plan (tierkv plan) runs the same rules without a cache.
  *
  * The T0 budget, given once:
- *   - hbm_ratio r (KV_B_RATIO): floor(r * len) of each sequence's current length;
+ *   - t0_ratio r (KV_B_RATIO): floor(r * len) of each sequence's current length;
  *   - t0_tokens N (KV_B_SEQ): N per sequence;
- *   - hbm_budget_bytes B (KV_B_SHARED): B / token bytes for all live sequences together, ranked
+ *   - t0_budget_bytes B (KV_B_SHARED): B / token bytes for all live sequences together, ranked
  *     across them (kv_plan.c); a sequence is admitted only while the reservations of the live ones
  *     (prompt + sinks + window each; the whole context for policy full) fit in it.
  * Per-sequence budgets are raised to the protected tokens when below (counted in budget_raised).
@@ -22,7 +22,7 @@
 void kv_options_default(kv_options *o) {
     memset(o, 0, sizeof *o);
     o->policy = KV_POLICY_FULL;
-    o->hbm_ratio = o->t2_ratio = o->evict_ratio = -1.0;
+    o->t0_ratio = o->t2_ratio = o->evict_ratio = -1.0;
     o->delta = 64;
     o->sinks = 4;
     o->window = 64;
@@ -88,7 +88,7 @@ int kv_tier_bound(const kv_cache *kv, int t, int n_ctx, int n_prompt) {
         if (ops->fixed_t0) return imin(n_ctx, kv_reserve_need(kv, n_ctx, n_prompt) + 1);
         if (!kv_ops_ranked(ops) || kv->mode == KV_B_NONE) return n_ctx;
         /* the budget at full length (+1 for its rounding), raised to the protected tokens */
-        return imin(n_ctx, imax(kv->mode == KV_B_SEQ ? kv->seq_tokens : kv_ratio_tokens(kv->o.hbm_ratio, n_ctx) + 1,
+        return imin(n_ctx, imax(kv->mode == KV_B_SEQ ? kv->seq_tokens : kv_ratio_tokens(kv->o.t0_ratio, n_ctx) + 1,
                                 kv_reserve_need(kv, n_ctx, n_prompt)));
     case BE_T1: return t1;
     case BE_T2: return t2;
@@ -101,7 +101,7 @@ int kv_t0_budget(const kv_cache *kv, const kv_seq *s, int len, int *raised) {
     if (!kv_ops_ranked(kv->ops)) return s->n_ctx; /* full, or a policy with its own budget */
     if (kv->mode == KV_B_SHARED) return (int)(kv->shared_tokens < INT32_MAX ? kv->shared_tokens : INT32_MAX);
     if (kv->ops->fixed_t0) return kv_prot_count(kv, s, len); /* the protected tokens, not a raised budget */
-    int b = kv->mode == KV_B_SEQ ? kv->seq_tokens : kv->o.hbm_ratio >= 0 ? (int)floor(kv->o.hbm_ratio * len + 1e-9) : 0;
+    int b = kv->mode == KV_B_SEQ ? kv->seq_tokens : kv->o.t0_ratio >= 0 ? (int)floor(kv->o.t0_ratio * len + 1e-9) : 0;
     int p = kv_prot_count(kv, s, len);
     if (b < p) {
         if (raised) *raised = 1;
@@ -112,7 +112,7 @@ int kv_t0_budget(const kv_cache *kv, const kv_seq *s, int len, int *raised) {
 
 int kv_bl_budget(const kv_cache *kv, int len) {
     if (kv->mode == KV_B_SEQ) return kv->seq_tokens;
-    if (kv->o.hbm_ratio >= 0) return kv_ratio_tokens(kv->o.hbm_ratio, len);
+    if (kv->o.t0_ratio >= 0) return kv_ratio_tokens(kv->o.t0_ratio, len);
     return len;
 }
 
@@ -149,15 +149,15 @@ int kv_validate(const kv_options *o, const kv_policy_ops *ops, int *mode, int *s
     if (ops->uses_t2 && !be_kv_fmt_supported(o->t2_fmt, o->head_dim, cerr, sizeof cerr))
         return tkv_errf(err, errlen, "kv: T2 codec %s: %s", be_kv_t2_name(o->t2_fmt), cerr);
     int64_t tb = token_bytes_of(o, 0);
-    int given = (o->hbm_ratio >= 0) + (o->hbm_budget_bytes > 0) + (o->t0_tokens > 0);
+    int given = (o->t0_ratio >= 0) + (o->t0_budget_bytes > 0) + (o->t0_tokens > 0);
     if (o->t0_tokens < 0) return tkv_errf(err, errlen, "kv: a T0 budget of %d tokens", o->t0_tokens);
     if (!ops->tiered) { /* full: ratios do not apply; a byte budget caps T0 and admission */
-        if (o->hbm_budget_bytes > 0) {
+        if (o->t0_budget_bytes > 0) {
             *mode = KV_B_SHARED;
-            *shared_tokens = (int64_t)(o->hbm_budget_bytes / (uint64_t)tb);
+            *shared_tokens = (int64_t)(o->t0_budget_bytes / (uint64_t)tb);
             if (*shared_tokens < 1)
                 return tkv_errf(err, errlen, "kv: hbm budget %llu bytes holds no token of %lld bytes",
-                                (unsigned long long)o->hbm_budget_bytes, (long long)tb);
+                                (unsigned long long)o->t0_budget_bytes, (long long)tb);
         }
         return 0;
     }
@@ -166,12 +166,12 @@ int kv_validate(const kv_options *o, const kv_policy_ops *ops, int *mode, int *s
     if (o->delta < 1) return tkv_errf(err, errlen, "kv: delta %d: re-tiering needs delta >= 1 decode steps", o->delta);
     if (o->sinks < 0 || o->window < 0)
         return tkv_errf(err, errlen, "kv: sinks %d and window %d must be >= 0", o->sinks, o->window);
-    if (check_ratio("hbm ratio", o->hbm_ratio, err, errlen) || check_ratio("t2 ratio", o->t2_ratio, err, errlen) ||
+    if (check_ratio("hbm ratio", o->t0_ratio, err, errlen) || check_ratio("t2 ratio", o->t2_ratio, err, errlen) ||
         check_ratio("evict ratio", o->evict_ratio, err, errlen))
         return -1;
     if (given > 1)
         return tkv_errf(err, errlen, "kv: give the T0 budget once: a ratio (%g), bytes (%llu) or tokens per sequence (%d), not both",
-                        o->hbm_ratio, (unsigned long long)o->hbm_budget_bytes, o->t0_tokens);
+                        o->t0_ratio, (unsigned long long)o->t0_budget_bytes, o->t0_tokens);
     int baseline = ops->own_budget;
     if (ops->fixed_t0 && given)
         return tkv_errf(err, errlen, "kv: policy %s holds the protected tokens only (prompt, sinks, window): a T0 budget "
@@ -186,25 +186,25 @@ int kv_validate(const kv_options *o, const kv_policy_ops *ops, int *mode, int *s
     if (o->evict_ratio >= 0 && !ops->evict_ratio_ok)
         return tkv_errf(err, errlen, "kv: policy %s decides eviction itself; an evict ratio (%g) does not apply",
                         ops->name, o->evict_ratio);
-    double sum = (o->hbm_ratio > 0 ? o->hbm_ratio : 0) + (o->t2_ratio > 0 ? o->t2_ratio : 0) +
+    double sum = (o->t0_ratio > 0 ? o->t0_ratio : 0) + (o->t2_ratio > 0 ? o->t2_ratio : 0) +
                  (o->evict_ratio > 0 ? o->evict_ratio : 0);
     if (sum > 1.0 + 1e-9)
         return tkv_errf(err, errlen, "kv: budgets do not add up: hbm %g + t2 %g + evict %g = %g of the length (> 1)",
-                        o->hbm_ratio > 0 ? o->hbm_ratio : 0, o->t2_ratio > 0 ? o->t2_ratio : 0,
+                        o->t0_ratio > 0 ? o->t0_ratio : 0, o->t2_ratio > 0 ? o->t2_ratio : 0,
                         o->evict_ratio > 0 ? o->evict_ratio : 0, sum);
     int window = o->window > 1 ? o->window : 1;
-    if (o->hbm_ratio >= 0) *mode = KV_B_RATIO;
+    if (o->t0_ratio >= 0) *mode = KV_B_RATIO;
     if (o->t0_tokens > 0) {
         *mode = KV_B_SEQ;
         *seq_tokens = o->t0_tokens;
     }
-    if (o->hbm_budget_bytes > 0) {
-        uint64_t tokens = o->hbm_budget_bytes / (uint64_t)tb;
+    if (o->t0_budget_bytes > 0) {
+        uint64_t tokens = o->t0_budget_bytes / (uint64_t)tb;
         if (baseline) { /* the methods' per-sequence budgets: an equal share of the bytes per slot */
             uint64_t per = tokens / (uint64_t)o->n_seq;
             if (per < 1)
                 return tkv_errf(err, errlen, "kv: hbm budget %llu bytes / %d sequences holds no token of %lld bytes",
-                                (unsigned long long)o->hbm_budget_bytes, o->n_seq, (long long)tb);
+                                (unsigned long long)o->t0_budget_bytes, o->n_seq, (long long)tb);
             *mode = KV_B_SEQ;
             *seq_tokens = per > (uint64_t)o->n_ctx ? o->n_ctx : (int)per;
         } else {
@@ -213,7 +213,7 @@ int kv_validate(const kv_options *o, const kv_policy_ops *ops, int *mode, int *s
                 return tkv_errf(err, errlen,
                                 "kv: hbm budget %llu bytes = %llu tokens of %lld bytes each, fewer than the %d protected "
                                 "sinks + window tokens of one sequence (needs %lld bytes)",
-                                (unsigned long long)o->hbm_budget_bytes, (unsigned long long)tokens, (long long)tb, need,
+                                (unsigned long long)o->t0_budget_bytes, (unsigned long long)tokens, (long long)tb, need,
                                 (long long)need * tb);
             *mode = KV_B_SHARED;
             *shared_tokens = tokens > (uint64_t)INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)tokens;
@@ -244,7 +244,7 @@ int kv_plan(const kv_options *o, int batch, int ctx, int prompt, kv_plan_result 
     out->protected_tokens = prot;
     int64_t t0 = n;
     if (kv_ops_ranked(ops)) {
-        if (mode == KV_B_RATIO) t0 = (int64_t)floor(o->hbm_ratio * (double)n + 1e-9);
+        if (mode == KV_B_RATIO) t0 = (int64_t)floor(o->t0_ratio * (double)n + 1e-9);
         else if (mode == KV_B_SEQ) t0 = seq_tokens;
         else if (ops->fixed_t0) t0 = 0; /* raised to the protected tokens below */
         else if (mode == KV_B_SHARED) {

@@ -12,7 +12,7 @@
  *
  * Headroom: new tokens enter T0 between re-tierings, so a re-tiering fills T0 only to budget -
  * headroom: delta tokens per sequence for an absolute budget (delta for each live one in the shared
- * mode), ceil(delta * (1 - hbm_ratio)) + 1 for a ratio (the budget grows by hbm_ratio per token),
+ * mode), ceil(delta * (1 - t0_ratio)) + 1 for a ratio (the budget grows by t0_ratio per token),
  * never below the protected tokens. If a new token still would overflow T0 (prompt tokens, rounding),
  * the lowest-scored unprotected T0 token is demoted at once (stats.sync_demotions): the
  * sequence's own in the per-sequence modes, the lowest normalised score of all in the shared one.
@@ -409,7 +409,7 @@ static void retier_own(kv_cache *kv, kv_seq *s) {
     /* room for the next delta tokens beyond what the budget grows by then (floor(r * len) grows by
      * r per token, +1 for the rounding); at r = 1 it grows by exactly one per token and needs none:
      * a whole budget must keep every token (evict at 100% evicted one at its second re-tiering) */
-    double r = kv->o.hbm_ratio > 0 ? kv->o.hbm_ratio : 0;
+    double r = kv->o.t0_ratio > 0 ? kv->o.t0_ratio : 0;
     int headroom = kv->mode == KV_B_SEQ ? kv->o.delta : r >= 1.0 ? 0 : (int)ceil(kv->o.delta * (1.0 - r)) + 1;
     int b0 = budget - headroom < nprot ? nprot : budget - headroom;
     select_targets(kv, s, nprot, b0 - nprot);

@@ -41,9 +41,9 @@
 /* How the T0 budget is given (kv_budget.c). */
 enum {
     KV_B_NONE = 0,   /* policy full without a byte budget: T0 grows with the tokens */
-    KV_B_RATIO,      /* hbm_ratio: each sequence its own share of its length */
+    KV_B_RATIO,      /* t0_ratio: each sequence its own share of its length */
     KV_B_SEQ,        /* t0_tokens (or the baselines' share of a byte budget): tokens per sequence */
-    KV_B_SHARED,     /* hbm_budget_bytes: one budget for all live sequences */
+    KV_B_SHARED,     /* t0_budget_bytes: one budget for all live sequences */
 };
 
 /* One tier's pool of slots. The chunk pointer array (pools.pool[tier].chunks) is allocated at its
