@@ -6,38 +6,9 @@
 #include "base/err.h"
 #include "engine/engine.h"
 
-static void to_public(const kv_stats *k, tkv_stats *o) {
-    memset(o, 0, sizeof *o);
-    for (int t = 0; t < 4; t++) o->tokens[t] = k->tokens[t], o->bytes[t] = k->bytes[t];
-    o->peak_t0_bytes = k->peak_t0_bytes;
-    o->t0_budget_bytes = k->t0_budget_bytes;
-    o->budget_raised = k->budget_raised;
-    o->bytes_moved_down = k->bytes_moved_down;
-    o->bytes_moved_up = k->bytes_moved_up;
-    o->bytes_moved_host = k->bytes_moved_host;
-    o->bytes_staged = k->bytes_staged;
-    o->tokens_evicted = k->tokens_evicted;
-    o->evicted_equiv = k->evicted_equiv;
-    o->retiers = k->retiers;
-    o->sync_demotions = k->sync_demotions;
-    o->move_seconds = k->move_seconds;
-    o->retier_seconds = k->retier_seconds;
-    o->fence_wait_seconds = k->fence_wait_seconds;
-    o->copy_stall_seconds = k->copy_stall_seconds;
-    o->held_bytes = k->held_bytes;
-    o->peak_held_bytes = k->peak_held_bytes;
-    o->limit_bytes = k->limit_bytes;
-    o->shared_tokens = k->shared_tokens;
-    o->shared_bytes_saved = k->shared_bytes_saved;
-    o->live_seqs = k->live_seqs;
-    o->t0_share_mean = k->t0_share_mean;
-}
-
 int tkv_stats_get(const tkv_session *s, int seq, tkv_stats *out, char *err, size_t errlen) {
-    kv_stats k;
     if (seq >= 0 && !kv_seq_live(s->kv, seq)) return tkv_errf(err, errlen, "sequence %d is not open", seq);
-    kv_get_stats(s->kv, seq, &k);
-    to_public(&k, out);
+    kv_get_stats(s->kv, seq, out); /* kv_stats is tkv_stats */
     return 0;
 }
 

@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include "backend/backend.h"
+#include "tierkv.h"
 
 typedef enum {
     KV_POLICY_FULL = 0,   /* every token in T0, nothing moves: the reference */
@@ -163,43 +164,15 @@ typedef struct {
 } kv_view;
 void kv_view_layer(kv_cache *kv, int seq, int layer, kv_view *out);
 
-/* Statistics, summed over sequences (per-sequence with seq >= 0, since it was added). */
-typedef struct {
-    int64_t tokens[4];          /* tokens per tier T0..T3 (T3 = evicted) */
-    int64_t bytes[4];           /* bytes per tier (T3: 0); total: physical (shared prefix rows once) */
-    int64_t peak_t0_bytes;      /* total: the most T0 bytes held at once by all sequences together */
-    int64_t t0_budget_bytes;    /* effective budget (after raising to the protected tokens) */
-    int64_t budget_raised;      /* times the budget was raised to hold the protected tokens */
-    int64_t bytes_moved_down;   /* T0 -> slower tiers */
-    int64_t bytes_moved_up;     /* slower tiers -> T0 */
-    int64_t bytes_staged;       /* T1/T2 rows copied into staging for attention (not tier moves) */
-    int64_t tokens_evicted;
-    /* positions whose K/V can no longer be read, averaged over the (layer, kv head) rows, now: the T3
-     * count for whole-token policies; for the per-head baselines (H2O, R-KV, SnapKV keep different
-     * positions per row) the positions each row has dropped, averaged */
-    double evicted_equiv;
-    int64_t retiers;
-    double move_seconds;        /* time the transfer engine spent copying */
-    double retier_seconds;      /* time spent ranking and planning */
-    double fence_wait_seconds;  /* time the forward waited at per-layer fences */
-    double copy_stall_seconds;  /* total only: device time the compute queue stood still at those fences
-                                   for the copy queue (the backend's copy_stall_seconds; 0 on the CPU) */
-    int64_t sync_demotions;     /* T0 tokens demoted synchronously because a new token would overflow T0 */
-    int64_t bytes_moved_host;   /* T1 <-> T2 conversions (host side, no bus traffic) */
-    /* The baselines drop tokens per (layer, kv head) row (docs/BASELINES.md): held_bytes = held
-     * (layer, kv head, position) rows x 2*head_dim*(2 or 4 bytes) (other policies: T0+T1+T2 bytes);
-     * peak_held_bytes = the most held right after a policy step; limit_bytes = what the method's
-     * published rule allows now. Non-baselines: limit = budget, peak_held = 0. */
-    int64_t held_bytes;
-    int64_t peak_held_bytes;
-    int64_t limit_bytes;
-    double t0_share_mean;       /* the share of its length a sequence held in T0, averaged over its
-                                   decode steps (total: over the live sequences' steps) */
-    int64_t shared_tokens;      /* positions whose slot another sequence holds too */
-    int64_t shared_bytes_saved; /* T0 bytes those would take if each holder had its own copy */
-    int live_seqs;
-    int64_t t0_steps;           /* the decode steps t0_share_mean averages over */
-} kv_stats;
+/* Statistics, summed over sequences (per-sequence with seq >= 0, since it was added): the public
+ * struct itself (include/tierkv.h's tkv_stats, its fields documented there), so the engine hands it
+ * out without a copy. Beyond the public comments: evicted_equiv is the T3 count for whole-token
+ * policies; for the per-head baselines (H2O, R-KV, SnapKV keep different positions per row) the
+ * positions each (layer, kv head) row has dropped, averaged. held_bytes = held (layer, kv head,
+ * position) rows x 2*head_dim*(2 or 4 bytes) for the baselines (other policies: T0+T1+T2 bytes);
+ * peak_held_bytes the most held right after a policy step; limit_bytes what the method's published
+ * rule allows now (non-baselines: limit = budget, peak_held = 0). */
+typedef tkv_stats kv_stats;
 /* seq >= 0: a live sequence since it was added; seq < 0: the cache over its lifetime (live
  * sequences now, plus the counters of removed ones). */
 void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out);

@@ -7,7 +7,8 @@
 #include "kv/kv_budget.h"
 #include "kv/kv_pool.h"
 
-static void add_seq(const kv_cache *kv, const kv_seq *s, kv_stats *o) {
+/* Adds s to o; *steps += its decode steps (what t0_share_mean averages over). */
+static void add_seq(const kv_cache *kv, const kv_seq *s, kv_stats *o, int64_t *steps) {
     for (int t = 0; t < 4; t++) {
         o->tokens[t] += s->ntok[t];
         o->bytes[t] += s->ntok[t] * kv_token_bytes(kv, t);
@@ -42,18 +43,19 @@ static void add_seq(const kv_cache *kv, const kv_seq *s, kv_stats *o) {
     o->bytes_moved_host += s->c.bytes_moved_host;
     o->live_seqs++;
     o->t0_share_mean += s->t0_share_sum; /* a sum here; kv_get_stats divides */
-    o->t0_steps += s->t0_share_n;
+    *steps += s->t0_share_n;
 }
 
 void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out) {
     memset(out, 0, sizeof *out);
+    int64_t steps = 0;
     if (seq >= 0) {
-        add_seq(kv, kv_get_seq(kv, seq), out);
-        out->t0_share_mean = out->t0_steps ? out->t0_share_mean / (double)out->t0_steps : 0;
+        add_seq(kv, kv_get_seq(kv, seq), out, &steps);
+        out->t0_share_mean = steps ? out->t0_share_mean / (double)steps : 0;
         return;
     }
     for (int q = 0; q < kv->o.n_seq; q++)
-        if (kv->seq[q].live) add_seq(kv, &kv->seq[q], out);
+        if (kv->seq[q].live) add_seq(kv, &kv->seq[q], out, &steps);
     /* the cache as a whole: what removed sequences did, and T0 as it is in memory (a prefix held by
      * several sequences counts once), with its one peak */
     const kv_stats *r = &kv->retired;
@@ -80,7 +82,7 @@ void kv_get_stats(const kv_cache *kv, int seq, kv_stats *out) {
     out->shared_bytes_saved = saved * tb0;
     out->peak_t0_bytes = p0->peak * tb0;
     if (kv->mode == KV_B_SHARED && kv_ops_ranked(kv->ops)) out->t0_budget_bytes = out->limit_bytes = kv->shared_tokens * tb0;
-    out->t0_share_mean = out->t0_steps ? out->t0_share_mean / (double)out->t0_steps : 0;
+    out->t0_share_mean = steps ? out->t0_share_mean / (double)steps : 0;
 }
 
 void kv_stats_json(struct json_out *o, const kv_stats *s) {
