@@ -15,6 +15,7 @@
 #include "base/workers.h"
 #include "cmds.h"
 #include "common.h"
+#include "out.h"
 #include "kv_flags.h"
 #include "base/clock.h"
 
@@ -62,8 +63,7 @@ static int32_t rand_tok(int V) {
 static void report(int json, const char *test, int depth, int n_tok, int n_seq, double tps, const common_opts *c, const char *isa) {
     if (json) {
         struct json_out j;
-        json_out_init(&j);
-        json_out_obj_begin(&j);
+        out_json_begin(&j);
         json_out_key(&j, "test"), json_out_str(&j, test);
         json_out_key(&j, "depth"), json_out_int(&j, depth);
         json_out_key(&j, "tokens"), json_out_int(&j, n_tok);
@@ -74,9 +74,7 @@ static void report(int json, const char *test, int depth, int n_tok, int n_seq, 
         json_out_key(&j, "policy"), json_out_str(&j, tkv_policy_name(c->sp.kv.policy));
         json_out_key(&j, "hbm_ratio"), json_out_fixed(&j, c->sp.kv.t0_ratio, 3);
         json_out_key(&j, "evict_ratio"), json_out_fixed(&j, c->sp.kv.evict_ratio, 3);
-        json_out_obj_end(&j);
-        printf("%s\n", j.b.p);
-        json_out_free(&j);
+        out_json_end(&j);
     } else
         printf("%s,%d,%d,%d,%.3f,%d,%s,%s,%.3f,%.3f\n", test, depth, n_tok, n_seq, tps, c->mp.n_threads, isa,
                tkv_policy_name(c->sp.kv.policy), c->sp.kv.t0_ratio, c->sp.kv.evict_ratio);
@@ -284,16 +282,13 @@ int cmd_bench(int argc, char **argv) {
         double wb = (double)info.weight_bytes;
         if (json) {
             struct json_out j;
-            json_out_init(&j);
-            json_out_obj_begin(&j);
+            out_json_begin(&j);
             json_out_key(&j, "test"), json_out_str(&j, "membw");
             json_out_key(&j, "read_gb_per_s"), json_out_fixed(&j, bw / 1e9, 2);
             json_out_key(&j, "weight_bytes"), json_out_fixed(&j, wb, 0);
             json_out_key(&j, "decode_floor_tok_per_s"), json_out_fixed(&j, bw / wb, 2);
             json_out_key(&j, "threads"), json_out_int(&j, c.mp.n_threads);
-            json_out_obj_end(&j);
-            printf("%s\n", j.b.p);
-            json_out_free(&j);
+            out_json_end(&j);
         } else
             printf("# membw: %.2f GB/s read on %d threads (%s pages); weights %.0f MB per token -> decode at most %.2f tok/s\n",
                    bw / 1e9, c.mp.n_threads, c.mp.mmap_weights ? "4 KiB" : "huge", wb / 1e6, bw / wb);

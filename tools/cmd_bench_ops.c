@@ -13,6 +13,7 @@
 #include "cmds.h"
 #include "common.h"
 #include "gguf/gguf.h"
+#include "out.h"
 #include "shapes.h"
 #include "tierkv.h"
 
@@ -34,14 +35,20 @@ static void usage(FILE *out) {
     fprintf(out, "\n  types: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q6_K ... (what the backend's prepare_weight takes)\n");
 }
 
+/* the fields every JSON line ends with, and the line */
+static void end_line(struct json_out *j, const printer *pr) {
+    json_out_key(j, "reps"), json_out_int(j, pr->reps);
+    json_out_key(j, "backend"), json_out_str(j, pr->backend);
+    out_json_end(j);
+}
+
 static void print_row(void *ctx, const tkv_bench_ops_row *r) {
     printer *pr = ctx;
     if (!strcmp(r->op, "matmul")) {
         double gbs = (double)r->bytes / (r->us * 1e-6) / 1e9;
         if (pr->json) {
             struct json_out j;
-            json_out_init(&j);
-            json_out_obj_begin(&j);
+            out_json_begin(&j);
             json_out_key(&j, "op"), json_out_str(&j, "matmul");
             json_out_key(&j, "name"), json_out_str(&j, r->name);
             json_out_key(&j, "n_in"), json_out_int(&j, r->n_in);
@@ -51,11 +58,7 @@ static void print_row(void *ctx, const tkv_bench_ops_row *r) {
             json_out_key(&j, "gb_s"), json_out_fixed(&j, gbs, 1);
             json_out_key(&j, "bytes"), json_out_int(&j, r->bytes);
             json_out_key(&j, "tokens"), json_out_int(&j, r->n_tok);
-            json_out_key(&j, "reps"), json_out_int(&j, pr->reps);
-            json_out_key(&j, "backend"), json_out_str(&j, pr->backend);
-            json_out_obj_end(&j);
-            printf("%s\n", j.b.p);
-            json_out_free(&j);
+            end_line(&j, pr);
         } else {
             if (!pr->last_op || strcmp(pr->last_op, r->op)) printf("  %-12s %7s %7s %10s %9s\n", "matmul", "n_in", "n_out", "us", "GB/s");
             printf("  %-12s %7lld %7lld %10.1f %9.1f\n", r->name, (long long)r->n_in, (long long)r->n_out, r->us, gbs);
@@ -63,17 +66,12 @@ static void print_row(void *ctx, const tkv_bench_ops_row *r) {
     } else {
         if (pr->json) {
             struct json_out j;
-            json_out_init(&j);
-            json_out_obj_begin(&j);
+            out_json_begin(&j);
             json_out_key(&j, "op"), json_out_str(&j, "attention");
             json_out_key(&j, "depth"), json_out_int(&j, r->depth);
             json_out_key(&j, "us_per_layer"), json_out_fixed(&j, r->us, 1);
             json_out_key(&j, "kv"), json_out_str(&j, "f16");
-            json_out_key(&j, "reps"), json_out_int(&j, pr->reps);
-            json_out_key(&j, "backend"), json_out_str(&j, pr->backend);
-            json_out_obj_end(&j);
-            printf("%s\n", j.b.p);
-            json_out_free(&j);
+            end_line(&j, pr);
         } else {
             if (!pr->last_op || strcmp(pr->last_op, r->op)) printf("\n  %-12s %9s\n", "attention", "us/layer");
             printf("  %-12d %9.1f\n", r->depth, r->us);

@@ -11,6 +11,7 @@
 #include "base/json.h"
 #include "cmds.h"
 #include "common.h"
+#include "out.h"
 #include "kv_flags.h"
 #include "tokfile.h"
 
@@ -105,8 +106,7 @@ int cmd_logits(int argc, char **argv) {
     if (fclose(fo) != 0) { fo = NULL; goto write_fail; }
     fo = NULL;
     struct json_out j;
-    json_out_init(&j);
-    json_out_obj_begin(&j);
+    out_json_begin(&j);
     json_out_key(&j, "n_vocab"), json_out_int(&j, V);
     json_out_key(&j, "n_prompt"), json_out_int(&j, n);
     json_out_key(&j, "first_logit_pos"), json_out_int(&j, first);
@@ -115,9 +115,7 @@ int cmd_logits(int argc, char **argv) {
     json_out_arr_begin(&j);
     for (long st = 0; st < greedy; st++) json_out_int(&j, gids[st]);
     json_out_arr_end(&j);
-    json_out_obj_end(&j);
-    printf("%s\n", j.b.p);
-    json_out_free(&j);
+    out_json_end(&j);
     rc = fflush(stdout) || ferror(stdout) ? 1 : 0;
     if (rc) fprintf(stderr, "tierkv logits: writing to stdout failed\n");
     goto done;

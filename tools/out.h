@@ -7,4 +7,10 @@
  * the output: ..." on stderr. */
 int out_finish(const char *cmd);
 
+/* One JSON object on a line of stdout, through the engine's writer (base/json.h): out_json_begin
+ * opens the object, out_json_end closes it, prints the line and frees the writer. */
+struct json_out;
+void out_json_begin(struct json_out *j);
+void out_json_end(struct json_out *j);
+
 #endif

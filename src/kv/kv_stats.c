@@ -95,25 +95,24 @@ void kv_stats_json(struct json_out *o, const kv_stats *s) {
     json_out_arr_begin(o);
     for (int t = 0; t < 4; t++) json_out_int(o, s->bytes[t]);
     json_out_arr_end(o);
-    const struct { const char *key; int64_t v; } ints[] = {
-        {"peak_t0_bytes", s->peak_t0_bytes},       {"t0_budget_bytes", s->t0_budget_bytes},
-        {"budget_raised", s->budget_raised},       {"bytes_moved_down", s->bytes_moved_down},
-        {"bytes_moved_up", s->bytes_moved_up},     {"bytes_moved_host", s->bytes_moved_host},
-        {"bytes_staged", s->bytes_staged},         {"tokens_evicted", s->tokens_evicted},
-        {"retiers", s->retiers},
+    /* the keys in their order; each an integer (i) or a number (d) */
+    const struct { const char *key; const int64_t *i; const double *d; } f[] = {
+        {"peak_t0_bytes", &s->peak_t0_bytes, NULL},   {"t0_budget_bytes", &s->t0_budget_bytes, NULL},
+        {"budget_raised", &s->budget_raised, NULL},   {"bytes_moved_down", &s->bytes_moved_down, NULL},
+        {"bytes_moved_up", &s->bytes_moved_up, NULL}, {"bytes_moved_host", &s->bytes_moved_host, NULL},
+        {"bytes_staged", &s->bytes_staged, NULL},     {"tokens_evicted", &s->tokens_evicted, NULL},
+        {"retiers", &s->retiers, NULL},               {"evicted_equiv", NULL, &s->evicted_equiv},
+        {"sync_demotions", &s->sync_demotions, NULL}, {"held_bytes", &s->held_bytes, NULL},
+        {"peak_held_bytes", &s->peak_held_bytes, NULL}, {"limit_bytes", &s->limit_bytes, NULL},
+        {"move_seconds", NULL, &s->move_seconds},     {"retier_seconds", NULL, &s->retier_seconds},
+        {"fence_wait_seconds", NULL, &s->fence_wait_seconds}, {"copy_stall_seconds", NULL, &s->copy_stall_seconds},
+        {"shared_tokens", &s->shared_tokens, NULL},   {"shared_bytes_saved", &s->shared_bytes_saved, NULL},
     };
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) json_out_key(o, ints[i].key), json_out_int(o, ints[i].v);
-    json_out_key(o, "evicted_equiv"), json_out_num(o, s->evicted_equiv);
-    json_out_key(o, "sync_demotions"), json_out_int(o, s->sync_demotions);
-    json_out_key(o, "held_bytes"), json_out_int(o, s->held_bytes);
-    json_out_key(o, "peak_held_bytes"), json_out_int(o, s->peak_held_bytes);
-    json_out_key(o, "limit_bytes"), json_out_int(o, s->limit_bytes);
-    json_out_key(o, "move_seconds"), json_out_num(o, s->move_seconds);
-    json_out_key(o, "retier_seconds"), json_out_num(o, s->retier_seconds);
-    json_out_key(o, "fence_wait_seconds"), json_out_num(o, s->fence_wait_seconds);
-    json_out_key(o, "copy_stall_seconds"), json_out_num(o, s->copy_stall_seconds);
-    json_out_key(o, "shared_tokens"), json_out_int(o, s->shared_tokens);
-    json_out_key(o, "shared_bytes_saved"), json_out_int(o, s->shared_bytes_saved);
+    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
+        json_out_key(o, f[k].key);
+        if (f[k].i) json_out_int(o, *f[k].i);
+        else json_out_num(o, *f[k].d);
+    }
     json_out_key(o, "live_seqs"), json_out_int(o, s->live_seqs);
     json_out_key(o, "t0_share_mean"), json_out_num(o, s->t0_share_mean);
     json_out_obj_end(o);
