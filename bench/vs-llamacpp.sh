@@ -21,7 +21,8 @@
 # ROUNDS (1) repeats every test that many times, the engines alternating inside each round, and
 # prints the median of the rounds. TIERKV_OLD (unset): a second tierkv binary (an earlier build)
 # timed the same way beside the first; its column and the ratio new/old are added (the check that
-# a change costs no speed).
+# a change costs no speed). LLAMA_BUILD_DIR "-" leaves llama.cpp out (needs TIERKV_OLD: then only
+# new against old is measured, on a machine without a llama.cpp build).
 set -euo pipefail
 LL=${1:?usage: bench/vs-llamacpp.sh LLAMA_BUILD_DIR [MODEL.gguf ...]}
 shift
@@ -36,8 +37,12 @@ case "$LOAD" in
   copy) LB_LOAD=(-mmp 0); LBB_LOAD=(--no-mmap) ;;
   *) echo "vs-llamacpp: LOAD must be default, mmap or copy, got '$LOAD'" >&2; exit 1;;
 esac
-LB="$LL/bin/llama-bench"; LBB="$LL/bin/llama-batched-bench"
-for b in "$LB" "$LBB" "$TIERKV" ${TIERKV_OLD:+"$TIERKV_OLD"}; do [ -x "$b" ] || { echo "vs-llamacpp: missing $b" >&2; exit 1; }; done
+LB="$LL/bin/llama-bench"; LBB="$LL/bin/llama-batched-bench"; LLBINS=("$LB" "$LBB")
+if [ "$LL" = - ]; then
+  [ -n "$TIERKV_OLD" ] || { echo "vs-llamacpp: without llama.cpp (-) TIERKV_OLD must name the build to compare against" >&2; exit 1; }
+  LLBINS=()
+fi
+for b in ${LLBINS[@]+"${LLBINS[@]}"} "$TIERKV" ${TIERKV_OLD:+"$TIERKV_OLD"}; do [ -x "$b" ] || { echo "vs-llamacpp: missing $b" >&2; exit 1; }; done
 models=("$@")
 if [ ${#models[@]} -eq 0 ]; then
   models=("$(scripts/fetch-model.sh 1.5b)" "$(scripts/fetch-model.sh 0.5b)")
@@ -67,7 +72,7 @@ measure() {  # name tk-args... -- llama-command...
       case $x in
         new) TKBIN=$TIERKV; a+=("$("${tkargs[@]}")") ;;
         old) [ -n "$TIERKV_OLD" ] && { TKBIN=$TIERKV_OLD; o+=("$("${tkargs[@]}")"); } ;;
-        ll) b+=("$("${llcmd[@]}")") ;;
+        ll) [ "$LL" != - ] && b+=("$("${llcmd[@]}")") ;;
       esac
     done
   done
