@@ -372,7 +372,7 @@ def sec_malformed(args):
             (json.dumps({"messages": msgs, "max_tokens": 100000}).encode(), "max_tokens"),
             (json.dumps({"messages": msgs, "max_tokens": 250}).encode(), "max_tokens"),  # prompt + 250 > --ctx 256
             (json.dumps({"messages": [{"role": "user", "content": long_text}]}).encode(), "messages"),
-            (json.dumps({"messages": msgs, "n": 3}).encode(), "n"),
+            (json.dumps({"messages": msgs, "n": 65}).encode(), "n"),
             (json.dumps({"messages": msgs, "temperature": [1]}).encode(), "temperature"),
             (json.dumps({"messages": msgs, "stop": {"a": 1}}).encode(), "stop"),
             (json.dumps({"messages": msgs, "stream": "yes"}).encode(), "stream"),
@@ -781,6 +781,68 @@ def sec_tokens(args):
 
 
 SECTIONS["tokens"] = sec_tokens
+
+
+def sec_choices(args):
+    """n > 1: n chains of one prompt, each with its own seed stream (seed + index): n = 4 at
+    temperature 0.8 gives distinct choices, the same again on a second request and streamed (chunks
+    carry their choice's index); choice i equals an n = 1 request with seed + i; usage counts the
+    prompt once and every choice's tokens; a request whose choices cannot all fit is refused."""
+    srv = Server(args, "--template", "chatml", "--parallel", "4", "--max-queue", "2")
+    try:
+        body = chat_body("Tell me a story, a long one, with a dragon and a castle in it.", max_tokens=12, temperature=0.8,
+                         seed=11, n=4)
+        m0 = srv.metrics()
+        st, _, a = srv.post("/v1/chat/completions", body)
+        m1 = srv.metrics()
+        cached = m1["tierkv_prompt_tokens_cached_total"] - m0.get("tierkv_prompt_tokens_cached_total", 0)
+        check(cached >= 3 * (a["usage"]["prompt_tokens"] - 1),
+              "the four chains share the prompt: %d prompt tokens cached, %d each" % (cached, a["usage"]["prompt_tokens"]))
+        check(st == 200, "n=4: status %d %s" % (st, a))
+        texts = [c["message"]["content"] for c in a["choices"]]
+        check([c["index"] for c in a["choices"]] == [0, 1, 2, 3], "choice indexes %s" % [c["index"] for c in a["choices"]])
+        check(len(set(texts)) >= 3, "n=4 at temperature 0.8 gave %d distinct texts: %s" % (len(set(texts)), texts))
+        u = a["usage"]
+        ptoks = u["prompt_tokens"]
+        st, _, one = srv.post("/v1/chat/completions", dict(body, n=1))
+        check(st == 200 and one["usage"]["prompt_tokens"] == ptoks, "the prompt counted once: %s vs %s" % (u, one.get("usage")))
+        st, _, b = srv.post("/v1/chat/completions", body)
+        check(st == 200 and [c["message"]["content"] for c in b["choices"]] == texts, "the same seed, the same four choices")
+        alone = 0
+        for i in range(4):
+            st, _, c = srv.post("/v1/chat/completions", dict(body, n=1, seed=11 + i))
+            check(st == 200 and c["choices"][0]["message"]["content"] == texts[i],
+                  "choice %d equals n=1 with seed %d: %r vs %r" % (i, 11 + i, c["choices"][0]["message"]["content"], texts[i]))
+            alone += c["usage"]["completion_tokens"]
+        check(u["completion_tokens"] == alone, "completion tokens %d, the four alone %d" % (u["completion_tokens"], alone))
+        st, chunks, done = srv.stream("/v1/chat/completions", dict(body, stream=True, stream_options={"include_usage": True}))
+        check(st == 200 and done, "streamed n=4: status %d, [DONE] %s" % (st, done))
+        per = ["", "", "", ""]
+        finishes = [None] * 4
+        roles = [0] * 4
+        for ch in chunks:
+            for c in ch.get("choices", []):
+                i = c["index"]
+                per[i] += c["delta"].get("content") or ""
+                roles[i] += c["delta"].get("role") == "assistant"
+                if c.get("finish_reason"):
+                    finishes[i] = c["finish_reason"]
+        check(per == texts, "streamed choices %s, want %s" % (per, texts))
+        check(roles == [1, 1, 1, 1] and all(finishes), "one role chunk and a finish per choice: %s %s" % (roles, finishes))
+        check(chunks[-1].get("usage", {}).get("completion_tokens") == u["completion_tokens"], "the stream's usage %s" % chunks[-1])
+        # completions too
+        st, _, t = srv.post("/v1/completions", {"prompt": "Once", "max_tokens": 6, "temperature": 0.8, "seed": 5, "n": 3})
+        check(st == 200 and len(t["choices"]) == 3 and [c["index"] for c in t["choices"]] == [0, 1, 2], "completions n=3: %s" % t)
+        # more choices than --parallel + --max-queue can ever hold: 503 at once
+        st, _, e = srv.post("/v1/chat/completions", dict(body, n=7))
+        check(st == 503 and e["error"]["code"] == "server_busy", "n=7 over 4 + 2 slots: status %d %s" % (st, e))
+        check(srv.alive(), "the server is alive")
+    finally:
+        srv.stop()
+    return 0
+
+
+SECTIONS["choices"] = sec_choices
 
 
 def main():

@@ -159,7 +159,8 @@ TEST(serve_request_bad_corpus) {
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stream_options\":[]}", "stream_options"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stream_options\":{\"include_usage\":\"y\"}}",
          "stream_options.include_usage"},
-        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":2}", "n"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":65}", "n"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":0}", "n"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_k\":-1}", "top_k"},
         {SERVE_COMPLETION, "{}", "prompt"},
         {SERVE_COMPLETION, "{\"prompt\":{}}", "prompt"},
@@ -268,25 +269,32 @@ TEST(serve_response_shapes) {
     serve_resp_meta m = {"chatcmpl-1", 5, "model", SERVE_CHAT};
     serve_usage u = {10, 4, 3, 8};
     /* an invalid byte goes out as U+FFFD instead of failing */
-    s = serve_json_completion(&m, (serve_text){"ok\xff", 3}, (serve_text){"why", 3}, 1, "stop", &u, NULL);
+    serve_choice ch[2] = {{(serve_text){"ok\xff", 3}, (serve_text){"why", 3}, "stop", NULL},
+                          {(serve_text){"b", 1}, (serve_text){NULL, 0}, "length", NULL}};
+    s = serve_json_completion(&m, ch, 2, 1, &u);
     o = json_loads(s, 0, &je);
     REQUIRE(o);
     json_t *msg = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "message");
     CHECK(!strcmp(json_string_value(json_object_get(msg, "content")), "ok\xef\xbf\xbd"));
     CHECK(!strcmp(json_string_value(json_object_get(msg, "reasoning_content")), "why"));
     CHECK(!strcmp(json_string_value(json_object_get(msg, "reasoning")), "why"));
+    json_t *c1 = json_array_get(json_object_get(o, "choices"), 1);
+    CHECK(json_integer_value(json_object_get(c1, "index")) == 1 &&
+          !strcmp(json_string_value(json_object_get(c1, "finish_reason")), "length") &&
+          !strcmp(json_string_value(json_object_get(json_object_get(c1, "message"), "content")), "b"));
     json_t *us = json_object_get(o, "usage");
     CHECK(json_integer_value(json_object_get(us, "total_tokens")) == 14);
     CHECK(json_integer_value(json_object_get(json_object_get(us, "prompt_tokens_details"), "cached_tokens")) == 8);
     CHECK(json_integer_value(json_object_get(json_object_get(us, "completion_tokens_details"), "reasoning_tokens")) == 3);
     json_decref(o);
     free(s);
-    s = serve_sse_chunk(&m, 0, (serve_text){"r", 1}, (serve_text){NULL, 0}, NULL, 1, NULL);
+    s = serve_sse_chunk(&m, 3, 0, (serve_text){"r", 1}, (serve_text){NULL, 0}, NULL, 1, NULL);
     CHECK(!strncmp(s, "data: {", 7) && s[strlen(s) - 1] == '\n' && s[strlen(s) - 2] == '\n');
     o = json_loadb(s + 6, strlen(s) - 8, 0, &je);
     REQUIRE(o);
     json_t *d = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "delta");
     CHECK(!strcmp(json_string_value(json_object_get(d, "reasoning_content")), "r") && !json_object_get(d, "content"));
+    CHECK(json_integer_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "index")) == 3);
     CHECK(json_is_null(json_object_get(o, "usage")) && !strcmp(json_string_value(json_object_get(o, "object")), "chat.completion.chunk"));
     json_decref(o);
     free(s);
@@ -478,3 +486,4 @@ TEST(serve_http_idle_cpu) { http_section("idle"); }
 TEST(serve_http_openai_client) { http_section("openai"); }
 TEST(serve_http_logprobs) { http_section("logprobs"); }
 TEST(serve_http_tokenize) { http_section("tokens"); }
+TEST(serve_http_choices) { http_section("choices"); }

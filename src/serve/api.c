@@ -1,8 +1,9 @@
 /* api.c — the routes (see api.h). Every response is counted in the metrics by endpoint and status.
  *
- * A completion's life on its HTTP thread: parse → submit → wait until the job runs (or is refused:
- * then the error's status, e.g. 400 for a prompt over the context, 413 for one the T0 budget can
- * never hold) → stream chunks as text arrives, or wait for the end and answer once. The inactivity
+ * A completion's life on its HTTP thread: parse → submit its choices (one job each) → wait until
+ * they run (or one is refused: then the error's status, e.g. 400 for a prompt over the context, 413
+ * for one the T0 budget can never hold) → stream chunks as text arrives, or wait for the end and
+ * answer once. The inactivity
  * timeout is off while the engine works (a queued request may wait long) and back on for the last
  * bytes, so a client that stops reading is dropped. */
 #include "serve/api.h"
@@ -44,21 +45,105 @@ static enum MHD_Result reply_error(serve_api *a, struct MHD_Connection *c, int e
 
 static int fd_gone(void *p) { return serve_http_peer_gone(*(int *)p); }
 
+/* ---- the choices of one request ----
+ * A request with n choices is n jobs (choice i's seed is seed + i), handed to the worker together;
+ * with n > 1 they share a signal, so one waiter follows them all. */
+
+struct choices {
+    serve_job **j;
+    int n;
+    serve_signal *sig; /* n > 1 */
+};
+
+static void choices_make(struct choices *ch, serve_request *req) {
+    ch->n = req->n > 0 ? req->n : 1;
+    ch->j = tkv_xcalloc((size_t)ch->n, sizeof *ch->j);
+    ch->sig = ch->n > 1 ? serve_signal_new() : NULL;
+    for (int i = ch->n - 1; i >= 0; i--) {
+        serve_request r;
+        if (i) serve_request_copy(req, &r);
+        ch->j[i] = serve_job_new(i ? &r : req); /* choice 0 takes req itself, last */
+        ch->j[i]->index = i;
+        if (ch->sig) serve_signal_ref(ch->sig), ch->j[i]->sig = ch->sig;
+    }
+}
+
+static void choices_cancel(struct choices *ch) {
+    for (int i = 0; i < ch->n; i++) atomic_store(&ch->j[i]->cancelled, 1);
+}
+
+static void choices_free(struct choices *ch) {
+    for (int i = 0; i < ch->n; i++) serve_job_unref(ch->j[i]);
+    free(ch->j);
+    serve_signal_unref(ch->sig);
+    memset(ch, 0, sizeof *ch);
+}
+
+/* Waits until every choice reached min_phase (or ended); -1 when the client left (all cancelled). */
+static int choices_wait(struct choices *ch, int min_phase, int *fd) {
+    for (int i = 0; i < ch->n; i++) {
+        serve_job *j = ch->j[i];
+        pthread_mutex_lock(&j->mu);
+        int gone = serve_job_wait_locked(j, min_phase, NULL, NULL, fd_gone, fd);
+        int failed = j->phase == JOB_DONE && j->err.status;
+        pthread_mutex_unlock(&j->mu);
+        if (gone) {
+            choices_cancel(ch);
+            return -1;
+        }
+        if (failed) return 0; /* the answer is that error: the others need not be waited for */
+    }
+    return 0;
+}
+
+/* The first error among ended choices (status 0: none). */
+static serve_error choices_error(struct choices *ch) {
+    serve_error e = {0};
+    for (int i = 0; i < ch->n && !e.status; i++) {
+        pthread_mutex_lock(&ch->j[i]->mu);
+        if (ch->j[i]->phase == JOB_DONE) e = ch->j[i]->err;
+        pthread_mutex_unlock(&ch->j[i]->mu);
+    }
+    return e;
+}
+
+/* The request's usage: the prompt once (cached: what every choice took from the prefix cache), the
+ * completions summed. */
+static serve_usage choices_usage(struct choices *ch) {
+    serve_usage u = {0};
+    for (int i = 0; i < ch->n; i++) {
+        serve_job *j = ch->j[i];
+        pthread_mutex_lock(&j->mu);
+        if (!i || j->usage.cached_tokens < u.cached_tokens) u.cached_tokens = j->usage.cached_tokens;
+        u.prompt_tokens = j->usage.prompt_tokens;
+        u.completion_tokens += j->usage.completion_tokens;
+        u.reasoning_tokens += j->usage.reasoning_tokens;
+        pthread_mutex_unlock(&j->mu);
+    }
+    return u;
+}
+
 /* ---- streaming ---- */
+
+struct choice_state {
+    size_t seen_c, seen_r; /* the job's text already sent */
+    int sent_role, finished;
+    int seen_lp;           /* log-probabilities already sent */
+    size_t lp_text_off;    /* their tokens' characters (completions' text_offset) */
+};
 
 struct stream {
     serve_api *a;
-    serve_job *j;
+    struct choices ch;
+    struct choice_state *cs; /* [ch.n] */
     struct MHD_Connection *c;
     int fd;
     serve_resp_meta meta;
     char id[48];
     tkv_buf out;       /* SSE bytes not yet handed to MHD, from off */
     size_t off;
-    size_t seen_c, seen_r; /* the job's text already sent */
-    int sent_role, finished;
-    int seen_lp;           /* log-probabilities already sent */
-    size_t lp_text_off;    /* their tokens' characters (completions' text_offset) */
+    int finished;      /* every choice's last chunk (or an error) and [DONE] are in out */
+    int include_usage, want_lp;
 };
 
 /* The job's log-probabilities not yet sent, copied (with the bytes they point into) while mu is held:
@@ -69,12 +154,12 @@ struct lp_slice {
     tkv_buf bytes;
 };
 
-static void lp_slice_take(struct stream *st, serve_job *j, struct lp_slice *s) {
+static void lp_slice_take(struct choice_state *cs, serve_job *j, struct lp_slice *s) {
     memset(s, 0, sizeof *s);
-    if (!j->req.logprobs || j->n_lps <= st->seen_lp) return;
-    s->n = j->n_lps - st->seen_lp;
+    if (!j->req.logprobs || j->n_lps <= cs->seen_lp) return;
+    s->n = j->n_lps - cs->seen_lp;
     s->v = tkv_xmalloc((size_t)s->n * sizeof *s->v);
-    memcpy(s->v, j->lps + st->seen_lp, (size_t)s->n * sizeof *s->v);
+    memcpy(s->v, j->lps + cs->seen_lp, (size_t)s->n * sizeof *s->v);
     uint32_t base = s->v[0].tok.off;
     if (j->lp_bytes.n > base) tkv_buf_add(&s->bytes, j->lp_bytes.p + base, j->lp_bytes.n - base);
     for (int i = 0; i < s->n; i++) {
@@ -84,77 +169,104 @@ static void lp_slice_take(struct stream *st, serve_job *j, struct lp_slice *s) {
 }
 
 /* the slice as a chunk's logprobs, once: the first chunk that carries text (or the last) takes it */
-static const serve_lps *lp_slice_use(struct stream *st, struct lp_slice *s, serve_lps *out) {
+static const serve_lps *lp_slice_use(struct choice_state *cs, struct lp_slice *s, serve_lps *out) {
     if (!s->n) return NULL;
-    *out = (serve_lps){s->v, s->n, s->bytes.p ? s->bytes.p : "", st->lp_text_off};
-    st->seen_lp += s->n;
-    for (int i = 0; i < s->n; i++) st->lp_text_off += serve_lp_chars(s->bytes.p, &s->v[i].tok);
+    *out = (serve_lps){s->v, s->n, s->bytes.p ? s->bytes.p : "", cs->lp_text_off};
+    cs->seen_lp += s->n;
+    for (int i = 0; i < s->n; i++) cs->lp_text_off += serve_lp_chars(s->bytes.p, &s->v[i].tok);
     s->n = 0;
     return out;
 }
 
-/* Waits for more of the job and renders it as SSE events into st->out; -1 when the client left. */
-static int stream_fill(struct stream *st) {
-    serve_job *j = st->j;
+static void add_event(struct stream *st, char *ev) {
+    tkv_buf_adds(&st->out, ev);
+    free(ev);
+}
+
+/* Renders what choice i has that was not sent yet as SSE events into st->out, waiting for more
+ * first when `wait` (the one choice of an n = 1 request). Returns 1 when something was rendered,
+ * 0 when nothing was new, -1 when the client left, 2 when the choice ended with an error (*err). */
+static int fill_choice(struct stream *st, int i, int wait, serve_error *err) {
+    serve_job *j = st->ch.j[i];
+    struct choice_state *cs = &st->cs[i];
     tkv_buf r = {0}, t = {0};
     pthread_mutex_lock(&j->mu);
-    if (serve_job_wait_locked(j, JOB_DONE, &st->seen_c, &st->seen_r, fd_gone, &st->fd)) {
+    if (wait && serve_job_wait_locked(j, JOB_DONE, &cs->seen_c, &cs->seen_r, fd_gone, &st->fd)) {
         pthread_mutex_unlock(&j->mu);
         return -1;
     }
-    if (j->reasoning.n > st->seen_r) tkv_buf_add(&r, j->reasoning.p + st->seen_r, j->reasoning.n - st->seen_r);
-    if (j->content.n > st->seen_c) tkv_buf_add(&t, j->content.p + st->seen_c, j->content.n - st->seen_c);
-    st->seen_r = j->reasoning.n;
-    st->seen_c = j->content.n;
+    if (j->reasoning.n > cs->seen_r) tkv_buf_add(&r, j->reasoning.p + cs->seen_r, j->reasoning.n - cs->seen_r);
+    if (j->content.n > cs->seen_c) tkv_buf_add(&t, j->content.p + cs->seen_c, j->content.n - cs->seen_c);
+    cs->seen_r = j->reasoning.n;
+    cs->seen_c = j->content.n;
     int done = j->phase == JOB_DONE;
     struct lp_slice ls;
-    if (r.n || t.n || done) lp_slice_take(st, j, &ls);
+    if (r.n || t.n || done) lp_slice_take(cs, j, &ls);
     else memset(&ls, 0, sizeof ls);
-    serve_lps lv;
-    int want_lp = j->req.logprobs;
-    serve_error err = j->err;
+    *err = j->err;
     const char *finish = j->finish;
-    serve_usage u = j->usage;
-    int usage = j->req.include_usage;
     pthread_mutex_unlock(&j->mu);
+    int usage = st->include_usage, produced = r.n || t.n || done;
     serve_text none = {NULL, 0};
-    char *ev;
-    if (!st->sent_role && st->meta.kind == SERVE_CHAT) {
-        ev = serve_sse_chunk(&st->meta, 1, none, none, NULL, usage, NULL);
-        tkv_buf_adds(&st->out, ev);
-        free(ev);
-    }
-    st->sent_role = 1;
-    if (r.n) {
-        ev = serve_sse_chunk(&st->meta, 0, (serve_text){r.p, r.n}, none, NULL, usage, lp_slice_use(st, &ls, &lv));
-        tkv_buf_adds(&st->out, ev);
-        free(ev);
-    }
-    if (t.n) {
-        ev = serve_sse_chunk(&st->meta, 0, none, (serve_text){t.p, t.n}, NULL, usage, lp_slice_use(st, &ls, &lv));
-        tkv_buf_adds(&st->out, ev);
-        free(ev);
-    }
+    serve_lps lv;
+    if (produced && !cs->sent_role && st->meta.kind == SERVE_CHAT)
+        add_event(st, serve_sse_chunk(&st->meta, i, 1, none, none, NULL, usage, NULL));
+    if (produced) cs->sent_role = 1;
+    if (r.n) add_event(st, serve_sse_chunk(&st->meta, i, 0, (serve_text){r.p, r.n}, none, NULL, usage, lp_slice_use(cs, &ls, &lv)));
+    if (t.n) add_event(st, serve_sse_chunk(&st->meta, i, 0, none, (serve_text){t.p, t.n}, NULL, usage, lp_slice_use(cs, &ls, &lv)));
     tkv_buf_free(&r);
     tkv_buf_free(&t);
-    if (!done) {
+    if (done && err->status) { /* the stream's end says the error (stream_fill) */
         free(ls.v);
         tkv_buf_free(&ls.bytes);
-        return 0;
+        return 2;
     }
-    /* the last chunk: the log-probabilities left ("content": [] when none, as a stream asked for them) */
-    const serve_lps *last = lp_slice_use(st, &ls, &lv);
-    if (!last && want_lp) lv = (serve_lps){NULL, 0, "", st->lp_text_off}, last = &lv;
-    if (err.status) ev = serve_sse_error(&err);
-    else ev = serve_sse_chunk(&st->meta, 0, none, none, finish, usage, last);
+    if (done) { /* the last chunk: the log-probabilities left ("content": [] when none, as they were asked for) */
+        const serve_lps *last = lp_slice_use(cs, &ls, &lv);
+        if (!last && st->want_lp) lv = (serve_lps){NULL, 0, "", cs->lp_text_off}, last = &lv;
+        add_event(st, serve_sse_chunk(&st->meta, i, 0, none, none, finish, usage, last));
+        cs->finished = 1;
+    }
     free(ls.v);
     tkv_buf_free(&ls.bytes);
-    tkv_buf_adds(&st->out, ev);
-    free(ev);
-    if (usage && !err.status) {
-        ev = serve_sse_usage(&st->meta, &u);
-        tkv_buf_adds(&st->out, ev);
-        free(ev);
+    return produced;
+}
+
+/* Waits for more of the choices and renders it into st->out; -1 when the client left. */
+static int stream_fill(struct stream *st) {
+    serve_error err = {0};
+    int failed = 0, left = 0;
+    if (st->ch.n == 1) {
+        int rc = fill_choice(st, 0, 1, &err);
+        if (rc < 0) return -1;
+        failed = rc == 2;
+    } else {
+        for (;;) { /* every choice's news, else a wait for the next */
+            unsigned long g = serve_signal_gen(st->ch.sig);
+            int produced = 0;
+            left = 0;
+            for (int i = 0; i < st->ch.n && !failed; i++) {
+                if (st->cs[i].finished) continue;
+                int rc = fill_choice(st, i, 0, &err);
+                if (rc < 0) return -1;
+                failed = rc == 2;
+                produced |= rc == 1;
+                left += !st->cs[i].finished;
+            }
+            if (produced || failed || !left) break;
+            if (serve_signal_wait(st->ch.sig, g, fd_gone, &st->fd)) return -1;
+        }
+    }
+    if (failed) { /* one choice failed: the stream ends with its error, the others are cancelled */
+        choices_cancel(&st->ch);
+        add_event(st, serve_sse_error(&err));
+    } else {
+        for (int i = 0; i < st->ch.n; i++)
+            if (!st->cs[i].finished) return 0;
+        if (st->include_usage) {
+            serve_usage u = choices_usage(&st->ch);
+            add_event(st, serve_sse_usage(&st->meta, &u));
+        }
     }
     tkv_buf_adds(&st->out, "data: [DONE]\n\n");
     st->finished = 1;
@@ -178,8 +290,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_done(void *cls) {
     struct stream *st = cls;
-    if (!st->finished) atomic_store(&st->j->cancelled, 1); /* the client left mid-stream */
-    serve_job_unref(st->j);
+    if (!st->finished) choices_cancel(&st->ch); /* the client left mid-stream */
+    choices_free(&st->ch);
+    free(st->cs);
     tkv_buf_free(&st->out);
     free(st);
 }
@@ -191,9 +304,10 @@ static enum MHD_Result completion(serve_api *a, struct MHD_Connection *c, int ep
     serve_request req;
     serve_error e;
     if (serve_request_parse(body, n, kind, &a->lim, &req, &e)) return reply_error(a, c, ep, &e);
-    serve_job *j = serve_job_new(&req);
-    if (serve_worker_submit(a->w, j)) {
-        serve_job_unref(j);
+    struct choices ch;
+    choices_make(&ch, &req);
+    if (serve_worker_submit(a->w, ch.j, ch.n)) {
+        choices_free(&ch);
         serve_snapshot sn;
         serve_worker_snapshot(a->w, &sn);
         serve_error_set(&e, 503, "server_error", "", "server_busy",
@@ -203,53 +317,59 @@ static enum MHD_Result completion(serve_api *a, struct MHD_Connection *c, int ep
     }
     int fd = serve_http_fd(c);
     serve_http_timeout(c, 0);
-    pthread_mutex_lock(&j->mu);
-    int gone = serve_job_wait_locked(j, JOB_RUNNING, NULL, NULL, fd_gone, &fd);
-    if (!gone && j->phase == JOB_DONE && j->err.status) {
-        e = j->err;
-        pthread_mutex_unlock(&j->mu);
-        serve_job_unref(j);
+    int gone = choices_wait(&ch, JOB_RUNNING, &fd);
+    if (!gone && (e = choices_error(&ch)).status) {
+        choices_cancel(&ch);
+        choices_free(&ch);
         serve_http_timeout(c, a->timeout_s);
         return reply_error(a, c, ep, &e);
     }
-    pthread_mutex_unlock(&j->mu);
     char id[48];
     unsigned long long k = atomic_fetch_add(&a->next_id, 1);
     snprintf(id, sizeof id, "%s-%016llx", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)(a->id_salt ^ (k * 0x9E3779B97F4A7C15ull)));
-    if (!gone && j->req.stream) {
+    serve_job *j0 = ch.j[0];
+    if (!gone && j0->req.stream) {
         struct stream *st = tkv_xcalloc(1, sizeof *st);
         st->a = a;
-        st->j = j; /* the reference moves to the stream */
+        st->ch = ch; /* the references move to the stream */
+        st->cs = tkv_xcalloc((size_t)ch.n, sizeof *st->cs);
         st->c = c;
         st->fd = fd;
+        st->include_usage = j0->req.include_usage;
+        st->want_lp = j0->req.logprobs;
         memcpy(st->id, id, sizeof id);
-        st->meta = (serve_resp_meta){st->id, j->created, a->model, kind};
+        st->meta = (serve_resp_meta){st->id, j0->created, a->model, kind};
         serve_metrics_count(&a->metrics, ep, 200);
         return serve_http_reply_stream(c, stream_read, st, stream_done);
     }
-    if (!gone) {
-        pthread_mutex_lock(&j->mu);
-        gone = serve_job_wait_locked(j, JOB_DONE, NULL, NULL, fd_gone, &fd);
-        pthread_mutex_unlock(&j->mu);
-    }
-    if (gone) { /* the client hung up: the job is cancelled, the connection dropped */
-        serve_job_unref(j);
+    if (!gone) gone = choices_wait(&ch, JOB_DONE, &fd);
+    if (gone) { /* the client hung up: the jobs are cancelled, the connection dropped */
+        choices_free(&ch);
         serve_metrics_count(&a->metrics, ep, 499);
         return MHD_NO;
     }
     serve_http_timeout(c, a->timeout_s);
-    /* done: the engine no longer writes to the job */
-    if (j->err.status) {
-        e = j->err;
-        serve_job_unref(j);
+    /* done: the engine no longer writes to the jobs */
+    if ((e = choices_error(&ch)).status) {
+        choices_cancel(&ch);
+        choices_free(&ch);
         return reply_error(a, c, ep, &e);
     }
-    serve_resp_meta meta = {id, j->created, a->model, kind};
-    serve_lps lps = {j->lps, j->n_lps, j->lp_bytes.p ? j->lp_bytes.p : "", 0};
-    char *out = serve_json_completion(&meta, (serve_text){j->content.p, j->content.n}, (serve_text){j->reasoning.p, j->reasoning.n},
-                                      j->with_reasoning, j->finish, &j->usage, j->req.logprobs ? &lps : NULL);
-    serve_job_unref(j);
+    serve_resp_meta meta = {id, j0->created, a->model, kind};
+    serve_choice *cv = tkv_xcalloc((size_t)ch.n, sizeof *cv);
+    serve_lps *lps = tkv_xcalloc((size_t)ch.n, sizeof *lps);
+    for (int i = 0; i < ch.n; i++) {
+        serve_job *j = ch.j[i];
+        lps[i] = (serve_lps){j->lps, j->n_lps, j->lp_bytes.p ? j->lp_bytes.p : "", 0};
+        cv[i] = (serve_choice){(serve_text){j->content.p, j->content.n}, (serve_text){j->reasoning.p, j->reasoning.n},
+                               j->finish, j->req.logprobs ? &lps[i] : NULL};
+    }
+    serve_usage u = choices_usage(&ch);
+    char *out = serve_json_completion(&meta, cv, ch.n, j0->with_reasoning, &u);
+    free(cv);
+    free(lps);
+    choices_free(&ch);
     return reply(a, c, ep, 200, "application/json", out);
 }
 

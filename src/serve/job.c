@@ -8,6 +8,74 @@
 #include "base/clock.h"
 #include "base/err.h"
 
+serve_signal *serve_signal_new(void) {
+    serve_signal *s = tkv_xcalloc(1, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    s->refs = 1;
+    return s;
+}
+
+void serve_signal_ref(serve_signal *s) {
+    pthread_mutex_lock(&s->mu);
+    s->refs++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void serve_signal_unref(serve_signal *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    int last = --s->refs == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (!last) return;
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+unsigned long serve_signal_gen(serve_signal *s) {
+    pthread_mutex_lock(&s->mu);
+    unsigned long g = s->gen;
+    pthread_mutex_unlock(&s->mu);
+    return g;
+}
+
+static struct timespec in_200ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_nsec += 200 * 1000 * 1000;
+    if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+    return t;
+}
+
+int serve_signal_wait(serve_signal *s, unsigned long seen, int (*gone)(void *), void *gctx) {
+    pthread_mutex_lock(&s->mu);
+    while (s->gen == seen) {
+        struct timespec until = in_200ms();
+        int rc = 0;
+        while (s->gen == seen && rc == 0) rc = pthread_cond_timedwait(&s->cv, &s->mu, &until);
+        if (s->gen == seen && gone && gone(gctx)) {
+            pthread_mutex_unlock(&s->mu);
+            return -1;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void serve_job_wake_locked(serve_job *j) {
+    pthread_cond_broadcast(&j->cv);
+    if (!j->sig) return;
+    pthread_mutex_lock(&j->sig->mu);
+    j->sig->gen++;
+    pthread_cond_broadcast(&j->sig->cv);
+    pthread_mutex_unlock(&j->sig->mu);
+}
+
 serve_job *serve_job_new(serve_request *req) {
     serve_job *j = tkv_xcalloc(1, sizeof *j);
     j->req = *req;
@@ -42,6 +110,7 @@ void serve_job_unref(serve_job *j) {
     tkv_buf_free(&j->reasoning);
     free(j->lps);
     tkv_buf_free(&j->lp_bytes);
+    serve_signal_unref(j->sig);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -50,7 +119,7 @@ void serve_job_unref(serve_job *j) {
 void serve_job_set_phase(serve_job *j, int phase) {
     pthread_mutex_lock(&j->mu);
     if (phase > j->phase) j->phase = phase;
-    pthread_cond_broadcast(&j->cv);
+    serve_job_wake_locked(j);
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -58,7 +127,7 @@ void serve_job_fail(serve_job *j, const serve_error *e) {
     pthread_mutex_lock(&j->mu);
     j->err = *e;
     j->phase = JOB_DONE;
-    pthread_cond_broadcast(&j->cv);
+    serve_job_wake_locked(j);
     pthread_mutex_unlock(&j->mu);
 }
 

@@ -19,12 +19,32 @@
 
 enum { JOB_NEW, JOB_QUEUED, JOB_RUNNING, JOB_DONE };
 
+/* The choices of one request (n > 1) are jobs of their own; one waiter follows them all through a
+ * shared signal: a counter the engine bumps (under the signal's lock) whenever it wakes one of
+ * them, so a waiter that read the counter before looking at the jobs cannot miss a change.
+ * Lock order: a job's mu, then the signal's. */
+typedef struct serve_signal {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned long gen;
+    int refs;
+} serve_signal;
+serve_signal *serve_signal_new(void);
+void serve_signal_ref(serve_signal *s);
+void serve_signal_unref(serve_signal *s);
+unsigned long serve_signal_gen(serve_signal *s);
+/* Waits until the counter differs from seen; gone(gctx) is asked about every 200 ms, -1 when the
+ * client left (0 otherwise). */
+int serve_signal_wait(serve_signal *s, unsigned long seen, int (*gone)(void *), void *gctx);
+
 typedef struct serve_job {
     serve_request req;     /* parsed; owned */
     long long created;     /* seconds since the epoch, for the response objects */
     double t_submit;       /* monotonic */
     atomic_int cancelled;  /* 1: the client is gone; the engine ends the job at its next step */
     struct serve_job *next; /* the worker's inbox */
+    int index;             /* the choice this job is (0 .. req.n - 1) */
+    serve_signal *sig;     /* the request's signal when it has several choices (a reference), or NULL */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs;
@@ -43,6 +63,8 @@ typedef struct serve_job {
 serve_job *serve_job_new(serve_request *req);
 void serve_job_ref(serve_job *j);
 void serve_job_unref(serve_job *j);
+/* Wakes the job's waiters (and its signal's). Call with mu held. */
+void serve_job_wake_locked(serve_job *j);
 /* Engine side: sets phase (and wakes the waiters). */
 void serve_job_set_phase(serve_job *j, int phase);
 /* Engine side: ends the job with an error for the client (status, type, message). */

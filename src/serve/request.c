@@ -215,8 +215,8 @@ static int parse_root(const json_t *root, enum serve_kind kind, const serve_limi
     long long seed = 0;
     if (get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, &r->has_seed, e)) return -1;
     r->seed = (uint64_t)seed;
-    if (get_int(root, "n", 1, 1 << 30, &n, NULL, e)) return -1;
-    if (n != 1) return BAD_VALUE(e, "n", "only n = 1 is supported, got %lld", n);
+    if (get_int(root, "n", 1, SERVE_MAX_N, &n, NULL, e)) return -1;
+    r->n = (int)n;
     if (get_stop(root, lim, r, e) || get_bool(root, "stream", &r->stream, e)) return -1;
     /* log-probabilities: chat, logprobs true and top_logprobs 0..20; completions, logprobs 0..20
      * alternatives (null or absent: none) */
@@ -266,6 +266,27 @@ int serve_request_parse(const char *body, size_t n, enum serve_kind kind, const 
     json_decref(root);
     if (rc) serve_request_free(out);
     return rc;
+}
+
+static char *dup_or_null(const char *s) {
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    return memcpy(tkv_xmalloc(n), s, n);
+}
+
+void serve_request_copy(const serve_request *r, serve_request *out) {
+    *out = *r;
+    out->msgs = r->n_msgs ? tkv_xmalloc((size_t)r->n_msgs * sizeof *out->msgs) : NULL;
+    for (int i = 0; i < r->n_msgs; i++)
+        out->msgs[i] = (serve_msg){dup_or_null(r->msgs[i].role), dup_or_null(r->msgs[i].content)};
+    out->stops = r->n_stops ? tkv_xmalloc((size_t)r->n_stops * sizeof *out->stops) : NULL;
+    for (int i = 0; i < r->n_stops; i++) out->stops[i] = dup_or_null(r->stops[i]);
+    out->prompt = dup_or_null(r->prompt);
+    out->prompt_ids = NULL;
+    if (r->prompt_ids) {
+        out->prompt_ids = tkv_xmalloc((size_t)(r->n_prompt_ids ? r->n_prompt_ids : 1) * sizeof *out->prompt_ids);
+        memcpy(out->prompt_ids, r->prompt_ids, (size_t)r->n_prompt_ids * sizeof *out->prompt_ids);
+    }
 }
 
 void serve_request_free(serve_request *r) {

@@ -6,7 +6,7 @@
  * Accepted: messages (chat: role system|developer|user|assistant, content a string, null or an
  * array of {"type":"text","text"} parts), prompt (completions: a string, an array of one string,
  * or an array of token ids), max_tokens / max_completion_tokens, temperature, top_p, top_k,
- * min_p, seed, stop (a string or an array), stream, stream_options.include_usage, n (only 1),
+ * min_p, seed, stop (a string or an array), stream, stream_options.include_usage, n (1..SERVE_MAX_N),
  * logprobs (chat: a boolean with top_logprobs 0..20; completions: 0..20 alternatives).
  * Every other field is refused unless it has no effect (serve/fields.h: `user`, `logprobs:
  * false` ...); a known field of the wrong type or out of range is refused with the field's name
@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 enum serve_kind { SERVE_CHAT, SERVE_COMPLETION };
-enum { SERVE_MAX_TOP_LOGPROBS = 20 };
+enum { SERVE_MAX_TOP_LOGPROBS = 20, SERVE_MAX_N = 64 };
 
 typedef struct {
     char *role;    /* system, user or assistant (developer is read as system) */
@@ -52,6 +52,8 @@ typedef struct {
     char **stops;
     int n_stops;
     int stream, include_usage;
+    int n;               /* choices: chains sampled from the prompt (1..SERVE_MAX_N); choice i's seed is
+                            seed + i when a seed is given */
     int logprobs;        /* 1: each generated token's log-probability in the answer */
     int top_logprobs;    /* 0..SERVE_MAX_TOP_LOGPROBS alternatives per token */
 } serve_request;
@@ -68,6 +70,8 @@ typedef struct {
 int serve_request_parse(const char *body, size_t n, enum serve_kind kind, const serve_limits *lim, serve_request *out,
                         serve_error *e);
 void serve_request_free(serve_request *r);
+/* A deep copy of r into *out (free with serve_request_free): one per choice of an n > 1 request. */
+void serve_request_copy(const serve_request *r, serve_request *out);
 /* Fills *e and returns -1. */
 int serve_error_set(serve_error *e, int status, const char *type, const char *param, const char *code, const char *fmt,
                     ...) __attribute__((format(printf, 6, 7)));

@@ -145,42 +145,44 @@ static json_t *lps_text(const serve_lps *l) {
     return o;
 }
 
-/* The one choice of a response or chunk, closed: its logprobs (null unless asked), its finish
- * reason (null while going). */
-static void put_choice(json_t *o, json_t *choices, json_t *choice, const char *finish, enum serve_kind kind,
-                       const serve_lps *lps) {
+/* A choice of a response or chunk, closed and appended to choices: its logprobs (null unless
+ * asked), its finish reason (null while going). */
+static void put_choice(json_t *choices, json_t *choice, const char *finish, enum serve_kind kind, const serve_lps *lps) {
     json_object_set_new(choice, "logprobs", !lps ? json_null() : kind == SERVE_CHAT ? lps_chat(lps) : lps_text(lps));
     json_object_set_new(choice, "finish_reason", finish_val(finish));
     json_array_append_new(choices, choice);
-    json_object_set_new(o, "choices", choices);
 }
 
-char *serve_json_completion(const serve_resp_meta *m, serve_text content, serve_text reasoning, int with_reasoning,
-                            const char *finish, const serve_usage *u, const serve_lps *lps) {
-    json_t *o = head(m, 0), *choice = json_object(), *choices = json_array();
-    json_object_set_new(choice, "index", json_integer(0));
-    if (m->kind == SERVE_CHAT) {
-        json_t *msg = json_object();
-        json_object_set_new(msg, "role", json_string("assistant"));
-        int null_content = with_reasoning && content.n == 0 && reasoning.n > 0;
-        json_object_set_new(msg, "content", null_content ? json_null() : text(content));
-        if (with_reasoning) {
-            json_object_set_new(msg, "reasoning_content", reasoning.n ? text(reasoning) : json_null());
-            json_object_set_new(msg, "reasoning", reasoning.n ? text(reasoning) : json_null());
+char *serve_json_completion(const serve_resp_meta *m, const serve_choice *c, int n, int with_reasoning,
+                            const serve_usage *u) {
+    json_t *o = head(m, 0), *choices = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *choice = json_object();
+        json_object_set_new(choice, "index", json_integer(i));
+        if (m->kind == SERVE_CHAT) {
+            json_t *msg = json_object();
+            json_object_set_new(msg, "role", json_string("assistant"));
+            int null_content = with_reasoning && c[i].content.n == 0 && c[i].reasoning.n > 0;
+            json_object_set_new(msg, "content", null_content ? json_null() : text(c[i].content));
+            if (with_reasoning) {
+                json_object_set_new(msg, "reasoning_content", c[i].reasoning.n ? text(c[i].reasoning) : json_null());
+                json_object_set_new(msg, "reasoning", c[i].reasoning.n ? text(c[i].reasoning) : json_null());
+            }
+            json_object_set_new(choice, "message", msg);
+        } else {
+            json_object_set_new(choice, "text", text(c[i].content));
         }
-        json_object_set_new(choice, "message", msg);
-    } else {
-        json_object_set_new(choice, "text", text(content));
+        put_choice(choices, choice, c[i].finish, m->kind, c[i].lps);
     }
-    put_choice(o, choices, choice, finish, m->kind, lps);
+    json_object_set_new(o, "choices", choices);
     json_object_set_new(o, "usage", usage_obj(u));
     return dump(o);
 }
 
-char *serve_sse_chunk(const serve_resp_meta *m, int with_role, serve_text reasoning, serve_text content, const char *finish,
-                      int usage_null, const serve_lps *lps) {
+char *serve_sse_chunk(const serve_resp_meta *m, int index, int with_role, serve_text reasoning, serve_text content,
+                      const char *finish, int usage_null, const serve_lps *lps) {
     json_t *o = head(m, 1), *choice = json_object(), *choices = json_array();
-    json_object_set_new(choice, "index", json_integer(0));
+    json_object_set_new(choice, "index", json_integer(index));
     if (m->kind == SERVE_CHAT) {
         json_t *d = json_object();
         if (with_role) json_object_set_new(d, "role", json_string("assistant"));
@@ -193,7 +195,8 @@ char *serve_sse_chunk(const serve_resp_meta *m, int with_role, serve_text reason
     } else {
         json_object_set_new(choice, "text", text(content));
     }
-    put_choice(o, choices, choice, finish, m->kind, lps);
+    put_choice(choices, choice, finish, m->kind, lps);
+    json_object_set_new(o, "choices", choices);
     if (usage_null) json_object_set_new(o, "usage", json_null());
     return sse(o);
 }

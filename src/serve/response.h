@@ -49,16 +49,24 @@ size_t serve_lp_chars(const char *bytes, const serve_lp_tok *t);
 
 /* {"error":{"message","type","param","code"}} */
 char *serve_json_error(const serve_error *e);
-/* The whole answer. With_reasoning: message.reasoning_content and message.reasoning carry the
- * reasoning (null when empty); content is null when empty and reasoning is not. lps: the choice's
- * logprobs (chat: {"content": [{token, logprob, bytes, top_logprobs}]}; completions: {tokens,
- * token_logprobs, top_logprobs, text_offset}), or NULL for "logprobs": null. */
-char *serve_json_completion(const serve_resp_meta *m, serve_text content, serve_text reasoning, int with_reasoning,
-                            const char *finish, const serve_usage *u, const serve_lps *lps);
-/* One SSE event "data: {chunk}\n\n": the role (first chunk of a chat), reasoning and/or content
- * deltas, finish_reason (NULL: null). usage_null: "usage": null (stream_options.include_usage). */
-char *serve_sse_chunk(const serve_resp_meta *m, int with_role, serve_text reasoning, serve_text content, const char *finish,
-                      int usage_null, const serve_lps *lps);
+/* One choice of an answer: its texts, finish reason, and logprobs (chat: {"content": [{token,
+ * logprob, bytes, top_logprobs}]}; completions: {tokens, token_logprobs, top_logprobs,
+ * text_offset}), or NULL for "logprobs": null. */
+typedef struct {
+    serve_text content, reasoning;
+    const char *finish;
+    const serve_lps *lps;
+} serve_choice;
+/* The whole answer: choices c[0..n) with indexes 0..n-1. With_reasoning: message.reasoning_content
+ * and message.reasoning carry the reasoning (null when empty); content is null when empty and
+ * reasoning is not. */
+char *serve_json_completion(const serve_resp_meta *m, const serve_choice *c, int n, int with_reasoning,
+                            const serve_usage *u);
+/* One SSE event "data: {chunk}\n\n" of choice `index`: the role (first chunk of a chat), reasoning
+ * and/or content deltas, finish_reason (NULL: null). usage_null: "usage": null
+ * (stream_options.include_usage). */
+char *serve_sse_chunk(const serve_resp_meta *m, int index, int with_role, serve_text reasoning, serve_text content,
+                      const char *finish, int usage_null, const serve_lps *lps);
 /* The last chunk with include_usage: "choices": [] and the usage. */
 char *serve_sse_usage(const serve_resp_meta *m, const serve_usage *u);
 /* An error inside a stream: "data: {"error":{…}}\n\n". */

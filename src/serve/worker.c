@@ -132,7 +132,7 @@ static struct wjob *prepare(serve_worker *w, serve_job *j, int *max_tokens, serv
     so.top_k = r->top_k;
     so.min_p = (float)r->min_p;
     so.repeat_penalty = 1;
-    so.seed = r->has_seed ? r->seed : mix64(++w->seeds ^ (uint64_t)time(NULL));
+    so.seed = r->has_seed ? r->seed + (uint64_t)j->index : mix64(++w->seeds ^ (uint64_t)time(NULL)); /* choice i: seed + i */
     char msg[256];
     if (tkv_sampler_open(&so, w->V, &wj->smp, msg, sizeof msg)) {
         serve_error_set(e, 400, "invalid_request_error", "", "invalid_value", "%s", msg);
@@ -165,7 +165,7 @@ static void emit(struct wjob *wj, const char *p, size_t n, int count_token) {
         j->usage.completion_tokens++;
         j->usage.reasoning_tokens += reasoning;
     }
-    if (j->req.stream) pthread_cond_broadcast(&j->cv); /* a whole answer's waiter wakes only when it is done */
+    if (j->req.stream) serve_job_wake_locked(j); /* a whole answer's waiter wakes only when it is done */
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -237,7 +237,7 @@ static void on_start(void *user, int cached) {
     pthread_mutex_lock(&wj->job->mu);
     wj->job->usage.cached_tokens = cached;
     wj->job->phase = JOB_RUNNING;
-    pthread_cond_broadcast(&wj->job->cv);
+    serve_job_wake_locked(wj->job);
     pthread_mutex_unlock(&wj->job->mu);
 }
 
@@ -288,7 +288,7 @@ static void on_end(void *user, const sched_end *e) {
     j->finish = e->why == SCHED_LENGTH && !late_stop ? "length" : "stop";
     if (err.status) j->err = err;
     j->phase = JOB_DONE;
-    pthread_cond_broadcast(&j->cv);
+    serve_job_wake_locked(j);
     pthread_mutex_unlock(&j->mu);
     wjob_free(wj);
     serve_job_unref(j);
@@ -451,18 +451,21 @@ void serve_worker_free(serve_worker *w) {
     free(w);
 }
 
-int serve_worker_submit(serve_worker *w, serve_job *j) {
+int serve_worker_submit(serve_worker *w, serve_job *const *jobs, int n) {
     pthread_mutex_lock(&w->mu);
-    if (w->stop || w->n_pending + w->n_running >= w->o.parallel + w->o.max_queue) {
+    if (w->stop || w->n_pending + w->n_running + n > w->o.parallel + w->o.max_queue) {
         pthread_mutex_unlock(&w->mu);
         return -1;
     }
-    serve_job_ref(j);
-    j->next = NULL;
-    if (w->in_tail) w->in_tail->next = j;
-    else w->in_head = j;
-    w->in_tail = j;
-    w->n_pending++;
+    for (int i = 0; i < n; i++) {
+        serve_job *j = jobs[i];
+        serve_job_ref(j);
+        j->next = NULL;
+        if (w->in_tail) w->in_tail->next = j;
+        else w->in_head = j;
+        w->in_tail = j;
+        w->n_pending++;
+    }
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
     return 0;

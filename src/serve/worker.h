@@ -35,8 +35,9 @@ int serve_worker_start(tkv_model *m, tkv_session *s, tkv_chat *chat, const serve
  * but the object stays valid (HTTP threads may still call it) until serve_worker_free. */
 void serve_worker_stop(serve_worker *w);
 void serve_worker_free(serve_worker *w);
-/* Hands a job in (the worker takes a reference); -1 when full or stopping (nothing taken). */
-int serve_worker_submit(serve_worker *w, serve_job *j);
+/* Hands n jobs in together (the choices of one request; the worker takes a reference to each): all
+ * or none, -1 when they do not fit or the worker is stopping (nothing taken). */
+int serve_worker_submit(serve_worker *w, serve_job *const *jobs, int n);
 /* The engine's numbers as of its last step. */
 void serve_worker_snapshot(serve_worker *w, serve_snapshot *out);
 /* The model, for its tokenizer only (which reads the immutable vocabulary: any thread may). */
