@@ -42,6 +42,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             } else {
                 TKV_ASSERT(r.prompt || (r.prompt_ids && r.n_prompt_ids >= 1));
                 for (int i = 0; i < r.n_prompt_ids; i++) TKV_ASSERT(r.prompt_ids[i] >= 0);
+                TKV_ASSERT(r.n_more >= 0 && (r.n_more + 1) * r.n <= SERVE_MAX_N);
+                for (int p = 0; p < r.n_more; p++) { /* each listed prompt, and its copy for a choice */
+                    TKV_ASSERT(r.more[p].text || (r.more[p].ids && r.more[p].n_ids >= 1));
+                    serve_request c;
+                    serve_request_copy(&r, p + 1, (uint64_t)p, &c);
+                    TKV_ASSERT(c.n_more == 0 && (c.prompt || c.prompt_ids) && c.n_prompt_ids == r.more[p].n_ids);
+                    serve_request_free(&c);
+                }
             }
             for (int i = 0; i < r.n_stops; i++) TKV_ASSERT(r.stops[i] && r.stops[i][0]);
             serve_request_free(&r);

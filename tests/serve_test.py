@@ -833,6 +833,20 @@ def sec_choices(args):
         # completions too
         st, _, t = srv.post("/v1/completions", {"prompt": "Once", "max_tokens": 6, "temperature": 0.8, "seed": 5, "n": 3})
         check(st == 200 and len(t["choices"]) == 3 and [c["index"] for c in t["choices"]] == [0, 1, 2], "completions n=3: %s" % t)
+        # a list of prompts: choice i of prompt p at index p * n + i, equal to that prompt alone with seed + i
+        ids = [100, 200, 300]
+        st, _, L = srv.post("/v1/completions", {"prompt": ["Once", ids], "max_tokens": 5, "temperature": 0.8, "seed": 7, "n": 2})
+        check(st == 200 and len(L["choices"]) == 4 and [c["index"] for c in L["choices"]] == [0, 1, 2, 3],
+              "a prompt list x n=2: %s" % L)
+        lone, lone_p = 0, 0
+        for k, (p, i) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
+            st, _, one = srv.post("/v1/completions", {"prompt": ["Once", ids][p], "max_tokens": 5, "temperature": 0.8, "seed": 7 + i})
+            check(st == 200 and one["choices"][0]["text"] == L["choices"][k]["text"],
+                  "list choice %d (prompt %d, choice %d) %r, alone %r" % (k, p, i, L["choices"][k]["text"], one["choices"][0]["text"]))
+            lone += one["usage"]["completion_tokens"]
+            lone_p += one["usage"]["prompt_tokens"] if i == 0 else 0
+        check(L["usage"]["completion_tokens"] == lone and L["usage"]["prompt_tokens"] == lone_p,
+              "a list's usage %s, alone %d completion and %d prompt tokens" % (L["usage"], lone, lone_p))
         # more choices than --parallel + --max-queue can ever hold: 503 at once
         st, _, e = srv.post("/v1/chat/completions", dict(body, n=7))
         check(st == 503 and e["error"]["code"] == "server_busy", "n=7 over 4 + 2 slots: status %d %s" % (st, e))

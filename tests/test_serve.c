@@ -116,7 +116,19 @@ TEST(serve_request_good) {
     CHECK(r.n_prompt_ids == 3 && r.prompt_ids[2] == 3 && r.max_tokens == -1);
     serve_request_free(&r);
     REQUIRE(parse("{\"prompt\":[\"only one\"]}", SERVE_COMPLETION, &r, &e) == 0);
-    CHECK(!strcmp(r.prompt, "only one"));
+    CHECK(!strcmp(r.prompt, "only one") && r.n_more == 0);
+    serve_request_free(&r);
+    /* a list of prompts; a copy holds one of them, seeded seed + the choice */
+    REQUIRE(parse("{\"prompt\":[\"a\",[5,6],\"c\"],\"n\":2,\"seed\":10}", SERVE_COMPLETION, &r, &e) == 0);
+    CHECK(!strcmp(r.prompt, "a") && r.n_more == 2 && r.more[0].n_ids == 2 && r.more[0].ids[1] == 6 &&
+          !strcmp(r.more[1].text, "c") && r.n == 2);
+    serve_request c1, c2;
+    serve_request_copy(&r, 1, 1, &c1);
+    serve_request_copy(&r, 2, 0, &c2);
+    CHECK(!c1.prompt && c1.n_prompt_ids == 2 && c1.prompt_ids[0] == 5 && c1.n_more == 0 && c1.seed == 11);
+    CHECK(!strcmp(c2.prompt, "c") && !c2.prompt_ids && c2.seed == 10);
+    serve_request_free(&c1);
+    serve_request_free(&c2);
     serve_request_free(&r);
 }
 
@@ -165,7 +177,10 @@ TEST(serve_request_bad_corpus) {
         {SERVE_COMPLETION, "{}", "prompt"},
         {SERVE_COMPLETION, "{\"prompt\":{}}", "prompt"},
         {SERVE_COMPLETION, "{\"prompt\":[]}", "prompt"},
-        {SERVE_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt"},
+        {SERVE_COMPLETION, "{\"prompt\":[\"a\",[]]}", "prompt"},
+        {SERVE_COMPLETION, "{\"prompt\":[\"a\",1]}", "prompt"},
+        {SERVE_COMPLETION, "{\"prompt\":[[1],{}]}", "prompt"},
+        {SERVE_COMPLETION, "{\"prompt\":[\"a\",\"b\",\"c\"],\"n\":22}", "n"},
         {SERVE_COMPLETION, "{\"prompt\":[1,-2]}", "prompt"},
         {SERVE_COMPLETION, "{\"prompt\":[1,\"x\"]}", "prompt"},
         {SERVE_COMPLETION, "{\"prompt\":[1e3]}", "prompt"},

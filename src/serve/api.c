@@ -46,26 +46,31 @@ static enum MHD_Result reply_error(serve_api *a, struct MHD_Connection *c, int e
 static int fd_gone(void *p) { return serve_http_peer_gone(*(int *)p); }
 
 /* ---- the choices of one request ----
- * A request with n choices is n jobs (choice i's seed is seed + i), handed to the worker together;
- * with n > 1 they share a signal, so one waiter follows them all. */
+ * A request with n choices of each of its P prompts (completions may list several) is P x n jobs,
+ * choice i of prompt p at index p * n + i and seeded seed + i, handed to the worker together; with
+ * more than one they share a signal, so one waiter follows them all. */
 
 struct choices {
     serve_job **j;
     int n;
+    int per;           /* choices per prompt */
     serve_signal *sig; /* n > 1 */
 };
 
+/* The jobs of req (which is freed). */
 static void choices_make(struct choices *ch, serve_request *req) {
-    ch->n = req->n > 0 ? req->n : 1;
+    int per = ch->per = req->n > 0 ? req->n : 1;
+    ch->n = per * (req->n_more + 1);
     ch->j = tkv_xcalloc((size_t)ch->n, sizeof *ch->j);
     ch->sig = ch->n > 1 ? serve_signal_new() : NULL;
-    for (int i = ch->n - 1; i >= 0; i--) {
+    for (int k = 0; k < ch->n; k++) {
         serve_request r;
-        if (i) serve_request_copy(req, &r);
-        ch->j[i] = serve_job_new(i ? &r : req); /* choice 0 takes req itself, last */
-        ch->j[i]->index = i;
-        if (ch->sig) serve_signal_ref(ch->sig), ch->j[i]->sig = ch->sig;
+        serve_request_copy(req, k / per, (uint64_t)(k % per), &r);
+        ch->j[k] = serve_job_new(&r);
+        ch->j[k]->index = k;
+        if (ch->sig) serve_signal_ref(ch->sig), ch->j[k]->sig = ch->sig;
     }
+    serve_request_free(req);
 }
 
 static void choices_cancel(struct choices *ch) {
@@ -107,18 +112,20 @@ static serve_error choices_error(struct choices *ch) {
     return e;
 }
 
-/* The request's usage: the prompt once (cached: what every choice took from the prefix cache), the
- * completions summed. */
+/* The request's usage: each prompt once (cached: what every choice of it took from the prefix
+ * cache), the completions summed. */
 static serve_usage choices_usage(struct choices *ch) {
     serve_usage u = {0};
+    int cached = 0;
     for (int i = 0; i < ch->n; i++) {
         serve_job *j = ch->j[i];
         pthread_mutex_lock(&j->mu);
-        if (!i || j->usage.cached_tokens < u.cached_tokens) u.cached_tokens = j->usage.cached_tokens;
-        u.prompt_tokens = j->usage.prompt_tokens;
+        if (i % ch->per == 0) u.prompt_tokens += j->usage.prompt_tokens, cached = j->usage.cached_tokens;
+        if (j->usage.cached_tokens < cached) cached = j->usage.cached_tokens;
         u.completion_tokens += j->usage.completion_tokens;
         u.reasoning_tokens += j->usage.reasoning_tokens;
         pthread_mutex_unlock(&j->mu);
+        if (i % ch->per == ch->per - 1) u.cached_tokens += cached;
     }
     return u;
 }

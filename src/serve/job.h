@@ -43,7 +43,7 @@ typedef struct serve_job {
     double t_submit;       /* monotonic */
     atomic_int cancelled;  /* 1: the client is gone; the engine ends the job at its next step */
     struct serve_job *next; /* the worker's inbox */
-    int index;             /* the choice this job is (0 .. req.n - 1) */
+    int index;             /* the choice this job is in the answer (prompt p's choice i: p * n + i) */
     serve_signal *sig;     /* the request's signal when it has several choices (a reference), or NULL */
     pthread_mutex_t mu;
     pthread_cond_t cv;

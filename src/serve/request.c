@@ -145,29 +145,53 @@ static int get_messages(const json_t *root, const serve_limits *lim, serve_reque
     return 0;
 }
 
+#define PROMPT_TYPES "a string, an array of token ids, or a list of strings or of token id arrays"
+
+/* An array of token ids into *ids / *n_out (at most lim->max_prompt_ids). */
+static int get_ids(const json_t *p, const serve_limits *lim, int32_t **ids, int *n_out, serve_error *e) {
+    size_t n = json_array_size(p);
+    if (n == 0) return BAD_VALUE(e, "prompt", "a prompt must not be an empty array");
+    if (n > (size_t)lim->max_prompt_ids) return BAD_VALUE(e, "prompt", "at most %d token ids, got %zu", lim->max_prompt_ids, n);
+    *ids = tkv_xmalloc(n * sizeof(int32_t));
+    *n_out = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(p, i);
+        if (!json_is_integer(v)) return BAD_TYPE(e, "prompt", PROMPT_TYPES);
+        long long id = json_integer_value(v);
+        if (id < 0 || id > INT32_MAX) return BAD_VALUE(e, "prompt", "token id %lld at %zu is out of range", id, i);
+        (*ids)[i] = (int32_t)id;
+    }
+    return 0;
+}
+
+/* One element of a prompt list: a string or an array of ids. */
+static int get_one_prompt(const json_t *v, const serve_limits *lim, serve_prompt *out, serve_error *e) {
+    if (json_is_string(v)) { out->text = dup_str(v); return 0; }
+    if (json_is_array(v)) return get_ids(v, lim, &out->ids, &out->n_ids, e);
+    return BAD_TYPE(e, "prompt", PROMPT_TYPES);
+}
+
 static int get_prompt(const json_t *root, const serve_limits *lim, serve_request *r, serve_error *e) {
     const json_t *p = json_object_get(root, "prompt");
     if (!p || json_is_null(p))
         return serve_error_set(e, 400, "invalid_request_error", "prompt", "missing_required_parameter", "'prompt' is required");
     if (json_is_string(p)) { r->prompt = dup_str(p); return 0; }
-    if (!json_is_array(p)) return BAD_TYPE(e, "prompt", "a string, an array of one string, or an array of token ids");
+    if (!json_is_array(p)) return BAD_TYPE(e, "prompt", PROMPT_TYPES);
     size_t n = json_array_size(p);
     if (n == 0) return BAD_VALUE(e, "prompt", "'prompt' must not be an empty array");
-    if (json_is_string(json_array_get(p, 0))) {
-        if (n != 1) return BAD_VALUE(e, "prompt", "one prompt per request (got %zu)", n);
-        r->prompt = dup_str(json_array_get(p, 0));
-        return 0;
+    const json_t *first = json_array_get(p, 0);
+    if (json_is_integer(first)) return get_ids(p, lim, &r->prompt_ids, &r->n_prompt_ids, e); /* one prompt of ids */
+    /* a list of prompts */
+    if (n > SERVE_MAX_N) return BAD_VALUE(e, "prompt", "at most %d prompts in a list, got %zu", SERVE_MAX_N, n);
+    serve_prompt one = {0};
+    int rc = get_one_prompt(first, lim, &one, e);
+    r->prompt = one.text, r->prompt_ids = one.ids, r->n_prompt_ids = one.n_ids; /* freed with r on failure */
+    if (rc) return -1;
+    if (n > 1) r->more = tkv_xcalloc(n - 1, sizeof *r->more);
+    for (size_t i = 1; i < n; i++) {
+        r->n_more++; /* counted first: a failure leaves it to be freed */
+        if (get_one_prompt(json_array_get(p, i), lim, &r->more[i - 1], e)) return -1;
     }
-    if (n > (size_t)lim->max_prompt_ids) return BAD_VALUE(e, "prompt", "at most %d token ids, got %zu", lim->max_prompt_ids, n);
-    r->prompt_ids = tkv_xmalloc(n * sizeof(int32_t));
-    for (size_t i = 0; i < n; i++) {
-        const json_t *v = json_array_get(p, i);
-        if (!json_is_integer(v)) return BAD_TYPE(e, "prompt", "a string, an array of one string, or an array of token ids");
-        long long id = json_integer_value(v);
-        if (id < 0 || id > INT32_MAX) return BAD_VALUE(e, "prompt", "token id %lld at %zu is out of range", id, i);
-        r->prompt_ids[i] = (int32_t)id;
-    }
-    r->n_prompt_ids = (int)n;
     return 0;
 }
 
@@ -217,6 +241,8 @@ static int parse_root(const json_t *root, enum serve_kind kind, const serve_limi
     r->seed = (uint64_t)seed;
     if (get_int(root, "n", 1, SERVE_MAX_N, &n, NULL, e)) return -1;
     r->n = (int)n;
+    if ((r->n_more + 1) * n > SERVE_MAX_N)
+        return BAD_VALUE(e, "n", "%d prompts x n %lld is over %d choices per request", r->n_more + 1, n, SERVE_MAX_N);
     if (get_stop(root, lim, r, e) || get_bool(root, "stream", &r->stream, e)) return -1;
     /* log-probabilities: chat, logprobs true and top_logprobs 0..20; completions, logprobs 0..20
      * alternatives (null or absent: none) */
@@ -274,19 +300,25 @@ static char *dup_or_null(const char *s) {
     return memcpy(tkv_xmalloc(n), s, n);
 }
 
-void serve_request_copy(const serve_request *r, serve_request *out) {
+void serve_request_copy(const serve_request *r, int p, uint64_t seed_off, serve_request *out) {
     *out = *r;
     out->msgs = r->n_msgs ? tkv_xmalloc((size_t)r->n_msgs * sizeof *out->msgs) : NULL;
     for (int i = 0; i < r->n_msgs; i++)
         out->msgs[i] = (serve_msg){dup_or_null(r->msgs[i].role), dup_or_null(r->msgs[i].content)};
     out->stops = r->n_stops ? tkv_xmalloc((size_t)r->n_stops * sizeof *out->stops) : NULL;
     for (int i = 0; i < r->n_stops; i++) out->stops[i] = dup_or_null(r->stops[i]);
-    out->prompt = dup_or_null(r->prompt);
+    serve_prompt src = {r->prompt, r->prompt_ids, r->n_prompt_ids};
+    if (p > 0) src = r->more[p - 1];
+    out->prompt = dup_or_null(src.text);
     out->prompt_ids = NULL;
-    if (r->prompt_ids) {
-        out->prompt_ids = tkv_xmalloc((size_t)(r->n_prompt_ids ? r->n_prompt_ids : 1) * sizeof *out->prompt_ids);
-        memcpy(out->prompt_ids, r->prompt_ids, (size_t)r->n_prompt_ids * sizeof *out->prompt_ids);
+    out->n_prompt_ids = src.n_ids;
+    if (src.ids) {
+        out->prompt_ids = tkv_xmalloc((size_t)(src.n_ids ? src.n_ids : 1) * sizeof *out->prompt_ids);
+        memcpy(out->prompt_ids, src.ids, (size_t)src.n_ids * sizeof *out->prompt_ids);
     }
+    out->more = NULL;
+    out->n_more = 0;
+    if (r->has_seed) out->seed = r->seed + seed_off;
 }
 
 void serve_request_free(serve_request *r) {
@@ -296,5 +328,7 @@ void serve_request_free(serve_request *r) {
     free(r->stops);
     free(r->prompt);
     free(r->prompt_ids);
+    for (int i = 0; i < r->n_more; i++) free(r->more[i].text), free(r->more[i].ids);
+    free(r->more);
     memset(r, 0, sizeof *r);
 }

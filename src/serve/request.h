@@ -4,8 +4,8 @@
  * characters in strings and trailing bytes, so every string here is valid UTF-8 without NULs.
  *
  * Accepted: messages (chat: role system|developer|user|assistant, content a string, null or an
- * array of {"type":"text","text"} parts), prompt (completions: a string, an array of one string,
- * or an array of token ids), max_tokens / max_completion_tokens, temperature, top_p, top_k,
+ * array of {"type":"text","text"} parts), prompt (completions: a string, an array of token ids, or
+ * a list of prompts: strings or arrays of token ids, each answered as n choices of its own), max_tokens / max_completion_tokens, temperature, top_p, top_k,
  * min_p, seed, stop (a string or an array), stream, stream_options.include_usage, n (1..SERVE_MAX_N),
  * logprobs (chat: a boolean with top_logprobs 0..20; completions: 0..20 alternatives).
  * Every other field is refused unless it has no effect (serve/fields.h: `user`, `logprobs:
@@ -35,6 +35,13 @@ typedef struct {
 } serve_limits;
 void serve_limits_default(serve_limits *l);
 
+/* One prompt of a completions request: text, or token ids (not yet checked against the vocabulary). */
+typedef struct {
+    char *text;
+    int32_t *ids;
+    int n_ids;
+} serve_prompt;
+
 typedef struct {
     enum serve_kind kind;
     serve_msg *msgs; /* chat */
@@ -42,6 +49,9 @@ typedef struct {
     char *prompt;        /* completions, as text; or */
     int32_t *prompt_ids; /* completions, as ids (not yet checked against the vocabulary) */
     int n_prompt_ids;
+    serve_prompt *more;  /* completions: the prompts after the first of a list (prompt/prompt_ids hold
+                            the first); answer choices are ordered by prompt, then by choice */
+    int n_more;
     int max_tokens;      /* -1: not given */
     double temperature;  /* OpenAI's defaults: 1 */
     double top_p;        /* 1 */
@@ -70,8 +80,10 @@ typedef struct {
 int serve_request_parse(const char *body, size_t n, enum serve_kind kind, const serve_limits *lim, serve_request *out,
                         serve_error *e);
 void serve_request_free(serve_request *r);
-/* A deep copy of r into *out (free with serve_request_free): one per choice of an n > 1 request. */
-void serve_request_copy(const serve_request *r, serve_request *out);
+/* A deep copy of r into *out (free with serve_request_free) for one choice of prompt p (0: the
+ * first) of a request with several: out holds that prompt alone (no `more`) and, when a seed is
+ * given, the seed plus seed_off (choice i of a prompt is seeded seed + i). */
+void serve_request_copy(const serve_request *r, int p, uint64_t seed_off, serve_request *out);
 /* Fills *e and returns -1. */
 int serve_error_set(serve_error *e, int status, const char *type, const char *param, const char *code, const char *fmt,
                     ...) __attribute__((format(printf, 6, 7)));

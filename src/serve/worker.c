@@ -132,7 +132,7 @@ static struct wjob *prepare(serve_worker *w, serve_job *j, int *max_tokens, serv
     so.top_k = r->top_k;
     so.min_p = (float)r->min_p;
     so.repeat_penalty = 1;
-    so.seed = r->has_seed ? r->seed + (uint64_t)j->index : mix64(++w->seeds ^ (uint64_t)time(NULL)); /* choice i: seed + i */
+    so.seed = r->has_seed ? r->seed : mix64(++w->seeds ^ (uint64_t)time(NULL)); /* a choice's own (api.c) */
     char msg[256];
     if (tkv_sampler_open(&so, w->V, &wj->smp, msg, sizeof msg)) {
         serve_error_set(e, 400, "invalid_request_error", "", "invalid_value", "%s", msg);
