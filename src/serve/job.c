@@ -8,30 +8,35 @@
 #include "base/clock.h"
 #include "base/err.h"
 
-serve_signal *serve_signal_new(void) {
-    serve_signal *s = tkv_xcalloc(1, sizeof *s);
-    pthread_mutex_init(&s->mu, NULL);
+/* A lock and a condition whose timed waits count on the monotonic clock. */
+static void sync_init(pthread_mutex_t *mu, pthread_cond_t *cv) {
+    pthread_mutex_init(mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cv, &ca);
+    pthread_cond_init(cv, &ca);
     pthread_condattr_destroy(&ca);
+}
+
+/* refs += d under mu; 1 when that was the last reference */
+static int refs_add(pthread_mutex_t *mu, int *refs, int d) {
+    pthread_mutex_lock(mu);
+    int last = (*refs += d) == 0;
+    pthread_mutex_unlock(mu);
+    return last;
+}
+
+serve_signal *serve_signal_new(void) {
+    serve_signal *s = tkv_xcalloc(1, sizeof *s);
+    sync_init(&s->mu, &s->cv);
     s->refs = 1;
     return s;
 }
 
-void serve_signal_ref(serve_signal *s) {
-    pthread_mutex_lock(&s->mu);
-    s->refs++;
-    pthread_mutex_unlock(&s->mu);
-}
+void serve_signal_ref(serve_signal *s) { refs_add(&s->mu, &s->refs, 1); }
 
 void serve_signal_unref(serve_signal *s) {
-    if (!s) return;
-    pthread_mutex_lock(&s->mu);
-    int last = --s->refs == 0;
-    pthread_mutex_unlock(&s->mu);
-    if (!last) return;
+    if (!s || !refs_add(&s->mu, &s->refs, -1)) return;
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -83,28 +88,15 @@ serve_job *serve_job_new(serve_request *req) {
     j->created = (long long)time(NULL);
     j->t_submit = tkv_now_s();
     atomic_init(&j->cancelled, 0);
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&j->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    sync_init(&j->mu, &j->cv);
     j->refs = 1;
     return j;
 }
 
-void serve_job_ref(serve_job *j) {
-    pthread_mutex_lock(&j->mu);
-    j->refs++;
-    pthread_mutex_unlock(&j->mu);
-}
+void serve_job_ref(serve_job *j) { refs_add(&j->mu, &j->refs, 1); }
 
 void serve_job_unref(serve_job *j) {
-    if (!j) return;
-    pthread_mutex_lock(&j->mu);
-    int last = --j->refs == 0;
-    pthread_mutex_unlock(&j->mu);
-    if (!last) return;
+    if (!j || !refs_add(&j->mu, &j->refs, -1)) return;
     serve_request_free(&j->req);
     tkv_buf_free(&j->content);
     tkv_buf_free(&j->reasoning);
