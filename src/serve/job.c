@@ -49,9 +49,8 @@ unsigned long serve_signal_gen(serve_signal *s) {
     return g;
 }
 
-static struct timespec in_200ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+/* t + 200 ms: how often a waiter asks whether its client is still there */
+static struct timespec plus_200ms(struct timespec t) {
     t.tv_nsec += 200 * 1000 * 1000;
     if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
     return t;
@@ -60,7 +59,9 @@ static struct timespec in_200ms(void) {
 int serve_signal_wait(serve_signal *s, unsigned long seen, int (*gone)(void *), void *gctx) {
     pthread_mutex_lock(&s->mu);
     while (s->gen == seen) {
-        struct timespec until = in_200ms();
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until = plus_200ms(until);
         int rc = 0;
         while (s->gen == seen && rc == 0) rc = pthread_cond_timedwait(&s->cv, &s->mu, &until);
         if (s->gen == seen && gone && gone(gctx)) {
@@ -142,9 +143,7 @@ int serve_job_wait_locked(serve_job *j, int min_phase, const size_t *seen_c, con
                 atomic_store(&j->cancelled, 1);
                 return -1;
             }
-            next = now;
-            next.tv_nsec += 200 * 1000 * 1000;
-            if (next.tv_nsec >= 1000000000L) next.tv_sec++, next.tv_nsec -= 1000000000L;
+            next = plus_200ms(now);
         }
         pthread_cond_timedwait(&j->cv, &j->mu, &next);
     }
