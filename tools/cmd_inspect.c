@@ -214,10 +214,9 @@ static void print_text(FILE *o, const char *path, const gguf_file *f, const type
             (double)total / (1 << 30));
 }
 
-static void print_json(FILE *o, const char *path, const gguf_file *f, const type_total *tt, uint64_t total) {
+static void print_json(const char *path, const gguf_file *f, const type_total *tt, uint64_t total) {
     struct json_out j;
-    json_out_init(&j);
-    json_out_obj_begin(&j);
+    out_json_begin(&j);
     json_out_key(&j, "file"), json_out_str(&j, path);
     json_out_key(&j, "version"), json_out_int(&j, f->version);
     json_out_key(&j, "size"), json_out_int(&j, (int64_t)f->size);
@@ -259,9 +258,7 @@ static void print_json(FILE *o, const char *path, const gguf_file *f, const type
     }
     json_out_obj_end(&j);
     json_out_key(&j, "weight_bytes"), json_out_int(&j, (int64_t)total);
-    json_out_obj_end(&j);
-    fprintf(o, "%s\n", j.b.p);
-    json_out_free(&j);
+    out_json_end(&j);
 }
 
 int cmd_inspect(int argc, char **argv) {
@@ -287,7 +284,7 @@ int cmd_inspect(int argc, char **argv) {
         tt[t->type].elems += n_elems(t);
         total += t->nbytes;
     }
-    if (json) print_json(stdout, path, &f, tt, total);
+    if (json) print_json(path, &f, tt, total);
     else print_text(stdout, path, &f, tt, total);
     int rc = out_finish("inspect");
     /* loadable? what tierkv run would refuse, inspect refuses too */
