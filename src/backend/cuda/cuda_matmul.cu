@@ -3,10 +3,13 @@
  * prepare_vector, matmul and embed.
  *
  * The matmul is written for decode, where it is bound by the bytes of the weights: each weight
- * byte is read once from HBM with 16-byte coalesced loads, dequantised in registers (bit for bit
- * the CPU's dequantisation) and multiplied in f32 with f32 activations (no activation
- * quantisation: the CPU backend's results differ from these by its Q8/F16/BF16 rounding of x,
- * FORMATS.md 2.7). A warp owns R rows; lane l reads units l, l + 32, ... of them, so a warp's load
+ * byte is read once from HBM with 16-byte coalesced loads. Q8_0, when the caller gives the scratch
+ * that matmul_scratch asks for, runs integer dot products against the activation rounded to Q8_0
+ * (cuda_mmq.cu: the CPU backend's numerics). Every other type, and Q8_0 without scratch, is
+ * dequantised in registers (bit for bit the CPU's dequantisation) and multiplied in f32 with f32
+ * activations (no activation rounding: the CPU backend's results differ from these by its
+ * F16/BF16/Q8 rounding of x, FORMATS.md 2.7). A warp owns R rows;
+ * lane l reads units l, l + 32, ... of them, so a warp's load
  * is 512 contiguous bytes per row. The activation rows (up to MM_NT tokens) are staged in shared
  * memory in tiles of kt elements, padded by 4 floats every 64 so the 16-byte reads of the lanes of
  * a quarter warp fall in distinct banks (exactly for F16/BF16/F32/Q4_K, 2-way for Q8_0/Q6_K); R rows
@@ -19,12 +22,12 @@
  * what this kernel is for: it reads the weights once per MM_NT tokens).
  * Bound at batch 1 (7B, bf16): 15 GB of weights per token; at 4.8 TB/s 3.1 ms. Measured on an H200
  * (bench/gpu-ab.sh): 3.0-3.6 TB/s on the 7B's large BF16 matrices, 0.6 TB/s on k/v (launch-bound);
- * Q8_0 1.9 TB/s (no integer dot products yet). */
+ * Q8_0 through this float kernel 1.9 TB/s (docs/CUDA.md has the integer kernel's). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_mm.h"
 extern "C" {
 #include "base/err.h"
 }
@@ -32,8 +35,6 @@ extern "C" {
 #include "gguf/gguf.h"
 }
 
-#define MM_WARPS 4           /* warps per block */
-#define MM_NT 8              /* tokens per launch at most */
 #define MM_SMEM_BYTES 24576  /* x tile budget per block (more blocks per SM than a larger tile) */
 #define MM_STAGE_BYTES ((size_t)64 << 20) /* host staging of one prepare piece */
 
@@ -116,32 +117,21 @@ const float *cu_prepare_vector(be_backend *b, const float *host, int64_t n, char
     return d;
 }
 
-size_t cu_matmul_scratch(const be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, int64_t n_tok) {
-    (void)b, (void)outs, (void)n_outs, (void)n_in, (void)n_tok;
-    return 0; /* no split-k partials: every row's dot product is one warp's */
-}
-
 static const cw_mat *mat_of(const be_mat *w) {
     CU_REQUIRE(w->type & CW_TYPE_TAG, "a matrix reached the CUDA backend without prepare_weight");
     return (const cw_mat *)w->data;
 }
+/* the type of a matrix, prepared or not (forward sizes its scratch either way) */
+static uint32_t type_of(const be_mat *w) { return (w->type & CW_TYPE_TAG) ? mat_of(w)->type : w->type; }
+
+size_t cu_matmul_scratch(const be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, int64_t n_tok) {
+    (void)b;
+    for (int i = 0; i < n_outs; i++)
+        if (cu_mmq_type(type_of(outs[i].w))) return cu_mmq_scratch(n_in, n_tok);
+    return 0; /* the float kernels need none: every row's dot product is one warp's */
+}
 
 /* ---- the kernel ---- */
-
-struct mm_out {
-    cw_mat w;
-    float *y;
-    int64_t y_stride;
-    int block0; /* first block of this output */
-};
-struct mm_args {
-    mm_out o[BE_MM_MAX_OUTS];
-    int n_o;
-    const float *x; /* [nt][n_in] */
-    int64_t n_in;
-    int nt;         /* tokens of this launch, <= NT */
-    int kt;         /* x tile, a multiple of 256 */
-};
 
 /* padded shared-memory index of tile element k */
 __device__ __forceinline__ int mm_pad(int k) { return k + 4 * (k >> 6); }
@@ -317,9 +307,13 @@ void cu_matmul(be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, c
                void *scratch) {
     cu_backend *B = cu_of(b);
     cu_bind(B);
-    (void)scratch;
     CU_REQUIRE(n_outs >= 1 && n_outs <= BE_MM_MAX_OUTS, "matmul: 1..BE_MM_MAX_OUTS outputs");
     CU_REQUIRE(((uintptr_t)x & 15) == 0, "matmul: x must be 16-byte aligned");
+    /* the activation rounded once for every integer product of this call */
+    const int8_t *qx = NULL;
+    const float *dx = NULL;
+    for (int i = 0; scratch && i < n_outs && !qx; i++)
+        if (cu_mmq_type(mat_of(outs[i].w)->type)) cu_mmq_quantize(B, x, n_in, n_tok, scratch, &qx, &dx);
     for (int64_t t0 = 0; t0 < n_tok; t0 += MM_NT) {
         int nt = (int)(n_tok - t0 < MM_NT ? n_tok - t0 : MM_NT);
         int done[BE_MM_MAX_OUTS] = {0};
@@ -342,7 +336,8 @@ void cu_matmul(be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, c
                 a.n_o++;
                 done[j] = 1;
             }
-            mm_dispatch(B, t, a);
+            if (qx && cu_mmq_type(t)) cu_mmq_launch(B, a, qx + t0 * n_in, dx + t0 * (n_in / 32));
+            else mm_dispatch(B, t, a);
         }
     }
 }

@@ -1,0 +1,34 @@
+/* cuda_mm.h — internal to cuda_matmul.cu and cuda_mmq.cu: one launch's description of a matrix
+ * product (up to BE_MM_MAX_OUTS outputs of one weight type reading one activation), and the integer
+ * products of cuda_mmq.cu that cu_matmul hands a launch to. CUDA C++. */
+#ifndef TKV_CUDA_MM_H
+#define TKV_CUDA_MM_H
+#include "backend/cuda/cuda_internal.h"
+
+#define MM_WARPS 4 /* warps per block */
+#define MM_NT 8    /* tokens per launch at most */
+
+struct mm_out {
+    cw_mat w;
+    float *y;
+    int64_t y_stride;
+    int block0; /* first block of this output */
+};
+struct mm_args {
+    mm_out o[BE_MM_MAX_OUTS];
+    int n_o;
+    const float *x; /* [nt][n_in] */
+    int64_t n_in;
+    int nt;         /* tokens of this launch, <= MM_NT */
+    int kt;         /* x tile, a multiple of 256 (the float kernels) */
+};
+
+/* cuda_mmq.cu: Q8_0 weights against the activation rounded to Q8_0 blocks (FORMATS.md 2.7) */
+bool cu_mmq_type(uint32_t t);                          /* a type the integer products run */
+size_t cu_mmq_scratch(int64_t n_in, int64_t n_tok);    /* bytes of the rounded activation */
+/* x [n_tok][n_in] rounded into scratch (compute stream); *qx, *dx: its quants and f32 scales */
+void cu_mmq_quantize(cu_backend *B, const float *x, int64_t n_in, int64_t n_tok, void *scratch, const int8_t **qx,
+                     const float **dx);
+/* one launch of a's outputs (all of one cu_mmq_type); qx, dx the launch's first token's rows */
+void cu_mmq_launch(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx);
+#endif

@@ -1,0 +1,156 @@
+/* cuda_mmq.cu — matrix products with integer dot products: the activation is rounded once per call
+ * to Q8_0 blocks (32 values, an f16-rounded scale; FORMATS.md 2.7, the same rounding as the CPU
+ * backend's quantize_act) and each Q8_0 weight row is multiplied with __dp4a, four int8 products
+ * per instruction, as llama.cpp's CPU and CUDA backends do for this type.
+ *
+ * Why: converting every weight byte to f32 (the float kernel of cuda_matmul.cu) costs one
+ * conversion and one multiply-add per weight, which on an H200 held Q8_0 at about half the
+ * bandwidth of BF16; with integers a weight costs a quarter of a dp4a and the activation read per
+ * weight byte falls from 4 bytes of f32 to 1. Numerics: per block d_w * d_x * Σ q_w q_x, the block's
+ * integer sum exact (the two lanes of a block add their halves as integers), so the results are the
+ * CPU backend's up to the order of the f32 sums over blocks.
+ * Layout: lane l of a warp reads 16-byte units l, l + 32, ... of its rows (the two lanes of a
+ * 32-block are neighbours, a warp's load is 512 contiguous bytes of a row) and the same units of
+ * the rounded activation through L1; the even lane of each pair accumulates. A warp owns R rows;
+ * every lane runs the same number of steps (the pair's shuffle needs the whole warp). Sums in a
+ * fixed order: the same inputs give the same bits on every call. */
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_mm.h"
+
+bool cu_mmq_type(uint32_t t) { return t == CW_T_Q8_0; }
+
+static size_t qx_bytes(int64_t n_in, int64_t n_tok) { return ((size_t)(n_in * n_tok) + 255) & ~(size_t)255; }
+
+size_t cu_mmq_scratch(int64_t n_in, int64_t n_tok) {
+    return qx_bytes(n_in, n_tok) + (size_t)(n_in / 32 * n_tok) * sizeof(float);
+}
+
+/* one warp per block of 32 values: amax, d = amax / 127, id = 127 / amax, q = rne(x * id) */
+__global__ void q8_quant_kernel(const float *__restrict__ x, int8_t *__restrict__ qx, float *__restrict__ dx,
+                                int64_t n_blocks) {
+    const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (blk >= n_blocks) return; /* the whole warp */
+    const float v = x[blk * 32 + lane];
+    const float amax = cu_warp_max(fabsf(v));
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    qx[blk * 32 + lane] = (int8_t)__float2int_rn(v * id);
+    if (lane == 0) dx[blk] = __half2float(__float2half_rn(d));
+}
+
+void cu_mmq_quantize(cu_backend *B, const float *x, int64_t n_in, int64_t n_tok, void *scratch, const int8_t **qx,
+                     const float **dx) {
+    CU_REQUIRE(n_in % 32 == 0, "mmq: rows of a multiple of 32 values");
+    CU_REQUIRE(((uintptr_t)scratch & 255) == 0, "mmq: scratch must be 256-byte aligned");
+    int8_t *q = (int8_t *)scratch;
+    float *d = (float *)((uint8_t *)scratch + qx_bytes(n_in, n_tok));
+    const int64_t n_blocks = n_in / 32 * n_tok;
+    if (n_blocks > 0) {
+        q8_quant_kernel<<<(unsigned)((n_blocks + 7) / 8), 256, 0, B->compute>>>(x, q, d, n_blocks);
+        CU_LAUNCHED();
+    }
+    *qx = q, *dx = d;
+}
+
+/* one 16-byte unit u of R rows against NT tokens; CHECK: u may lie past the row (the last step) */
+template <int NT, int R, bool CHECK>
+__device__ __forceinline__ void mmq8_unit(float (&acc)[R][NT], const cw_mat &w, const int64_t (&row)[R],
+                                          const int8_t *const (&xr)[NT], const float *const (&xs)[NT], int64_t u,
+                                          int64_t n_u, int lane) {
+    const bool in = !CHECK || u < n_u;
+    int4 xq[NT];
+    float xd[NT];
+    cw_u4 q[R];
+    float d[R];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        xq[t] = make_int4(0, 0, 0, 0), xd[t] = 0.0f;
+        if (in) xq[t] = __ldg((const int4 *)xr[t] + u), xd[t] = __ldg(xs[t] + (u >> 1));
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        q[r] = cw_u4{0, 0, 0, 0}, d[r] = 0.0f;
+        if (in) q[r] = cw_ld16(w.a + row[r] * w.sa + 16 * u), d[r] = cw_ldf(w.b + row[r] * w.sb + 4 * (u >> 1));
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            int s = __dp4a((int)q[r].x, xq[t].x, 0);
+            s = __dp4a((int)q[r].y, xq[t].y, s);
+            s = __dp4a((int)q[r].z, xq[t].z, s);
+            s = __dp4a((int)q[r].w, xq[t].w, s);
+            s += __shfl_xor_sync(0xffffffffu, s, 1); /* the block's other half */
+            if (!(lane & 1)) acc[r][t] += (d[r] * xd[t]) * (float)s;
+        }
+}
+
+/* Rows past the matrix and tokens past a.nt read the last row or token (no branch in the loop) and
+ * are not stored. */
+template <int NT, int R>
+__global__ void __launch_bounds__(MM_WARPS * 32)
+    mmq8_kernel(const mm_args a, const int8_t *__restrict__ qx, const float *__restrict__ dx) {
+    /* this block's output, selected with constant indices (as in cuda_matmul.cu) */
+    cw_mat w = a.o[0].w;
+    float *y = a.o[0].y;
+    int64_t y_stride = a.o[0].y_stride;
+    int block0 = 0;
+#pragma unroll
+    for (int i = 1; i < BE_MM_MAX_OUTS; i++)
+        if (i < a.n_o && (int)blockIdx.x >= a.o[i].block0) w = a.o[i].w, y = a.o[i].y, y_stride = a.o[i].y_stride, block0 = a.o[i].block0;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + warp) * R;
+    const int64_t n_u = a.n_in / 16, nb = a.n_in / 32;
+    int64_t row[R];
+    const int8_t *xr[NT];
+    const float *xs[NT];
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++) row[r] = row0 + r < w.n_out ? row0 + r : w.n_out - 1;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const int tt = t < a.nt ? t : a.nt - 1;
+        xr[t] = qx + tt * a.n_in, xs[t] = dx + tt * nb;
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+
+    int64_t u0 = 0;
+#pragma unroll 4
+    for (; u0 + 32 <= n_u; u0 += 32) mmq8_unit<NT, R, false>(acc, w, row, xr, xs, u0 + lane, n_u, lane);
+    if (u0 < n_u) mmq8_unit<NT, R, true>(acc, w, row, xr, xs, u0 + lane, n_u, lane);
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float s = cu_warp_sum(acc[r][t]);
+            if (lane == 0 && t < a.nt && row0 + r < w.n_out) y[(int64_t)t * y_stride + row0 + r] = s;
+        }
+}
+
+template <int NT, int R>
+static void mmq_go(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx) {
+    int blocks = 0;
+    for (int i = 0; i < a.n_o; i++) {
+        a.o[i].block0 = blocks;
+        blocks += (int)((a.o[i].w.n_out + MM_WARPS * R - 1) / (MM_WARPS * R));
+    }
+    mmq8_kernel<NT, R><<<blocks, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx);
+    CU_LAUNCHED();
+}
+
+/* one row per warp for one token (more warps in flight; TIERKV_CUDA_GEMV's ",2" asks for two), two
+ * for several tokens (each weight unit read once for all of them) */
+void cu_mmq_launch(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx) {
+    CU_REQUIRE(a.nt >= 1 && a.nt <= MM_NT, "mmq: 1..MM_NT tokens per launch");
+    if (a.nt == 1) {
+        if (B->gemv_rows == 2) mmq_go<1, 2>(B, a, qx, dx);
+        else mmq_go<1, 1>(B, a, qx, dx);
+    } else if (a.nt <= 2) mmq_go<2, 2>(B, a, qx, dx);
+    else if (a.nt <= 4) mmq_go<4, 2>(B, a, qx, dx);
+    else mmq_go<8, 2>(B, a, qx, dx);
+}
