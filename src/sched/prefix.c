@@ -74,9 +74,13 @@ void prefix_update(prefix_cache *c, tkv_session *s, int hit, int lcp, int seq, c
     c->hits++;
     prefix_entry *e = &c->e[hit];
     e->used = ++c->tick;
-    if (lcp == e->n) return;
-    if (e->seed) drop(c, s, hit); /* its tail was one job's own: keep the part found shared */
-    insert(c, s, seq, prompt, lcp, 0);
+    if (lcp != e->n) {
+        if (e->seed) drop(c, s, hit); /* its tail was one job's own: keep the part found shared */
+        insert(c, s, seq, prompt, lcp, 0);
+    }
+    /* a prompt that goes on past what it found may itself begin later prompts (the chains of one
+     * problem, the n choices of one request, after a shared system turn): a seed of its own */
+    if (n - 1 > lcp && n > c->min_len) insert(c, s, seq, prompt, n, 1);
 }
 
 int prefix_evict(prefix_cache *c, tkv_session *s) {

@@ -3,9 +3,10 @@
  * block, the template's header) shares their K/V rows (tkv_seq_share_prefix) instead of
  * prefilling them.
  *
- * Entries: a *seed* is the whole prompt of a job that found nothing (it may begin a prefix later
- * jobs share); when a job shares only part of an entry, that common part becomes an *established*
- * entry (replacing the entry when it was a seed). The match is token by token, so it does not
+ * Entries: a *seed* is the whole prompt of a job that found nothing, or that goes on past what it
+ * found (it may begin a prefix later jobs share: the chains of one problem after a shared system
+ * turn); when a job shares only part of an entry, that common part becomes an *established* entry
+ * (replacing the entry when it was a seed). The match is token by token, so it does not
  * depend on the chat template; a job shares at most n_prompt - 1 tokens (its last one is
  * prefilled to give its first logits).
  *
