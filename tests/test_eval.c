@@ -2,6 +2,7 @@
  * every answer is wrong; what is checked is the machinery): results file, resume after a kill, a
  * truncated last line, the summary JSON, continuous batching giving the outputs of one-at-a-time
  * decoding, and the sweep's grid, tables and plots. Runs the built binary (t_bin) in a shell. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -827,4 +828,119 @@ TEST(eval_unpinned_prompt_recorded) {
     char *e = slurp(dir, "stderr.txt");
     CHECKF(e && strstr(e, "another configuration"), "%s", e ? e : "(no stderr)");
     free(e);
+}
+
+/* The "output" of (id t-i, sample k) lines, [5][4], NULL where missing. */
+static void sample_outputs(const char *dir, const char *name, char *out[5][4]) {
+    char *b = slurp(dir, name);
+    memset(out, 0, 5 * 4 * sizeof(char *));
+    size_t pos = 0, n, len = b ? strlen(b) : 0;
+    const char *line;
+    while (b && eval_next_line(b, len, &pos, &line, &n)) {
+        struct json_doc *d;
+        if (json_parse(line, n, NULL, &d, NULL, 0)) continue;
+        const char *id = json_get_str(json_root(d), "id"), *o = json_get_str(json_root(d), "output");
+        int64_t k = -1;
+        if (id && o && json_get_int(json_root(d), "sample", &k) && k >= 0 && k < 4 && !strncmp(id, "t-", 2) &&
+            id[2] >= '0' && id[2] <= '4' && !id[3]) {
+            free(out[id[2] - '0'][k]);
+            out[id[2] - '0'][k] = strdup(o);
+        }
+        json_free(d);
+    }
+    free(b);
+}
+
+/* --samples K: K sampled chains per problem, chain k seeded seed + k (the same command gives the same
+ * chains again; the chains of a problem differ), a line per chain with its "sample", the summary's
+ * pass@1 / maj@K / pass@K; a larger K resumes and runs only the new chains; another temperature in
+ * the same file is refused; K > 1 without a temperature is refused before anything runs. */
+TEST(eval_samples) {
+    const char *dir = setup("samples");
+    if (!dir) return;
+    char extra[700];
+    snprintf(extra, sizeof extra, "--samples 3 --temp 1.5 --seed 11 --parallel 4 --summary-json %s/s.json", dir);
+    REQUIRE(run_eval(dir, "a.jsonl", extra) == 0);
+    CHECK(n_lines(dir, "a.jsonl") == 15);
+    REQUIRE(run_eval(dir, "b.jsonl", "--samples 3 --temp 1.5 --seed 11 --parallel 2") == 0);
+    char *a[5][4], *b[5][4];
+    sample_outputs(dir, "a.jsonl", a);
+    sample_outputs(dir, "b.jsonl", b);
+    int differ = 0;
+    for (int i = 0; i < 5; i++)
+        for (int k = 0; k < 3; k++) {
+            CHECKF(a[i][k] && b[i][k] && !strcmp(a[i][k], b[i][k]), "t-%d sample %d not reproduced", i, k);
+            if (k && a[i][k] && a[i][0]) differ += strcmp(a[i][k], a[i][0]) != 0;
+        }
+    CHECK(differ > 0); /* the chains are not one chain three times */
+    char *s = slurp(dir, "s.json"), e[256];
+    struct json_doc *d;
+    REQUIRE(s && json_parse(s, strlen(s), NULL, &d, e, sizeof e) == 0);
+    int64_t v = -1;
+    CHECK(json_get_int(json_root(d), "samples", &v) && v == 3);
+    CHECK(json_get_int(json_root(d), "n", &v) && v == 5);
+    CHECK(json_get_int(json_root(d), "n_samples", &v) && v == 15);
+    CHECK(json_get(json_root(d), "pass_at_1") && json_get(json_root(d), "maj_at_k") && json_get(json_root(d), "pass_at_k"));
+    const struct json_value *sm = json_get(json_root(d), "sampling");
+    CHECK(sm && json_get_str(sm, "seed") && !strcmp(json_get_str(sm, "seed"), "11"));
+    json_free(d);
+    free(s);
+    char *so = slurp(dir, "stdout.txt");
+    CHECK(so && strstr(so, "pass@1") && strstr(so, "maj@3") && strstr(so, "pass@3"));
+    free(so);
+    /* four chains: only the fourth of each runs, the first three are kept */
+    REQUIRE(run_eval(dir, "a.jsonl", "--samples 4 --temp 1.5 --seed 11 --parallel 4") == 0);
+    CHECK(n_lines(dir, "a.jsonl") == 20);
+    char *a4[5][4];
+    sample_outputs(dir, "a.jsonl", a4);
+    for (int i = 0; i < 5; i++)
+        for (int k = 0; k < 4; k++) CHECKF(a4[i][k] && (k == 3 || !strcmp(a4[i][k], a[i][k])), "t-%d sample %d", i, k);
+    /* another temperature, or greedy, in the same file: refused, nothing appended */
+    CHECK(run_eval(dir, "a.jsonl", "--samples 4 --temp 0.7 --seed 11") == 1);
+    CHECK(run_eval(dir, "a.jsonl", "") == 1);
+    char *se = slurp(dir, "stderr.txt");
+    CHECK(se && strstr(se, "another configuration") && strstr(se, "sampling"));
+    free(se);
+    CHECK(n_lines(dir, "a.jsonl") == 20);
+    CHECK(run_eval(dir, "c.jsonl", "--samples 2") == 2);
+    se = slurp(dir, "stderr.txt");
+    CHECK(se && strstr(se, "--temp"));
+    free(se);
+    CHECK(run_eval(dir, "c.jsonl", "--samples 65 --temp 1") == 2);
+    for (int i = 0; i < 5; i++)
+        for (int k = 0; k < 4; k++) free(a[i][k]), free(b[i][k]), free(a4[i][k]);
+}
+
+/* maj@K, pass@K and pass@1 from lines written by hand: the majority is the most frequent non-empty
+ * answer, ties to the earliest chain, graded as that chain was. */
+TEST(eval_samples_summary) {
+    char p[600], e[256];
+    snprintf(p, sizeof p, "%s/maj.jsonl", t_tmpdir());
+    FILE *f = fopen(p, "w");
+    REQUIRE(f);
+    /* a: 7 7 8 8 (tie: 7, first; 7 correct) -> maj right, pass right, 2/4
+     * b: "" 9 9 3 (9 wrong twice, 3 right) -> maj wrong, pass right, 1/4
+     * c: 1 1 1 1 all wrong -> maj wrong, pass wrong, 0/4
+     * d: 8 7 8 7 (tie: 8, first; 8 wrong) -> maj wrong, pass right, 2/4 */
+    const char *rows[][4] = {{"7", "7", "8", "8"}, {"", "9", "9", "3"}, {"1", "1", "1", "1"}, {"8", "7", "8", "7"}};
+    const int good[][4] = {{1, 1, 0, 0}, {0, 0, 0, 1}, {0, 0, 0, 0}, {0, 1, 0, 1}};
+    for (int q = 0; q < 4; q++)
+        for (int k = 0; k < 4; k++)
+            fprintf(f, "{\"id\":\"%c\",\"sample\":%d,\"pred\":\"%s\",\"correct\":%s,\"gen_tokens\":5}\n", 'a' + q, k, rows[q][k],
+                    good[q][k] ? "true" : "false");
+    fclose(f);
+    struct harness_results res;
+    REQUIRE(harness_load(p, &res, stderr, e, sizeof e) == 0);
+    harness_results_sort(&res);
+    char *ids[4] = {"a", "b", "c", "d"};
+    struct harness_summary s = {0};
+    harness_summarize(&res, ids, 4, 4, &s);
+    CHECK(s.n == 4 && s.n_samples == 16 && s.samples == 4);
+    CHECK(s.maj_correct == 1 && s.passk_correct == 3 && s.correct == 5);
+    CHECK(fabs(s.pass1 - 5.0 / 16.0) < 1e-12 && fabs(s.majk - 0.25) < 1e-12 && fabs(s.passk - 0.75) < 1e-12);
+    CHECK(s.pass1_lo < s.pass1 && s.pass1 < s.pass1_hi);
+    /* one chain each: what the summary always said */
+    harness_summarize(&res, ids, 4, 1, &s);
+    CHECK(s.n == 4 && s.correct == 1 && fabs(s.acc - 0.25) < 1e-12 && s.samples == 1);
+    harness_results_free(&res);
 }

@@ -1,5 +1,5 @@
 /* cmd_eval.c — `tierkv eval`: runs a benchmark task end to end through the engine (src/eval/harness.h):
- * chat-templated prompts, greedy decoding with continuous batching, one JSON line per problem in
+ * chat-templated prompts, greedy decoding (or K sampled chains per problem) with continuous batching, one JSON line per problem in
  * --out (resumable), a summary for people on stdout and, with --summary-json, as JSON.
  * This main resolves flags and environment (TIERKV_DATA) into harness options; nothing else. */
 #include <errno.h>
@@ -44,6 +44,9 @@ static void usage(FILE *out) {
             "      --no-prefix-cache   prefill every prompt whole (default: a prefix all prompts share is prefilled\n"
             "                          once and copied, for policies that do not score the prompt)\n"
             "      --template NAME     chat template: chatml, deepseek-r1, llama3 (default: from the model file)\n"
+            "      --samples K         chains per problem, 1..64 (default 1), chain k seeded seed + k: the summary\n"
+            "                          gives pass@1, maj@K and pass@K; needs --temp above 0\n"
+            SAMPLING_USAGE
             "      --quiet             no progress line\n"
             "%s%s",
             common_usage(), kv_flags_usage());
@@ -101,6 +104,9 @@ int cmd_eval(int argc, char **argv) {
     o.n = -1;
     o.max_tokens = 1024;
     o.parallel = 8;
+    o.samples = 1;
+    tkv_sampling_default(&o.sampling);
+    o.sampling.temperature = 0; /* greedy unless --temp */
     const char *task_name = NULL, *summary_json = NULL;
     int quiet = 0;
     char err[1024];
@@ -135,7 +141,21 @@ int cmd_eval(int argc, char **argv) {
         } else if (!strcmp(a, "--parallel")) {
             if (parse_int(v, 1, 256, &lv)) { fprintf(stderr, "tierkv eval: bad --parallel '%s' (1..256)\n", v); return 2; }
             o.parallel = (int)lv;
-        } else { fprintf(stderr, "tierkv eval: unknown flag %s\n", a); usage(stderr); return 2; }
+        } else if (!strcmp(a, "--samples")) {
+            if (parse_int(v, 1, HARNESS_MAX_SAMPLES, &lv)) {
+                fprintf(stderr, "tierkv eval: bad --samples '%s' (1..%d)\n", v, HARNESS_MAX_SAMPLES);
+                return 2;
+            }
+            o.samples = (int)lv;
+        } else {
+            int sr = sampling_parse(a, v, &o.sampling, err, sizeof err);
+            if (sr < 0) { fprintf(stderr, "tierkv eval: %s\n", err); return 2; }
+            if (!sr) { fprintf(stderr, "tierkv eval: unknown flag %s\n", a); usage(stderr); return 2; }
+        }
+    }
+    if (o.samples > 1 && o.sampling.temperature <= 0) {
+        fprintf(stderr, "tierkv eval: --samples %d needs --temp above 0 (greedy chains are all the same)\n", o.samples);
+        return 2;
     }
     if (!task_name) { fprintf(stderr, "tierkv eval: --task is required\n"); usage(stderr); return 2; }
     const char *file = NULL;

@@ -32,9 +32,7 @@ static void usage(FILE *out) {
             "      --chat              wrap the prompt in the model's chat template\n"
             "      --system TEXT       system prompt for --chat (default: the template's own)\n"
             "      --template NAME     chat template: chatml, deepseek-r1, llama3 (default: from the file)\n"
-            "      --temp T            temperature (default 0: greedy)\n"
-            "      --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N\n"
-            "      --seed S            sampling seed (default 0)\n"
+            SAMPLING_USAGE
             "      --stop STR          stop when STR is generated (repeatable)\n"
             "      --ignore-eos        do not stop at end-of-generation tokens\n"
             "      --special           print special tokens\n"
@@ -93,8 +91,6 @@ int cmd_run(int argc, char **argv) {
         if (!strcmp(a, "--stats")) { stats = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "tierkv run: unknown flag or missing value: %s\n", a); usage(stderr); return 2; }
         const char *v = argv[++i];
-        long lv;
-        double dv;
         if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) prompt_file = v;
         else if (!strcmp(a, "--tokens")) tok_file = v;
@@ -107,28 +103,11 @@ int cmd_run(int argc, char **argv) {
             stops[n_stops++] = v;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (parse_int(v, 0, 1 << 24, &n_predict)) { fprintf(stderr, "tierkv run: bad -n '%s' (0..16777216)\n", v); return 2; }
-        } else if (!strcmp(a, "--seed")) {
-            char *end;
-            errno = 0;
-            unsigned long long sd = strtoull(v, &end, 10);
-            if (*end || !*v || *v == '-' || *v == '+' || *v == ' ' || errno == ERANGE) {
-                fprintf(stderr, "tierkv run: bad --seed '%s' (0..%llu)\n", v, ULLONG_MAX);
-                return 2;
-            }
-            so.seed = sd;
-        } else if (!strcmp(a, "--top-k")) {
-            if (parse_int(v, 0, 1 << 30, &lv)) { fprintf(stderr, "tierkv run: bad --top-k '%s'\n", v); return 2; }
-            so.top_k = (int)lv;
-        } else if (!strcmp(a, "--repeat-last-n")) {
-            if (parse_int(v, -1, 1 << 30, &lv)) { fprintf(stderr, "tierkv run: bad --repeat-last-n '%s'\n", v); return 2; }
-            so.repeat_last_n = (int)lv;
-        } else if (!strcmp(a, "--temp") || !strcmp(a, "--top-p") || !strcmp(a, "--min-p") || !strcmp(a, "--repeat-penalty")) {
-            if (parse_double(v, &dv)) { fprintf(stderr, "tierkv run: bad %s '%s' (a finite number)\n", a, v); return 2; }
-            if (!strcmp(a, "--temp")) so.temperature = (float)dv;
-            else if (!strcmp(a, "--top-p")) so.top_p = (float)dv;
-            else if (!strcmp(a, "--min-p")) so.min_p = (float)dv;
-            else so.repeat_penalty = (float)dv;
-        } else { fprintf(stderr, "tierkv run: unknown flag %s\n", a); usage(stderr); return 2; }
+        } else {
+            int sr = sampling_parse(a, v, &so, err, sizeof err);
+            if (sr < 0) { fprintf(stderr, "tierkv run: %s\n", err); return 2; }
+            if (!sr) { fprintf(stderr, "tierkv run: unknown flag %s\n", a); usage(stderr); return 2; }
+        }
     }
     if (!!prompt + !!prompt_file + !!tok_file != 1) {
         fprintf(stderr, "tierkv run: give exactly one of -p, -f, --tokens\n");

@@ -173,7 +173,7 @@ static int read_cfg(const char *dir, struct cfg *c, char *err, size_t errlen) {
     /* the eviction statistic comes from the per-problem records, which say where it is unknown:
      * summaries written before evicted_equiv existed hold an undercount for per-head baselines */
     struct harness_summary rec;
-    harness_summarize(&c->res, c->ids, c->n_ids, &rec);
+    harness_summarize(&c->res, c->ids, c->n_ids, 1, &rec);
     s->mean_evicted = rec.mean_evicted;
     return 0;
 }

@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,4 +135,32 @@ void common_ctx_warn(const char *cmd, const common_opts *c, int n_ctx_train) {
     if (c->ctx_given && n_ctx_train > 0 && c->sp.max_ctx > n_ctx_train)
         fprintf(stderr, "tierkv %s: warning: --ctx %d is more than the model's context_length %d; positions past %d were "
                 "never trained on\n", cmd, c->sp.max_ctx, n_ctx_train, n_ctx_train);
+}
+
+int sampling_parse(const char *a, const char *v, tkv_sampling *so, char *err, size_t errlen) {
+    long lv;
+    double dv;
+    if (!strcmp(a, "--seed")) {
+        char *end;
+        errno = 0;
+        unsigned long long sd = strtoull(v, &end, 10);
+        if (*end || !*v || *v == '-' || *v == '+' || *v == ' ' || errno == ERANGE)
+            return tkv_errf(err, errlen, "bad --seed '%s' (0..%llu)", v, ULLONG_MAX);
+        so->seed = sd;
+    } else if (!strcmp(a, "--top-k")) {
+        if (parse_int(v, 0, 1 << 30, &lv)) return tkv_errf(err, errlen, "bad --top-k '%s'", v);
+        so->top_k = (int)lv;
+    } else if (!strcmp(a, "--repeat-last-n")) {
+        if (parse_int(v, -1, 1 << 30, &lv)) return tkv_errf(err, errlen, "bad --repeat-last-n '%s'", v);
+        so->repeat_last_n = (int)lv;
+    } else if (!strcmp(a, "--temp") || !strcmp(a, "--top-p") || !strcmp(a, "--min-p") || !strcmp(a, "--repeat-penalty")) {
+        if (parse_double(v, &dv)) return tkv_errf(err, errlen, "bad %s '%s' (a finite number)", a, v);
+        if (!strcmp(a, "--temp")) so->temperature = (float)dv;
+        else if (!strcmp(a, "--top-p")) so->top_p = (float)dv;
+        else if (!strcmp(a, "--min-p")) so->min_p = (float)dv;
+        else so->repeat_penalty = (float)dv;
+    } else {
+        return 0;
+    }
+    return 1;
 }

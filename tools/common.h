@@ -30,6 +30,14 @@ int parse_int(const char *s, long lo, long hi, long *out);
  * no 'x' (strtod reads hex floats such as "0x1p-1"). */
 int decimal_text(const char *s);
 int parse_double(const char *s, double *out);
+/* The sampling flags of run and eval, for flag a with value v: --temp, --top-k, --top-p, --min-p,
+ * --repeat-penalty, --repeat-last-n, --seed. Returns 1 if consumed, 0 if a is not one of them, -1 on
+ * a bad value (message in err; ranges are tkv_sampler_open's). */
+int sampling_parse(const char *a, const char *v, tkv_sampling *so, char *err, size_t errlen);
+#define SAMPLING_USAGE                                                                 \
+    "      --temp T            temperature (default 0: greedy)\n"                       \
+    "      --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N\n"    \
+    "      --seed S            sampling seed (default 0)\n"
 /* An argument as a results file records it (summaries, sweep.cmd): an absolute path by its file
  * name, so that no path of the machine that ran it is kept; anything else as it is. */
 const char *recorded_arg(const char *a);

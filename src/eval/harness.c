@@ -26,6 +26,7 @@
 struct job {
     struct run *r;
     size_t p;          /* index into pending */
+    tkv_sampler *smp;  /* sampled chains: the chain's own sampler (seed + sample); NULL: greedy */
     tkv_buf text;      /* output so far */
     tkv_detok ts;
 };
@@ -34,6 +35,7 @@ struct run {
     const struct harness_opts *o;
     const struct eval_set *set;
     size_t *pending;   /* item indices still to run */
+    int *pend_sample;  /* [n_pending] the chain of each */
     int32_t **ids;     /* [n_pending] prompt ids */
     int *n_ids;
     size_t n_pending;
@@ -96,6 +98,8 @@ static void on_end(void *user, const sched_end *e) {
     const struct harness_opts *o = r->o;
     const struct eval_item *it = &r->set->items[r->pending[jb->p]];
     r->run_tokens += e->gen_tokens;
+    tkv_sampler_close(jb->smp);
+    jb->smp = NULL;
     if (e->why != SCHED_EOG && e->why != SCHED_LENGTH) { /* refused or failed: the run stops with it */
         if (!r->rc) {
             r->rc = -1;
@@ -111,6 +115,7 @@ static void on_end(void *user, const sched_end *e) {
     json_out_init(&j);
     json_out_obj_begin(&j);
     json_out_key(&j, "id"), json_out_str(&j, it->id);
+    if (o->sampling.temperature > 0) json_out_key(&j, "sample"), json_out_int(&j, r->pend_sample[jb->p]);
     json_out_key(&j, "task"), json_out_str(&j, o->task_label);
     json_out_key(&j, "model"), json_out_str(&j, r->model_name);
     json_out_key(&j, "prompt_tokens"), json_out_int(&j, r->n_ids[jb->p]);
@@ -201,7 +206,18 @@ static int decode_all(struct run *r, int parallel, int prefix_entries, char *err
         j->r = r;
         j->p = p;
         tkv_detok_init(&j->ts);
-        sched_job sj = {.prompt = r->ids[p], .n_prompt = r->n_ids[p], .max_tokens = r->o->max_tokens, .user = j};
+        if (r->o->sampling.temperature > 0) {
+            tkv_sampling so = r->o->sampling;
+            so.seed += (uint64_t)r->pend_sample[p]; /* chain k: seed + k, as the server's n choices */
+            tkv_model_info mi;
+            tkv_model_get_info(r->m, &mi);
+            if (tkv_sampler_open(&so, mi.n_vocab, &j->smp, err, errlen)) {
+                sched_free(sc);
+                return -1;
+            }
+        }
+        sched_job sj = {.prompt = r->ids[p], .n_prompt = r->n_ids[p], .max_tokens = r->o->max_tokens, .sampler = j->smp,
+                        .user = j};
         sched_submit(sc, &sj);
     }
     while (!r->rc && sched_step(sc) > 0) {}
@@ -217,7 +233,11 @@ static int decode_all(struct run *r, int parallel, int prefix_entries, char *err
 
 int harness_run(const struct harness_opts *o, struct harness_summary *s, char ***sel_ids, size_t *n_sel, char *err,
                 size_t errlen) {
-    if (o->parallel < 1 || o->max_tokens < 1 || o->offset < 0) return tkv_errf(err, errlen, "harness: bad options");
+    if (o->parallel < 1 || o->max_tokens < 1 || o->offset < 0 || o->samples < 0 || o->samples > HARNESS_MAX_SAMPLES)
+        return tkv_errf(err, errlen, "harness: bad options");
+    const int K = o->samples > 1 ? o->samples : 1;
+    if (K > 1 && o->sampling.temperature <= 0)
+        return tkv_errf(err, errlen, "%d samples per problem need a temperature above 0 (greedy chains are identical)", K);
     struct eval_set set;
     if (eval_load(o->task, o->data_path, &set, err, errlen)) return -1;
     size_t lo = (size_t)o->offset < set.n ? (size_t)o->offset : set.n;
@@ -236,28 +256,34 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
     r.o = o;
     r.set = &set;
     r.res = &res;
-    r.total = hi - lo;
+    r.total = (hi - lo) * (size_t)K;
     r.model_name = tkv_file_name(o->model_path);
     r.pending = tkv_xmalloc((r.total + 1) * sizeof(size_t));
+    r.pend_sample = tkv_xmalloc((r.total + 1) * sizeof(int));
     harness_results_sort(&res);
-    char extra[96];
+    char extra[96], samp[96];
     harness_kv_extra_key(&o->sp.kv, extra, sizeof extra);
-    for (size_t k = 0; k < r.total; k++) {
-        size_t i = sel[k];
-        const struct harness_rec *x = harness_find(&res, set.items[i].id);
-        if (x && (strcmp(x->policy, tkv_policy_name(o->sp.kv.policy)) || x->max_tokens != o->max_tokens ||
-                  x->t0_ratio != o->sp.kv.t0_ratio || x->t2_ratio != o->sp.kv.t2_ratio ||
-                  x->evict_ratio != o->sp.kv.evict_ratio || x->kv_f16 != o->sp.kv.f16 || strcmp(x->kv_extra, extra))) {
-            tkv_errf(err, errlen,
-                     "%s holds %s from another configuration (policy %s, max_tokens %d, hbm/t2/evict ratios %g/%g/%g, "
-                     "kv type %s, t2 codec/t0 tokens/protect/window/sinks/delta %s); give another --out to keep both",
-                     o->out_path, x->id, x->policy, x->max_tokens, x->t0_ratio, x->t2_ratio, x->evict_ratio,
-                     x->kv_f16 ? "f16" : "f32", x->kv_extra);
-            goto out;
+    harness_sampling_key(&o->sampling, samp, sizeof samp);
+    /* chains are run problem by problem: the K chains of a problem decode side by side */
+    for (size_t q = 0; q < hi - lo; q++)
+        for (int k = 0; k < K; k++) {
+            size_t i = sel[q];
+            const struct harness_rec *x = harness_find_sample(&res, set.items[i].id, k);
+            if (x && (strcmp(x->policy, tkv_policy_name(o->sp.kv.policy)) || x->max_tokens != o->max_tokens ||
+                      x->t0_ratio != o->sp.kv.t0_ratio || x->t2_ratio != o->sp.kv.t2_ratio ||
+                      x->evict_ratio != o->sp.kv.evict_ratio || x->kv_f16 != o->sp.kv.f16 || strcmp(x->kv_extra, extra) ||
+                      strcmp(x->sampling, samp))) {
+                tkv_errf(err, errlen,
+                         "%s holds %s from another configuration (policy %s, max_tokens %d, hbm/t2/evict ratios %g/%g/%g, "
+                         "kv type %s, t2 codec/t0 tokens/protect/window/sinks/delta %s, sampling %s); give another --out "
+                         "to keep both",
+                         o->out_path, x->id, x->policy, x->max_tokens, x->t0_ratio, x->t2_ratio, x->evict_ratio,
+                         x->kv_f16 ? "f16" : "f32", x->kv_extra, x->sampling);
+                goto out;
+            }
+            if (x) r.done++, r.correct += (size_t)x->correct;
+            else r.pending[r.n_pending] = i, r.pend_sample[r.n_pending++] = k;
         }
-        if (x) r.done++, r.correct += (size_t)x->correct;
-        else r.pending[r.n_pending++] = i;
-    }
     if (r.n_pending) {
         r.ids = tkv_xcalloc(r.n_pending, sizeof *r.ids);
         r.n_ids = tkv_xcalloc(r.n_pending, sizeof *r.n_ids);
@@ -278,6 +304,9 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
         /* a prompt prefix the problems share (the system turn) is prefilled once and shared by each:
          * the same K/V as prefilling it in place (tested); one prefix sequence beside the problems */
         int prefix = o->no_prefix_cache || r.n_pending < 2 || !tkv_kv_shares_prefix(&sp.kv) ? 0 : 1;
+        /* K chains of a problem share its whole prompt: an entry per problem in flight besides the
+         * common header's */
+        if (prefix && K > 1) prefix += (P + K - 1) / K < 15 ? (P + K - 1) / K : 15;
         sp.max_seqs = P + prefix;
         if (o->progress)
             fprintf(o->progress, "[eval] %s: %zu problems, %zu already in the results file, %zu to run, %d at once\n",
@@ -297,22 +326,24 @@ int harness_run(const struct harness_opts *o, struct harness_summary *s, char **
         progress(&r, 1);
         if (lrc) goto out;
     }
-    char **ids = tkv_xmalloc((r.total + 1) * sizeof(char *));
-    for (size_t k = 0; k < r.total; k++) ids[k] = xstrdup(set.items[sel[k]].id);
+    size_t n_items = hi - lo;
+    char **ids = tkv_xmalloc((n_items + 1) * sizeof(char *));
+    for (size_t k = 0; k < n_items; k++) ids[k] = xstrdup(set.items[sel[k]].id);
     harness_results_sort(&res);
-    harness_summarize(&res, ids, r.total, s);
-    if (sel_ids) *sel_ids = ids, *n_sel = r.total;
-    else harness_ids_free(ids, r.total);
+    harness_summarize(&res, ids, n_items, K, s);
+    if (sel_ids) *sel_ids = ids, *n_sel = n_items;
+    else harness_ids_free(ids, n_items);
     rc = 0;
 out:
     if (r.out && fclose(r.out) && !rc) rc = tkv_errf(err, errlen, "%s: cannot write: %s", o->out_path, strerror(errno));
-    for (size_t p = 0; r.jobs && p < r.n_pending; p++) tkv_buf_free(&r.jobs[p].text);
+    for (size_t p = 0; r.jobs && p < r.n_pending; p++) tkv_buf_free(&r.jobs[p].text), tkv_sampler_close(r.jobs[p].smp);
     free(r.jobs);
     free(r.piece);
     for (size_t p = 0; r.ids && p < r.n_pending; p++) free(r.ids[p]);
     free(r.ids);
     free(r.n_ids);
     free(r.pending);
+    free(r.pend_sample);
     free(sel);
     tkv_session_close(r.e);
     tkv_model_close(r.m);

@@ -9,7 +9,12 @@
  * the next decode step). The public API only (include/tierkv.h). Greedy outputs do not
  * depend on `parallel` because the engine's batched decode gives each sequence the logits it gets alone.
  *
- * A results line: {"id","task","model","prompt_tokens","output","pred","gold","correct","strict",
+ * Samples: with --samples K (and a temperature above 0) each problem runs K chains, sample k seeded
+ * seed + k; a line then carries "sample" (k) and the sampler's settings ("sampling"), and a problem's
+ * K lines give pass@1 (the mean of its chains' correctness), maj@K (the answer most chains extracted,
+ * ties to the earliest chain) and pass@K (any chain correct).
+ *
+ * A results line: {"id",["sample"],"task","model","prompt_tokens","output","pred","gold","correct","strict",
  * "gen_tokens","finish":"eog"|"length","seconds","kv":{tier tokens, peak T0 bytes, bytes moved,
  * evicted — of that sequence, for this problem only},"policy","hbm_ratio","t2_ratio","evict_ratio",
  * "hbm_budget_bytes","max_tokens","build","check"} (see harness_verify_line). Not done here: flags and environment (the tools read those). */
@@ -21,6 +26,8 @@
 
 #include "eval/eval.h"
 #include "tierkv.h"
+
+#define HARNESS_MAX_SAMPLES 64
 
 struct harness_opts {
     enum eval_task task;
@@ -43,11 +50,16 @@ struct harness_opts {
     FILE *progress;            /* progress and warnings; NULL: quiet */
     int progress_tty;          /* 1: refresh one line in place with \r */
     int no_prefix_cache;       /* 1: prefill every prompt whole (default: a prefix all share is prefilled once) */
+    int samples;               /* chains per problem (0 or 1: one) */
+    tkv_sampling sampling;     /* temperature <= 0: greedy (then samples must be 1); chain k seeded seed + k */
 };
 
 /* What the summaries need of one results line. */
 struct harness_rec {
     char *id;
+    int sample;            /* the chain (0 for greedy lines and lines written before samples existed) */
+    char *pred;            /* the extracted answer ("" if none) */
+    char sampling[96];     /* harness_sampling_key of the line's sampler ("greedy") */
     int correct;
     int gen_tokens, prompt_tokens;
     int finish_length;    /* 1: stopped by max_tokens */
@@ -73,7 +85,10 @@ struct harness_results {
 int harness_load(const char *path, struct harness_results *out, FILE *warn, char *err, size_t errlen);
 void harness_results_free(struct harness_results *r);
 void harness_results_sort(struct harness_results *r); /* by id; for harness_find */
-const struct harness_rec *harness_find(const struct harness_results *r, const char *id);
+const struct harness_rec *harness_find(const struct harness_results *r, const char *id); /* its sample 0 */
+const struct harness_rec *harness_find_sample(const struct harness_results *r, const char *id, int sample);
+/* The sampler's settings as one key for comparisons: "greedy" when temperature <= 0. */
+void harness_sampling_key(const tkv_sampling *so, char *b, size_t n);
 
 struct harness_summary {
     long n, correct;
@@ -82,12 +97,20 @@ struct harness_summary {
     double length_share;               /* share stopped by max_tokens */
     double mean_tier_tokens[4], mean_peak_t0_bytes, mean_bytes_moved, mean_evicted;
     double mean_t0_share;              /* the T0 share held (NAN when no line recorded it) */
+    int samples;                       /* chains per problem summarised (1: the fields above are per problem) */
+    long n_samples;                    /* lines summarised (samples > 1: correct counts these) */
+    double pass1, pass1_lo, pass1_hi;  /* mean chain correctness; normal 95% over the problems' means */
+    long maj_correct, passk_correct;   /* problems whose majority answer is correct, with any chain correct */
+    double majk, majk_lo, majk_hi;     /* maj@K, Wilson 95% */
+    double passk, passk_lo, passk_hi;  /* pass@K, Wilson 95% */
     long run_problems, run_tokens;     /* done by this invocation */
     double run_seconds;                /* its wall time in the decode loop */
 };
 
-/* Summary over the records whose id is in ids[0..n_ids) (all records when ids is NULL). */
-void harness_summarize(const struct harness_results *r, char *const *ids, size_t n_ids, struct harness_summary *s);
+/* Summary over the records whose id is in ids[0..n_ids) (all records when ids is NULL), samples
+ * 0..samples-1 of each (samples <= 1: sample 0; with ids NULL every record counts as a problem). */
+void harness_summarize(const struct harness_results *r, char *const *ids, size_t n_ids, int samples,
+                       struct harness_summary *s);
 void harness_summary_print(FILE *f, const struct harness_summary *s);
 
 /* Runs the problems of the selection that the results file does not hold yet. On success *s

@@ -66,6 +66,9 @@ static int rec_from_json(const struct json_value *o, struct harness_rec *x) {
     if (!o || o->type != JSON_OBJECT || !id) return -1;
     memset(x, 0, sizeof *x);
     x->id = xstrdup(id);
+    x->sample = (int)num_or(o, "sample", 0);
+    const char *pred = json_get_str(o, "pred");
+    x->pred = xstrdup(pred ? pred : "");
     x->correct = num_or(o, "correct", 0) != 0;
     x->gen_tokens = (int)num_or(o, "gen_tokens", 0);
     x->prompt_tokens = (int)num_or(o, "prompt_tokens", 0);
@@ -102,6 +105,19 @@ static int rec_from_json(const struct json_value *o, struct harness_rec *x) {
                     pp && pp->type == JSON_TRUE, (int)num_or(o, "window", 64), (int)num_or(o, "sinks", 4),
                     (int)num_or(o, "delta", 64), up && up->type == JSON_TRUE);
     x->t0_share = num_or(kv, "t0_share", NAN);
+    const struct json_value *sm = json_get(o, "sampling");
+    tkv_sampling so = {0};
+    if (sm && sm->type == JSON_OBJECT) {
+        const char *seed = json_get_str(sm, "seed");
+        so.temperature = (float)num_or(sm, "temperature", 0);
+        so.top_k = (int)num_or(sm, "top_k", 0);
+        so.top_p = (float)num_or(sm, "top_p", 1);
+        so.min_p = (float)num_or(sm, "min_p", 0);
+        so.repeat_penalty = (float)num_or(sm, "repeat_penalty", 1);
+        so.repeat_last_n = (int)num_or(sm, "repeat_last_n", 64);
+        so.seed = seed ? strtoull(seed, NULL, 10) : 0;
+    }
+    harness_sampling_key(&so, x->sampling, sizeof x->sampling);
     return 0;
 }
 
@@ -138,13 +154,16 @@ int harness_load(const char *path, struct harness_results *out, FILE *warn, char
 }
 
 void harness_results_free(struct harness_results *r) {
-    for (size_t i = 0; i < r->n; i++) free(r->r[i].id);
+    for (size_t i = 0; i < r->n; i++) free(r->r[i].id), free(r->r[i].pred);
     free(r->r);
     memset(r, 0, sizeof *r);
 }
 
+/* by id, then sample */
 static int rec_cmp(const void *a, const void *b) {
-    return strcmp(((const struct harness_rec *)a)->id, ((const struct harness_rec *)b)->id);
+    const struct harness_rec *x = a, *y = b;
+    int c = strcmp(x->id, y->id);
+    return c ? c : (x->sample > y->sample) - (x->sample < y->sample);
 }
 
 void harness_results_sort(struct harness_results *r) {
@@ -152,14 +171,25 @@ void harness_results_sort(struct harness_results *r) {
     r->sorted = 1;
 }
 
-const struct harness_rec *harness_find(const struct harness_results *r, const char *id) {
+const struct harness_rec *harness_find_sample(const struct harness_results *r, const char *id, int sample) {
     if (r->sorted) {
-        struct harness_rec key = {.id = (char *)id};
+        struct harness_rec key = {.id = (char *)id, .sample = sample};
         return r->n ? bsearch(&key, r->r, r->n, sizeof *r->r, rec_cmp) : NULL;
     }
     for (size_t i = r->n; i-- > 0;)
-        if (!strcmp(r->r[i].id, id)) return &r->r[i];
+        if (r->r[i].sample == sample && !strcmp(r->r[i].id, id)) return &r->r[i];
     return NULL;
+}
+
+const struct harness_rec *harness_find(const struct harness_results *r, const char *id) {
+    return harness_find_sample(r, id, 0);
+}
+
+void harness_sampling_key(const tkv_sampling *so, char *b, size_t n) {
+    if (so->temperature <= 0) snprintf(b, n, "greedy");
+    else
+        snprintf(b, n, "t%g/k%d/p%g/m%g/r%g/%d/s%llu", (double)so->temperature, so->top_k, (double)so->top_p,
+                 (double)so->min_p, (double)so->repeat_penalty, so->repeat_last_n, (unsigned long long)so->seed);
 }
 
 /* The start of every line this harness writes: a last line that starts so and does not parse is
@@ -207,6 +237,17 @@ int harness_repair_tail(const char *path, FILE *warn, char *err, size_t errlen) 
     return rc;
 }
 
+/* A float setting as the decimal it was given as (0.8, not 0.800000011920929): its shortest form
+ * that reads back as the same float. */
+static double float_decimal(float f) {
+    char b[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(b, sizeof b, "%.*g", p, (double)f);
+        if ((float)strtod(b, NULL) == f) break;
+    }
+    return strtod(b, NULL);
+}
+
 /* The configuration every results line and summary records, in this order: the policy and its
  * budgets, the cache type, the options beyond the defaults, the token cap. */
 void harness_out_config(struct json_out *j, const struct harness_opts *o) {
@@ -218,6 +259,21 @@ void harness_out_config(struct json_out *j, const struct harness_opts *o) {
     json_out_key(j, "kv_type"), json_out_str(j, o->sp.kv.f16 ? "f16" : "f32");
     harness_out_kv_extra(j, &o->sp.kv);
     json_out_key(j, "max_tokens"), json_out_int(j, o->max_tokens);
+    const tkv_sampling *so = &o->sampling;
+    if (so->temperature > 0) { /* greedy lines have none, as before samples existed */
+        char seed[24];
+        snprintf(seed, sizeof seed, "%llu", (unsigned long long)so->seed); /* a string: exact above 2^53 */
+        json_out_key(j, "sampling");
+        json_out_obj_begin(j);
+        json_out_key(j, "temperature"), json_out_num(j, float_decimal(so->temperature));
+        json_out_key(j, "top_k"), json_out_int(j, so->top_k);
+        json_out_key(j, "top_p"), json_out_num(j, float_decimal(so->top_p));
+        json_out_key(j, "min_p"), json_out_num(j, float_decimal(so->min_p));
+        json_out_key(j, "repeat_penalty"), json_out_num(j, float_decimal(so->repeat_penalty));
+        json_out_key(j, "repeat_last_n"), json_out_int(j, so->repeat_last_n);
+        json_out_key(j, "seed"), json_out_str(j, seed);
+        json_out_obj_end(j);
+    }
 }
 
 /* The KV options that exist since results lines record them, written only when not the default,
@@ -241,32 +297,69 @@ void harness_kv_extra_key(const tkv_kv_params *kv, char *b, size_t n) {
 
 /* ---- summaries ---- */
 
-void harness_summarize(const struct harness_results *r, char *const *ids, size_t n_ids, struct harness_summary *s) {
+/* The majority answer of a problem's chains (the most frequent non-empty pred, ties to the earliest
+ * chain) and whether it is correct (graded as its earliest chain was). */
+static int majority_correct(const struct harness_rec *const *x, int n) {
+    int best = -1, best_n = 0;
+    for (int a = 0; a < n; a++) {
+        if (!*x[a]->pred) continue;
+        int seen = 0, c = 0;
+        for (int b = 0; b < n && !seen; b++) seen = b < a && !strcmp(x[b]->pred, x[a]->pred);
+        if (seen) continue; /* counted at its first chain */
+        for (int b = a; b < n; b++) c += !strcmp(x[b]->pred, x[a]->pred);
+        if (c > best_n) best = a, best_n = c;
+    }
+    return best >= 0 && x[best]->correct;
+}
+
+void harness_summarize(const struct harness_results *r, char *const *ids, size_t n_ids, int samples,
+                       struct harness_summary *s) {
     long run_problems = s->run_problems, run_tokens = s->run_tokens;
     double run_seconds = s->run_seconds;
     memset(s, 0, sizeof *s);
     s->run_problems = run_problems, s->run_tokens = run_tokens, s->run_seconds = run_seconds;
+    int K = samples > 1 && ids ? samples : 1;
+    s->samples = K;
     size_t m = ids ? n_ids : r->n;
-    double len_sum = 0, n_len = 0;
+    double len_sum = 0, n_len = 0, frac_sum = 0, frac_sq = 0;
+    const struct harness_rec **chain = tkv_xmalloc((size_t)K * sizeof *chain);
     for (size_t i = 0; i < m; i++) {
-        const struct harness_rec *x = ids ? harness_find(r, ids[i]) : &r->r[i];
-        if (!x) continue;
+        int n = 0, good = 0;
+        for (int k = 0; k < K; k++) {
+            const struct harness_rec *x = ids ? harness_find_sample(r, ids[i], k) : &r->r[i];
+            if (!x) continue;
+            chain[n++] = x;
+            good += x->correct;
+            len_sum += x->gen_tokens;
+            if (x->gen_tokens > s->max_len) s->max_len = x->gen_tokens;
+            n_len += x->finish_length;
+            for (int t = 0; t < 4; t++) s->mean_tier_tokens[t] += x->tier_tokens[t];
+            s->mean_peak_t0_bytes += x->peak_t0_bytes;
+            s->mean_bytes_moved += x->bytes_moved;
+            s->mean_evicted += x->tokens_evicted;
+            s->mean_t0_share += x->t0_share;
+        }
+        if (!n) continue;
         s->n++;
-        s->correct += x->correct;
-        len_sum += x->gen_tokens;
-        if (x->gen_tokens > s->max_len) s->max_len = x->gen_tokens;
-        n_len += x->finish_length;
-        for (int t = 0; t < 4; t++) s->mean_tier_tokens[t] += x->tier_tokens[t];
-        s->mean_peak_t0_bytes += x->peak_t0_bytes;
-        s->mean_bytes_moved += x->bytes_moved;
-        s->mean_evicted += x->tokens_evicted;
-        s->mean_t0_share += x->t0_share;
+        s->n_samples += n;
+        s->correct += good;
+        double f = (double)good / n;
+        frac_sum += f, frac_sq += f * f;
+        s->maj_correct += majority_correct(chain, n);
+        s->passk_correct += good > 0;
     }
+    free(chain);
     struct eval_summary es;
-    eval_summarize(s->correct, s->n, &es);
+    eval_summarize(K > 1 ? s->maj_correct : s->correct, s->n, &es);
     s->acc = es.acc, s->ci_lo = es.ci_lo, s->ci_hi = es.ci_hi;
+    s->majk = es.acc, s->majk_lo = es.ci_lo, s->majk_hi = es.ci_hi;
+    eval_summarize(s->passk_correct, s->n, &es);
+    s->passk = es.acc, s->passk_lo = es.ci_lo, s->passk_hi = es.ci_hi;
+    if (K == 1) s->acc = s->n ? (double)s->correct / (double)s->n : 0; /* as before samples existed */
     if (s->n) {
-        double k = (double)s->n;
+        double k = (double)s->n_samples, np = (double)s->n, mean = frac_sum / np;
+        double sd = np > 1 ? sqrt(fmax(0, (frac_sq - np * mean * mean) / (np - 1))) : 0;
+        s->pass1 = mean, s->pass1_lo = fmax(0, mean - 1.96 * sd / sqrt(np)), s->pass1_hi = fmin(1, mean + 1.96 * sd / sqrt(np));
         s->mean_len = len_sum / k;
         s->length_share = n_len / k;
         for (int t = 0; t < 4; t++) s->mean_tier_tokens[t] /= k;
@@ -277,11 +370,22 @@ void harness_summarize(const struct harness_results *r, char *const *ids, size_t
     } else {
         s->mean_t0_share = NAN;
     }
+    if (K > 1) s->acc = s->pass1, s->ci_lo = s->pass1_lo, s->ci_hi = s->pass1_hi;
 }
 
 void harness_summary_print(FILE *f, const struct harness_summary *s) {
-    fprintf(f, "problems          %ld\n", s->n);
-    fprintf(f, "accuracy          %.4f (%ld/%ld), Wilson 95%% [%.4f, %.4f]\n", s->acc, s->correct, s->n, s->ci_lo, s->ci_hi);
+    if (s->samples > 1) {
+        fprintf(f, "problems          %ld, %d chains each (%ld lines)\n", s->n, s->samples, s->n_samples);
+        fprintf(f, "pass@1            %.4f (%ld/%ld chains correct), 95%% [%.4f, %.4f] over problems\n", s->pass1, s->correct,
+                s->n_samples, s->pass1_lo, s->pass1_hi);
+        fprintf(f, "maj@%-2d            %.4f (%ld/%ld), Wilson 95%% [%.4f, %.4f]\n", s->samples, s->majk, s->maj_correct, s->n,
+                s->majk_lo, s->majk_hi);
+        fprintf(f, "pass@%-2d           %.4f (%ld/%ld), Wilson 95%% [%.4f, %.4f]\n", s->samples, s->passk, s->passk_correct,
+                s->n, s->passk_lo, s->passk_hi);
+    } else {
+        fprintf(f, "problems          %ld\n", s->n);
+        fprintf(f, "accuracy          %.4f (%ld/%ld), Wilson 95%% [%.4f, %.4f]\n", s->acc, s->correct, s->n, s->ci_lo, s->ci_hi);
+    }
     fprintf(f, "generated tokens  mean %.1f, max %.0f; stopped by the length cap: %.1f%%\n", s->mean_len, s->max_len,
             100 * s->length_share);
     fprintf(f, "KV per problem    T0 %.1f, T1 %.1f, T2 %.1f, evicted %.1f tokens (mean at the end); peak T0 %.2f MiB; "
@@ -313,6 +417,21 @@ int harness_summary_write_json(const char *path, const struct harness_opts *o, c
     json_out_key(&j, "accuracy"), json_out_num(&j, s->acc);
     json_out_key(&j, "ci_lo"), json_out_num(&j, s->ci_lo);
     json_out_key(&j, "ci_hi"), json_out_num(&j, s->ci_hi);
+    if (s->samples > 1) {
+        json_out_key(&j, "samples"), json_out_int(&j, s->samples);
+        json_out_key(&j, "n_samples"), json_out_int(&j, s->n_samples);
+        json_out_key(&j, "pass_at_1"), json_out_num(&j, s->pass1);
+        json_out_key(&j, "pass_at_1_ci"), json_out_arr_begin(&j), json_out_num(&j, s->pass1_lo), json_out_num(&j, s->pass1_hi),
+            json_out_arr_end(&j);
+        json_out_key(&j, "maj_at_k"), json_out_num(&j, s->majk);
+        json_out_key(&j, "maj_correct"), json_out_int(&j, s->maj_correct);
+        json_out_key(&j, "maj_at_k_ci"), json_out_arr_begin(&j), json_out_num(&j, s->majk_lo), json_out_num(&j, s->majk_hi),
+            json_out_arr_end(&j);
+        json_out_key(&j, "pass_at_k"), json_out_num(&j, s->passk);
+        json_out_key(&j, "pass_correct"), json_out_int(&j, s->passk_correct);
+        json_out_key(&j, "pass_at_k_ci"), json_out_arr_begin(&j), json_out_num(&j, s->passk_lo), json_out_num(&j, s->passk_hi),
+            json_out_arr_end(&j);
+    }
     json_out_key(&j, "mean_len"), json_out_num(&j, s->mean_len);
     json_out_key(&j, "max_len"), json_out_num(&j, s->max_len);
     json_out_key(&j, "length_share"), json_out_num(&j, s->length_share);
