@@ -527,21 +527,115 @@ def sec_queue(args):
         check(m["tierkv_requests_rejected_total"] == 1, "rejections counted: %s" % m["tierkv_requests_rejected_total"])
     finally:
         srv.stop()
-    # connections: idle ones up to --max-connections, then a clear 429; room again once they go
-    srv = Server(args, "--template", "chatml", "--max-connections", "2", "--timeout", "5")
+    # requests at a time: two whose bodies have not come take both slots, a third is told 429 at once;
+    # idle connections take none; past --max-open a connection is closed at once; the two stalled
+    # requests are shut down at the deadline, and there is room again
+    srv = Server(args, "--template", "chatml", "--max-connections", "2", "--max-open", "6", "--timeout", "2")
     try:
-        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(2)]
-        time.sleep(0.2)
+        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(3)]
+        stalled = []
+        for _ in range(2):
+            s = socket.create_connection(("127.0.0.1", srv.port))
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 100\r\n\r\n{")
+            stalled.append(s)
+        time.sleep(0.3)
         st, h, data = srv.request("GET", "/health")
         check(st == 429 and h.get("Retry-After") == "1" and json.loads(data)["error"]["code"] == "too_many_connections",
-              "a connection over the limit: %d %r" % (st, data[:100]))
-        for s in idle:
+              "a request over the limit: %d %r" % (st, data[:100]))
+        # five open (3 idle + 2 stalled; the server closed the 429's connection): a sixth, idle, is let
+        # in; a seventh is closed at once, unanswered
+        time.sleep(0.5)
+        more = [socket.create_connection(("127.0.0.1", srv.port))]
+        time.sleep(0.2)
+        over = socket.create_connection(("127.0.0.1", srv.port))
+        more.append(over)
+        over.settimeout(3)
+        try:
+            over.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = over.recv(100)
+        except OSError:
+            got = b""
+        check(got == b"", "a connection past --max-open was answered: %r" % got[:60])
+        for s in idle + more:
             s.close()
+        t0 = time.time()
+        for s in stalled:
+            s.settimeout(5)
+            try:
+                while s.recv(4096):
+                    pass
+            except OSError:
+                pass
+        waited = time.time() - t0
+        check(waited < 3.5, "the stalled requests were closed after %.1f s more (deadline 2 s from their start)" % waited)
         time.sleep(0.3)
         st, _, _ = srv.request("GET", "/health")
-        check(st == 200, "after the idle connections went: %d" % st)
+        check(st == 200, "after the stalled requests went: %d" % st)
     finally:
         srv.stop()
+
+
+def sec_slow(args):
+    """200 connections that send one header byte a second (a slowloris) neither delay a ready request
+    by more than a second nor outlive the deadline (--timeout, counted from each one's start)."""
+    srv = Server(args, "--template", "chatml", "--parallel", "2", "--timeout", "3")
+    try:
+        head = b"GET /health HTTP/1.1\r\nHost: slow\r\nX-Pad: " + b"a" * 40
+        socks = []
+        for _ in range(200):
+            s = socket.create_connection(("127.0.0.1", srv.port))
+            s.setblocking(False)
+            socks.append(s)
+        t_start = time.time()
+        closed = set()
+
+        def dribble(k):
+            for i, s in enumerate(socks):
+                if i in closed:
+                    continue
+                try:
+                    s.send(head[k:k + 1])
+                except OSError:
+                    closed.add(i)
+
+        dribble(0)
+        time.sleep(1.0)
+        dribble(1)
+        for kind in ("health", "chat"):
+            t0 = time.time()
+            if kind == "health":
+                st, _, _ = srv.request("GET", "/health", timeout=10)
+            else:
+                st, _, _ = srv.post("/v1/chat/completions", chat_body("Hi", max_tokens=4))
+            dt = time.time() - t0
+            check(st == 200 and dt < 1.0, "a ready %s request beside 200 slow connections: %d in %.2f s" % (kind, st, dt))
+        k = 2
+        while time.time() - t_start < 6 and len(closed) < len(socks):
+            time.sleep(1.0)
+            dribble(k)
+            k += 1
+            for i, s in enumerate(socks):  # an end of stream or a reset: the server closed it
+                if i in closed:
+                    continue
+                try:
+                    if s.recv(100) == b"":
+                        closed.add(i)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    closed.add(i)
+        t_all = time.time() - t_start
+        check(len(closed) == len(socks), "%d of 200 slow connections closed after %.1f s (deadline 3 s)" % (len(closed), t_all))
+        for s in socks:
+            s.close()
+        st, _, _ = srv.request("GET", "/health")
+        check(st == 200, "after the slow connections: %d" % st)
+    finally:
+        srv.stop()
+
+
+SECTIONS_SLOW = {"slow": sec_slow}
 
 
 def sec_auth(args):
@@ -745,6 +839,7 @@ def sec_logprobs(args):
 
 
 SECTIONS["logprobs"] = sec_logprobs
+SECTIONS.update(SECTIONS_SLOW)
 
 
 def sec_tokens(args):

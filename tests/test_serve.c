@@ -504,3 +504,4 @@ TEST(serve_http_openai_client) { http_section("openai"); }
 TEST(serve_http_logprobs) { http_section("logprobs"); }
 TEST(serve_http_tokenize) { http_section("tokens"); }
 TEST(serve_http_choices) { http_section("choices"); }
+TEST(serve_http_slow_clients) { http_section("slow"); }

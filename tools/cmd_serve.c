@@ -30,8 +30,11 @@ static void usage(FILE *out) {
             "      --max-tokens N       tokens a request generates when it gives no max_tokens (default: what\n"
             "                           the context leaves)\n"
             "      --max-body SIZE      largest request body (default 1MiB)\n"
-            "      --max-connections N  open connections at most (default 64)\n"
-            "      --timeout S          seconds a request may take to arrive, or a client to stall (default 30)\n"
+            "      --max-connections N  requests at a time, being read or answered (default 64; one more: 429)\n"
+            "      --max-open N         open connections, idle or slow ones included (default 512, or twice\n"
+            "                           --max-connections when that is more)\n"
+            "      --timeout S          seconds a whole request may take to arrive from its connection's start,\n"
+            "                           or a client to stall (default 30)\n"
             "  --ctx N is the positions of one request (prompt + generation, default 4096 or the model's\n"
             "  context_length if smaller); --hbm-budget is the T0\n"
             "  budget of all requests together.\n"
@@ -55,6 +58,7 @@ int cmd_serve(int argc, char **argv) {
     serve_opts o;
     serve_opts_default(&o);
     char err[512];
+    int open_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
@@ -74,6 +78,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--prefix-cache")) bad = want_int(a, v, 0, 64, &o.prefix_entries);
         else if (!strcmp(a, "--max-tokens")) bad = want_int(a, v, 1, 1 << 24, &o.default_max_tokens);
         else if (!strcmp(a, "--max-connections")) bad = want_int(a, v, 1, 4096, &o.http.max_connections);
+        else if (!strcmp(a, "--max-open")) bad = want_int(a, v, 1, 16384, &o.http.max_open), open_given = 1;
         else if (!strcmp(a, "--timeout")) bad = want_int(a, v, 1, 86400, &o.http.timeout_s);
         else if (!strcmp(a, "--max-body")) {
             uint64_t b;
@@ -84,6 +89,14 @@ int cmd_serve(int argc, char **argv) {
             o.http.max_body = (size_t)b;
         } else { fprintf(stderr, "tierkv serve: unknown flag %s\n", a); usage(stderr); return 2; }
         if (bad) return 2;
+    }
+    if (o.http.max_open < o.http.max_connections) {
+        if (open_given) {
+            fprintf(stderr, "tierkv serve: --max-open %d is below --max-connections %d (every request holds a connection)\n",
+                    o.http.max_open, o.http.max_connections);
+            return 2;
+        }
+        o.http.max_open = 2 * o.http.max_connections; /* the default 512 follows a larger request limit */
     }
     if (common_model_path(&c, err, sizeof err)) { fprintf(stderr, "tierkv serve: %s\n", err); return 1; }
     if (!o.model_name) o.model_name = tkv_file_name(c.model_path);

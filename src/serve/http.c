@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/buf.h"
+#include "serve/conns.h"
 #include "serve/response.h"
 
 struct serve_http {
@@ -28,15 +29,21 @@ struct serve_http {
     serve_http_count count;
     void *ctx;
     int port;
-    atomic_int open;      /* connections open now */
+    atomic_int requests;  /* requests being read or answered now (headers arrived, not completed) */
+    serve_conns *conns;   /* every open connection, and the deadline for its request */
 };
 
 struct conn {
     tkv_buf body;
-    double t0;    /* monotonic: the first callback */
     size_t seen;  /* body bytes received (kept in body up to max_body) */
     int replied;  /* a response is queued */
 };
+
+/* the registry's record of the connection a request came on */
+static serve_conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? (serve_conn *)ci->socket_context : NULL;
+}
 
 int serve_http_const_eq(const char *a, size_t na, const char *b, size_t nb) {
     volatile unsigned char d = na != nb;
@@ -96,6 +103,7 @@ static enum MHD_Result refuse(serve_http *h, struct MHD_Connection *c, struct co
     serve_error e;
     serve_error_set(&e, status, "invalid_request_error", "", code, "%s", msg);
     st->replied = 1;
+    serve_conns_busy(h->conns, conn_of(c)); /* answered: its deadline no longer runs */
     if (h->count) h->count(h->ctx, url, status);
     return serve_http_reply_error(c, &e);
 }
@@ -114,11 +122,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct conn *st = *req_cls;
     if (!st) { /* headers only: the checks that need no body */
         st = tkv_xcalloc(1, sizeof *st);
-        st->t0 = tkv_now_s();
         *req_cls = st;
-        if (atomic_load(&h->open) > h->o.max_connections) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "too many connections (at most %d, --max-connections); retry later", h->o.max_connections);
+        if (atomic_fetch_add(&h->requests, 1) + 1 > h->o.max_connections) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "too many requests at once (at most %d, --max-connections); retry later",
+                     h->o.max_connections);
             return refuse(h, c, st, url, 429, "too_many_connections", msg);
         }
         if (h->api_key && strcmp(url, "/health") && !authorized(h, c))
@@ -141,7 +149,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         /* libmicrohttpd takes a response only on the first call or once the upload is complete:
          * an upload past the limit (chunked, so no Content-Length said so) is read and dropped, up to
          * as much again, and answered 413 at its end; beyond that, or past the timeout, closed */
-        if (tkv_now_s() - st->t0 > h->o.timeout_s) return MHD_NO;
+        if (serve_conns_age(h->conns, conn_of(c)) > h->o.timeout_s) return MHD_NO; /* a body trickled in too slowly */
         st->seen += n;
         if (st->seen > h->o.max_body) {
             tkv_buf_free(&st->body);
@@ -156,23 +164,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return refuse(h, c, st, url, 413, "body_too_large", msg);
     }
     st->replied = 1;
+    serve_conns_busy(h->conns, conn_of(c));
     return h->h(h->ctx, c, method, url, tkv_buf_str(&st->body), st->body.n);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    (void)toe;
+    serve_http *h = cls;
     struct conn *st = *req_cls;
     if (!st) return;
+    atomic_fetch_sub(&h->requests, 1);
+    serve_conns_idle(h->conns, conn_of(c)); /* kept alive: the next request's deadline starts now */
     tkv_buf_free(&st->body);
     free(st);
     *req_cls = NULL;
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx, enum MHD_ConnectionNotificationCode what) {
-    (void)c, (void)socket_ctx;
     serve_http *h = cls;
-    if (what == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&h->open, 1);
-    else atomic_fetch_sub(&h->open, 1);
+    if (what == MHD_CONNECTION_NOTIFY_STARTED) *socket_ctx = serve_conns_add(h->conns, serve_http_fd(c));
+    else serve_conns_remove(h->conns, *socket_ctx), *socket_ctx = NULL;
 }
 
 static void log_mhd(void *cls, const char *fmt, va_list ap) {
@@ -184,9 +195,9 @@ static void log_mhd(void *cls, const char *fmt, va_list ap) {
 int serve_http_start(const serve_http_opts *o, serve_http_handler handler, serve_http_count count, void *ctx,
                      serve_http **out, char *err, size_t errlen) {
     *out = NULL;
-    if (o->port < 0 || o->port > 65535 || o->max_connections < 1 || o->timeout_s < 1)
-        return tkv_errf(err, errlen, "http: port %d, connections %d, timeout %d s out of range", o->port, o->max_connections,
-                        o->timeout_s);
+    if (o->port < 0 || o->port > 65535 || o->max_connections < 1 || o->max_open < o->max_connections || o->timeout_s < 1)
+        return tkv_errf(err, errlen, "http: port %d, requests %d, open connections %d, timeout %d s out of range (open "
+                        "connections at least the requests)", o->port, o->max_connections, o->max_open, o->timeout_s);
     char port[16];
     snprintf(port, sizeof port, "%d", o->port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *ai;
@@ -199,14 +210,21 @@ int serve_http_start(const serve_http_opts *o, serve_http_handler handler, serve
     h->h = handler;
     h->count = count;
     h->ctx = ctx;
-    atomic_init(&h->open, 0);
+    atomic_init(&h->requests, 0);
+    h->conns = serve_conns_start(o->timeout_s, 0.25);
+    if (!h->conns) {
+        freeaddrinfo(ai);
+        free(h->api_key);
+        free(h);
+        return tkv_errf(err, errlen, "http: cannot start the connection watcher thread");
+    }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     h->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h,
                             MHD_OPTION_EXTERNAL_LOGGER, log_mhd, h, /* first, so that every message goes here */
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            /* a few beyond the limit are let in to be told 429; more are closed */
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections + 8u,
+                            /* open connections; requests beyond max_connections are told 429 */
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_open,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
@@ -216,6 +234,7 @@ int serve_http_start(const serve_http_opts *o, serve_http_handler handler, serve
                             MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->d) {
+        serve_conns_stop(h->conns);
         free(h->api_key);
         free(h);
         return tkv_errf(err, errlen, "http: cannot listen on %s:%d (in use, or not an address of this machine)", host, o->port);
@@ -231,6 +250,7 @@ int serve_http_port(const serve_http *h) { return h->port; }
 void serve_http_stop(serve_http *h) {
     if (!h) return;
     MHD_stop_daemon(h->d);
+    serve_conns_stop(h->conns);
     free(h->api_key);
     free(h);
 }

@@ -1,14 +1,17 @@
 /* http.h — the HTTP transport, by libmicrohttpd (well kept, packaged by Debian, and it parses
  * HTTP/1.1 itself: this server never reads a request line or a header by hand). One thread per
- * connection (a blocked wait for tokens holds only its own connection), at most max_connections of
- * them (a few more are let in to be answered 429 with Retry-After; beyond those libmicrohttpd closes
- * new connections at once); the listening socket binds to host (127.0.0.1 unless told otherwise).
+ * connection (a blocked wait for tokens holds only its own connection), at most max_open of them
+ * (libmicrohttpd closes more at once); of those, at most max_connections requests at a time
+ * (headers arrived, not yet answered: one more is answered 429 with Retry-After). A connection that
+ * has not brought a whole request within timeout_s of its start (or of its previous answer) is
+ * shut down however slowly it trickles bytes (conns.h), so slow or idle connections hold neither a
+ * request slot nor their socket for long. The listening socket binds to host (127.0.0.1 unless told
+ * otherwise).
  *
  * Before a handler sees a request: the API key is checked (Authorization: Bearer, compared in
  * constant time; 401), the body is collected up to max_body (413 from the Content-Length at once;
  * a chunked body that passes it is read to its end and answered 413, or closed when it goes on
- * past twice the limit), and a request that takes longer than timeout_s to arrive, or stalls that
- * long, is closed. /health needs no key.
+ * past twice the limit). /health needs no key.
  * Not done here: routes and JSON (api.c). */
 #ifndef TKV_SERVE_HTTP_H
 #define TKV_SERVE_HTTP_H
@@ -22,9 +25,11 @@ typedef struct serve_http serve_http;
 typedef struct {
     const char *host;     /* address or name to bind; NULL: 127.0.0.1 */
     int port;             /* 0: any free port (serve_http_port says which) */
-    int max_connections;
+    int max_connections;  /* requests at a time */
+    int max_open;         /* open connections (>= max_connections) */
     size_t max_body;      /* bytes */
-    int timeout_s;        /* for a request to arrive (and a client to read its answer) */
+    int timeout_s;        /* for a whole request to arrive from its connection's start (and a client to
+                             read its answer: libmicrohttpd's idle timeout) */
     const char *api_key;  /* NULL or "": no key */
 } serve_http_opts;
 

@@ -28,6 +28,7 @@ void serve_opts_default(serve_opts *o) {
     o->http.host = "127.0.0.1";
     o->http.port = 8080;
     o->http.max_connections = 64;
+    o->http.max_open = 512;
     o->http.max_body = 1 << 20;
     o->http.timeout_s = 30;
     serve_limits_default(&o->lim);
