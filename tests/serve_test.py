@@ -797,6 +797,35 @@ def sec_logprobs(args):
         got = sorted(lp["top_logprobs"][0].values(), reverse=True)
         check(1 <= len(got) <= 3 and all(abs(g - t) < 1e-3 for g, t in zip(got, top)),
               "top_logprobs %s, tierkv logits says %s" % (got, top))
+        # echo: the prompt's tokens first, the first one's log-probability null, each other's given the
+        # tokens before it as `tierkv logits` computes it (every position's row); then the generated
+        # token's; the text is the prompt's, then the completion's; nothing shared from the prefix cache
+        all_file = os.path.join(args.tmp, "lp-rows.f32")
+        subprocess.run([args.bin, "logits", "-m", srv.model, "-t", "2", "--tokens", tok_file, "--first-pos", "0",
+                        "-o", all_file], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        rows = array.array("f")
+        with open(all_file, "rb") as f:
+            rows.frombytes(f.read())
+        V = len(rows) // len(ids)
+        for rep in range(2):
+            st, _, b = srv.post("/v1/completions", {"prompt": ids, "max_tokens": 1, "temperature": 0, "logprobs": 1,
+                                                    "echo": True})
+            check(st == 200, "echo: status %d %s" % (st, b))
+            el = b["choices"][0]["logprobs"]
+            check(len(el["tokens"]) == len(ids) + 1 and el["token_logprobs"][0] is None and el["top_logprobs"][0] is None,
+                  "echo logprobs shape %s" % el)
+            for i in range(1, len(ids)):
+                want = log_softmax(list(rows[(i - 1) * V:i * V]))[ids[i]]
+                check(abs(el["token_logprobs"][i] - want) < 1e-3,
+                      "echo: prompt token %d logprob %r, tierkv logits says %r" % (i, el["token_logprobs"][i], want))
+            check(abs(el["token_logprobs"][len(ids)] - lp["token_logprobs"][0]) < 1e-5, "echo: the generated token's")
+            check(b["choices"][0]["text"] == "".join(el["tokens"]), "echo text %r, tokens %r" % (b["choices"][0]["text"], el["tokens"]))
+            check(b["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, "echo shared a prefix: %s" % b["usage"])
+        st, _, b = srv.post("/v1/completions", {"prompt": "hello there", "max_tokens": 2, "echo": True, "n": 2, "seed": 3})
+        check(st == 200 and all(c["text"].startswith("hello there") for c in b["choices"]) and len(b["choices"]) == 2,
+              "echo without logprobs, n 2: %s" % b)
+        st, _, e = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 2, "echo": True, "stream": True})
+        check(st == 400 and e["error"]["param"] == "echo", "echo streamed: %d %s" % (st, e))
         # completions streamed: the same tokens, log-probabilities and offsets as the whole answer
         cb = {"prompt": ids, "max_tokens": 6, "temperature": 0, "logprobs": 1}
         st, _, whole = srv.post("/v1/completions", cb)

@@ -41,6 +41,7 @@ struct sched {
     int n_waiting;
     int blocked;       /* 1: the head was refused for room; retried when a job ends */
     float *logits;     /* [max_live][V]: one row per decode row, also the prefill's */
+    float *scored;     /* [SCORED_CHUNK][V]: a scored prompt's rows (allocated at the first such job) */
     int *seqs;
     int32_t *toks;
     prefix_cache pc;
@@ -173,16 +174,44 @@ static int open_seq(sched *sc, struct job *x, char *msg, size_t n) {
     }
 }
 
+enum { SCORED_CHUNK = 16 }; /* prompt rows with logits at a time (16 x a 152k vocabulary: 9.7 MB) */
+
+/* Prefills x's whole prompt with every position's logits, chunk by chunk: each row gives the next
+ * prompt token's log-probability (on_prompt), the last one the first token's logits (into row). */
+static int prefill_scored(sched *sc, struct job *x, float *row, char *msg, size_t n) {
+    const int32_t *p = x->j.prompt;
+    const int np = x->j.n_prompt, V = sc->V;
+    if (!sc->scored) sc->scored = tkv_xmalloc((size_t)SCORED_CHUNK * (size_t)V * sizeof(float));
+    if (sc->cb.on_prompt) sc->cb.on_prompt(x->j.user, 0, p[0], NULL);
+    for (int at = 0; at < np; at += SCORED_CHUNK) {
+        int c = np - at < SCORED_CHUNK ? np - at : SCORED_CHUNK;
+        if (tkv_prefill(sc->s, x->seq, p + at, c, sc->scored, 1, msg, n)) return -1;
+        for (int r = 0; r < c; r++) {
+            const float *lr = sc->scored + (size_t)r * (size_t)V;
+            int next = at + r + 1; /* the position this row predicts */
+            if (next == np) {
+                memcpy(row, lr, (size_t)V * sizeof(float));
+            } else if (sc->cb.on_prompt) {
+                sched_logprob lp;
+                logprob_of(lr, V, p[next], x->j.top_logprobs, &lp);
+                sc->cb.on_prompt(x->j.user, next, p[next], &lp);
+            }
+        }
+    }
+    return 0;
+}
+
 /* Admits the head job: sequence, shared prefix, prefill, first token. Returns the tokens prefilled. */
 static int admit(sched *sc, struct job *x) {
     char msg[256];
     x->t_admit = tkv_now_s();
     int li = sc->n_live++;
     sc->live[li] = x;
-    int lcp = 0, hit = prefix_lookup(&sc->pc, x->j.prompt, x->j.n_prompt, &lcp);
+    int lcp = 0, hit = x->j.prompt_logprobs ? -1 : prefix_lookup(&sc->pc, x->j.prompt, x->j.n_prompt, &lcp);
     float *row = sc->logits + (size_t)li * (size_t)sc->V;
-    if ((hit >= 0 && tkv_seq_share_prefix(sc->s, sc->pc.e[hit].seq, x->seq, lcp, msg, sizeof msg)) ||
-        tkv_prefill(sc->s, x->seq, x->j.prompt + lcp, x->j.n_prompt - lcp, row, 0, msg, sizeof msg)) {
+    if (x->j.prompt_logprobs ? prefill_scored(sc, x, row, msg, sizeof msg)
+                             : (hit >= 0 && tkv_seq_share_prefix(sc->s, sc->pc.e[hit].seq, x->seq, lcp, msg, sizeof msg)) ||
+                                   tkv_prefill(sc->s, x->seq, x->j.prompt + lcp, x->j.n_prompt - lcp, row, 0, msg, sizeof msg)) {
         /* TKV_ERR: bad input for this session (e.g. a prompt its T0 share cannot hold): never as is */
         finish(sc, x, li, SCHED_REFUSED, msg);
         return 0;
@@ -284,6 +313,7 @@ void sched_free(sched *sc) {
     free(sc->live);
     free(sc->batch);
     free(sc->logits);
+    free(sc->scored);
     free(sc->seqs);
     free(sc->toks);
     free(sc);

@@ -64,6 +64,9 @@ typedef struct {
     void (*on_start)(void *user, int cached_tokens);
     /* Called once per job, after its sequence is closed; the job's memory may be freed here. */
     void (*on_end)(void *user, const sched_end *e);
+    /* A prompt token's log-probability given the tokens before it, in order from position 0 (whose
+     * lp is NULL: nothing comes before it), for a job with prompt_logprobs; before its first token. */
+    void (*on_prompt)(void *user, int pos, int32_t tok, const sched_logprob *lp);
 } sched_callbacks;
 
 typedef struct {
@@ -74,6 +77,8 @@ typedef struct {
     int ignore_eog;        /* 1: end-of-generation tokens do not end the job */
     int logprobs;          /* 1: each token's log-probability (and top_logprobs alternatives) to on_token */
     int top_logprobs;      /* 0..SCHED_MAX_TOP_LOGPROBS */
+    int prompt_logprobs;   /* 1: every prompt token's log-probability to on_prompt (the prompt is prefilled
+                              whole, in chunks, nothing shared from the prefix cache) */
     void *user;
 } sched_job;
 

@@ -9,7 +9,6 @@ enum kinds { CHAT = 1, COMPL = 2, BOTH = 3 };
 
 /* The neutral values: the ones with which the output is what it would be without the field. */
 static int is_null(const json_t *v) { return json_is_null(v); }
-static int is_false(const json_t *v) { return json_is_null(v) || json_is_false(v); }
 static int is_zero(const json_t *v) { return json_is_null(v) || (json_is_number(v) && json_number_value(v) == 0); }
 static int is_one(const json_t *v) { return json_is_null(v) || (json_is_number(v) && json_number_value(v) == 1); }
 static int is_empty(const json_t *v) {
@@ -63,7 +62,7 @@ static const field fields[] = {
     {"safety_identifier", BOTH, NO_EFFECT, NULL, NULL},
     {"prompt_cache_key", BOTH, NO_EFFECT, NULL, NULL},
     /* not supported yet: accepted only with the value that changes nothing */
-    {"echo", COMPL, NEUTRAL_ONLY, is_false, "echoing the prompt is not supported"},
+    {"echo", COMPL, HONOURED, NULL, NULL},
     {"suffix", COMPL, NEUTRAL_ONLY, is_empty_str, "a suffix (insertion) is not supported"},
     {"best_of", COMPL, NEUTRAL_ONLY, is_one, "best_of > 1 is not supported"},
     {"frequency_penalty", BOTH, NEUTRAL_ONLY, is_zero, "penalties are not supported (only 0)"},

@@ -265,6 +265,10 @@ static int parse_root(const json_t *root, enum serve_kind kind, const serve_limi
             r->top_logprobs = (int)v;
         }
     }
+    if (kind == SERVE_COMPLETION) {
+        if (get_bool(root, "echo", &r->echo, e)) return -1;
+        if (r->echo && r->stream) return BAD_VALUE(e, "echo", "echo is answered whole, not streamed (stream: false)");
+    }
     const json_t *so = json_object_get(root, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return BAD_TYPE(e, "stream_options", "an object");

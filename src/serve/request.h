@@ -66,6 +66,8 @@ typedef struct {
                             seed + i when a seed is given */
     int logprobs;        /* 1: each generated token's log-probability in the answer */
     int top_logprobs;    /* 0..SERVE_MAX_TOP_LOGPROBS alternatives per token */
+    int echo;            /* completions: the prompt's text before the completion's (with logprobs, every
+                            prompt token's log-probability first, the first one null); not streamed */
 } serve_request;
 
 typedef struct {

@@ -125,7 +125,13 @@ static json_t *lps_text(const serve_lps *l) {
     for (int i = 0; i < l->n; i++) {
         const serve_lp *p = &l->v[i];
         json_array_append_new(toks, lp_token(l, &p->tok));
-        json_array_append_new(lps, lp_real(p->tok.logprob));
+        json_array_append_new(lps, p->n_top < 0 ? json_null() : lp_real(p->tok.logprob));
+        if (p->n_top < 0) { /* an echoed prompt's first token: nothing came before it */
+            json_array_append_new(tops, json_null());
+            json_array_append_new(offs, json_integer((json_int_t)off));
+            off += serve_lp_chars(l->bytes, &p->tok);
+            continue;
+        }
         json_t *t = json_object();
         for (int k = 0; k < p->n_top; k++) {
             json_t *key = lp_token(l, &p->top[k]);

@@ -27,14 +27,15 @@ typedef struct {
     size_t n;
 } serve_text;
 
-/* Log-probabilities of generated tokens: each token's bytes lie at bytes + off, len long. */
+/* Log-probabilities of generated tokens (and of an echoed prompt's, first): each token's bytes lie
+ * at bytes + off, len long. */
 typedef struct {
     uint32_t off, len;
     float logprob;
 } serve_lp_tok;
 typedef struct {
     serve_lp_tok tok;
-    int n_top;
+    int n_top;             /* -1: none at all (an echoed prompt's first token: its logprob is null too) */
     serve_lp_tok top[SERVE_MAX_TOP_LOGPROBS];
 } serve_lp;
 typedef struct {

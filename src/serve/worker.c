@@ -206,6 +206,19 @@ static void keep_logprob(serve_worker *w, serve_job *j, int32_t tok, const sched
     pthread_mutex_unlock(&j->mu);
 }
 
+/* an echoed prompt's token: its log-probability given the tokens before it (none for the first) */
+static void on_prompt(void *user, int pos, int32_t tok, const sched_logprob *lp) {
+    struct wjob *wj = user;
+    (void)pos;
+    sched_logprob none = {.logprob = 0, .n_top = 0};
+    keep_logprob(wj->w, wj->job, tok, lp ? lp : &none);
+    if (!lp) {
+        pthread_mutex_lock(&wj->job->mu);
+        wj->job->lps[wj->job->n_lps - 1].n_top = -1;
+        pthread_mutex_unlock(&wj->job->mu);
+    }
+}
+
 static int on_token(void *user, int32_t tok, const sched_logprob *lp) {
     struct wjob *wj = user;
     serve_worker *w = wj->w;
@@ -294,6 +307,15 @@ static void on_end(void *user, const sched_end *e) {
     serve_job_unref(j);
 }
 
+/* echo: the prompt's text, as its tokens spell it, begins the content (mu held) */
+static void echo_prompt(serve_worker *w, struct wjob *wj) {
+    tkv_detok d;
+    tkv_detok_init(&d);
+    for (int i = 0; i < wj->n_ids; i++)
+        tkv_buf_add(&wj->job->content, wj->piece, tkv_detok_token(&d, w->m, wj->ids[i], 0, wj->piece));
+    tkv_buf_add(&wj->job->content, wj->piece, tkv_detok_flush(&d, wj->piece));
+}
+
 /* A job from the inbox: prepared and queued in the scheduler, or refused at once. */
 static void take(serve_worker *w, serve_job *j) {
     serve_error e = {0};
@@ -312,11 +334,13 @@ static void take(serve_worker *w, serve_job *j) {
         pthread_mutex_lock(&j->mu);
         j->with_reasoning = serve_think_enabled(&wj->think);
         j->usage.prompt_tokens = wj->n_ids;
+        if (j->req.echo) echo_prompt(w, wj);
         pthread_mutex_unlock(&j->mu);
     }
     serve_job_set_phase(j, JOB_QUEUED);
     sched_job sj = {.prompt = wj->ids, .n_prompt = wj->n_ids, .max_tokens = max_tokens, .sampler = wj->smp, .user = wj,
-                    .logprobs = j->req.logprobs, .top_logprobs = j->req.top_logprobs};
+                    .logprobs = j->req.logprobs, .top_logprobs = j->req.top_logprobs,
+                    .prompt_logprobs = j->req.echo && j->req.logprobs};
     sched_submit(w->sc, &sj);
 }
 
@@ -411,7 +435,8 @@ int serve_worker_start(tkv_model *m, tkv_session *s, tkv_chat *chat, const serve
     sp.max_live = o->parallel;
     sp.prefix_entries = o->prefix_entries;
     sp.policy = o->policy;
-    sched_callbacks cb = {.on_token = on_token, .cancelled = on_cancelled, .on_start = on_start, .on_end = on_end};
+    sched_callbacks cb = {.on_token = on_token, .cancelled = on_cancelled, .on_start = on_start, .on_end = on_end,
+                          .on_prompt = on_prompt};
     if (sched_init(m, s, &sp, &cb, &w->sc, err, errlen)) { free(w); return -1; }
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
