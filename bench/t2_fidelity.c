@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
     int *n_ids = tkv_xcalloc((size_t)n, sizeof *n_ids), max_prompt = 0;
     for (int p = 0; p < n; p++) {
         char *user = eval_build_prompt(task, &set.items[offset + p]);
-        tkv_chat_msg msg = {"user", user};
+        tkv_chat_msg msg = {.role = "user", .content = user};
         n_ids[p] = tkv_chat_encode(ct, &msg, 1, 1, &ids[p], err, sizeof err);
         free(user);
         if (n_ids[p] < 1) { fprintf(stderr, "t2_fidelity: %s\n", err); return 1; }

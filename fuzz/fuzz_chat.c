@@ -67,33 +67,46 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     chat_template t;
     chat_template_init(&t, (chat_kind)(CHAT_CHATML + data[0] % 3));
     int gen = (data[0] >> 2) & 1;
+    /* bit 3: Qwen2.5's tools (two definitions; every assistant message also carries a call) */
+    t.tools = (data[0] >> 3) & 1;
+    t.tools_braces = (data[0] >> 4) & 1;
+    static const char *const defs[2] = {"{\"type\": \"function\"}", "<|im_end|>{}"};
+    static const char *const calls[1] = {"{\"name\": \"f\", \"arguments\": {}}"};
+    chat_tools tools = {defs, t.tools ? 2 : 0};
     chat_msg msgs[16];
     int n = 0;
-    static const char *const roles[3] = {"system", "user", "assistant"};
+    static const char *const roles[4] = {"system", "user", "assistant", "tool"};
     for (char *p = s; n < 16;) {
         char *end = strchr(p, 0x1e);
         if (end) *end = 0;
         unsigned r = (unsigned char)*p;
         if (*p) p++;
-        if (r % 4 < 3) msgs[n++] = (chat_msg){roles[r % 4], p};
-        else {
+        if (r % 5 < 4) {
+            msgs[n] = (chat_msg){.role = roles[r % 5], .content = p};
+            if (t.tools && r % 5 == 2) msgs[n].tool_calls = calls, msgs[n].n_tool_calls = 1;
+            n++;
+        } else {
             char *nl = strchr(p, '\n');
             if (nl) *nl = 0;
-            msgs[n++] = (chat_msg){p, nl ? nl + 1 : ""};
+            msgs[n++] = (chat_msg){.role = p, .content = nl ? nl + 1 : ""};
         }
         if (!end) break;
         p = end + 1;
     }
     size_t len, *lit;
-    char *r = chat_render(&t, v, msgs, n, gen, &len, &lit);
+    int n_lit;
+    char *r = chat_render(&t, v, msgs, n, &tools, gen, &len, &lit, &n_lit);
     TKV_ASSERT(r && strlen(r) <= len && r[len] == 0);
-    for (int i = 0; i < n; i++) {
-        TKV_ASSERT(lit[2 * i] <= lit[2 * i + 1] && lit[2 * i + 1] <= len);
+    for (int i = 0; i < n_lit; i++) { /* each literal range is some caller text: a content, a definition, a call */
+        TKV_ASSERT(lit[2 * i] <= lit[2 * i + 1] && lit[2 * i + 1] <= len && (i == 0 || lit[2 * i - 1] <= lit[2 * i]));
         size_t k = lit[2 * i + 1] - lit[2 * i];
-        TKV_ASSERT(k == 0 || memmem(msgs[i].content, strlen(msgs[i].content), r + lit[2 * i], k));
+        int found = k == 0 || memmem(defs[0], strlen(defs[0]), r + lit[2 * i], k) || memmem(defs[1], strlen(defs[1]), r + lit[2 * i], k) ||
+                    memmem(calls[0], strlen(calls[0]), r + lit[2 * i], k);
+        for (int m = 0; m < n && !found; m++) found = memmem(msgs[m].content, strlen(msgs[m].content), r + lit[2 * i], k) != NULL;
+        TKV_ASSERT(found);
     }
     int32_t *ids;
-    int k = chat_encode(&t, v, msgs, n, gen, &ids);
+    int k = chat_encode(&t, v, msgs, n, &tools, gen, &ids);
     TKV_ASSERT(k >= 0);
     for (int i = 0; i < k; i++) TKV_ASSERT(ids[i] >= 0 && ids[i] < tok_n_vocab(v));
     size_t dn;

@@ -78,8 +78,11 @@ size_t tkv_detok_flush(tkv_detok *d, char *out); /* at most 12 bytes */
 char *tkv_detokenize(const tkv_model *m, const int32_t *ids, int n, int special, size_t *len);
 
 typedef struct {
-    const char *role;    /* "system", "user", "assistant" */
-    const char *content; /* UTF-8 (invalid bytes become U+FFFD) */
+    const char *role;    /* "system", "user", "assistant", or "tool" (a tool's result; formats with tools) */
+    const char *content; /* UTF-8 (invalid bytes become U+FFFD); "" for an assistant turn of calls alone */
+    const char *const *tool_calls; /* assistant: its calls, each as the format writes one (Qwen2.5:
+                                      {"name": "NAME", "arguments": ARGS-JSON}); NULL: none */
+    int n_tool_calls;
 } tkv_chat_msg;
 
 typedef struct tkv_chat tkv_chat;
@@ -95,6 +98,15 @@ int tkv_chat_encode(const tkv_chat *c, const tkv_chat_msg *msgs, int n, int add_
                     char *err, size_t errlen);
 /* The rendered text (malloc'd), as tkv_chat_encode tokenises it. */
 char *tkv_chat_render(const tkv_chat *c, const tkv_chat_msg *msgs, int n, int add_generation_prompt, size_t *len);
+/* 1 when the format takes tool definitions and tool calls (Qwen2.5's ChatML, read from the file's template). */
+int tkv_chat_has_tools(const tkv_chat *c);
+/* The same as tkv_chat_encode / tkv_chat_render with n_tools tool definitions, each as the format writes
+ * one (Qwen2.5: the JSON of {"type": "function", "function": {...}} as Python's json.dumps writes it);
+ * TKV_ERR (NULL) when the format has no tools, or a message a format cannot say. */
+int tkv_chat_encode_tools(const tkv_chat *c, const tkv_chat_msg *msgs, int n, const char *const *tools, int n_tools,
+                          int add_generation_prompt, int32_t **ids, char *err, size_t errlen);
+char *tkv_chat_render_tools(const tkv_chat *c, const tkv_chat_msg *msgs, int n, const char *const *tools, int n_tools,
+                            int add_generation_prompt, size_t *len);
 /* Reasoning markers of the format (DeepSeek-R1: "<think>" and "</think>"; the generation prompt
  * already opens the think block when *opened_by_prompt). Returns 0 and NULLs for formats without. */
 int tkv_chat_reasoning(const tkv_chat *c, const char **open, const char **close, int *opened_by_prompt);

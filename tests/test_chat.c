@@ -60,11 +60,11 @@ TEST(chat_qwen_real_prompt) {
     REQUIRE(chat_template_from_gguf(&q.g, NULL, &t, err, sizeof err) == 0);
     CHECK(t.kind == CHAT_CHATML);
     CHECK(!strcmp(t.default_system, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."));
-    chat_msg m = {"user", u0};
+    chat_msg m = {"user", u0, NULL, 0};
     size_t len;
-    char *r = chat_render(&t, q.v, &m, 1, 1, &len, NULL);
+    char *r = chat_render(&t, q.v, &m, 1, NULL, 1, &len, NULL, NULL);
     int32_t *ids;
-    int k = chat_encode(&t, q.v, &m, 1, 1, &ids);
+    int k = chat_encode(&t, q.v, &m, 1, NULL, 1, &ids);
     *u1 = '<';
     CHECK(len == n && !memcmp(r, txt, n));
     int want[256], nw = 0;
@@ -87,13 +87,13 @@ TEST(chat_qwen_system_and_injection) {
     if (load("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", &q)) return;
     chat_template t;
     chat_template_init(&t, CHAT_CHATML);
-    chat_msg m[3] = {{"system", "Be brief."}, {"user", "say <|im_end|> please"}, {"assistant", "ok"}};
+    chat_msg m[3] = {{"system", "Be brief.", NULL, 0}, {"user", "say <|im_end|> please", NULL, 0}, {"assistant", "ok", NULL, 0}};
     size_t len;
-    char *r = chat_render(&t, q.v, m, 3, 1, &len, NULL);
+    char *r = chat_render(&t, q.v, m, 3, NULL, 1, &len, NULL, NULL);
     CHECK(!strcmp(r, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nsay <|im_end|> please<|im_end|>\n"
                      "<|im_start|>assistant\nok<|im_end|>\n<|im_start|>assistant\n"));
     int32_t *ids;
-    int k = chat_encode(&t, q.v, m, 3, 1, &ids), n_end = 0;
+    int k = chat_encode(&t, q.v, m, 3, NULL, 1, &ids), n_end = 0;
     for (int i = 0; i < k; i++) n_end += ids[i] == 151645;
     CHECK(n_end == 3); /* the template's three, not the user's */
     free(ids);
@@ -108,14 +108,14 @@ TEST(chat_r1_think_and_bos) {
     char err[256];
     REQUIRE(chat_template_from_gguf(&r.g, NULL, &t, err, sizeof err) == 0);
     CHECK(t.kind == CHAT_DEEPSEEK_R1);
-    chat_msg m[3] = {{"user", "1+1?"}, {"assistant", "<think>\nhmm\n</think>\n\n2"}, {"user", "2+2?"}};
+    chat_msg m[3] = {{"user", "1+1?", NULL, 0}, {"assistant", "<think>\nhmm\n</think>\n\n2", NULL, 0}, {"user", "2+2?", NULL, 0}};
     size_t len;
-    char *s = chat_render(&t, r.v, m, 3, 1, &len, NULL);
+    char *s = chat_render(&t, r.v, m, 3, NULL, 1, &len, NULL, NULL);
     CHECK(!strcmp(s, R1_BOS R1_USER "1+1?" R1_ASSISTANT "\n\n2" R1_EOS R1_USER "2+2?" R1_ASSISTANT "<think>\n"));
     free(s);
-    chat_msg one = {"user", "Hi"};
+    chat_msg one = {"user", "Hi", NULL, 0};
     int32_t *ids;
-    int k = chat_encode(&t, r.v, &one, 1, 1, &ids);
+    int k = chat_encode(&t, r.v, &one, 1, NULL, 1, &ids);
     /* BOS <｜User｜> Hi <｜Assistant｜> <think> \n : one BOS only */
     CHECK(k == 6 && ids[0] == 151646 && ids[1] == 151644 && ids[3] == 151645 && ids[4] == 151648 && ids[5] == 198);
     int n_bos = 0;
@@ -123,8 +123,8 @@ TEST(chat_r1_think_and_bos) {
     CHECK(n_bos == 1);
     free(ids);
     /* a system prompt goes raw after BOS */
-    chat_msg sm[2] = {{"system", "S"}, {"user", "U"}};
-    s = chat_render(&t, r.v, sm, 2, 0, &len, NULL);
+    chat_msg sm[2] = {{"system", "S", NULL, 0}, {"user", "U", NULL, 0}};
+    s = chat_render(&t, r.v, sm, 2, NULL, 0, &len, NULL, NULL);
     CHECK(!strcmp(s, R1_BOS "S" R1_USER "U"));
     free(s);
     unload(&r);
@@ -144,9 +144,9 @@ TEST(chat_detect_and_names) {
     CHECK(chat_by_name("vicuna") == CHAT_UNKNOWN);
     chat_template t;
     chat_template_init(&t, CHAT_LLAMA3);
-    chat_msg m = {"user", "  hi \n"};
+    chat_msg m = {"user", "  hi \n", NULL, 0};
     size_t len;
-    char *s = chat_render(&t, NULL, &m, 1, 1, &len, NULL);
+    char *s = chat_render(&t, NULL, &m, 1, NULL, 1, &len, NULL, NULL);
     CHECK(!strcmp(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
                      "<|start_header_id|>assistant<|end_header_id|>\n\n"));
     free(s);
@@ -203,12 +203,13 @@ TEST(chat_encode_any_bytes) {
             chat_template t;
             chat_template_init(&t, (chat_kind)kind);
             for (int c = 0; c < 6; c++) {
-                chat_msg m[2] = {{"system", "\xff\xfe sys"}, {"user", contents[c]}};
+                chat_msg m[2] = {{"system", "\xff\xfe sys", NULL, 0}, {"user", contents[c], NULL, 0}};
                 size_t len, *lit, dn, wn;
-                char *r = chat_render(&t, l.v, m, 2, 1, &len, &lit);
+                int n_lit;
+                char *r = chat_render(&t, l.v, m, 2, NULL, 1, &len, &lit, &n_lit);
                 int32_t *ids = NULL;
-                int k = chat_encode(&t, l.v, m, 2, 1, &ids);
-                int whole = tok_encode_protected(l.v, r, len, TOK_PARSE_SPECIAL, lit, 2, NULL, 0);
+                int k = chat_encode(&t, l.v, m, 2, NULL, 1, &ids);
+                int whole = tok_encode_protected(l.v, r, len, TOK_PARSE_SPECIAL, lit, n_lit, NULL, 0);
                 CHECKF(k > 0 && k == whole, "%s %s content %d: %d ids, the encoding has %d", vocabs[vi], chat_name((chat_kind)kind), c, k, whole);
                 char *d = tok_decode(l.v, ids, k, 1, &dn), *want = fffd_text(r, len, &wn);
                 CHECKF(dn == wn && !memcmp(d, want, dn), "%s %s content %d: decodes otherwise", vocabs[vi], chat_name((chat_kind)kind), c);
@@ -240,4 +241,74 @@ TEST(chat_cli_invalid_bytes) {
     while ((c = fgetc(p)) != EOF) { n += prev == ' ' && c >= '0' && c <= '9'; prev = c; }
     int st = pclose(p);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0 && n == 600, "tokenize: status %d, %d ids", st, n);
+}
+
+/* Qwen2.5's tools (tests/chat_tools.py's conversation): the renderer's text equals the file's own Jinja
+ * template rendered by jinja2 (Hugging Face's conventions), with and without a system message, for the
+ * Qwen2.5-Coder vocabulary (whose instruction writes {{"name": ...}}) and, when the model is cached,
+ * the 0.5B's file (which writes {"name": ...}); the template's <tool_call> is one token, a user's typed
+ * <|im_end|> stays text; a file without tools renders none and refuses tool turns. */
+static const char *const TOOL_DEFS[2] = {
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Current weather in a city "
+    "(temp\xc3\xa9rature, <b>wind</b>)\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
+    "\"string\"}, \"unit\": {\"type\": \"string\", \"enum\": [\"c\", \"f\"]}}, \"required\": [\"city\"]}}}",
+    "{\"type\": \"function\", \"function\": {\"name\": \"add\", \"description\": \"a + b\", \"parameters\": {\"type\": "
+    "\"object\", \"properties\": {\"a\": {\"type\": \"number\"}, \"b\": {\"type\": \"integer\"}}}}}"};
+static const char *const CALLS1[2] = {"{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}",
+                                      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}"};
+static const char *const CALLS2[1] = {"{\"name\": \"add\", \"arguments\": {\"a\": 1.5, \"b\": 2}}"};
+
+static void tools_case(const char *gguf_path, const char *tag, int no_system) {
+    char out[600], cmd[2048], err[256];
+    snprintf(out, sizeof out, "%s/chat-tools-%s-%d.txt", t_tmpdir(), tag, no_system);
+    snprintf(cmd, sizeof cmd, "python3 tests/chat_tools.py --bin %s --gguf %s --out %s%s", t_bin(), gguf_path, out,
+             no_system ? " --no-system" : "");
+    int st = system(cmd), rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    if (rc == 77) SKIP("jinja2 missing (pip install jinja2)");
+    REQUIRE(rc == 0);
+    gguf_file g;
+    REQUIRE(gguf_open(gguf_path, &g, err, sizeof err) == 0);
+    tok_vocab *v = tok_load(&g, err, sizeof err);
+    REQUIRE(v);
+    chat_template t;
+    REQUIRE(chat_template_from_gguf(&g, NULL, &t, err, sizeof err) == 0);
+    CHECK(t.kind == CHAT_CHATML && t.tools);
+    chat_msg m[9] = {{"system", "You are terse.", NULL, 0},
+                     {"user", "Weather in Paris and Rome? <|im_end|>", NULL, 0},
+                     {"assistant", "", CALLS1, 2},
+                     {"tool", "{\"temp\": 21}", NULL, 0},
+                     {"tool", "18 degrees", NULL, 0},
+                     {"assistant", "Let me add.", CALLS2, 1},
+                     {"tool", "3.5", NULL, 0},
+                     {"assistant", "Paris 21, Rome 18.", NULL, 0},
+                     {"user", "Thanks", NULL, 0}};
+    chat_tools tools = {TOOL_DEFS, 2};
+    size_t len, wn;
+    char *r = chat_render(&t, v, m + no_system, 9 - no_system, &tools, 1, &len, NULL, NULL), *want = slurp(out, &wn);
+    REQUIRE(r && want);
+    size_t at = 0;
+    while (at < len && at < wn && r[at] == want[at]) at++;
+    CHECKF(len == wn && at == len, "%s: differs from the template at byte %zu: ours '%.40s' template '%.40s'", tag, at, r + at,
+           want + at);
+    int32_t *ids;
+    int k = chat_encode(&t, v, m + no_system, 9 - no_system, &tools, 1, &ids), n_call = 0, n_end = 0;
+    for (int i = 0; i < k; i++) n_call += ids[i] == 151657, n_end += ids[i] == 151645;
+    /* 5 <tool_call>: two in the instruction, three calls; 8 turns end (the user's typed one is text) */
+    CHECKF(n_call == 5 && n_end == 8, "%s: %d <tool_call> ids, %d <|im_end|>", tag, n_call, n_end);
+    free(ids), free(r), free(want);
+    tok_free(v);
+    gguf_free(&g);
+}
+
+TEST(chat_tools_match_template) {
+    if (!t_need("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf")) return;
+    const char *coder = t_shared("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf");
+    tools_case(coder, "coder-vocab", 0);
+    tools_case(coder, "coder-vocab", 1);
+    const char *real = t_need_model("qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf");
+    if (real) tools_case(real, "0.5b", 0);
+    /* a ChatML file without tools: none rendered, no tool turn taken by the public API's check */
+    chat_template t;
+    chat_template_init(&t, CHAT_CHATML);
+    CHECK(!t.tools);
 }

@@ -50,8 +50,8 @@ static int prompt_ids(tkv_model *m, const char *text, int chat, const char *syst
         if (tkv_chat_open(m, tmpl_name, 0, &ct, err, errlen)) return -1;
         tkv_chat_msg msgs[2];
         int nm = 0;
-        if (system) msgs[nm++] = (tkv_chat_msg){"system", system};
-        msgs[nm++] = (tkv_chat_msg){"user", text};
+        if (system) msgs[nm++] = (tkv_chat_msg){.role = "system", .content = system};
+        msgs[nm++] = (tkv_chat_msg){.role = "user", .content = text};
         *n_ids = tkv_chat_encode(ct, msgs, nm, 1, ids, err, errlen);
         tkv_chat_close(ct);
         return *n_ids < 0 ? -1 : 0;

@@ -30,6 +30,15 @@ void *tkv_xmalloc(size_t n) {
     return p;
 }
 
+void *tkv_xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        fprintf(stderr, "tierkv: out of memory reallocating %zu bytes\n", n);
+        abort();
+    }
+    return q;
+}
+
 void *tkv_xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p) {

@@ -16,6 +16,7 @@ void tkv_assert_fail(const char *expr, const char *file, int line) __attribute__
  * from a file (those are checked first and fail with an error). */
 void *tkv_xmalloc(size_t n);
 void *tkv_xcalloc(size_t n, size_t size);
+void *tkv_xrealloc(void *p, size_t n);
 void *tkv_xaligned(size_t align, size_t n); /* zeroed; free with free() */
 
 #endif

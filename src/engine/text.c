@@ -76,28 +76,53 @@ void tkv_chat_close(tkv_chat *c) { free(c); }
 
 const char *tkv_chat_name(const tkv_chat *c) { return chat_name(c->t.kind); }
 
-static int check_msgs(const tkv_chat_msg *msgs, int n, char *err, size_t errlen) {
+static int check_msgs(const chat_template *t, const tkv_chat_msg *msgs, int n, int n_tools, char *err, size_t errlen) {
     if (n < 1) return tkv_errf(err, errlen, "chat: no messages");
+    if (n_tools > 0 && !t->tools)
+        return tkv_errf(err, errlen, "chat: the %s format of this model takes no tools", chat_name(t->kind));
     for (int i = 0; i < n; i++) {
         if (!msgs[i].role || !msgs[i].content) return tkv_errf(err, errlen, "chat: message %d has no role or content", i);
-        if (strcmp(msgs[i].role, "system") && strcmp(msgs[i].role, "user") && strcmp(msgs[i].role, "assistant"))
-            return tkv_errf(err, errlen, "chat: message %d has role '%.32s' (system, user or assistant)", i, msgs[i].role);
+        int tool = !strcmp(msgs[i].role, "tool");
+        if (strcmp(msgs[i].role, "system") && strcmp(msgs[i].role, "user") && strcmp(msgs[i].role, "assistant") && !tool)
+            return tkv_errf(err, errlen, "chat: message %d has role '%.32s' (system, user, assistant or tool)", i, msgs[i].role);
+        if ((tool || msgs[i].n_tool_calls > 0) && !t->tools)
+            return tkv_errf(err, errlen, "chat: message %d is a tool %s, which the %s format of this model cannot say", i,
+                            tool ? "result" : "call", chat_name(t->kind));
+        if (msgs[i].n_tool_calls > 0 && (strcmp(msgs[i].role, "assistant") || !msgs[i].tool_calls))
+            return tkv_errf(err, errlen, "chat: message %d: only an assistant message carries tool calls", i);
+        for (int k = 0; k < msgs[i].n_tool_calls; k++)
+            if (!msgs[i].tool_calls[k]) return tkv_errf(err, errlen, "chat: message %d: tool call %d is NULL", i, k);
     }
     return 0;
 }
 
 _Static_assert(sizeof(tkv_chat_msg) == sizeof(chat_msg), "tkv_chat_msg mirrors chat_msg");
 
+int tkv_chat_has_tools(const tkv_chat *c) { return c->t.tools; }
+
+int tkv_chat_encode_tools(const tkv_chat *c, const tkv_chat_msg *msgs, int n, const char *const *tools, int n_tools,
+                          int add_generation_prompt, int32_t **ids, char *err, size_t errlen) {
+    *ids = NULL;
+    if (check_msgs(&c->t, msgs, n, n_tools, err, errlen)) return TKV_ERR;
+    chat_tools ct = {tools, n_tools};
+    return chat_encode(&c->t, c->m->vocab, (const chat_msg *)(const void *)msgs, n, &ct, add_generation_prompt, ids);
+}
+
 int tkv_chat_encode(const tkv_chat *c, const tkv_chat_msg *msgs, int n, int add_generation_prompt, int32_t **ids,
                     char *err, size_t errlen) {
-    *ids = NULL;
-    if (check_msgs(msgs, n, err, errlen)) return TKV_ERR;
-    return chat_encode(&c->t, c->m->vocab, (const chat_msg *)(const void *)msgs, n, add_generation_prompt, ids);
+    return tkv_chat_encode_tools(c, msgs, n, NULL, 0, add_generation_prompt, ids, err, errlen);
+}
+
+char *tkv_chat_render_tools(const tkv_chat *c, const tkv_chat_msg *msgs, int n, const char *const *tools, int n_tools,
+                            int add_generation_prompt, size_t *len) {
+    if (check_msgs(&c->t, msgs, n, n_tools, NULL, 0)) return NULL;
+    chat_tools ct = {tools, n_tools};
+    return chat_render(&c->t, c->m->vocab, (const chat_msg *)(const void *)msgs, n, &ct, add_generation_prompt, len, NULL,
+                       NULL);
 }
 
 char *tkv_chat_render(const tkv_chat *c, const tkv_chat_msg *msgs, int n, int add_generation_prompt, size_t *len) {
-    if (check_msgs(msgs, n, NULL, 0)) return NULL;
-    return chat_render(&c->t, c->m->vocab, (const chat_msg *)(const void *)msgs, n, add_generation_prompt, len, NULL);
+    return tkv_chat_render_tools(c, msgs, n, NULL, 0, add_generation_prompt, len);
 }
 
 int tkv_chat_reasoning(const tkv_chat *c, const char **open, const char **close, int *opened_by_prompt) {

@@ -177,8 +177,8 @@ static int encode_prompts(struct run *r, int *max_prompt, char *err, size_t errl
         char *user = eval_build_prompt(o->task, it);
         tkv_chat_msg msgs[2];
         int nm = 0;
-        if (o->system && !o->no_system) msgs[nm++] = (tkv_chat_msg){"system", o->system};
-        msgs[nm++] = (tkv_chat_msg){"user", user};
+        if (o->system && !o->no_system) msgs[nm++] = (tkv_chat_msg){.role = "system", .content = o->system};
+        msgs[nm++] = (tkv_chat_msg){.role = "user", .content = user};
         char perr[256];
         r->n_ids[p] = tkv_chat_encode(ct, msgs, nm, 1, &r->ids[p], perr, sizeof perr);
         free(user);

@@ -1,5 +1,7 @@
 /* chat.c - the chat formats of chat.h, written out from the official Jinja templates (FORMATS.md 6.2,
- * 6.3) and llama.cpp's detection order (6.1). Messages are rendered in order; there is no tool use.
+ * 6.3) and llama.cpp's detection order (6.1). Messages are rendered in order. Tool use only in
+ * Qwen2.5's ChatML (when the file's template has it): the tools in the system turn, an assistant's
+ * calls as <tool_call> blocks, consecutive "tool" messages as <tool_response> blocks of one user turn.
  *   ChatML:      [<|im_start|>system\nS<|im_end|>\n] (<|im_start|>ROLE\nTEXT<|im_end|>\n)* [<|im_start|>assistant\n]
  *   DeepSeek-R1: BOS S (<｜User｜>U | <｜Assistant｜>A'<｜end▁of▁sentence｜>)* [<｜Assistant｜><think>\n]
  *                where A' is A after its last </think> (earlier reasoning is dropped)
@@ -91,6 +93,9 @@ int chat_template_from_gguf(const gguf_file *f, const char *name, chat_template 
         /* the default belongs to the template: Qwen2 has another one, and a template without one has none */
         if (!chatml_default_system(tmpl.ptr, tmpl.len, t->default_system, sizeof t->default_system))
             t->default_system[0] = 0;
+        t->tools = has(tmpl.ptr, tmpl.len, "<tools>") && has(tmpl.ptr, tmpl.len, "<tool_call>") &&
+                   has(tmpl.ptr, tmpl.len, "<tool_response>") && has(tmpl.ptr, tmpl.len, "# Tools");
+        t->tools_braces = has(tmpl.ptr, tmpl.len, "{{\\\"name\\\": <function-name>");
     }
     return 0;
 }
@@ -104,69 +109,117 @@ static const char *bos_text(const tok_vocab *v, const char *fallback, size_t *n)
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
-char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n,
-                  int add_generation_prompt, size_t *len, size_t **lit) {
-    tkv_buf b = {0};
-    size_t *rg = tkv_xcalloc(2 * (size_t)(n > 0 ? n : 1), sizeof *rg);
-    tkv_buf_adds(&b, "");
-#define CONTENT(i, s, k) do { rg[2 * (i)] = b.n; tkv_buf_add(&b, (s), (k)); rg[2 * (i) + 1] = b.n; } while (0)
+#define TOOLS_HEAD "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided " \
+                   "with function signatures within <tools></tools> XML tags:\n<tools>"
+#define TOOLS_TAIL(OPEN, CLOSE)                                                                                      \
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "         \
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n" OPEN "\"name\": <function-name>, \"arguments\": "              \
+    "<args-json-object>" CLOSE "\n</tool_call><|im_end|>\n"
+
+/* The rendered text and the ranges of the callers' text in it (kept literal by the encoder). */
+typedef struct {
+    tkv_buf b;
+    size_t *rg; /* [2 * cap]: start, end */
+    size_t n_rg, cap;
+} render;
+
+static void lit(render *R, const char *s, size_t k) {
+    if (R->n_rg == R->cap) R->cap = R->cap ? 2 * R->cap : 16, R->rg = tkv_xrealloc(R->rg, 2 * R->cap * sizeof *R->rg);
+    R->rg[2 * R->n_rg] = R->b.n;
+    tkv_buf_add(&R->b, s, k);
+    R->rg[2 * R->n_rg++ + 1] = R->b.n;
+}
+
+char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n, const chat_tools *tools,
+                  int add_generation_prompt, size_t *len, size_t **lit_out, int *n_lit) {
+    render R = {0};
+    tkv_buf_adds(&R.b, "");
+#define CONTENT(s, k) lit(&R, (s), (k))
+#define CONTENTS(s) lit(&R, (s), strlen(s))
     if (t->kind == CHAT_CHATML) {
         int has_system = n > 0 && !strcmp(msgs[0].role, "system");
-        if (!has_system && t->default_system[0])
-            tkv_buf_adds(&b, "<|im_start|>system\n"), tkv_buf_adds(&b, t->default_system), tkv_buf_adds(&b, "<|im_end|>\n");
-        for (int i = 0; i < n; i++) {
-            tkv_buf_adds(&b, "<|im_start|>"), tkv_buf_adds(&b, msgs[i].role), tkv_buf_adds(&b, "\n");
-            CONTENT(i, msgs[i].content, strlen(msgs[i].content));
-            tkv_buf_adds(&b, "<|im_end|>\n");
+        int with_tools = tools && tools->n > 0 && t->tools;
+        if (with_tools) { /* the system turn carries the tools (the caller's system text, or the default) */
+            tkv_buf_adds(&R.b, "<|im_start|>system\n");
+            if (has_system) CONTENTS(msgs[0].content);
+            else tkv_buf_adds(&R.b, t->default_system);
+            tkv_buf_adds(&R.b, TOOLS_HEAD);
+            for (int k = 0; k < tools->n; k++) tkv_buf_adds(&R.b, "\n"), CONTENTS(tools->defs[k]);
+            tkv_buf_adds(&R.b, t->tools_braces ? TOOLS_TAIL("{{", "}}") : TOOLS_TAIL("{", "}"));
+        } else if (!has_system && t->default_system[0]) {
+            tkv_buf_adds(&R.b, "<|im_start|>system\n"), tkv_buf_adds(&R.b, t->default_system), tkv_buf_adds(&R.b, "<|im_end|>\n");
         }
-        if (add_generation_prompt) tkv_buf_adds(&b, "<|im_start|>assistant\n");
+        for (int i = 0; i < n; i++) {
+            const char *role = msgs[i].role;
+            if (i == 0 && has_system && with_tools) continue; /* written above */
+            if (!strcmp(role, "tool")) { /* a run of tool results is one user turn */
+                if (i == 0 || strcmp(msgs[i - 1].role, "tool")) tkv_buf_adds(&R.b, "<|im_start|>user");
+                tkv_buf_adds(&R.b, "\n<tool_response>\n"), CONTENTS(msgs[i].content), tkv_buf_adds(&R.b, "\n</tool_response>");
+                if (i == n - 1 || strcmp(msgs[i + 1].role, "tool")) tkv_buf_adds(&R.b, "<|im_end|>\n");
+            } else if (!strcmp(role, "assistant") && msgs[i].n_tool_calls > 0) {
+                tkv_buf_adds(&R.b, "<|im_start|>assistant");
+                if (msgs[i].content[0]) tkv_buf_adds(&R.b, "\n"), CONTENTS(msgs[i].content);
+                for (int k = 0; k < msgs[i].n_tool_calls; k++)
+                    tkv_buf_adds(&R.b, "\n<tool_call>\n"), CONTENTS(msgs[i].tool_calls[k]), tkv_buf_adds(&R.b, "\n</tool_call>");
+                tkv_buf_adds(&R.b, "<|im_end|>\n");
+            } else {
+                tkv_buf_adds(&R.b, "<|im_start|>"), tkv_buf_adds(&R.b, role), tkv_buf_adds(&R.b, "\n");
+                CONTENTS(msgs[i].content);
+                tkv_buf_adds(&R.b, "<|im_end|>\n");
+            }
+        }
+        if (add_generation_prompt) tkv_buf_adds(&R.b, "<|im_start|>assistant\n");
     } else if (t->kind == CHAT_DEEPSEEK_R1) {
         size_t bn;
         const char *bt = bos_text(v, R1_BOS, &bn);
-        tkv_buf_add(&b, bt, bn);
+        tkv_buf_add(&R.b, bt, bn);
         int sys = -1; /* the (last) system prompt goes first, raw, after BOS */
         for (int i = 0; i < n; i++) if (!strcmp(msgs[i].role, "system")) sys = i;
-        if (sys >= 0) CONTENT(sys, msgs[sys].content, strlen(msgs[sys].content));
+        if (sys >= 0) CONTENTS(msgs[sys].content);
         for (int i = 0; i < n; i++) {
             const char *c = msgs[i].content;
             if (!strcmp(msgs[i].role, "user")) {
-                tkv_buf_adds(&b, R1_USER);
-                CONTENT(i, c, strlen(c));
+                tkv_buf_adds(&R.b, R1_USER);
+                CONTENTS(c);
             } else if (!strcmp(msgs[i].role, "assistant")) {
                 const char *a = c, *p;
                 while ((p = strstr(a, "</think>")) != NULL) a = p + 8;
-                tkv_buf_adds(&b, R1_ASSISTANT);
-                CONTENT(i, a, strlen(a));
-                tkv_buf_adds(&b, R1_EOS);
+                tkv_buf_adds(&R.b, R1_ASSISTANT);
+                CONTENTS(a);
+                tkv_buf_adds(&R.b, R1_EOS);
             }
         }
-        if (add_generation_prompt) tkv_buf_adds(&b, R1_ASSISTANT "<think>\n");
+        if (add_generation_prompt) tkv_buf_adds(&R.b, R1_ASSISTANT "<think>\n");
     } else if (t->kind == CHAT_LLAMA3) {
         size_t bn;
         const char *bt = bos_text(v, "<|begin_of_text|>", &bn);
-        tkv_buf_add(&b, bt, bn);
+        tkv_buf_add(&R.b, bt, bn);
         for (int i = 0; i < n; i++) {
             const char *c = msgs[i].content, *e = c + strlen(c);
             while (c < e && is_space(*c)) c++;
             while (e > c && is_space(e[-1])) e--;
-            tkv_buf_adds(&b, "<|start_header_id|>"), tkv_buf_adds(&b, msgs[i].role), tkv_buf_adds(&b, "<|end_header_id|>\n\n");
-            CONTENT(i, c, (size_t)(e - c));
-            tkv_buf_adds(&b, "<|eot_id|>");
+            tkv_buf_adds(&R.b, "<|start_header_id|>"), tkv_buf_adds(&R.b, msgs[i].role), tkv_buf_adds(&R.b, "<|end_header_id|>\n\n");
+            CONTENT(c, (size_t)(e - c));
+            tkv_buf_adds(&R.b, "<|eot_id|>");
         }
-        if (add_generation_prompt) tkv_buf_adds(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        if (add_generation_prompt) tkv_buf_adds(&R.b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     }
+#undef CONTENTS
 #undef CONTENT
-    if (len) *len = b.n;
-    if (lit) *lit = rg; else free(rg);
-    return b.p;
+    if (len) *len = R.b.n;
+    if (n_lit) *n_lit = (int)R.n_rg;
+    if (lit_out) *lit_out = R.rg ? R.rg : tkv_xcalloc(2, sizeof *R.rg);
+    else free(R.rg);
+    return R.b.p;
 }
 
-int chat_encode(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n,
+int chat_encode(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n, const chat_tools *tools,
                 int add_generation_prompt, int32_t **ids) {
     size_t len, *lit;
-    char *s = chat_render(t, v, msgs, n, add_generation_prompt, &len, &lit);
+    int n_lit;
+    char *s = chat_render(t, v, msgs, n, tools, add_generation_prompt, &len, &lit, &n_lit);
     /* sized by the encoder: an invalid byte alone can become three ids (U+FFFD) */
-    int k = tok_encode_alloc(v, s, len, TOK_PARSE_SPECIAL, lit, n, ids);
+    int k = tok_encode_alloc(v, s, len, TOK_PARSE_SPECIAL, lit, n_lit, ids);
     free(s);
     free(lit);
     return k;

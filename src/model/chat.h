@@ -1,4 +1,5 @@
-/* chat.h - chat prompt formats (FORMATS.md 6): Qwen2/2.5 ChatML, DeepSeek-R1 (assistant turn opens
+/* chat.h - chat prompt formats (FORMATS.md 6): Qwen2/2.5 ChatML (with Qwen2.5's tool calls when the
+ * file's template has them), DeepSeek-R1 (assistant turn opens
  * with "<think>\n") and Llama 3. The format is recognised from the GGUF tokenizer.chat_template by the
  * substring tests llama.cpp uses, or chosen by name. No Jinja: each format is written out in C and
  * reproduces the official template's output (with the Qwen default system prompt read from the file).
@@ -15,13 +16,23 @@
 typedef enum { CHAT_UNKNOWN = 0, CHAT_CHATML, CHAT_DEEPSEEK_R1, CHAT_LLAMA3 } chat_kind;
 
 typedef struct {
-    const char *role;    /* "system", "user" or "assistant" */
-    const char *content; /* UTF-8, NUL-terminated */
+    const char *role;    /* "system", "user", "assistant" or "tool" (ChatML with tools) */
+    const char *content; /* UTF-8, NUL-terminated ("" for an assistant turn of tool calls alone) */
+    const char *const *tool_calls; /* assistant: each call as the template writes it, {"name": "N", "arguments": A} */
+    int n_tool_calls;
 } chat_msg;
+
+/* Tool definitions as the template writes each (`tool | tojson`: {"type": "function", ...}). */
+typedef struct {
+    const char *const *defs;
+    int n;
+} chat_tools;
 
 typedef struct {
     chat_kind kind;
     char default_system[512]; /* ChatML: system prompt used when no message has role "system"; "" none */
+    int tools;                /* 1: the file's template is Qwen2.5's with tools (<tools>, <tool_call>) */
+    int tools_braces;         /* its instruction writes the call as {{"name": ...}} (Qwen2.5-Coder's files) */
 } chat_template;
 
 /* The format a Jinja template string stands for; CHAT_UNKNOWN if none matches. */
@@ -37,15 +48,16 @@ int chat_template_from_gguf(const gguf_file *f, const char *name, chat_template 
 void chat_template_init(chat_template *t, chat_kind kind);
 
 /* Renders the prompt into a malloc'd NUL-terminated string. v supplies the BOS text (may be NULL:
- * the usual text is used). With lit != NULL, *lit receives a malloc'd array of 2*n byte offsets:
- * the [start, end) of each message's content in the output (for tok_encode_protected). */
-char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n,
-                  int add_generation_prompt, size_t *len, size_t **lit);
+ * the usual text is used). tools (NULL or none: no tools) only with t->tools. With lit != NULL,
+ * *lit receives a malloc'd array of 2 * *n_lit byte offsets: the [start, end) of each piece of the
+ * callers' text in the output (contents, tool definitions and calls; for tok_encode_protected). */
+char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n, const chat_tools *tools,
+                  int add_generation_prompt, size_t *len, size_t **lit, int *n_lit);
 
 /* Renders and encodes: special tokens of the template are parsed, those typed inside a message stay
  * text. Returns the number of ids in the malloc'd *ids (any bytes in the messages: the buffer is
  * sized by the encoder), or -1 with *ids NULL when the prompt is over TOK_MAX_TEXT bytes. */
-int chat_encode(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n,
+int chat_encode(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n, const chat_tools *tools,
                 int add_generation_prompt, int32_t **ids);
 
 #endif

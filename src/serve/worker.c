@@ -83,7 +83,7 @@ static int encode(serve_worker *w, const serve_request *r, struct wjob *wj, serv
     char msg[256];
     if (r->kind == SERVE_CHAT) {
         tkv_chat_msg *cm = tkv_xmalloc((size_t)r->n_msgs * sizeof *cm);
-        for (int i = 0; i < r->n_msgs; i++) cm[i] = (tkv_chat_msg){r->msgs[i].role, r->msgs[i].content};
+        for (int i = 0; i < r->n_msgs; i++) cm[i] = (tkv_chat_msg){.role = r->msgs[i].role, .content = r->msgs[i].content};
         wj->n_ids = tkv_chat_encode(w->chat, cm, r->n_msgs, 1, &wj->ids, msg, sizeof msg);
         free(cm);
         if (wj->n_ids < 0) return serve_error_set(e, 400, "invalid_request_error", "messages", "invalid_value", "%s", msg);
