@@ -18,6 +18,7 @@
 #include "base/utf8.h"
 #include "serve/request.h"
 #include "serve/response.h"
+#include "serve/tools.h"
 #include "t.h"
 #include "tierkv.h"
 
@@ -146,7 +147,7 @@ TEST(serve_request_bad_corpus) {
         {SERVE_CHAT, "{\"messages\":[]}", "messages"},
         {SERVE_CHAT, "{\"messages\":[1]}", "messages[0]"},
         {SERVE_CHAT, "{\"messages\":[{\"content\":\"a\"}]}", "messages[0].role"},
-        {SERVE_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"a\"}]}", "messages[0].role"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"function\",\"content\":\"a\"}]}", "messages[0].role"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content"},
         /* a user or system message with no content (absent or null); an assistant's may be null */
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", "messages[0].content"},
@@ -190,8 +191,22 @@ TEST(serve_request_bad_corpus) {
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true,\"top_logprobs\":21}",
          "top_logprobs"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logit_bias\":{\"1\":2}}", "logit_bias"},
-        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{}]}", "tools"},
-        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tool_choice\":\"auto\"}", "tool_choice"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{}]}", "tools[0]"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":{}}", "tools"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"function\","
+                     "\"function\":{\"name\":\"\"}}]}", "tools[0]"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"function\","
+                     "\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", "tools[1]"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tool_choice\":\"required\"}", "tool_choice"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tool_choice\":{\"type\":\"function\","
+                     "\"function\":{\"name\":\"f\"}}}", "tool_choice"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"parallel_tool_calls\":1}", "parallel_tool_calls"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"tool_calls\":[]}]}", "messages[0].tool_calls"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"tool\"}]}", "messages[0].content"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"type\":\"function\"}]}]}",
+         "messages[0].tool_calls[0]"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\","
+                     "\"arguments\":7}}]}]}", "messages[0].tool_calls[0]"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}",
          "response_format"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"presence_penalty\":0.5}", "presence_penalty"},
@@ -214,6 +229,70 @@ TEST(serve_request_bad_corpus) {
         CHECKF(rc == -1 && e.status == 400 && e.message[0] && !strcmp(e.param, bad[i].param),
                "case %zu (%s): rc %d status %d param '%s' message '%s'", i, bad[i].body, rc, e.status, e.param, e.message);
         CHECK(r.msgs == NULL && r.prompt == NULL && r.stops == NULL); /* nothing left to free */
+    }
+}
+
+/* Python's json.dumps, as Qwen2.5's template writes tools and calls (expectations from Python 3.11) */
+TEST(serve_pyjson_like_python) {
+    static const struct { const char *in, *want; } cases[] = {
+        {"{\"a\": [1.5, 1.0, 1e-05, 1e16, 123456789.123, -0.5, 3.14e-10, 0.1, 100.0, 1e22, 2.5e-5]}",
+         "{\"a\": [1.5, 1.0, 1e-05, 1e+16, 123456789.123, -0.5, 3.14e-10, 0.1, 100.0, 1e+22, 2.5e-05]}"},
+        {"{\"s\": \"q\\\"b\\\\ n\\n t\\t c\\u0001 \xc3\xa9 \xe2\x82\xac \x7f\"}",
+         "{\"s\": \"q\\\"b\\\\ n\\n t\\t c\\u0001 \xc3\xa9 \xe2\x82\xac \x7f\"}"},
+        {"{\"z\": 1, \"a\": {\"y\": [], \"b\": {}}, \"t\": true, \"f\": false, \"n\": null, \"i\": -12}",
+         "{\"z\": 1, \"a\": {\"y\": [], \"b\": {}}, \"t\": true, \"f\": false, \"n\": null, \"i\": -12}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *v = json_loads(cases[i].in, 0, NULL);
+        REQUIRE(v);
+        char *got = serve_pyjson(v);
+        CHECKF(!strcmp(got, cases[i].want), "case %zu: %s, want %s", i, got, cases[i].want);
+        free(got);
+        json_decref(v);
+    }
+}
+
+/* Calls read from generated text: tagged blocks (with the text before them as content, the last one
+ * cut by the length cap), bare objects naming a declared tool, a ```json fence; not: a block that is
+ * not a call, an unknown name in a bare object, prose; parallel off keeps the first; and what a
+ * stream may show while the text grows. */
+TEST(serve_tools_extract_and_hold) {
+    char *names[2] = {"get_weather", "add"};
+    static const struct { const char *text; int n; const char *content, *first_name, *first_args; } cases[] = {
+        {"Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+         "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>",
+         2, "Let me check.", "get_weather", "{\"city\": \"Paris\"}"},
+        {"<tool_call>{\"name\": \"x\", \"arguments\": \"{\\\"k\\\":2}\"}", 1, "", "x", "{\"k\": 2}"},
+        {"  {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n{\"name\": \"add\"}", 2, "", "get_weather",
+         "{\"city\": \"Rome\"}"},
+        {"```json\n{\"name\": \"add\", \"arguments\": {\"a\": 1.5}}\n```\n", 1, "", "add", "{\"a\": 1.5}"},
+        {"<tool_call>\nnot json\n</tool_call>", 0, NULL, NULL, NULL},
+        {"{\"name\": \"nope\", \"arguments\": {}}", 0, NULL, NULL, NULL},
+        {"{\"name\": \"add\", \"arguments\": {}} and more", 0, NULL, NULL, NULL},
+        {"The answer is 4.", 0, NULL, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        serve_tool_calls c;
+        int n = serve_tools_extract(cases[i].text, strlen(cases[i].text), names, 2, 1, &c);
+        CHECKF(n == cases[i].n && c.n == n, "case %zu: %d calls, want %d", i, n, cases[i].n);
+        if (n && n == cases[i].n) {
+            CHECKF(c.content_len == strlen(cases[i].content) && !memcmp(cases[i].text, cases[i].content, c.content_len),
+                   "case %zu: content of %zu bytes", i, c.content_len);
+            CHECKF(!strcmp(c.v[0].name, cases[i].first_name) && !strcmp(c.v[0].arguments, cases[i].first_args),
+                   "case %zu: %s %s", i, c.v[0].name, c.v[0].arguments);
+        }
+        serve_tool_calls_free(&c);
+    }
+    serve_tool_calls c;
+    CHECK(serve_tools_extract(cases[0].text, strlen(cases[0].text), names, 2, 0, &c) == 1 && !strcmp(c.v[0].name, "get_weather"));
+    serve_tool_calls_free(&c);
+    static const struct { const char *text; size_t visible; } holds[] = {
+        {"Hello <tool", 5}, {"Hello <tool_call>\n{", 5}, {"  \n", 0}, {" {\"na", 0}, {"``", 0}, {"```py", 0},
+        {"Sure.\n\n", 5}, {"A < B", 5}, {"x<", 1},
+    };
+    for (size_t i = 0; i < sizeof holds / sizeof holds[0]; i++) {
+        size_t v = serve_tools_visible(holds[i].text, strlen(holds[i].text));
+        CHECKF(v == holds[i].visible, "'%s': %zu visible, want %zu", holds[i].text, v, holds[i].visible);
     }
 }
 
@@ -285,8 +364,8 @@ TEST(serve_response_shapes) {
     serve_resp_meta m = {"chatcmpl-1", 5, "model", SERVE_CHAT};
     serve_usage u = {10, 4, 3, 8};
     /* an invalid byte goes out as U+FFFD instead of failing */
-    serve_choice ch[2] = {{(serve_text){"ok\xff", 3}, (serve_text){"why", 3}, "stop", NULL},
-                          {(serve_text){"b", 1}, (serve_text){NULL, 0}, "length", NULL}};
+    serve_choice ch[2] = {{(serve_text){"ok\xff", 3}, (serve_text){"why", 3}, "stop", NULL, NULL},
+                          {(serve_text){"b", 1}, (serve_text){NULL, 0}, "length", NULL, NULL}};
     s = serve_json_completion(&m, ch, 2, 1, &u);
     o = json_loads(s, 0, &je);
     REQUIRE(o);
@@ -506,3 +585,4 @@ TEST(serve_http_logprobs) { http_section("logprobs"); }
 TEST(serve_http_tokenize) { http_section("tokens"); }
 TEST(serve_http_choices) { http_section("choices"); }
 TEST(serve_http_slow_clients) { http_section("slow"); }
+TEST(serve_http_tools) { http_section("tools"); }

@@ -133,7 +133,8 @@ static serve_usage choices_usage(struct choices *ch) {
 /* ---- streaming ---- */
 
 struct choice_state {
-    size_t seen_c, seen_r; /* the job's text already sent */
+    size_t seen_c, seen_r; /* the job's text already seen (waits are for more than this) */
+    size_t sent_c;         /* of it, the content sent (less while a tool call may be starting) */
     int sent_role, finished;
     int seen_lp;           /* log-probabilities already sent */
     size_t lp_text_off;    /* their tokens' characters (completions' text_offset) */
@@ -202,11 +203,18 @@ static int fill_choice(struct stream *st, int i, int wait, serve_error *err) {
         pthread_mutex_unlock(&j->mu);
         return -1;
     }
+    int done = j->phase == JOB_DONE;
+    /* with tools, text that may be the start of a call waits; at the end the calls are read */
+    size_t upto = j->content.n;
+    serve_tool_calls calls = {0};
+    if (j->req.n_tools && !done) upto = serve_tools_visible(j->content.p, j->content.n);
+    else if (j->req.n_tools && !j->err.status &&
+             serve_tools_extract(j->content.p, j->content.n, j->req.tool_names, j->req.n_tools, j->req.parallel_tool_calls, &calls))
+        upto = calls.content_len;
     if (j->reasoning.n > cs->seen_r) tkv_buf_add(&r, j->reasoning.p + cs->seen_r, j->reasoning.n - cs->seen_r);
-    if (j->content.n > cs->seen_c) tkv_buf_add(&t, j->content.p + cs->seen_c, j->content.n - cs->seen_c);
+    if (upto > cs->sent_c) tkv_buf_add(&t, j->content.p + cs->sent_c, upto - cs->sent_c), cs->sent_c = upto;
     cs->seen_r = j->reasoning.n;
     cs->seen_c = j->content.n;
-    int done = j->phase == JOB_DONE;
     struct lp_slice ls;
     if (r.n || t.n || done) lp_slice_take(cs, j, &ls);
     else memset(&ls, 0, sizeof ls);
@@ -226,14 +234,17 @@ static int fill_choice(struct stream *st, int i, int wait, serve_error *err) {
     if (done && err->status) { /* the stream's end says the error (stream_fill) */
         free(ls.v);
         tkv_buf_free(&ls.bytes);
+        serve_tool_calls_free(&calls);
         return 2;
     }
     if (done) { /* the last chunk: the log-probabilities left ("content": [] when none, as they were asked for) */
+        if (calls.n) add_event(st, serve_sse_tool_calls(&st->meta, i, &calls, usage)), finish = "tool_calls";
         const serve_lps *last = lp_slice_use(cs, &ls, &lv);
         if (!last && st->want_lp) lv = (serve_lps){NULL, 0, "", cs->lp_text_off}, last = &lv;
         add_event(st, serve_sse_chunk(&st->meta, i, 0, none, none, finish, usage, last));
         cs->finished = 1;
     }
+    serve_tool_calls_free(&calls);
     free(ls.v);
     tkv_buf_free(&ls.bytes);
     return produced;
@@ -366,14 +377,20 @@ static enum MHD_Result completion(serve_api *a, struct MHD_Connection *c, int ep
     serve_resp_meta meta = {id, j0->created, a->model, kind};
     serve_choice *cv = tkv_xcalloc((size_t)ch.n, sizeof *cv);
     serve_lps *lps = tkv_xcalloc((size_t)ch.n, sizeof *lps);
+    serve_tool_calls *calls = tkv_xcalloc((size_t)ch.n, sizeof *calls);
     for (int i = 0; i < ch.n; i++) {
         serve_job *j = ch.j[i];
         lps[i] = (serve_lps){j->lps, j->n_lps, j->lp_bytes.p ? j->lp_bytes.p : "", 0};
         cv[i] = (serve_choice){(serve_text){j->content.p, j->content.n}, (serve_text){j->reasoning.p, j->reasoning.n},
-                               j->finish, j->req.logprobs ? &lps[i] : NULL};
+                               j->finish, j->req.logprobs ? &lps[i] : NULL, NULL};
+        if (j->req.n_tools && serve_tools_extract(j->content.p, j->content.n, j->req.tool_names, j->req.n_tools,
+                                                  j->req.parallel_tool_calls, &calls[i]))
+            cv[i].content.n = calls[i].content_len, cv[i].calls = &calls[i], cv[i].finish = "tool_calls";
     }
     serve_usage u = choices_usage(&ch);
     char *out = serve_json_completion(&meta, cv, ch.n, j0->with_reasoning, &u);
+    for (int i = 0; i < ch.n; i++) serve_tool_calls_free(&calls[i]);
+    free(calls);
     free(cv);
     free(lps);
     choices_free(&ch);

@@ -26,7 +26,6 @@ static int is_text_modality(const json_t *v) {
     const json_t *m = json_array_get(v, 0);
     return json_is_string(m) && !strcmp(json_string_value(m), "text");
 }
-static int is_bool_or_null(const json_t *v) { return json_is_null(v) || json_is_boolean(v); }
 
 typedef struct {
     const char *name;
@@ -61,17 +60,17 @@ static const field fields[] = {
     {"service_tier", BOTH, NO_EFFECT, NULL, NULL},
     {"safety_identifier", BOTH, NO_EFFECT, NULL, NULL},
     {"prompt_cache_key", BOTH, NO_EFFECT, NULL, NULL},
-    /* not supported yet: accepted only with the value that changes nothing */
     {"echo", COMPL, HONOURED, NULL, NULL},
+    /* not supported yet: accepted only with the value that changes nothing */
     {"suffix", COMPL, NEUTRAL_ONLY, is_empty_str, "a suffix (insertion) is not supported"},
     {"best_of", COMPL, NEUTRAL_ONLY, is_one, "best_of > 1 is not supported"},
     {"frequency_penalty", BOTH, NEUTRAL_ONLY, is_zero, "penalties are not supported (only 0)"},
     {"presence_penalty", BOTH, NEUTRAL_ONLY, is_zero, "penalties are not supported (only 0)"},
     {"repetition_penalty", BOTH, NEUTRAL_ONLY, is_one, "penalties are not supported (only 1)"},
     {"logit_bias", BOTH, NEUTRAL_ONLY, is_empty, "logit_bias is not supported (only {})"},
-    {"tools", CHAT, NEUTRAL_ONLY, is_empty, "tool calls are not supported yet"},
-    {"tool_choice", CHAT, NEUTRAL_ONLY, is_none_choice, "tool calls are not supported yet (only \"none\")"},
-    {"parallel_tool_calls", CHAT, NEUTRAL_ONLY, is_bool_or_null, "must be a boolean (no effect without tools)"},
+    {"tools", CHAT, HONOURED, NULL, NULL},
+    {"tool_choice", CHAT, HONOURED, NULL, NULL}, /* auto, none; required and named: 400 (request.c) */
+    {"parallel_tool_calls", CHAT, HONOURED, NULL, NULL},
     {"functions", CHAT, NEUTRAL_ONLY, is_empty, "function calls are not supported"},
     {"function_call", CHAT, NEUTRAL_ONLY, is_none_choice, "function calls are not supported (only \"none\")"},
     {"response_format", BOTH, NEUTRAL_ONLY, is_text_format, "structured output is not supported yet (only {\"type\":\"text\"})"},

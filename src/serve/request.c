@@ -2,6 +2,7 @@
  * packaged by Debian, and its decoder validates UTF-8 and refuses NUL characters, so this file
  * never handles raw bytes itself. Every known field is checked for type and range here, once. */
 #include "serve/request.h"
+#include "serve/tools.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -127,11 +128,11 @@ static int get_messages(const json_t *root, const serve_limits *lim, serve_reque
         if (!json_is_string(role)) return BAD_TYPE(e, field, "a string");
         const char *given = json_string_value(role), *rs = given;
         if (!strcmp(rs, "developer")) rs = "system";
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
-            return BAD_VALUE(e, field, "'%s' must be system, developer, user or assistant, got '%.32s'", field, rs);
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))
+            return BAD_VALUE(e, field, "'%s' must be system, developer, user, assistant or tool, got '%.32s'", field, rs);
         snprintf(field, sizeof field, "messages[%zu].content", i);
         /* OpenAI's API: only an assistant message may leave content out or null (it then carries tool
-         * calls; read here as an empty turn); a user or system message without content is a mistake */
+         * calls, or is an empty turn); a user, system or tool message without content is a mistake */
         const json_t *cv = json_object_get(msg, "content");
         if ((!cv || json_is_null(cv)) && strcmp(rs, "assistant"))
             return serve_error_set(e, 400, "invalid_request_error", field, "missing_required_parameter",
@@ -139,8 +140,51 @@ static int get_messages(const json_t *root, const serve_limits *lim, serve_reque
                                    i, given, cv ? "null" : "none");
         char *content = NULL;
         if (get_content(cv, field, &content, e)) return -1;
-        r->msgs[r->n_msgs].role = dup_n(rs, strlen(rs));
-        r->msgs[r->n_msgs++].content = content;
+        serve_msg *sm = &r->msgs[r->n_msgs++];
+        sm->role = dup_n(rs, strlen(rs));
+        sm->content = content;
+        const json_t *tc = json_object_get(msg, "tool_calls");
+        snprintf(field, sizeof field, "messages[%zu].tool_calls", i);
+        if (tc && !json_is_null(tc)) {
+            if (strcmp(rs, "assistant")) return BAD_VALUE(e, field, "only an assistant message carries tool_calls");
+            if (!json_is_array(tc)) return BAD_TYPE(e, field, "an array");
+            size_t nc = json_array_size(tc);
+            if (nc > SERVE_MAX_TOOLS) return BAD_VALUE(e, field, "at most %d calls, got %zu", SERVE_MAX_TOOLS, nc);
+            sm->tool_calls = tkv_xcalloc(nc + 1, sizeof *sm->tool_calls);
+            for (size_t k = 0; k < nc; k++) {
+                char cf[64];
+                snprintf(cf, sizeof cf, "messages[%zu].tool_calls[%zu]", i, k);
+                if (serve_tool_call_text(json_array_get(tc, k), cf, &sm->tool_calls[sm->n_tool_calls], e)) return -1;
+                sm->n_tool_calls++;
+            }
+        }
+    }
+    return 0;
+}
+
+/* tools, tool_choice ("auto" or "none"; "required" and a named function need constrained decoding:
+ * refused) and parallel_tool_calls */
+static int get_tools(const json_t *root, serve_request *r, serve_error *e) {
+    r->parallel_tool_calls = 1;
+    const json_t *ptc = json_object_get(root, "parallel_tool_calls");
+    if (ptc && !json_is_null(ptc)) {
+        if (!json_is_boolean(ptc)) return BAD_TYPE(e, "parallel_tool_calls", "a boolean");
+        r->parallel_tool_calls = json_is_true(ptc);
+    }
+    const json_t *tools = json_object_get(root, "tools"), *tc = json_object_get(root, "tool_choice");
+    int none = 0;
+    if (tc && !json_is_null(tc)) {
+        if (json_is_string(tc) && !strcmp(json_string_value(tc), "none")) none = 1;
+        else if (!(json_is_string(tc) && !strcmp(json_string_value(tc), "auto")))
+            return serve_error_set(e, 400, "invalid_request_error", "tool_choice", "unsupported_value",
+                                   "tool_choice: only \"auto\" and \"none\" are supported (\"required\" and a named function "
+                                   "need constrained decoding, not supported yet)");
+    }
+    if (!tools || json_is_null(tools)) return 0;
+    if (serve_tools_parse(tools, r, e)) return -1;
+    if (none) { /* no tools in the prompt, none read from the answer */
+        for (int k = 0; k < r->n_tools; k++) free(r->tools[k]), free(r->tool_names[k]);
+        r->n_tools = 0;
     }
     return 0;
 }
@@ -223,7 +267,7 @@ static int get_stop(const json_t *root, const serve_limits *lim, serve_request *
 static int parse_root(const json_t *root, enum serve_kind kind, const serve_limits *lim, serve_request *r, serve_error *e) {
     if (!json_is_object(root)) return serve_error_set(e, 400, "invalid_request_error", "", "invalid_type", "the body must be a JSON object");
     if (serve_fields_check(root, kind, e)) return -1;
-    if (kind == SERVE_CHAT ? get_messages(root, lim, r, e) : get_prompt(root, lim, r, e)) return -1;
+    if (kind == SERVE_CHAT ? get_messages(root, lim, r, e) || get_tools(root, r, e) : get_prompt(root, lim, r, e)) return -1;
     long long v = -1, n = 1;
     int given = 0;
     /* max_completion_tokens is the newer name; either may be given, the newer wins */
@@ -304,11 +348,21 @@ static char *dup_or_null(const char *s) {
     return memcpy(tkv_xmalloc(n), s, n);
 }
 
+static char **dup_strs(char *const *v, int n) {
+    char **o = tkv_xcalloc((size_t)n + 1, sizeof *o);
+    for (int i = 0; i < n; i++) o[i] = dup_or_null(v[i]);
+    return o;
+}
+
 void serve_request_copy(const serve_request *r, int p, uint64_t seed_off, serve_request *out) {
     *out = *r;
     out->msgs = r->n_msgs ? tkv_xmalloc((size_t)r->n_msgs * sizeof *out->msgs) : NULL;
     for (int i = 0; i < r->n_msgs; i++)
-        out->msgs[i] = (serve_msg){dup_or_null(r->msgs[i].role), dup_or_null(r->msgs[i].content)};
+        out->msgs[i] = (serve_msg){dup_or_null(r->msgs[i].role), dup_or_null(r->msgs[i].content),
+                                   r->msgs[i].tool_calls ? dup_strs(r->msgs[i].tool_calls, r->msgs[i].n_tool_calls) : NULL,
+                                   r->msgs[i].n_tool_calls};
+    out->tools = r->tools ? dup_strs(r->tools, r->n_tools) : NULL;
+    out->tool_names = r->tool_names ? dup_strs(r->tool_names, r->n_tools) : NULL;
     out->stops = r->n_stops ? tkv_xmalloc((size_t)r->n_stops * sizeof *out->stops) : NULL;
     for (int i = 0; i < r->n_stops; i++) out->stops[i] = dup_or_null(r->stops[i]);
     serve_prompt src = {r->prompt, r->prompt_ids, r->n_prompt_ids};
@@ -325,9 +379,19 @@ void serve_request_copy(const serve_request *r, int p, uint64_t seed_off, serve_
     if (r->has_seed) out->seed = r->seed + seed_off;
 }
 
+static void free_strs(char **v, int n) {
+    for (int i = 0; v && i < n; i++) free(v[i]);
+    free(v);
+}
+
 void serve_request_free(serve_request *r) {
-    for (int i = 0; i < r->n_msgs; i++) free(r->msgs[i].role), free(r->msgs[i].content);
+    for (int i = 0; i < r->n_msgs; i++) {
+        free(r->msgs[i].role), free(r->msgs[i].content);
+        free_strs(r->msgs[i].tool_calls, r->msgs[i].n_tool_calls);
+    }
     free(r->msgs);
+    free_strs(r->tools, r->n_tools);
+    free_strs(r->tool_names, r->n_tools);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->stops);
     free(r->prompt);

@@ -18,11 +18,13 @@
 #include <stdint.h>
 
 enum serve_kind { SERVE_CHAT, SERVE_COMPLETION };
-enum { SERVE_MAX_TOP_LOGPROBS = 20, SERVE_MAX_N = 64 };
+enum { SERVE_MAX_TOP_LOGPROBS = 20, SERVE_MAX_N = 64, SERVE_MAX_TOOLS = 128 };
 
 typedef struct {
-    char *role;    /* system, user or assistant (developer is read as system) */
-    char *content; /* text parts joined */
+    char *role;    /* system, user, assistant or tool (developer is read as system) */
+    char *content; /* text parts joined ("" for an assistant turn of calls alone) */
+    char **tool_calls; /* assistant: its calls as the template writes them (serve/tools.h) */
+    int n_tool_calls;
 } serve_msg;
 
 typedef struct {
@@ -68,6 +70,10 @@ typedef struct {
     int top_logprobs;    /* 0..SERVE_MAX_TOP_LOGPROBS alternatives per token */
     int echo;            /* completions: the prompt's text before the completion's (with logprobs, every
                             prompt token's log-probability first, the first one null); not streamed */
+    char **tools;        /* chat: the tool definitions as the template writes them (serve/tools.h) */
+    char **tool_names;
+    int n_tools;         /* 0 also when tool_choice is "none": no tools in the prompt, no calls read */
+    int parallel_tool_calls; /* 0: only the first call is kept */
 } serve_request;
 
 typedef struct {

@@ -159,6 +159,37 @@ static void put_choice(json_t *choices, json_t *choice, const char *finish, enum
     json_array_append_new(choices, choice);
 }
 
+/* [{"id", "type": "function", "function": {"name", "arguments"}}], with "index" in stream deltas;
+ * the ids follow from the answer's id, the choice and the call */
+static json_t *tool_calls_arr(const serve_resp_meta *m, int choice, const serve_tool_calls *calls, int with_index) {
+    json_t *a = json_array();
+    const char *tail = strrchr(m->id, '-');
+    for (int k = 0; k < calls->n; k++) {
+        char id[64];
+        snprintf(id, sizeof id, "call_%s_%d_%d", tail ? tail + 1 : m->id, choice, k);
+        json_t *f = json_object(), *c = json_object();
+        json_object_set_new(f, "name", text((serve_text){calls->v[k].name, strlen(calls->v[k].name)}));
+        json_object_set_new(f, "arguments", text((serve_text){calls->v[k].arguments, strlen(calls->v[k].arguments)}));
+        if (with_index) json_object_set_new(c, "index", json_integer(k));
+        json_object_set_new(c, "id", json_string(id));
+        json_object_set_new(c, "type", json_string("function"));
+        json_object_set_new(c, "function", f);
+        json_array_append_new(a, c);
+    }
+    return a;
+}
+
+char *serve_sse_tool_calls(const serve_resp_meta *m, int index, const serve_tool_calls *calls, int usage_null) {
+    json_t *o = head(m, 1), *choice = json_object(), *choices = json_array(), *d = json_object();
+    json_object_set_new(choice, "index", json_integer(index));
+    json_object_set_new(d, "tool_calls", tool_calls_arr(m, index, calls, 1));
+    json_object_set_new(choice, "delta", d);
+    put_choice(choices, choice, NULL, m->kind, NULL);
+    json_object_set_new(o, "choices", choices);
+    if (usage_null) json_object_set_new(o, "usage", json_null());
+    return sse(o);
+}
+
 char *serve_json_completion(const serve_resp_meta *m, const serve_choice *c, int n, int with_reasoning,
                             const serve_usage *u) {
     json_t *o = head(m, 0), *choices = json_array();
@@ -168,8 +199,10 @@ char *serve_json_completion(const serve_resp_meta *m, const serve_choice *c, int
         if (m->kind == SERVE_CHAT) {
             json_t *msg = json_object();
             json_object_set_new(msg, "role", json_string("assistant"));
-            int null_content = with_reasoning && c[i].content.n == 0 && c[i].reasoning.n > 0;
+            int calls = c[i].calls && c[i].calls->n > 0;
+            int null_content = c[i].content.n == 0 && ((with_reasoning && c[i].reasoning.n > 0) || calls);
             json_object_set_new(msg, "content", null_content ? json_null() : text(c[i].content));
+            if (calls) json_object_set_new(msg, "tool_calls", tool_calls_arr(m, i, c[i].calls, 0));
             if (with_reasoning) {
                 json_object_set_new(msg, "reasoning_content", c[i].reasoning.n ? text(c[i].reasoning) : json_null());
                 json_object_set_new(msg, "reasoning", c[i].reasoning.n ? text(c[i].reasoning) : json_null());

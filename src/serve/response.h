@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "serve/request.h"
+#include "serve/tools.h"
 
 typedef struct {
     const char *id;    /* "chatcmpl-…" or "cmpl-…" */
@@ -57,6 +58,8 @@ typedef struct {
     serve_text content, reasoning;
     const char *finish;
     const serve_lps *lps;
+    const serve_tool_calls *calls; /* chat: the calls read from the text (NULL or none: message.tool_calls absent;
+                                      else content is null when empty) */
 } serve_choice;
 /* The whole answer: choices c[0..n) with indexes 0..n-1. With_reasoning: message.reasoning_content
  * and message.reasoning carry the reasoning (null when empty); content is null when empty and
@@ -68,6 +71,8 @@ char *serve_json_completion(const serve_resp_meta *m, const serve_choice *c, int
  * (stream_options.include_usage). */
 char *serve_sse_chunk(const serve_resp_meta *m, int index, int with_role, serve_text reasoning, serve_text content,
                       const char *finish, int usage_null, const serve_lps *lps);
+/* A chat chunk of choice `index` whose delta carries its tool calls, whole, each with its "index". */
+char *serve_sse_tool_calls(const serve_resp_meta *m, int index, const serve_tool_calls *calls, int usage_null);
 /* The last chunk with include_usage: "choices": [] and the usage. */
 char *serve_sse_usage(const serve_resp_meta *m, const serve_usage *u);
 /* An error inside a stream: "data: {"error":{…}}\n\n". */

@@ -82,9 +82,18 @@ static void wjob_free(struct wjob *wj) {
 static int encode(serve_worker *w, const serve_request *r, struct wjob *wj, serve_error *e) {
     char msg[256];
     if (r->kind == SERVE_CHAT) {
+        int tool_turns = 0;
+        for (int i = 0; i < r->n_msgs; i++) tool_turns += r->msgs[i].n_tool_calls > 0 || !strcmp(r->msgs[i].role, "tool");
+        if ((r->n_tools || tool_turns) && !tkv_chat_has_tools(w->chat))
+            return serve_error_set(e, 400, "invalid_request_error", r->n_tools ? "tools" : "messages", "unsupported_value",
+                                   "this model's chat template (%s) has no tool calls (Qwen2.5's ChatML has)",
+                                   tkv_chat_name(w->chat));
         tkv_chat_msg *cm = tkv_xmalloc((size_t)r->n_msgs * sizeof *cm);
-        for (int i = 0; i < r->n_msgs; i++) cm[i] = (tkv_chat_msg){.role = r->msgs[i].role, .content = r->msgs[i].content};
-        wj->n_ids = tkv_chat_encode(w->chat, cm, r->n_msgs, 1, &wj->ids, msg, sizeof msg);
+        for (int i = 0; i < r->n_msgs; i++)
+            cm[i] = (tkv_chat_msg){.role = r->msgs[i].role, .content = r->msgs[i].content,
+                                   .tool_calls = (const char *const *)r->msgs[i].tool_calls, .n_tool_calls = r->msgs[i].n_tool_calls};
+        wj->n_ids = tkv_chat_encode_tools(w->chat, cm, r->n_msgs, (const char *const *)r->tools, r->n_tools, 1, &wj->ids, msg,
+                                          sizeof msg);
         free(cm);
         if (wj->n_ids < 0) return serve_error_set(e, 400, "invalid_request_error", "messages", "invalid_value", "%s", msg);
     } else if (r->prompt_ids) {
