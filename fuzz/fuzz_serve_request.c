@@ -1,7 +1,8 @@
 /* fuzz_serve_request.c — libFuzzer target for the server's request parsing (`make fuzz`, then
  * build-fuzz/fuzz_bin/fuzz_serve_request fuzz/corpus/fuzz_serve_request -max_total_time=180): the
  * input is one request body, parsed as a chat and as a text completion request, then as a
- * /tokenize and a /detokenize body. A parse either
+ * /tokenize and a /detokenize body, and read as generated text for tool calls (serve/tools.h; the
+ * calls of a chat request's tools when it parsed). A parse either
  * fills the request (every string valid UTF-8 and NUL-terminated, counts in range, the limits
  * kept) or fails with a 4xx and a message; the request is then freed (ASan catches leaks and
  * overreads; the body is a heap copy of exactly the input's bytes). */
@@ -12,6 +13,7 @@
 #include "base/err.h"
 #include "serve/request.h"
 #include "serve/tokenize.h"
+#include "serve/tools.h"
 
 static void check_str(const char *s) {
     TKV_ASSERT(s);
@@ -38,7 +40,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             TKV_ASSERT(r.temperature >= 0 && r.temperature <= 2 && r.top_p >= 0 && r.top_p <= 1);
             if (kind == SERVE_CHAT) {
                 TKV_ASSERT(r.n_msgs >= 1 && r.n_msgs <= lim.max_messages);
-                for (int i = 0; i < r.n_msgs; i++) check_str(r.msgs[i].role), check_str(r.msgs[i].content);
+                for (int i = 0; i < r.n_msgs; i++) {
+                    check_str(r.msgs[i].role), check_str(r.msgs[i].content);
+                    for (int k = 0; k < r.msgs[i].n_tool_calls; k++) check_str(r.msgs[i].tool_calls[k]);
+                }
+                for (int k = 0; k < r.n_tools; k++) check_str(r.tools[k]), check_str(r.tool_names[k]);
+                serve_request c; /* the copy each of n choices gets */
+                serve_request_copy(&r, 0, 1, &c);
+                TKV_ASSERT(c.n_tools == r.n_tools && c.n_msgs == r.n_msgs);
+                serve_request_free(&c);
+                serve_tool_calls calls; /* the body as a model's text, against the request's tools */
+                int n = serve_tools_extract(body, size, r.tool_names, r.n_tools, r.parallel_tool_calls, &calls);
+                TKV_ASSERT(n == calls.n && calls.content_len <= size);
+                serve_tool_calls_free(&calls);
             } else {
                 TKV_ASSERT(r.prompt || (r.prompt_ids && r.n_prompt_ids >= 1));
                 for (int i = 0; i < r.n_prompt_ids; i++) TKV_ASSERT(r.prompt_ids[i] >= 0);
@@ -73,6 +87,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             TKV_ASSERT(e.status >= 400 && e.status < 500 && e.message[0] && e.type);
         }
     }
+    serve_tool_calls calls; /* the bytes as generated text: calls read or none, and what a stream shows */
+    int n = serve_tools_extract(body, size, NULL, 0, 1, &calls);
+    TKV_ASSERT(n == calls.n && calls.content_len <= size);
+    for (int i = 0; i < calls.n; i++) check_str(calls.v[i].name), check_str(calls.v[i].arguments);
+    serve_tool_calls_free(&calls);
+    TKV_ASSERT(serve_tools_visible(body, size) <= size);
     free(body);
     return 0;
 }
