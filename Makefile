@@ -33,7 +33,7 @@ AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -m
 LIB_SRC  = $(sort $(wildcard src/base/*.c src/gguf/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/codec/*.c src/model/*.c src/kv/*.c src/engine/*.c src/eval/*.c src/sched/*.c $(if $(filter 0,$(SERVE)),,src/serve/*.c)))
 # SERVE=0: tools/cmd_serve_none.c (a `serve` that says why it is missing) replaces tools/cmd_serve.c
 TOOL_SRC = $(filter-out $(if $(filter 0,$(SERVE)),tools/cmd_serve.c,tools/cmd_serve_none.c),$(sort $(wildcard tools/*.c)))
-TEST_SRC = $(filter-out $(if $(filter 0,$(SERVE)),tests/test_serve.c),$(sort $(wildcard tests/*.c)))
+TEST_SRC = $(filter-out $(if $(filter 0,$(SERVE)),tests/test_serve.c tests/test_jsonc.c),$(sort $(wildcard tests/*.c)))
 BENCH_SRC = $(sort $(wildcard bench/*.c))
 
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)

@@ -2,7 +2,8 @@
  * build-fuzz/fuzz_bin/fuzz_serve_request fuzz/corpus/fuzz_serve_request -max_total_time=180): the
  * input is one request body, parsed as a chat and as a text completion request, then as a
  * /tokenize and a /detokenize body, and read as generated text for tool calls (serve/tools.h; the
- * calls of a chat request's tools when it parsed). A parse either
+ * calls of a chat request's tools when it parsed) and fed to structured output's automaton (the
+ * request's schema when it has one, else any object). A parse either
  * fills the request (every string valid UTF-8 and NUL-terminated, counts in range, the limits
  * kept) or fails with a 4xx and a message; the request is then freed (ASan catches leaks and
  * overreads; the body is a heap copy of exactly the input's bytes). */
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "serve/jsonc.h"
 #include "serve/request.h"
 #include "serve/tokenize.h"
 #include "serve/tools.h"
@@ -66,6 +68,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 }
             }
             for (int i = 0; i < r.n_stops; i++) TKV_ASSERT(r.stops[i] && r.stops[i][0]);
+            if (r.json_mode) { /* its schema compiles again (the worker does) and takes the body's bytes */
+                json_t *sc = r.json_mode == 2 ? json_loads(r.json_schema, 0, NULL) : NULL;
+                char why[200];
+                jc_schema *js = jc_compile(sc, why, sizeof why);
+                TKV_ASSERT(js && (r.json_mode == 1 || sc));
+                jc_state *st = jc_start(js);
+                for (size_t i = 0; i < size; i++) (void)jc_feed(st, body + i, 1);
+                (void)jc_complete(st);
+                jc_state_free(st);
+                jc_free(js);
+                json_decref(sc);
+            }
             serve_request_free(&r);
         } else {
             TKV_ASSERT(e.status >= 400 && e.status < 500 && e.message[0] && e.type);
@@ -93,6 +107,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < calls.n; i++) check_str(calls.v[i].name), check_str(calls.v[i].arguments);
     serve_tool_calls_free(&calls);
     TKV_ASSERT(serve_tools_visible(body, size) <= size);
+    char why[200]; /* the bytes as a model's answer to json_object, refused from where they go wrong */
+    jc_schema *js = jc_compile(NULL, why, sizeof why);
+    jc_state *st = jc_start(js);
+    size_t took = 0;
+    while (took < size && jc_feed(st, body + took, 1) == 0) took++;
+    TKV_ASSERT(!jc_complete(st) || took > 0);
+    jc_state_free(st);
+    jc_free(js);
     free(body);
     return 0;
 }

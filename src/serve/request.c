@@ -2,6 +2,7 @@
  * packaged by Debian, and its decoder validates UTF-8 and refuses NUL characters, so this file
  * never handles raw bytes itself. Every known field is checked for type and range here, once. */
 #include "serve/request.h"
+#include "serve/jsonc.h"
 #include "serve/tools.h"
 
 #include <jansson.h>
@@ -162,6 +163,34 @@ static int get_messages(const json_t *root, const serve_limits *lim, serve_reque
     return 0;
 }
 
+/* response_format: text, json_object, or json_schema {"name", "schema", "strict"} whose schema
+ * jsonc.h can hold (what it cannot is refused by name) */
+static int get_format(const json_t *root, serve_request *r, serve_error *e) {
+    const json_t *rf = json_object_get(root, "response_format");
+    if (!rf || json_is_null(rf)) return 0;
+    const json_t *ty = json_object_get(rf, "type");
+    if (!json_is_object(rf) || !json_is_string(ty))
+        return BAD_VALUE(e, "response_format", "'response_format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
+    const char *t = json_string_value(ty);
+    if (!strcmp(t, "text")) return 0;
+    if (!strcmp(t, "json_object")) { r->json_mode = 1; return 0; }
+    if (strcmp(t, "json_schema")) return BAD_VALUE(e, "response_format", "response_format type '%.32s' is not text, json_object or json_schema", t);
+    const json_t *js = json_object_get(rf, "json_schema"), *sc = json_object_get(js, "schema"), *st = json_object_get(js, "strict");
+    if (!json_is_object(js) || !json_is_object(sc))
+        return BAD_VALUE(e, "response_format", "json_schema must be {\"name\": ..., \"schema\": {...}}");
+    if (st && !json_is_null(st) && !json_is_boolean(st)) return BAD_VALUE(e, "response_format", "json_schema.strict must be a boolean");
+    char why[200];
+    jc_schema *c = jc_compile(sc, why, sizeof why);
+    if (!c)
+        return serve_error_set(e, 400, "invalid_request_error", "response_format", "unsupported_value",
+                               "json_schema: %s (structured output supports type, properties, required, "
+                               "additionalProperties false, items, minItems, maxItems, enum, const)", why);
+    jc_free(c);
+    r->json_mode = 2;
+    r->json_schema = json_dumps(sc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    return 0;
+}
+
 /* tools, tool_choice ("auto" or "none"; "required" and a named function need constrained decoding:
  * refused) and parallel_tool_calls */
 static int get_tools(const json_t *root, serve_request *r, serve_error *e) {
@@ -268,6 +297,9 @@ static int parse_root(const json_t *root, enum serve_kind kind, const serve_limi
     if (!json_is_object(root)) return serve_error_set(e, 400, "invalid_request_error", "", "invalid_type", "the body must be a JSON object");
     if (serve_fields_check(root, kind, e)) return -1;
     if (kind == SERVE_CHAT ? get_messages(root, lim, r, e) || get_tools(root, r, e) : get_prompt(root, lim, r, e)) return -1;
+    if (get_format(root, r, e)) return -1;
+    if (r->json_mode && r->n_tools)
+        return BAD_VALUE(e, "response_format", "response_format with tools is not supported (one constraint at a time)");
     long long v = -1, n = 1;
     int given = 0;
     /* max_completion_tokens is the newer name; either may be given, the newer wins */
@@ -363,6 +395,7 @@ void serve_request_copy(const serve_request *r, int p, uint64_t seed_off, serve_
                                    r->msgs[i].n_tool_calls};
     out->tools = r->tools ? dup_strs(r->tools, r->n_tools) : NULL;
     out->tool_names = r->tool_names ? dup_strs(r->tool_names, r->n_tools) : NULL;
+    out->json_schema = dup_or_null(r->json_schema);
     out->stops = r->n_stops ? tkv_xmalloc((size_t)r->n_stops * sizeof *out->stops) : NULL;
     for (int i = 0; i < r->n_stops; i++) out->stops[i] = dup_or_null(r->stops[i]);
     serve_prompt src = {r->prompt, r->prompt_ids, r->n_prompt_ids};
@@ -392,6 +425,7 @@ void serve_request_free(serve_request *r) {
     free(r->msgs);
     free_strs(r->tools, r->n_tools);
     free_strs(r->tool_names, r->n_tools);
+    free(r->json_schema);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->stops);
     free(r->prompt);

@@ -6,6 +6,7 @@
  * snapshot, all under w->mu, and the jobs under each job's own lock. A job the worker accepted
  * holds one reference until the scheduler ends it (or preparation refuses it). */
 #include "serve/worker.h"
+#include "serve/jsonc.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -32,6 +33,11 @@ struct wjob {
     int stopped;         /* a stop string matched: the rest of the text is dropped */
     int got_first;
     int started;         /* on_start was called: counted as running, not pending */
+    jc_schema *schema;   /* response_format json_object / json_schema: the grammar the text follows */
+    jc_state *jst;
+    const char *jc_close; /* reasoning first (DeepSeek-R1): the grammar starts after this marker */
+    char tail[32];       /* the last bytes generated while waiting for it */
+    int n_tail;
 };
 
 struct serve_worker {
@@ -41,6 +47,7 @@ struct serve_worker {
     serve_worker_opts o;
     sched *sc;
     int V;
+    jc_vocab jv;          /* each token's bytes, for structured output's masks */
     size_t piece_cap;
     pthread_t th;
     int started;
@@ -70,6 +77,8 @@ static uint64_t mix64(uint64_t x) {
 
 static void wjob_free(struct wjob *wj) {
     if (!wj) return;
+    jc_state_free(wj->jst);
+    jc_free(wj->schema);
     free(wj->ids);
     tkv_sampler_close(wj->smp);
     tkv_stop_close(wj->stop);
@@ -155,10 +164,46 @@ static struct wjob *prepare(serve_worker *w, serve_job *j, int *max_tokens, serv
     serve_think_init(&wj->think, open, close, opened);
     wj->piece = tkv_xmalloc(w->piece_cap);
     wj->shown = tkv_xmalloc(tkv_stop_out_size(wj->stop, w->piece_cap) + 16);
+    if (r->json_mode) {
+        json_t *sc = r->json_mode == 2 ? json_loads(r->json_schema, 0, NULL) : NULL;
+        char why[200];
+        wj->schema = jc_compile(sc, why, sizeof why); /* checked when the request was read */
+        json_decref(sc);
+        if (!wj->schema) {
+            serve_error_set(e, 400, "invalid_request_error", "response_format", "unsupported_value", "json_schema: %s", why);
+            goto fail;
+        }
+        wj->jst = jc_start(wj->schema);
+        if (opened && close) wj->jc_close = close; /* the reasoning comes first, unconstrained */
+    }
     return wj;
 fail:
     wjob_free(wj);
     return NULL;
+}
+
+/* structured output: the tokens the grammar does not allow now are masked (not while the reasoning
+ * that comes first runs) */
+static void con_mask(void *con, float *row) {
+    struct wjob *wj = con;
+    if (!wj->jc_close) jc_mask(wj->jst, &wj->w->jv, row);
+}
+
+static void con_accept(void *con, int32_t tok) {
+    struct wjob *wj = con;
+    const char *b = NULL;
+    int n = tkv_token_piece(wj->w->m, tok, 0, &b);
+    if (n <= 0) return;
+    if (!wj->jc_close) { (void)jc_feed(wj->jst, b, (size_t)n); return; } /* the mask let only such bytes through */
+    for (int i = 0; i < n; i++) { /* the last bytes, to see the close marker across tokens */
+        if (wj->n_tail == (int)sizeof wj->tail) memmove(wj->tail, wj->tail + 1, sizeof wj->tail - 1), wj->n_tail--;
+        wj->tail[wj->n_tail++] = b[i];
+        size_t k = strlen(wj->jc_close);
+        if ((size_t)wj->n_tail >= k && !memcmp(wj->tail + wj->n_tail - k, wj->jc_close, k)) {
+            wj->jc_close = NULL; /* the answer, in the grammar, starts with the next byte */
+            return;
+        }
+    }
 }
 
 /* Text released by the stop filter: split, appended to the job, its readers woken. */
@@ -350,6 +395,7 @@ static void take(serve_worker *w, serve_job *j) {
     sched_job sj = {.prompt = wj->ids, .n_prompt = wj->n_ids, .max_tokens = max_tokens, .sampler = wj->smp, .user = wj,
                     .logprobs = j->req.logprobs, .top_logprobs = j->req.top_logprobs,
                     .prompt_logprobs = j->req.echo && j->req.logprobs};
+    if (wj->jst) sj.mask = con_mask, sj.accept = con_accept, sj.con = wj;
     sched_submit(w->sc, &sj);
 }
 
@@ -425,6 +471,12 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
+static void vocab_free(jc_vocab *v) {
+    free((void *)v->piece);
+    free(v->len);
+    free(v->eog);
+}
+
 int serve_worker_start(tkv_model *m, tkv_session *s, tkv_chat *chat, const serve_worker_opts *o, serve_worker **out,
                        char *err, size_t errlen) {
     *out = NULL;
@@ -438,6 +490,15 @@ int serve_worker_start(tkv_model *m, tkv_session *s, tkv_chat *chat, const serve
     tkv_model_info mi;
     tkv_model_get_info(m, &mi);
     w->V = mi.n_vocab;
+    w->jv.n = w->V;
+    w->jv.piece = tkv_xcalloc((size_t)w->V, sizeof *w->jv.piece);
+    w->jv.len = tkv_xcalloc((size_t)w->V, sizeof *w->jv.len);
+    w->jv.eog = tkv_xcalloc((size_t)w->V, 1);
+    for (int t = 0; t < w->V; t++) {
+        w->jv.len[t] = tkv_token_piece(m, t, 0, &w->jv.piece[t]);
+        if (w->jv.len[t] < 0) w->jv.len[t] = 0;
+        w->jv.eog[t] = (uint8_t)tkv_token_is_eog(m, t);
+    }
     w->piece_cap = tkv_detok_out_size(m) + 16;
     sched_params sp;
     sched_params_default(&sp);
@@ -446,7 +507,7 @@ int serve_worker_start(tkv_model *m, tkv_session *s, tkv_chat *chat, const serve
     sp.policy = o->policy;
     sched_callbacks cb = {.on_token = on_token, .cancelled = on_cancelled, .on_start = on_start, .on_end = on_end,
                           .on_prompt = on_prompt};
-    if (sched_init(m, s, &sp, &cb, &w->sc, err, errlen)) { free(w); return -1; }
+    if (sched_init(m, s, &sp, &cb, &w->sc, err, errlen)) { vocab_free(&w->jv), free(w); return -1; }
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     w->rate_t = tkv_now_s();
@@ -455,6 +516,7 @@ int serve_worker_start(tkv_model *m, tkv_session *s, tkv_chat *chat, const serve
         sched_free(w->sc);
         pthread_cond_destroy(&w->cv);
         pthread_mutex_destroy(&w->mu);
+        vocab_free(&w->jv);
         free(w);
         return tkv_errf(err, errlen, "worker: cannot start the engine thread");
     }
@@ -482,6 +544,7 @@ void serve_worker_free(serve_worker *w) {
     tkv_buf_free(&w->tc);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
+    vocab_free(&w->jv);
     free(w);
 }
 
