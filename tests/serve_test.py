@@ -656,8 +656,10 @@ def sec_tools(args):
             {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
         st, _, e = srv.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 4})
         check(st == 400 and e["error"]["param"] == "messages", "a tool turn on a template without tools: %d %s" % (st, e))
-        st, _, e = srv.post("/v1/chat/completions", dict(body, tool_choice="required"))
-        check(st == 400 and e["error"]["param"] == "tool_choice", "tool_choice required: %d %s" % (st, e))
+        st, _, e = srv.post("/v1/chat/completions", dict(body, tool_choice={"type": "function", "function": {"name": "nope"}}))
+        check(st == 400 and e["error"]["param"] == "tool_choice", "tool_choice naming no tool: %d %s" % (st, e))
+        st, _, e = srv.post("/v1/chat/completions", chat_body("x", max_tokens=4, tool_choice="required"))
+        check(st == 400 and e["error"]["param"] == "tool_choice", "tool_choice required without tools: %d %s" % (st, e))
     finally:
         srv.stop()
     home = os.environ.get("TIERKV_HOME") or os.path.join(os.environ.get("HOME", "."), ".cache", "tierkv")
@@ -702,6 +704,19 @@ def sec_tools(args):
         m2 = r2.choices[0]
         check(r2.usage.prompt_tokens > r.usage.prompt_tokens and (m2.message.content or m2.message.tool_calls),
               "the answer after the tool's result: %s %r" % (m2.finish_reason, m2.message.content))
+        # required and named: the call is forced by the grammar, whatever the message
+        hello = [{"role": "user", "content": "Hello there, how are you?"}]
+        two = WEATHER + [{"type": "function", "function": {"name": "get_time", "parameters": {
+            "type": "object", "properties": {"tz": {"type": "string", "format": "tz"}}, "required": ["tz"]}}}]
+        for tc, want in (("required", None), ({"type": "function", "function": {"name": "get_time"}}, "get_time"),
+                         ({"type": "function", "function": {"name": "get_weather"}}, "get_weather")):
+            rf = client.chat.completions.create(model="m", messages=hello, tools=two, tool_choice=tc, temperature=0,
+                                                max_tokens=60)
+            fc = rf.choices[0].message.tool_calls or []
+            check(rf.choices[0].finish_reason == "tool_calls" and len(fc) == 1 and (want is None or fc[0].function.name == want)
+                  and isinstance(json.loads(fc[0].function.arguments), dict), "tool_choice %s: %s" % (tc, rf.choices[0]))
+            if want == "get_weather":
+                check("city" in json.loads(fc[0].function.arguments), "the forced call's arguments follow its parameters")
         # tool_choice none: no tools in the prompt, no calls read
         r3 = client.chat.completions.create(model="m", messages=msgs[:1], tools=WEATHER, tool_choice="none", temperature=0,
                                             max_tokens=40)

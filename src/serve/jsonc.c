@@ -103,6 +103,7 @@ static int typed(jc_schema *s, int kind, const json_t *sc, const char *path, int
         const json_t *props = json_object_get(sc, "properties"), *req = json_object_get(sc, "required"),
                      *add = json_object_get(sc, "additionalProperties");
         if (props && !json_is_object(props)) return refuse(why, wn, path, "%s must be an object", "properties");
+        s->nodes[id].extra = !props; /* {"type": "object"} alone: any keys */
         if (add && !json_is_false(add) && !json_is_null(add))
             return refuse(why, wn, path, "%s: only false is supported", "additionalProperties");
         if (json_object_size(props) > JC_MAX_PROPS) return refuse(why, wn, path, "%s: at most 64", "properties");

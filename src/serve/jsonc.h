@@ -4,7 +4,8 @@
  * complete). Constrained sampling: the sampler then picks among what the grammar allows.
  *
  * Schemas (json_schema): type (one, or a list), properties / required / additionalProperties (false,
- * or absent: no keys beyond the properties, as OpenAI's strict mode), items / minItems / maxItems,
+ * or absent: no keys beyond the properties, as OpenAI's strict mode; an object schema without
+ * properties takes any keys), items / minItems / maxItems,
  * enum and const (strings, numbers, booleans, null), nesting; annotations (title, description,
  * default, examples, $schema, strict) change nothing. Anything else that constrains a value
  * (pattern, format, minimum, minLength, anyOf, $ref, ...) is refused by name: jc_compile says which.

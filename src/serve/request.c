@@ -191,8 +191,33 @@ static int get_format(const json_t *root, serve_request *r, serve_error *e) {
     return 0;
 }
 
-/* tools, tool_choice ("auto" or "none"; "required" and a named function need constrained decoding:
- * refused) and parallel_tool_calls */
+/* The grammar a forced call follows: {"name": one of the tools, "arguments": an object}, the arguments
+ * of the tool's parameters when there is one tool and the grammar can hold them (else any object). */
+static char *forced_call_schema(const json_t *tools, char *const *names, int n) {
+    json_t *sc = json_object(), *props = json_object(), *name = json_object(), *en = json_array();
+    for (int k = 0; k < n; k++) json_array_append_new(en, json_string(names[k]));
+    json_object_set_new(name, "enum", en);
+    json_t *args = NULL;
+    if (n == 1) {
+        const json_t *p = json_object_get(json_object_get(json_array_get(tools, 0), "function"), "parameters");
+        char why[8];
+        jc_schema *c = json_is_object(p) ? jc_compile(p, why, sizeof why) : NULL;
+        if (c) args = json_deep_copy(p);
+        jc_free(c);
+    }
+    if (!args) args = json_pack("{s:s}", "type", "object");
+    json_object_set_new(props, "name", name);
+    json_object_set_new(props, "arguments", args);
+    json_object_set_new(sc, "type", json_string("object"));
+    json_object_set_new(sc, "properties", props);
+    json_object_set_new(sc, "required", json_pack("[s,s]", "name", "arguments"));
+    char *t = json_dumps(sc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(sc);
+    return t;
+}
+
+/* tools, tool_choice ("auto", "none", "required", or {"type": "function", "function": {"name"}}: a
+ * call forced by the grammar of forced_call_schema) and parallel_tool_calls */
 static int get_tools(const json_t *root, serve_request *r, serve_error *e) {
     r->parallel_tool_calls = 1;
     const json_t *ptc = json_object_get(root, "parallel_tool_calls");
@@ -201,19 +226,36 @@ static int get_tools(const json_t *root, serve_request *r, serve_error *e) {
         r->parallel_tool_calls = json_is_true(ptc);
     }
     const json_t *tools = json_object_get(root, "tools"), *tc = json_object_get(root, "tool_choice");
-    int none = 0;
+    int none = 0, required = 0;
+    const char *named = NULL;
     if (tc && !json_is_null(tc)) {
+        const json_t *fn = json_object_get(json_object_get(tc, "function"), "name"), *ty = json_object_get(tc, "type");
         if (json_is_string(tc) && !strcmp(json_string_value(tc), "none")) none = 1;
+        else if (json_is_string(tc) && !strcmp(json_string_value(tc), "required")) required = 1;
+        else if (json_is_object(tc) && json_is_string(ty) && !strcmp(json_string_value(ty), "function") && json_is_string(fn))
+            named = json_string_value(fn);
         else if (!(json_is_string(tc) && !strcmp(json_string_value(tc), "auto")))
-            return serve_error_set(e, 400, "invalid_request_error", "tool_choice", "unsupported_value",
-                                   "tool_choice: only \"auto\" and \"none\" are supported (\"required\" and a named function "
-                                   "need constrained decoding, not supported yet)");
+            return BAD_VALUE(e, "tool_choice", "tool_choice must be \"auto\", \"none\", \"required\" or "
+                                               "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
-    if (!tools || json_is_null(tools)) return 0;
+    if (!tools || json_is_null(tools)) {
+        if (required || named) return BAD_VALUE(e, "tool_choice", "tool_choice asks for a call but no tools are given");
+        return 0;
+    }
     if (serve_tools_parse(tools, r, e)) return -1;
     if (none) { /* no tools in the prompt, none read from the answer */
         for (int k = 0; k < r->n_tools; k++) free(r->tools[k]), free(r->tool_names[k]);
         r->n_tools = 0;
+    } else if (named) {
+        int k = 0;
+        while (k < r->n_tools && strcmp(r->tool_names[k], named)) k++;
+        if (k == r->n_tools) return BAD_VALUE(e, "tool_choice", "tool_choice names '%.64s', which is not in tools", named);
+        json_t *one = json_array();
+        json_array_append(one, json_array_get(tools, (size_t)k));
+        r->tool_force = forced_call_schema(one, &r->tool_names[k], 1);
+        json_decref(one);
+    } else if (required) {
+        r->tool_force = forced_call_schema(tools, r->tool_names, r->n_tools);
     }
     return 0;
 }
@@ -300,6 +342,7 @@ static int parse_root(const json_t *root, enum serve_kind kind, const serve_limi
     if (get_format(root, r, e)) return -1;
     if (r->json_mode && r->n_tools)
         return BAD_VALUE(e, "response_format", "response_format with tools is not supported (one constraint at a time)");
+    if (r->tool_force) r->json_mode = 2, r->json_schema = r->tool_force, r->tool_force = NULL; /* the call's grammar */
     long long v = -1, n = 1;
     int given = 0;
     /* max_completion_tokens is the newer name; either may be given, the newer wins */
@@ -426,6 +469,7 @@ void serve_request_free(serve_request *r) {
     free_strs(r->tools, r->n_tools);
     free_strs(r->tool_names, r->n_tools);
     free(r->json_schema);
+    free(r->tool_force);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->stops);
     free(r->prompt);

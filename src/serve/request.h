@@ -74,6 +74,7 @@ typedef struct {
     char **tool_names;
     int n_tools;         /* 0 also when tool_choice is "none": no tools in the prompt, no calls read */
     int parallel_tool_calls; /* 0: only the first call is kept */
+    char *tool_force;    /* while parsing: the grammar of a required or named call (moved to json_schema) */
     int json_mode;       /* response_format: 0 text, 1 json_object, 2 json_schema (json_schema holds it) */
     char *json_schema;   /* the schema's JSON text, checked by jc_compile (serve/jsonc.h) */
 } serve_request;
