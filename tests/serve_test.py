@@ -636,6 +636,13 @@ def sec_slow(args):
         srv.stop()
 
 
+def real_model():
+    """The cached real 0.5B when TIERKV_SLOW_TESTS=1 (its tests take seconds to a minute), else None."""
+    home = os.environ.get("TIERKV_HOME") or os.path.join(os.environ.get("HOME", "."), ".cache", "tierkv")
+    real = os.path.join(home, "models", "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf")
+    return real if os.path.exists(real) and os.environ.get("TIERKV_SLOW_TESTS") else None
+
+
 WEATHER = [{"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
@@ -662,9 +669,8 @@ def sec_tools(args):
         check(st == 400 and e["error"]["param"] == "tool_choice", "tool_choice required without tools: %d %s" % (st, e))
     finally:
         srv.stop()
-    home = os.environ.get("TIERKV_HOME") or os.path.join(os.environ.get("HOME", "."), ".cache", "tierkv")
-    real = os.path.join(home, "models", "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf")
-    if not os.path.exists(real) or not os.environ.get("TIERKV_SLOW_TESTS"):
+    real = real_model()
+    if not real:
         print("serve_test: the tool round trip on the real 0.5B needs it cached and TIERKV_SLOW_TESTS=1: skipped",
               file=sys.stderr)
         return 0
@@ -821,9 +827,8 @@ def sec_structured(args):
         check(st == 200 and isinstance(json.loads(e["choices"][0]["text"]), dict), "completions json_object: %d %s" % (st, e))
     finally:
         srv.stop()
-    home = os.environ.get("TIERKV_HOME") or os.path.join(os.environ.get("HOME", "."), ".cache", "tierkv")
-    real = os.path.join(home, "models", "qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf")
-    if not os.path.exists(real) or not os.environ.get("TIERKV_SLOW_TESTS"):
+    real = real_model()
+    if not real:
         print("serve_test: 50 structured answers of the real 0.5B need it cached and TIERKV_SLOW_TESTS=1: skipped",
               file=sys.stderr)
         return 0

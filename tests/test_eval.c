@@ -69,23 +69,35 @@ static int n_lines(const char *dir, const char *name) {
     return b ? n : -1;
 }
 
-/* The "output" of each id t-0..t-4 in a results file (NULL where missing); free with free_outputs. */
-static void outputs(const char *dir, const char *name, char *out[5]) {
+/* The "output" of (id t-i, sample k) lines, [5][4], NULL where missing (a line without "sample" is 0). */
+static void sample_outputs(const char *dir, const char *name, char *out[5][4]) {
     char *b = slurp(dir, name);
-    memset(out, 0, 5 * sizeof *out);
+    memset(out, 0, 5 * 4 * sizeof(char *));
     size_t pos = 0, n, len = b ? strlen(b) : 0;
     const char *line;
     while (b && eval_next_line(b, len, &pos, &line, &n)) {
         struct json_doc *d;
         if (json_parse(line, n, NULL, &d, NULL, 0)) continue;
         const char *id = json_get_str(json_root(d), "id"), *o = json_get_str(json_root(d), "output");
-        if (id && o && !strncmp(id, "t-", 2) && id[2] >= '0' && id[2] <= '4' && !id[3]) {
-            free(out[id[2] - '0']);
-            out[id[2] - '0'] = strdup(o);
+        int64_t k = 0;
+        if (json_get(json_root(d), "sample") && !json_get_int(json_root(d), "sample", &k)) k = -1;
+        if (id && o && k >= 0 && k < 4 && !strncmp(id, "t-", 2) && id[2] >= '0' && id[2] <= '4' && !id[3]) {
+            free(out[id[2] - '0'][k]);
+            out[id[2] - '0'][k] = strdup(o);
         }
         json_free(d);
     }
     free(b);
+}
+
+/* The "output" of each id t-0..t-4 in a results file (NULL where missing); free with free_outputs. */
+static void outputs(const char *dir, const char *name, char *out[5]) {
+    char *all[5][4];
+    sample_outputs(dir, name, all);
+    for (int i = 0; i < 5; i++) {
+        out[i] = all[i][0];
+        for (int k = 1; k < 4; k++) free(all[i][k]);
+    }
 }
 
 static void free_outputs(char *o[5]) {
@@ -828,27 +840,6 @@ TEST(eval_unpinned_prompt_recorded) {
     char *e = slurp(dir, "stderr.txt");
     CHECKF(e && strstr(e, "another configuration"), "%s", e ? e : "(no stderr)");
     free(e);
-}
-
-/* The "output" of (id t-i, sample k) lines, [5][4], NULL where missing. */
-static void sample_outputs(const char *dir, const char *name, char *out[5][4]) {
-    char *b = slurp(dir, name);
-    memset(out, 0, 5 * 4 * sizeof(char *));
-    size_t pos = 0, n, len = b ? strlen(b) : 0;
-    const char *line;
-    while (b && eval_next_line(b, len, &pos, &line, &n)) {
-        struct json_doc *d;
-        if (json_parse(line, n, NULL, &d, NULL, 0)) continue;
-        const char *id = json_get_str(json_root(d), "id"), *o = json_get_str(json_root(d), "output");
-        int64_t k = -1;
-        if (id && o && json_get_int(json_root(d), "sample", &k) && k >= 0 && k < 4 && !strncmp(id, "t-", 2) &&
-            id[2] >= '0' && id[2] <= '4' && !id[3]) {
-            free(out[id[2] - '0'][k]);
-            out[id[2] - '0'][k] = strdup(o);
-        }
-        json_free(d);
-    }
-    free(b);
 }
 
 /* --samples K: K sampled chains per problem, chain k seeded seed + k (the same command gives the same

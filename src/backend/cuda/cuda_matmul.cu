@@ -171,15 +171,11 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a) {
     static_assert(!XG || NT == 1, "x from global memory: one token");
     extern __shared__ float4 xs4[];
     float *xs = (float *)xs4;
-    /* this block's output, selected with constant indices (a run-time index into the kernel's
-     * parameters would copy them to local memory) */
-    cw_mat w = a.o[0].w;
-    float *y = a.o[0].y;
-    int64_t y_stride = a.o[0].y_stride;
-    int block0 = 0;
-#pragma unroll
-    for (int i = 1; i < BE_MM_MAX_OUTS; i++)
-        if (i < a.n_o && (int)blockIdx.x >= a.o[i].block0) w = a.o[i].w, y = a.o[i].y, y_stride = a.o[i].y_stride, block0 = a.o[i].block0;
+    cw_mat w;
+    float *y;
+    int64_t y_stride;
+    int block0;
+    mm_pick_out(a, w, y, y_stride, block0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + warp) * R;
     const int xstride = mm_pad(a.kt); /* kt is a multiple of 64: the padded row length */

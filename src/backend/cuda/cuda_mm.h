@@ -23,6 +23,17 @@ struct mm_args {
     int kt;         /* x tile, a multiple of 256 (the float kernels) */
 };
 
+#ifdef __CUDACC__
+/* The output a block works on, selected with constant indices into the kernel's parameters (a
+ * run-time index, or a copy of a whole mm_out, would put them in local memory). */
+__device__ __forceinline__ void mm_pick_out(const mm_args &a, cw_mat &w, float *&y, int64_t &y_stride, int &block0) {
+    w = a.o[0].w, y = a.o[0].y, y_stride = a.o[0].y_stride, block0 = 0;
+#pragma unroll
+    for (int i = 1; i < BE_MM_MAX_OUTS; i++)
+        if (i < a.n_o && (int)blockIdx.x >= a.o[i].block0) w = a.o[i].w, y = a.o[i].y, y_stride = a.o[i].y_stride, block0 = a.o[i].block0;
+}
+#endif
+
 /* cuda_mmq.cu: Q8_0 weights against the activation rounded to Q8_0 blocks (FORMATS.md 2.7) */
 bool cu_mmq_type(uint32_t t);                          /* a type the integer products run */
 size_t cu_mmq_scratch(int64_t n_in, int64_t n_tok);    /* bytes of the rounded activation */

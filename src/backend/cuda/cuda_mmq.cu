@@ -92,14 +92,11 @@ __device__ __forceinline__ void mmq8_unit(float (&acc)[R][NT], const cw_mat &w, 
 template <int NT, int R>
 __global__ void __launch_bounds__(MM_WARPS * 32)
     mmq8_kernel(const mm_args a, const int8_t *__restrict__ qx, const float *__restrict__ dx) {
-    /* this block's output, selected with constant indices (as in cuda_matmul.cu) */
-    cw_mat w = a.o[0].w;
-    float *y = a.o[0].y;
-    int64_t y_stride = a.o[0].y_stride;
-    int block0 = 0;
-#pragma unroll
-    for (int i = 1; i < BE_MM_MAX_OUTS; i++)
-        if (i < a.n_o && (int)blockIdx.x >= a.o[i].block0) w = a.o[i].w, y = a.o[i].y, y_stride = a.o[i].y_stride, block0 = a.o[i].block0;
+    cw_mat w;
+    float *y;
+    int64_t y_stride;
+    int block0;
+    mm_pick_out(a, w, y, y_stride, block0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + warp) * R;
     const int64_t n_u = a.n_in / 16, nb = a.n_in / 32;
