@@ -406,7 +406,7 @@ int harness_summary_write_json(const char *path, const struct harness_opts *o, c
     json_out_key(&j, "model"), json_out_str(&j, tkv_file_name(o->model_path));
     json_out_key(&j, "task"), json_out_str(&j, o->task_label);
     json_out_key(&j, "data"), json_out_str(&j, tkv_file_name(o->data_path));
-    json_out_key(&j, "results"), o->out_path ? json_out_str(&j, o->out_path) : json_out_null(&j);
+    json_out_key(&j, "results"), o->out_path ? json_out_str(&j, tkv_file_name(o->out_path)) : json_out_null(&j);
     json_out_key(&j, "command"), json_out_str(&j, cmd ? cmd : "");
     json_out_key(&j, "commit"), json_out_str(&j, tkv_build_commit());
     json_out_key(&j, "build_flags"), json_out_str(&j, tkv_build_flags());
