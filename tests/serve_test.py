@@ -806,16 +806,17 @@ def sec_structured(args):
 
     srv = Server(args, "--template", "chatml", "--parallel", "4")
     try:
-        bad = run(srv, 10, 1.0, 400, FIX_SCHEMAS)
+        bad = run(srv, 10, 1.0, 1000, FIX_SCHEMAS)  # blanks (16 a run) and digits (24 a part) bound every answer
         check(bad == 0, "%d of 10 answers of the random model are not valid for their schema" % bad)
-        body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 300, "temperature": 1.0, "seed": 5,
-                "response_format": {"type": "json_object"}}
+        # streamed equals whole (a schema the random model can always finish: the fixture has no '"' token)
+        body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1000, "temperature": 1.0, "seed": 5,
+                "response_format": fmt(FIX_SCHEMAS[2])}
         st, _, b = srv.post("/v1/chat/completions", body)
         whole = b["choices"][0]["message"]["content"] if st == 200 else None
-        check(st == 200 and b["choices"][0]["finish_reason"] == "stop" and isinstance(json.loads(whole), dict),
-              "json_object: %d %s" % (st, b))
+        check(st == 200 and b["choices"][0]["finish_reason"] == "stop" and isinstance(json.loads(whole), list),
+              "nested arrays: %d %s" % (st, b))
         st, chunks, done = srv.stream("/v1/chat/completions", dict(body, stream=True))
-        check(st == 200 and done and join_stream(chunks, "content") == whole, "json_object streamed differs from whole")
+        check(st == 200 and done and join_stream(chunks, "content") == whole, "structured streamed differs from whole")
         for rf, word in (({"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "string", "pattern": "a+"}}},
                           "pattern"),
                          ({"type": "json_schema", "json_schema": {"name": "a", "schema": {"anyOf": []}}}, "anyOf"),
@@ -823,8 +824,12 @@ def sec_structured(args):
             st, _, e = srv.post("/v1/chat/completions", chat_body("x", max_tokens=4, response_format=rf))
             check(st == 400 and e["error"]["param"] == "response_format" and word in e["error"]["message"],
                   "response_format %s: %d %s" % (rf, st, e))
-        st, _, e = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 40, "response_format": {"type": "json_object"}})
-        check(st == 200 and isinstance(json.loads(e["choices"][0]["text"]), dict), "completions json_object: %d %s" % (st, e))
+        # text completions too (a schema the fixture's vocabulary can finish: no strings)
+        st, _, e = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 1000, "temperature": 1.0, "seed": 7,
+                                                "response_format": fmt(FIX_SCHEMAS[0])})
+        check(st == 200 and e["choices"][0]["finish_reason"] == "stop", "completions json_schema: %d %s" % (st, e))
+        if st == 200 and e["choices"][0]["finish_reason"] == "stop":
+            jsonschema.validate(json.loads(e["choices"][0]["text"]), FIX_SCHEMAS[0])
     finally:
         srv.stop()
     real = real_model()
@@ -836,6 +841,12 @@ def sec_structured(args):
     try:
         bad = run(srv, 50, 0.7, 300, SCHEMAS)
         check(bad == 0, "%d of 50 answers of the 0.5B are not valid for their schema" % bad)
+        for k in range(3):  # json_object: an object, whatever was asked
+            st, _, b = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPTS[k]}],
+                                                         "max_tokens": 200, "temperature": 0.7, "seed": k,
+                                                         "response_format": {"type": "json_object"}})
+            ok = st == 200 and b["choices"][0]["finish_reason"] == "stop"
+            check(ok and isinstance(json.loads(b["choices"][0]["message"]["content"]), dict), "json_object %d: %s" % (k, b))
     finally:
         srv.stop()
     return 0
