@@ -852,7 +852,42 @@ def sec_structured(args):
     return 0
 
 
-SECTIONS_SLOW = {"slow": sec_slow, "tools": sec_tools, "structured": sec_structured}
+def sec_penalties(args):
+    """logit_bias and the penalties, by their effect (the fixture's logits lie within +-27): +100 on a
+    token makes greedy decoding repeat it; frequency_penalty 2 takes 2 more off per repeat, so it ends
+    (before its 64th) but not before its 20th; presence_penalty 2 takes 2 once, so it does not end;
+    repetition_penalty 10 divides a seen token's positive logit, so it does not repeat at once;
+    refusals of bad values."""
+    srv = Server(args, "--template", "chatml")
+    try:
+        st, _, d = srv.post("/detokenize", {"tokens": [42]})
+        t = d["content"]
+        check(st == 200 and t, "detokenize 42: %d %s" % (st, d))
+
+        def gen(**kw):
+            st, _, b = srv.post("/v1/completions", dict({"prompt": [100, 200, 300], "max_tokens": 80, "temperature": 0,
+                                                         "logit_bias": {"42": 100}}, **kw))
+            check(st == 200, "%s: %d %s" % (kw, st, b))
+            return b["choices"][0]["text"] if st == 200 else ""
+
+        check(gen() == t * 80, "logit_bias +100: not 80 times %r" % t)
+        f = gen(frequency_penalty=2)
+        check(f.startswith(t * 20) and f != t * 80, "frequency_penalty 2: %r" % f[:100])
+        check(gen(presence_penalty=2) == t * 80, "presence_penalty 2 changed the output")
+        check(not gen(repetition_penalty=10).startswith(t * 2), "repetition_penalty 10: the token repeated at once")
+        st, _, b = srv.post("/v1/completions", {"prompt": [100, 200, 300], "max_tokens": 3, "temperature": 0,
+                                                "logit_bias": {"42": -100}})
+        check(st == 200 and t not in b["choices"][0]["text"], "logit_bias -100: %s" % b)
+        for bad in ({"logit_bias": {"x": 1}}, {"logit_bias": {"42": 101}}, {"logit_bias": {"99999": 1}},
+                    {"frequency_penalty": 2.5}, {"presence_penalty": -3}, {"repetition_penalty": 0}):
+            st, _, e = srv.post("/v1/completions", dict({"prompt": "x", "max_tokens": 2}, **bad))
+            check(st == 400 and e["error"]["param"] == list(bad)[0], "%s: %d %s" % (bad, st, e))
+    finally:
+        srv.stop()
+    return 0
+
+
+SECTIONS_SLOW = {"slow": sec_slow, "tools": sec_tools, "structured": sec_structured, "penalties": sec_penalties}
 
 
 def sec_auth(args):

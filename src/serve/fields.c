@@ -9,7 +9,6 @@ enum kinds { CHAT = 1, COMPL = 2, BOTH = 3 };
 
 /* The neutral values: the ones with which the output is what it would be without the field. */
 static int is_null(const json_t *v) { return json_is_null(v); }
-static int is_zero(const json_t *v) { return json_is_null(v) || (json_is_number(v) && json_number_value(v) == 0); }
 static int is_one(const json_t *v) { return json_is_null(v) || (json_is_number(v) && json_number_value(v) == 1); }
 static int is_empty(const json_t *v) {
     return json_is_null(v) || (json_is_array(v) && json_array_size(v) == 0) || (json_is_object(v) && json_object_size(v) == 0);
@@ -57,14 +56,14 @@ static const field fields[] = {
     {"safety_identifier", BOTH, NO_EFFECT, NULL, NULL},
     {"prompt_cache_key", BOTH, NO_EFFECT, NULL, NULL},
     {"echo", COMPL, HONOURED, NULL, NULL},
+    {"frequency_penalty", BOTH, HONOURED, NULL, NULL},  /* OpenAI's, over the generated tokens */
+    {"presence_penalty", BOTH, HONOURED, NULL, NULL},
+    {"repetition_penalty", BOTH, HONOURED, NULL, NULL}, /* vLLM's, over prompt and generated tokens */
+    {"logit_bias", BOTH, HONOURED, NULL, NULL},
     {"response_format", BOTH, HONOURED, NULL, NULL}, /* text, json_object, json_schema (request.c) */
     /* not supported yet: accepted only with the value that changes nothing */
     {"suffix", COMPL, NEUTRAL_ONLY, is_empty_str, "a suffix (insertion) is not supported"},
     {"best_of", COMPL, NEUTRAL_ONLY, is_one, "best_of > 1 is not supported"},
-    {"frequency_penalty", BOTH, NEUTRAL_ONLY, is_zero, "penalties are not supported (only 0)"},
-    {"presence_penalty", BOTH, NEUTRAL_ONLY, is_zero, "penalties are not supported (only 0)"},
-    {"repetition_penalty", BOTH, NEUTRAL_ONLY, is_one, "penalties are not supported (only 1)"},
-    {"logit_bias", BOTH, NEUTRAL_ONLY, is_empty, "logit_bias is not supported (only {})"},
     {"tools", CHAT, HONOURED, NULL, NULL},
     {"tool_choice", CHAT, HONOURED, NULL, NULL}, /* auto, none; required and named: 400 (request.c) */
     {"parallel_tool_calls", CHAT, HONOURED, NULL, NULL},

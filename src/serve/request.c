@@ -163,6 +163,30 @@ static int get_messages(const json_t *root, const serve_limits *lim, serve_reque
     return 0;
 }
 
+/* logit_bias: {"token id": bias in [-100, 100]}, at most SERVE_MAX_BIAS entries (OpenAI's limits) */
+static int get_bias(const json_t *root, serve_request *r, serve_error *e) {
+    const json_t *lb = json_object_get(root, "logit_bias");
+    if (!lb || json_is_null(lb)) return 0;
+    if (!json_is_object(lb)) return BAD_TYPE(e, "logit_bias", "an object of token ids to biases");
+    size_t n = json_object_size(lb);
+    if (n > SERVE_MAX_BIAS) return BAD_VALUE(e, "logit_bias", "at most %d tokens, got %zu", SERVE_MAX_BIAS, n);
+    r->bias_ids = tkv_xcalloc(n + 1, sizeof *r->bias_ids);
+    r->bias_vals = tkv_xcalloc(n + 1, sizeof *r->bias_vals);
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)lb, key, v) {
+        char *end;
+        long id = strtol(key, &end, 10);
+        if (!*key || *end || id < 0 || id > INT32_MAX || (key[0] == '0' && key[1]))
+            return BAD_VALUE(e, "logit_bias", "logit_bias keys are token ids (decimal), got '%.32s'", key);
+        if (!json_is_number(v) || !isfinite(json_number_value(v)) || fabs(json_number_value(v)) > 100)
+            return BAD_VALUE(e, "logit_bias", "logit_bias of token %ld must be a number in [-100, 100]", id);
+        r->bias_ids[r->n_bias] = (int32_t)id;
+        r->bias_vals[r->n_bias++] = (float)json_number_value(v);
+    }
+    return 0;
+}
+
 /* response_format: text, json_object, or json_schema {"name", "schema", "strict"} whose schema
  * jsonc.h can hold (what it cannot is refused by name) */
 static int get_format(const json_t *root, serve_request *r, serve_error *e) {
@@ -349,6 +373,11 @@ static int parse_root(const json_t *root, enum serve_kind kind, const serve_limi
     if (get_int(root, "max_tokens", 1, lim->max_tokens, &v, &given, e)) return -1;
     if (get_int(root, "max_completion_tokens", 1, lim->max_tokens, &v, &given, e)) return -1;
     r->max_tokens = given ? (int)v : -1;
+    r->repetition_penalty = 1;
+    if (get_number(root, "frequency_penalty", -2, 2, &r->frequency_penalty, e) ||
+        get_number(root, "presence_penalty", -2, 2, &r->presence_penalty, e) ||
+        get_number(root, "repetition_penalty", 1e-3, 10, &r->repetition_penalty, e) || get_bias(root, r, e))
+        return -1;
     if (get_number(root, "temperature", 0, 2, &r->temperature, e)) return -1;
     if (get_number(root, "top_p", 0, 1, &r->top_p, e)) return -1;
     if (get_number(root, "min_p", 0, 1, &r->min_p, e)) return -1;
@@ -439,6 +468,10 @@ void serve_request_copy(const serve_request *r, int p, uint64_t seed_off, serve_
     out->tools = r->tools ? dup_strs(r->tools, r->n_tools) : NULL;
     out->tool_names = r->tool_names ? dup_strs(r->tool_names, r->n_tools) : NULL;
     out->json_schema = dup_or_null(r->json_schema);
+    out->bias_ids = r->n_bias ? tkv_xmalloc((size_t)r->n_bias * sizeof *out->bias_ids) : NULL;
+    out->bias_vals = r->n_bias ? tkv_xmalloc((size_t)r->n_bias * sizeof *out->bias_vals) : NULL;
+    if (r->n_bias) memcpy(out->bias_ids, r->bias_ids, (size_t)r->n_bias * sizeof *out->bias_ids);
+    if (r->n_bias) memcpy(out->bias_vals, r->bias_vals, (size_t)r->n_bias * sizeof *out->bias_vals);
     out->stops = r->n_stops ? tkv_xmalloc((size_t)r->n_stops * sizeof *out->stops) : NULL;
     for (int i = 0; i < r->n_stops; i++) out->stops[i] = dup_or_null(r->stops[i]);
     serve_prompt src = {r->prompt, r->prompt_ids, r->n_prompt_ids};
@@ -470,6 +503,8 @@ void serve_request_free(serve_request *r) {
     free_strs(r->tool_names, r->n_tools);
     free(r->json_schema);
     free(r->tool_force);
+    free(r->bias_ids);
+    free(r->bias_vals);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->stops);
     free(r->prompt);

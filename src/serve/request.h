@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 enum serve_kind { SERVE_CHAT, SERVE_COMPLETION };
-enum { SERVE_MAX_TOP_LOGPROBS = 20, SERVE_MAX_N = 64, SERVE_MAX_TOOLS = 128 };
+enum { SERVE_MAX_TOP_LOGPROBS = 20, SERVE_MAX_N = 64, SERVE_MAX_TOOLS = 128, SERVE_MAX_BIAS = 300 };
 
 typedef struct {
     char *role;    /* system, user, assistant or tool (developer is read as system) */
@@ -75,6 +75,11 @@ typedef struct {
     int n_tools;         /* 0 also when tool_choice is "none": no tools in the prompt, no calls read */
     int parallel_tool_calls; /* 0: only the first call is kept */
     char *tool_force;    /* while parsing: the grammar of a required or named call (moved to json_schema) */
+    double frequency_penalty, presence_penalty; /* OpenAI's: -2..2, over the tokens generated so far */
+    double repetition_penalty; /* vLLM's (and llama.cpp's repeat penalty): (0, 10], 1 off, prompt and output */
+    int32_t *bias_ids;   /* logit_bias: added to those tokens' logits (ids checked against the vocabulary later) */
+    float *bias_vals;    /* -100..100 */
+    int n_bias;
     int json_mode;       /* response_format: 0 text, 1 json_object, 2 json_schema (json_schema holds it) */
     char *json_schema;   /* the schema's JSON text, checked by jc_compile (serve/jsonc.h) */
 } serve_request;

@@ -38,6 +38,9 @@ struct wjob {
     const char *jc_close; /* reasoning first (DeepSeek-R1): the grammar starts after this marker */
     char tail[32];       /* the last bytes generated while waiting for it */
     int n_tail;
+    uint16_t *counts;    /* frequency/presence penalties: each token's count among the generated, */
+    int32_t *seen;       /* and the distinct ones generated, in order */
+    int n_seen;
 };
 
 struct serve_worker {
@@ -79,6 +82,8 @@ static void wjob_free(struct wjob *wj) {
     if (!wj) return;
     jc_state_free(wj->jst);
     jc_free(wj->schema);
+    free(wj->counts);
+    free(wj->seen);
     free(wj->ids);
     tkv_sampler_close(wj->smp);
     tkv_stop_close(wj->stop);
@@ -149,7 +154,8 @@ static struct wjob *prepare(serve_worker *w, serve_job *j, int *max_tokens, serv
     so.top_p = (float)r->top_p;
     so.top_k = r->top_k;
     so.min_p = (float)r->min_p;
-    so.repeat_penalty = 1;
+    so.repeat_penalty = (float)r->repetition_penalty; /* vLLM's: over the prompt and the output */
+    so.repeat_last_n = -1;
     so.seed = r->has_seed ? r->seed : mix64(++w->seeds ^ (uint64_t)time(NULL)); /* a choice's own (api.c) */
     char msg[256];
     if (tkv_sampler_open(&so, w->V, &wj->smp, msg, sizeof msg)) {
@@ -164,6 +170,16 @@ static struct wjob *prepare(serve_worker *w, serve_job *j, int *max_tokens, serv
     serve_think_init(&wj->think, open, close, opened);
     wj->piece = tkv_xmalloc(w->piece_cap);
     wj->shown = tkv_xmalloc(tkv_stop_out_size(wj->stop, w->piece_cap) + 16);
+    for (int i = 0; i < r->n_bias; i++)
+        if (r->bias_ids[i] >= w->V) {
+            serve_error_set(e, 400, "invalid_request_error", "logit_bias", "invalid_value",
+                            "logit_bias: token id %d is out of the vocabulary (0..%d)", r->bias_ids[i], w->V - 1);
+            goto fail;
+        }
+    if (r->frequency_penalty != 0 || r->presence_penalty != 0) {
+        wj->counts = tkv_xcalloc((size_t)w->V, sizeof *wj->counts);
+        wj->seen = tkv_xcalloc((size_t)*max_tokens + 1, sizeof *wj->seen);
+    }
     if (r->json_mode) {
         json_t *sc = r->json_mode == 2 ? json_loads(r->json_schema, 0, NULL) : NULL;
         char why[200];
@@ -182,15 +198,26 @@ fail:
     return NULL;
 }
 
-/* structured output: the tokens the grammar does not allow now are masked (not while the reasoning
- * that comes first runs) */
+/* Before each token: logit_bias, OpenAI's frequency and presence penalties, and structured output's
+ * mask (the tokens the grammar does not allow now; not while the reasoning that comes first runs) */
 static void con_mask(void *con, float *row) {
     struct wjob *wj = con;
-    if (!wj->jc_close) jc_mask(wj->jst, &wj->w->jv, row);
+    const serve_request *r = &wj->job->req;
+    for (int i = 0; i < r->n_bias; i++) row[r->bias_ids[i]] += r->bias_vals[i];
+    for (int i = 0; i < wj->n_seen; i++) { /* OpenAI's penalties over the tokens generated so far */
+        int32_t t = wj->seen[i];
+        row[t] -= (float)(r->frequency_penalty * wj->counts[t] + r->presence_penalty);
+    }
+    if (wj->jst && !wj->jc_close) jc_mask(wj->jst, &wj->w->jv, row);
 }
 
 static void con_accept(void *con, int32_t tok) {
     struct wjob *wj = con;
+    if (wj->counts && tok >= 0 && tok < wj->w->V) {
+        if (!wj->counts[tok]) wj->seen[wj->n_seen++] = tok;
+        if (wj->counts[tok] < UINT16_MAX) wj->counts[tok]++;
+    }
+    if (!wj->jst) return;
     const char *b = NULL;
     int n = tkv_token_piece(wj->w->m, tok, 0, &b);
     if (n <= 0) return;
@@ -395,7 +422,7 @@ static void take(serve_worker *w, serve_job *j) {
     sched_job sj = {.prompt = wj->ids, .n_prompt = wj->n_ids, .max_tokens = max_tokens, .sampler = wj->smp, .user = wj,
                     .logprobs = j->req.logprobs, .top_logprobs = j->req.top_logprobs,
                     .prompt_logprobs = j->req.echo && j->req.logprobs};
-    if (wj->jst) sj.mask = con_mask, sj.accept = con_accept, sj.con = wj;
+    if (wj->jst || wj->counts || j->req.n_bias) sj.mask = con_mask, sj.accept = con_accept, sj.con = wj;
     sched_submit(w->sc, &sj);
 }
 
