@@ -26,7 +26,6 @@ struct serve_conns {
     serve_conn *head;
     double deadline, tick;
     int stop;
-    long reaped;
 };
 
 static void *watch(void *arg) {
@@ -38,7 +37,6 @@ static void *watch(void *arg) {
             if (!c->busy && !c->reaped && now - c->t0 > s->deadline) {
                 shutdown(c->fd, SHUT_RDWR); /* its thread then sees the end and closes it */
                 c->reaped = 1;
-                s->reaped++;
             }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -121,11 +119,4 @@ double serve_conns_age(serve_conns *s, const serve_conn *c) {
     double t0 = c->t0;
     pthread_mutex_unlock(&s->lock);
     return tkv_now_s() - t0;
-}
-
-long serve_conns_reaped(serve_conns *s) {
-    pthread_mutex_lock(&s->lock);
-    long n = s->reaped;
-    pthread_mutex_unlock(&s->lock);
-    return n;
 }

@@ -27,5 +27,4 @@ void serve_conns_busy(serve_conns *s, serve_conn *c);
 void serve_conns_idle(serve_conns *s, serve_conn *c);
 /* seconds since its clock started */
 double serve_conns_age(serve_conns *s, const serve_conn *c);
-long serve_conns_reaped(serve_conns *s); /* connections shut down for their deadline so far */
 #endif

@@ -197,6 +197,8 @@ static int get_format(const json_t *root, serve_request *r, serve_error *e) {
         return BAD_VALUE(e, "response_format", "'response_format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
     const char *t = json_string_value(ty);
     if (!strcmp(t, "text")) return 0;
+    if (r->n_tools) /* read after the tools (get_tools): a forced call has its own grammar already */
+        return BAD_VALUE(e, "response_format", "response_format with tools is not supported (one constraint at a time)");
     if (!strcmp(t, "json_object")) { r->json_mode = 1; return 0; }
     if (strcmp(t, "json_schema")) return BAD_VALUE(e, "response_format", "response_format type '%.32s' is not text, json_object or json_schema", t);
     const json_t *js = json_object_get(rf, "json_schema"), *sc = json_object_get(js, "schema"), *st = json_object_get(js, "strict");
@@ -215,21 +217,16 @@ static int get_format(const json_t *root, serve_request *r, serve_error *e) {
     return 0;
 }
 
-/* The grammar a forced call follows: {"name": one of the tools, "arguments": an object}, the arguments
- * of the tool's parameters when there is one tool and the grammar can hold them (else any object). */
-static char *forced_call_schema(const json_t *tools, char *const *names, int n) {
+/* The grammar a forced call follows: {"name": one of names, "arguments": an object}, the arguments
+ * following params (one tool's parameters, or NULL) when the grammar can hold them, else any object. */
+static char *forced_call_schema(const json_t *params, char *const *names, int n) {
     json_t *sc = json_object(), *props = json_object(), *name = json_object(), *en = json_array();
     for (int k = 0; k < n; k++) json_array_append_new(en, json_string(names[k]));
     json_object_set_new(name, "enum", en);
-    json_t *args = NULL;
-    if (n == 1) {
-        const json_t *p = json_object_get(json_object_get(json_array_get(tools, 0), "function"), "parameters");
-        char why[8];
-        jc_schema *c = json_is_object(p) ? jc_compile(p, why, sizeof why) : NULL;
-        if (c) args = json_deep_copy(p);
-        jc_free(c);
-    }
-    if (!args) args = json_pack("{s:s}", "type", "object");
+    char why[8];
+    jc_schema *c = json_is_object(params) ? jc_compile(params, why, sizeof why) : NULL;
+    json_t *args = c ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
+    jc_free(c);
     json_object_set_new(props, "name", name);
     json_object_set_new(props, "arguments", args);
     json_object_set_new(sc, "type", json_string("object"));
@@ -270,16 +267,14 @@ static int get_tools(const json_t *root, serve_request *r, serve_error *e) {
     if (none) { /* no tools in the prompt, none read from the answer */
         for (int k = 0; k < r->n_tools; k++) free(r->tools[k]), free(r->tool_names[k]);
         r->n_tools = 0;
-    } else if (named) {
+    } else if (named || required) { /* the call's grammar is the answer's: structured output's */
         int k = 0;
-        while (k < r->n_tools && strcmp(r->tool_names[k], named)) k++;
-        if (k == r->n_tools) return BAD_VALUE(e, "tool_choice", "tool_choice names '%.64s', which is not in tools", named);
-        json_t *one = json_array();
-        json_array_append(one, json_array_get(tools, (size_t)k));
-        r->tool_force = forced_call_schema(one, &r->tool_names[k], 1);
-        json_decref(one);
-    } else if (required) {
-        r->tool_force = forced_call_schema(tools, r->tool_names, r->n_tools);
+        while (named && k < r->n_tools && strcmp(r->tool_names[k], named)) k++;
+        if (named && k == r->n_tools) return BAD_VALUE(e, "tool_choice", "tool_choice names '%.64s', which is not in tools", named);
+        int n = named ? 1 : r->n_tools;
+        const json_t *params = n == 1 ? json_object_get(json_object_get(json_array_get(tools, (size_t)k), "function"), "parameters") : NULL;
+        r->json_mode = 2;
+        r->json_schema = forced_call_schema(params, &r->tool_names[k], n);
     }
     return 0;
 }
@@ -364,9 +359,6 @@ static int parse_root(const json_t *root, enum serve_kind kind, const serve_limi
     if (serve_fields_check(root, kind, e)) return -1;
     if (kind == SERVE_CHAT ? get_messages(root, lim, r, e) || get_tools(root, r, e) : get_prompt(root, lim, r, e)) return -1;
     if (get_format(root, r, e)) return -1;
-    if (r->json_mode && r->n_tools)
-        return BAD_VALUE(e, "response_format", "response_format with tools is not supported (one constraint at a time)");
-    if (r->tool_force) r->json_mode = 2, r->json_schema = r->tool_force, r->tool_force = NULL; /* the call's grammar */
     long long v = -1, n = 1;
     int given = 0;
     /* max_completion_tokens is the newer name; either may be given, the newer wins */
@@ -502,7 +494,6 @@ void serve_request_free(serve_request *r) {
     free_strs(r->tools, r->n_tools);
     free_strs(r->tool_names, r->n_tools);
     free(r->json_schema);
-    free(r->tool_force);
     free(r->bias_ids);
     free(r->bias_vals);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);

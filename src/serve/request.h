@@ -74,13 +74,13 @@ typedef struct {
     char **tool_names;
     int n_tools;         /* 0 also when tool_choice is "none": no tools in the prompt, no calls read */
     int parallel_tool_calls; /* 0: only the first call is kept */
-    char *tool_force;    /* while parsing: the grammar of a required or named call (moved to json_schema) */
     double frequency_penalty, presence_penalty; /* OpenAI's: -2..2, over the tokens generated so far */
     double repetition_penalty; /* vLLM's (and llama.cpp's repeat penalty): (0, 10], 1 off, prompt and output */
     int32_t *bias_ids;   /* logit_bias: added to those tokens' logits (ids checked against the vocabulary later) */
     float *bias_vals;    /* -100..100 */
     int n_bias;
-    int json_mode;       /* response_format: 0 text, 1 json_object, 2 json_schema (json_schema holds it) */
+    int json_mode;       /* response_format: 0 text, 1 json_object, 2 json_schema (json_schema holds it; also
+                            a required or named tool call's grammar) */
     char *json_schema;   /* the schema's JSON text, checked by jc_compile (serve/jsonc.h) */
 } serve_request;
 

@@ -227,7 +227,9 @@ static void con_accept(void *con, int32_t tok) {
         wj->tail[wj->n_tail++] = b[i];
         size_t k = strlen(wj->jc_close);
         if ((size_t)wj->n_tail >= k && !memcmp(wj->tail + wj->n_tail - k, wj->jc_close, k)) {
-            wj->jc_close = NULL; /* the answer, in the grammar, starts with the next byte */
+            wj->jc_close = NULL; /* the answer, in the grammar, starts with the next byte (this token's
+                                    unmasked rest may not fit it: then the mask starts from where it stops) */
+            for (int j = i + 1; j < n && jc_feed(wj->jst, b + j, 1) == 0; j++) {}
             return;
         }
     }
