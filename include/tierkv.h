@@ -231,6 +231,19 @@ int tkv_seq_len(const tkv_session *s, int seq);
  * (full, hierarchy, evict, quant) and a prompt pinned in T0 (not unpin_prompt); TKV_ERR otherwise. */
 int tkv_seq_share_prefix(tkv_session *s, int src, int dst, int n, char *err, size_t errlen);
 int tkv_policy_shares_prefix(tkv_policy p);
+/* A conversation's next turn without recomputing the last: the empty sequence dst takes over positions
+ * 0..n-1 of src, which is closed (its other positions freed). No copy, nothing shared: the rows stay in
+ * the tiers they lie in, with their scores; evicted ones stay evicted (the continuation sees what src's
+ * last step saw). They are not dst's prompt: dst protects its own prompt (prefilled after them), its
+ * sinks and its window, and brings the rows that needs back to T0 at once. The same policies as
+ * tkv_seq_share_prefix; TKV_ERR (nothing changed) otherwise, or when a sink or a position of the last
+ * window was evicted. */
+int tkv_seq_take(tkv_session *s, int src, int dst, int n, char *err, size_t errlen);
+/* The sequence waits for a take-over and is not decoded until then: it holds no fast memory a live
+ * sequence could use. Its rows leave T0 now for the tiers the policy ranks them into (hierarchy: T1,
+ * exact, and its T2 and evicted shares as at a re-tiering) and it reserves none of a byte budget;
+ * policies without T1 (full, evict, quant, the baselines) leave it as it is. */
+void tkv_seq_idle(tkv_session *s, int seq);
 /* 1 when the policy drops a position from every (layer, kv head) row at once, 0 when per row. */
 int tkv_policy_whole_token(tkv_policy p);
 /* 1 when sessions with these options share prompt prefixes: the policy's rule, and a pinned prompt

@@ -132,6 +132,14 @@ int tkv_seq_share_prefix(tkv_session *s, int src, int dst, int n, char *err, siz
     return kv_seq_share_prefix(s->kv, src, dst, n, err, errlen) ? TKV_ERR : 0;
 }
 
+int tkv_seq_take(tkv_session *s, int src, int dst, int n, char *err, size_t errlen) {
+    return kv_seq_take(s->kv, src, dst, n, err, errlen) ? TKV_ERR : 0;
+}
+
+void tkv_seq_idle(tkv_session *s, int seq) {
+    if (live(s, seq)) kv_seq_idle(s->kv, seq);
+}
+
 int tkv_prefill(tkv_session *s, int seq, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
                 size_t errlen) {
     return tkv_prefill_ex(s, seq, tokens, n, 0, logits, all_logits, err, errlen);

@@ -266,6 +266,67 @@ int kv_seq_share_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t
     return 0;
 }
 
+void kv_seq_idle(kv_cache *kv, int seq) {
+    kv_seq *s = kv_get_seq(kv, seq);
+    if (s->idle || !kv_ops_ranked(kv->ops) || !kv->ops->uses_t1) return; /* no exact tier to wait in */
+    s->idle = 1;
+    kv->reserved -= s->reserve; /* it will hold no T0 of the shared budget (what it shares is the holder's) */
+    s->reserve = 0;
+    kv_retier_one(kv, s);
+    kv_complete_batch(kv); /* its T0 slots are free now, not only given up (its budget is 0 at once) */
+}
+
+int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen) {
+    if (!kv_seq_live(kv, src) || !kv_seq_live(kv, dst))
+        return tkv_errf(err, errlen, "kv: sequence %d or %d is not live", src, dst);
+    kv_seq *s = &kv->seq[src], *d = &kv->seq[dst];
+    if (!kv_policy_copies_prefix(kv->o.policy))
+        return tkv_errf(err, errlen, "kv: policy %s keeps state of its own beside the positions; they cannot be taken over",
+                        kv->ops->name);
+    if (src == dst || d->len != 0 || d->idle || n < 1 || n > s->len || n > d->n_ctx || n > s->fresh_from)
+        return tkv_errf(err, errlen, "kv: cannot take %d positions of sequence %d (holding %d, %d written) into sequence %d "
+                        "(holding %d of %d)", n, src, s->len, s->fresh_from, dst, d->len, d->n_ctx);
+    /* dst protects its sinks and its last window at once: none of them may be gone */
+    for (int p = 0; p < n; p++)
+        if (s->ref[p] == BE_SLOT_NONE && (p < kv->o.sinks || p >= n - kv->window))
+            return tkv_errf(err, errlen, "kv: position %d of sequence %d was evicted and would be protected once taken", p, src);
+    kv_complete_batch(kv); /* no slot of src is in flight */
+    size_t stride = (size_t)kv_keep_stride(kv);
+    for (int p = 0; p < n; p++) {
+        int32_t r = s->ref[p];
+        int t = r == BE_SLOT_NONE ? 3 : BE_SLOT_TIER(r);
+        kv_att_release(kv, s, p);
+        s->ref[p] = BE_SLOT_NONE;
+        s->ntok[t]--;
+        d->ref[p] = r;
+        d->att[p] = BE_SLOT_NONE;
+        kv_att_update(kv, d, p);
+        d->ntok[t]++;
+        if (t == BE_T0) s->t0_held--, d->t0_held++;
+        d->prompt[p] = 0; /* dst's own prompt (what it prefills after them), sinks and window are protected */
+        d->lossy[p] = s->lossy[p];
+        d->score[p] = s->score[p];
+        for (int g = 0; g < kv->o.n_head_kv; g++) {
+            if (d->head_score) d->head_score[(size_t)g * d->n_ctx + p] = s->head_score[(size_t)g * s->n_ctx + p];
+            if (d->prefill_score) d->prefill_score[(size_t)g * d->n_ctx + p] = s->prefill_score[(size_t)g * s->n_ctx + p];
+        }
+        if (d->keep)
+            for (size_t row = 0; row < (size_t)kv->o.n_layer * kv->o.n_head_kv; row++) d->keep[row * stride + p] = s->keep[row * stride + p];
+    }
+    d->keep_used = s->keep_used;
+    d->len = d->fresh_from = n;
+    d->n_prompt = 0;
+    int64_t t0b = (int64_t)d->t0_held * kv_token_bytes(kv, BE_T0);
+    if (t0b > d->c.peak_t0_bytes) d->c.peak_t0_bytes = t0b;
+    kv_seq_remove(kv, src);
+    kv->tables_gen++;
+    if (kv_ops_ranked(kv->ops)) { /* back to dst's budget and protection, before its first append */
+        kv_retier_one(kv, d);
+        kv_complete_batch(kv); /* the T0 slots it gave up count against its budget until then */
+    }
+    return 0;
+}
+
 int kv_seq_copy_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen) {
     return kv_seq_share_prefix(kv, src, dst, n, err, errlen);
 }
@@ -274,6 +335,7 @@ int kv_seq_copy_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t 
 
 int kv_append(kv_cache *kv, int seq, int pos, int is_prompt, char *err, size_t errlen) {
     kv_seq *s = kv_get_seq(kv, seq);
+    TKV_ASSERT(!s->idle); /* kept for a take-over, never extended itself */
     if (pos != s->len) return tkv_errf(err, errlen, "kv: append at position %d, sequence %d holds %d", pos, seq, s->len);
     if (pos >= s->n_ctx) return tkv_errf(err, errlen, "kv: sequence %d is full (%d positions)", seq, s->n_ctx);
     if (is_prompt && kv->mode == KV_B_SHARED) {

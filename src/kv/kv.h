@@ -105,6 +105,20 @@ int kv_seq_len(const kv_cache *kv, int seq);
  * policy scores the prompt (kv_policy_copies_prefix), dst is not empty, src is shorter than n or one
  * of those positions is not held exactly (T2 or evicted). */
 int kv_seq_share_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen);
+/* Sequence dst (empty) takes over positions 0..n-1 of src, which is removed (its other positions
+ * freed): no copy and nothing shared; the rows stay in the tiers they lie in, with their scores, lossy
+ * flags and keep masks, evicted ones stay evicted (the continuation sees what src's last step saw).
+ * They are not a prompt in dst: dst protects its own prompt tokens (appended after them), sinks and
+ * window, and is re-tiered at once to its budget (a protected row in T1 or T2 comes back to T0).
+ * Refused with a message (nothing changed) for policies with state beside the positions
+ * (kv_policy_copies_prefix), or when a position dst would protect (a sink, the last window) was evicted. */
+int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen);
+/* The sequence is kept for a later take-over and not decoded until then: it protects nothing, holds no
+ * T0 but the slots it shares (the prefix cache's), reserves none of a shared budget, and its rows leave
+ * T0 now, as one batch through the planner, for the tiers the policy ranks them into (hierarchy: T1,
+ * exact, and its T2 and evicted shares as at a re-tiering). Policies without T1 (full, evict, quant, the
+ * baselines) leave it as it is. */
+void kv_seq_idle(kv_cache *kv, int seq);
 /* The old name of the same operation. */
 int kv_seq_copy_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen);
 

@@ -18,6 +18,7 @@
 
 #include "base/err.h"
 #include "kv/kv_budget.h"
+#include "kv/kv_pool.h"
 
 void kv_options_default(kv_options *o) {
     memset(o, 0, sizeof *o);
@@ -47,6 +48,7 @@ int kv_ratio_tokens(double r, int len) { return r > 0 ? (int)floor(r * len + 1e-
 /* ---- protection ---- */
 
 int kv_is_protected(const kv_cache *kv, const kv_seq *s, int pos, int len) {
+    if (s->idle) return 0;
     return (s->prompt[pos] && !kv->o.unpin_prompt) || pos < kv->o.sinks || pos >= len - kv->window;
 }
 
@@ -54,6 +56,7 @@ int kv_is_protected(const kv_cache *kv, const kv_seq *s, int pos, int len) {
  * tokens of the forward call under way (not written yet, so they cannot move; kv_trim_t0 gives the
  * places back once they are). */
 int kv_prot_count(const kv_cache *kv, const kv_seq *s, int len) {
+    if (s->idle) return 0;
     const uint8_t *pinned = kv->o.unpin_prompt ? NULL : s->prompt; /* prompt positions counted below */
     int n = pinned ? s->n_prompt : 0, sink_end = kv->o.sinks < len ? kv->o.sinks : len;
     for (int i = 0; i < sink_end; i++) n += !pinned || !pinned[i];
@@ -96,9 +99,17 @@ int kv_tier_bound(const kv_cache *kv, int t, int n_ctx, int n_prompt) {
     }
 }
 
+int kv_idle_t0(const kv_cache *kv, const kv_seq *s) {
+    int n = 0;
+    for (int i = 0; i < s->len; i++)
+        n += s->ref[i] != BE_SLOT_NONE && BE_SLOT_TIER(s->ref[i]) == BE_T0 && kv_slot_holders(kv, s->ref[i]) > 1;
+    return n;
+}
+
 int kv_t0_budget(const kv_cache *kv, const kv_seq *s, int len, int *raised) {
     if (raised) *raised = 0;
     if (!kv_ops_ranked(kv->ops)) return s->n_ctx; /* full, or a policy with its own budget */
+    if (s->idle) return kv_idle_t0(kv, s);
     if (kv->mode == KV_B_SHARED) return (int)(kv->shared_tokens < INT32_MAX ? kv->shared_tokens : INT32_MAX);
     if (kv->ops->fixed_t0) return kv_prot_count(kv, s, len); /* the protected tokens, not a raised budget */
     int b = kv->mode == KV_B_SEQ ? kv->seq_tokens : kv->o.t0_ratio >= 0 ? (int)floor(kv->o.t0_ratio * len + 1e-9) : 0;

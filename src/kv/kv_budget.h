@@ -7,6 +7,9 @@ int kv_validate(const kv_options *o, const kv_policy_ops *ops, int *mode, int *s
                 char *err, size_t errlen);
 /* T0 budget in tokens of sequence s at length len (raised to the protected tokens, *raised set). */
 int kv_t0_budget(const kv_cache *kv, const kv_seq *s, int len, int *raised);
+/* An idle sequence's T0 budget: the T0 slots it shares with another sequence (a prompt prefix: they
+ * never move); the rest of its rows leave T0 (kv_seq_idle). */
+int kv_idle_t0(const kv_cache *kv, const kv_seq *s);
 /* Number of protected positions at length len. */
 int kv_prot_count(const kv_cache *kv, const kv_seq *s, int len);
 int kv_is_protected(const kv_cache *kv, const kv_seq *s, int pos, int len);

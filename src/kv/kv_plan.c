@@ -419,7 +419,20 @@ static void retier_own(kv_cache *kv, kv_seq *s) {
     end_record(kv, s, tkv_now_s() - t0, raised);
 }
 
-/* Every live sequence under one budget (KV_B_SHARED). */
+/* An idle sequence (kv_seq_idle): no T0 room at all, so every row it does not share leaves T0 for the
+ * tiers the policy ranks it into (hierarchy: T1, and its T2 and evicted shares as at any re-tiering). */
+static void retier_idle(kv_cache *kv, kv_seq *s) {
+    double t0 = tkv_now_s();
+    begin_record(kv, s);
+    int nprot = mark_protected(kv, s);
+    select_targets(kv, s, nprot, 0);
+    plan_demotions(kv, s);
+    plan_rest(kv, s, 0);
+    defer_recycled(kv, (int)(s - kv->seq));
+    end_record(kv, s, tkv_now_s() - t0, 0);
+}
+
+/* Every live sequence under one budget (KV_B_SHARED); idle ones hold no T0 and take no part. */
 static void retier_shared(kv_cache *kv) {
     double t0 = tkv_now_s();
     kv_tpool *p0 = &kv->tp[BE_T0];
@@ -433,7 +446,7 @@ static void retier_shared(kv_cache *kv) {
     int n = 0;
     for (int q = 0; q < kv->o.n_seq; q++) {
         kv_seq *s = &kv->seq[q];
-        if (!s->live) continue;
+        if (!s->live || s->idle) continue;
         begin_record(kv, s);
         mark_protected(kv, s);
         int m = 0;
@@ -457,18 +470,18 @@ static void retier_shared(kv_cache *kv) {
     int k = 0;
     for (int q = 0; q < kv->o.n_seq; q++) {
         kv_seq *s = &kv->seq[q];
-        if (!s->live) continue;
+        if (!s->live || s->idle) continue;
         int nprot = 0;
         for (int i = 0; i < s->len; i++) nprot += s->prot[i];
         select_targets(kv, s, nprot, kv->share_room[k++]);
         plan_demotions(kv, s);
     }
     for (int q = 0; q < kv->o.n_seq; q++)
-        if (kv->seq[q].live) plan_rest(kv, &kv->seq[q], 1);
+        if (kv->seq[q].live && !kv->seq[q].idle) plan_rest(kv, &kv->seq[q], 1);
     defer_recycled(kv, -1);
     double each = n > 0 ? (tkv_now_s() - t0) / n : 0; /* one plan for all: each its share */
     for (int q = 0; q < kv->o.n_seq; q++)
-        if (kv->seq[q].live) end_record(kv, &kv->seq[q], each, 0);
+        if (kv->seq[q].live && !kv->seq[q].idle) end_record(kv, &kv->seq[q], each, 0);
 }
 
 void kv_retier(kv_cache *kv, const int *seqs, int n) {
@@ -476,5 +489,13 @@ void kv_retier(kv_cache *kv, const int *seqs, int n) {
     if (kv->mode == KV_B_SHARED) retier_shared(kv);
     else
         for (int i = 0; i < n; i++) retier_own(kv, kv_get_seq(kv, seqs[i]));
+    start_batch(kv);
+}
+
+void kv_retier_one(kv_cache *kv, kv_seq *s) {
+    kv_complete_batch(kv);
+    if (s->idle) retier_idle(kv, s);
+    else if (kv->mode == KV_B_SHARED) retier_shared(kv);
+    else retier_own(kv, s);
     start_batch(kv);
 }

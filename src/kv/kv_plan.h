@@ -9,6 +9,9 @@
 void kv_place(kv_cache *kv, kv_seq *s, int pos, int32_t ref);
 /* Re-tiers the sequences seqs[0..n) (all live ones in the shared mode) into one batch and starts it. */
 void kv_retier(kv_cache *kv, const int *seqs, int n);
+/* Re-tiers one sequence now, into a batch of its own: an idle one out of T0 (kv_seq_idle), a live one
+ * to its budget and protection (all live ones in the shared mode: one ranking for all). */
+void kv_retier_one(kv_cache *kv, kv_seq *s);
 /* Evicts the n positions pos[] of s (all in T0) now, as a batch of their own (a baseline's step). */
 void kv_evict_now(kv_cache *kv, kv_seq *s, const int32_t *pos, int n);
 /* Waits for the batch in flight and frees its source slots. */

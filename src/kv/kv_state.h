@@ -86,6 +86,8 @@ typedef struct {
 
 typedef struct {
     int live;
+    int idle;                 /* 1: kept for a later take-over, never decoded (kv_seq_idle): protects
+                                 nothing, its T0 budget is the T0 slots it shares (they cannot move) */
     int n_ctx;                /* this sequence's capacity */
     int len;                  /* positions held */
     int n_prompt;             /* prompt positions among them */

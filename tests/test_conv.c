@@ -1,0 +1,231 @@
+/* test_conv.c — a conversation's next turn without recomputing the last (tkv_seq_take, tkv_seq_idle),
+ * on the fixture model: turn 2's logits, from the kept sequence taken over (after it waited idle in
+ * T1 for the hierarchy), equal bit for bit those of the whole transcript prefilled from scratch with
+ * policy full; the cache stays consistent (kv_check) at every stage; an idle sequence holds no T0
+ * and reserves none of a byte budget; refusals leave both sequences as they were. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "t.h"
+
+#define FIXTURE "fixtures/models/qwen2-Q4_K_M.gguf"
+
+enum { P1 = 40, G1 = 90, P2 = 24, G2 = 70 };
+
+static tkv_model *open_model(char *err, size_t n) {
+    const char *path = t_need(FIXTURE);
+    if (!path) return NULL;
+    tkv_model_params mp;
+    tkv_model_params_default(&mp);
+    mp.n_threads = 1;
+    tkv_model *m = NULL;
+    if (tkv_model_open(path, &mp, &m, err, n)) return NULL;
+    return m;
+}
+
+static void ids(int32_t *p, int n, int salt, int V) {
+    for (int i = 0; i < n; i++) p[i] = (int32_t)(((int64_t)(i + 1) * (7919 + salt * 104729) + 13 * salt) % V);
+}
+
+static int check_kv(tkv_session *s) {
+    char err[256];
+    if (kv_check(engine_kv(s), err, sizeof err)) {
+        fprintf(stderr, "kv_check: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Greedy decoding from logits row `l` for g steps, writing each step's logits to out[g][V] and the
+ * tokens to tok[g] (tok[0] = the argmax of l). */
+static int greedy(tkv_session *s, int seq, const float *l, int g, int V, int32_t *tok, float *out, char *err, size_t n) {
+    const float *row = l;
+    for (int i = 0; i < g; i++) {
+        tok[i] = tkv_argmax(row, V);
+        if (tkv_decode(s, &seq, &tok[i], 1, out + (size_t)i * V, err, n)) return -1;
+        row = out + (size_t)i * V;
+    }
+    return 0;
+}
+
+/* Turn 1 (P1 prompt, G1 greedy tokens), then turn 2 (the last sampled token and P2 new prompt tokens,
+ * G2 greedy tokens) on a kept sequence taken over; against the whole transcript from scratch (full). */
+static void turn2_exact(tkv_model *m, tkv_policy pol, double t0_ratio, uint64_t budget, int idle, int partial) {
+    char err[512];
+    tkv_model_info mi;
+    tkv_model_get_info(m, &mi);
+    const int V = mi.n_vocab;
+    int32_t *tr = malloc(sizeof(int32_t) * (P1 + G1 + 1 + P2 + G2 + 1)); /* the transcript */
+    int32_t *t2 = malloc(sizeof(int32_t) * (G2 + 1));
+    float *lg = malloc(sizeof(float) * (size_t)V * (G1 + 1));
+    float *ref = malloc(sizeof(float) * (size_t)V * (G2 + 1));
+    float *got = malloc(sizeof(float) * (size_t)V * (G2 + 1));
+    tkv_session_params sp;
+    tkv_session_params_default(&sp);
+    sp.max_seqs = 2;
+    sp.max_ctx = 512;
+    sp.kv.policy = pol;
+    sp.kv.t0_ratio = t0_ratio;
+    sp.kv.t0_budget_bytes = budget;
+    sp.kv.delta = 16; /* several re-tierings per turn */
+    sp.kv.window = 16;
+    tkv_session *s;
+    REQUIRE(tkv_session_open(m, &sp, &s, err, sizeof err) == 0);
+    /* turn 1 */
+    ids(tr, P1, 1, V);
+    int a, b;
+    REQUIRE(tkv_seq_open(s, P1 + G1, P1, &a, err, sizeof err) == 0);
+    REQUIRE(tkv_prefill(s, a, tr, P1, lg, 0, err, sizeof err) == 0);
+    REQUIRE(greedy(s, a, lg, G1 - 1, V, tr + P1, lg + V, err, sizeof err) == 0);
+    tr[P1 + G1 - 1] = tkv_argmax(lg + (size_t)(G1 - 1) * V, V); /* sampled, not decoded: the sequence ends before it */
+    int held = tkv_seq_len(s, a);
+    REQUIRE(held == P1 + G1 - 1);
+    CHECK(check_kv(s) == 0);
+    tkv_stats st;
+    if (idle) {
+        tkv_seq_idle(s, a);
+        CHECK(check_kv(s) == 0);
+        REQUIRE(tkv_stats_get(s, a, &st, err, sizeof err) == 0);
+        if (pol == TKV_POLICY_HIERARCHY) CHECK(st.tokens[0] == 0 && st.tokens[1] == held); /* all in T1, exact */
+        else CHECK(st.tokens[0] == held); /* no T1: it stays where it is */
+    }
+    /* turn 2: what it reuses, then its own prompt */
+    int n_take = partial ? P1 : held;
+    int np2 = partial ? 1 + P2 : (P1 + G1) - held + P2; /* partial: a new assistant turn after the prompt */
+    int32_t *p2 = tr + n_take;
+    ids(p2 + np2 - P2, P2, 2, V);
+    int n_tr = n_take + np2;
+    REQUIRE(tkv_seq_open(s, n_tr + G2, np2, &b, err, sizeof err) == 0);
+    REQUIRE(tkv_seq_take(s, a, b, n_take, err, sizeof err) == 0);
+    CHECK(tkv_seq_len(s, a) < 0);   /* closed */
+    CHECK(tkv_seq_len(s, b) == n_take);
+    CHECK(check_kv(s) == 0);
+    REQUIRE(tkv_prefill(s, b, p2, np2, got, 0, err, sizeof err) == 0);
+    REQUIRE(greedy(s, b, got, G2, V, t2, got + V, err, sizeof err) == 0);
+    CHECK(check_kv(s) == 0);
+    REQUIRE(tkv_stats_get(s, b, &st, err, sizeof err) == 0);
+    if (t0_ratio > 0 && t0_ratio < 1) CHECK(st.tokens[1] > 0); /* the comparison went through T1 */
+    tkv_session_close(s);
+    /* the reference: the transcript from scratch, policy full */
+    tkv_session_params_default(&sp);
+    sp.max_seqs = 1;
+    sp.max_ctx = 512;
+    REQUIRE(tkv_session_open(m, &sp, &s, err, sizeof err) == 0);
+    REQUIRE(tkv_seq_open(s, n_tr + G2, n_tr, &a, err, sizeof err) == 0);
+    REQUIRE(tkv_prefill(s, a, tr, n_tr, ref, 0, err, sizeof err) == 0);
+    int32_t *t2r = malloc(sizeof(int32_t) * (G2 + 1));
+    REQUIRE(greedy(s, a, ref, G2, V, t2r, ref + V, err, sizeof err) == 0);
+    tkv_session_close(s);
+    CHECK(memcmp(got, ref, sizeof(float) * (size_t)V * (G2 + 1)) == 0);
+    CHECK(memcmp(t2, t2r, sizeof(int32_t) * G2) == 0);
+    free(t2r);
+    free(tr); free(t2); free(lg); free(ref); free(got);
+}
+
+TEST(conv_take_full_bit_exact) {
+    char err[512];
+    tkv_model *m = open_model(err, sizeof err);
+    if (t_is_skipped()) return;
+    REQUIRE(m);
+    turn2_exact(m, TKV_POLICY_FULL, -1, 0, 0, 0);
+    turn2_exact(m, TKV_POLICY_FULL, -1, 0, 1, 1); /* idle leaves full as it is; a partial take */
+    tkv_model_close(m);
+}
+
+TEST(conv_take_hierarchy_idle_t1_bit_exact) {
+    char err[512];
+    tkv_model *m = open_model(err, sizeof err);
+    if (t_is_skipped()) return;
+    REQUIRE(m);
+    turn2_exact(m, TKV_POLICY_HIERARCHY, 0.3, 0, 0, 0);
+    turn2_exact(m, TKV_POLICY_HIERARCHY, 0.3, 0, 1, 0);
+    turn2_exact(m, TKV_POLICY_HIERARCHY, 0.3, 0, 1, 1);
+    /* one byte budget for every sequence: 200 tokens of f16 rows */
+    tkv_model_info mi;
+    tkv_model_get_info(m, &mi);
+    uint64_t tb = (uint64_t)mi.n_layer * 2 * (uint64_t)mi.n_head_kv * (uint64_t)mi.head_dim * 2;
+    turn2_exact(m, TKV_POLICY_HIERARCHY, -1, 200 * tb, 1, 0);
+    turn2_exact(m, TKV_POLICY_HIERARCHY, -1, 200 * tb, 0, 0);
+    tkv_model_close(m);
+}
+
+/* Under a byte budget that holds one sequence's reservation, an idle one gives it up. */
+TEST(conv_idle_frees_the_byte_budget) {
+    char err[512];
+    tkv_model *m = open_model(err, sizeof err);
+    if (t_is_skipped()) return;
+    REQUIRE(m);
+    tkv_model_info mi;
+    tkv_model_get_info(m, &mi);
+    tkv_session_params sp;
+    tkv_session_params_default(&sp);
+    sp.max_seqs = 2;
+    sp.max_ctx = 512;
+    sp.kv.policy = TKV_POLICY_HIERARCHY;
+    sp.kv.window = 16;
+    sp.kv.delta = 16;
+    tkv_session *s;
+    int a, b;
+    int32_t p[64];
+    ids(p, 64, 3, mi.n_vocab);
+    tkv_stats st;
+    uint64_t tb = (uint64_t)mi.n_layer * 2 * (uint64_t)mi.n_head_kv * (uint64_t)mi.head_dim * 2; /* f16 rows */
+    sp.kv.t0_budget_bytes = tb * 100; /* a 60-token prompt + window 16 + sinks: one at a time */
+    REQUIRE(tkv_session_open(m, &sp, &s, err, sizeof err) == 0);
+    REQUIRE(tkv_seq_open(s, 100, 60, &a, err, sizeof err) == 0);
+    REQUIRE(tkv_prefill(s, a, p, 60, NULL, 0, err, sizeof err) == 0);
+    CHECK(tkv_seq_open(s, 100, 60, &b, err, sizeof err) == TKV_EFULL);
+    tkv_seq_idle(s, a);
+    CHECK(check_kv(s) == 0);
+    REQUIRE(tkv_stats_get(s, a, &st, err, sizeof err) == 0);
+    CHECK(st.tokens[0] == 0 && st.tokens[1] == 60);
+    CHECK(tkv_seq_open(s, 100, 60, &b, err, sizeof err) == 0);
+    tkv_seq_close(s, b);
+    /* taken over by a sequence of its own prompt: what it protects comes back to T0 */
+    REQUIRE(tkv_seq_open(s, 100, 4, &b, err, sizeof err) == 0);
+    REQUIRE(tkv_seq_take(s, a, b, 60, err, sizeof err) == 0);
+    CHECK(check_kv(s) == 0);
+    REQUIRE(tkv_prefill(s, b, p + 60, 4, NULL, 0, err, sizeof err) == 0);
+    CHECK(check_kv(s) == 0);
+    tkv_session_close(s);
+    tkv_model_close(m);
+}
+
+TEST(conv_take_refusals) {
+    char err[512];
+    tkv_model *m = open_model(err, sizeof err);
+    if (t_is_skipped()) return;
+    REQUIRE(m);
+    tkv_model_info mi;
+    tkv_model_get_info(m, &mi);
+    int32_t p[32];
+    ids(p, 32, 4, mi.n_vocab);
+    for (int pol = 0; pol < 2; pol++) {
+        tkv_session_params sp;
+        tkv_session_params_default(&sp);
+        sp.max_seqs = 3;
+        sp.max_ctx = 128;
+        sp.kv.policy = pol ? TKV_POLICY_H2O : TKV_POLICY_FULL;
+        if (pol) sp.kv.t0_ratio = 0.5;
+        tkv_session *s;
+        REQUIRE(tkv_session_open(m, &sp, &s, err, sizeof err) == 0);
+        int a, b, c;
+        REQUIRE(tkv_seq_open(s, 64, 32, &a, err, sizeof err) == 0);
+        REQUIRE(tkv_prefill(s, a, p, 32, NULL, 0, err, sizeof err) == 0);
+        REQUIRE(tkv_seq_open(s, 64, 8, &b, err, sizeof err) == 0);
+        REQUIRE(tkv_seq_open(s, 64, 8, &c, err, sizeof err) == 0);
+        if (pol) {
+            CHECK(tkv_seq_take(s, a, b, 32, err, sizeof err) == TKV_ERR && strstr(err, "state of its own"));
+        } else {
+            CHECK(tkv_seq_take(s, a, b, 33, err, sizeof err) == TKV_ERR && strstr(err, "cannot take 33"));
+            CHECK(tkv_seq_take(s, a, a, 8, err, sizeof err) == TKV_ERR);
+            REQUIRE(tkv_prefill(s, c, p, 2, NULL, 0, err, sizeof err) == 0);
+            CHECK(tkv_seq_take(s, a, c, 8, err, sizeof err) == TKV_ERR); /* not empty */
+        }
+        CHECK(tkv_seq_len(s, a) == 32 && tkv_seq_len(s, b) == 0); /* nothing changed */
+        CHECK(check_kv(s) == 0);
+        tkv_session_close(s);
+    }
+    tkv_model_close(m);
+}
