@@ -936,7 +936,9 @@ def sec_budget(args):
         st, _, body = res["short"]
         check(st == 200 and body["usage"]["completion_tokens"] == 200, "the other request: %d" % st)
         m = wait_idle(srv)
-        check(m["tierkv_jobs_ended_total{reason=\"refused\"}"] == 1 and m["tierkv_sequences_live"] == 0, "refusal counted, memory freed")
+        # the finished request stays as a kept conversation, idle: in T1, none of the T0 budget
+        check(m["tierkv_jobs_ended_total{reason=\"refused\"}"] == 1 and m["tierkv_conversations_kept"] == 1 and
+              m["tierkv_sequences_live"] == 1 and m["tierkv_conversations_tokens{tier=\"T0\"}"] == 0, "refusal counted, memory freed")
         check(m["tierkv_kv_t0_budget_bytes"] == 400 * 1024 and 0 < m["tierkv_kv_t0_peak_bytes"] <= 400 * 1024,
               "T0 peak %s within the budget %s" % (m["tierkv_kv_t0_peak_bytes"], m["tierkv_kv_t0_budget_bytes"]))
     finally:

@@ -564,18 +564,20 @@ TEST(serve_sched_refuses_and_cancels) {
 
 /* ---- the HTTP server end to end (tests/serve_test.py) ---- */
 
-static void http_section(const char *section) {
+static void http_script(const char *script, const char *section) {
     if (access(t_shared(FIXTURE), R_OK)) SKIP("fixture models missing");
     if (access(t_bin(), X_OK)) SKIP("built binary missing");
     if (system("python3 -c 'import json, http.client' >/dev/null 2>&1")) SKIP("python3 missing");
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "python3 tests/serve_test.py --bin %s --shared %s --tmp %s %s", t_bin(), t_shared(""), t_tmpdir(),
+    snprintf(cmd, sizeof cmd, "python3 tests/%s --bin %s --shared %s --tmp %s %s", script, t_bin(), t_shared(""), t_tmpdir(),
              section);
     int st = system(cmd);
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     if (rc == 77) SKIP("a python package it needs is missing (see above)");
-    CHECKF(rc == 0, "serve_test.py %s exited %d", section, rc);
+    CHECKF(rc == 0, "%s %s exited %d", script, section, rc);
 }
+
+static void http_section(const char *section) { http_script("serve_test.py", section); }
 
 TEST(serve_http_basic) { http_section("basic"); }
 TEST(serve_http_reasoning) { http_section("reasoning"); }
@@ -594,3 +596,4 @@ TEST(serve_http_slow_clients) { http_section("slow"); }
 TEST(serve_http_tools) { http_section("tools"); }
 TEST(serve_http_structured) { http_section("structured"); }
 TEST(serve_http_penalties) { http_section("penalties"); }
+TEST(serve_http_conversations) { http_script("serve_conv_test.py", "conversations"); }

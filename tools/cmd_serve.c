@@ -27,6 +27,9 @@ static void usage(FILE *out) {
             "      --template NAME      chat format: chatml, deepseek-r1, llama3 (default: from the file)\n"
             "      --name NAME          the model's name in responses (default: the file name)\n"
             "      --prefix-cache N     prompt prefixes kept for sharing between requests (default 4; 0: off)\n"
+            "      --conversations N    finished requests kept, idle, for a next turn that continues them\n"
+            "                           (prompt and answer reused, nothing recomputed; default 16; 0: off)\n"
+            "      --conv-host-budget SIZE  their K/V rows at most, every tier (default 1GiB; 0: no bound)\n"
             "      --max-tokens N       tokens a request generates when it gives no max_tokens (default: what\n"
             "                           the context leaves)\n"
             "      --max-body SIZE      largest request body (default 1MiB)\n"
@@ -76,6 +79,15 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--template")) o.template_name = v;
         else if (!strcmp(a, "--name")) o.model_name = v;
         else if (!strcmp(a, "--prefix-cache")) bad = want_int(a, v, 0, 64, &o.prefix_entries);
+        else if (!strcmp(a, "--conversations")) bad = want_int(a, v, 0, 1024, &o.conv_entries);
+        else if (!strcmp(a, "--conv-host-budget")) {
+            uint64_t b;
+            if (kv_flags_parse_size(v, &b) || b > (1ull << 50)) {
+                fprintf(stderr, "tierkv serve: --conv-host-budget wants a size (0: no bound), got '%s'\n", v);
+                return 2;
+            }
+            o.conv_bytes = (int64_t)b;
+        }
         else if (!strcmp(a, "--max-tokens")) bad = want_int(a, v, 1, 1 << 24, &o.default_max_tokens);
         else if (!strcmp(a, "--max-connections")) bad = want_int(a, v, 1, 4096, &o.http.max_connections);
         else if (!strcmp(a, "--max-open")) bad = want_int(a, v, 1, 16384, &o.http.max_open), open_given = 1;

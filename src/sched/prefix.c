@@ -27,10 +27,11 @@ void prefix_free(prefix_cache *c, tkv_session *s) {
     memset(c, 0, sizeof *c);
 }
 
-int prefix_lookup(const prefix_cache *c, const int32_t *prompt, int n, int *lcp) {
+int prefix_lookup(const prefix_cache *c, const int32_t *prompt, int n, uint64_t salt, int *lcp) {
     int best = -1, best_l = 0;
     for (int i = 0; i < c->n; i++) {
         const prefix_entry *e = &c->e[i];
+        if (e->salt != salt) continue;
         int m = e->n < n - 1 ? e->n : n - 1, l = 0;
         while (l < m && e->tokens[l] == prompt[l]) l++;
         if (l > best_l || (l == best_l && best >= 0 && l > 0 && e->n < c->e[best].n)) best = i, best_l = l;
@@ -50,7 +51,7 @@ static int victim(const prefix_cache *c) {
 }
 
 /* A new entry holding prompt[0..n) of live sequence `from`. */
-static void insert(prefix_cache *c, tkv_session *s, int from, const int32_t *prompt, int n, int seed) {
+static void insert(prefix_cache *c, tkv_session *s, int from, const int32_t *prompt, int n, int seed, uint64_t salt) {
     if (c->n == c->cap) drop(c, s, victim(c));
     int seq;
     if (tkv_seq_open(s, n, n, &seq, NULL, 0)) return;
@@ -62,13 +63,14 @@ static void insert(prefix_cache *c, tkv_session *s, int from, const int32_t *pro
     memcpy(e->tokens, prompt, (size_t)n * sizeof(int32_t));
     e->used = ++c->tick;
     e->seed = seed;
+    e->salt = salt;
 }
 
-void prefix_update(prefix_cache *c, tkv_session *s, int hit, int lcp, int seq, const int32_t *prompt, int n) {
+void prefix_update(prefix_cache *c, tkv_session *s, int hit, int lcp, int seq, const int32_t *prompt, int n, uint64_t salt) {
     if (!c->cap) return;
     if (hit < 0) {
         c->misses++;
-        if (n > c->min_len) insert(c, s, seq, prompt, n, 1);
+        if (n > c->min_len) insert(c, s, seq, prompt, n, 1, salt);
         return;
     }
     c->hits++;
@@ -76,11 +78,11 @@ void prefix_update(prefix_cache *c, tkv_session *s, int hit, int lcp, int seq, c
     e->used = ++c->tick;
     if (lcp != e->n) {
         if (e->seed) drop(c, s, hit); /* its tail was one job's own: keep the part found shared */
-        insert(c, s, seq, prompt, lcp, 0);
+        insert(c, s, seq, prompt, lcp, 0, salt);
     }
     /* a prompt that goes on past what it found may itself begin later prompts (the chains of one
      * problem, the n choices of one request, after a shared system turn): a seed of its own */
-    if (n - 1 > lcp && n > c->min_len) insert(c, s, seq, prompt, n, 1);
+    if (n - 1 > lcp && n > c->min_len) insert(c, s, seq, prompt, n, 1, salt);
 }
 
 int prefix_evict(prefix_cache *c, tkv_session *s) {

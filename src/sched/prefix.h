@@ -28,6 +28,7 @@ typedef struct {
     int n;
     uint64_t used;   /* LRU clock */
     int seed;        /* 1: a whole prompt not yet known to be shared */
+    uint64_t salt;   /* only jobs of the same salt share it */
 } prefix_entry;
 
 typedef struct {
@@ -40,13 +41,13 @@ typedef struct {
 
 void prefix_init(prefix_cache *c, int cap, int min_len);
 void prefix_free(prefix_cache *c, tkv_session *s); /* closes every entry's sequence */
-/* The entry sharing the most leading tokens with prompt[0..n) (at most n - 1, at least min_len;
- * ties to the shorter entry), or -1; the count in *lcp. */
-int prefix_lookup(const prefix_cache *c, const int32_t *prompt, int n, int *lcp);
+/* The entry of this salt sharing the most leading tokens with prompt[0..n) (at most n - 1, at least
+ * min_len; ties to the shorter entry), or -1; the count in *lcp. */
+int prefix_lookup(const prefix_cache *c, const int32_t *prompt, int n, uint64_t salt, int *lcp);
 /* After a job's prefill (its sequence `seq` holds prompt[0..n)): counts the hit or miss and keeps
  * the entries as described above. Failures (no room for an entry) are silent: the cache is an
  * optimisation only. */
-void prefix_update(prefix_cache *c, tkv_session *s, int hit, int lcp, int seq, const int32_t *prompt, int n);
+void prefix_update(prefix_cache *c, tkv_session *s, int hit, int lcp, int seq, const int32_t *prompt, int n, uint64_t salt);
 /* Closes one entry (the least recently used); 0, or -1 when there is none. */
 int prefix_evict(prefix_cache *c, tkv_session *s);
 int64_t prefix_tokens(const prefix_cache *c);

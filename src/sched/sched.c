@@ -14,6 +14,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "sched/conv.h"
 #include "sched/prefix.h"
 
 struct job {
@@ -25,6 +26,7 @@ struct job {
     float *raw;        /* [V] the logits row before sampling (logprobs), or NULL */
     int n_hist;
     int gen, cached;
+    int conv_seq, conv_lcp; /* the kept conversation it continues (its sequence, -1: none) and how far */
     double t_submit, t_admit;
 };
 
@@ -45,6 +47,7 @@ struct sched {
     int *seqs;
     int32_t *toks;
     prefix_cache pc;
+    conv_cache cv;
     sched_info info;
 };
 
@@ -60,9 +63,10 @@ void sched_params_default(sched_params *p) {
 int sched_init(tkv_model *m, tkv_session *s, const sched_params *p, const sched_callbacks *cb, sched **out, char *err,
                size_t errlen) {
     *out = NULL;
-    if (p->max_live < 1 || p->max_live > 4096 || p->prefix_entries < 0 || !cb->on_token || !cb->on_end)
-        return tkv_errf(err, errlen, "sched: max_live %d (1..4096), prefix entries %d, on_token and on_end needed", p->max_live,
-                        p->prefix_entries);
+    if (p->max_live < 1 || p->max_live > 4096 || p->prefix_entries < 0 || p->conv_entries < 0 || p->conv_bytes < 0 ||
+        !cb->on_token || !cb->on_end)
+        return tkv_errf(err, errlen, "sched: max_live %d (1..4096), prefix entries %d, kept conversations %d (%lld bytes), "
+                        "on_token and on_end needed", p->max_live, p->prefix_entries, p->conv_entries, (long long)p->conv_bytes);
     sched *sc = tkv_xcalloc(1, sizeof *sc);
     sc->m = m;
     sc->s = s;
@@ -78,6 +82,7 @@ int sched_init(tkv_model *m, tkv_session *s, const sched_params *p, const sched_
     sc->seqs = tkv_xcalloc(L, sizeof(int));
     sc->toks = tkv_xcalloc(L, sizeof(int32_t));
     prefix_init(&sc->pc, tkv_policy_shares_prefix(p->policy) ? p->prefix_entries : 0, p->prefix_min);
+    conv_init(&sc->cv, tkv_policy_shares_prefix(p->policy) ? p->conv_entries : 0, p->prefix_min, p->conv_bytes);
     *out = sc;
     return 0;
 }
@@ -88,6 +93,7 @@ void sched_submit(sched *sc, const sched_job *j) {
     if (x->j.top_logprobs < 0) x->j.top_logprobs = 0;
     if (x->j.top_logprobs > SCHED_MAX_TOP_LOGPROBS) x->j.top_logprobs = SCHED_MAX_TOP_LOGPROBS;
     x->seq = -1;
+    x->conv_seq = -1;
     x->t_submit = tkv_now_s();
     if (sc->tail) sc->tail->next = x;
     else sc->head = x;
@@ -105,8 +111,12 @@ static void finish(sched *sc, struct job *x, int li, enum sched_why why, const c
             tkv_sync(sc->s);
             e.has_kv = tkv_stats_get(sc->s, x->seq, &e.kv, NULL, 0) == 0;
         }
-        tkv_seq_close(sc->s, x->seq);
-        sc->blocked = 0; /* room was freed: the head may fit now */
+        int held = tkv_seq_len(sc->s, x->seq);
+        if ((why == SCHED_EOG || why == SCHED_LENGTH || why == SCHED_STOP) && !x->j.no_cache && held <= x->n_hist)
+            conv_keep(&sc->cv, sc->s, x->seq, x->hist, held, x->j.salt); /* or closes it */
+        else
+            tkv_seq_close(sc->s, x->seq);
+        sc->blocked = 0; /* room was freed (a kept sequence leaves T0): the head may fit now */
     }
     if (li >= 0) sc->live[li] = sc->live[--sc->n_live];
     e.t_end = tkv_now_s();
@@ -165,15 +175,54 @@ static int take_token(sched *sc, struct job *x, int li, float *row) {
     return 0;
 }
 
+/* The kept conversation x continues, if any (x->conv_seq, x->conv_lcp): only when it reaches further
+ * than a prefix-cache entry (a repeated prompt shares the prefix and leaves the conversation kept). */
+static void find_conv(sched *sc, struct job *x) {
+    x->conv_seq = -1;
+    x->conv_lcp = 0;
+    if (x->j.no_cache || x->j.prompt_logprobs || !sc->cv.cap) return;
+    int lcp, plcp = 0, i = conv_lookup(&sc->cv, x->j.prompt, x->j.n_prompt, x->j.salt, &lcp);
+    if (i < 0 || (prefix_lookup(&sc->pc, x->j.prompt, x->j.n_prompt, x->j.salt, &plcp) >= 0 && plcp >= lcp)) return;
+    x->conv_seq = sc->cv.e[i].seq;
+    x->conv_lcp = lcp;
+}
+
 /* Opens a sequence for the head job; 0 opened, TKV_EFULL (it stays waiting), TKV_ERR (refused). */
 static int open_seq(sched *sc, struct job *x, char *msg, size_t n) {
     int n_ctx = x->j.n_prompt + x->j.max_tokens;
     if (x->j.n_prompt < 1 || x->j.max_tokens < 1) { snprintf(msg, n, "an empty prompt or no tokens to generate"); return TKV_ERR; }
     for (;;) {
-        int rc = tkv_seq_open(sc->s, n_ctx, x->j.n_prompt, &x->seq, msg, n);
+        find_conv(sc, x); /* again after every entry given up */
+        /* a continuation protects only what it prefills itself */
+        int rc = tkv_seq_open(sc->s, n_ctx, x->j.n_prompt - x->conv_lcp, &x->seq, msg, n);
         if (rc != TKV_EFULL) return rc;
-        if (prefix_evict(&sc->pc, sc->s)) return TKV_EFULL; /* no entry left to give up */
+        if (!prefix_evict(&sc->pc, sc->s) || !conv_evict(&sc->cv, sc->s, x->conv_seq)) continue;
+        if (x->conv_seq < 0 || sc->n_live > 0) return TKV_EFULL; /* nothing left to give up, or wait */
+        conv_evict(&sc->cv, sc->s, -1); /* its own: it prefills the conversation again */
     }
+}
+
+/* Takes over the conversation x continues into x's sequence: the tokens taken, 0 when it has none or
+ * the take was refused (the entry is gone either way). */
+static int take_conv(sched *sc, struct job *x) {
+    if (x->conv_seq < 0) {
+        if (sc->cv.cap && !x->j.no_cache && !x->j.prompt_logprobs) sc->cv.misses++;
+        return 0;
+    }
+    int i = 0;
+    while (i < sc->cv.n && sc->cv.e[i].seq != x->conv_seq) i++;
+    TKV_ASSERT(i < sc->cv.n); /* found at open_seq, nothing ran since */
+    int src = conv_take(&sc->cv, i);
+    char msg[256];
+    if (tkv_seq_take(sc->s, src, x->seq, x->conv_lcp, msg, sizeof msg)) {
+        tkv_seq_close(sc->s, src);
+        sc->cv.drops++;
+        sc->cv.misses++;
+        return 0;
+    }
+    sc->cv.hits++;
+    sc->cv.reused += x->conv_lcp;
+    return x->conv_lcp;
 }
 
 enum { SCORED_CHUNK = 16 }; /* prompt rows with logits at a time (16 x a 152k vocabulary: 9.7 MB) */
@@ -209,7 +258,8 @@ static int admit(sched *sc, struct job *x) {
     x->t_admit = tkv_now_s();
     int li = sc->n_live++;
     sc->live[li] = x;
-    int lcp = 0, hit = x->j.prompt_logprobs ? -1 : prefix_lookup(&sc->pc, x->j.prompt, x->j.n_prompt, &lcp);
+    int taken = take_conv(sc, x), lcp = taken, hit = -1;
+    if (!taken && !x->j.prompt_logprobs && !x->j.no_cache) hit = prefix_lookup(&sc->pc, x->j.prompt, x->j.n_prompt, x->j.salt, &lcp);
     float *row = sc->logits + (size_t)li * (size_t)sc->V;
     if (x->j.prompt_logprobs ? prefill_scored(sc, x, row, msg, sizeof msg)
                              : (hit >= 0 && tkv_seq_share_prefix(sc->s, sc->pc.e[hit].seq, x->seq, lcp, msg, sizeof msg)) ||
@@ -221,7 +271,7 @@ static int admit(sched *sc, struct job *x) {
     x->cached = lcp;
     sc->info.cached_tokens += lcp;
     sc->info.prompt_tokens += x->j.n_prompt;
-    prefix_update(&sc->pc, sc->s, hit, lcp, x->seq, x->j.prompt, x->j.n_prompt);
+    if (!taken && !x->j.no_cache) prefix_update(&sc->pc, sc->s, hit, lcp, x->seq, x->j.prompt, x->j.n_prompt, x->j.salt);
     x->hist = tkv_xmalloc(((size_t)x->j.n_prompt + (size_t)x->j.max_tokens + 1) * sizeof(int32_t));
     memcpy(x->hist, x->j.prompt, (size_t)x->j.n_prompt * sizeof(int32_t));
     x->n_hist = x->j.n_prompt;
@@ -305,6 +355,28 @@ void sched_info_get(const sched *sc, sched_info *out) {
     out->prefix_hits = sc->pc.hits;
     out->prefix_misses = sc->pc.misses;
     out->prefix_evictions = sc->pc.evictions;
+    out->conv_entries = sc->cv.n;
+    for (int i = 0; i < sc->cv.n; i++) {
+        tkv_stats st;
+        if (tkv_stats_get(sc->s, sc->cv.e[i].seq, &st, NULL, 0)) continue;
+        for (int t = 0; t < 4; t++) out->conv_tokens[t] += st.tokens[t];
+        out->conv_bytes += st.bytes[0] + st.bytes[1] + st.bytes[2];
+    }
+    out->conv_hits = sc->cv.hits;
+    out->conv_misses = sc->cv.misses;
+    out->conv_reused = sc->cv.reused;
+    out->conv_kept = sc->cv.kept;
+    out->conv_drops = sc->cv.drops;
+}
+
+int sched_conv_splice(sched *sc, int32_t **ids, int *n, uint64_t salt) {
+    int32_t *nid;
+    int nn = conv_splice(&sc->cv, sc->m, *ids, *n, salt, &nid);
+    if (nn <= 0) return 0;
+    free(*ids);
+    *ids = nid;
+    *n = nn;
+    return 1;
 }
 
 void sched_free(sched *sc) {
@@ -312,6 +384,7 @@ void sched_free(sched *sc) {
     while (sc->n_live) finish(sc, sc->live[sc->n_live - 1], sc->n_live - 1, SCHED_CANCELLED, NULL);
     while (sc->head) finish(sc, pop_head(sc), -1, SCHED_CANCELLED, NULL);
     prefix_free(&sc->pc, sc->s);
+    conv_free(&sc->cv, sc->s);
     free(sc->live);
     free(sc->batch);
     free(sc->logits);

@@ -3,10 +3,14 @@
  * admitted job decodes in the same tkv_decode step as all the others; a job that ends (end of
  * generation, its token limit, a stop the caller reports, a cancel) closes its sequence at once,
  * and the next waiting job joins between two steps. Prompts that begin with the same tokens share
- * those K/V rows through a small prefix cache (prefix.h).
+ * those K/V rows through a small prefix cache (prefix.h); with kept conversations (conv.h) a job's
+ * sequence outlives it, idle, and a later job that continues its tokens takes it over and prefills
+ * only what is new.
  *
  * Admission: a job is tried when fewer than max_live jobs are live. tkv_seq_open's TKV_EFULL (the
- * session cannot take it now) first closes prefix-cache entries, least recently used first, then
+ * session cannot take it now) first closes prefix-cache entries, then kept conversations other than
+ * the one the job continues, least recently used first (the one it continues too when nothing is
+ * live: the job then prefills it again), then
  * leaves the job at the head of the queue until a live job ends; TKV_ERR (it could never fit) ends
  * it as SCHED_REFUSED with the session's message, as does TKV_EFULL when nothing is live to free
  * room. The queue is strictly FIFO, so a large job is not starved by small ones behind it.
@@ -35,7 +39,8 @@ enum sched_why {
 typedef struct {
     enum sched_why why;
     int prompt_tokens, gen_tokens;
-    int cached_tokens;          /* prompt tokens shared from the prefix cache, not prefilled */
+    int cached_tokens;          /* prompt tokens shared from the prefix cache or taken over from a kept
+                                   conversation, not prefilled */
     double t_submit, t_admit, t_end; /* monotonic seconds (base/clock.h); t_admit 0 if never admitted */
     int has_kv;                 /* 1: kv holds the sequence's statistics at its end (sched_params.end_stats) */
     tkv_stats kv;
@@ -85,6 +90,9 @@ typedef struct {
     void (*mask)(void *con, float *row);
     void (*accept)(void *con, int32_t tok);
     void *con;
+    uint64_t salt;         /* cache isolation: the job shares and takes over only what jobs of the same
+                              salt left (0: the common one) */
+    int no_cache;          /* 1: nothing reused from the caches, and the sequence is not kept */
     void *user;
 } sched_job;
 
@@ -96,6 +104,10 @@ typedef struct {
     int prefill_tokens; /* prompt tokens prefilled in one step beyond the first admitted job's (bounds the
                            pause a burst of arrivals causes the live jobs; default 512) */
     int end_stats;      /* 1: sched_end.kv filled (a tkv_sync per job end); 0: not */
+    int conv_entries;   /* kept conversations (0: none; forced to 0 for policies whose prefix cannot be
+                           shared, tkv_policy_shares_prefix); the session must hold max_live +
+                           prefix_entries + conv_entries sequences */
+    int64_t conv_bytes; /* their rows in every tier, at most (0: no bound beyond conv_entries) */
     tkv_policy policy;  /* the session's policy (for the prefix rule) */
 } sched_params;
 void sched_params_default(sched_params *p);
@@ -110,6 +122,12 @@ typedef struct {
     int64_t gen_tokens;      /* tokens generated, all jobs so far */
     int64_t steps;           /* tkv_decode calls */
     int64_t prefix_evictions; /* entries closed to make room for a job */
+    /* kept conversations: entries now, their tokens per tier T0..T3 and bytes, jobs that took one over
+       (hits) or looked and found none (misses), tokens taken over, entries kept and dropped (by their
+       bounds or for room) */
+    int conv_entries;
+    int64_t conv_tokens[4], conv_bytes;
+    int64_t conv_hits, conv_misses, conv_reused, conv_kept, conv_drops;
 } sched_info;
 
 int sched_init(tkv_model *m, tkv_session *s, const sched_params *p, const sched_callbacks *cb, sched **out, char *err,
@@ -124,5 +142,9 @@ int sched_step(sched *sc);
 /* 1 when a step would do something: a job is live, or one waits and could be tried now. */
 int sched_has_work(const sched *sc);
 void sched_info_get(const sched *sc, sched_info *out);
+/* A prompt that continues a kept conversation whose answer came back as text re-tokenised: rewritten
+ * (*ids freed and replaced, *n updated) to continue the conversation's own ids (conv.h, conv_splice);
+ * 1 when rewritten, 0 when left as it is. Before sched_submit, on the scheduler's thread. */
+int sched_conv_splice(sched *sc, int32_t **ids, int *n, uint64_t salt);
 
 #endif

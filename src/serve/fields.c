@@ -61,6 +61,8 @@ static const field fields[] = {
     {"repetition_penalty", BOTH, HONOURED, NULL, NULL}, /* vLLM's, over prompt and generated tokens */
     {"logit_bias", BOTH, HONOURED, NULL, NULL},
     {"response_format", BOTH, HONOURED, NULL, NULL}, /* text, json_object, json_schema (request.c) */
+    {"cache_salt", BOTH, HONOURED, NULL, NULL},   /* vLLM's: cache isolation (reuse only within a salt) */
+    {"cache_prompt", BOTH, HONOURED, NULL, NULL}, /* llama-server's: false reuses and keeps nothing */
     /* not supported yet: accepted only with the value that changes nothing */
     {"suffix", COMPL, NEUTRAL_ONLY, is_empty_str, "a suffix (insertion) is not supported"},
     {"best_of", COMPL, NEUTRAL_ONLY, is_one, "best_of > 1 is not supported"},

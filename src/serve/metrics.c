@@ -65,7 +65,7 @@ static void kv_part(tkv_buf *b, const serve_snapshot *s) {
     one(b, "tierkv_kv_shared_tokens", "gauge", "prefix tokens held once for several sequences", (double)k->shared_tokens);
     one(b, "tierkv_kv_shared_bytes_saved", "gauge", "bytes the shared prefix rows would take if every sequence held its own",
         (double)k->shared_bytes_saved);
-    one(b, "tierkv_sequences_live", "gauge", "live sequences of the session (requests and prefix cache entries)", k->live_seqs);
+    one(b, "tierkv_sequences_live", "gauge", "live sequences of the session (requests, prefix cache entries, kept conversations)", k->live_seqs);
 }
 
 char *serve_metrics_render(serve_metrics *m, const serve_snapshot *s) {
@@ -84,7 +84,7 @@ char *serve_metrics_render(serve_metrics *m, const serve_snapshot *s) {
     one(&b, "tierkv_uptime_seconds", "gauge", "seconds since the server started", up);
     const sched_info *si = &s->si;
     one(&b, "tierkv_prompt_tokens_total", "counter", "prompt tokens of admitted requests (prefilled or shared)", (double)si->prompt_tokens);
-    one(&b, "tierkv_prompt_tokens_cached_total", "counter", "prompt tokens shared from the prefix cache instead of prefilled",
+    one(&b, "tierkv_prompt_tokens_cached_total", "counter", "prompt tokens reused (the prefix cache, kept conversations) instead of prefilled",
         (double)si->cached_tokens);
     one(&b, "tierkv_generation_tokens_total", "counter", "tokens generated", (double)si->gen_tokens);
     one(&b, "tierkv_generation_tokens_per_second", "gauge", "tokens generated per second, last few seconds", s->tokens_per_s);
@@ -107,6 +107,16 @@ char *serve_metrics_render(serve_metrics *m, const serve_snapshot *s) {
     one(&b, "tierkv_prefix_cache_hits_total", "counter", "requests that shared a cached prefix", (double)si->prefix_hits);
     one(&b, "tierkv_prefix_cache_misses_total", "counter", "requests that found none", (double)si->prefix_misses);
     one(&b, "tierkv_prefix_cache_evictions_total", "counter", "entries closed to make room for a request", (double)si->prefix_evictions);
+    one(&b, "tierkv_conversations_kept", "gauge", "finished requests kept, idle, for a next turn", si->conv_entries);
+    family(&b, "tierkv_conversations_tokens", "gauge", "tokens those conversations hold, by tier");
+    for (int t = 0; t < 4; t++) tkv_buf_printf(&b, "tierkv_conversations_tokens{tier=\"T%d\"} %lld\n", t, (long long)si->conv_tokens[t]);
+    one(&b, "tierkv_conversations_bytes", "gauge", "bytes their rows take (T0, T1 and T2)", (double)si->conv_bytes);
+    one(&b, "tierkv_conversations_hits_total", "counter", "requests that took a kept conversation over", (double)si->conv_hits);
+    one(&b, "tierkv_conversations_misses_total", "counter", "requests that found none to continue", (double)si->conv_misses);
+    one(&b, "tierkv_conversations_reused_tokens_total", "counter", "tokens taken over instead of prefilled", (double)si->conv_reused);
+    one(&b, "tierkv_conversations_kept_total", "counter", "conversations kept when their request ended", (double)si->conv_kept);
+    one(&b, "tierkv_conversations_dropped_total", "counter", "kept conversations closed by their bounds or for room",
+        (double)si->conv_drops);
     if (s->kv_ok) kv_part(&b, s);
     char *out = b.p;
     return out ? out : strdup("");

@@ -409,6 +409,19 @@ static int parse_root(const json_t *root, enum serve_kind kind, const serve_limi
         if (get_bool(root, "echo", &r->echo, e)) return -1;
         if (r->echo && r->stream) return BAD_VALUE(e, "echo", "echo is answered whole, not streamed (stream: false)");
     }
+    const json_t *cs = json_object_get(root, "cache_salt");
+    if (cs && !json_is_null(cs)) {
+        if (!json_is_string(cs)) return BAD_TYPE(e, "cache_salt", "a string");
+        size_t len = json_string_length(cs);
+        if (len == 0 || len > 256) return BAD_VALUE(e, "cache_salt", "a salt of 1..256 bytes, got %zu", len);
+        const unsigned char *p = (const unsigned char *)json_string_value(cs);
+        uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, never 0 (the unsalted value) below */
+        for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+        r->cache_salt = h ? h : 1;
+    }
+    int cache_prompt = 1;
+    if (get_bool(root, "cache_prompt", &cache_prompt, e)) return -1;
+    r->no_cache = !cache_prompt;
     const json_t *so = json_object_get(root, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return BAD_TYPE(e, "stream_options", "an object");

@@ -82,6 +82,9 @@ typedef struct {
     int json_mode;       /* response_format: 0 text, 1 json_object, 2 json_schema (json_schema holds it; also
                             a required or named tool call's grammar) */
     char *json_schema;   /* the schema's JSON text, checked by jc_compile (serve/jsonc.h) */
+    uint64_t cache_salt; /* cache_salt (vLLM's): a hash of the string, 0 when not given; only requests of
+                            the same salt reuse each other's cached prompts and conversations */
+    int no_cache;        /* cache_prompt false (llama-server's): nothing reused, the conversation not kept */
 } serve_request;
 
 typedef struct {

@@ -25,6 +25,8 @@ void serve_opts_default(serve_opts *o) {
     o->parallel = 8;
     o->max_queue = 64;
     o->prefix_entries = 4;
+    o->conv_entries = 16;
+    o->conv_bytes = (int64_t)1 << 30;
     o->http.host = "127.0.0.1";
     o->http.port = 8080;
     o->http.max_connections = 64;
@@ -46,9 +48,11 @@ static void teardown(serve *v) {
 
 int serve_start(const serve_opts *o, serve **out, char *err, size_t errlen) {
     *out = NULL;
-    if (o->parallel < 1 || o->parallel > 1024 || o->max_queue < 0 || o->prefix_entries < 0 || o->prefix_entries > 64)
-        return tkv_errf(err, errlen, "serve: --parallel %d (1..1024), --max-queue %d, --prefix-cache %d (0..64)", o->parallel,
-                        o->max_queue, o->prefix_entries);
+    if (o->parallel < 1 || o->parallel > 1024 || o->max_queue < 0 || o->prefix_entries < 0 || o->prefix_entries > 64 ||
+        o->conv_entries < 0 || o->conv_entries > 1024 || o->conv_bytes < 0)
+        return tkv_errf(err, errlen, "serve: --parallel %d (1..1024), --max-queue %d, --prefix-cache %d (0..64), "
+                        "--conversations %d (0..1024), --conv-host-budget %lld", o->parallel, o->max_queue, o->prefix_entries,
+                        o->conv_entries, (long long)o->conv_bytes);
     serve *v = tkv_xcalloc(1, sizeof *v);
     serve_metrics_init(&v->api.metrics);
     if (tkv_chat_open(o->model, o->template_name, 0, &v->chat, err, errlen)) {
@@ -56,11 +60,13 @@ int serve_start(const serve_opts *o, serve **out, char *err, size_t errlen) {
         if (o->log) fprintf(o->log, "[serve] the model names no chat template: chatml (--template to choose)\n");
     }
     int prefix = tkv_kv_shares_prefix(&o->sp.kv) ? o->prefix_entries : 0;
+    int conv = tkv_policy_shares_prefix(o->sp.kv.policy) ? o->conv_entries : 0;
     tkv_session_params sp = o->sp;
-    sp.max_seqs = o->parallel + prefix;
+    sp.max_seqs = o->parallel + prefix + conv;
     if (tkv_session_open(o->model, &sp, &v->s, err, errlen)) { teardown(v); return -1; }
     int ctx = sp.max_ctx;
-    serve_worker_opts wo = {.parallel = o->parallel, .max_queue = o->max_queue, .prefix_entries = prefix, .ctx = ctx,
+    serve_worker_opts wo = {.parallel = o->parallel, .max_queue = o->max_queue, .prefix_entries = prefix,
+                            .conv_entries = conv, .conv_bytes = o->conv_bytes, .ctx = ctx,
                             .default_max_tokens = o->default_max_tokens > 0 ? o->default_max_tokens : ctx,
                             .policy = o->sp.kv.policy};
     if (serve_worker_start(o->model, v->s, v->chat, &wo, &v->w, err, errlen)) { teardown(v); return -1; }

@@ -25,6 +25,8 @@ typedef struct {
     int parallel;              /* requests decoding together */
     int max_queue;             /* requests waiting for a sequence beyond those */
     int prefix_entries;        /* prefix cache entries (0: off) */
+    int conv_entries;          /* kept conversations (0: off) */
+    int64_t conv_bytes;        /* their rows in every tier at most (0: no bound but their count) */
     int default_max_tokens;    /* for requests that give none (0: what the context leaves) */
     serve_http_opts http;
     serve_limits lim;

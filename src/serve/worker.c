@@ -140,6 +140,13 @@ static struct wjob *prepare(serve_worker *w, serve_job *j, int *max_tokens, serv
     wj->w = w;
     wj->job = j;
     if (encode(w, r, wj, e)) goto fail;
+    /* the answer of a kept conversation, sent back as text: its own ids (scheduler's thread: here) */
+    if (!r->no_cache && !(r->echo && r->logprobs) && sched_conv_splice(w->sc, &wj->ids, &wj->n_ids, r->cache_salt) &&
+        wj->n_ids >= w->o.ctx) {
+        serve_error_set(e, 400, "invalid_request_error", r->kind == SERVE_CHAT ? "messages" : "prompt", "context_length_exceeded",
+                        "the prompt is %d tokens; this server's context is %d positions (--ctx)", wj->n_ids, w->o.ctx);
+        goto fail;
+    }
     int room = w->o.ctx - wj->n_ids;
     if (r->max_tokens > room) {
         serve_error_set(e, 400, "invalid_request_error", "max_tokens", "context_length_exceeded",
@@ -423,7 +430,8 @@ static void take(serve_worker *w, serve_job *j) {
     serve_job_set_phase(j, JOB_QUEUED);
     sched_job sj = {.prompt = wj->ids, .n_prompt = wj->n_ids, .max_tokens = max_tokens, .sampler = wj->smp, .user = wj,
                     .logprobs = j->req.logprobs, .top_logprobs = j->req.top_logprobs,
-                    .prompt_logprobs = j->req.echo && j->req.logprobs};
+                    .prompt_logprobs = j->req.echo && j->req.logprobs, .salt = j->req.cache_salt,
+                    .no_cache = j->req.no_cache};
     if (wj->jst || wj->counts || j->req.n_bias) sj.mask = con_mask, sj.accept = con_accept, sj.con = wj;
     sched_submit(w->sc, &sj);
 }
@@ -533,6 +541,8 @@ int serve_worker_start(tkv_model *m, tkv_session *s, tkv_chat *chat, const serve
     sched_params_default(&sp);
     sp.max_live = o->parallel;
     sp.prefix_entries = o->prefix_entries;
+    sp.conv_entries = o->conv_entries;
+    sp.conv_bytes = o->conv_bytes;
     sp.policy = o->policy;
     sched_callbacks cb = {.on_token = on_token, .cancelled = on_cancelled, .on_start = on_start, .on_end = on_end,
                           .on_prompt = on_prompt};

@@ -22,12 +22,14 @@ typedef struct {
     int parallel;        /* requests decoding together */
     int max_queue;       /* requests waiting beyond those */
     int prefix_entries;  /* prefix cache entries (0: off) */
+    int conv_entries;    /* kept conversations (0: off) */
+    int64_t conv_bytes;  /* their rows at most (0: no bound but their count) */
     int ctx;             /* positions per request: prompt + max_tokens */
     int default_max_tokens; /* when a request gives none (capped by what the context leaves) */
     tkv_policy policy;
 } serve_worker_opts;
 
-/* Starts the engine thread on session s (which must hold parallel + prefix_entries sequences of ctx
+/* Starts the engine thread on session s (which must hold parallel + prefix_entries + conv_entries sequences of ctx
  * positions); m and chat must outlive the worker. */
 int serve_worker_start(tkv_model *m, tkv_session *s, tkv_chat *chat, const serve_worker_opts *o, serve_worker **out,
                        char *err, size_t errlen);

@@ -1,0 +1,154 @@
+/* conv.c — kept conversations (see conv.h). Entries are tens at most, so lookups scan them token by
+ * token. Invariant: every entry's sequence is live, idle and holds exactly its n tokens. */
+#include "sched/conv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+
+void conv_init(conv_cache *c, int cap, int min_len, int64_t max_bytes) {
+    memset(c, 0, sizeof *c);
+    c->cap = cap > 0 ? cap : 0;
+    c->min_len = min_len > 1 ? min_len : 1;
+    c->max_bytes = max_bytes > 0 ? max_bytes : 0;
+    if (c->cap) c->e = tkv_xcalloc((size_t)c->cap, sizeof *c->e);
+}
+
+static void remove_at(conv_cache *c, int i) {
+    free(c->e[i].tokens);
+    c->e[i] = c->e[--c->n];
+}
+
+static void drop(conv_cache *c, tkv_session *s, int i) {
+    tkv_seq_close(s, c->e[i].seq);
+    remove_at(c, i);
+    c->drops++;
+}
+
+void conv_free(conv_cache *c, tkv_session *s) {
+    while (c->n) {
+        tkv_seq_close(s, c->e[c->n - 1].seq);
+        remove_at(c, c->n - 1);
+    }
+    free(c->e);
+    memset(c, 0, sizeof *c);
+}
+
+int conv_lookup(const conv_cache *c, const int32_t *prompt, int n, uint64_t salt, int *lcp) {
+    int best = -1, best_l = 0;
+    for (int i = 0; i < c->n; i++) {
+        const conv_entry *e = &c->e[i];
+        if (e->salt != salt) continue;
+        int m = e->n < n - 1 ? e->n : n - 1, l = 0;
+        while (l < m && e->tokens[l] == prompt[l]) l++;
+        if (l > best_l || (l == best_l && best >= 0 && l > 0 && e->used > c->e[best].used)) best = i, best_l = l;
+    }
+    if (best_l < c->min_len) best = -1, best_l = 0;
+    *lcp = best_l;
+    return best;
+}
+
+/* The end k of the run prompt[l..k) whose pieces spell the bytes of e's tokens from l on (special
+ * tokens as their text), or -1. */
+static int spelled_to(const tkv_model *m, const conv_entry *e, int l, const int32_t *prompt, int n) {
+    tkv_buf d = {0};
+    const char *p;
+    for (int i = l; i < e->n; i++) {
+        int len = tkv_token_piece(m, e->tokens[i], 1, &p);
+        if (len < 0) { tkv_buf_free(&d); return -1; }
+        tkv_buf_add(&d, p, (size_t)len);
+    }
+    size_t at = 0;
+    int k = l;
+    while (at < d.n && k < n) {
+        int len = tkv_token_piece(m, prompt[k++], 1, &p);
+        if (len < 0 || at + (size_t)len > d.n || memcmp(d.p + at, p, (size_t)len)) { k = -1; break; }
+        at += (size_t)len;
+    }
+    if (k >= 0 && at != d.n) k = -1; /* the prompt ended first */
+    tkv_buf_free(&d);
+    return k;
+}
+
+int conv_splice(const conv_cache *c, const tkv_model *m, const int32_t *prompt, int n, uint64_t salt, int32_t **out) {
+    *out = NULL;
+    int best = -1, best_k = 0, plain = 0;
+    for (int i = 0; i < c->n; i++) {
+        const conv_entry *e = &c->e[i];
+        if (e->salt != salt) continue;
+        int mx = e->n < n ? e->n : n, l = 0;
+        while (l < mx && e->tokens[l] == prompt[l]) l++;
+        if (l == e->n) { /* continued as it stands */
+            if (l < n && l > plain) plain = l;
+            continue;
+        }
+        if (l < c->min_len) continue;
+        int k = spelled_to(m, e, l, prompt, n);
+        if (k < 0 || k >= n) continue; /* the job must prefill at least one token of its own */
+        if (best < 0 || e->n > c->e[best].n) best = i, best_k = k;
+    }
+    if (best < 0 || c->e[best].n <= plain) return 0;
+    const conv_entry *e = &c->e[best];
+    int nn = e->n + (n - best_k);
+    int32_t *ids = tkv_xmalloc((size_t)nn * sizeof(int32_t));
+    memcpy(ids, e->tokens, (size_t)e->n * sizeof(int32_t));
+    memcpy(ids + e->n, prompt + best_k, (size_t)(n - best_k) * sizeof(int32_t));
+    *out = ids;
+    return nn;
+}
+
+static int lru(const conv_cache *c, int keep_seq) {
+    int v = -1;
+    for (int i = 0; i < c->n; i++)
+        if (c->e[i].seq != keep_seq && (v < 0 || c->e[i].used < c->e[v].used)) v = i;
+    return v;
+}
+
+static int64_t total_bytes(const conv_cache *c) {
+    int64_t b = 0;
+    for (int i = 0; i < c->n; i++) b += c->e[i].bytes;
+    return b;
+}
+
+void conv_keep(conv_cache *c, tkv_session *s, int seq, const int32_t *tokens, int n, uint64_t salt) {
+    if (!c->cap || n < c->min_len) {
+        tkv_seq_close(s, seq);
+        return;
+    }
+    if (c->n == c->cap) drop(c, s, lru(c, -1));
+    tkv_seq_idle(s, seq);
+    tkv_stats st;
+    int64_t bytes = 0;
+    if (tkv_stats_get(s, seq, &st, NULL, 0) == 0) bytes = st.bytes[0] + st.bytes[1] + st.bytes[2];
+    conv_entry *e = &c->e[c->n++];
+    e->seq = seq;
+    e->n = n;
+    e->tokens = tkv_xmalloc((size_t)n * sizeof(int32_t));
+    memcpy(e->tokens, tokens, (size_t)n * sizeof(int32_t));
+    e->salt = salt;
+    e->used = ++c->tick;
+    e->bytes = bytes;
+    c->kept++;
+    while (c->max_bytes && c->n > 0 && total_bytes(c) > c->max_bytes) drop(c, s, lru(c, -1));
+}
+
+int conv_take(conv_cache *c, int i) {
+    int seq = c->e[i].seq;
+    remove_at(c, i);
+    return seq;
+}
+
+int conv_evict(conv_cache *c, tkv_session *s, int keep_seq) {
+    int v = lru(c, keep_seq);
+    if (v < 0) return -1;
+    drop(c, s, v);
+    return 0;
+}
+
+int64_t conv_tokens(const conv_cache *c) {
+    int64_t t = 0;
+    for (int i = 0; i < c->n; i++) t += c->e[i].n;
+    return t;
+}
