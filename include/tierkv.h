@@ -235,7 +235,8 @@ int tkv_policy_shares_prefix(tkv_policy p);
  * 0..n-1 of src, which is closed (its other positions freed). No copy, nothing shared: the rows stay in
  * the tiers they lie in, with their scores; evicted ones stay evicted (the continuation sees what src's
  * last step saw). They are not dst's prompt: dst protects its own prompt (prefilled after them), its
- * sinks and its window, and brings the rows that needs back to T0 at once. The same policies as
+ * sinks and its window, and brings the rows that needs back to T0 at once; rows shared with another
+ * sequence (tkv_seq_share_prefix) never move and stay a pinned prompt. The same policies as
  * tkv_seq_share_prefix; TKV_ERR (nothing changed) otherwise, or when a sink or a position of the last
  * window was evicted. */
 int tkv_seq_take(tkv_session *s, int src, int dst, int n, char *err, size_t errlen);

@@ -99,10 +99,43 @@ def isolation(args):
         srv.stop()
 
 
+def real_chat(args):
+    """The real 0.5B (TIERKV_SLOW_TESTS=1): a two-turn chat whose answer comes back as text reuses all of
+    turn 1 and answers as a server that recomputes it, log-probabilities included."""
+    model = st.real_model()
+    if not model:
+        print("serve_conv_test: the real 0.5B two-turn chat needs it cached and TIERKV_SLOW_TESTS=1: skipped", file=sys.stderr)
+        return
+    q1 = {"role": "user", "content": "Write a Python function that checks whether a number is prime."}
+    q2 = {"role": "user", "content": "Now make it faster for large numbers."}
+    answers = []
+    for flags in (["--policy", "hierarchy", "--hbm-ratio", "0.5"], ["--conversations", "0"]):
+        srv = st.Server(args, "--parallel", "2", *flags, model=model)
+        try:
+            s, _, b1 = srv.post("/v1/chat/completions", {"messages": [q1], "max_tokens": 120, "temperature": 0})
+            check(s == 200, "turn 1: %d" % s)
+            held = b1["usage"]["prompt_tokens"] + b1["usage"]["completion_tokens"] - 1
+            a1 = {"role": "assistant", "content": b1["choices"][0]["message"]["content"]}
+            s, _, b2 = srv.post("/v1/chat/completions", {"messages": [q1, a1, q2], "max_tokens": 60, "temperature": 0,
+                                                         "logprobs": True})
+            check(s == 200, "turn 2: %d %s" % (s, b2))
+            cached = b2["usage"]["prompt_tokens_details"]["cached_tokens"]
+            if "--conversations" in flags:
+                check(cached == b1["usage"]["prompt_tokens"], "without conversations turn 2 shared %d (the prefix cache)" % cached)
+            else:
+                check(cached == held, "turn 2 reused %d tokens of the %d held" % (cached, held))
+            answers.append((b2["usage"]["prompt_tokens"], b2["choices"][0]))
+        finally:
+            srv.stop()
+    check(answers[0][0] == answers[1][0], "turn 2 is %d tokens kept, %d recomputed" % (answers[0][0], answers[1][0]))
+    check(answers[0][1] == answers[1][1], "turn 2 kept differs from turn 2 recomputed")
+
+
 def sec_conversations(args):
     two_turns(args, [], [])
     two_turns(args, ["--policy", "hierarchy", "--hbm-ratio", "0.3", "--delta", "8", "--prefix-cache", "0"], [])
     isolation(args)
+    real_chat(args)
 
 
 SECTIONS = {"conversations": sec_conversations}

@@ -51,7 +51,7 @@ static int greedy(tkv_session *s, int seq, const float *l, int g, int V, int32_t
 
 /* Turn 1 (P1 prompt, G1 greedy tokens), then turn 2 (the last sampled token and P2 new prompt tokens,
  * G2 greedy tokens) on a kept sequence taken over; against the whole transcript from scratch (full). */
-static void turn2_exact(tkv_model *m, tkv_policy pol, double t0_ratio, uint64_t budget, int idle, int partial) {
+static void turn2_exact(tkv_model *m, tkv_policy pol, double t0_ratio, uint64_t budget, int idle, int partial, int shared) {
     char err[512];
     tkv_model_info mi;
     tkv_model_get_info(m, &mi);
@@ -63,7 +63,7 @@ static void turn2_exact(tkv_model *m, tkv_policy pol, double t0_ratio, uint64_t 
     float *got = malloc(sizeof(float) * (size_t)V * (G2 + 1));
     tkv_session_params sp;
     tkv_session_params_default(&sp);
-    sp.max_seqs = 2;
+    sp.max_seqs = 3;
     sp.max_ctx = 512;
     sp.kv.policy = pol;
     sp.kv.t0_ratio = t0_ratio;
@@ -81,13 +81,19 @@ static void turn2_exact(tkv_model *m, tkv_policy pol, double t0_ratio, uint64_t 
     tr[P1 + G1 - 1] = tkv_argmax(lg + (size_t)(G1 - 1) * V, V); /* sampled, not decoded: the sequence ends before it */
     int held = tkv_seq_len(s, a);
     REQUIRE(held == P1 + G1 - 1);
+    int c = -1; /* a prefix cache's entry sharing turn 1's prompt rows: they never move */
+    if (shared) {
+        REQUIRE(tkv_seq_open(s, P1, P1, &c, err, sizeof err) == 0);
+        REQUIRE(tkv_seq_share_prefix(s, a, c, P1, err, sizeof err) == 0);
+    }
     CHECK(check_kv(s) == 0);
     tkv_stats st;
     if (idle) {
         tkv_seq_idle(s, a);
         CHECK(check_kv(s) == 0);
         REQUIRE(tkv_stats_get(s, a, &st, err, sizeof err) == 0);
-        if (pol == TKV_POLICY_HIERARCHY) CHECK(st.tokens[0] == 0 && st.tokens[1] == held); /* all in T1, exact */
+        if (pol == TKV_POLICY_HIERARCHY) /* all in T1, exact, but what it shares */
+            CHECK(st.tokens[0] == (shared ? P1 : 0) && st.tokens[1] == held - (shared ? P1 : 0));
         else CHECK(st.tokens[0] == held); /* no T1: it stays where it is */
     }
     /* turn 2: what it reuses, then its own prompt */
@@ -128,8 +134,8 @@ TEST(conv_take_full_bit_exact) {
     tkv_model *m = open_model(err, sizeof err);
     if (t_is_skipped()) return;
     REQUIRE(m);
-    turn2_exact(m, TKV_POLICY_FULL, -1, 0, 0, 0);
-    turn2_exact(m, TKV_POLICY_FULL, -1, 0, 1, 1); /* idle leaves full as it is; a partial take */
+    turn2_exact(m, TKV_POLICY_FULL, -1, 0, 0, 0, 0);
+    turn2_exact(m, TKV_POLICY_FULL, -1, 0, 1, 1, 0); /* idle leaves full as it is; a partial take */
     tkv_model_close(m);
 }
 
@@ -138,15 +144,19 @@ TEST(conv_take_hierarchy_idle_t1_bit_exact) {
     tkv_model *m = open_model(err, sizeof err);
     if (t_is_skipped()) return;
     REQUIRE(m);
-    turn2_exact(m, TKV_POLICY_HIERARCHY, 0.3, 0, 0, 0);
-    turn2_exact(m, TKV_POLICY_HIERARCHY, 0.3, 0, 1, 0);
-    turn2_exact(m, TKV_POLICY_HIERARCHY, 0.3, 0, 1, 1);
+    turn2_exact(m, TKV_POLICY_HIERARCHY, 0.3, 0, 0, 0, 0);
+    turn2_exact(m, TKV_POLICY_HIERARCHY, 0.3, 0, 1, 0, 0);
+    turn2_exact(m, TKV_POLICY_HIERARCHY, 0.3, 0, 1, 1, 0);
+    /* the prompt's rows shared with a prefix entry: pinned through the take (the budget is raised) */
+    turn2_exact(m, TKV_POLICY_HIERARCHY, 0.3, 0, 1, 0, 1);
+    turn2_exact(m, TKV_POLICY_HIERARCHY, 0.3, 0, 0, 0, 1);
     /* one byte budget for every sequence: 200 tokens of f16 rows */
     tkv_model_info mi;
     tkv_model_get_info(m, &mi);
     uint64_t tb = (uint64_t)mi.n_layer * 2 * (uint64_t)mi.n_head_kv * (uint64_t)mi.head_dim * 2;
-    turn2_exact(m, TKV_POLICY_HIERARCHY, -1, 200 * tb, 1, 0);
-    turn2_exact(m, TKV_POLICY_HIERARCHY, -1, 200 * tb, 0, 0);
+    turn2_exact(m, TKV_POLICY_HIERARCHY, -1, 200 * tb, 1, 0, 0);
+    turn2_exact(m, TKV_POLICY_HIERARCHY, -1, 200 * tb, 0, 0, 0);
+    turn2_exact(m, TKV_POLICY_HIERARCHY, -1, 300 * tb, 1, 0, 1);
     tkv_model_close(m);
 }
 

@@ -292,6 +292,7 @@ int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen)
             return tkv_errf(err, errlen, "kv: position %d of sequence %d was evicted and would be protected once taken", p, src);
     kv_complete_batch(kv); /* no slot of src is in flight */
     size_t stride = (size_t)kv_keep_stride(kv);
+    d->n_prompt = 0;
     for (int p = 0; p < n; p++) {
         int32_t r = s->ref[p];
         int t = r == BE_SLOT_NONE ? 3 : BE_SLOT_TIER(r);
@@ -303,7 +304,10 @@ int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen)
         kv_att_update(kv, d, p);
         d->ntok[t]++;
         if (t == BE_T0) s->t0_held--, d->t0_held++;
-        d->prompt[p] = 0; /* dst's own prompt (what it prefills after them), sinks and window are protected */
+        /* dst protects its own prompt (what it prefills after them), sinks and window; rows shared with
+         * another sequence (a prefix cache's prompt) never move, so they stay a pinned prompt */
+        d->prompt[p] = (uint8_t)(t == BE_T0 && kv_slot_holders(kv, r) > 1);
+        d->n_prompt += d->prompt[p];
         d->lossy[p] = s->lossy[p];
         d->score[p] = s->score[p];
         for (int g = 0; g < kv->o.n_head_kv; g++) {
@@ -315,7 +319,6 @@ int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen)
     }
     d->keep_used = s->keep_used;
     d->len = d->fresh_from = n;
-    d->n_prompt = 0;
     int64_t t0b = (int64_t)d->t0_held * kv_token_bytes(kv, BE_T0);
     if (t0b > d->c.peak_t0_bytes) d->c.peak_t0_bytes = t0b;
     kv_seq_remove(kv, src);

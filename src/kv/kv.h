@@ -109,7 +109,8 @@ int kv_seq_share_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t
  * freed): no copy and nothing shared; the rows stay in the tiers they lie in, with their scores, lossy
  * flags and keep masks, evicted ones stay evicted (the continuation sees what src's last step saw).
  * They are not a prompt in dst: dst protects its own prompt tokens (appended after them), sinks and
- * window, and is re-tiered at once to its budget (a protected row in T1 or T2 comes back to T0).
+ * window, and is re-tiered at once to its budget (a protected row in T1 or T2 comes back to T0);
+ * rows shared with another sequence (a prefix cache's prompt) never move and stay a pinned prompt.
  * Refused with a message (nothing changed) for policies with state beside the positions
  * (kv_policy_copies_prefix), or when a position dst would protect (a sink, the last window) was evicted. */
 int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen);

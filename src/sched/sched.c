@@ -193,8 +193,8 @@ static int open_seq(sched *sc, struct job *x, char *msg, size_t n) {
     if (x->j.n_prompt < 1 || x->j.max_tokens < 1) { snprintf(msg, n, "an empty prompt or no tokens to generate"); return TKV_ERR; }
     for (;;) {
         find_conv(sc, x); /* again after every entry given up */
-        /* a continuation protects only what it prefills itself */
-        int rc = tkv_seq_open(sc->s, n_ctx, x->j.n_prompt - x->conv_lcp, &x->seq, msg, n);
+        /* reserved as a whole prompt: what it takes over may hold a shared prefix, pinned */
+        int rc = tkv_seq_open(sc->s, n_ctx, x->j.n_prompt, &x->seq, msg, n);
         if (rc != TKV_EFULL) return rc;
         if (!prefix_evict(&sc->pc, sc->s) || !conv_evict(&sc->cv, sc->s, x->conv_seq)) continue;
         if (x->conv_seq < 0 || sc->n_live > 0) return TKV_EFULL; /* nothing left to give up, or wait */
