@@ -4,9 +4,10 @@
 # `make cuda` builds the same binaries with the CUDA backend into build-cuda/ (needs nvcc; plain
 # `make` does not; `make cuda BUILD=DIR` builds into DIR), `make cuda-test` runs that suite (its
 # CUDA tests skip without a GPU).
-# Variables: SERVE=0 leaves the server out (no src/serve, no test_serve, no libmicrohttpd or
-# jansson: `tierkv serve` then says so and exits 2); WERROR= turns warnings-as-errors off for cc and
-# nvcc (default -Werror: on); EXTRA_INC=-IDIR puts DIR first on the include path of cc and nvcc;
+# Variables: SERVE=0 leaves the server out (no src/serve but its reasoning splitter, no test_serve,
+# no libmicrohttpd or jansson: `tierkv serve` then says so and exits 2); WERROR= turns
+# warnings-as-errors off for cc and nvcc (default -Werror: on); EXTRA_INC=-IDIR puts DIR first on
+# the include path of cc and nvcc;
 # NVCC and CUDA_HOME default to the nvcc on PATH and the toolkit it lies in (else /usr/local/cuda).
 # A build folder remembers its configuration (BUILD/config.stamp): building one folder with other
 # SERVE, CUDA, CC, OPT, CFLAGS or EXTRA_INC recompiles it whole rather than mixing objects.
@@ -30,7 +31,9 @@ endif
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
 
-LIB_SRC  = $(sort $(wildcard src/base/*.c src/gguf/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/codec/*.c src/model/*.c src/kv/*.c src/engine/*.c src/eval/*.c src/sched/*.c $(if $(filter 0,$(SERVE)),,src/serve/*.c)))
+# SERVE=0 still builds src/serve/reasoning.c: the pure reasoning splitter (no HTTP, no JSON) that
+# `tierkv chat` shares with the server.
+LIB_SRC  = $(sort $(wildcard src/base/*.c src/gguf/*.c src/backend/*.c src/backend/cpu/*.c src/backend/cuda/*.c src/codec/*.c src/model/*.c src/kv/*.c src/engine/*.c src/eval/*.c src/sched/*.c $(if $(filter 0,$(SERVE)),src/serve/reasoning.c,src/serve/*.c)))
 # SERVE=0: tools/cmd_serve_none.c (a `serve` that says why it is missing) replaces tools/cmd_serve.c
 TOOL_SRC = $(filter-out $(if $(filter 0,$(SERVE)),tools/cmd_serve.c,tools/cmd_serve_none.c),$(sort $(wildcard tools/*.c)))
 TEST_SRC = $(filter-out $(if $(filter 0,$(SERVE)),tests/test_serve.c tests/test_jsonc.c),$(sort $(wildcard tests/*.c)))

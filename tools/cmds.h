@@ -5,6 +5,7 @@
 #define TKV_CMDS_H
 
 int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_ops(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);

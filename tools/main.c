@@ -7,6 +7,7 @@
 
 static const struct { const char *name; int (*fn)(int, char **); const char *what; } commands[] = {
     {"run", cmd_run, "generate text (or continue token ids) with the tiered KV cache"},
+    {"chat", cmd_chat, "a conversation in the terminal; each turn reuses the KV cache of the ones before"},
     {"logits", cmd_logits, "write the logits of a token sequence and greedy steps (compare with other engines)"},
     {"bench", cmd_bench, "prefill and decode speed at several context depths"},
     {"bench-ops", cmd_bench_ops, "the backend's decode matmuls and attention alone, on random data of a model's shape"},
