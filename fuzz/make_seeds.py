@@ -118,6 +118,28 @@ def model(arch, E, H, HKV, F, L, mat_type):
     return gguf(kvs, t)
 
 
+def fnv(b, h=0xcbf29ce484222325):
+    for x in b:
+        h = ((h ^ x) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def kv_record(tiers, layers, kv_heads, head_dim, t2_fmt=None, t2_bytes=0, salt=7):
+    """A sequence record (src/kv/kv_rec.h): f16 exact rows, tiers as given, rows of a pattern."""
+    kd = kv_heads * head_dim
+    exact = 4 * kd
+    n = len(tiers)
+    out = b"TKVREC01" + struct.pack("<IIQQIIIIIIII", 1, 0, 0x1234, salt, layers, kv_heads, head_dim, 1,
+                                    0xFFFFFFFF if t2_fmt is None else t2_fmt, exact, t2_bytes, n)
+    out += b"".join(struct.pack("<i", 100 + i) for i in range(n)) + bytes(tiers) + bytes(1 if t == 2 else 0 for t in tiers)
+    out += b"".join(struct.pack("<d", 0.25 * i) for i in range(n))
+    for l in range(layers):
+        for i, t in enumerate(tiers):
+            size = exact if t <= 1 else t2_bytes if t == 2 else 0
+            out += bytes((l * 31 + i * 7 + k) & 0xFF for k in range(size))
+    return out + struct.pack("<Q", fnv(out))
+
+
 def main():
     qwen = model("qwen2", 8, 2, 1, 16, 1, 1)
     llama = model("llama", 32, 4, 2, 32, 1, 8)
@@ -126,6 +148,8 @@ def main():
         write(target, "tiny-qwen2-f16", qwen)
         write(target, "tiny-llama-q8_0", llama)
         write(target, "vocab-only", vocab)
+    write("fuzz_kv_rec", "exact", kv_record([0, 1, 1, 0], 2, 1, 4))
+    write("fuzz_kv_rec", "tiers", kv_record([0, 1, 2, 3, 1], 2, 2, 4, t2_fmt=2, t2_bytes=2 * 8 + 2 * 2 * 4))
     write("fuzz_json", "data-line.json", '{"id": "gsm8k-test-0001", "question": "2+2?", "answer": "4"}')
     write("fuzz_json", "arc-line.json", '{"id":"a","question":"q","answer_letter":"B","choices":{"label":["A","B"],"text":["x","y"]}}')
     write("fuzz_json", "results-line.json", '{"id":"t-0","output":"so \\\\boxed{5}\\u00e9\\ud83d\\ude00","correct":true,'

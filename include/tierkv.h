@@ -245,6 +245,25 @@ int tkv_seq_take(tkv_session *s, int src, int dst, int n, char *err, size_t errl
  * exact, and its T2 and evicted shares as at a re-tiering) and it reserves none of a byte budget;
  * policies without T1 (full, evict, quant, the baselines) leave it as it is. */
 void tkv_seq_idle(tkv_session *s, int seq);
+/* A sequence out of memory and back (a parked conversation, a saved chat): the record of sequence
+ * seq (malloc'd in *out, *len bytes) holds tokens[0..n) (the ids it holds: n is its length), the
+ * salt, the model's identity (its file's header), the row formats, and every position's tier, score
+ * and rows as the tiers hold them. Waits for moves in flight. The same policies as
+ * tkv_seq_share_prefix; TKV_ERR otherwise. */
+int tkv_seq_save(tkv_session *s, int seq, const int32_t *tokens, int n, uint64_t salt, void **out, size_t *len, char *err,
+                 size_t errlen);
+/* Fills the empty sequence seq (opened for at least the record's positions) from a record: checked
+ * whole first (another model, shape or row format, a truncated or corrupted record: TKV_ERR naming
+ * it, nothing changed). Rows that were exact wait in T1 (policies without T1: T0), lossy ones in
+ * T2, evicted ones stay evicted; the sequence is then re-tiered to its budget. Logits continue as
+ * they would have in the saved session. */
+int tkv_seq_load(tkv_session *s, int seq, const void *bytes, size_t len, char *err, size_t errlen);
+/* A record's salt and tokens (malloc'd), read from its first bytes alone (an index reads no rows):
+ * 0, or TKV_ERR for a record of another model or a malformed head. tkv_record_need says how many
+ * first bytes it takes (call it with what is read so far: at least 64, then the tokens' end). */
+size_t tkv_record_need(const void *bytes, size_t len);
+int tkv_record_peek(const tkv_model *m, const void *bytes, size_t len, uint64_t *salt, int32_t **tokens, int *n, char *err,
+                    size_t errlen);
 /* 1 when the policy drops a position from every (layer, kv head) row at once, 0 when per row. */
 int tkv_policy_whole_token(tkv_policy p);
 /* 1 when sessions with these options share prompt prefixes: the policy's rule, and a pinned prompt

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "kv/kv_rec.h"
 #include "t.h"
 
 #define FIXTURE "fixtures/models/qwen2-Q4_K_M.gguf"
@@ -238,4 +239,170 @@ TEST(conv_take_refusals) {
         tkv_session_close(s);
     }
     tkv_model_close(m);
+}
+
+/* ---- records: a sequence out of memory and back ---- */
+
+/* Turn 1 in one session, saved; turn 2 in another session (a restart) from the record, against turn 2
+ * in the first session from the kept sequence itself: the same logits bit for bit (T1 and T2 rows come
+ * back as they were written). */
+static void save_load_exact(tkv_model *m, double t2_ratio) {
+    char err[512];
+    tkv_model_info mi;
+    tkv_model_get_info(m, &mi);
+    const int V = mi.n_vocab;
+    int32_t tr[P1 + G1 + 1 + P2];
+    float *lg = malloc(sizeof(float) * (size_t)V * (G1 + 1));
+    float *want = malloc(sizeof(float) * (size_t)V * (G2 + 1)), *got = malloc(sizeof(float) * (size_t)V * (G2 + 1));
+    int32_t t2a[G2], t2b[G2];
+    tkv_session_params sp;
+    tkv_session_params_default(&sp);
+    sp.max_seqs = 2;
+    sp.max_ctx = 512;
+    sp.kv.policy = TKV_POLICY_HIERARCHY;
+    sp.kv.t0_ratio = 0.3;
+    sp.kv.t2_ratio = t2_ratio;
+    sp.kv.delta = 16;
+    sp.kv.window = 16;
+    tkv_session *s;
+    REQUIRE(tkv_session_open(m, &sp, &s, err, sizeof err) == 0);
+    ids(tr, P1, 5, V);
+    int a, b;
+    REQUIRE(tkv_seq_open(s, P1 + G1, P1, &a, err, sizeof err) == 0);
+    REQUIRE(tkv_prefill(s, a, tr, P1, lg, 0, err, sizeof err) == 0);
+    REQUIRE(greedy(s, a, lg, G1 - 1, V, tr + P1, lg + V, err, sizeof err) == 0);
+    tr[P1 + G1 - 1] = tkv_argmax(lg + (size_t)(G1 - 1) * V, V);
+    int held = tkv_seq_len(s, a);
+    ids(tr + held + 1, P2, 6, V);
+    tkv_seq_idle(s, a);
+    tkv_stats st;
+    REQUIRE(tkv_stats_get(s, a, &st, err, sizeof err) == 0);
+    if (t2_ratio > 0) CHECK(st.tokens[2] > 0);
+    void *rec;
+    size_t len;
+    REQUIRE(tkv_seq_save(s, a, tr, held, 77, &rec, &len, err, sizeof err) == 0);
+    /* the record's index head */
+    uint64_t salt;
+    int32_t *toks;
+    int n;
+    CHECK(tkv_record_need(rec, 10) == 64 && tkv_record_need(rec, len) == 64 + 4 * (size_t)held);
+    REQUIRE(tkv_record_peek(m, rec, tkv_record_need(rec, len), &salt, &toks, &n, err, sizeof err) == 0);
+    CHECK(salt == 77 && n == held && memcmp(toks, tr, sizeof(int32_t) * (size_t)held) == 0);
+    free(toks);
+    /* turn 2 here, from the kept sequence */
+    REQUIRE(tkv_seq_open(s, held + 1 + P2 + G2, 1 + P2, &b, err, sizeof err) == 0);
+    REQUIRE(tkv_seq_take(s, a, b, held, err, sizeof err) == 0);
+    REQUIRE(tkv_prefill(s, b, tr + held, 1 + P2, want, 0, err, sizeof err) == 0);
+    REQUIRE(greedy(s, b, want, G2, V, t2a, want + V, err, sizeof err) == 0);
+    tkv_session_close(s);
+    /* turn 2 in a new session, from the record */
+    REQUIRE(tkv_session_open(m, &sp, &s, err, sizeof err) == 0);
+    REQUIRE(tkv_seq_open(s, held, 0, &a, err, sizeof err) == 0);
+    REQUIRE(tkv_seq_load(s, a, rec, len, err, sizeof err) == 0);
+    CHECK(tkv_seq_len(s, a) == held);
+    CHECK(check_kv(s) == 0);
+    REQUIRE(tkv_stats_get(s, a, &st, err, sizeof err) == 0);
+    if (t2_ratio > 0) CHECK(st.tokens[2] > 0);
+    REQUIRE(tkv_seq_open(s, held + 1 + P2 + G2, 1 + P2, &b, err, sizeof err) == 0);
+    REQUIRE(tkv_seq_take(s, a, b, held, err, sizeof err) == 0);
+    REQUIRE(tkv_prefill(s, b, tr + held, 1 + P2, got, 0, err, sizeof err) == 0);
+    REQUIRE(greedy(s, b, got, G2, V, t2b, got + V, err, sizeof err) == 0);
+    CHECK(check_kv(s) == 0);
+    CHECK(memcmp(got, want, sizeof(float) * (size_t)V * (G2 + 1)) == 0);
+    CHECK(memcmp(t2a, t2b, sizeof t2a) == 0);
+    /* a loaded record is refused whole when it is not intact, and nothing changes */
+    int c;
+    REQUIRE(tkv_seq_open(s, held, 0, &c, err, sizeof err) == 0);
+    uint8_t *bad = malloc(len);
+    for (size_t cut = 0; cut < len; cut += len / 97 + 1) { /* truncated */
+        CHECK(tkv_seq_load(s, c, rec, cut, err, sizeof err) == TKV_ERR);
+        CHECK(tkv_seq_len(s, c) == 0);
+    }
+    for (size_t at = 0; at < len; at += len / 61 + 1) { /* a flipped byte anywhere */
+        memcpy(bad, rec, len);
+        bad[at] ^= 0x10;
+        CHECK(tkv_seq_load(s, c, bad, len, err, sizeof err) == TKV_ERR);
+        CHECK(tkv_seq_len(s, c) == 0);
+    }
+    memcpy(bad, rec, len);
+    bad[8] = 2; /* another version, checksum made good again */
+    uint64_t h = kv_rec_fnv(bad, len - 8, 0xcbf29ce484222325ull);
+    for (int i = 0; i < 8; i++) bad[len - 8 + i] = (uint8_t)(h >> (8 * i));
+    CHECK(tkv_seq_load(s, c, bad, len, err, sizeof err) == TKV_ERR && strstr(err, "version 2"));
+    free(bad);
+    CHECK(check_kv(s) == 0);
+    tkv_session_close(s);
+    free(rec);
+    free(lg), free(want), free(got);
+}
+
+TEST(conv_record_restart_bit_exact) {
+    char err[512];
+    tkv_model *m = open_model(err, sizeof err);
+    if (t_is_skipped()) return;
+    REQUIRE(m);
+    save_load_exact(m, -1);
+    save_load_exact(m, 0.2); /* T2 rows too: written and read back as their records */
+    tkv_model_close(m);
+}
+
+/* A record of another model (the same shape, another file) is refused by its identity. */
+TEST(conv_record_other_model) {
+    char err[512];
+    tkv_model *m = open_model(err, sizeof err);
+    if (t_is_skipped()) return;
+    REQUIRE(m);
+    const char *other = t_need("fixtures/models/qwen2-Q8_0.gguf");
+    if (!other) { tkv_model_close(m); return; }
+    tkv_model_params mp;
+    tkv_model_params_default(&mp);
+    mp.n_threads = 1;
+    tkv_model *m2;
+    REQUIRE(tkv_model_open(other, &mp, &m2, err, sizeof err) == 0);
+    tkv_session_params sp;
+    tkv_session_params_default(&sp);
+    sp.max_seqs = 1;
+    sp.max_ctx = 64;
+    tkv_session *s, *s2;
+    REQUIRE(tkv_session_open(m, &sp, &s, err, sizeof err) == 0);
+    REQUIRE(tkv_session_open(m2, &sp, &s2, err, sizeof err) == 0);
+    int a, b;
+    int32_t p[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    REQUIRE(tkv_seq_open(s, 8, 8, &a, err, sizeof err) == 0);
+    REQUIRE(tkv_prefill(s, a, p, 8, NULL, 0, err, sizeof err) == 0);
+    void *rec;
+    size_t len;
+    REQUIRE(tkv_seq_save(s, a, p, 8, 0, &rec, &len, err, sizeof err) == 0);
+    REQUIRE(tkv_seq_open(s2, 8, 0, &b, err, sizeof err) == 0);
+    CHECK(tkv_seq_load(s2, b, rec, len, err, sizeof err) == TKV_ERR && strstr(err, "another model"));
+    uint64_t salt;
+    int32_t *toks;
+    int n;
+    CHECK(tkv_record_peek(m2, rec, len, &salt, &toks, &n, err, sizeof err) == TKV_ERR && !toks);
+    CHECK(tkv_seq_save(s, a, p, 7, 0, &rec, &len, err, sizeof err) == TKV_ERR); /* not its length */
+    free(rec);
+    tkv_session_close(s), tkv_session_close(s2);
+    tkv_model_close(m), tkv_model_close(m2);
+}
+
+/* The fuzz target's seeds are whole records (so it starts past the checks), and a tier the record
+ * has no format for is refused. */
+TEST(conv_record_seeds_parse) {
+    const char *names[] = {"fuzz/corpus/fuzz_kv_rec/exact", "fuzz/corpus/fuzz_kv_rec/tiers"};
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(names[i], "rb");
+        if (!f) SKIP("fuzz/corpus not found (run from the repository root)");
+        uint8_t buf[4096];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        kv_rec r;
+        char err[256];
+        CHECKF(kv_rec_parse(buf, n, &r, err, sizeof err) == 0, "%s: %s", names[i], err);
+        CHECK(r.n == (uint32_t)(i ? 5 : 4) && kv_rec_token(&r, 1) == 101 && kv_rec_score(&r, 2) == 0.5);
+        if (i == 1) {
+            buf[KV_REC_HEAD + 4 * 5 + 2] = 2; /* a position in T2 of the first record's kind */
+            buf[48] = 0xFF, buf[49] = 0xFF, buf[50] = 0xFF, buf[51] = 0xFF;
+            CHECK(kv_rec_parse(buf, n, &r, err, sizeof err) == -1);
+        }
+    }
 }

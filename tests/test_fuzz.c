@@ -45,6 +45,7 @@ TEST(fuzz_corpus_model) { replay("fuzz_model", NULL); }
 TEST(fuzz_corpus_json) { replay("fuzz_json", NULL); }
 TEST(fuzz_corpus_grade) { replay("fuzz_grade", NULL); }
 TEST(fuzz_corpus_tokenizer) { replay("fuzz_tokenizer", "fixtures/tokenizer/extra/ggml-vocab-gpt-2.gguf"); }
+TEST(fuzz_corpus_kv_rec) { replay("fuzz_kv_rec", NULL); }
 TEST(fuzz_corpus_chat) { replay("fuzz_chat", "fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf"); }
 TEST(fuzz_corpus_serve_request) {
 #ifdef TKV_NO_SERVE
@@ -57,7 +58,7 @@ TEST(fuzz_corpus_serve_request) {
 /* Every target has a corpus, and every corpus a test above. */
 TEST(fuzz_targets_all_replayed) {
     static const char *known[] = {"fuzz_gguf", "fuzz_model", "fuzz_json", "fuzz_grade", "fuzz_tokenizer", "fuzz_chat",
-                                  "fuzz_serve_request"};
+                                  "fuzz_serve_request", "fuzz_kv_rec"};
     DIR *d = opendir("fuzz");
     if (!d) SKIP("no fuzz/ (run from the repository root)");
     for (struct dirent *e; (e = readdir(d)) != NULL;) {

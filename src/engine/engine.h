@@ -23,6 +23,7 @@ struct tkv_model {
     tok_vocab *vocab;
     be_backend *be;    /* NULL when vocab_only */
     tkv_model_params p;
+    uint64_t ident;    /* the file's identity: FNV-1a of its header (metadata and tensor table) and size */
 };
 
 struct tkv_session {

@@ -48,6 +48,10 @@ int tkv_model_open(const char *path, const tkv_model_params *p, tkv_model **out,
         }
         m->file = &m->m->file;
     }
+    /* the header only: the weights may be reordered in place at load (the data is not the file's) */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint64_t i = 0; i < m->file->data_start && i < m->file->size; i++) h = (h ^ m->file->bytes[i]) * 0x100000001b3ull;
+    m->ident = h ^ (m->file->size * 0x9E3779B97F4A7C15ull);
     m->vocab = tok_load(m->file, err, errlen);
     if (!m->vocab) { tkv_model_close(m); return -1; }
     *out = m;

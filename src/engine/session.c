@@ -6,6 +6,7 @@
 
 #include "base/err.h"
 #include "engine/engine.h"
+#include "kv/kv_rec.h"
 
 void tkv_kv_params_default(tkv_kv_params *p) {
     kv_options o;
@@ -138,6 +139,57 @@ int tkv_seq_take(tkv_session *s, int src, int dst, int n, char *err, size_t errl
 
 void tkv_seq_idle(tkv_session *s, int seq) {
     if (live(s, seq)) kv_seq_idle(s->kv, seq);
+}
+
+int tkv_seq_save(tkv_session *s, int seq, const int32_t *tokens, int n, uint64_t salt, void **out, size_t *len, char *err,
+                 size_t errlen) {
+    *out = NULL, *len = 0;
+    if (!live(s, seq) || n != kv_seq_len(s->kv, seq))
+        return tkv_errf(err, errlen, "save: sequence %d is not open or does not hold %d positions", seq, n);
+    tkv_buf b = {0};
+    if (kv_seq_export(s->kv, seq, tokens, s->model->ident, salt, &b, err, errlen)) {
+        tkv_buf_free(&b);
+        return TKV_ERR;
+    }
+    *out = b.p, *len = b.n;
+    return 0;
+}
+
+static int model_of(const tkv_model *m, uint64_t ident, char *err, size_t errlen) {
+    if (ident != m->ident)
+        return tkv_errf(err, errlen, "record: made with another model (identity %016llx, this one %016llx)",
+                        (unsigned long long)ident, (unsigned long long)m->ident);
+    return 0;
+}
+
+int tkv_seq_load(tkv_session *s, int seq, const void *bytes, size_t len, char *err, size_t errlen) {
+    if (!live(s, seq)) return tkv_errf(err, errlen, "load: sequence %d is not open", seq);
+    kv_rec r;
+    if (kv_rec_parse(bytes, len, &r, err, errlen) || model_of(s->model, r.model, err, errlen)) return TKV_ERR;
+    int V = tok_n_vocab(s->model->vocab);
+    for (uint32_t i = 0; i < r.n; i++)
+        if (kv_rec_token(&r, i) < 0 || kv_rec_token(&r, i) >= V)
+            return tkv_errf(err, errlen, "record: token %d at %u is out of the vocabulary", kv_rec_token(&r, i), i);
+    return kv_seq_import(s->kv, seq, &r, err, errlen) ? TKV_ERR : 0;
+}
+
+size_t tkv_record_need(const void *bytes, size_t len) {
+    kv_rec r;
+    if (len < KV_REC_HEAD || kv_rec_parse_head(bytes, len, &r, NULL, 0)) return KV_REC_HEAD;
+    return kv_rec_tokens_end(&r);
+}
+
+int tkv_record_peek(const tkv_model *m, const void *bytes, size_t len, uint64_t *salt, int32_t **tokens, int *n, char *err,
+                    size_t errlen) {
+    *tokens = NULL, *n = 0;
+    kv_rec r;
+    if (kv_rec_parse_head(bytes, len, &r, err, errlen) || model_of(m, r.model, err, errlen)) return TKV_ERR;
+    if (!r.tokens) return tkv_errf(err, errlen, "record: %zu bytes do not hold its %u tokens", len, r.n);
+    *tokens = tkv_xmalloc((size_t)r.n * sizeof(int32_t));
+    for (uint32_t i = 0; i < r.n; i++) (*tokens)[i] = kv_rec_token(&r, i);
+    *salt = r.salt;
+    *n = (int)r.n;
+    return 0;
 }
 
 int tkv_prefill(tkv_session *s, int seq, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
