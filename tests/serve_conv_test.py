@@ -8,6 +8,7 @@ usage: serve_conv_test.py --bin build/tierkv --shared ../shared conversations
 """
 import argparse
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -99,6 +100,83 @@ def isolation(args):
         srv.stop()
 
 
+def park_metrics(srv):
+    return {k.replace("tierkv_park_", ""): v for k, v in srv.metrics().items() if k.startswith("tierkv_park_")}
+
+
+def restart(args):
+    """Kept conversations parked at exit and restored by the next server on the same directory; a
+    count bound parks instead of dropping; records that are not intact are refused and recomputed."""
+    flags = ["--policy", "hierarchy", "--hbm-ratio", "0.3", "--delta", "8", "--prefix-cache", "0"]
+    d = os.path.join(args.tmp, "park-restart")
+    srv = st.Server(args, "--parallel", "2", "--park-dir", d, *flags)
+    try:
+        b1 = complete(srv, TURN1, 3)
+        held = b1["usage"]["prompt_tokens"] + b1["usage"]["completion_tokens"] - 1
+        other = complete(srv, "Something else entirely, to be parked as well:", 3)
+    finally:
+        srv.stop()  # SIGTERM: every kept conversation is parked
+    files = sorted(f for f in os.listdir(d) if f.endswith(".tkvrec"))
+    check(len(files) == 2, "parked at exit: %s" % files)
+    check(all(os.stat(os.path.join(d, f)).st_mode & 0o777 == 0o600 for f in files), "records not 0600")
+    check(oct(os.stat(d).st_mode & 0o777) == oct(0o700), "the directory is not 0700")
+    with open(os.path.join(d, "0123456789abcdef.tkvrec"), "wb") as f:  # not a record: ignored at start
+        f.write(b"junk" * 40)
+    t2 = TURN1 + b1["choices"][0]["text"] + MORE
+    srv = st.Server(args, "--parallel", "2", "--park-dir", d, *flags)
+    try:
+        m = park_metrics(srv)
+        check(m["records"] == 2, "the second server indexed %s records" % m["records"])
+        check(any("0123456789abcdef" in line and "ignored" in line for line in srv.log), "the junk record was not reported")
+        b2 = complete(srv, t2, 12)
+        check(b2["usage"]["prompt_tokens_details"]["cached_tokens"] == held,
+              "after a restart turn 2 reused %s of the %d held" % (b2["usage"]["prompt_tokens_details"], held))
+        m = park_metrics(srv)
+        check(m["restores_total"] == 1 and m["records"] == 1 and m["restore_failures_total"] == 0, "restores: %s" % m)
+    finally:
+        srv.stop()
+    ref = st.Server(args, "--parallel", "2", "--conversations", "0")
+    try:
+        r2 = complete(ref, t2, 12)
+    finally:
+        ref.stop()
+    check(r2["choices"][0]["logprobs"] == b2["choices"][0]["logprobs"], "restored turn 2 differs from a recompute")
+    # a flipped byte in every record left: refused at its restore, the request recomputed, the server well
+    for f in os.listdir(d):
+        if f.endswith(".tkvrec") and not f.startswith("0123"):
+            p = os.path.join(d, f)
+            data = bytearray(open(p, "rb").read())
+            data[len(data) // 2] ^= 0x40
+            open(p, "wb").write(bytes(data))
+    srv = st.Server(args, "--parallel", "2", "--park-dir", d, *flags)
+    try:
+        b = complete(srv, "Something else entirely, to be parked as well:" + other["choices"][0]["text"] + MORE, 4)
+        check(b["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, "a corrupted record was used: %s" % b["usage"])
+        m = park_metrics(srv)
+        check(m["restore_failures_total"] == 1 and m["restores_total"] == 0, "corrupted record: %s" % m)
+        check(any("not restored" in line and "checksum" in line for line in srv.log), "the corrupted record was not reported")
+        s, _, _ = srv.request("GET", "/health")
+        check(s == 200, "health after a bad record: %d" % s)
+    finally:
+        srv.stop()
+    # a bound of one kept conversation: the older one is parked, and restored when continued
+    d2 = os.path.join(args.tmp, "park-bound")
+    srv = st.Server(args, "--parallel", "2", "--park-dir", d2, "--conversations", "1", *flags)
+    try:
+        a = complete(srv, TURN1, 3)
+        complete(srv, "Something else entirely, to be parked as well:", 3)
+        m = park_metrics(srv)
+        check(m["parks_total"] == 1 and m["records"] == 1, "the bound parked %s" % m)
+        b = complete(srv, TURN1 + a["choices"][0]["text"] + MORE, 4)
+        check(b["usage"]["prompt_tokens_details"]["cached_tokens"] == held, "the parked one reused %s" % b["usage"])
+        check(park_metrics(srv)["restores_total"] == 1, "not restored")
+    finally:
+        srv.stop()
+    p = subprocess.run([args.bin, "serve", "-m", os.path.join(args.shared, st.FIXTURE), "--port", "0", "--park-dir", d2,
+                        "--conversations", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
+    check(p.returncode != 0 and b"--park-dir" in p.stderr, "--park-dir without conversations: %d %s" % (p.returncode, p.stderr))
+
+
 def real_chat(args):
     """The real 0.5B (TIERKV_SLOW_TESTS=1): a two-turn chat whose answer comes back as text reuses all of
     turn 1 and answers as a server that recomputes it, log-probabilities included."""
@@ -135,6 +213,7 @@ def sec_conversations(args):
     two_turns(args, [], [])
     two_turns(args, ["--policy", "hierarchy", "--hbm-ratio", "0.3", "--delta", "8", "--prefix-cache", "0"], [])
     isolation(args)
+    restart(args)
     real_chat(args)
 
 

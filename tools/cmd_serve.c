@@ -30,6 +30,10 @@ static void usage(FILE *out) {
             "      --conversations N    finished requests kept, idle, for a next turn that continues them\n"
             "                           (prompt and answer reused, nothing recomputed; default 16; 0: off)\n"
             "      --conv-host-budget SIZE  their K/V rows at most, every tier (default 1GiB; 0: no bound)\n"
+            "      --park-dir DIR       conversations beyond those bounds, and all of them at exit, parked in\n"
+            "                           DIR (created 0700) and restored by a request that continues one,\n"
+            "                           also by a later server on the same DIR (default: none, dropped)\n"
+            "      --park-budget SIZE   records kept in DIR at most, least recently used deleted (default 8GiB)\n"
             "      --max-tokens N       tokens a request generates when it gives no max_tokens (default: what\n"
             "                           the context leaves)\n"
             "      --max-body SIZE      largest request body (default 1MiB)\n"
@@ -80,6 +84,15 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--name")) o.model_name = v;
         else if (!strcmp(a, "--prefix-cache")) bad = want_int(a, v, 0, 64, &o.prefix_entries);
         else if (!strcmp(a, "--conversations")) bad = want_int(a, v, 0, 1024, &o.conv_entries);
+        else if (!strcmp(a, "--park-dir")) o.park_dir = v;
+        else if (!strcmp(a, "--park-budget")) {
+            uint64_t b;
+            if (kv_flags_parse_size(v, &b) || b > (1ull << 50)) {
+                fprintf(stderr, "tierkv serve: --park-budget wants a size (0: no bound), got '%s'\n", v);
+                return 2;
+            }
+            o.park_bytes = (int64_t)b;
+        }
         else if (!strcmp(a, "--conv-host-budget")) {
             uint64_t b;
             if (kv_flags_parse_size(v, &b) || b > (1ull << 50)) {

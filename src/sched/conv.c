@@ -7,6 +7,7 @@
 
 #include "base/buf.h"
 #include "base/err.h"
+#include "sched/park.h"
 
 void conv_init(conv_cache *c, int cap, int min_len, int64_t max_bytes) {
     memset(c, 0, sizeof *c);
@@ -16,21 +17,32 @@ void conv_init(conv_cache *c, int cap, int min_len, int64_t max_bytes) {
     if (c->cap) c->e = tkv_xcalloc((size_t)c->cap, sizeof *c->e);
 }
 
+static int lru(const conv_cache *c, int keep_seq) {
+    int v = -1;
+    for (int i = 0; i < c->n; i++)
+        if (c->e[i].seq != keep_seq && (v < 0 || c->e[i].used < c->e[v].used)) v = i;
+    return v;
+}
+
 static void remove_at(conv_cache *c, int i) {
     free(c->e[i].tokens);
     c->e[i] = c->e[--c->n];
 }
 
+/* Gives entry i up: parked when there is a store (and it takes it), else dropped. */
 static void drop(conv_cache *c, tkv_session *s, int i) {
-    tkv_seq_close(s, c->e[i].seq);
+    const conv_entry *e = &c->e[i];
+    if (!c->park || park_put(c->park, s, e->seq, e->tokens, e->n, e->salt)) c->drops++;
+    tkv_seq_close(s, e->seq);
     remove_at(c, i);
-    c->drops++;
 }
 
 void conv_free(conv_cache *c, tkv_session *s) {
-    while (c->n) {
-        tkv_seq_close(s, c->e[c->n - 1].seq);
-        remove_at(c, c->n - 1);
+    while (c->n) { /* parked, most recently used last (so it is the last a bound deletes) */
+        int v = lru(c, -1);
+        if (c->park) park_put(c->park, s, c->e[v].seq, c->e[v].tokens, c->e[v].n, c->e[v].salt);
+        tkv_seq_close(s, c->e[v].seq);
+        remove_at(c, v);
     }
     free(c->e);
     memset(c, 0, sizeof *c);
@@ -99,12 +111,6 @@ int conv_splice(const conv_cache *c, const tkv_model *m, const int32_t *prompt, 
     return nn;
 }
 
-static int lru(const conv_cache *c, int keep_seq) {
-    int v = -1;
-    for (int i = 0; i < c->n; i++)
-        if (c->e[i].seq != keep_seq && (v < 0 || c->e[i].used < c->e[v].used)) v = i;
-    return v;
-}
 
 static int64_t total_bytes(const conv_cache *c) {
     int64_t b = 0;

@@ -11,7 +11,8 @@
  * same time finds nothing and prefills. Entries carry the job's salt: only a job of the same salt
  * matches (isolation between users or tenants). Bounds: at most `cap` entries and `max_bytes` of rows
  * (every tier; 0: no byte bound), the least recently used dropped beyond them (counted); whenever a
- * job is refused for room the scheduler drops entries too, least recently used first.
+ * job is refused for room the scheduler drops entries too, least recently used first. With a park
+ * store (park.h) an entry given up so is parked there instead, and every entry is at conv_free.
  * Not done here: admission and the prefix cache (sched.c, prefix.c). */
 #ifndef TKV_SCHED_CONV_H
 #define TKV_SCHED_CONV_H
@@ -28,8 +29,11 @@ typedef struct {
     int64_t bytes;    /* its rows in every tier when it was kept */
 } conv_entry;
 
+struct park_index;
+
 typedef struct {
     conv_entry *e;    /* [cap] */
+    struct park_index *park; /* where entries beyond the bounds (and all at conv_free) go; NULL: dropped */
     int n, cap;
     int min_len;
     int64_t max_bytes;

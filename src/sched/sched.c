@@ -15,6 +15,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "sched/conv.h"
+#include "sched/park.h"
 #include "sched/prefix.h"
 
 struct job {
@@ -27,6 +28,7 @@ struct job {
     int n_hist;
     int gen, cached;
     int conv_seq, conv_lcp; /* the kept conversation it continues (its sequence, -1: none) and how far */
+    char park_key[24];      /* or the parked one ("" : none), as far as conv_lcp */
     double t_submit, t_admit;
 };
 
@@ -48,6 +50,7 @@ struct sched {
     int32_t *toks;
     prefix_cache pc;
     conv_cache cv;
+    park_index pk;
     sched_info info;
 };
 
@@ -83,6 +86,10 @@ int sched_init(tkv_model *m, tkv_session *s, const sched_params *p, const sched_
     sc->toks = tkv_xcalloc(L, sizeof(int32_t));
     prefix_init(&sc->pc, tkv_policy_shares_prefix(p->policy) ? p->prefix_entries : 0, p->prefix_min);
     conv_init(&sc->cv, tkv_policy_shares_prefix(p->policy) ? p->conv_entries : 0, p->prefix_min, p->conv_bytes);
+    if (sc->cv.cap && p->park) {
+        park_init(&sc->pk, p->park, m, p->prefix_min);
+        sc->cv.park = &sc->pk;
+    }
     *out = sc;
     return 0;
 }
@@ -180,9 +187,17 @@ static int take_token(sched *sc, struct job *x, int li, float *row) {
 static void find_conv(sched *sc, struct job *x) {
     x->conv_seq = -1;
     x->conv_lcp = 0;
+    x->park_key[0] = 0;
     if (x->j.no_cache || x->j.prompt_logprobs || !sc->cv.cap) return;
-    int lcp, plcp = 0, i = conv_lookup(&sc->cv, x->j.prompt, x->j.n_prompt, x->j.salt, &lcp);
-    if (i < 0 || (prefix_lookup(&sc->pc, x->j.prompt, x->j.n_prompt, x->j.salt, &plcp) >= 0 && plcp >= lcp)) return;
+    int lcp = 0, plcp = 0, klcp = 0, i = conv_lookup(&sc->cv, x->j.prompt, x->j.n_prompt, x->j.salt, &lcp);
+    if (prefix_lookup(&sc->pc, x->j.prompt, x->j.n_prompt, x->j.salt, &plcp) < 0) plcp = 0;
+    int k = park_lookup(&sc->pk, x->j.prompt, x->j.n_prompt, x->j.salt, &klcp);
+    if (k >= 0 && klcp > lcp && klcp > plcp) { /* parked, and further than what is in memory */
+        snprintf(x->park_key, sizeof x->park_key, "%s", sc->pk.e[k].key);
+        x->conv_lcp = klcp;
+        return;
+    }
+    if (i < 0 || plcp >= lcp) return;
     x->conv_seq = sc->cv.e[i].seq;
     x->conv_lcp = lcp;
 }
@@ -204,7 +219,34 @@ static int open_seq(sched *sc, struct job *x, char *msg, size_t n) {
 
 /* Takes over the conversation x continues into x's sequence: the tokens taken, 0 when it has none or
  * the take was refused (the entry is gone either way). */
+/* The parked conversation x continues, read back into a sequence of its own (then taken over as a kept
+ * one); -1 when it cannot be (the job prefills). */
+static int restore_conv(sched *sc, struct job *x) {
+    int i = 0;
+    while (i < sc->pk.n && strcmp(sc->pk.e[i].key, x->park_key)) i++;
+    if (i == sc->pk.n) return -1;
+    int tmp;
+    if (tkv_seq_open(sc->s, sc->pk.e[i].n, 0, &tmp, NULL, 0)) return -1; /* no room: it stays parked */
+    if (park_restore(&sc->pk, sc->s, i, tmp)) {
+        tkv_seq_close(sc->s, tmp);
+        return -1;
+    }
+    return tmp;
+}
+
 static int take_conv(sched *sc, struct job *x) {
+    if (x->park_key[0]) {
+        int src = restore_conv(sc, x);
+        char msg[256];
+        if (src < 0 || tkv_seq_take(sc->s, src, x->seq, x->conv_lcp, msg, sizeof msg)) {
+            if (src >= 0) tkv_seq_close(sc->s, src);
+            sc->cv.misses++;
+            return 0;
+        }
+        sc->cv.hits++;
+        sc->cv.reused += x->conv_lcp;
+        return x->conv_lcp;
+    }
     if (x->conv_seq < 0) {
         if (sc->cv.cap && !x->j.no_cache && !x->j.prompt_logprobs) sc->cv.misses++;
         return 0;
@@ -367,6 +409,13 @@ void sched_info_get(const sched *sc, sched_info *out) {
     out->conv_reused = sc->cv.reused;
     out->conv_kept = sc->cv.kept;
     out->conv_drops = sc->cv.drops;
+    out->park_entries = sc->pk.n;
+    out->park_bytes = sc->pk.bytes;
+    out->parks = sc->pk.parks;
+    out->restores = sc->pk.restores;
+    out->restore_failures = sc->pk.restore_failures;
+    out->park_drops = sc->pk.drops;
+    out->restore_seconds = sc->pk.restore_seconds;
 }
 
 int sched_conv_splice(sched *sc, int32_t **ids, int *n, uint64_t salt) {
@@ -384,7 +433,8 @@ void sched_free(sched *sc) {
     while (sc->n_live) finish(sc, sc->live[sc->n_live - 1], sc->n_live - 1, SCHED_CANCELLED, NULL);
     while (sc->head) finish(sc, pop_head(sc), -1, SCHED_CANCELLED, NULL);
     prefix_free(&sc->pc, sc->s);
-    conv_free(&sc->cv, sc->s);
+    conv_free(&sc->cv, sc->s); /* parked, with a store */
+    park_free(&sc->pk);
     free(sc->live);
     free(sc->batch);
     free(sc->logits);

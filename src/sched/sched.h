@@ -20,6 +20,7 @@
  * Not done here: text (detokenizing, stop strings), networking, flags. */
 #ifndef TKV_SCHED_H
 #define TKV_SCHED_H
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tierkv.h"
@@ -96,6 +97,19 @@ typedef struct {
     void *user;
 } sched_job;
 
+/* A store of records by key for parked conversations (park.h): a directory, a shared server. Every
+ * call may fail (the store logs why); nothing depends on it but the time a recompute takes. */
+typedef struct {
+    int (*put)(void *ctx, const char *key, const void *bytes, size_t n); /* replaces; 0 or -1 */
+    /* malloc'd bytes (at most max of them when max > 0; *total: the record's size), or NULL */
+    void *(*get)(void *ctx, const char *key, size_t max, size_t *n, size_t *total);
+    void (*del)(void *ctx, const char *key);
+    void (*list)(void *ctx, void (*fn)(void *arg, const char *key), void *arg); /* every key held */
+    void (*log)(void *ctx, const char *msg); /* a line for the operator (NULL: quiet) */
+    void *ctx;
+    int64_t max_bytes;  /* records parked at most (0: no bound), least recently used deleted beyond */
+} sched_park;
+
 typedef struct {
     int max_live;       /* jobs decoding together; the session must hold max_live + prefix_entries sequences */
     int prefix_entries; /* prompt prefixes kept alive for sharing (0: none; forced to 0 for policies that
@@ -108,6 +122,9 @@ typedef struct {
                            shared, tkv_policy_shares_prefix); the session must hold max_live +
                            prefix_entries + conv_entries sequences */
     int64_t conv_bytes; /* their rows in every tier, at most (0: no bound beyond conv_entries) */
+    const sched_park *park; /* kept conversations beyond those bounds, and all of them at sched_free, go
+                           here instead of being dropped, and come back when a job continues one (NULL:
+                           none; the session then needs one more sequence: a record is read into it) */
     tkv_policy policy;  /* the session's policy (for the prefix rule) */
 } sched_params;
 void sched_params_default(sched_params *p);
@@ -128,6 +145,11 @@ typedef struct {
     int conv_entries;
     int64_t conv_tokens[4], conv_bytes;
     int64_t conv_hits, conv_misses, conv_reused, conv_kept, conv_drops;
+    /* parked ones: records and their bytes now, parks, restores (and their seconds), records that
+       could not be read back, records dropped (not written, or deleted beyond the store's bound) */
+    int park_entries;
+    int64_t park_bytes, parks, restores, restore_failures, park_drops;
+    double restore_seconds;
 } sched_info;
 
 int sched_init(tkv_model *m, tkv_session *s, const sched_params *p, const sched_callbacks *cb, sched **out, char *err,

@@ -117,6 +117,15 @@ char *serve_metrics_render(serve_metrics *m, const serve_snapshot *s) {
     one(&b, "tierkv_conversations_kept_total", "counter", "conversations kept when their request ended", (double)si->conv_kept);
     one(&b, "tierkv_conversations_dropped_total", "counter", "kept conversations closed by their bounds or for room",
         (double)si->conv_drops);
+    one(&b, "tierkv_park_records", "gauge", "kept conversations parked in the store (--park-dir)", si->park_entries);
+    one(&b, "tierkv_park_bytes", "gauge", "bytes of those records", (double)si->park_bytes);
+    one(&b, "tierkv_park_parks_total", "counter", "conversations written to the store", (double)si->parks);
+    one(&b, "tierkv_park_restores_total", "counter", "conversations read back for a request", (double)si->restores);
+    one(&b, "tierkv_park_restore_seconds_total", "counter", "seconds those reads took", si->restore_seconds);
+    one(&b, "tierkv_park_restore_failures_total", "counter", "records that could not be read back (recomputed)",
+        (double)si->restore_failures);
+    one(&b, "tierkv_park_dropped_total", "counter", "records not written, or deleted beyond --park-budget",
+        (double)si->park_drops);
     if (s->kv_ok) kv_part(&b, s);
     char *out = b.p;
     return out ? out : strdup("");

@@ -9,6 +9,7 @@
 
 #include "base/err.h"
 #include "serve/api.h"
+#include "serve/park_dir.h"
 #include "serve/worker.h"
 
 struct serve {
@@ -17,6 +18,7 @@ struct serve {
     serve_worker *w;
     serve_http *http;
     serve_api api;
+    sched_park park; /* the park directory's store (ctx NULL: none); outlives the worker */
 };
 
 void serve_opts_default(serve_opts *o) {
@@ -27,6 +29,7 @@ void serve_opts_default(serve_opts *o) {
     o->prefix_entries = 4;
     o->conv_entries = 16;
     o->conv_bytes = (int64_t)1 << 30;
+    o->park_bytes = (int64_t)8 << 30;
     o->http.host = "127.0.0.1";
     o->http.port = 8080;
     o->http.max_connections = 64;
@@ -39,7 +42,8 @@ void serve_opts_default(serve_opts *o) {
 static void teardown(serve *v) {
     serve_worker_stop(v->w);
     serve_http_stop(v->http);
-    serve_worker_free(v->w);
+    serve_worker_free(v->w); /* kept conversations parked there, with a park store */
+    if (v->park.ctx) park_dir_close(&v->park);
     tkv_session_close(v->s);
     tkv_chat_close(v->chat);
     serve_metrics_free(&v->api.metrics);
@@ -61,12 +65,23 @@ int serve_start(const serve_opts *o, serve **out, char *err, size_t errlen) {
     }
     int prefix = tkv_kv_shares_prefix(&o->sp.kv) ? o->prefix_entries : 0;
     int conv = tkv_policy_shares_prefix(o->sp.kv.policy) ? o->conv_entries : 0;
+    if (o->park_dir && !conv) {
+        tkv_errf(err, errlen, "serve: --park-dir parks kept conversations: it needs --conversations > 0 and a policy that "
+                 "keeps them (full, hierarchy, evict, quant; not %s)", tkv_policy_name(o->sp.kv.policy));
+        teardown(v);
+        return -1;
+    }
     tkv_session_params sp = o->sp;
     sp.max_seqs = o->parallel + prefix + conv;
+    if (conv && o->park_dir) {
+        if (park_dir_open(o->park_dir, o->park_bytes, o->log, &v->park, err, errlen)) { teardown(v); return -1; }
+        sp.max_seqs++; /* a parked record is read into a sequence of its own, then taken over */
+    }
     if (tkv_session_open(o->model, &sp, &v->s, err, errlen)) { teardown(v); return -1; }
     int ctx = sp.max_ctx;
     serve_worker_opts wo = {.parallel = o->parallel, .max_queue = o->max_queue, .prefix_entries = prefix,
-                            .conv_entries = conv, .conv_bytes = o->conv_bytes, .ctx = ctx,
+                            .conv_entries = conv, .conv_bytes = o->conv_bytes, .park = v->park.ctx ? &v->park : NULL,
+                            .ctx = ctx,
                             .default_max_tokens = o->default_max_tokens > 0 ? o->default_max_tokens : ctx,
                             .policy = o->sp.kv.policy};
     if (serve_worker_start(o->model, v->s, v->chat, &wo, &v->w, err, errlen)) { teardown(v); return -1; }

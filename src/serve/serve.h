@@ -27,6 +27,9 @@ typedef struct {
     int prefix_entries;        /* prefix cache entries (0: off) */
     int conv_entries;          /* kept conversations (0: off) */
     int64_t conv_bytes;        /* their rows in every tier at most (0: no bound but their count) */
+    const char *park_dir;      /* kept conversations beyond those bounds, and all at stop, parked here
+                                  (NULL: none; serve/park_dir.h) and restored by a request that continues one */
+    int64_t park_bytes;        /* records parked at most (0: no bound) */
     int default_max_tokens;    /* for requests that give none (0: what the context leaves) */
     serve_http_opts http;
     serve_limits lim;

@@ -543,6 +543,7 @@ int serve_worker_start(tkv_model *m, tkv_session *s, tkv_chat *chat, const serve
     sp.prefix_entries = o->prefix_entries;
     sp.conv_entries = o->conv_entries;
     sp.conv_bytes = o->conv_bytes;
+    sp.park = o->park;
     sp.policy = o->policy;
     sched_callbacks cb = {.on_token = on_token, .cancelled = on_cancelled, .on_start = on_start, .on_end = on_end,
                           .on_prompt = on_prompt};

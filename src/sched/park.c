@@ -1,0 +1,188 @@
+/* park.c — parked conversations (see park.h). */
+#include "sched/park.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/err.h"
+
+static void say(const park_index *p, const char *fmt, const char *a, const char *b) {
+    if (!p->st->log) return;
+    char msg[512];
+    snprintf(msg, sizeof msg, fmt, a, b);
+    p->st->log(p->st->ctx, msg);
+}
+
+static void key_of(uint64_t salt, const int32_t *tokens, int n, char out[24]) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < 8; i++) h = (h ^ (uint8_t)(salt >> (8 * i))) * 0x100000001b3ull;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 4; k++) h = (h ^ (uint8_t)((uint32_t)tokens[i] >> (8 * k))) * 0x100000001b3ull;
+    snprintf(out, 24, "%016llx", (unsigned long long)h);
+}
+
+static void remove_at(park_index *p, int i) {
+    p->bytes -= p->e[i].bytes;
+    free(p->e[i].tokens);
+    p->e[i] = p->e[--p->n];
+}
+
+static int find(const park_index *p, const char *key) {
+    for (int i = 0; i < p->n; i++)
+        if (!strcmp(p->e[i].key, key)) return i;
+    return -1;
+}
+
+static void add(park_index *p, const char *key, uint64_t salt, int32_t *tokens, int n, int64_t bytes) {
+    int i = find(p, key);
+    if (i >= 0) remove_at(p, i); /* the same tokens parked again: the new record replaced it */
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 16;
+        p->e = tkv_xrealloc(p->e, (size_t)p->cap * sizeof *p->e);
+    }
+    park_entry *e = &p->e[p->n++];
+    snprintf(e->key, sizeof e->key, "%s", key);
+    e->salt = salt;
+    e->tokens = tokens;
+    e->n = n;
+    e->bytes = bytes;
+    e->used = ++p->tick;
+    p->bytes += bytes;
+}
+
+struct scan {
+    park_index *p;
+};
+
+static void index_one(void *arg, const char *key) {
+    park_index *p = ((struct scan *)arg)->p;
+    if (strlen(key) >= sizeof p->e[0].key) return;
+    size_t n = 0, total = 0, need = 64;
+    void *head = NULL;
+    for (int tries = 0; tries < 2; tries++) { /* the fixed head, then the head with its tokens */
+        free(head);
+        head = p->st->get(p->st->ctx, key, need, &n, &total);
+        if (!head) return; /* gone meanwhile, or the store is down: logged there */
+        size_t want = tkv_record_need(head, n);
+        if (want <= n || n < need) break;
+        need = want;
+    }
+    uint64_t salt;
+    int32_t *tokens;
+    int nt;
+    char err[256];
+    if (tkv_record_peek(p->m, head, n, &salt, &tokens, &nt, err, sizeof err)) {
+        say(p, "park: record %s ignored: %s", key, err);
+    } else {
+        char want[24];
+        key_of(salt, tokens, nt, want);
+        if (strcmp(want, key)) {
+            say(p, "park: record %s ignored: its tokens are not its name's (%s)", key, want);
+            free(tokens);
+        } else {
+            add(p, key, salt, tokens, nt, (int64_t)total);
+        }
+    }
+    free(head);
+}
+
+void park_init(park_index *p, const sched_park *st, const tkv_model *m, int min_len) {
+    memset(p, 0, sizeof *p);
+    p->st = st;
+    p->m = m;
+    p->min_len = min_len > 1 ? min_len : 1;
+    if (!st) return;
+    struct scan sc = {p};
+    st->list(st->ctx, index_one, &sc);
+    char n[32], b[32];
+    snprintf(n, sizeof n, "%d", p->n);
+    snprintf(b, sizeof b, "%lld", (long long)p->bytes);
+    say(p, "park: %s records of this model (%s bytes) in the store", n, b);
+}
+
+void park_free(park_index *p) {
+    while (p->n) remove_at(p, p->n - 1);
+    free(p->e);
+    memset(p, 0, sizeof *p);
+}
+
+/* Deletes the least recently used records until `more` bytes fit in the bound. */
+static void make_room(park_index *p, int64_t more) {
+    while (p->st->max_bytes > 0 && p->n > 0 && p->bytes + more > p->st->max_bytes) {
+        int v = 0;
+        for (int i = 1; i < p->n; i++)
+            if (p->e[i].used < p->e[v].used) v = i;
+        p->st->del(p->st->ctx, p->e[v].key);
+        remove_at(p, v);
+        p->drops++;
+    }
+}
+
+int park_put(park_index *p, tkv_session *s, int seq, const int32_t *tokens, int n, uint64_t salt) {
+    if (!p->st || n < p->min_len) return -1;
+    void *rec;
+    size_t len;
+    char err[256], key[24];
+    if (tkv_seq_save(s, seq, tokens, n, salt, &rec, &len, err, sizeof err)) {
+        say(p, "park: not written: %s%s", err, "");
+        p->drops++;
+        return -1;
+    }
+    if (p->st->max_bytes > 0 && (int64_t)len > p->st->max_bytes) {
+        free(rec);
+        p->drops++;
+        return -1;
+    }
+    key_of(salt, tokens, n, key);
+    make_room(p, (int64_t)len);
+    if (p->st->put(p->st->ctx, key, rec, len)) {
+        free(rec);
+        p->drops++;
+        return -1;
+    }
+    free(rec);
+    int32_t *copy = tkv_xmalloc((size_t)n * sizeof(int32_t));
+    memcpy(copy, tokens, (size_t)n * sizeof(int32_t));
+    add(p, key, salt, copy, n, (int64_t)len);
+    p->parks++;
+    return 0;
+}
+
+int park_lookup(const park_index *p, const int32_t *prompt, int n, uint64_t salt, int *lcp) {
+    int best = -1, best_l = 0;
+    for (int i = 0; i < p->n; i++) {
+        const park_entry *e = &p->e[i];
+        if (e->salt != salt) continue;
+        int m = e->n < n - 1 ? e->n : n - 1, l = 0;
+        while (l < m && e->tokens[l] == prompt[l]) l++;
+        if (l > best_l) best = i, best_l = l;
+    }
+    if (best_l < p->min_len) best = -1, best_l = 0;
+    *lcp = best_l;
+    return best;
+}
+
+int park_restore(park_index *p, tkv_session *s, int i, int seq) {
+    double t0 = tkv_now_s();
+    char key[24], err[256];
+    snprintf(key, sizeof key, "%s", p->e[i].key);
+    remove_at(p, i);
+    size_t n = 0, total = 0;
+    void *rec = p->st->get(p->st->ctx, key, 0, &n, &total);
+    int rc = -1;
+    if (!rec) snprintf(err, sizeof err, "not in the store any more, or the store is down");
+    else if (n != total) snprintf(err, sizeof err, "read %zu of its %zu bytes", n, total);
+    else rc = tkv_seq_load(s, seq, rec, n, err, sizeof err) ? -1 : 0;
+    free(rec);
+    p->st->del(p->st->ctx, key); /* back in memory, or unreadable: either way not parked any more */
+    if (rc) {
+        say(p, "park: record %s not restored (the request prefills it): %s", key, err);
+        p->restore_failures++;
+        return -1;
+    }
+    p->restores++;
+    p->restore_seconds += tkv_now_s() - t0;
+    return 0;
+}
