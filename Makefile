@@ -5,7 +5,7 @@
 # `make` does not; `make cuda BUILD=DIR` builds into DIR), `make cuda-test` runs that suite (its
 # CUDA tests skip without a GPU).
 # Variables: SERVE=0 leaves the server out (no src/serve but its reasoning splitter, no test_serve,
-# no libmicrohttpd or jansson: `tierkv serve` then says so and exits 2); WERROR= turns
+# no libmicrohttpd, jansson or hiredis: `tierkv serve` then says so and exits 2); WERROR= turns
 # warnings-as-errors off for cc and nvcc (default -Werror: on); EXTRA_INC=-IDIR puts DIR first on
 # the include path of cc and nvcc;
 # NVCC and CUDA_HOME default to the nvcc on PATH and the toolkit it lies in (else /usr/local/cuda).
@@ -23,8 +23,9 @@ LDLIBS  = -lm -pthread
 ifeq ($(SERVE),0)
 BASEFLAGS += -DTKV_NO_SERVE
 else
-# the server's libraries: libmicrohttpd (HTTP) and jansson (JSON), both packaged by Debian
-LDLIBS  := -lmicrohttpd -ljansson $(LDLIBS)
+# the server's libraries: libmicrohttpd (HTTP), jansson (JSON), hiredis (the shared park store),
+# all packaged by Debian
+LDLIBS  := -lmicrohttpd -ljansson -lhiredis $(LDLIBS)
 endif
 
 # Kernel variants are compiled with their own ISA flags and chosen at run time from cpuid.

@@ -15,7 +15,8 @@ fail() { echo "check-cuda-noserve: FAILED: $*" >&2; exit 1; }
 
 poison=$(mktemp -d)
 trap 'rm -rf "$poison"' EXIT
-for h in microhttpd.h jansson.h; do
+mkdir -p "$poison/hiredis"
+for h in microhttpd.h jansson.h hiredis/hiredis.h; do
     printf '#error "%s reached in a SERVE=0 build: only src/serve and tests/test_serve.c may include it"\n' "$h" >"$poison/$h"
 done
 
@@ -32,11 +33,11 @@ make -j"$JOBS" cuda SERVE=0 BUILD="$BUILD" EXTRA_INC="-I$poison" || fail "make c
 for b in tierkv tierkv-tests; do
     [ -x "$BUILD/$b" ] || fail "$BUILD/$b was not built"
     libs=$(ldd "$BUILD/$b") || fail "ldd $BUILD/$b"
-    if grep -Ei 'microhttpd|jansson' <<<"$libs"; then fail "$BUILD/$b links the server's libraries"; fi
+    if grep -Ei 'microhttpd|jansson|hiredis' <<<"$libs"; then fail "$BUILD/$b links the server's libraries"; fi
 done
 set +e
 msg=$("$BUILD/tierkv" serve 2>&1 >/dev/null)
 rc=$?
 set -e
 [ "$rc" = 2 ] && grep -q "built with SERVE=0" <<<"$msg" || fail "tierkv serve: exit $rc, '$msg' (want 2 and the SERVE=0 message)"
-echo "check-cuda-noserve: ok ($BUILD: no server headers, no libmicrohttpd or jansson; serve refuses with exit 2)"
+echo "check-cuda-noserve: ok ($BUILD: no server headers, no libmicrohttpd, jansson or hiredis; serve refuses with exit 2)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh — installs what tierkv needs on a fresh Debian machine (compiler, make, unzip for the
 # model wheels, pip, gnuplot for plots, clang and its libFuzzer runtime for fuzzing, valgrind for
-# the memory check, libmicrohttpd and jansson for `tierkv serve`). Only what is missing is
+# the memory check, libmicrohttpd, jansson and hiredis for `tierkv serve`, redis-server for the test
+# of its shared park store). Only what is missing is
 # installed. The tests of the server also use the official `openai` Python client and jsonschema,
 # the chat template test jinja2, installed with pip when missing (for the tests only: tierkv never
 # needs them).
@@ -16,6 +17,8 @@ command -v valgrind >/dev/null || need+=(valgrind)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 [ -f /usr/include/microhttpd.h ] || need+=(libmicrohttpd-dev)
 [ -f /usr/include/jansson.h ] || need+=(libjansson-dev)
+[ -f /usr/include/hiredis/hiredis.h ] || need+=(libhiredis-dev)
+command -v redis-server >/dev/null || need+=(redis-server) # the shared park store's test starts one on loopback
 # libFuzzer ships apart from clang on Debian (libclang-rt-N-dev, N = clang's major version):
 # probe it by linking an empty fuzz target
 fuzz_links() {

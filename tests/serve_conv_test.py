@@ -177,6 +177,66 @@ def restart(args):
     check(p.returncode != 0 and b"--park-dir" in p.stderr, "--park-dir without conversations: %d %s" % (p.returncode, p.stderr))
 
 
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def replicas(args):
+    """Two servers sharing one Redis (started here on a loopback port, stopped after): turn 1 on A,
+    turn 2 on B reuses all of turn 1 with a recompute's log-probabilities; Redis killed: requests are
+    still answered (recomputed) and the servers stay well."""
+    import shutil
+    if not shutil.which("redis-server"):
+        print("serve_conv_test: redis-server missing (scripts/setup.sh installs it): the two-replica test skipped",
+              file=sys.stderr)
+        return
+    port = free_port()
+    rd = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    flags = ["--policy", "hierarchy", "--hbm-ratio", "0.3", "--delta", "8", "--prefix-cache", "0",
+             "--park-store", "redis://127.0.0.1:%d" % port]
+    a = b = None
+    try:
+        import time
+        time.sleep(0.5)
+        a = st.Server(args, "--parallel", "2", *flags)
+        b = st.Server(args, "--parallel", "2", *flags)
+        b1 = complete(a, TURN1, 3)
+        held = b1["usage"]["prompt_tokens"] + b1["usage"]["completion_tokens"] - 1
+        check(park_metrics(a)["parks_total"] == 1, "A did not write its conversation through")
+        t2 = TURN1 + b1["choices"][0]["text"] + MORE
+        b2 = complete(b, t2, 12)
+        check(b2["usage"]["prompt_tokens_details"]["cached_tokens"] == held,
+              "replica B reused %s of the %d tokens A held" % (b2["usage"]["prompt_tokens_details"], held))
+        check(park_metrics(b)["restores_total"] == 1, "B did not restore")
+        rd.terminate()
+        rd.wait(10)
+        b3 = complete(a, "A question while the store is down, long enough to be kept:", 4)
+        check(b3["usage"]["completion_tokens"] == 4, "no answer with the store down: %s" % b3)
+        b4 = complete(b, TURN1 + b1["choices"][0]["text"] + "\nUser: one more?\nAssistant:", 4)
+        check(b4["usage"]["completion_tokens"] == 4, "no answer with the store down: %s" % b4)
+        for srv in (a, b):
+            s, _, _ = srv.request("GET", "/health")
+            check(s == 200 and srv.alive(), "a replica is unwell with the store down")
+        check(any("not answering" in line or "cannot connect" in line or "failed" in line for line in a.log + b.log),
+              "the store's outage was not logged")
+    finally:
+        for srv in (a, b):
+            if srv:
+                srv.stop()
+        if rd.poll() is None:
+            rd.kill()
+    ref = st.Server(args, "--parallel", "2", "--conversations", "0")
+    try:
+        r2 = complete(ref, t2, 12)
+    finally:
+        ref.stop()
+    check(r2["choices"][0]["logprobs"] == b2["choices"][0]["logprobs"], "turn 2 on the other replica differs from a recompute")
+
+
 def real_chat(args):
     """The real 0.5B (TIERKV_SLOW_TESTS=1): a two-turn chat whose answer comes back as text reuses all of
     turn 1 and answers as a server that recomputes it, log-probabilities included."""
@@ -214,6 +274,7 @@ def sec_conversations(args):
     two_turns(args, ["--policy", "hierarchy", "--hbm-ratio", "0.3", "--delta", "8", "--prefix-cache", "0"], [])
     isolation(args)
     restart(args)
+    replicas(args)
     real_chat(args)
 
 

@@ -32,7 +32,8 @@ static void remove_at(conv_cache *c, int i) {
 /* Gives entry i up: parked when there is a store (and it takes it), else dropped. */
 static void drop(conv_cache *c, tkv_session *s, int i) {
     const conv_entry *e = &c->e[i];
-    if (!c->park || park_put(c->park, s, e->seq, e->tokens, e->n, e->salt)) c->drops++;
+    /* parked (a shared store has it already) or dropped */
+    if (!c->park || (!park_write_through(c->park) && park_put(c->park, s, e->seq, e->tokens, e->n, e->salt))) c->drops++;
     tkv_seq_close(s, e->seq);
     remove_at(c, i);
 }
@@ -40,7 +41,7 @@ static void drop(conv_cache *c, tkv_session *s, int i) {
 void conv_free(conv_cache *c, tkv_session *s) {
     while (c->n) { /* parked, most recently used last (so it is the last a bound deletes) */
         int v = lru(c, -1);
-        if (c->park) park_put(c->park, s, c->e[v].seq, c->e[v].tokens, c->e[v].n, c->e[v].salt);
+        if (c->park && !park_write_through(c->park)) park_put(c->park, s, c->e[v].seq, c->e[v].tokens, c->e[v].n, c->e[v].salt);
         tkv_seq_close(s, c->e[v].seq);
         remove_at(c, v);
     }
@@ -125,6 +126,7 @@ void conv_keep(conv_cache *c, tkv_session *s, int seq, const int32_t *tokens, in
     }
     if (c->n == c->cap) drop(c, s, lru(c, -1));
     tkv_seq_idle(s, seq);
+    if (c->park && park_write_through(c->park)) park_put(c->park, s, seq, tokens, n, salt); /* for the other servers */
     tkv_stats st;
     int64_t bytes = 0;
     if (tkv_stats_get(s, seq, &st, NULL, 0) == 0) bytes = st.bytes[0] + st.bytes[1] + st.bytes[2];

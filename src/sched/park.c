@@ -93,7 +93,7 @@ void park_init(park_index *p, const sched_park *st, const tkv_model *m, int min_
     p->st = st;
     p->m = m;
     p->min_len = min_len > 1 ? min_len : 1;
-    if (!st) return;
+    if (!st || !st->list) return;
     struct scan sc = {p};
     st->list(st->ctx, index_one, &sc);
     char n[32], b[32];
@@ -136,21 +136,27 @@ int park_put(park_index *p, tkv_session *s, int seq, const int32_t *tokens, int 
         return -1;
     }
     key_of(salt, tokens, n, key);
-    make_room(p, (int64_t)len);
-    if (p->st->put(p->st->ctx, key, rec, len)) {
+    if (!p->st->find) make_room(p, (int64_t)len);
+    if (p->st->put(p->st->ctx, key, rec, len, salt, tokens, n)) {
         free(rec);
         p->drops++;
         return -1;
     }
     free(rec);
+    p->parks++;
+    if (p->st->find) return 0; /* the store indexes it */
     int32_t *copy = tkv_xmalloc((size_t)n * sizeof(int32_t));
     memcpy(copy, tokens, (size_t)n * sizeof(int32_t));
     add(p, key, salt, copy, n, (int64_t)len);
-    p->parks++;
     return 0;
 }
 
-int park_lookup(const park_index *p, const int32_t *prompt, int n, uint64_t salt, int *lcp) {
+int park_write_through(const park_index *p) { return p->st && p->st->shared; }
+
+int park_lookup(const park_index *p, const int32_t *prompt, int n, uint64_t salt, char key[24], int *lcp) {
+    *lcp = 0;
+    if (!p->st) return -1;
+    if (p->st->find) return p->st->find(p->st->ctx, salt, prompt, n, p->min_len, key, lcp) ? -1 : 0;
     int best = -1, best_l = 0;
     for (int i = 0; i < p->n; i++) {
         const park_entry *e = &p->e[i];
@@ -159,24 +165,35 @@ int park_lookup(const park_index *p, const int32_t *prompt, int n, uint64_t salt
         while (l < m && e->tokens[l] == prompt[l]) l++;
         if (l > best_l) best = i, best_l = l;
     }
-    if (best_l < p->min_len) best = -1, best_l = 0;
+    if (best < 0 || best_l < p->min_len) return -1;
     *lcp = best_l;
-    return best;
+    snprintf(key, 24, "%s", p->e[best].key);
+    return 0;
 }
 
-int park_restore(park_index *p, tkv_session *s, int i, int seq) {
+int park_restore(park_index *p, tkv_session *s, const char *key_in) {
     double t0 = tkv_now_s();
     char key[24], err[256];
-    snprintf(key, sizeof key, "%s", p->e[i].key);
-    remove_at(p, i);
+    snprintf(key, sizeof key, "%s", key_in);
+    if (!p->st->find) { /* a local store forgets it, read or not */
+        int i = find(p, key);
+        if (i >= 0) remove_at(p, i);
+    }
     size_t n = 0, total = 0;
     void *rec = p->st->get(p->st->ctx, key, 0, &n, &total);
-    int rc = -1;
+    int seq = -1, rc = -1;
+    uint64_t salt;
+    int32_t *tokens = NULL;
+    int nt;
     if (!rec) snprintf(err, sizeof err, "not in the store any more, or the store is down");
     else if (n != total) snprintf(err, sizeof err, "read %zu of its %zu bytes", n, total);
-    else rc = tkv_seq_load(s, seq, rec, n, err, sizeof err) ? -1 : 0;
+    else if (tkv_record_peek(p->m, rec, n, &salt, &tokens, &nt, err, sizeof err)) (void)0;
+    else if (tkv_seq_open(s, nt, 0, &seq, err, sizeof err)) seq = -1;
+    else if (tkv_seq_load(s, seq, rec, n, err, sizeof err)) tkv_seq_close(s, seq), seq = -1;
+    else rc = 0;
+    free(tokens);
     free(rec);
-    p->st->del(p->st->ctx, key); /* back in memory, or unreadable: either way not parked any more */
+    if (!p->st->find) p->st->del(p->st->ctx, key);
     if (rc) {
         say(p, "park: record %s not restored (the request prefills it): %s", key, err);
         p->restore_failures++;
@@ -184,5 +201,5 @@ int park_restore(park_index *p, tkv_session *s, int i, int seq) {
     }
     p->restores++;
     p->restore_seconds += tkv_now_s() - t0;
-    return 0;
+    return seq;
 }

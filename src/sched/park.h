@@ -6,8 +6,10 @@
  * fail, and nothing is lost but the time a recompute takes: a record that cannot be written is
  * dropped and counted, one that cannot be read back (missing, corrupted, another model's, a store
  * that is down) is forgotten and counted, and the request prefills. Keys are the hash of the salt and
- * the tokens. The index holds each record's tokens (read from its head alone at start: no rows) and
- * is bounded by max_bytes of records, the least recently used deleted beyond it.
+ * the tokens. A store without an index of its own (a directory) is indexed here: each record's tokens,
+ * read from its head alone at start (no rows), bounded by max_bytes of records, the least recently
+ * used deleted beyond it; a record read back leaves it. A shared store (find) keeps its own index and
+ * its records: a record read back stays for the other servers.
  * Not done here: when to park (conv.c: entries beyond their bounds, and all of them at the end). */
 #ifndef TKV_SCHED_PARK_H
 #define TKV_SCHED_PARK_H
@@ -43,10 +45,13 @@ void park_free(park_index *p);
  * drop). The sequence stays open. */
 int park_put(park_index *p, tkv_session *s, int seq, const int32_t *tokens, int n, uint64_t salt);
 /* The parked record of this salt that prompt[0..n) continues the furthest (at most n - 1 of its
- * tokens, at least min_len), or -1; the count in *lcp. */
-int park_lookup(const park_index *p, const int32_t *prompt, int n, uint64_t salt, int *lcp);
-/* Loads record i into the empty sequence seq (opened for its n positions) and removes it from the
- * index and the store, read or not. 0, or -1 (logged, counted; seq left empty). */
-int park_restore(park_index *p, tkv_session *s, int i, int seq);
+ * tokens, at least min_len): 0, its key and the count in *lcp; -1 when there is none. */
+int park_lookup(const park_index *p, const int32_t *prompt, int n, uint64_t salt, char key[24], int *lcp);
+/* Reads record key back into a new sequence of its own (idle-free, re-tiered) and returns it, or -1
+ * (logged, counted: no room, gone, corrupted, another model's). A local store forgets the record
+ * either way. */
+int park_restore(park_index *p, tkv_session *s, const char *key);
+/* 1 when conversations are written as their requests end (a shared store). */
+int park_write_through(const park_index *p);
 
 #endif

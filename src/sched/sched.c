@@ -191,9 +191,9 @@ static void find_conv(sched *sc, struct job *x) {
     if (x->j.no_cache || x->j.prompt_logprobs || !sc->cv.cap) return;
     int lcp = 0, plcp = 0, klcp = 0, i = conv_lookup(&sc->cv, x->j.prompt, x->j.n_prompt, x->j.salt, &lcp);
     if (prefix_lookup(&sc->pc, x->j.prompt, x->j.n_prompt, x->j.salt, &plcp) < 0) plcp = 0;
-    int k = park_lookup(&sc->pk, x->j.prompt, x->j.n_prompt, x->j.salt, &klcp);
-    if (k >= 0 && klcp > lcp && klcp > plcp) { /* parked, and further than what is in memory */
-        snprintf(x->park_key, sizeof x->park_key, "%s", sc->pk.e[k].key);
+    char key[24];
+    if (!park_lookup(&sc->pk, x->j.prompt, x->j.n_prompt, x->j.salt, key, &klcp) && klcp > lcp && klcp > plcp) {
+        snprintf(x->park_key, sizeof x->park_key, "%s", key); /* parked, and further than what is in memory */
         x->conv_lcp = klcp;
         return;
     }
@@ -219,24 +219,9 @@ static int open_seq(sched *sc, struct job *x, char *msg, size_t n) {
 
 /* Takes over the conversation x continues into x's sequence: the tokens taken, 0 when it has none or
  * the take was refused (the entry is gone either way). */
-/* The parked conversation x continues, read back into a sequence of its own (then taken over as a kept
- * one); -1 when it cannot be (the job prefills). */
-static int restore_conv(sched *sc, struct job *x) {
-    int i = 0;
-    while (i < sc->pk.n && strcmp(sc->pk.e[i].key, x->park_key)) i++;
-    if (i == sc->pk.n) return -1;
-    int tmp;
-    if (tkv_seq_open(sc->s, sc->pk.e[i].n, 0, &tmp, NULL, 0)) return -1; /* no room: it stays parked */
-    if (park_restore(&sc->pk, sc->s, i, tmp)) {
-        tkv_seq_close(sc->s, tmp);
-        return -1;
-    }
-    return tmp;
-}
-
 static int take_conv(sched *sc, struct job *x) {
-    if (x->park_key[0]) {
-        int src = restore_conv(sc, x);
+    if (x->park_key[0]) { /* read back into a sequence of its own, then taken over as a kept one */
+        int src = park_restore(&sc->pk, sc->s, x->park_key);
         char msg[256];
         if (src < 0 || tkv_seq_take(sc->s, src, x->seq, x->conv_lcp, msg, sizeof msg)) {
             if (src >= 0) tkv_seq_close(sc->s, src);

@@ -100,14 +100,23 @@ typedef struct {
 /* A store of records by key for parked conversations (park.h): a directory, a shared server. Every
  * call may fail (the store logs why); nothing depends on it but the time a recompute takes. */
 typedef struct {
-    int (*put)(void *ctx, const char *key, const void *bytes, size_t n); /* replaces; 0 or -1 */
+    /* writes (replaces) the record of salt and tokens[0..n_tokens) under key; 0 or -1 */
+    int (*put)(void *ctx, const char *key, const void *bytes, size_t n, uint64_t salt, const int32_t *tokens, int n_tokens);
     /* malloc'd bytes (at most max of them when max > 0; *total: the record's size), or NULL */
     void *(*get)(void *ctx, const char *key, size_t max, size_t *n, size_t *total);
     void (*del)(void *ctx, const char *key);
-    void (*list)(void *ctx, void (*fn)(void *arg, const char *key), void *arg); /* every key held */
+    /* a store the scheduler indexes itself: every key held (read once, at start); NULL for a store with
+       an index of its own (find) */
+    void (*list)(void *ctx, void (*fn)(void *arg, const char *key), void *arg);
+    /* a store with an index of its own (shared by several servers): the key of the record of this salt
+       whose tokens prompt[0..n) continues furthest (at most n - 1, at least min_len), 0 and *lcp; -1 */
+    int (*find)(void *ctx, uint64_t salt, const int32_t *prompt, int n, int min_len, char key[24], int *lcp);
     void (*log)(void *ctx, const char *msg); /* a line for the operator (NULL: quiet) */
     void *ctx;
-    int64_t max_bytes;  /* records parked at most (0: no bound), least recently used deleted beyond */
+    int64_t max_bytes;  /* records parked at most (0: no bound), least recently used deleted beyond; a
+                           store with its own index bounds itself */
+    int shared;         /* 1: several servers use it: a conversation is written as its request ends (so
+                           another server can continue it) and stays there when read back */
 } sched_park;
 
 typedef struct {

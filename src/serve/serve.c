@@ -10,6 +10,7 @@
 #include "base/err.h"
 #include "serve/api.h"
 #include "serve/park_dir.h"
+#include "serve/park_redis.h"
 #include "serve/worker.h"
 
 struct serve {
@@ -43,7 +44,8 @@ static void teardown(serve *v) {
     serve_worker_stop(v->w);
     serve_http_stop(v->http);
     serve_worker_free(v->w); /* kept conversations parked there, with a park store */
-    if (v->park.ctx) park_dir_close(&v->park);
+    if (v->park.ctx && v->park.shared) park_redis_close(&v->park);
+    else if (v->park.ctx) park_dir_close(&v->park);
     tkv_session_close(v->s);
     tkv_chat_close(v->chat);
     serve_metrics_free(&v->api.metrics);
@@ -65,16 +67,26 @@ int serve_start(const serve_opts *o, serve **out, char *err, size_t errlen) {
     }
     int prefix = tkv_kv_shares_prefix(&o->sp.kv) ? o->prefix_entries : 0;
     int conv = tkv_policy_shares_prefix(o->sp.kv.policy) ? o->conv_entries : 0;
-    if (o->park_dir && !conv) {
-        tkv_errf(err, errlen, "serve: --park-dir parks kept conversations: it needs --conversations > 0 and a policy that "
-                 "keeps them (full, hierarchy, evict, quant; not %s)", tkv_policy_name(o->sp.kv.policy));
+    if ((o->park_dir || o->park_store) && !conv) {
+        tkv_errf(err, errlen, "serve: %s parks kept conversations: it needs --conversations > 0 and a policy that "
+                 "keeps them (full, hierarchy, evict, quant; not %s)", o->park_dir ? "--park-dir" : "--park-store",
+                 tkv_policy_name(o->sp.kv.policy));
+        teardown(v);
+        return -1;
+    }
+    if (o->park_dir && o->park_store) {
+        tkv_errf(err, errlen, "serve: --park-dir and --park-store: choose one store");
         teardown(v);
         return -1;
     }
     tkv_session_params sp = o->sp;
     sp.max_seqs = o->parallel + prefix + conv;
-    if (conv && o->park_dir) {
-        if (park_dir_open(o->park_dir, o->park_bytes, o->log, &v->park, err, errlen)) { teardown(v); return -1; }
+    if (conv && (o->park_dir || o->park_store)) {
+        if (o->park_dir ? park_dir_open(o->park_dir, o->park_bytes, o->log, &v->park, err, errlen)
+                        : park_redis_open(o->park_store, o->log, &v->park, err, errlen)) {
+            teardown(v);
+            return -1;
+        }
         sp.max_seqs++; /* a parked record is read into a sequence of its own, then taken over */
     }
     if (tkv_session_open(o->model, &sp, &v->s, err, errlen)) { teardown(v); return -1; }

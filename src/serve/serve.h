@@ -30,6 +30,8 @@ typedef struct {
     const char *park_dir;      /* kept conversations beyond those bounds, and all at stop, parked here
                                   (NULL: none; serve/park_dir.h) and restored by a request that continues one */
     int64_t park_bytes;        /* records parked at most (0: no bound) */
+    const char *park_store;    /* or a shared store, redis://HOST:PORT[/DB] (serve/park_redis.h): every
+                                  conversation written as its request ends, for every replica */
     int default_max_tokens;    /* for requests that give none (0: what the context leaves) */
     serve_http_opts http;
     serve_limits lim;
