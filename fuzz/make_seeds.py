@@ -124,12 +124,12 @@ def fnv(b, h=0xcbf29ce484222325):
     return h
 
 
-def kv_record(tiers, layers, kv_heads, head_dim, t2_fmt=None, t2_bytes=0, salt=7):
-    """A sequence record (src/kv/kv_rec.h): f16 exact rows, tiers as given, rows of a pattern."""
+def kv_record(tiers, layers, kv_heads, head_dim, t2_fmt=None, t2_bytes=0, salt=7, note=None):
+    """A sequence record (src/kv/kv_rec.h): f16 exact rows, tiers as given, rows of a pattern, a note."""
     kd = kv_heads * head_dim
     exact = 4 * kd
     n = len(tiers)
-    out = b"TKVREC01" + struct.pack("<IIQQIIIIIIII", 1, 0, 0x1234, salt, layers, kv_heads, head_dim, 1,
+    out = b"TKVREC01" + struct.pack("<IIQQIIIIIIII", 1, 0 if note is None else 1, 0x1234, salt, layers, kv_heads, head_dim, 1,
                                     0xFFFFFFFF if t2_fmt is None else t2_fmt, exact, t2_bytes, n)
     out += b"".join(struct.pack("<i", 100 + i) for i in range(n)) + bytes(tiers) + bytes(1 if t == 2 else 0 for t in tiers)
     out += b"".join(struct.pack("<d", 0.25 * i) for i in range(n))
@@ -137,6 +137,8 @@ def kv_record(tiers, layers, kv_heads, head_dim, t2_fmt=None, t2_bytes=0, salt=7
         for i, t in enumerate(tiers):
             size = exact if t <= 1 else t2_bytes if t == 2 else 0
             out += bytes((l * 31 + i * 7 + k) & 0xFF for k in range(size))
+    if note is not None:
+        out += struct.pack("<I", len(note)) + note
     return out + struct.pack("<Q", fnv(out))
 
 
@@ -149,6 +151,7 @@ def main():
         write(target, "tiny-llama-q8_0", llama)
         write(target, "vocab-only", vocab)
     write("fuzz_kv_rec", "exact", kv_record([0, 1, 1, 0], 2, 1, 4))
+    write("fuzz_kv_rec", "note", kv_record([0, 0, 1], 1, 1, 4, note=b'{"messages":[{"role":"user","content":"hi"}]}'))
     write("fuzz_kv_rec", "tiers", kv_record([0, 1, 2, 3, 1], 2, 2, 4, t2_fmt=2, t2_bytes=2 * 8 + 2 * 2 * 4))
     write("fuzz_json", "data-line.json", '{"id": "gsm8k-test-0001", "question": "2+2?", "answer": "4"}')
     write("fuzz_json", "arc-line.json", '{"id":"a","question":"q","answer_letter":"B","choices":{"label":["A","B"],"text":["x","y"]}}')

@@ -252,6 +252,13 @@ void tkv_seq_idle(tkv_session *s, int seq);
  * tkv_seq_share_prefix; TKV_ERR otherwise. */
 int tkv_seq_save(tkv_session *s, int seq, const int32_t *tokens, int n, uint64_t salt, void **out, size_t *len, char *err,
                  size_t errlen);
+/* The same with a note of the caller's kept beside (note_len bytes, at most 16 MiB: a chat's messages),
+ * read back with tkv_record_note. */
+int tkv_seq_save_note(tkv_session *s, int seq, const int32_t *tokens, int n, uint64_t salt, const void *note,
+                      size_t note_len, void **out, size_t *len, char *err, size_t errlen);
+/* A whole record's note (pointing into bytes; NULL and 0 when it has none): 0, or TKV_ERR for a record
+ * that is not intact. */
+int tkv_record_note(const void *bytes, size_t len, const void **note, size_t *note_len, char *err, size_t errlen);
 /* Fills the empty sequence seq (opened for at least the record's positions) from a record: checked
  * whole first (another model, shape or row format, a truncated or corrupted record: TKV_ERR naming
  * it, nothing changed). Rows that were exact wait in T1 (policies without T1: T0), lossy ones in

@@ -10,6 +10,9 @@ One section per call:
            conversation again, and the reasoning is shown between [thinking] lines;
   tmux     a terminal (tmux): the prompt marker, the counts of two turns, /stats, an unknown
            command, /exit;
+  save     a terminal: two turns, /save FILE, a third turn; then a new process /load FILE answers the
+           third turn with the same bytes, reusing every position saved (nothing recomputed); a
+           record that is not intact is refused and the conversation held goes on;
   ctrl-c   a terminal: Ctrl-C stops a long answer and the program stays at the prompt, the tokens
            said so far stay in the sequence (the next turn reuses them), Ctrl-C at the prompt only
            gives a hint, /exit ends it with status 0.
@@ -165,6 +168,47 @@ def section_tmux(a):
         t.close()
 
 
+def section_save(a):
+    rec = os.path.join(a.tmp, "chat-saved.rec")
+    t = Tmux(a, "save1", "--template chatml --temp 0 -n %d" % N)
+    try:
+        t.wait(lambda: t.pane().startswith(">"), "the prompt marker")
+        for k, line in enumerate(("hi", "again")):
+            t.keys(line, "Enter")
+            t.wait(lambda: len(t.turns()) == k + 1, "turn %d's line" % (k + 1))
+        t.keys("/save " + rec, "Enter")
+        t.wait(lambda: "saved " in t.pane(), "/save")
+        check(os.path.exists(rec) and os.stat(rec).st_mode & 0o777 == 0o600, "the saved file is not there, 0600")
+        t.keys("a third one", "Enter")
+        if not t.wait(lambda: len(t.turns()) == 3, "turn 3's line"):
+            return
+        third = t.turns()[2]
+        t.keys("/exit", "Enter")
+        t.wait(lambda: t.dead() is not None, "/exit")
+    finally:
+        t.close()
+    saved = held_after(t.turns()[1])
+    # a new process: the same third answer from the file, every saved position reused
+    bad = rec + ".bad"
+    data = bytearray(open(rec, "rb").read())
+    data[len(data) // 2] ^= 1
+    open(bad, "wb").write(bytes(data))
+    p = subprocess.run([a.bin, "chat", "-m", a.model, "--template", "chatml", "--temp", "0", "-n", str(N)],
+                       input=("/load %s\n/load %s\na third one\n/exit\n" % (bad, rec)).encode(), capture_output=True, timeout=60)
+    out, err = p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+    check(p.returncode == 0, "the loading chat exited %d: %s" % (p.returncode, err))
+    check("not loaded" in out and "checksum" in out, "a flipped byte was not refused: %r" % out)
+    check("loaded %d positions and 4 messages" % saved in out, "load: %r (saved %d)" % (out, saved))
+    turns = [tuple(int(x) for x in m.groups()[:3]) for m in TURN.finditer(err)]
+    if check(len(turns) == 1, "one turn after the load: " + err):
+        check(turns[0][:3] == third[:3], "turn 3 after /load %s, in the first process %s" % (turns[0], third))
+    # its bytes: those of the third answer of one process that never saved (piped, answers only)
+    ref = subprocess.run([a.bin, "chat", "-m", a.model, "--template", "chatml", "--temp", "0", "-n", str(N)],
+                         input=b"hi\nagain\na third one\n/exit\n", capture_output=True, timeout=60).stdout.decode("utf-8", "replace")
+    ans = out.split("messages from %s\n" % rec, 1)[-1]
+    check(ans.strip() != "" and ref.endswith(ans), "the third answer after /load %r is not the end of %r" % (ans, ref))
+
+
 def section_ctrl_c(a):
     # no answer cap and no end token: an answer runs until the (large) context is full, unless stopped
     t = Tmux(a, "ctrlc", "--template chatml --ignore-eos --ctx 200000")
@@ -202,13 +246,14 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--shared", required=True)
     ap.add_argument("--tmp", required=True)
-    ap.add_argument("section", choices=["pipe", "rewrite", "tmux", "ctrl-c"])
+    ap.add_argument("section", choices=["pipe", "rewrite", "tmux", "save", "ctrl-c"])
     a = ap.parse_args()
     a.model = os.path.join(a.shared, FIXTURE)
-    if a.section in ("tmux", "ctrl-c") and not shutil.which("tmux"):
+    if a.section in ("tmux", "save", "ctrl-c") and not shutil.which("tmux"):
         print("chat_test: tmux missing", file=sys.stderr)
         return 77
-    {"pipe": section_pipe, "rewrite": section_rewrite, "tmux": section_tmux, "ctrl-c": section_ctrl_c}[a.section](a)
+    {"pipe": section_pipe, "rewrite": section_rewrite, "tmux": section_tmux, "save": section_save,
+     "ctrl-c": section_ctrl_c}[a.section](a)
     return 1 if failures else 0
 
 

@@ -26,4 +26,5 @@ static void chat_section(const char *section) {
 TEST(chat_cmd_pipe) { chat_section("pipe"); }
 TEST(chat_cmd_rewrite) { chat_section("rewrite"); }
 TEST(chat_cmd_tmux) { chat_section("tmux"); }
+TEST(chat_cmd_save_load) { chat_section("save"); }
 TEST(chat_cmd_ctrl_c) { chat_section("ctrl-c"); }

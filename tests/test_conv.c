@@ -388,8 +388,8 @@ TEST(conv_record_other_model) {
 /* The fuzz target's seeds are whole records (so it starts past the checks), and a tier the record
  * has no format for is refused. */
 TEST(conv_record_seeds_parse) {
-    const char *names[] = {"fuzz/corpus/fuzz_kv_rec/exact", "fuzz/corpus/fuzz_kv_rec/tiers"};
-    for (int i = 0; i < 2; i++) {
+    const char *names[] = {"fuzz/corpus/fuzz_kv_rec/exact", "fuzz/corpus/fuzz_kv_rec/tiers", "fuzz/corpus/fuzz_kv_rec/note"};
+    for (int i = 0; i < 3; i++) {
         FILE *f = fopen(names[i], "rb");
         if (!f) SKIP("fuzz/corpus not found (run from the repository root)");
         uint8_t buf[4096];
@@ -398,7 +398,8 @@ TEST(conv_record_seeds_parse) {
         kv_rec r;
         char err[256];
         CHECKF(kv_rec_parse(buf, n, &r, err, sizeof err) == 0, "%s: %s", names[i], err);
-        CHECK(r.n == (uint32_t)(i ? 5 : 4) && kv_rec_token(&r, 1) == 101 && kv_rec_score(&r, 2) == 0.5);
+        CHECK(r.n == (uint32_t)(i == 2 ? 3 : i ? 5 : 4) && kv_rec_token(&r, 1) == 101 && kv_rec_score(&r, 2) == 0.5);
+        CHECK(i == 2 ? r.note_len == 45 && !memcmp(r.note, "{\"messages\"", 11) : !r.note);
         if (i == 1) {
             buf[KV_REC_HEAD + 4 * 5 + 2] = 2; /* a position in T2 of the first record's kind */
             buf[48] = 0xFF, buf[49] = 0xFF, buf[50] = 0xFF, buf[51] = 0xFF;

@@ -30,6 +30,7 @@
 #include "base/err.h"
 #include "base/meminfo.h"
 #include "chat_conv.h"
+#include "chat_save.h"
 #include "chat_ids.h"
 #include "chat_stream.h"
 #include "cmds.h"
@@ -50,7 +51,8 @@ static void usage(FILE *out) {
             "      --dump-ids FILE     write, at each turn, the ids the answer follows (one line per turn,\n"
             "                          the format of tierkv run --tokens)\n"
             "  commands: /stats (the sequence's length and tiers, the last turn's counts), /reset (a new\n"
-            "  conversation), /help, /exit (also Ctrl-D). Ctrl-C stops an answer.\n"
+            "  conversation), /save FILE and /load FILE (the conversation with its cache: a new process\n"
+            "  continues it, nothing recomputed), /help, /exit (also Ctrl-D). Ctrl-C stops an answer.\n"
             "  -c, --ctx N: positions for the whole conversation (default 4096, at most the model's\n"
             "  context_length); a message that does not fit is refused (/reset starts again)\n"
             "%s%s",
@@ -223,8 +225,9 @@ static void print_stats(chat *c) {
     printf("last turn: %d tokens reused, %d prefilled, %d generated\n", c->reused, c->prefilled, c->generated);
 }
 
-static const char COMMANDS[] = "commands: /stats (the sequence and the last turn), /reset (a new conversation), /help, "
-                               "/exit (or Ctrl-D); Ctrl-C stops an answer\n";
+static const char COMMANDS[] = "commands: /stats (the sequence and the last turn), /reset (a new conversation), "
+                               "/save FILE, /load FILE (the conversation and its cache), /help, /exit (or Ctrl-D); "
+                               "Ctrl-C stops an answer\n";
 
 /* A /command: 1 to leave, 0 to go on. */
 static int command(chat *c, const char *line) {
@@ -235,6 +238,27 @@ static int command(chat *c, const char *line) {
         chat_conv_reset(&c->cv);
         c->reused = c->prefilled = c->generated = 0;
         printf("a new conversation\n");
+    } else if (!strncmp(line, "/save ", 6) || !strncmp(line, "/load ", 6)) {
+        const char *path = line + 6;
+        while (*path == ' ') path++;
+        char err[512];
+        if (!*path) printf("%.5s wants a file name\n", line);
+        else if (line[1] == 's') {
+            if (chat_save(c->s, c->seq, &c->cv, path, err, sizeof err)) printf("not saved: %s\n", err);
+            else printf("saved %d positions and %d messages to %s\n", c->cv.n_held, c->cv.n_msgs, path);
+        } else {
+            int seq, old = c->seq;
+            c->seq = -1; /* the file's sequence replaces the one held only once it is read whole */
+            if (chat_load(c->s, c->m, c->n_ctx, path, &c->cv, &seq, err, sizeof err)) {
+                c->seq = old;
+                printf("not loaded: %s\n", err);
+            } else {
+                if (old >= 0) tkv_seq_close(c->s, old);
+                c->seq = seq;
+                c->reused = c->prefilled = c->generated = 0;
+                printf("loaded %d positions and %d messages from %s\n", c->cv.n_held, c->cv.n_msgs, path);
+            }
+        }
     } else if (!strcmp(line, "/help")) fputs(COMMANDS, stdout);
     else printf("unknown command %s; %s", line, COMMANDS);
     fflush(stdout);
@@ -339,7 +363,7 @@ int cmd_chat(int argc, char **argv) {
     if (co.ctx_given) common_ctx_warn("chat", &co, info.n_ctx_train);
     else co.sp.max_ctx = info.n_ctx_train > 0 && info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
     c.n_ctx = co.sp.max_ctx;
-    co.sp.max_seqs = 1;
+    co.sp.max_seqs = 2; /* the conversation, and a /load read beside it until it is whole */
     if (tkv_session_open(c.m, &co.sp, &c.s, err, sizeof err)) goto fail;
     if (tkv_sampler_open(&so, info.n_vocab, &c.smp, err, sizeof err)) goto fail;
     chat_conv_init(&c.cv, system, c.n_ctx);

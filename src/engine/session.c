@@ -143,11 +143,24 @@ void tkv_seq_idle(tkv_session *s, int seq) {
 
 int tkv_seq_save(tkv_session *s, int seq, const int32_t *tokens, int n, uint64_t salt, void **out, size_t *len, char *err,
                  size_t errlen) {
+    return tkv_seq_save_note(s, seq, tokens, n, salt, NULL, 0, out, len, err, errlen);
+}
+
+int tkv_record_note(const void *bytes, size_t len, const void **note, size_t *note_len, char *err, size_t errlen) {
+    *note = NULL, *note_len = 0;
+    kv_rec r;
+    if (kv_rec_parse(bytes, len, &r, err, errlen)) return TKV_ERR;
+    *note = r.note, *note_len = r.note_len;
+    return 0;
+}
+
+int tkv_seq_save_note(tkv_session *s, int seq, const int32_t *tokens, int n, uint64_t salt, const void *note,
+                      size_t note_len, void **out, size_t *len, char *err, size_t errlen) {
     *out = NULL, *len = 0;
     if (!live(s, seq) || n != kv_seq_len(s->kv, seq))
         return tkv_errf(err, errlen, "save: sequence %d is not open or does not hold %d positions", seq, n);
     tkv_buf b = {0};
-    if (kv_seq_export(s->kv, seq, tokens, s->model->ident, salt, &b, err, errlen)) {
+    if (kv_seq_export(s->kv, seq, tokens, s->model->ident, salt, note, note_len, &b, err, errlen)) {
         tkv_buf_free(&b);
         return TKV_ERR;
     }

@@ -123,11 +123,11 @@ int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen)
 void kv_seq_idle(kv_cache *kv, int seq);
 /* Sequence seq written out as a record (kv_rec.h) appended to b: tokens[0..len) (what it holds),
  * the model's identity and a salt in its head, every position's tier, lossy flag and score, and
- * its rows as the pools hold them (kv_io.c). Waits for the moves in flight. Refused (-1, message)
+ * its rows as the pools hold them (kv_io.c), and the caller's note (NULL: none). Waits for the moves in flight. Refused (-1, message)
  * for policies with state beside the positions. */
 struct kv_rec;
-int kv_seq_export(kv_cache *kv, int seq, const int32_t *tokens, uint64_t model, uint64_t salt, tkv_buf *b, char *err,
-                  size_t errlen);
+int kv_seq_export(kv_cache *kv, int seq, const int32_t *tokens, uint64_t model, uint64_t salt, const void *note,
+                  size_t note_len, tkv_buf *b, char *err, size_t errlen);
 /* Fills the empty sequence seq from a parsed record of this cache's shape and row formats (its model
  * identity is the caller's to check): exact rows to T1 when the policy has one, else T0; T2 rows to
  * T2 (the same codec), evicted positions evicted; then re-tiered to its budget and protection.

@@ -55,18 +55,20 @@ static void exact_get(const uint8_t *rec, uint32_t fmt, float *k, float *v, size
     }
 }
 
-int kv_seq_export(kv_cache *kv, int seq, const int32_t *tokens, uint64_t model, uint64_t salt, tkv_buf *b, char *err,
-                  size_t errlen) {
+int kv_seq_export(kv_cache *kv, int seq, const int32_t *tokens, uint64_t model, uint64_t salt, const void *note,
+                  size_t note_len, tkv_buf *b, char *err, size_t errlen) {
     if (!kv_seq_live(kv, seq)) return tkv_errf(err, errlen, "kv: sequence %d is not live", seq);
     kv_seq *s = &kv->seq[seq];
     if (!kv_policy_copies_prefix(kv->o.policy))
         return tkv_errf(err, errlen, "kv: policy %s keeps state of its own beside the positions; it is not written out",
                         kv->ops->name);
     if (s->len < 1 || s->fresh_from < s->len) return tkv_errf(err, errlen, "kv: sequence %d is empty or not written", seq);
+    if (note_len > KV_REC_NOTE_MAX) return tkv_errf(err, errlen, "kv: a note of %zu bytes (at most %d)", note_len, KV_REC_NOTE_MAX);
     kv_complete_batch(kv); /* every row where ref says */
     kv_fence_all(kv);
     kv_rec r;
     head_of(kv, model, salt, (uint32_t)s->len, &r);
+    if (note) r.flags = KV_REC_NOTE;
     uint8_t *tier = tkv_xmalloc((size_t)s->len), *lossy = tkv_xmalloc((size_t)s->len);
     int32_t *dev = tkv_xmalloc((size_t)s->len * sizeof(int32_t));
     for (int i = 0; i < s->len; i++) tier[i] = (uint8_t)tier_of(s->ref[i]), lossy[i] = s->lossy[i];
@@ -89,7 +91,7 @@ int kv_seq_export(kv_cache *kv, int seq, const int32_t *tokens, uint64_t model, 
             b->n += rb;
         }
     }
-    kv_rec_finish(b);
+    kv_rec_finish(b, note, (uint32_t)note_len);
     free(tier), free(lossy), free(dev), free(k), free(v);
     return 0;
 }

@@ -42,7 +42,8 @@ int kv_rec_parse_head(const void *buf, size_t len, kv_rec *rec, char *err, size_
     if (len < KV_REC_HEAD) return tkv_errf(err, errlen, "record: %zu bytes, shorter than its %d-byte head", len, KV_REC_HEAD);
     if (memcmp(p, MAGIC, sizeof MAGIC)) return tkv_errf(err, errlen, "record: not a tierkv sequence record (bad magic)");
     uint32_t version = u32(p + 8), flags = u32(p + 12);
-    if (version != KV_REC_VERSION || flags)
+    rec->flags = flags;
+    if (version != KV_REC_VERSION || (flags & ~(uint32_t)KV_REC_NOTE))
         return tkv_errf(err, errlen, "record: version %u flags %u; this build reads version %d", version, flags, KV_REC_VERSION);
     rec->model = u64(p + 16);
     rec->salt = u64(p + 24);
@@ -88,9 +89,17 @@ int kv_rec_parse(const void *buf, size_t len, kv_rec *rec, char *err, size_t err
         per_layer += kv_rec_row_bytes(rec, i);
     }
     rec->rows_bytes = per_layer * rec->n_layer; /* < 2^24 positions x 2^16 bytes x 2^12 layers: no overflow */
-    if ((uint64_t)(len - at) != rec->rows_bytes + 8)
-        return tkv_errf(err, errlen, "record: %zu bytes after the arrays, its rows and checksum take %llu", len - at,
-                        (unsigned long long)(rec->rows_bytes + 8));
+    uint64_t after = rec->rows_bytes + 8;
+    if (rec->flags & KV_REC_NOTE) {
+        if ((uint64_t)(len - at) < rec->rows_bytes + 4 + 8) return tkv_errf(err, errlen, "record: truncated before its note");
+        rec->note_len = u32(p + at + rec->rows_bytes);
+        if (rec->note_len > KV_REC_NOTE_MAX) return tkv_errf(err, errlen, "record: a note of %u bytes", rec->note_len);
+        rec->note = p + at + rec->rows_bytes + 4;
+        after += 4 + (uint64_t)rec->note_len;
+    }
+    if ((uint64_t)(len - at) != after)
+        return tkv_errf(err, errlen, "record: %zu bytes after the arrays, its rows%s and checksum take %llu", len - at,
+                        rec->flags & KV_REC_NOTE ? ", note" : "", (unsigned long long)after);
     rec->rows = p + at;
     uint64_t want = u64(p + len - 8), got = kv_rec_fnv(p, len - 8, FNV0);
     if (want != got) return tkv_errf(err, errlen, "record: checksum mismatch (a corrupted record)");
@@ -103,7 +112,7 @@ static void put64(tkv_buf *b, uint64_t v) { tkv_buf_le(b, v, 8); }
 void kv_rec_write_head(tkv_buf *b, const kv_rec *rec, const int32_t *tokens, const uint8_t *tier, const uint8_t *lossy,
                        const double *score) {
     tkv_buf_add(b, MAGIC, sizeof MAGIC);
-    put32(b, KV_REC_VERSION), put32(b, 0);
+    put32(b, KV_REC_VERSION), put32(b, rec->flags & KV_REC_NOTE);
     put64(b, rec->model), put64(b, rec->salt);
     put32(b, rec->n_layer), put32(b, rec->n_head_kv), put32(b, rec->head_dim);
     put32(b, rec->exact_fmt), put32(b, rec->t2_fmt), put32(b, rec->exact_bytes), put32(b, rec->t2_bytes);
@@ -118,4 +127,10 @@ void kv_rec_write_head(tkv_buf *b, const kv_rec *rec, const int32_t *tokens, con
     }
 }
 
-void kv_rec_finish(tkv_buf *b) { put64(b, kv_rec_fnv(b->p, b->n, FNV0)); }
+void kv_rec_finish(tkv_buf *b, const void *note, uint32_t note_len) {
+    if (note) {
+        put32(b, note_len);
+        tkv_buf_add(b, note, note_len);
+    }
+    put64(b, kv_rec_fnv(b->p, b->n, FNV0));
+}

@@ -5,7 +5,7 @@
  *
  * Layout, little-endian, version 1:
  *   "TKVREC01"                       8 bytes
- *   u32 version (1), u32 flags (0)
+ *   u32 version (1), u32 flags (0, or KV_REC_NOTE)
  *   u64 model identity, u64 salt
  *   u32 n_layer, n_head_kv, head_dim
  *   u32 exact format (BE_KV_F32 or BE_KV_F16), u32 T2 format (a be_kv_fmt, or KV_REC_NO_T2)
@@ -14,6 +14,7 @@
  *   i32 tokens[n], u8 tier[n] (0..3), u8 lossy[n] (0/1), f64 score[n] (finite, >= 0)
  *   rows: for each layer, for each position in order, its record (T0/T1: the exact format's bytes,
  *         T2: the T2 format's, T3: none)
+ *   with KV_REC_NOTE: u32 length, then that many bytes of the caller's (a chat's messages), at most 16 MiB
  *   u64 FNV-1a of every byte before it
  * Refused: another magic or version, a size that does not add up, a value out of range, a checksum
  * that does not match (a flipped byte), a truncated or over-long buffer. */
@@ -24,7 +25,7 @@
 
 #include "base/buf.h"
 
-enum { KV_REC_VERSION = 1, KV_REC_NO_T2 = 0xFFFFFFFFu, KV_REC_HEAD = 64 };
+enum { KV_REC_VERSION = 1, KV_REC_NO_T2 = 0xFFFFFFFFu, KV_REC_HEAD = 64, KV_REC_NOTE = 1, KV_REC_NOTE_MAX = 1 << 24 };
 
 typedef struct kv_rec {
     uint64_t model, salt;
@@ -38,6 +39,9 @@ typedef struct kv_rec {
     const uint8_t *score;   /* [n] f64, unaligned: kv_rec_score() */
     const uint8_t *rows;    /* the rows' bytes */
     uint64_t rows_bytes;
+    uint32_t flags;         /* KV_REC_NOTE: a note follows the rows */
+    const uint8_t *note;    /* the caller's bytes, or NULL */
+    uint32_t note_len;
 } kv_rec;
 
 /* Checks buf[0..len) whole (its checksum too) and points rec's arrays into it. 0, or -1 with a
@@ -56,7 +60,7 @@ uint64_t kv_rec_row_bytes(const kv_rec *rec, uint32_t i);
  * caller appends the rows (layer by layer, positions in order), then the checksum (kv_rec_finish). */
 void kv_rec_write_head(tkv_buf *b, const kv_rec *rec, const int32_t *tokens, const uint8_t *tier, const uint8_t *lossy,
                        const double *score);
-void kv_rec_finish(tkv_buf *b);
+void kv_rec_finish(tkv_buf *b, const void *note, uint32_t note_len); /* the note when rec->flags has KV_REC_NOTE */
 uint64_t kv_rec_fnv(const void *p, size_t n, uint64_t h);
 
 #endif
