@@ -19,12 +19,15 @@ static void one(const uint8_t *p, size_t n) {
     uint64_t per_layer = 0;
     double sum = 0;
     for (uint32_t i = 0; i < r.n; i++) {
-        TKV_ASSERT(r.tier[i] <= 3 && r.lossy[i] <= 1);
+        TKV_ASSERT(r.tier[i] <= 3 && r.lossy[i] <= 3);
         per_layer += kv_rec_row_bytes(&r, i);
         sum += kv_rec_score(&r, i) + (double)kv_rec_token(&r, i);
     }
     TKV_ASSERT(sum == sum && per_layer * r.n_layer == r.rows_bytes);
-    TKV_ASSERT(r.rows + r.rows_bytes + 8 == p + n);
+    size_t note = r.note ? 4 + (size_t)r.note_len : 0;
+    TKV_ASSERT(r.rows + r.rows_bytes + note + 8 == p + n);
+    TKV_ASSERT(!r.note || (r.note == r.rows + r.rows_bytes + 4 && (r.flags & KV_REC_NOTE)));
+    if (r.note_len) TKV_ASSERT(r.note[r.note_len - 1] == r.note[r.note_len - 1]);
     if (r.rows_bytes) TKV_ASSERT(r.rows[r.rows_bytes - 1] == r.rows[r.rows_bytes - 1]); /* the last row byte is readable */
 }
 

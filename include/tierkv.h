@@ -245,6 +245,10 @@ int tkv_seq_take(tkv_session *s, int src, int dst, int n, char *err, size_t errl
  * exact, and its T2 and evicted shares as at a re-tiering) and it reserves none of a byte budget;
  * policies without T1 (full, evict, quant, the baselines) leave it as it is. */
 void tkv_seq_idle(tkv_session *s, int seq);
+/* Positions from..to-1 of seq rank below every other from now on (their scores kept): an earlier
+ * turn's reasoning kept in a conversation is the first to leave T0 and the first evicted. For the
+ * ranking policies (hierarchy, evict, quant); nothing for the others. */
+void tkv_seq_set_stale(tkv_session *s, int seq, int from, int to);
 /* A sequence out of memory and back (a parked conversation, a saved chat): the record of sequence
  * seq (malloc'd in *out, *len bytes) holds tokens[0..n) (the ids it holds: n is its length), the
  * salt, the model's identity (its file's header), the row formats, and every position's tier, score

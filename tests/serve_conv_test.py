@@ -175,6 +175,13 @@ def restart(args):
     p = subprocess.run([args.bin, "serve", "-m", os.path.join(args.shared, st.FIXTURE), "--port", "0", "--park-dir", d2,
                         "--conversations", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
     check(p.returncode != 0 and b"--park-dir" in p.stderr, "--park-dir without conversations: %d %s" % (p.returncode, p.stderr))
+    # keep mode needs a format with reasoning (R1's), and kept conversations; a wrong word is refused
+    for extra, want in ((["--template", "chatml", "--history-thinking", "keep"], b"no reasoning"),
+                        (["--template", "deepseek-r1", "--history-thinking", "keep", "--conversations", "0"], b"none are kept"),
+                        (["--history-thinking", "sometimes"], b"keep or strip")):
+        p = subprocess.run([args.bin, "serve", "-m", os.path.join(args.shared, st.FIXTURE), "--port", "0"] + extra,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=30)
+        check(p.returncode != 0 and want in p.stderr, "%s: %d %s" % (extra, p.returncode, p.stderr))
 
 
 def free_port():

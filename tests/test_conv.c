@@ -8,6 +8,8 @@
 
 #include "engine/engine.h"
 #include "kv/kv_rec.h"
+#include "kv/kv_state.h"
+#include "sched/conv.h"
 #include "t.h"
 
 #define FIXTURE "fixtures/models/qwen2-Q4_K_M.gguf"
@@ -406,4 +408,142 @@ TEST(conv_record_seeds_parse) {
             CHECK(kv_rec_parse(buf, n, &r, err, sizeof err) == -1);
         }
     }
+}
+
+/* ---- an earlier turn's reasoning kept (--history-thinking keep) ---- */
+
+/* R1's template drops an answer's reasoning from the transcript the client sends back; keep mode
+ * splices the kept conversation's own ids in, reasoning included, and says where it lies. */
+TEST(conv_splice_keeps_r1_reasoning) {
+    const char *path = t_need("fixtures/tokenizer/extra/vocab-r1-distill-qwen-7b.gguf");
+    if (!path) return;
+    char err[512];
+    tkv_model_params mp;
+    tkv_model_params_default(&mp);
+    mp.vocab_only = 1;
+    tkv_model *m;
+    REQUIRE(tkv_model_open(path, &mp, &m, err, sizeof err) == 0);
+    tkv_chat *ct;
+    REQUIRE(tkv_chat_open(m, "deepseek-r1", 0, &ct, err, sizeof err) == 0);
+    const char *open_mk, *close_mk;
+    int by_prompt;
+    tkv_chat_reasoning(ct, &open_mk, &close_mk, &by_prompt);
+    REQUIRE(close_mk && by_prompt);
+    tkv_chat_msg t1[1] = {{.role = "user", .content = "What is 2+2? Answer in one short sentence, please."}};
+    int32_t *p1, *gen, *p2;
+    int n1 = tkv_chat_encode(ct, t1, 1, 1, &p1, err, sizeof err);
+    const char *think = "Two and two make four.", *visible = "The answer is 4.";
+    char out_text[256];
+    snprintf(out_text, sizeof out_text, "%s%s\n\n%s", think, close_mk, visible);
+    int ng = tkv_tokenize_alloc(m, out_text, strlen(out_text), TKV_TOK_PARSE_SPECIAL, &gen);
+    REQUIRE(n1 > 16 && ng > 4);
+    tkv_chat_msg t2[3] = {t1[0], {.role = "assistant", .content = visible}, {.role = "user", .content = "And 3+3?"}};
+    int n2 = tkv_chat_encode(ct, t2, 3, 1, &p2, err, sizeof err);
+    REQUIRE(n2 > n1);
+    conv_cache c;
+    conv_init(&c, 4, 16, 0);
+    c.e[0].seq = -1;
+    c.e[0].n = n1 + ng;
+    c.e[0].tokens = malloc(sizeof(int32_t) * (size_t)c.e[0].n);
+    memcpy(c.e[0].tokens, p1, sizeof(int32_t) * (size_t)n1);
+    memcpy(c.e[0].tokens + n1, gen, sizeof(int32_t) * (size_t)ng);
+    c.e[0].used = 1;
+    c.n = 1;
+    int32_t *ids;
+    int sf, st;
+    CHECK(conv_splice(&c, m, p2, n2, 0, NULL, &ids, &sf, &st) == 0 && !ids); /* strip: the template's rule */
+    int nn = conv_splice(&c, m, p2, n2, 0, close_mk, &ids, &sf, &st);
+    REQUIRE(nn > c.e[0].n && ids);
+    CHECK(memcmp(ids, c.e[0].tokens, sizeof(int32_t) * (size_t)c.e[0].n) == 0);
+    size_t len;
+    char *kept = tkv_detokenize(m, ids + sf, st - sf, 1, &len), *ans = tkv_detokenize(m, ids + st, c.e[0].n - st, 1, &len);
+    char want[256];
+    snprintf(want, sizeof want, "%s\n%s%s\n\n", open_mk, think, close_mk); /* the prompt opened it */
+    CHECKF(kept && !strcmp(kept, want), "kept: %s", kept ? kept : "-");
+    CHECKF(ans && !strcmp(ans, visible), "answer: %s", ans ? ans : "-");
+    char *rest = tkv_detokenize(m, ids + c.e[0].n, nn - c.e[0].n, 1, &len);
+    CHECK(rest && strstr(rest, "And 3+3?") && !strstr(rest, visible));
+    free(kept), free(ans), free(rest), free(ids);
+    /* a transcript whose answer differs is not spliced */
+    tkv_chat_msg t3[3] = {t1[0], {.role = "assistant", .content = "The answer is 5."}, t2[2]};
+    int32_t *p3;
+    int n3 = tkv_chat_encode(ct, t3, 3, 1, &p3, err, sizeof err);
+    CHECK(conv_splice(&c, m, p3, n3, 0, close_mk, &ids, &sf, &st) == 0);
+    free(p3);
+    free(c.e[0].tokens);
+    free(c.e);
+    free(p1), free(gen), free(p2);
+    tkv_chat_close(ct);
+    tkv_model_close(m);
+}
+
+/* Stale positions rank below every other: the first out of T0 (hierarchy) and the first evicted
+ * (evict), whatever their scores. Each run twice, the second without marking them: there the same
+ * positions (the best scored) do hold T0, so the first run's result is the marking's. */
+TEST(conv_stale_ranked_last) {
+    char err[512];
+    tkv_model *m = open_model(err, sizeof err);
+    if (t_is_skipped()) return;
+    REQUIRE(m);
+    tkv_model_info mi;
+    tkv_model_get_info(m, &mi);
+    const int V = mi.n_vocab;
+    for (int pol = 0; pol < 2; pol++) {
+        for (int marked = 1; marked >= 0; marked--) {
+            tkv_session_params sp;
+            tkv_session_params_default(&sp);
+            sp.max_seqs = 1;
+            sp.max_ctx = 256;
+            sp.kv.policy = pol ? TKV_POLICY_EVICT : TKV_POLICY_HIERARCHY;
+            sp.kv.t0_ratio = 0.75;
+            sp.kv.delta = 8;
+            sp.kv.window = 8;
+            sp.kv.sinks = 2;
+            tkv_session *s;
+            REQUIRE(tkv_session_open(m, &sp, &s, err, sizeof err) == 0);
+            int32_t p[8];
+            ids(p, 8, 9, V);
+            int a;
+            float *lg = malloc(sizeof(float) * (size_t)V * 200);
+            int32_t toks[200];
+            REQUIRE(tkv_seq_open(s, 200, 8, &a, err, sizeof err) == 0);
+            REQUIRE(tkv_prefill(s, a, p, 8, lg, 0, err, sizeof err) == 0);
+            REQUIRE(greedy(s, a, lg, 80, V, toks, lg + V, err, sizeof err) == 0);
+            /* the 8 best-scored generated positions outside the window */
+            kv_cache *kv = engine_kv(s);
+            kv_seq *q = &kv->seq[a];
+            tkv_stats st0;
+            tkv_sync(s);
+            REQUIRE(tkv_stats_get(s, a, &st0, err, sizeof err) == 0);
+            int len = tkv_seq_len(s, a), pick[8], np = 0;
+            for (int k = 0; k < 8; k++) {
+                int best = -1;
+                for (int i = 8; i < len - 8; i++) {
+                    int taken = 0;
+                    for (int u = 0; u < np; u++) taken |= pick[u] == i;
+                    if (!taken && (best < 0 || q->score[i] > q->score[best])) best = i;
+                }
+                pick[np++] = best;
+                if (marked) tkv_seq_set_stale(s, a, best, best + 1);
+            }
+            REQUIRE(greedy(s, a, lg + (size_t)80 * V, 16, V, toks + 80, lg + (size_t)81 * V, err, sizeof err) == 0);
+            tkv_sync(s);
+            CHECK(check_kv(s) == 0);
+            int in_t0 = 0, evicted = 0;
+            for (int k = 0; k < np; k++) in_t0 += kv_token_tier(kv, a, pick[k]) == 0, evicted += kv_token_tier(kv, a, pick[k]) == 3;
+            tkv_stats st;
+            REQUIRE(tkv_stats_get(s, a, &st, err, sizeof err) == 0);
+            if (marked && !pol) {
+                CHECKF(in_t0 == 0, "hierarchy: %d stale positions still in T0", in_t0);
+            } else if (marked) { /* the evicted are stale ones first */
+                int64_t since = st.tokens[3] - st0.tokens[3], want = since < np ? since : np;
+                CHECKF(since > 0 && evicted == want, "evict: %d stale of the %lld evicted since", evicted, (long long)since);
+            } else {
+                CHECKF(in_t0 == np, "policy %d unmarked: only %d of the best %d in T0", pol, in_t0, np);
+            }
+            free(lg);
+            tkv_session_close(s);
+        }
+    }
+    tkv_model_close(m);
 }

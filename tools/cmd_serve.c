@@ -34,6 +34,9 @@ static void usage(FILE *out) {
             "                           DIR (created 0700) and restored by a request that continues one,\n"
             "                           also by a later server on the same DIR (default: none, dropped)\n"
             "      --park-budget SIZE   records kept in DIR at most, least recently used deleted (default 8GiB)\n"
+            "      --history-thinking keep|strip  a continued conversation keeps its earlier turns' reasoning\n"
+            "                           (ranked first out of T0 and first evicted) or not (default strip: the\n"
+            "                           template's rule, the client's transcript as sent)\n"
             "      --park-store URL     or a store shared by replicas, redis://HOST:PORT[/DB]: every conversation\n"
             "                           written as it ends; any replica continues it (bounded by the server's\n"
             "                           own maxmemory policy)\n"
@@ -89,6 +92,13 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--conversations")) bad = want_int(a, v, 0, 1024, &o.conv_entries);
         else if (!strcmp(a, "--park-dir")) o.park_dir = v;
         else if (!strcmp(a, "--park-store")) o.park_store = v;
+        else if (!strcmp(a, "--history-thinking")) {
+            if (strcmp(v, "keep") && strcmp(v, "strip")) {
+                fprintf(stderr, "tierkv serve: --history-thinking wants keep or strip, got '%s'\n", v);
+                return 2;
+            }
+            o.keep_thinking = !strcmp(v, "keep");
+        }
         else if (!strcmp(a, "--park-budget")) {
             uint64_t b;
             if (kv_flags_parse_size(v, &b) || b > (1ull << 50)) {

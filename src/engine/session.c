@@ -141,6 +141,10 @@ void tkv_seq_idle(tkv_session *s, int seq) {
     if (live(s, seq)) kv_seq_idle(s->kv, seq);
 }
 
+void tkv_seq_set_stale(tkv_session *s, int seq, int from, int to) {
+    if (live(s, seq)) kv_seq_set_stale(s->kv, seq, from, to);
+}
+
 int tkv_seq_save(tkv_session *s, int seq, const int32_t *tokens, int n, uint64_t salt, void **out, size_t *len, char *err,
                  size_t errlen) {
     return tkv_seq_save_note(s, seq, tokens, n, salt, NULL, 0, out, len, err, errlen);

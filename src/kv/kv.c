@@ -59,7 +59,7 @@ kv_cache *kv_init(const kv_options *o, be_backend *be, char *err, size_t errlen)
 }
 
 static void seq_free_arrays(kv_cache *kv, kv_seq *s) {
-    free(s->ref); free(s->att); free(s->prompt); free(s->lossy); free(s->score);
+    free(s->ref); free(s->att); free(s->prompt); free(s->lossy); free(s->stale); free(s->rank); free(s->score);
     free(s->head_score); free(s->prefill_score); free(s->keep);
     free(s->prot); free(s->target); free(s->cur); free(s->order); free(s->scratch);
     free(s->vk); free(s->vv); free(s->hk); free(s->hv); free(s->hook_k); free(s->hook_rows);
@@ -101,6 +101,7 @@ static int seq_init(kv_cache *kv, kv_seq *s, int n_ctx, char *err, size_t errlen
     s->att = tkv_xmalloc(n * sizeof(int32_t));
     s->prompt = tkv_xcalloc(n, 1);
     s->lossy = tkv_xcalloc(n, 1);
+    s->stale = tkv_xcalloc(n, 1);
     s->score = tkv_xcalloc(n, sizeof(double));
     if (ops->head_scores) s->head_score = tkv_xcalloc(n * o->n_head_kv, sizeof(float));
     if (ops->prefill_scores) s->prefill_score = tkv_xcalloc(n * o->n_head_kv, sizeof(float));
@@ -309,6 +310,8 @@ int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen)
         d->prompt[p] = (uint8_t)(t == BE_T0 && kv_slot_holders(kv, r) > 1);
         d->n_prompt += d->prompt[p];
         d->lossy[p] = s->lossy[p];
+        d->stale[p] = s->stale[p];
+        d->n_stale += s->stale[p];
         d->score[p] = s->score[p];
         for (int g = 0; g < kv->o.n_head_kv; g++) {
             if (d->head_score) d->head_score[(size_t)g * d->n_ctx + p] = s->head_score[(size_t)g * s->n_ctx + p];
@@ -328,6 +331,15 @@ int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen)
         kv_complete_batch(kv); /* the T0 slots it gave up count against its budget until then */
     }
     return 0;
+}
+
+void kv_seq_set_stale(kv_cache *kv, int seq, int from, int to) {
+    kv_seq *s = kv_get_seq(kv, seq);
+    if (!kv_ops_ranked(kv->ops)) return; /* no ranking to put them at the bottom of */
+    for (int p = from < 0 ? 0 : from; p < to && p < s->len; p++) {
+        s->n_stale += !s->stale[p];
+        s->stale[p] = 1;
+    }
 }
 
 int kv_seq_copy_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen) {
@@ -378,6 +390,7 @@ int kv_append(kv_cache *kv, int seq, int pos, int is_prompt, char *err, size_t e
     s->ref[pos] = slot;
     s->att[pos] = slot;
     s->lossy[pos] = 0;
+    s->stale[pos] = 0;
     s->score[pos] = 0;
     kv_set_keep(kv, s, pos, 1);
     for (int g = 0; g < kv->o.n_head_kv; g++) {

@@ -133,6 +133,10 @@ int kv_seq_export(kv_cache *kv, int seq, const int32_t *tokens, uint64_t model, 
  * T2 (the same codec), evicted positions evicted; then re-tiered to its budget and protection.
  * Refused (-1, message, nothing changed) when the shape, formats or room do not match. */
 int kv_seq_import(kv_cache *kv, int seq, const struct kv_rec *r, char *err, size_t errlen);
+/* Positions from..to-1 of seq rank below every other one from now on (scores kept): an earlier
+ * turn's reasoning kept in a conversation is the first to leave T0 and the first to be evicted.
+ * Kept through a take-over and a record. Nothing for policies that do not rank. */
+void kv_seq_set_stale(kv_cache *kv, int seq, int from, int to);
 /* The old name of the same operation. */
 int kv_seq_copy_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen);
 

@@ -71,7 +71,7 @@ int kv_seq_export(kv_cache *kv, int seq, const int32_t *tokens, uint64_t model, 
     if (note) r.flags = KV_REC_NOTE;
     uint8_t *tier = tkv_xmalloc((size_t)s->len), *lossy = tkv_xmalloc((size_t)s->len);
     int32_t *dev = tkv_xmalloc((size_t)s->len * sizeof(int32_t));
-    for (int i = 0; i < s->len; i++) tier[i] = (uint8_t)tier_of(s->ref[i]), lossy[i] = s->lossy[i];
+    for (int i = 0; i < s->len; i++) tier[i] = (uint8_t)tier_of(s->ref[i]), lossy[i] = (uint8_t)(s->lossy[i] | s->stale[i] << 1);
     kv_rec_write_head(b, &r, tokens, tier, lossy, s->score);
     size_t kd = (size_t)kv->kv_dim;
     float *k = NULL, *v = NULL;
@@ -135,7 +135,9 @@ int kv_seq_import(kv_cache *kv, int seq, const kv_rec *r, char *err, size_t errl
         s->ntok[t]++;
         if (t == BE_T0) s->t0_held++;
         s->prompt[i] = 0;
-        s->lossy[i] = r->lossy[i];
+        s->lossy[i] = r->lossy[i] & 1;
+        s->stale[i] = (uint8_t)(r->lossy[i] >> 1 & kv_ops_ranked(kv->ops));
+        s->n_stale += s->stale[i];
         s->score[i] = kv_rec_score(r, i);
         kv_set_keep(kv, s, (int)i, t != 3);
     }

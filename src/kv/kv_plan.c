@@ -213,6 +213,14 @@ void kv_evict_now(kv_cache *kv, kv_seq *s, const int32_t *pos, int n) {
     s->c.tokens_evicted += r.evicted;
 }
 
+/* The scores as ranked: stale positions below every other (their order among themselves kept). */
+static const double *rank_of(kv_seq *s) {
+    if (!s->n_stale) return s->score;
+    if (!s->rank) s->rank = tkv_xmalloc((size_t)s->n_ctx * sizeof *s->rank);
+    for (int i = 0; i < s->len; i++) s->rank[i] = s->stale[i] ? s->score[i] - 1e12 : s->score[i];
+    return s->rank;
+}
+
 static double norm_of(const kv_seq *s) {
     double sum = 0;
     for (int i = 0; i < s->len; i++) sum += s->score[i];
@@ -221,11 +229,12 @@ static double norm_of(const kv_seq *s) {
 
 /* The lowest-scored unprotected, unshared T0 token of s that is already written (ties: the earlier
  * position goes); -1 if none. */
-static int pick_victim(const kv_cache *kv, const kv_seq *s, int new_len, double *best_score) {
+static int pick_victim(const kv_cache *kv, kv_seq *s, int new_len, double *best_score) {
     int best = -1;
+    const double *r = rank_of(s);
     for (int i = 0; i < s->fresh_from && i < s->len; i++) {
         if (tier_of(s->ref[i]) != BE_T0 || kv_is_protected(kv, s, i, new_len) || kv_slot_holders(kv, s->ref[i]) > 1) continue;
-        if (best < 0 || s->score[i] < s->score[best]) best = i;
+        if (best < 0 || r[i] < r[best]) best = i;
     }
     if (best >= 0 && best_score) *best_score = s->score[best];
     return best;
@@ -312,7 +321,7 @@ static void select_targets(kv_cache *kv, kv_seq *s, int nprot, int room0) {
     int len = s->len, evicted = (int)s->ntok[3];
     int n_cand = len - nprot - evicted;
     kv_select_in in = {
-        .n = len, .score = s->score, .prot = s->prot, .exact = kv->o.unpin_prompt ? s->prompt : NULL,
+        .n = len, .score = rank_of(s), .prot = s->prot, .exact = kv->o.unpin_prompt ? s->prompt : NULL,
         .head_score = s->head_score, .prefill_score = s->prefill_score,
         .n_head_kv = kv->o.n_head_kv, .stride = s->n_ctx,
         .order = s->order, .scratch = s->scratch,

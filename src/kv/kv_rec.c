@@ -80,8 +80,8 @@ int kv_rec_parse(const void *buf, size_t len, kv_rec *rec, char *err, size_t err
     rec->score = p + at, at += 8 * n;
     uint64_t per_layer = 0;
     for (uint32_t i = 0; i < rec->n; i++) {
-        if (rec->tier[i] > 3 || rec->lossy[i] > 1)
-            return tkv_errf(err, errlen, "record: position %u has tier %u, lossy %u", i, rec->tier[i], rec->lossy[i]);
+        if (rec->tier[i] > 3 || rec->lossy[i] > 3)
+            return tkv_errf(err, errlen, "record: position %u has tier %u, flags %u", i, rec->tier[i], rec->lossy[i]);
         if (rec->tier[i] == 2 && rec->t2_fmt == KV_REC_NO_T2)
             return tkv_errf(err, errlen, "record: position %u is in T2 and the record has no T2 format", i);
         double s = kv_rec_score(rec, i);

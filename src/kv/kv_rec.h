@@ -11,7 +11,7 @@
  *   u32 exact format (BE_KV_F32 or BE_KV_F16), u32 T2 format (a be_kv_fmt, or KV_REC_NO_T2)
  *   u32 exact record bytes, u32 T2 record bytes (per layer and position: what the formats say)
  *   u32 n (positions)
- *   i32 tokens[n], u8 tier[n] (0..3), u8 lossy[n] (0/1), f64 score[n] (finite, >= 0)
+ *   i32 tokens[n], u8 tier[n] (0..3), u8 flags[n] (bit 0 lossy, bit 1 stale), f64 score[n] (finite, >= 0)
  *   rows: for each layer, for each position in order, its record (T0/T1: the exact format's bytes,
  *         T2: the T2 format's, T3: none)
  *   with KV_REC_NOTE: u32 length, then that many bytes of the caller's (a chat's messages), at most 16 MiB
@@ -35,7 +35,7 @@ typedef struct kv_rec {
     uint32_t n;
     const uint8_t *tokens;  /* [n] i32, unaligned: kv_rec_token() */
     const uint8_t *tier;    /* [n] */
-    const uint8_t *lossy;   /* [n] */
+    const uint8_t *lossy;   /* [n] bit 0: went through T2; bit 1: stale (ranked last) */
     const uint8_t *score;   /* [n] f64, unaligned: kv_rec_score() */
     const uint8_t *rows;    /* the rows' bytes */
     uint64_t rows_bytes;

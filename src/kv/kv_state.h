@@ -102,6 +102,10 @@ typedef struct {
     int32_t *att;             /* [n_ctx] where attention reads the position (ref, or a STAGE slot) */
     uint8_t *prompt;          /* [n_ctx] 1 = prompt token */
     uint8_t *lossy;           /* [n_ctx] 1 = went through T2 once */
+    uint8_t *stale;           /* [n_ctx] 1 = ranked below every other position (an earlier turn's
+                                 reasoning kept in a conversation: first out of T0, first evicted) */
+    int n_stale;
+    double *rank;             /* [n_ctx] the scores ranked, stale ones pushed below all (when n_stale) */
     double *score;            /* [n_ctx] hierarchy score */
     float *head_score;        /* [n_head_kv][n_ctx] or NULL (ops->head_scores) */
     float *prefill_score;     /* [n_head_kv][n_ctx] or NULL (ops->prefill_scores) */

@@ -63,44 +63,70 @@ int conv_lookup(const conv_cache *c, const int32_t *prompt, int n, uint64_t salt
     return best;
 }
 
-/* The end k of the run prompt[l..k) whose pieces spell the bytes of e's tokens from l on (special
- * tokens as their text), or -1. */
-static int spelled_to(const tkv_model *m, const conv_entry *e, int l, const int32_t *prompt, int n) {
+/* The end k of the run prompt[l..k) whose pieces spell the bytes of e's tokens from j on (special
+ * tokens as their text), or -1. With a close marker (keep mode: the entry's reasoning stays in the
+ * transcript the client stripped), the entry's tokens from l may first hold a reasoning block: the
+ * bytes up to the marker and the whitespace after it, ending on a token boundary; then *j is where its
+ * answer starts (the block is [l, *j)). Without one, or when the plain spelling matches, *j = l. */
+static int spelled_to(const tkv_model *m, const conv_entry *e, int l, const char *close, const int32_t *prompt, int n,
+                      int *j) {
     tkv_buf d = {0};
+    size_t *at_tok = tkv_xmalloc(((size_t)(e->n - l) + 1) * sizeof *at_tok); /* byte offset of each token */
     const char *p;
+    int k = -1;
     for (int i = l; i < e->n; i++) {
+        at_tok[i - l] = d.n;
         int len = tkv_token_piece(m, e->tokens[i], 1, &p);
-        if (len < 0) { tkv_buf_free(&d); return -1; }
+        if (len < 0) goto out;
         tkv_buf_add(&d, p, (size_t)len);
     }
-    size_t at = 0;
-    int k = l;
-    while (at < d.n && k < n) {
-        int len = tkv_token_piece(m, prompt[k++], 1, &p);
-        if (len < 0 || at + (size_t)len > d.n || memcmp(d.p + at, p, (size_t)len)) { k = -1; break; }
-        at += (size_t)len;
+    at_tok[e->n - l] = d.n;
+    for (int pass = 0; pass < 2 && k < 0; pass++) {
+        size_t from = 0;
+        *j = l;
+        if (pass == 1) { /* keep mode: skip the reasoning block */
+            const char *mk = close && *close && d.n ? memmem(d.p, d.n, close, strlen(close)) : NULL;
+            if (!mk) break;
+            from = (size_t)(mk - d.p) + strlen(close);
+            while (from < d.n && (d.p[from] == '\n' || d.p[from] == ' ' || d.p[from] == '\r' || d.p[from] == '\t')) from++;
+            int t = 0;
+            while (t <= e->n - l && at_tok[t] < from) t++;
+            if (t > e->n - l || at_tok[t] != from) break; /* the answer does not begin on a token */
+            *j = l + t;
+        }
+        size_t at = from;
+        int kk = l;
+        while (at < d.n && kk < n) {
+            int len = tkv_token_piece(m, prompt[kk++], 1, &p);
+            if (len < 0 || at + (size_t)len > d.n || memcmp(d.p + at, p, (size_t)len)) { kk = -1; break; }
+            at += (size_t)len;
+        }
+        if (kk >= 0 && at == d.n) k = kk; /* else the prompt ended first, or differs */
     }
-    if (k >= 0 && at != d.n) k = -1; /* the prompt ended first */
+out:
+    free(at_tok);
     tkv_buf_free(&d);
     return k;
 }
 
-int conv_splice(const conv_cache *c, const tkv_model *m, const int32_t *prompt, int n, uint64_t salt, int32_t **out) {
+int conv_splice(const conv_cache *c, const tkv_model *m, const int32_t *prompt, int n, uint64_t salt, const char *close,
+                int32_t **out, int *stale_from, int *stale_to) {
     *out = NULL;
-    int best = -1, best_k = 0, plain = 0;
+    *stale_from = *stale_to = 0;
+    int best = -1, best_k = 0, best_l = 0, best_j = 0, plain = 0;
     for (int i = 0; i < c->n; i++) {
         const conv_entry *e = &c->e[i];
         if (e->salt != salt) continue;
-        int mx = e->n < n ? e->n : n, l = 0;
+        int mx = e->n < n ? e->n : n, l = 0, j;
         while (l < mx && e->tokens[l] == prompt[l]) l++;
         if (l == e->n) { /* continued as it stands */
             if (l < n && l > plain) plain = l;
             continue;
         }
         if (l < c->min_len) continue;
-        int k = spelled_to(m, e, l, prompt, n);
+        int k = spelled_to(m, e, l, close, prompt, n, &j);
         if (k < 0 || k >= n) continue; /* the job must prefill at least one token of its own */
-        if (best < 0 || e->n > c->e[best].n) best = i, best_k = k;
+        if (best < 0 || e->n > c->e[best].n) best = i, best_k = k, best_l = l, best_j = j;
     }
     if (best < 0 || c->e[best].n <= plain) return 0;
     const conv_entry *e = &c->e[best];
@@ -109,6 +135,7 @@ int conv_splice(const conv_cache *c, const tkv_model *m, const int32_t *prompt, 
     memcpy(ids, e->tokens, (size_t)e->n * sizeof(int32_t));
     memcpy(ids + e->n, prompt + best_k, (size_t)(n - best_k) * sizeof(int32_t));
     *out = ids;
+    *stale_from = best_l, *stale_to = best_j; /* the reasoning kept, when it was skipped */
     return nn;
 }
 

@@ -51,8 +51,13 @@ int conv_lookup(const conv_cache *c, const int32_t *prompt, int n, uint64_t salt
  * entry's remaining ids spell the same bytes as prompt[l..k) (pieces with special tokens as text),
  * the prompt is rewritten as the entry's ids followed by prompt[k..n), so that it continues the whole
  * entry; the best such entry (the most tokens reused) wins, and only when no entry is continued as
- * it stands by at least as many. Returns the new count with the malloc'd ids in *out, or 0. */
-int conv_splice(const conv_cache *c, const tkv_model *m, const int32_t *prompt, int n, uint64_t salt, int32_t **out);
+ * it stands by at least as many. With close, a reasoning format's close marker (keep mode), the
+ * entry's remaining ids may begin with a reasoning block the client's transcript stripped (up to the
+ * marker and the whitespace after it): it is kept, and [*stale_from, *stale_to) says where it lies
+ * in the new prompt (empty when nothing was skipped). Returns the new count with the malloc'd ids in
+ * *out, or 0. */
+int conv_splice(const conv_cache *c, const tkv_model *m, const int32_t *prompt, int n, uint64_t salt, const char *close,
+                int32_t **out, int *stale_from, int *stale_to);
 /* Keeps sequence seq (holding tokens[0..n)) as an entry: idles it and drops entries beyond the
  * bounds. Takes the sequence in every case (closes it when it cannot be kept). */
 void conv_keep(conv_cache *c, tkv_session *s, int seq, const int32_t *tokens, int n, uint64_t salt);

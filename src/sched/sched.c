@@ -295,6 +295,7 @@ static int admit(sched *sc, struct job *x) {
         finish(sc, x, li, SCHED_REFUSED, msg);
         return 0;
     }
+    if (x->j.stale_to > x->j.stale_from) tkv_seq_set_stale(sc->s, x->seq, x->j.stale_from, x->j.stale_to);
     x->cached = lcp;
     sc->info.cached_tokens += lcp;
     sc->info.prompt_tokens += x->j.n_prompt;
@@ -403,9 +404,9 @@ void sched_info_get(const sched *sc, sched_info *out) {
     out->restore_seconds = sc->pk.restore_seconds;
 }
 
-int sched_conv_splice(sched *sc, int32_t **ids, int *n, uint64_t salt) {
+int sched_conv_splice(sched *sc, int32_t **ids, int *n, uint64_t salt, int *stale_from, int *stale_to) {
     int32_t *nid;
-    int nn = conv_splice(&sc->cv, sc->m, *ids, *n, salt, &nid);
+    int nn = conv_splice(&sc->cv, sc->m, *ids, *n, salt, sc->p.keep_thinking, &nid, stale_from, stale_to);
     if (nn <= 0) return 0;
     free(*ids);
     *ids = nid;

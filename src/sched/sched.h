@@ -94,6 +94,8 @@ typedef struct {
     uint64_t salt;         /* cache isolation: the job shares and takes over only what jobs of the same
                               salt left (0: the common one) */
     int no_cache;          /* 1: nothing reused from the caches, and the sequence is not kept */
+    int stale_from, stale_to; /* prompt positions ranked below all others once prefilled (an earlier turn's
+                              reasoning kept: sched_conv_splice), or an empty range */
     void *user;
 } sched_job;
 
@@ -131,6 +133,9 @@ typedef struct {
                            shared, tkv_policy_shares_prefix); the session must hold max_live +
                            prefix_entries + conv_entries sequences */
     int64_t conv_bytes; /* their rows in every tier, at most (0: no bound beyond conv_entries) */
+    const char *keep_thinking; /* the reasoning format's close marker: a client's transcript that stripped a
+                           kept conversation's reasoning continues it with the reasoning kept (ranked
+                           last); NULL: the template's rule (stripped: the match ends at the answer) */
     const sched_park *park; /* kept conversations beyond those bounds, and all of them at sched_free, go
                            here instead of being dropped, and come back when a job continues one (NULL:
                            none; the session then needs one more sequence: a record is read into it) */
@@ -174,8 +179,9 @@ int sched_step(sched *sc);
 int sched_has_work(const sched *sc);
 void sched_info_get(const sched *sc, sched_info *out);
 /* A prompt that continues a kept conversation whose answer came back as text re-tokenised: rewritten
- * (*ids freed and replaced, *n updated) to continue the conversation's own ids (conv.h, conv_splice);
- * 1 when rewritten, 0 when left as it is. Before sched_submit, on the scheduler's thread. */
-int sched_conv_splice(sched *sc, int32_t **ids, int *n, uint64_t salt);
+ * (*ids freed and replaced, *n updated) to continue the conversation's own ids (conv.h, conv_splice;
+ * with keep_thinking the earlier reasoning too, its positions in *stale_from..*stale_to, for
+ * sched_job); 1 when rewritten, 0 when left as it is. Before sched_submit, on the scheduler's thread. */
+int sched_conv_splice(sched *sc, int32_t **ids, int *n, uint64_t salt, int *stale_from, int *stale_to);
 
 #endif

@@ -74,6 +74,15 @@ int serve_start(const serve_opts *o, serve **out, char *err, size_t errlen) {
         teardown(v);
         return -1;
     }
+    const char *mk_open, *mk_close;
+    int mk_prompt;
+    tkv_chat_reasoning(v->chat, &mk_open, &mk_close, &mk_prompt);
+    if (o->keep_thinking && (!mk_close || !conv)) {
+        tkv_errf(err, errlen, "serve: --history-thinking keep keeps the reasoning of kept conversations: %s",
+                 !mk_close ? "this chat format has no reasoning (--template deepseek-r1 has)" : "none are kept here");
+        teardown(v);
+        return -1;
+    }
     if (o->park_dir && o->park_store) {
         tkv_errf(err, errlen, "serve: --park-dir and --park-store: choose one store");
         teardown(v);
@@ -93,6 +102,7 @@ int serve_start(const serve_opts *o, serve **out, char *err, size_t errlen) {
     int ctx = sp.max_ctx;
     serve_worker_opts wo = {.parallel = o->parallel, .max_queue = o->max_queue, .prefix_entries = prefix,
                             .conv_entries = conv, .conv_bytes = o->conv_bytes, .park = v->park.ctx ? &v->park : NULL,
+                            .keep_thinking = o->keep_thinking,
                             .ctx = ctx,
                             .default_max_tokens = o->default_max_tokens > 0 ? o->default_max_tokens : ctx,
                             .policy = o->sp.kv.policy};

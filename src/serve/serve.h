@@ -30,6 +30,7 @@ typedef struct {
     const char *park_dir;      /* kept conversations beyond those bounds, and all at stop, parked here
                                   (NULL: none; serve/park_dir.h) and restored by a request that continues one */
     int64_t park_bytes;        /* records parked at most (0: no bound) */
+    int keep_thinking;         /* --history-thinking keep (1) or strip (0, the template's rule) */
     const char *park_store;    /* or a shared store, redis://HOST:PORT[/DB] (serve/park_redis.h): every
                                   conversation written as its request ends, for every replica */
     int default_max_tokens;    /* for requests that give none (0: what the context leaves) */

@@ -25,6 +25,7 @@ struct wjob {
     serve_job *job;
     int32_t *ids;
     int n_ids;
+    int stale_from, stale_to; /* an earlier turn's reasoning kept in ids (--history-thinking keep) */
     tkv_sampler *smp;
     tkv_stop *stop;
     tkv_detok detok;
@@ -141,7 +142,8 @@ static struct wjob *prepare(serve_worker *w, serve_job *j, int *max_tokens, serv
     wj->job = j;
     if (encode(w, r, wj, e)) goto fail;
     /* the answer of a kept conversation, sent back as text: its own ids (scheduler's thread: here) */
-    if (!r->no_cache && !(r->echo && r->logprobs) && sched_conv_splice(w->sc, &wj->ids, &wj->n_ids, r->cache_salt) &&
+    if (!r->no_cache && !(r->echo && r->logprobs) &&
+        sched_conv_splice(w->sc, &wj->ids, &wj->n_ids, r->cache_salt, &wj->stale_from, &wj->stale_to) &&
         wj->n_ids >= w->o.ctx) {
         serve_error_set(e, 400, "invalid_request_error", r->kind == SERVE_CHAT ? "messages" : "prompt", "context_length_exceeded",
                         "the prompt is %d tokens; this server's context is %d positions (--ctx)", wj->n_ids, w->o.ctx);
@@ -431,7 +433,7 @@ static void take(serve_worker *w, serve_job *j) {
     sched_job sj = {.prompt = wj->ids, .n_prompt = wj->n_ids, .max_tokens = max_tokens, .sampler = wj->smp, .user = wj,
                     .logprobs = j->req.logprobs, .top_logprobs = j->req.top_logprobs,
                     .prompt_logprobs = j->req.echo && j->req.logprobs, .salt = j->req.cache_salt,
-                    .no_cache = j->req.no_cache};
+                    .no_cache = j->req.no_cache, .stale_from = wj->stale_from, .stale_to = wj->stale_to};
     if (wj->jst || wj->counts || j->req.n_bias) sj.mask = con_mask, sj.accept = con_accept, sj.con = wj;
     sched_submit(w->sc, &sj);
 }
@@ -544,6 +546,10 @@ int serve_worker_start(tkv_model *m, tkv_session *s, tkv_chat *chat, const serve
     sp.conv_entries = o->conv_entries;
     sp.conv_bytes = o->conv_bytes;
     sp.park = o->park;
+    const char *open_mk = NULL, *close_mk = NULL;
+    int by_prompt = 0;
+    tkv_chat_reasoning(chat, &open_mk, &close_mk, &by_prompt);
+    if (o->keep_thinking) sp.keep_thinking = close_mk; /* serve_start refuses keep for a format without markers */
     sp.policy = o->policy;
     sched_callbacks cb = {.on_token = on_token, .cancelled = on_cancelled, .on_start = on_start, .on_end = on_end,
                           .on_prompt = on_prompt};

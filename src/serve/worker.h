@@ -25,6 +25,7 @@ typedef struct {
     int conv_entries;    /* kept conversations (0: off) */
     int64_t conv_bytes;  /* their rows at most (0: no bound but their count) */
     const sched_park *park; /* their park store (NULL: none); outlives the worker */
+    int keep_thinking;   /* --history-thinking keep: earlier turns' reasoning stays in a continued conversation */
     int ctx;             /* positions per request: prompt + max_tokens */
     int default_max_tokens; /* when a request gives none (capped by what the context leaves) */
     tkv_policy policy;
