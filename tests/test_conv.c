@@ -31,6 +31,23 @@ static void ids(int32_t *p, int n, int salt, int V) {
     for (int i = 0; i < n; i++) p[i] = (int32_t)(((int64_t)(i + 1) * (7919 + salt * 104729) + 13 * salt) % V);
 }
 
+/* The session parameters the tests start from: policy, sequences, context. */
+static tkv_session_params params(tkv_policy pol, int seqs, int ctx) {
+    tkv_session_params sp;
+    tkv_session_params_default(&sp);
+    sp.max_seqs = seqs;
+    sp.max_ctx = ctx;
+    sp.kv.policy = pol;
+    return sp;
+}
+
+/* Bytes of one token's f16 K and V rows, every layer: a byte budget in tokens. */
+static uint64_t f16_token_bytes(const tkv_model *m) {
+    tkv_model_info mi;
+    tkv_model_get_info(m, &mi);
+    return (uint64_t)mi.n_layer * 2 * (uint64_t)mi.n_head_kv * (uint64_t)mi.head_dim * 2;
+}
+
 static int check_kv(tkv_session *s) {
     char err[256];
     if (kv_check(engine_kv(s), err, sizeof err)) {
@@ -64,11 +81,7 @@ static void turn2_exact(tkv_model *m, tkv_policy pol, double t0_ratio, uint64_t 
     float *lg = malloc(sizeof(float) * (size_t)V * (G1 + 1));
     float *ref = malloc(sizeof(float) * (size_t)V * (G2 + 1));
     float *got = malloc(sizeof(float) * (size_t)V * (G2 + 1));
-    tkv_session_params sp;
-    tkv_session_params_default(&sp);
-    sp.max_seqs = 3;
-    sp.max_ctx = 512;
-    sp.kv.policy = pol;
+    tkv_session_params sp = params(pol, 3, 512);
     sp.kv.t0_ratio = t0_ratio;
     sp.kv.t0_budget_bytes = budget;
     sp.kv.delta = 16; /* several re-tierings per turn */
@@ -154,9 +167,7 @@ TEST(conv_take_hierarchy_idle_t1_bit_exact) {
     turn2_exact(m, TKV_POLICY_HIERARCHY, 0.3, 0, 1, 0, 1);
     turn2_exact(m, TKV_POLICY_HIERARCHY, 0.3, 0, 0, 0, 1);
     /* one byte budget for every sequence: 200 tokens of f16 rows */
-    tkv_model_info mi;
-    tkv_model_get_info(m, &mi);
-    uint64_t tb = (uint64_t)mi.n_layer * 2 * (uint64_t)mi.n_head_kv * (uint64_t)mi.head_dim * 2;
+    uint64_t tb = f16_token_bytes(m);
     turn2_exact(m, TKV_POLICY_HIERARCHY, -1, 200 * tb, 1, 0, 0);
     turn2_exact(m, TKV_POLICY_HIERARCHY, -1, 200 * tb, 0, 0, 0);
     turn2_exact(m, TKV_POLICY_HIERARCHY, -1, 300 * tb, 1, 0, 1);
@@ -171,11 +182,7 @@ TEST(conv_idle_frees_the_byte_budget) {
     REQUIRE(m);
     tkv_model_info mi;
     tkv_model_get_info(m, &mi);
-    tkv_session_params sp;
-    tkv_session_params_default(&sp);
-    sp.max_seqs = 2;
-    sp.max_ctx = 512;
-    sp.kv.policy = TKV_POLICY_HIERARCHY;
+    tkv_session_params sp = params(TKV_POLICY_HIERARCHY, 2, 512);
     sp.kv.window = 16;
     sp.kv.delta = 16;
     tkv_session *s;
@@ -183,7 +190,7 @@ TEST(conv_idle_frees_the_byte_budget) {
     int32_t p[64];
     ids(p, 64, 3, mi.n_vocab);
     tkv_stats st;
-    uint64_t tb = (uint64_t)mi.n_layer * 2 * (uint64_t)mi.n_head_kv * (uint64_t)mi.head_dim * 2; /* f16 rows */
+    uint64_t tb = f16_token_bytes(m);
     sp.kv.t0_budget_bytes = tb * 100; /* a 60-token prompt + window 16 + sinks: one at a time */
     REQUIRE(tkv_session_open(m, &sp, &s, err, sizeof err) == 0);
     REQUIRE(tkv_seq_open(s, 100, 60, &a, err, sizeof err) == 0);
@@ -215,11 +222,7 @@ TEST(conv_take_refusals) {
     int32_t p[32];
     ids(p, 32, 4, mi.n_vocab);
     for (int pol = 0; pol < 2; pol++) {
-        tkv_session_params sp;
-        tkv_session_params_default(&sp);
-        sp.max_seqs = 3;
-        sp.max_ctx = 128;
-        sp.kv.policy = pol ? TKV_POLICY_H2O : TKV_POLICY_FULL;
+        tkv_session_params sp = params(pol ? TKV_POLICY_H2O : TKV_POLICY_FULL, 3, 128);
         if (pol) sp.kv.t0_ratio = 0.5;
         tkv_session *s;
         REQUIRE(tkv_session_open(m, &sp, &s, err, sizeof err) == 0);
@@ -257,11 +260,7 @@ static void save_load_exact(tkv_model *m, double t2_ratio) {
     float *lg = malloc(sizeof(float) * (size_t)V * (G1 + 1));
     float *want = malloc(sizeof(float) * (size_t)V * (G2 + 1)), *got = malloc(sizeof(float) * (size_t)V * (G2 + 1));
     int32_t t2a[G2], t2b[G2];
-    tkv_session_params sp;
-    tkv_session_params_default(&sp);
-    sp.max_seqs = 2;
-    sp.max_ctx = 512;
-    sp.kv.policy = TKV_POLICY_HIERARCHY;
+    tkv_session_params sp = params(TKV_POLICY_HIERARCHY, 2, 512);
     sp.kv.t0_ratio = 0.3;
     sp.kv.t2_ratio = t2_ratio;
     sp.kv.delta = 16;
@@ -490,11 +489,7 @@ TEST(conv_stale_ranked_last) {
     const int V = mi.n_vocab;
     for (int pol = 0; pol < 2; pol++) {
         for (int marked = 1; marked >= 0; marked--) {
-            tkv_session_params sp;
-            tkv_session_params_default(&sp);
-            sp.max_seqs = 1;
-            sp.max_ctx = 256;
-            sp.kv.policy = pol ? TKV_POLICY_EVICT : TKV_POLICY_HIERARCHY;
+            tkv_session_params sp = params(pol ? TKV_POLICY_EVICT : TKV_POLICY_HIERARCHY, 1, 256);
             sp.kv.t0_ratio = 0.75;
             sp.kv.delta = 8;
             sp.kv.window = 8;

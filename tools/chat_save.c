@@ -11,6 +11,7 @@
 
 #include "base/err.h"
 #include "base/json.h"
+#include "base/wfile.h"
 
 static const char *static_role(const char *r) {
     static const char *const roles[] = {"system", "user", "assistant"};
@@ -45,23 +46,9 @@ int chat_save(tkv_session *s, int seq, const chat_conv *v, const char *path, cha
     int rc = tkv_seq_save_note(s, seq, v->held, v->n_held, 0, o.b.p, o.b.n, &rec, &len, err, errlen);
     json_out_free(&o);
     if (rc) return TKV_ERR;
-    char tmp[4200];
-    if (strlen(path) > 4000) { free(rec); return tkv_errf(err, errlen, "a path of over 4000 bytes"); }
-    snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) { free(rec); return tkv_errf(err, errlen, "%s: %s", tmp, strerror(errno)); }
-    const char *p = rec;
-    size_t left = len;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        p += w, left -= (size_t)w;
-    }
-    int bad = left != 0 || close(fd) != 0 || rename(tmp, path) != 0;
-    if (bad) tkv_errf(err, errlen, "%s: %s", path, strerror(errno)), unlink(tmp);
+    rc = tkv_write_file(path, rec, len, err, errlen);
     free(rec);
-    return bad ? TKV_ERR : 0;
+    return rc ? TKV_ERR : 0;
 }
 
 static void *slurp(const char *path, size_t *n, char *err, size_t errlen) {

@@ -65,6 +65,17 @@ static int want_int(const char *flag, const char *v, long lo, long hi, int *out)
     return 0;
 }
 
+/* A byte size of up to 1 PiB (0: no bound). */
+static int want_size(const char *flag, const char *v, int64_t *out) {
+    uint64_t b;
+    if (kv_flags_parse_size(v, &b) || b > (1ull << 50)) {
+        fprintf(stderr, "tierkv serve: %s wants a size (0: no bound), got '%s'\n", flag, v);
+        return -1;
+    }
+    *out = (int64_t)b;
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv) {
     common_opts c;
     common_opts_default(&c);
@@ -99,22 +110,8 @@ int cmd_serve(int argc, char **argv) {
             }
             o.keep_thinking = !strcmp(v, "keep");
         }
-        else if (!strcmp(a, "--park-budget")) {
-            uint64_t b;
-            if (kv_flags_parse_size(v, &b) || b > (1ull << 50)) {
-                fprintf(stderr, "tierkv serve: --park-budget wants a size (0: no bound), got '%s'\n", v);
-                return 2;
-            }
-            o.park_bytes = (int64_t)b;
-        }
-        else if (!strcmp(a, "--conv-host-budget")) {
-            uint64_t b;
-            if (kv_flags_parse_size(v, &b) || b > (1ull << 50)) {
-                fprintf(stderr, "tierkv serve: --conv-host-budget wants a size (0: no bound), got '%s'\n", v);
-                return 2;
-            }
-            o.conv_bytes = (int64_t)b;
-        }
+        else if (!strcmp(a, "--park-budget")) bad = want_size(a, v, &o.park_bytes);
+        else if (!strcmp(a, "--conv-host-budget")) bad = want_size(a, v, &o.conv_bytes);
         else if (!strcmp(a, "--max-tokens")) bad = want_int(a, v, 1, 1 << 24, &o.default_max_tokens);
         else if (!strcmp(a, "--max-connections")) bad = want_int(a, v, 1, 4096, &o.http.max_connections);
         else if (!strcmp(a, "--max-open")) bad = want_int(a, v, 1, 16384, &o.http.max_open), open_given = 1;

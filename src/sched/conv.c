@@ -1,6 +1,7 @@
 /* conv.c — kept conversations (see conv.h). Entries are tens at most, so lookups scan them token by
  * token. Invariant: every entry's sequence is live, idle and holds exactly its n tokens. */
 #include "sched/conv.h"
+#include "sched/ids.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +55,7 @@ int conv_lookup(const conv_cache *c, const int32_t *prompt, int n, uint64_t salt
     for (int i = 0; i < c->n; i++) {
         const conv_entry *e = &c->e[i];
         if (e->salt != salt) continue;
-        int m = e->n < n - 1 ? e->n : n - 1, l = 0;
-        while (l < m && e->tokens[l] == prompt[l]) l++;
+        int l = sched_ids_lcp(e->tokens, e->n, prompt, n - 1);
         if (l > best_l || (l == best_l && best >= 0 && l > 0 && e->used > c->e[best].used)) best = i, best_l = l;
     }
     if (best_l < c->min_len) best = -1, best_l = 0;
@@ -117,8 +117,7 @@ int conv_splice(const conv_cache *c, const tkv_model *m, const int32_t *prompt, 
     for (int i = 0; i < c->n; i++) {
         const conv_entry *e = &c->e[i];
         if (e->salt != salt) continue;
-        int mx = e->n < n ? e->n : n, l = 0, j;
-        while (l < mx && e->tokens[l] == prompt[l]) l++;
+        int l = sched_ids_lcp(e->tokens, e->n, prompt, n), j;
         if (l == e->n) { /* continued as it stands */
             if (l < n && l > plain) plain = l;
             continue;

@@ -1,5 +1,6 @@
 /* park.c — parked conversations (see park.h). */
 #include "sched/park.h"
+#include "sched/ids.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,8 +162,7 @@ int park_lookup(const park_index *p, const int32_t *prompt, int n, uint64_t salt
     for (int i = 0; i < p->n; i++) {
         const park_entry *e = &p->e[i];
         if (e->salt != salt) continue;
-        int m = e->n < n - 1 ? e->n : n - 1, l = 0;
-        while (l < m && e->tokens[l] == prompt[l]) l++;
+        int l = sched_ids_lcp(e->tokens, e->n, prompt, n - 1);
         if (l > best_l) best = i, best_l = l;
     }
     if (best < 0 || best_l < p->min_len) return -1;

@@ -2,6 +2,7 @@
  * linear scan over them, token by token. Invariant: every entry's sequence is live and holds
  * exactly its n tokens. */
 #include "sched/prefix.h"
+#include "sched/ids.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +33,7 @@ int prefix_lookup(const prefix_cache *c, const int32_t *prompt, int n, uint64_t 
     for (int i = 0; i < c->n; i++) {
         const prefix_entry *e = &c->e[i];
         if (e->salt != salt) continue;
-        int m = e->n < n - 1 ? e->n : n - 1, l = 0;
-        while (l < m && e->tokens[l] == prompt[l]) l++;
+        int l = sched_ids_lcp(e->tokens, e->n, prompt, n - 1);
         if (l > best_l || (l == best_l && best >= 0 && l > 0 && e->n < c->e[best].n)) best = i, best_l = l;
     }
     if (best_l < c->min_len) best = -1, best_l = 0;

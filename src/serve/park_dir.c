@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/wfile.h"
 
 #define SUFFIX ".tkvrec"
 
@@ -39,27 +40,10 @@ static int put(void *ctx, const char *key, const void *bytes, size_t n, uint64_t
     (void)salt, (void)tokens, (void)n_tokens; /* the scheduler indexes a directory itself */
     park_dir *d = ctx;
     if (!key_ok(key)) return -1;
-    char tmp[4200], fin[4200];
-    path_of(d, key, ".tmp-", tmp, sizeof tmp);
-    path_of(d, key, "", fin, sizeof fin);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) { note(d, "cannot write", key); return -1; }
-    const char *p = bytes;
-    size_t left = n;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            note(d, "cannot write", key);
-            close(fd);
-            unlink(tmp);
-            return -1;
-        }
-        p += w, left -= (size_t)w;
-    }
-    if (close(fd) || rename(tmp, fin)) { /* a reader sees the whole record or none */
-        note(d, "cannot finish", key);
-        unlink(tmp);
+    char path[4200], err[512];
+    path_of(d, key, "", path, sizeof path);
+    if (tkv_write_file(path, bytes, n, err, sizeof err)) { /* KEY.tkvrec.tmp-PID: never listed as a record */
+        if (d->log) fprintf(d->log, "[park] cannot write %s\n", err);
         return -1;
     }
     return 0;
