@@ -276,10 +276,35 @@ def real_chat(args):
     check(answers[0][1] == answers[1][1], "turn 2 kept differs from turn 2 recomputed")
 
 
+def two_clients(args):
+    """Two clients whose prompts share a long system prompt: the second must not take the first's
+    conversation over (it would lose its answer's rows); the first's next turn reuses all of it."""
+    sys_text = ("System: you are a careful assistant. Answer briefly, check every step twice, and say so "
+                "when a question cannot be answered from what it gives.\n")
+    for flags in ([], ["--prefix-cache", "0"]):
+        srv = st.Server(args, "--parallel", "2", *flags)
+        try:
+            a1 = complete(srv, sys_text + TURN1, 3)
+            held = a1["usage"]["prompt_tokens"] + a1["usage"]["completion_tokens"] - 1
+            b1 = complete(srv, sys_text + "User: something else entirely?\nAssistant:", 3)
+            check(b1["usage"]["prompt_tokens_details"]["cached_tokens"] < held - 8,
+                  "%s: the second client reused %s" % (flags, b1["usage"]))
+            a2 = complete(srv, sys_text + TURN1 + a1["choices"][0]["text"] + MORE, 4)
+            check(a2["usage"]["prompt_tokens_details"]["cached_tokens"] == held,
+                  "%s: the first client's turn 2 reused %s of its %d" % (flags, a2["usage"]["prompt_tokens_details"], held))
+            # a regenerated answer (the same prompt again) takes its own conversation over (or the prefix)
+            r = complete(srv, sys_text + "User: something else entirely?\nAssistant:", 3)
+            check(r["usage"]["prompt_tokens_details"]["cached_tokens"] == r["usage"]["prompt_tokens"] - 1,
+                  "%s: a regenerated answer reused %s" % (flags, r["usage"]))
+        finally:
+            srv.stop()
+
+
 def sec_conversations(args):
     two_turns(args, [], [])
     two_turns(args, ["--policy", "hierarchy", "--hbm-ratio", "0.3", "--delta", "8", "--prefix-cache", "0"], [])
     isolation(args)
+    two_clients(args)
     restart(args)
     replicas(args)
     real_chat(args)

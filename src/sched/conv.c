@@ -50,12 +50,13 @@ void conv_free(conv_cache *c, tkv_session *s) {
     memset(c, 0, sizeof *c);
 }
 
-int conv_lookup(const conv_cache *c, const int32_t *prompt, int n, uint64_t salt, int *lcp) {
+int conv_lookup(const conv_cache *c, const int32_t *prompt, int n, uint64_t salt, int floor, int *lcp) {
     int best = -1, best_l = 0;
     for (int i = 0; i < c->n; i++) {
         const conv_entry *e = &c->e[i];
         if (e->salt != salt) continue;
         int l = sched_ids_lcp(e->tokens, e->n, prompt, n - 1);
+        if (!sched_take_worth(l, e->n, e->n_prompt, floor)) continue;
         if (l > best_l || (l == best_l && best >= 0 && l > 0 && e->used > c->e[best].used)) best = i, best_l = l;
     }
     if (best_l < c->min_len) best = -1, best_l = 0;
@@ -145,7 +146,7 @@ static int64_t total_bytes(const conv_cache *c) {
     return b;
 }
 
-void conv_keep(conv_cache *c, tkv_session *s, int seq, const int32_t *tokens, int n, uint64_t salt) {
+void conv_keep(conv_cache *c, tkv_session *s, int seq, const int32_t *tokens, int n, int n_prompt, uint64_t salt) {
     if (!c->cap || n < c->min_len) {
         tkv_seq_close(s, seq);
         return;
@@ -159,6 +160,7 @@ void conv_keep(conv_cache *c, tkv_session *s, int seq, const int32_t *tokens, in
     conv_entry *e = &c->e[c->n++];
     e->seq = seq;
     e->n = n;
+    e->n_prompt = n_prompt;
     e->tokens = tkv_xmalloc((size_t)n * sizeof(int32_t));
     memcpy(e->tokens, tokens, (size_t)n * sizeof(int32_t));
     e->salt = salt;

@@ -6,7 +6,9 @@
  *
  * Rules: the match is token by token over what the sequence holds (the job's last sampled token was
  * never decoded, so an entry ends before it); a job takes at most n_prompt - 1 tokens (its last one is
- * prefilled to give its first logits) and at least min_len; ties go to the most recently kept. An
+ * prefilled to give its first logits) and at least min_len; ties go to the most recently kept. A job
+ * that would continue only part of an entry takes it over only when that gains at least what it
+ * gives up beside what the prefix cache shares (two clients with one system prompt keep their own). An
  * entry is taken by one job and leaves the cache then: a second job on the same conversation at the
  * same time finds nothing and prefills. Entries carry the job's salt: only a job of the same salt
  * matches (isolation between users or tenants). Bounds: at most `cap` entries and `max_bytes` of rows
@@ -24,6 +26,7 @@ typedef struct {
     int seq;          /* the session's sequence holding tokens[0..n), idle */
     int32_t *tokens;
     int n;
+    int n_prompt;     /* the first n_prompt were its job's prompt (the rest, the answer) */
     uint64_t salt;
     uint64_t used;    /* LRU clock */
     int64_t bytes;    /* its rows in every tier when it was kept */
@@ -44,8 +47,9 @@ typedef struct {
 void conv_init(conv_cache *c, int cap, int min_len, int64_t max_bytes);
 void conv_free(conv_cache *c, tkv_session *s); /* closes every entry's sequence */
 /* The entry whose tokens prompt[0..n) continues the furthest (at most n - 1 of them, at least
- * min_len), of this salt, or -1; the count in *lcp. */
-int conv_lookup(const conv_cache *c, const int32_t *prompt, int n, uint64_t salt, int *lcp);
+ * min_len), of this salt and worth taking over beside `floor` ids shared otherwise (ids.h,
+ * sched_take_worth), or -1; the count in *lcp. */
+int conv_lookup(const conv_cache *c, const int32_t *prompt, int n, uint64_t salt, int floor, int *lcp);
 /* Clients send an answer back as text, and tokenising it again need not give the ids that were
  * generated. When prompt[0..n) leaves an entry of this salt at token l (< the entry's n) but the
  * entry's remaining ids spell the same bytes as prompt[l..k) (pieces with special tokens as text),
@@ -60,7 +64,7 @@ int conv_splice(const conv_cache *c, const tkv_model *m, const int32_t *prompt, 
                 int32_t **out, int *stale_from, int *stale_to);
 /* Keeps sequence seq (holding tokens[0..n)) as an entry: idles it and drops entries beyond the
  * bounds. Takes the sequence in every case (closes it when it cannot be kept). */
-void conv_keep(conv_cache *c, tkv_session *s, int seq, const int32_t *tokens, int n, uint64_t salt);
+void conv_keep(conv_cache *c, tkv_session *s, int seq, const int32_t *tokens, int n, int n_prompt, uint64_t salt);
 /* Removes entry i from the cache and returns its sequence (the caller takes it over or closes it). */
 int conv_take(conv_cache *c, int i);
 /* Closes the least recently used entry other than `keep_seq`'s; 0, or -1 when there is none. */

@@ -154,7 +154,7 @@ int park_put(park_index *p, tkv_session *s, int seq, const int32_t *tokens, int 
 
 int park_write_through(const park_index *p) { return p->st && p->st->shared; }
 
-int park_lookup(const park_index *p, const int32_t *prompt, int n, uint64_t salt, char key[24], int *lcp) {
+int park_lookup(const park_index *p, const int32_t *prompt, int n, uint64_t salt, int floor, char key[24], int *lcp) {
     *lcp = 0;
     if (!p->st) return -1;
     if (p->st->find) return p->st->find(p->st->ctx, salt, prompt, n, p->min_len, key, lcp) ? -1 : 0;
@@ -163,7 +163,7 @@ int park_lookup(const park_index *p, const int32_t *prompt, int n, uint64_t salt
         const park_entry *e = &p->e[i];
         if (e->salt != salt) continue;
         int l = sched_ids_lcp(e->tokens, e->n, prompt, n - 1);
-        if (l > best_l) best = i, best_l = l;
+        if (sched_take_worth(l, e->n, -1, floor) && l > best_l) best = i, best_l = l;
     }
     if (best < 0 || best_l < p->min_len) return -1;
     *lcp = best_l;

@@ -45,8 +45,10 @@ void park_free(park_index *p);
  * drop). The sequence stays open. */
 int park_put(park_index *p, tkv_session *s, int seq, const int32_t *tokens, int n, uint64_t salt);
 /* The parked record of this salt that prompt[0..n) continues the furthest (at most n - 1 of its
- * tokens, at least min_len): 0, its key and the count in *lcp; -1 when there is none. */
-int park_lookup(const park_index *p, const int32_t *prompt, int n, uint64_t salt, char key[24], int *lcp);
+ * tokens, at least min_len; in a local store only one worth giving up beside `floor` ids shared
+ * otherwise, ids.h: a shared store keeps what it hands out): 0, its key and the count in *lcp; -1 when
+ * there is none. */
+int park_lookup(const park_index *p, const int32_t *prompt, int n, uint64_t salt, int floor, char key[24], int *lcp);
 /* Reads record key back into a new sequence of its own (idle-free, re-tiered) and returns it, or -1
  * (logged, counted: no room, gone, corrupted, another model's). A local store forgets the record
  * either way. */

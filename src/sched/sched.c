@@ -120,7 +120,7 @@ static void finish(sched *sc, struct job *x, int li, enum sched_why why, const c
         }
         int held = tkv_seq_len(sc->s, x->seq);
         if ((why == SCHED_EOG || why == SCHED_LENGTH || why == SCHED_STOP) && !x->j.no_cache && held <= x->n_hist)
-            conv_keep(&sc->cv, sc->s, x->seq, x->hist, held, x->j.salt); /* or closes it */
+            conv_keep(&sc->cv, sc->s, x->seq, x->hist, held, x->j.n_prompt, x->j.salt); /* or closes it */
         else
             tkv_seq_close(sc->s, x->seq);
         sc->blocked = 0; /* room was freed (a kept sequence leaves T0): the head may fit now */
@@ -189,10 +189,11 @@ static void find_conv(sched *sc, struct job *x) {
     x->conv_lcp = 0;
     x->park_key[0] = 0;
     if (x->j.no_cache || x->j.prompt_logprobs || !sc->cv.cap) return;
-    int lcp = 0, plcp = 0, klcp = 0, i = conv_lookup(&sc->cv, x->j.prompt, x->j.n_prompt, x->j.salt, &lcp);
+    int lcp = 0, plcp = 0, klcp = 0;
     if (prefix_lookup(&sc->pc, x->j.prompt, x->j.n_prompt, x->j.salt, &plcp) < 0) plcp = 0;
+    int i = conv_lookup(&sc->cv, x->j.prompt, x->j.n_prompt, x->j.salt, plcp, &lcp);
     char key[24];
-    if (!park_lookup(&sc->pk, x->j.prompt, x->j.n_prompt, x->j.salt, key, &klcp) && klcp > lcp && klcp > plcp) {
+    if (!park_lookup(&sc->pk, x->j.prompt, x->j.n_prompt, x->j.salt, plcp, key, &klcp) && klcp > lcp && klcp > plcp) {
         snprintf(x->park_key, sizeof x->park_key, "%s", key); /* parked, and further than what is in memory */
         x->conv_lcp = klcp;
         return;
