@@ -245,6 +245,10 @@ int tkv_seq_take(tkv_session *s, int src, int dst, int n, char *err, size_t errl
  * exact, and its T2 and evicted shares as at a re-tiering) and it reserves none of a byte budget;
  * policies without T1 (full, evict, quant, the baselines) leave it as it is. */
 void tkv_seq_idle(tkv_session *s, int seq);
+/* An idle sequence's exact rows (T1) go to T2 (the session's int8 or 4-bit codec: half or a quarter of
+ * the bytes, lossy within the codec's bounds) while it waits, for policies with a T2 (hierarchy,
+ * quant). The rows moved; 0 when it is not idle or the policy has no T2. */
+int tkv_seq_idle_compress(tkv_session *s, int seq);
 /* Positions from..to-1 of seq rank below every other from now on (their scores kept): an earlier
  * turn's reasoning kept in a conversation is the first to leave T0 and the first evicted. For the
  * ranking policies (hierarchy, evict, quant); nothing for the others. */

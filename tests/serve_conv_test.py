@@ -300,11 +300,28 @@ def two_clients(args):
             srv.stop()
 
 
+def squeezed(args):
+    """A conversation bigger than --conv-host-budget but not its int8 rows: moved to T2, kept, reused."""
+    srv = st.Server(args, "--parallel", "2", "--policy", "hierarchy", "--hbm-ratio", "0.3", "--prefix-cache", "0",
+                    "--conv-host-budget", "24KiB")
+    try:
+        b1 = complete(srv, TURN1, 3)
+        held = b1["usage"]["prompt_tokens"] + b1["usage"]["completion_tokens"] - 1
+        m = conv_metrics(srv)
+        check(m["kept"] == 1 and m["compressed_total"] == 1 and m['tokens{tier="T2"}'] == held and
+              m["bytes"] <= 24 * 1024 and m["dropped_total"] == 0, "not squeezed into T2: %s" % m)
+        b2 = complete(srv, TURN1 + b1["choices"][0]["text"] + MORE, 4)
+        check(b2["usage"]["prompt_tokens_details"]["cached_tokens"] == held, "the squeezed one reused %s" % b2["usage"])
+    finally:
+        srv.stop()
+
+
 def sec_conversations(args):
     two_turns(args, [], [])
     two_turns(args, ["--policy", "hierarchy", "--hbm-ratio", "0.3", "--delta", "8", "--prefix-cache", "0"], [])
     isolation(args)
     two_clients(args)
+    squeezed(args)
     restart(args)
     replicas(args)
     real_chat(args)

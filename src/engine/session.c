@@ -141,6 +141,8 @@ void tkv_seq_idle(tkv_session *s, int seq) {
     if (live(s, seq)) kv_seq_idle(s->kv, seq);
 }
 
+int tkv_seq_idle_compress(tkv_session *s, int seq) { return live(s, seq) ? kv_seq_idle_compress(s->kv, seq) : 0; }
+
 void tkv_seq_set_stale(tkv_session *s, int seq, int from, int to) {
     if (live(s, seq)) kv_seq_set_stale(s->kv, seq, from, to);
 }

@@ -277,6 +277,8 @@ void kv_seq_idle(kv_cache *kv, int seq) {
     kv_complete_batch(kv); /* its T0 slots are free now, not only given up (its budget is 0 at once) */
 }
 
+int kv_seq_idle_compress(kv_cache *kv, int seq) { return kv_idle_to_t2(kv, kv_get_seq(kv, seq)); }
+
 int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen) {
     if (!kv_seq_live(kv, src) || !kv_seq_live(kv, dst))
         return tkv_errf(err, errlen, "kv: sequence %d or %d is not live", src, dst);

@@ -137,6 +137,10 @@ int kv_seq_import(kv_cache *kv, int seq, const struct kv_rec *r, char *err, size
  * turn's reasoning kept in a conversation is the first to leave T0 and the first to be evicted.
  * Kept through a take-over and a record. Nothing for policies that do not rank. */
 void kv_seq_set_stale(kv_cache *kv, int seq, int from, int to);
+/* An idle sequence's exact rows in T1 go to T2, the policy's int8 or 4-bit codec (its kept rows
+ * halved or quartered while no one attends them; lossy: the deviation is the codec's). The count
+ * moved; 0 when it is not idle or the policy has no T2. */
+int kv_seq_idle_compress(kv_cache *kv, int seq);
 /* The old name of the same operation. */
 int kv_seq_copy_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen);
 

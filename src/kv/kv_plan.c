@@ -441,6 +441,25 @@ static void retier_idle(kv_cache *kv, kv_seq *s) {
     end_record(kv, s, tkv_now_s() - t0, 0);
 }
 
+int kv_idle_to_t2(kv_cache *kv, kv_seq *s) {
+    if (!s->idle || !kv->ops->uses_t2 || !kv->tp[BE_T2].cap_chunks) return 0;
+    kv_complete_batch(kv);
+    double t0 = tkv_now_s();
+    int n = 0;
+    for (int i = 0; i < s->len; i++) {
+        int t = tier_of(s->ref[i]);
+        s->target[i] = (uint8_t)(t == BE_T1 ? BE_T2 : t); /* what it shares stays in T0 */
+        n += t == BE_T1;
+    }
+    if (!n) return 0;
+    begin_record(kv, s);
+    plan_rest(kv, s, 0);
+    end_record(kv, s, tkv_now_s() - t0, 0);
+    start_batch(kv);
+    kv_complete_batch(kv);
+    return n;
+}
+
 /* Every live sequence under one budget (KV_B_SHARED); idle ones hold no T0 and take no part. */
 static void retier_shared(kv_cache *kv) {
     double t0 = tkv_now_s();

@@ -12,6 +12,10 @@ void kv_retier(kv_cache *kv, const int *seqs, int n);
 /* Re-tiers one sequence now, into a batch of its own: an idle one out of T0 (kv_seq_idle), a live one
  * to its budget and protection (all live ones in the shared mode: one ranking for all). */
 void kv_retier_one(kv_cache *kv, kv_seq *s);
+/* An idle sequence's T1 rows go to T2 (the policy's codec) through one batch of moves, waited for:
+ * the rows it holds while no one attends them, halved or quartered. The count moved (0: not idle, or
+ * no T2 in this cache). */
+int kv_idle_to_t2(kv_cache *kv, kv_seq *s);
 /* Evicts the n positions pos[] of s (all in T0) now, as a batch of their own (a baseline's step). */
 void kv_evict_now(kv_cache *kv, kv_seq *s, const int32_t *pos, int n);
 /* Waits for the batch in flight and frees its source slots. */

@@ -167,7 +167,20 @@ void conv_keep(conv_cache *c, tkv_session *s, int seq, const int32_t *tokens, in
     e->used = ++c->tick;
     e->bytes = bytes;
     c->kept++;
-    while (c->max_bytes && c->n > 0 && total_bytes(c) > c->max_bytes) drop(c, s, lru(c, -1));
+    while (c->max_bytes && c->n > 0 && total_bytes(c) > c->max_bytes) {
+        int v = -1; /* the least recently used one not compressed yet: to T2 first */
+        for (int i = 0; i < c->n; i++)
+            if (!c->e[i].compressed && (v < 0 || c->e[i].used < c->e[v].used)) v = i;
+        if (v >= 0) {
+            c->e[v].compressed = 1;
+            if (tkv_seq_idle_compress(s, c->e[v].seq) > 0 && tkv_stats_get(s, c->e[v].seq, &st, NULL, 0) == 0) {
+                c->e[v].bytes = st.bytes[0] + st.bytes[1] + st.bytes[2];
+                c->compressed++;
+            }
+            continue;
+        }
+        drop(c, s, lru(c, -1));
+    }
 }
 
 int conv_take(conv_cache *c, int i) {

@@ -12,7 +12,9 @@
  * entry is taken by one job and leaves the cache then: a second job on the same conversation at the
  * same time finds nothing and prefills. Entries carry the job's salt: only a job of the same salt
  * matches (isolation between users or tenants). Bounds: at most `cap` entries and `max_bytes` of rows
- * (every tier; 0: no byte bound), the least recently used dropped beyond them (counted); whenever a
+ * (every tier; 0: no byte bound): beyond the bytes, the least recently used entry not compressed yet
+ * has its T1 rows moved to T2 first (policies with T2: the int8 or 4-bit codec, half or a quarter of
+ * the bytes), then the least recently used are given up (counted); whenever a
  * job is refused for room the scheduler drops entries too, least recently used first. With a park
  * store (park.h) an entry given up so is parked there instead, and every entry is at conv_free.
  * Not done here: admission and the prefix cache (sched.c, prefix.c). */
@@ -29,7 +31,8 @@ typedef struct {
     int n_prompt;     /* the first n_prompt were its job's prompt (the rest, the answer) */
     uint64_t salt;
     uint64_t used;    /* LRU clock */
-    int64_t bytes;    /* its rows in every tier when it was kept */
+    int64_t bytes;    /* its rows in every tier (when it was kept, or compressed) */
+    int compressed;   /* 1: its T1 rows went to T2 to stay within the bytes bound */
 } conv_entry;
 
 struct park_index;
@@ -41,7 +44,7 @@ typedef struct {
     int min_len;
     int64_t max_bytes;
     uint64_t tick;
-    int64_t kept, hits, misses, reused, drops;
+    int64_t kept, hits, misses, reused, drops, compressed;
 } conv_cache;
 
 void conv_init(conv_cache *c, int cap, int min_len, int64_t max_bytes);

@@ -396,6 +396,7 @@ void sched_info_get(const sched *sc, sched_info *out) {
     out->conv_reused = sc->cv.reused;
     out->conv_kept = sc->cv.kept;
     out->conv_drops = sc->cv.drops;
+    out->conv_compressed = sc->cv.compressed;
     out->park_entries = sc->pk.n;
     out->park_bytes = sc->pk.bytes;
     out->parks = sc->pk.parks;

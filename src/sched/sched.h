@@ -158,7 +158,7 @@ typedef struct {
        bounds or for room) */
     int conv_entries;
     int64_t conv_tokens[4], conv_bytes;
-    int64_t conv_hits, conv_misses, conv_reused, conv_kept, conv_drops;
+    int64_t conv_hits, conv_misses, conv_reused, conv_kept, conv_drops, conv_compressed;
     /* parked ones: records and their bytes now, parks, restores (and their seconds), records that
        could not be read back, records dropped (not written, or deleted beyond the store's bound) */
     int park_entries;

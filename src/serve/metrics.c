@@ -117,6 +117,8 @@ char *serve_metrics_render(serve_metrics *m, const serve_snapshot *s) {
     one(&b, "tierkv_conversations_kept_total", "counter", "conversations kept when their request ended", (double)si->conv_kept);
     one(&b, "tierkv_conversations_dropped_total", "counter", "kept conversations closed by their bounds or for room",
         (double)si->conv_drops);
+    one(&b, "tierkv_conversations_compressed_total", "counter", "kept conversations whose T1 rows went to T2 (--conv-host-budget)",
+        (double)si->conv_compressed);
     one(&b, "tierkv_park_records", "gauge", "kept conversations parked in the store (--park-dir)", si->park_entries);
     one(&b, "tierkv_park_bytes", "gauge", "bytes of those records", (double)si->park_bytes);
     one(&b, "tierkv_park_parks_total", "counter", "conversations written to the store", (double)si->parks);
