@@ -11,6 +11,10 @@
 #   tierkv-conv       tierkv serve --parallel PARALLEL, its defaults (kept conversations: --conversations 16)
 #   tierkv-noconv     the same with --conversations 0 (before kept conversations: the prefix cache only)
 #   tierkv-hier       kept conversations with --policy hierarchy --hbm-ratio 0.5 (idle ones wait in T1)
+#   tierkv-few        only 4 kept conversations (--conversations 4: fewer than CLIENTS fit), the rest
+#                     dropped; not in the default list
+#   tierkv-park       the same 4, the rest parked on disk (--park-dir, a temporary directory) and
+#                     restored when continued; not in the default list
 #   llama-server      llama.cpp's server, -np PARALLEL slots, -c PARALLEL x CTX (each slot CTX), its
 #                     default cache reuse, requests with "cache_prompt": true
 # Per server and turn: time to first token p50/p99 over the clients (queue wait included), prompt
@@ -26,7 +30,8 @@
 # Run from the repository root. MODEL: the cached Qwen2.5-Coder-0.5B-Instruct (AWQ, Q4_K_M).
 # Optional: CLIENTS (16), TURNS (4), MAX_TOKENS (128), THREADS (2), PARALLEL (4), CTX (4096: tierkv's
 # default --ctx), LIMIT_S (900: seconds a server's run may take; no turn starts after it), SERVERS
-# (tierkv-conv tierkv-noconv tierkv-hier llama-server: those to run, in that order), DATA
+# (tierkv-conv tierkv-noconv tierkv-hier llama-server: those to run, in that order; also tierkv-few,
+# tierkv-park), DATA
 # (../shared/data/gsm8k_test.jsonl), TIERKV (build/tierkv), LLAMA_COMMIT (the llama.cpp commit built, recorded
 # beside llama-server --version, which says "unknown" for a build from a source archive), OUT (results/bench/serve-multiturn-COMMIT:
 # run.txt with the build, versions, CPU and exact commands; per server NAME.json with every request,
@@ -74,7 +79,7 @@ mkdir -p "$OUT"
 trap 'exit 130' INT TERM
 # what the results show of this machine: file names only, never its paths
 scrub() {
-  sed -e "s|$BIN|$TIERKV|g" -e "s|$HERE/|bench/|g" -e "s|$(dirname "$MODEL")/||g" ${LLAMA:+-e "s|$LL|LLAMA_BUILD_DIR|g"} \
+  sed -e "s|$BIN|$TIERKV|g" -e "s|$TMP/|TMPDIR/|g" -e "s|$HERE/|bench/|g" -e "s|$(dirname "$MODEL")/||g" ${LLAMA:+-e "s|$LL|LLAMA_BUILD_DIR|g"} \
     -e "s|$PWD/||g" -e "s|$HOME|~|g"
 }
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'; }
@@ -132,6 +137,9 @@ for s in $SERVERS; do
     tierkv-noconv) serve "$s" tierkv "$BIN" serve -m "$MODEL" -t "$THREADS" --ctx "$CTX" --parallel "$PARALLEL" --conversations 0 ;;
     tierkv-hier) serve "$s" tierkv "$BIN" serve -m "$MODEL" -t "$THREADS" --ctx "$CTX" --parallel "$PARALLEL" \
       --policy hierarchy --hbm-ratio 0.5 ;;
+    tierkv-few) serve "$s" tierkv "$BIN" serve -m "$MODEL" -t "$THREADS" --ctx "$CTX" --parallel "$PARALLEL" --conversations 4 ;;
+    tierkv-park) serve "$s" tierkv "$BIN" serve -m "$MODEL" -t "$THREADS" --ctx "$CTX" --parallel "$PARALLEL" --conversations 4 \
+      --park-dir "$TMP/park" ;;
     llama-server)
       [ -n "$LLAMA" ] || { echo "llama-server: left out (LLAMA_BUILD_DIR -)" | tee -a "$OUT/run.txt"; continue; }
       serve "$s" llama "$LLAMA" -m "$MODEL" -t "$THREADS" -np "$PARALLEL" -c $((PARALLEL * CTX)) --no-webui ;;

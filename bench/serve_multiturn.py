@@ -288,6 +288,9 @@ def cmd_report(a):
                      "conversations": {k: m.get("tierkv_conversations_" + k) for k in
                                        ("kept", "hits_total", "misses_total", "reused_tokens_total", "kept_total",
                                         "dropped_total")} if m else None,
+                     "park": {k: m.get("tierkv_park_" + k) for k in
+                              ("parks_total", "restores_total", "restore_failures_total", "restore_seconds_total",
+                               "dropped_total")} if m else None,
                      "errors": [q["error"] for q in r["requests"] if not q["ok"]][:5],
                      "failed_turns": sum(1 for q in r["requests"] if not q["ok"]),
                      "conversations_unfinished": r.get("conversations_unfinished"), "limit_hit": r.get("limit_hit")})
@@ -307,6 +310,12 @@ def cmd_report(a):
             line += ", kept conversations' tokens T0/T1/T2/T3 %s" % "/".join("%d" % (v or 0) for v in ct.values())
         if conv and conv.get("hits_total") is not None:
             line += ", hits %d misses %d reused %d" % (conv["hits_total"], conv["misses_total"], conv["reused_tokens_total"])
+        pk = s.get("park")
+        if pk and pk.get("parks_total"):
+            line += ", parked %d restored %d (%.2f s) failed %d" % (pk["parks_total"], pk["restores_total"] or 0,
+                                                                   pk["restore_seconds_total"] or 0, pk["restore_failures_total"] or 0)
+        if conv and conv.get("dropped_total"):
+            line += ", dropped %d" % conv["dropped_total"]
         if "answers_equal_to_tierkv_noconv" in s:
             line += ", answers equal to tierkv-noconv's %d" % s["answers_equal_to_tierkv_noconv"]
         if s["failed_turns"] or s["conversations_unfinished"] or s["limit_hit"]:
