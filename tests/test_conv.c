@@ -28,6 +28,19 @@ static tkv_model *open_model(char *err, size_t n) {
     return m;
 }
 
+/* The fixture model and its vocabulary size, or NULL: skipped without the fixture, failed otherwise. */
+static tkv_model *fixture(int *V) {
+    char err[512];
+    tkv_model *m = open_model(err, sizeof err);
+    if (!m && !t_is_skipped()) t_fail(__FILE__, __LINE__, err);
+    if (m && V) {
+        tkv_model_info mi;
+        tkv_model_get_info(m, &mi);
+        *V = mi.n_vocab;
+    }
+    return m;
+}
+
 static void ids(int32_t *p, int n, int salt, int V) {
     for (int i = 0; i < n; i++) p[i] = (int32_t)(((int64_t)(i + 1) * (7919 + salt * 104729) + 13 * salt) % V);
 }
@@ -247,6 +260,20 @@ TEST(conv_take_refusals) {
     tkv_model_close(m);
 }
 
+/* Turn 1 of a conversation in s: its prompt tr[0..P1) (ids of salt), G1 greedy tokens after it (the last
+ * one sampled, not decoded: the sequence ends before it), then turn 2's own P2 ids (salt + 1) after the
+ * sampled one; the sequence in *a, the positions it holds returned (-1 on failure). lg: [G1 + 1][V]. */
+static int turn1(tkv_session *s, int32_t *tr, float *lg, int V, int salt, int *a, char *err, size_t n) {
+    ids(tr, P1, salt, V);
+    if (tkv_seq_open(s, P1 + G1, P1, a, err, n) || tkv_prefill(s, *a, tr, P1, lg, 0, err, n) ||
+        greedy(s, *a, lg, G1 - 1, V, tr + P1, lg + V, err, n))
+        return -1;
+    tr[P1 + G1 - 1] = tkv_argmax(lg + (size_t)(G1 - 1) * V, V);
+    int held = tkv_seq_len(s, *a);
+    ids(tr + held + 1, P2, salt + 1, V);
+    return held;
+}
+
 /* ---- records: a sequence out of memory and back ---- */
 
 /* Turn 1 in one session, saved; turn 2 in another session (a restart) from the record, against turn 2
@@ -268,14 +295,8 @@ static void save_load_exact(tkv_model *m, double t2_ratio) {
     sp.kv.window = 16;
     tkv_session *s;
     REQUIRE(tkv_session_open(m, &sp, &s, err, sizeof err) == 0);
-    ids(tr, P1, 5, V);
-    int a, b;
-    REQUIRE(tkv_seq_open(s, P1 + G1, P1, &a, err, sizeof err) == 0);
-    REQUIRE(tkv_prefill(s, a, tr, P1, lg, 0, err, sizeof err) == 0);
-    REQUIRE(greedy(s, a, lg, G1 - 1, V, tr + P1, lg + V, err, sizeof err) == 0);
-    tr[P1 + G1 - 1] = tkv_argmax(lg + (size_t)(G1 - 1) * V, V);
-    int held = tkv_seq_len(s, a);
-    ids(tr + held + 1, P2, 6, V);
+    int a, b, held = turn1(s, tr, lg, V, 5, &a, err, sizeof err);
+    REQUIRE(held == P1 + G1 - 1);
     tkv_seq_idle(s, a);
     tkv_stats st;
     REQUIRE(tkv_stats_get(s, a, &st, err, sizeof err) == 0);
@@ -482,12 +503,9 @@ TEST(conv_splice_keeps_r1_reasoning) {
  * positions (the best scored) do hold T0, so the first run's result is the marking's. */
 TEST(conv_stale_ranked_last) {
     char err[512];
-    tkv_model *m = open_model(err, sizeof err);
-    if (t_is_skipped()) return;
-    REQUIRE(m);
-    tkv_model_info mi;
-    tkv_model_get_info(m, &mi);
-    const int V = mi.n_vocab;
+    int V;
+    tkv_model *m = fixture(&V);
+    if (!m) return;
     for (int pol = 0; pol < 2; pol++) {
         for (int marked = 1; marked >= 0; marked--) {
             tkv_session_params sp = params(pol ? TKV_POLICY_EVICT : TKV_POLICY_HIERARCHY, 1, 256);
@@ -550,12 +568,9 @@ TEST(conv_stale_ranked_last) {
  * first steps is bounded (measured on this fixture: see the message). */
 TEST(conv_idle_compressed_to_t2) {
     char err[512];
-    tkv_model *m = open_model(err, sizeof err);
-    if (t_is_skipped()) return;
-    REQUIRE(m);
-    tkv_model_info mi;
-    tkv_model_get_info(m, &mi);
-    const int V = mi.n_vocab;
+    int V;
+    tkv_model *m = fixture(&V);
+    if (!m) return;
     float *got = malloc(sizeof(float) * (size_t)V), *want = malloc(sizeof(float) * (size_t)V);
     int32_t tr[P1 + G1 + 1 + P2];
     float *lg = malloc(sizeof(float) * (size_t)V * (G1 + 1));
@@ -566,14 +581,8 @@ TEST(conv_idle_compressed_to_t2) {
         sp.kv.window = 16;
         tkv_session *s;
         REQUIRE(tkv_session_open(m, &sp, &s, err, sizeof err) == 0);
-        ids(tr, P1, 7, V);
-        int a, b;
-        REQUIRE(tkv_seq_open(s, P1 + G1, P1, &a, err, sizeof err) == 0);
-        REQUIRE(tkv_prefill(s, a, tr, P1, lg, 0, err, sizeof err) == 0);
-        REQUIRE(greedy(s, a, lg, G1 - 1, V, tr + P1, lg + V, err, sizeof err) == 0);
-        tr[P1 + G1 - 1] = tkv_argmax(lg + (size_t)(G1 - 1) * V, V);
-        int held = tkv_seq_len(s, a);
-        ids(tr + held + 1, P2, 8, V);
+        int a, b, held = turn1(s, tr, lg, V, 7, &a, err, sizeof err);
+        REQUIRE(held == P1 + G1 - 1);
         tkv_seq_idle(s, a);
         CHECK(tkv_seq_idle_compress(s, -1) == 0);
         if (squeeze) {
