@@ -246,7 +246,8 @@ def replicas(args):
 
 def real_chat(args):
     """The real 0.5B (TIERKV_SLOW_TESTS=1): a two-turn chat whose answer comes back as text reuses all of
-    turn 1 and answers as a server that recomputes it, log-probabilities included."""
+    turn 1 and answers as a server that recomputes it, log-probabilities included; so does one whose
+    turn 1 was parked when its server stopped and restored by the next."""
     model = st.real_model()
     if not model:
         print("serve_conv_test: the real 0.5B two-turn chat needs it cached and TIERKV_SLOW_TESTS=1: skipped", file=sys.stderr)
@@ -272,8 +273,29 @@ def real_chat(args):
             answers.append((b2["usage"]["prompt_tokens"], b2["choices"][0]))
         finally:
             srv.stop()
-    check(answers[0][0] == answers[1][0], "turn 2 is %d tokens kept, %d recomputed" % (answers[0][0], answers[1][0]))
-    check(answers[0][1] == answers[1][1], "turn 2 kept differs from turn 2 recomputed")
+    # turn 1 on one server, parked at its stop; turn 2 on the next server on the same directory
+    d = os.path.join(args.tmp, "park-real")
+    flags = ["--policy", "hierarchy", "--hbm-ratio", "0.5", "--park-dir", d]
+    srv = st.Server(args, "--parallel", "2", *flags, model=model)
+    try:
+        s, _, b1 = srv.post("/v1/chat/completions", {"messages": [q1], "max_tokens": 120, "temperature": 0})
+        check(s == 200, "turn 1 before the restart: %d" % s)
+        held = b1["usage"]["prompt_tokens"] + b1["usage"]["completion_tokens"] - 1
+        a1 = {"role": "assistant", "content": b1["choices"][0]["message"]["content"]}
+    finally:
+        srv.stop()
+    srv = st.Server(args, "--parallel", "2", *flags, model=model)
+    try:
+        s, _, b2 = srv.post("/v1/chat/completions", {"messages": [q1, a1, q2], "max_tokens": 60, "temperature": 0,
+                                                     "logprobs": True})
+        check(s == 200 and b2["usage"]["prompt_tokens_details"]["cached_tokens"] == held,
+              "after a restart turn 2 reused %s of the %d held" % (b2.get("usage"), held))
+        answers.append((b2["usage"]["prompt_tokens"], b2["choices"][0]))
+    finally:
+        srv.stop()
+    for k, what in ((0, "kept"), (2, "parked and restored")):
+        check(answers[k][0] == answers[1][0], "turn 2 is %d tokens %s, %d recomputed" % (answers[k][0], what, answers[1][0]))
+        check(answers[k][1] == answers[1][1], "turn 2 %s differs from turn 2 recomputed" % what)
 
 
 def two_clients(args):
