@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/version.h"
 #include "kv/kv_rec.h"
 
 static void one(const uint8_t *p, size_t n) {
@@ -36,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 8 || size > (1u << 20)) return 0;
     uint8_t *c = malloc(size);
     memcpy(c, data, size);
-    uint64_t h = kv_rec_fnv(c, size - 8, 0xcbf29ce484222325ull);
+    uint64_t h = tkv_fnv1a64(c, size - 8);
     for (int i = 0; i < 8; i++) c[size - 8 + i] = (uint8_t)(h >> (8 * i));
     one(c, size);
     free(c);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "base/version.h"
 #include "kv/kv_rec.h"
 #include "kv/kv_state.h"
 #include "sched/conv.h"
@@ -349,7 +350,7 @@ static void save_load_exact(tkv_model *m, double t2_ratio) {
     }
     memcpy(bad, rec, len);
     bad[8] = 2; /* another version, checksum made good again */
-    uint64_t h = kv_rec_fnv(bad, len - 8, 0xcbf29ce484222325ull);
+    uint64_t h = tkv_fnv1a64(bad, len - 8);
     for (int i = 0; i < 8; i++) bad[len - 8 + i] = (uint8_t)(h >> (8 * i));
     CHECK(tkv_seq_load(s, c, bad, len, err, sizeof err) == TKV_ERR && strstr(err, "version 2"));
     free(bad);

@@ -12,12 +12,13 @@
 const char *tkv_build_commit(void) { return TKV_COMMIT; }
 const char *tkv_build_flags(void) { return TKV_FLAGS; }
 
-uint64_t tkv_fnv1a64(const void *p, size_t n) {
+uint64_t tkv_fnv1a64_more(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
-    uint64_t h = 0xcbf29ce484222325ULL;
     for (size_t i = 0; i < n; i++) {
         h ^= b[i];
         h *= 0x100000001b3ULL;
     }
     return h;
 }
+
+uint64_t tkv_fnv1a64(const void *p, size_t n) { return tkv_fnv1a64_more(TKV_FNV1A64_INIT, p, n); }

@@ -12,5 +12,9 @@ const char *tkv_build_flags(void);  /* compiler, optimisation and extra CFLAGS *
 /* FNV-1a 64 of n bytes: the per-line check of results files (tamper-evident against hand edits,
  * not against a forger who recomputes it). */
 uint64_t tkv_fnv1a64(const void *p, size_t n);
+/* The same hash continued over n more bytes from h (TKV_FNV1A64_INIT to begin): hashes built piece by
+ * piece, tkv_fnv1a64_more(TKV_FNV1A64_INIT, p, n) == tkv_fnv1a64(p, n). */
+#define TKV_FNV1A64_INIT 0xcbf29ce484222325ULL
+uint64_t tkv_fnv1a64_more(uint64_t h, const void *p, size_t n);
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "base/err.h"
 #include "base/meminfo.h"
+#include "base/version.h"
 #include "engine/engine.h"
 
 void tkv_model_params_default(tkv_model_params *p) {
@@ -49,9 +50,8 @@ int tkv_model_open(const char *path, const tkv_model_params *p, tkv_model **out,
         m->file = &m->m->file;
     }
     /* the header only: the weights may be reordered in place at load (the data is not the file's) */
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (uint64_t i = 0; i < m->file->data_start && i < m->file->size; i++) h = (h ^ m->file->bytes[i]) * 0x100000001b3ull;
-    m->ident = h ^ (m->file->size * 0x9E3779B97F4A7C15ull);
+    uint64_t head = m->file->data_start < m->file->size ? m->file->data_start : m->file->size;
+    m->ident = tkv_fnv1a64(m->file->bytes, (size_t)head) ^ (m->file->size * 0x9E3779B97F4A7C15ull);
     m->vocab = tok_load(m->file, err, errlen);
     if (!m->vocab) { tkv_model_close(m); return -1; }
     *out = m;

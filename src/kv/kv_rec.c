@@ -7,15 +7,10 @@
 
 #include "backend/backend.h"
 #include "base/err.h"
+#include "base/version.h"
 
 static const char MAGIC[8] = {'T', 'K', 'V', 'R', 'E', 'C', '0', '1'};
 
-uint64_t kv_rec_fnv(const void *p, size_t n, uint64_t h) {
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-#define FNV0 0xcbf29ce484222325ull
 
 static uint32_t u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 static uint64_t u64(const uint8_t *p) { return (uint64_t)u32(p) | (uint64_t)u32(p + 4) << 32; }
@@ -101,7 +96,7 @@ int kv_rec_parse(const void *buf, size_t len, kv_rec *rec, char *err, size_t err
         return tkv_errf(err, errlen, "record: %zu bytes after the arrays, its rows%s and checksum take %llu", len - at,
                         rec->flags & KV_REC_NOTE ? ", note" : "", (unsigned long long)after);
     rec->rows = p + at;
-    uint64_t want = u64(p + len - 8), got = kv_rec_fnv(p, len - 8, FNV0);
+    uint64_t want = u64(p + len - 8), got = tkv_fnv1a64(p, len - 8);
     if (want != got) return tkv_errf(err, errlen, "record: checksum mismatch (a corrupted record)");
     return 0;
 }
@@ -132,5 +127,5 @@ void kv_rec_finish(tkv_buf *b, const void *note, uint32_t note_len) {
         put32(b, note_len);
         tkv_buf_add(b, note, note_len);
     }
-    put64(b, kv_rec_fnv(b->p, b->n, FNV0));
+    put64(b, tkv_fnv1a64(b->p, b->n));
 }

@@ -15,7 +15,7 @@
  *   rows: for each layer, for each position in order, its record (T0/T1: the exact format's bytes,
  *         T2: the T2 format's, T3: none)
  *   with KV_REC_NOTE: u32 length, then that many bytes of the caller's (a chat's messages), at most 16 MiB
- *   u64 FNV-1a of every byte before it
+ *   u64 FNV-1a of every byte before it (tkv_fnv1a64, base/version.h)
  * Refused: another magic or version, a size that does not add up, a value out of range, a checksum
  * that does not match (a flipped byte), a truncated or over-long buffer. */
 #ifndef TKV_KV_REC_H
@@ -61,6 +61,5 @@ uint64_t kv_rec_row_bytes(const kv_rec *rec, uint32_t i);
 void kv_rec_write_head(tkv_buf *b, const kv_rec *rec, const int32_t *tokens, const uint8_t *tier, const uint8_t *lossy,
                        const double *score);
 void kv_rec_finish(tkv_buf *b, const void *note, uint32_t note_len); /* the note when rec->flags has KV_REC_NOTE */
-uint64_t kv_rec_fnv(const void *p, size_t n, uint64_t h);
 
 #endif

@@ -4,11 +4,30 @@
 #define TKV_SCHED_IDS_H
 #include <stdint.h>
 
+#include "base/version.h"
+
 /* The count of leading ids a[0..na) and b[0..nb) share. */
 static inline int sched_ids_lcp(const int32_t *a, int na, const int32_t *b, int nb) {
     int m = na < nb ? na : nb, l = 0;
     while (l < m && a[l] == b[l]) l++;
     return l;
+}
+
+/* The hash of a salt and token ids, each little-endian (FNV-1a, base/version.h): sched_ids_hash_salt
+ * begins it, sched_ids_hash_more continues it over n more ids; the key of a parked record (park.c) and
+ * the prefix hashes of a shared store's index (serve/park_redis.c) are the same stream. */
+static inline uint64_t sched_ids_hash_salt(uint64_t salt) {
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(salt >> (8 * i));
+    return tkv_fnv1a64_more(TKV_FNV1A64_INIT, b, 8);
+}
+static inline uint64_t sched_ids_hash_more(uint64_t h, const int32_t *ids, int n) {
+    for (int i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)ids[i];
+        uint8_t b[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24)};
+        h = tkv_fnv1a64_more(h, b, 4);
+    }
+    return h;
 }
 
 /* Whether a job that shares l leading ids with a kept conversation of n ids should take it over, when

@@ -17,10 +17,7 @@ static void say(const park_index *p, const char *fmt, const char *a, const char 
 }
 
 static void key_of(uint64_t salt, const int32_t *tokens, int n, char out[24]) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < 8; i++) h = (h ^ (uint8_t)(salt >> (8 * i))) * 0x100000001b3ull;
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < 4; k++) h = (h ^ (uint8_t)((uint32_t)tokens[i] >> (8 * k))) * 0x100000001b3ull;
+    uint64_t h = sched_ids_hash_more(sched_ids_hash_salt(salt), tokens, n);
     snprintf(out, 24, "%016llx", (unsigned long long)h);
 }
 

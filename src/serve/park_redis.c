@@ -21,6 +21,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "sched/ids.h"
 
 enum { CHUNK = 16, MAX_CANDIDATES = 16 };
 
@@ -87,24 +88,10 @@ static redisReply *cmd(park_redis *r, const char *fmt, ...) {
     return y;
 }
 
-static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n) {
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
-/* The chunk hashes of salt and tokens[0..CHUNK*k) for k = 1..m into h[0..m). */
+/* The chunk hashes of salt and tokens[0..CHUNK*k) for k = 1..m into h[0..m) (sched/ids.h). */
 static void chunk_hashes(uint64_t salt, const int32_t *tokens, int m, uint64_t *h) {
-    uint8_t s8[8];
-    for (int i = 0; i < 8; i++) s8[i] = (uint8_t)(salt >> (8 * i));
-    uint64_t x = fnv_bytes(0xcbf29ce484222325ull, s8, 8);
-    for (int k = 0; k < m; k++) {
-        for (int i = k * CHUNK; i < (k + 1) * CHUNK; i++) {
-            uint8_t t[4] = {(uint8_t)tokens[i], (uint8_t)(tokens[i] >> 8), (uint8_t)(tokens[i] >> 16), (uint8_t)(tokens[i] >> 24)};
-            x = fnv_bytes(x, t, 4);
-        }
-        h[k] = x;
-    }
+    uint64_t x = sched_ids_hash_salt(salt);
+    for (int k = 0; k < m; k++) h[k] = x = sched_ids_hash_more(x, tokens + (size_t)k * CHUNK, CHUNK);
 }
 
 static int put(void *ctx, const char *key, const void *bytes, size_t n, uint64_t salt, const int32_t *tokens, int n_tokens) {

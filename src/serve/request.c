@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/version.h"
 #include "serve/fields.h"
 
 void serve_limits_default(serve_limits *l) {
@@ -414,10 +415,8 @@ static int parse_root(const json_t *root, enum serve_kind kind, const serve_limi
         if (!json_is_string(cs)) return BAD_TYPE(e, "cache_salt", "a string");
         size_t len = json_string_length(cs);
         if (len == 0 || len > 256) return BAD_VALUE(e, "cache_salt", "a salt of 1..256 bytes, got %zu", len);
-        const unsigned char *p = (const unsigned char *)json_string_value(cs);
-        uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, never 0 (the unsalted value) below */
-        for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-        r->cache_salt = h ? h : 1;
+        uint64_t h = tkv_fnv1a64(json_string_value(cs), len);
+        r->cache_salt = h ? h : 1; /* never 0: the unsalted value */
     }
     int cache_prompt = 1;
     if (get_bool(root, "cache_prompt", &cache_prompt, e)) return -1;
