@@ -261,8 +261,7 @@ int kv_seq_share_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t
     d->n_prompt = n;
     d->ntok[BE_T0] += n;
     d->t0_held += n;
-    int64_t t0b = (int64_t)d->t0_held * kv_token_bytes(kv, BE_T0);
-    if (t0b > d->c.peak_t0_bytes) d->c.peak_t0_bytes = t0b;
+    kv_note_t0_peak(kv, d);
     kv->tables_gen++;
     return 0;
 }
@@ -298,7 +297,7 @@ int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen)
     d->n_prompt = 0;
     for (int p = 0; p < n; p++) {
         int32_t r = s->ref[p];
-        int t = r == BE_SLOT_NONE ? 3 : BE_SLOT_TIER(r);
+        int t = kv_ref_tier(r);
         kv_att_release(kv, s, p);
         s->ref[p] = BE_SLOT_NONE;
         s->ntok[t]--;
@@ -324,8 +323,7 @@ int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen)
     }
     d->keep_used = s->keep_used;
     d->len = d->fresh_from = n;
-    int64_t t0b = (int64_t)d->t0_held * kv_token_bytes(kv, BE_T0);
-    if (t0b > d->c.peak_t0_bytes) d->c.peak_t0_bytes = t0b;
+    kv_note_t0_peak(kv, d);
     kv_seq_remove(kv, src);
     kv->tables_gen++;
     if (kv_ops_ranked(kv->ops)) { /* back to dst's budget and protection, before its first append */
@@ -402,8 +400,7 @@ int kv_append(kv_cache *kv, int seq, int pos, int is_prompt, char *err, size_t e
     }
     s->len++;
     s->ntok[BE_T0]++;
-    int64_t t0b = (int64_t)s->t0_held * kv_token_bytes(kv, BE_T0);
-    if (t0b > s->c.peak_t0_bytes) s->c.peak_t0_bytes = t0b;
+    kv_note_t0_peak(kv, s);
     kv->tables_gen++;
     return 0;
 }
@@ -505,7 +502,7 @@ void kv_sync(kv_cache *kv) { kv_complete_batch(kv); }
 int kv_token_tier(const kv_cache *kv, int seq, int pos) {
     const kv_seq *s = kv_get_seq(kv, seq);
     TKV_ASSERT(pos >= 0 && pos < s->len);
-    return s->ref[pos] == BE_SLOT_NONE ? 3 : BE_SLOT_TIER(s->ref[pos]);
+    return kv_ref_tier(s->ref[pos]);
 }
 
 void kv_set_retier_callback(kv_cache *kv, kv_retier_fn fn, void *ctx) {

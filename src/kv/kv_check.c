@@ -43,15 +43,13 @@ static int check_baseline(const kv_cache *kv, int q, char *err, size_t errlen) {
     return 0;
 }
 
-static int tier_of(int32_t r) { return r == BE_SLOT_NONE ? 3 : BE_SLOT_TIER(r); }
-
 static int check_seq(const kv_cache *kv, int q, int32_t *count[BE_N_POOLS], char *err, size_t errlen) {
     const kv_seq *s = &kv->seq[q];
     int64_t cnt[4] = {0, 0, 0, 0};
     int nprompt = 0, t0_deferred = 0;
     for (int p = 0; p < s->len; p++) {
         int32_t r = s->ref[p], a = s->att[p];
-        int t = tier_of(r);
+        int t = kv_ref_tier(r);
         cnt[t]++;
         nprompt += s->prompt[p];
         if (r != BE_SLOT_NONE) {

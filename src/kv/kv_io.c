@@ -12,12 +12,6 @@
 #include "kv/kv_hooks.h"
 #include "kv/kv_rec.h"
 
-static int host_pool(const kv_cache *kv, int tier) {
-    return kv->pools.pool[tier].mem != BE_MEM_DEVICE || kv->be->ops->unified;
-}
-
-static int tier_of(int32_t ref) { return ref == BE_SLOT_NONE ? 3 : BE_SLOT_TIER(ref); }
-
 static void head_of(const kv_cache *kv, uint64_t model, uint64_t salt, uint32_t n, kv_rec *r) {
     memset(r, 0, sizeof *r);
     r->model = model, r->salt = salt;
@@ -71,22 +65,22 @@ int kv_seq_export(kv_cache *kv, int seq, const int32_t *tokens, uint64_t model, 
     if (note) r.flags = KV_REC_NOTE;
     uint8_t *tier = tkv_xmalloc((size_t)s->len), *lossy = tkv_xmalloc((size_t)s->len);
     int32_t *dev = tkv_xmalloc((size_t)s->len * sizeof(int32_t));
-    for (int i = 0; i < s->len; i++) tier[i] = (uint8_t)tier_of(s->ref[i]), lossy[i] = (uint8_t)(s->lossy[i] | s->stale[i] << 1);
+    for (int i = 0; i < s->len; i++) tier[i] = (uint8_t)kv_ref_tier(s->ref[i]), lossy[i] = (uint8_t)(s->lossy[i] | s->stale[i] << 1);
     kv_rec_write_head(b, &r, tokens, tier, lossy, s->score);
     size_t kd = (size_t)kv->kv_dim;
     float *k = NULL, *v = NULL;
+    int nd = 0; /* rows in device memory: read back in one call per layer */
+    for (int i = 0; i < s->len; i++)
+        if (tier[i] < 3 && !kv_host_pool(kv, tier[i])) dev[nd++] = s->ref[i];
+    if (nd) k = tkv_xmalloc((size_t)nd * kd * sizeof(float)), v = tkv_xmalloc((size_t)nd * kd * sizeof(float));
     for (int l = 0; l < kv->o.n_layer; l++) {
-        int nd = 0; /* rows in device memory: read back in one call */
-        for (int i = 0; i < s->len; i++)
-            if (tier[i] < 3 && !host_pool(kv, tier[i])) dev[nd++] = s->ref[i];
-        if (nd && !k) k = tkv_xmalloc((size_t)s->len * kd * sizeof(float)), v = tkv_xmalloc((size_t)s->len * kd * sizeof(float));
         if (nd) kv->be->ops->kv_read(kv->be, &kv->pools, l, dev, nd, k, v);
         int d = 0;
         for (int i = 0; i < s->len; i++) {
             if (tier[i] == 3) continue;
             size_t rb = tier[i] == 2 ? r.t2_bytes : r.exact_bytes;
             tkv_buf_reserve(b, rb);
-            if (host_pool(kv, tier[i])) memcpy(b->p + b->n, be_kv_record(&kv->pools, s->ref[i], l), rb);
+            if (kv_host_pool(kv, tier[i])) memcpy(b->p + b->n, be_kv_record(&kv->pools, s->ref[i], l), rb);
             else exact_put((uint8_t *)b->p + b->n, r.exact_fmt, k + (size_t)d * kd, v + (size_t)d * kd, kd), d++;
             b->n += rb;
         }
@@ -144,21 +138,19 @@ int kv_seq_import(kv_cache *kv, int seq, const kv_rec *r, char *err, size_t errl
     s->len = s->fresh_from = (int)r->n;
     size_t kd = (size_t)kv->kv_dim;
     int32_t *dev = tkv_xmalloc((size_t)r->n * sizeof(int32_t));
-    float *k = NULL, *v = NULL;
+    int nd = 0; /* rows going to device memory: written in one call per layer */
+    for (uint32_t i = 0; i < r->n; i++)
+        if (s->ref[i] != BE_SLOT_NONE && !kv_host_pool(kv, kv_ref_tier(s->ref[i]))) dev[nd++] = s->ref[i];
+    float *k = nd ? tkv_xmalloc((size_t)nd * kd * sizeof(float)) : NULL, *v = nd ? tkv_xmalloc((size_t)nd * kd * sizeof(float)) : NULL;
     const uint8_t *row = r->rows;
     for (int l = 0; l < kv->o.n_layer; l++) {
-        int nd = 0;
+        int d = 0;
         for (uint32_t i = 0; i < r->n; i++) {
-            int t = tier_of(s->ref[i]);
+            int t = kv_ref_tier(s->ref[i]);
             if (t == 3) continue;
             size_t rb = t == BE_T2 ? r->t2_bytes : r->exact_bytes;
-            if (host_pool(kv, t)) {
-                memcpy(be_kv_record(&kv->pools, s->ref[i], l), row, rb);
-            } else {
-                if (!k) k = tkv_xmalloc((size_t)r->n * kd * sizeof(float)), v = tkv_xmalloc((size_t)r->n * kd * sizeof(float));
-                exact_get(row, r->exact_fmt, k + (size_t)nd * kd, v + (size_t)nd * kd, kd);
-                dev[nd++] = s->ref[i];
-            }
+            if (kv_host_pool(kv, t)) memcpy(be_kv_record(&kv->pools, s->ref[i], l), row, rb);
+            else exact_get(row, r->exact_fmt, k + (size_t)d * kd, v + (size_t)d * kd, kd), d++;
             row += rb;
         }
         if (nd) {
@@ -167,8 +159,7 @@ int kv_seq_import(kv_cache *kv, int seq, const kv_rec *r, char *err, size_t errl
         }
     }
     free(dev), free(k), free(v);
-    int64_t t0b = (int64_t)s->t0_held * kv_token_bytes(kv, BE_T0);
-    if (t0b > s->c.peak_t0_bytes) s->c.peak_t0_bytes = t0b;
+    kv_note_t0_peak(kv, s);
     kv->tables_gen++;
     if (kv_ops_ranked(kv->ops)) {
         kv_retier_one(kv, s); /* to its budget and protection, as a take-over would */

@@ -150,10 +150,8 @@ static void start_batch(kv_cache *kv) {
 
 /* ---- tier bookkeeping of one position ---- */
 
-static int tier_of(int32_t ref) { return ref == BE_SLOT_NONE ? 3 : BE_SLOT_TIER(ref); }
-
 void kv_place(kv_cache *kv, kv_seq *s, int pos, int32_t ref) {
-    int from = tier_of(s->ref[pos]), to = tier_of(ref);
+    int from = kv_ref_tier(s->ref[pos]), to = kv_ref_tier(ref);
     s->ntok[from]--;
     s->ntok[to]++;
     s->ref[pos] = ref;
@@ -169,7 +167,7 @@ void kv_place(kv_cache *kv, kv_seq *s, int pos, int32_t ref) {
  * of the lower tier is allocated and the copy queued. Counts go to r. */
 static void plan_demotion(kv_cache *kv, kv_seq *s, int pos, int to, kv_retier_record *r) {
     kv_batch *b = &kv->batch;
-    TKV_ASSERT(tier_of(s->ref[pos]) == BE_T0 && to > BE_T0 && to <= 3);
+    TKV_ASSERT(kv_ref_tier(s->ref[pos]) == BE_T0 && to > BE_T0 && to <= 3);
     push_recycle(b, s->ref[pos], (int)(s - kv->seq));
     if (to == 3) {
         kv_place(kv, s, pos, BE_SLOT_NONE);
@@ -233,7 +231,7 @@ static int pick_victim(const kv_cache *kv, kv_seq *s, int new_len, double *best_
     int best = -1;
     const double *r = rank_of(s);
     for (int i = 0; i < s->fresh_from && i < s->len; i++) {
-        if (tier_of(s->ref[i]) != BE_T0 || kv_is_protected(kv, s, i, new_len) || kv_slot_holders(kv, s->ref[i]) > 1) continue;
+        if (kv_ref_tier(s->ref[i]) != BE_T0 || kv_is_protected(kv, s, i, new_len) || kv_slot_holders(kv, s->ref[i]) > 1) continue;
         if (best < 0 || r[i] < r[best]) best = i;
     }
     if (best >= 0 && best_score) *best_score = s->score[best];
@@ -309,7 +307,7 @@ static int mark_protected(const kv_cache *kv, kv_seq *s) {
     int n = 0;
     for (int i = 0; i < s->len; i++) {
         int p = kv_is_protected(kv, s, i, s->len) ||
-                (s->ref[i] != BE_SLOT_NONE && kv_slot_holders(kv, s->ref[i]) > 1 && tier_of(s->ref[i]) == BE_T0);
+                (s->ref[i] != BE_SLOT_NONE && kv_slot_holders(kv, s->ref[i]) > 1 && kv_ref_tier(s->ref[i]) == BE_T0);
         s->prot[i] = (uint8_t)p;
         n += p;
     }
@@ -326,7 +324,7 @@ static void select_targets(kv_cache *kv, kv_seq *s, int nprot, int room0) {
         .n_head_kv = kv->o.n_head_kv, .stride = s->n_ctx,
         .order = s->order, .scratch = s->scratch,
     };
-    for (int i = 0; i < len; i++) s->cur[i] = (uint8_t)tier_of(s->ref[i]);
+    for (int i = 0; i < len; i++) s->cur[i] = (uint8_t)kv_ref_tier(s->ref[i]);
     in.tier = s->cur;
     int room3 = kv_ratio_tokens(kv->o.evict_ratio, len) - evicted;
     kv_policy_caps(kv->ops, n_cand, room0, kv_ratio_tokens(kv->o.t2_ratio, len), room3 < 0 ? 0 : room3, in.cap);
@@ -338,7 +336,7 @@ static void select_targets(kv_cache *kv, kv_seq *s, int nprot, int room0) {
 /* Pass 1: tokens leaving T0. Their T0 slots go to the recycle list. */
 static void plan_demotions(kv_cache *kv, kv_seq *s) {
     for (int i = 0; i < s->len; i++) {
-        int from = tier_of(s->ref[i]), to = s->target[i];
+        int from = kv_ref_tier(s->ref[i]), to = s->target[i];
         TKV_ASSERT(to <= 3 && (from != 3 || to == 3) && (!s->prot[i] || to == BE_T0));
         if (from == BE_T0 && to != BE_T0) plan_demotion(kv, s, i, to, &s->rec);
     }
@@ -349,7 +347,7 @@ static void plan_rest(kv_cache *kv, kv_seq *s, int any) {
     kv_batch *b = &kv->batch;
     int q = (int)(s - kv->seq);
     for (int i = 0; i < s->len; i++) {
-        int from = tier_of(s->ref[i]), to = s->target[i];
+        int from = kv_ref_tier(s->ref[i]), to = s->target[i];
         if (from == to || from == BE_T0) continue;
         int64_t fb = kv_token_bytes(kv, from);
         push_deferred(b, s->ref[i], q);
@@ -404,8 +402,7 @@ static void end_record(kv_cache *kv, kv_seq *s, double plan_seconds, int raised)
     s->c.retiers++;
     s->c.retier_seconds += r->plan_seconds;
     s->c.budget_raised += raised;
-    int64_t t0b = (int64_t)s->t0_held * kv_token_bytes(kv, BE_T0);
-    if (t0b > s->c.peak_t0_bytes) s->c.peak_t0_bytes = t0b;
+    kv_note_t0_peak(kv, s);
 }
 
 /* One sequence with its own budget (KV_B_RATIO, KV_B_SEQ). */
@@ -447,7 +444,7 @@ int kv_idle_to_t2(kv_cache *kv, kv_seq *s) {
     double t0 = tkv_now_s();
     int n = 0;
     for (int i = 0; i < s->len; i++) {
-        int t = tier_of(s->ref[i]);
+        int t = kv_ref_tier(s->ref[i]);
         s->target[i] = (uint8_t)(t == BE_T1 ? BE_T2 : t); /* what it shares stays in T0 */
         n += t == BE_T1;
     }
@@ -481,8 +478,8 @@ static void retier_shared(kv_cache *kv) {
         for (int i = 0; i < s->len; i++) {
             if (s->prot[i]) {
                 int32_t r = s->ref[i];
-                if (tier_of(r) == BE_T0 && !kv->mark[BE_SLOT_IDX(r)]++) prot_phys++;
-            } else if (tier_of(s->ref[i]) != 3) {
+                if (kv_ref_tier(r) == BE_T0 && !kv->mark[BE_SLOT_IDX(r)]++) prot_phys++;
+            } else if (kv_ref_tier(s->ref[i]) != 3) {
                 s->order[m++] = i;
             }
         }

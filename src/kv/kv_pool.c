@@ -103,7 +103,7 @@ int kv_pools_admit(const kv_cache *kv, int n_ctx, int64_t *bytes, char *err, siz
     int64_t n = n_ctx, token = 0, held = 0;
     for (int t = BE_T0; t <= BE_T2; t++) { /* tiers in host memory: all on a unified backend, else T1 and T2 */
         const be_kv_pool *bp = &kv->pools.pool[t];
-        if (kv->tp[t].cap_chunks == 0 || (bp->mem == BE_MEM_DEVICE && !kv->be->ops->unified)) continue;
+        if (kv->tp[t].cap_chunks == 0 || !kv_host_pool(kv, t)) continue;
         int64_t tb = (int64_t)bp->layers * (int64_t)bp->record_bytes;
         if (tb > token) token = tb;
         /* the chunks that growing on demand would have made by now (the peak in use, in whole chunks):

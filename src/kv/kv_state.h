@@ -182,6 +182,20 @@ static inline kv_seq *kv_get_seq(const kv_cache *kv, int seq) {
     return &kv->seq[seq];
 }
 
+/* The tier of a slot reference: 0..2, or 3 (evicted) for BE_SLOT_NONE. */
+static inline int kv_ref_tier(int32_t ref) { return ref == BE_SLOT_NONE ? 3 : BE_SLOT_TIER(ref); }
+
+/* 1 when the records of a tier's pool can be read and written from the host (not a GPU's T0). */
+static inline int kv_host_pool(const kv_cache *kv, int tier) {
+    return kv->pools.pool[tier].mem != BE_MEM_DEVICE || kv->be->ops->unified;
+}
+
+/* The sequence's T0 peak, after its T0 slots grew. */
+static inline void kv_note_t0_peak(const kv_cache *kv, kv_seq *s) {
+    int64_t b = (int64_t)s->t0_held * kv_token_bytes(kv, BE_T0);
+    if (b > s->c.peak_t0_bytes) s->c.peak_t0_bytes = b;
+}
+
 /* Positions per (layer, kv head) row of the keep masks. */
 static inline int kv_keep_stride(const kv_cache *kv) { return kv->o.n_ctx; }
 

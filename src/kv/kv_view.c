@@ -149,7 +149,7 @@ void kv_view_layer(kv_cache *kv, int seq, int layer, kv_view *out) {
         int32_t a = s->att[p];
         const char *k = NULL, *v = NULL;
         if (a != BE_SLOT_NONE) {
-            TKV_ASSERT(kv->pools.pool[BE_SLOT_TIER(a)].mem != BE_MEM_DEVICE || kv->be->ops->unified);
+            TKV_ASSERT(kv_host_pool(kv, BE_SLOT_TIER(a)));
             k = be_kv_record(&kv->pools, a, layer);
             v = k + kb;
         }
