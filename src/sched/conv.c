@@ -195,9 +195,3 @@ int conv_evict(conv_cache *c, tkv_session *s, int keep_seq) {
     drop(c, s, v);
     return 0;
 }
-
-int64_t conv_tokens(const conv_cache *c) {
-    int64_t t = 0;
-    for (int i = 0; i < c->n; i++) t += c->e[i].n;
-    return t;
-}

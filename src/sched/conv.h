@@ -72,6 +72,5 @@ void conv_keep(conv_cache *c, tkv_session *s, int seq, const int32_t *tokens, in
 int conv_take(conv_cache *c, int i);
 /* Closes the least recently used entry other than `keep_seq`'s; 0, or -1 when there is none. */
 int conv_evict(conv_cache *c, tkv_session *s, int keep_seq);
-int64_t conv_tokens(const conv_cache *c);
 
 #endif

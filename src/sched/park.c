@@ -50,12 +50,8 @@ static void add(park_index *p, const char *key, uint64_t salt, int32_t *tokens, 
     p->bytes += bytes;
 }
 
-struct scan {
-    park_index *p;
-};
-
 static void index_one(void *arg, const char *key) {
-    park_index *p = ((struct scan *)arg)->p;
+    park_index *p = arg;
     if (strlen(key) >= sizeof p->e[0].key) return;
     size_t n = 0, total = 0, need = 64;
     void *head = NULL;
@@ -92,8 +88,7 @@ void park_init(park_index *p, const sched_park *st, const tkv_model *m, int min_
     p->m = m;
     p->min_len = min_len > 1 ? min_len : 1;
     if (!st || !st->list) return;
-    struct scan sc = {p};
-    st->list(st->ctx, index_one, &sc);
+    st->list(st->ctx, index_one, p);
     char n[32], b[32];
     snprintf(n, sizeof n, "%d", p->n);
     snprintf(b, sizeof b, "%lld", (long long)p->bytes);

@@ -221,30 +221,22 @@ static int open_seq(sched *sc, struct job *x, char *msg, size_t n) {
 /* Takes over the conversation x continues into x's sequence: the tokens taken, 0 when it has none or
  * the take was refused (the entry is gone either way). */
 static int take_conv(sched *sc, struct job *x) {
-    if (x->park_key[0]) { /* read back into a sequence of its own, then taken over as a kept one */
-        int src = park_restore(&sc->pk, sc->s, x->park_key);
-        char msg[256];
-        if (src < 0 || tkv_seq_take(sc->s, src, x->seq, x->conv_lcp, msg, sizeof msg)) {
-            if (src >= 0) tkv_seq_close(sc->s, src);
-            sc->cv.misses++;
-            return 0;
-        }
-        sc->cv.hits++;
-        sc->cv.reused += x->conv_lcp;
-        return x->conv_lcp;
-    }
-    if (x->conv_seq < 0) {
+    int src, parked = x->park_key[0] != 0;
+    if (parked) { /* read back into a sequence of its own, then taken over as a kept one */
+        src = park_restore(&sc->pk, sc->s, x->park_key);
+    } else if (x->conv_seq >= 0) {
+        int i = 0;
+        while (i < sc->cv.n && sc->cv.e[i].seq != x->conv_seq) i++;
+        TKV_ASSERT(i < sc->cv.n); /* found at open_seq, nothing ran since */
+        src = conv_take(&sc->cv, i);
+    } else {
         if (sc->cv.cap && !x->j.no_cache && !x->j.prompt_logprobs) sc->cv.misses++;
         return 0;
     }
-    int i = 0;
-    while (i < sc->cv.n && sc->cv.e[i].seq != x->conv_seq) i++;
-    TKV_ASSERT(i < sc->cv.n); /* found at open_seq, nothing ran since */
-    int src = conv_take(&sc->cv, i);
     char msg[256];
-    if (tkv_seq_take(sc->s, src, x->seq, x->conv_lcp, msg, sizeof msg)) {
-        tkv_seq_close(sc->s, src);
-        sc->cv.drops++;
+    if (src < 0 || tkv_seq_take(sc->s, src, x->seq, x->conv_lcp, msg, sizeof msg)) {
+        if (src >= 0) tkv_seq_close(sc->s, src);
+        sc->cv.drops += !parked; /* a kept one is gone (a record that was not read is counted by park) */
         sc->cv.misses++;
         return 0;
     }
