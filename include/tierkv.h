@@ -48,7 +48,10 @@ void tkv_model_close(tkv_model *m);
 typedef struct {
     char arch[16];
     int n_vocab, n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
-    uint64_t weight_bytes; /* bytes of the weights one forward token reads */
+    uint64_t weight_bytes; /* bytes of the weights one forward token reads (of an expert FFN: its
+                              n_expert_used experts) */
+    int n_expert, n_expert_used; /* an expert FFN's experts and experts per token (0: a dense FFN) */
+    uint64_t expert_bytes;       /* bytes of one expert's matrices, summed over the layers */
     const char *backend;   /* "cpu" or "cuda" */
     const char *kernels;   /* what the backend runs, e.g. "avx512" */
 } tkv_model_info;
@@ -328,6 +331,9 @@ typedef struct {
 int tkv_stats_get(const tkv_session *s, int seq, tkv_stats *out, char *err, size_t errlen);
 /* Waits for every move in flight (so statistics are settled). */
 void tkv_sync(tkv_session *s);
+/* Bytes of expert matrices the forward has read since the session opened (each expert a step routes
+ * any token to, once per layer); 0 for a dense model. */
+uint64_t tkv_expert_bytes_read(const tkv_session *s);
 /* A table for people (seq < 0: the session), the re-tiering log, and JSON ({"policy", "total",
  * "seqs": [...]}); the write functions return -1 when the stream reports an error. */
 void tkv_stats_print(FILE *f, const tkv_session *s, int seq);

@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "t.h"
 #include "t_engine.h"
+#include "t_ref.h"
 
 #define QWEN2 "fixtures/models/qwen2-Q4_K_M.gguf"
 #define LLAMA "fixtures/models/llama-Q8_0.gguf"
@@ -171,7 +172,7 @@ static void check_hierarchy(cand *c, int step) {
 /* 512 greedy steps after a 64-token prompt, T0 at 10/30/50/70% of the length, re-tiering every
  * 1, 7 or 64 steps, no T2 and no eviction (T1 takes the rest). The window is 16 so that T0 has room
  * for unprotected tokens and re-tierings move tokens both ways. */
-static void hierarchy_grid(const char *model) {
+static void hierarchy_grid_at(const char *path) {
     static const double ratios[] = {0.1, 0.3, 0.5, 0.7};
     static const int deltas[] = {1, 7, 64};
     enum { NP = 64, NG = 512, K = 12 };
@@ -184,11 +185,10 @@ static void hierarchy_grid(const char *model) {
             cand_init(&c[i], names[i], KV_POLICY_HIERARCHY, ratios[r], deltas[d]);
             c[i].kv.window = 16;
         }
-    NEED(model);
-    REQUIRE(lockstep(t_shared(model), 1, NP, NG, c, K, check_hierarchy) == 0);
+    REQUIRE(path && lockstep(path, 1, NP, NG, c, K, check_hierarchy) == 0);
     for (int i = 0; i < K; i++) {
         const kv_stats *s = &c[i].st;
-        if (i == 0) printf("    %s\n", model);
+        if (i == 0) printf("    %s\n", path);
         printf("    %-26s down %7.1f KiB up %7.1f KiB retiers %3lld peak T0 %6.1f KiB budget %6.1f KiB\n", c[i].name,
                s->bytes_moved_down / 1024.0, s->bytes_moved_up / 1024.0, (long long)s->retiers, s->peak_t0_bytes / 1024.0,
                s->t0_budget_bytes / 1024.0);
@@ -203,8 +203,16 @@ static void hierarchy_grid(const char *model) {
     }
 }
 
+static void hierarchy_grid(const char *model) {
+    NEED(model);
+    hierarchy_grid_at(t_shared(model));
+}
+
 TEST(kv_model_hierarchy_bit_exact_qwen2) { hierarchy_grid(QWEN2); }
 TEST(kv_model_hierarchy_bit_exact_llama) { hierarchy_grid(LLAMA); }
+/* Qwen3's per-head q/k norm and its expert FFN change nothing of the KV module's: the same grid */
+TEST(kv_model_hierarchy_bit_exact_qwen3) { hierarchy_grid_at(t_gen_model("test-qwen3", "Q4_K_M")); }
+TEST(kv_model_hierarchy_bit_exact_qwen3moe) { hierarchy_grid_at(t_gen_model("test-qwen3moe", "Q4_K_M")); }
 
 /* The staged path (T1 rows copied into staging) and synchronous transfers, alone and together. */
 TEST(kv_model_hierarchy_staged_and_sync) {

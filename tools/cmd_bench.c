@@ -60,6 +60,29 @@ static int32_t rand_tok(int V) {
     return (int32_t)(rng_state % (uint64_t)(V > 1000 ? 1000 : V)) + (V > 2000 ? 1000 : 0);
 }
 
+/* An expert FFN's reads over `steps` decode steps of n_seq tokens: bytes read per step, against
+ * what the routing allows (n_seq * experts per token at most, all experts at most). */
+static void report_experts(int json, const char *test, const tkv_model_info *info, uint64_t bytes, int steps, int n_seq) {
+    if (!info->n_expert || steps < 1) return;
+    double per = (double)bytes / steps, one = (double)info->expert_bytes;
+    int most = n_seq * info->n_expert_used < info->n_expert ? n_seq * info->n_expert_used : info->n_expert;
+    if (json) {
+        struct json_out j;
+        out_json_begin(&j);
+        json_out_key(&j, "test"), json_out_str(&j, "experts");
+        json_out_key(&j, "of"), json_out_str(&j, test);
+        json_out_key(&j, "sequences"), json_out_int(&j, n_seq);
+        json_out_key(&j, "expert_bytes_per_step"), json_out_fixed(&j, per, 0);
+        json_out_key(&j, "experts_read_per_step"), json_out_fixed(&j, per / one, 2);
+        json_out_key(&j, "experts_routed_at_most"), json_out_int(&j, most);
+        json_out_key(&j, "experts"), json_out_int(&j, info->n_expert);
+        out_json_end(&j);
+    } else
+        printf("# experts %s: %.1f MB of expert weights read per step = %.2f experts of %d (each read once per step "
+               "for all its tokens; %d tokens x %d routed: at most %d)\n",
+               test, per / 1e6, per / one, info->n_expert, n_seq, info->n_expert_used, most);
+}
+
 static void report(int json, const char *test, int depth, int n_tok, int n_seq, double tps, const common_opts *c, const char *isa) {
     if (json) {
         struct json_out j;
@@ -246,6 +269,7 @@ int cmd_bench(int argc, char **argv) {
             int at = d;
             /* one untimed step warms caches and the worker threads */
             if (tkv_decode(e, &seqs[0], &toks[at++], 1, logits, err, sizeof err)) goto fail;
+            uint64_t xb = tkv_expert_bytes_read(e);
             for (int r = 0; r < reps; r++) {
                 double t0 = tkv_now_s();
                 for (int st = 0; st < n_gen; st++)
@@ -255,27 +279,32 @@ int cmd_bench(int argc, char **argv) {
             char name[32];
             snprintf(name, sizeof name, "tg%ld", n_gen);
             report(json, name, d, (int)n_gen, 1, median(samples, (int)reps), &c, info.kernels);
+            report_experts(json, name, &info, tkv_expert_bytes_read(e) - xb, (int)(reps * n_gen), 1);
         }
     }
     for (int k = 0; parallel > 1 && n_gen > 0 && k < (par_depth ? n_depths : 1); k++) {
         /* every sequence gets its context (a short prompt, or each depth), then all decode together */
         int pl = par_depth ? (depths[k] > 0 ? depths[k] : 1) : PAR_PROMPT;
         int pflags = par_depth ? dflags : 0;
+        uint64_t xb = 0;
         for (int r = 0; r < reps; r++) {
             for (int q = 0; q < n_seq; q++) {
                 if (reopen(e, &seqs[q], pl + (int)n_gen + 1, pflags ? 0 : pl, err, sizeof err)) goto fail;
                 if (tkv_prefill_ex(e, seqs[q], toks, pl, pflags, NULL, 0, err, sizeof err)) goto fail;
             }
             double t0 = tkv_now_s();
+            uint64_t xb0 = tkv_expert_bytes_read(e);
             for (int g = 0; g < n_gen; g++) {
                 for (int q = 0; q < n_seq; q++) step[q] = toks[pl + g];
                 if (tkv_decode(e, seqs, step, n_seq, logits, err, sizeof err)) goto fail;
             }
             samples[r] = (double)n_gen * n_seq / (tkv_now_s() - t0);
+            xb += tkv_expert_bytes_read(e) - xb0;
         }
         char name[32];
         snprintf(name, sizeof name, "tg%ld_x%d", n_gen, n_seq);
         report(json, name, pl, (int)n_gen, n_seq, median(samples, (int)reps), &c, info.kernels);
+        report_experts(json, name, &info, xb, (int)(reps * n_gen), n_seq);
     }
     if (membw) {
         double bw = measure_read_bandwidth(c.mp.n_threads, !c.mp.mmap_weights);

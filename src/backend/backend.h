@@ -234,6 +234,11 @@ typedef struct {
     void (*swiglu)(be_backend *b, float *gate, const float *up, int64_t n); /* gate = silu(gate) * up */
     /* dst[i] = src[rows[i]] for i < n, rows of `width` floats (rows is host) */
     void (*gather_rows)(be_backend *b, float *dst, const float *src, const int *rows, int n, int width);
+    /* Optional (NULL: the backend runs no expert FFN). The weighted sums of an expert FFN's outputs:
+     * y[t] = w[t*k] src[rows[t*k]] + ... + w[t*k+k-1] src[rows[t*k+k-1]] for t < n, left to right in
+     * f32 (each product rounded, then added), rows of `width` floats (rows and w are host arrays) */
+    void (*combine_rows)(be_backend *b, float *y, const float *src, const int *rows, const float *w, int n, int k,
+                         int width);
 
     /* KV */
     /* writes the K and V rows [n][kv_dim] of n new tokens for one layer into their slots (host

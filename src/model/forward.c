@@ -50,6 +50,15 @@ struct fwd {
     float *att;      /* [ATT_SUB x n_head x n_ctx] attention weights for the policy */
     float *att_host; /* pinned host copy of att (not unified backends, not split) */
     void *mm_scratch, *att_scratch;
+    /* expert FFN (cfg.n_expert): router logits [max_batch x n_expert] (and their pinned host copy),
+     * each expert's input rows [max_batch x n_embd], the experts' outputs [max_batch * k x n_embd] */
+    float *rlogits, *rlogits_host, *xe, *ye;
+    int *route_rows;   /* [max_batch * k] host: row of ye holding token t's j-th expert output */
+    float *route_w;    /* [max_batch * k] host: its weight */
+    int *route_sel;    /* [max_batch * k] host: the expert */
+    int *exp_tok;      /* [max_batch * k] host: tokens grouped by expert */
+    int *exp_n;        /* [n_expert + 1] host: counts, then offsets */
+    uint64_t expert_read; /* bytes of expert matrices read since init */
     be_split *split; /* the split form's buffers (opt.split) */
     /* per call, host */
     int32_t *slots;  /* [max_batch] the new tokens' slots */
@@ -81,6 +90,15 @@ static size_t mm_scratch_bytes(const model *m, be_backend *be, int64_t B) {
         if ((t = op->matmul_scratch(be, gu, 2, (int64_t)c->n_embd, B)) > s) s = t;
         if ((t = op->matmul_scratch(be, &wo, 1, L->wo.n_in, B)) > s) s = t;
         if ((t = op->matmul_scratch(be, &wd, 1, L->wdown.n_in, B)) > s) s = t;
+        if (!c->n_expert) continue;
+        be_mm_out r = {&L->router, NULL, 0}, egu[2] = {{&L->egate[0], NULL, 0}, {&L->eup[0], NULL, 0}};
+        be_mm_out ed = {&L->edown[0], NULL, 0};
+        if ((t = op->matmul_scratch(be, &r, 1, (int64_t)c->n_embd, B)) > s) s = t;
+        for (int e = 0; e < c->n_expert; e++) { /* types may differ between experts only in odd files */
+            egu[0].w = &L->egate[e], egu[1].w = &L->eup[e], ed.w = &L->edown[e];
+            if ((t = op->matmul_scratch(be, egu, 2, (int64_t)c->n_embd, B)) > s) s = t;
+            if ((t = op->matmul_scratch(be, &ed, 1, (int64_t)c->n_ff_exp, B)) > s) s = t;
+        }
     }
     return s;
 }
@@ -92,11 +110,13 @@ static int alloc_buffers(fwd *f, char *err, size_t errlen) {
     const model_config *c = &f->m->cfg;
     const fwd_options *o = &f->opt;
     size_t B = (size_t)o->max_batch, E = (size_t)c->n_embd, Q = (size_t)c->n_head * c->head_dim;
-    size_t KV = (size_t)c->n_head_kv * c->head_dim, F = (size_t)c->n_ff, A = (size_t)ATT_SUB * c->n_head * (size_t)o->n_ctx;
+    size_t KV = (size_t)c->n_head_kv * c->head_dim, A = (size_t)ATT_SUB * c->n_head * (size_t)o->n_ctx;
+    size_t F = (size_t)(c->n_expert ? c->n_ff_exp : c->n_ff), X = (size_t)c->n_expert, K = (size_t)c->n_expert_used;
     size_t s = mm_scratch_bytes(f->m, f->be, (int64_t)B);
     size_t as = f->op->attention_scratch(f->be, ATT_SUB, o->n_ctx, c->n_head, c->head_dim);
     uint64_t need = (uint64_t)B * (4 * E + 2 * Q + 2 * KV + 2 * F) * 4 + (uint64_t)A * 4 + s + as, host_need = 0;
-    if (!f->op->unified) host_need = (o->split ? 0 : (uint64_t)A * 4) + (uint64_t)B * c->n_vocab * 4;
+    if (X) need += (uint64_t)B * (X + E + K * E) * 4;
+    if (!f->op->unified) host_need = (o->split ? 0 : (uint64_t)A * 4) + (uint64_t)B * c->n_vocab * 4 + (uint64_t)B * X * 4;
     if (o->split) host_need += be_split_host_bytes(f->be, f->host, ATT_SUB, c->n_head, c->head_dim, o->n_ctx);
     uint64_t avail = tkv_mem_available(), host_total = host_need + (f->op->unified ? need : 0);
     if (host_total > avail)
@@ -115,6 +135,16 @@ static int alloc_buffers(fwd *f, char *err, size_t errlen) {
     if (ok && !f->op->unified)
         ok = (o->split || (f->att_host = palloc(f, A * 4, err, errlen))) &&
              (f->logits_host = palloc(f, B * (size_t)c->n_vocab * 4, err, errlen));
+    if (ok && X) {
+        ok = (f->rlogits = balloc(f, B * X * 4, err, errlen)) && (f->xe = balloc(f, B * E * 4, err, errlen)) &&
+             (f->ye = balloc(f, B * K * E * 4, err, errlen)) &&
+             (f->op->unified || (f->rlogits_host = palloc(f, B * X * 4, err, errlen)));
+        f->route_rows = tkv_xcalloc(B * K, sizeof *f->route_rows);
+        f->route_w = tkv_xcalloc(B * K, sizeof *f->route_w);
+        f->route_sel = tkv_xcalloc(B * K, sizeof *f->route_sel);
+        f->exp_tok = tkv_xcalloc(B * K, sizeof *f->exp_tok);
+        f->exp_n = tkv_xcalloc(X + 1, sizeof *f->exp_n);
+    }
     if (ok && o->split)
         ok = (f->split = be_split_new(f->be, f->host, ATT_SUB, c->n_head, c->head_dim, o->n_ctx, err, errlen)) != NULL;
     f->slots = tkv_xcalloc(B, sizeof *f->slots);
@@ -153,18 +183,21 @@ fwd *fwd_init(const model *m, kv_cache *kv, be_backend *be, be_backend *host, co
 void fwd_free(fwd *f) {
     if (!f) return;
     void *dev[] = {f->x, f->h, f->tmp, f->q, f->o, f->k, f->v, f->gate, f->up, f->logit_rows, f->logits, f->att,
-                   f->mm_scratch, f->att_scratch};
+                   f->mm_scratch, f->att_scratch, f->rlogits, f->xe, f->ye};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) f->op->free(f->be, dev[i], BE_MEM_DEVICE);
-    void *pinned[] = {f->att_host, f->logits_host};
+    void *pinned[] = {f->att_host, f->logits_host, f->rlogits_host};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
         if (pinned[i]) f->op->free(f->be, pinned[i], BE_MEM_PINNED);
     be_split_free(f->split);
     free(f->slots); free(f->useq);
+    free(f->route_rows); free(f->route_w); free(f->route_sel); free(f->exp_tok); free(f->exp_n);
     free(f);
 }
 
 double fwd_attention_seconds(const fwd *f) { return f->att_seconds; }
+
+uint64_t fwd_expert_bytes(const fwd *f) { return f->expert_read; }
 
 static void matmul(fwd *f, const model_mat *w, const float *x, int n, float *y, int64_t y_stride) {
     be_mm_out o = {w, y, y_stride};
@@ -202,6 +235,73 @@ static void attention(fwd *f, int layer, const int *seq, const int *pos, int n) 
     f->att_seconds += tkv_now_s() - t_start;
 }
 
+/* Token t's experts (route_sel[t*k..]) and weights (route_w): router softmax (sum in double, as
+ * ggml's soft_max), the k most probable (the lower index first among equal ones), renormalised to
+ * sum to one (that sum in double too). */
+static void route(fwd *f, const float *logits, int n) {
+    const model_config *c = &f->m->cfg;
+    int X = c->n_expert, K = c->n_expert_used;
+    float p[1024];
+    for (int t = 0; t < n; t++) {
+        const float *lg = logits + (size_t)t * X;
+        float mx = lg[0];
+        for (int e = 1; e < X; e++) mx = lg[e] > mx ? lg[e] : mx;
+        double sum = 0;
+        for (int e = 0; e < X; e++) sum += (double)(p[e] = expf(lg[e] - mx));
+        float inv = (float)(1.0 / sum);
+        for (int e = 0; e < X; e++) p[e] *= inv;
+        int *sel = f->route_sel + (size_t)t * K;
+        float *w = f->route_w + (size_t)t * K;
+        double wsum = 0;
+        for (int j = 0; j < K; j++) {
+            int best = -1;
+            for (int e = 0; e < X; e++) {
+                int taken = 0;
+                for (int i = 0; i < j && !taken; i++) taken = sel[i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[j] = best;
+            w[j] = p[best];
+            wsum += w[j];
+        }
+        float ws = (float)wsum;
+        for (int j = 0; j < K; j++) w[j] /= ws;
+    }
+}
+
+/* The expert FFN of layer L on the normed rows f->h: x += sum_j w_j expert_j(h). Tokens are grouped
+ * by expert so that each expert's matrices are read once for all the tokens routed to it. */
+static void expert_ffn(fwd *f, const model_layer *L, int n) {
+    const model_config *c = &f->m->cfg;
+    be_backend *be = f->be;
+    const be_ops *op = f->op;
+    int X = c->n_expert, K = c->n_expert_used, E = c->n_embd, FE = c->n_ff_exp;
+    matmul(f, &L->router, f->h, n, f->rlogits, X);
+    route(f, op->read(be, f->rlogits, (size_t)n * X * sizeof(float), f->rlogits_host), n);
+    int *cnt = f->exp_n;
+    memset(cnt, 0, (size_t)(X + 1) * sizeof *cnt);
+    for (int i = 0; i < n * K; i++) cnt[f->route_sel[i] + 1]++;
+    for (int e = 0; e < X; e++) cnt[e + 1] += cnt[e]; /* cnt[e]: the first row of expert e */
+    for (int i = 0; i < n * K; i++) { /* token order within each expert */
+        int e = f->route_sel[i];
+        f->route_rows[i] = cnt[e];
+        f->exp_tok[cnt[e]++] = i / K;
+    }
+    for (int e = X; e > 0; e--) cnt[e] = cnt[e - 1]; /* back to offsets */
+    cnt[0] = 0;
+    for (int e = 0; e < X; e++) {
+        int ne = cnt[e + 1] - cnt[e];
+        if (!ne) continue;
+        op->gather_rows(be, f->xe, f->h, f->exp_tok + cnt[e], ne, E);
+        matmul_fused(f, (const model_mat *const[]){&L->egate[e], &L->eup[e]}, (float *const[]){f->gate, f->up}, 2, f->xe, ne);
+        op->swiglu(be, f->gate, f->up, (int64_t)ne * FE);
+        matmul(f, &L->edown[e], f->gate, ne, f->ye + (size_t)cnt[e] * E, E);
+        f->expert_read += L->expert_bytes;
+    }
+    op->combine_rows(be, f->tmp, f->ye, f->route_rows, f->route_w, n, K, E);
+    op->add(be, f->x, f->tmp, (int64_t)n * E);
+}
+
 int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const uint8_t *is_prompt,
             const uint8_t *want, int n, float *logits, char *err, size_t errlen) {
     const model *m = f->m;
@@ -235,6 +335,10 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
         op->add_bias(be, f->q, L->bq, n, Q);
         op->add_bias(be, f->k, L->bk, n, KV);
         op->add_bias(be, f->v, L->bv, n, KV);
+        if (L->q_norm) { /* per head, in place */
+            op->rmsnorm(be, f->q, f->q, L->q_norm, n * c->n_head, c->head_dim, c->rms_eps);
+            op->rmsnorm(be, f->k, f->k, L->k_norm, n * c->n_head_kv, c->head_dim, c->rms_eps);
+        }
         op->rope(be, f->q, n, c->n_head, c->head_dim, pos, c->rope_base, c->rope_scale, c->rope_neox);
         op->rope(be, f->k, n, c->n_head_kv, c->head_dim, pos, c->rope_base, c->rope_scale, c->rope_neox);
         kv_layer_begin(f->kv, f->useq, nu, l); /* fence this layer's moves, stage T1/T2 rows */
@@ -245,6 +349,10 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
         op->add(be, f->x, f->tmp, (int64_t)n * E);
 
         op->rmsnorm(be, f->h, f->x, L->ffn_norm, n, E, c->rms_eps);
+        if (c->n_expert) {
+            expert_ffn(f, L, n);
+            continue;
+        }
         matmul_fused(f, (const model_mat *const[]){&L->wgate, &L->wup}, (float *const[]){f->gate, f->up}, 2, f->h, n);
         op->swiglu(be, f->gate, f->up, (int64_t)n * F);
         matmul(f, &L->wdown, f->gate, n, f->tmp, E);

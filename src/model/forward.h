@@ -1,4 +1,4 @@
-/* forward.h — THE forward pass of qwen2/llama, over a batch of tokens that may belong to several
+/* forward.h — THE forward pass of qwen2/llama/qwen3/qwen3moe, over a batch of tokens that may belong to several
  * sequences (prefill chunks, or one decode token per sequence), on any backend (backend/backend.h).
  * Owns the activation buffers (allocated once at init in the backend's memory: nothing allocates
  * inside a step) and reads/writes K and V only through the KV cache interface (kv/kv.h), so tiering
@@ -36,5 +36,8 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
 
 /* Seconds spent in attention (including fences) since init: for benchmarks. */
 double fwd_attention_seconds(const fwd *f);
+/* Bytes of expert matrices read since init (an expert FFN: each expert a call routes any token to
+ * is read once per layer): for benchmarks. 0 for a dense model. */
+uint64_t fwd_expert_bytes(const fwd *f);
 
 #endif

@@ -30,9 +30,11 @@ int model_config_from_gguf(const gguf_file *f, model_config *c, char *err, size_
     memset(c, 0, sizeof *c);
     gguf_str arch;
     if (gguf_get_str(f, "general.architecture", &arch, err, errlen)) return -1;
+    int moe = gguf_str_eq(arch, "qwen3moe");
     if (gguf_str_eq(arch, "qwen2")) c->rope_neox = 1;
     else if (gguf_str_eq(arch, "llama")) c->rope_neox = 0;
-    else return tkv_errf(err, errlen, "model: unsupported architecture '%.*s' (supported: qwen2, llama)",
+    else if (gguf_str_eq(arch, "qwen3") || moe) c->rope_neox = 1, c->qk_norm = 1;
+    else return tkv_errf(err, errlen, "model: unsupported architecture '%.*s' (supported: qwen2, llama, qwen3, qwen3moe)",
                          (int)(arch.len > 40 ? 40 : arch.len), arch.ptr);
     memcpy(c->arch, arch.ptr, arch.len);
     char key[96];
@@ -55,14 +57,31 @@ int model_config_from_gguf(const gguf_file *f, model_config *c, char *err, size_
     if (c->n_layer < 1 || c->n_layer > 4096) return tkv_errf(err, errlen, "model: block_count %d out of range", c->n_layer);
     if (c->n_embd < 1 || c->n_embd > 1 << 20) return tkv_errf(err, errlen, "model: embedding_length %d out of range", c->n_embd);
     if (c->n_ff < 1 || c->n_ff > 1 << 22) return tkv_errf(err, errlen, "model: feed_forward_length %d out of range", c->n_ff);
-    if (c->n_head < 1 || c->n_head_kv < 1 || c->n_head % c->n_head_kv != 0 || c->n_embd % c->n_head != 0)
-        return tkv_errf(err, errlen, "model: head counts %d/%d do not divide embedding %d", c->n_head, c->n_head_kv, c->n_embd);
-    c->head_dim = c->n_embd / c->n_head;
-    if (get_u32_opt(f, KEY("attention.key_length"), &v, (uint32_t)c->head_dim, err, errlen)) return -1;
-    if ((int)v != c->head_dim) return tkv_errf(err, errlen, "model: key_length %u != embedding/heads %d (unsupported)", v, c->head_dim);
+    if (c->n_head < 1 || c->n_head > 4096 || c->n_head_kv < 1 || c->n_head % c->n_head_kv != 0)
+        return tkv_errf(err, errlen, "model: head counts %d/%d (kv heads must divide heads, both 1..4096)", c->n_head, c->n_head_kv);
+    /* the head dimension is the file's key_length; without one, embedding / heads */
+    if (!gguf_find(f, KEY("attention.key_length")) && c->n_embd % c->n_head != 0)
+        return tkv_errf(err, errlen, "model: %d heads do not divide embedding %d and the file has no key_length", c->n_head, c->n_embd);
+    if (get_u32_opt(f, KEY("attention.key_length"), &v, (uint32_t)(c->n_embd / c->n_head), err, errlen)) return -1;
+    if (v < 2 || v > 1024 || v % 2) return tkv_errf(err, errlen, "model: key_length %u unsupported (an even 2..1024)", v);
+    c->head_dim = (int)v;
+    if (get_u32_opt(f, KEY("attention.value_length"), &v, (uint32_t)c->head_dim, err, errlen)) return -1;
+    if ((int)v != c->head_dim) return tkv_errf(err, errlen, "model: value_length %u != key_length %d (unsupported)", v, c->head_dim);
     if (get_u32_opt(f, KEY("rope.dimension_count"), &v, (uint32_t)c->head_dim, err, errlen)) return -1;
     if ((int)v != c->head_dim) return tkv_errf(err, errlen, "model: rope.dimension_count %u != head_dim %d (unsupported)", v, c->head_dim);
-    if (c->head_dim % 2 || c->head_dim > 1024) return tkv_errf(err, errlen, "model: head_dim %d unsupported", c->head_dim);
+    if (moe) {
+        if (gguf_get_u32(f, KEY("expert_count"), &v, err, errlen)) return -1;
+        c->n_expert = (int)v;
+        if (gguf_get_u32(f, KEY("expert_used_count"), &v, err, errlen)) return -1;
+        c->n_expert_used = (int)v;
+        if (gguf_get_u32(f, KEY("expert_feed_forward_length"), &v, err, errlen)) return -1;
+        c->n_ff_exp = (int)v;
+        if (c->n_expert < 1 || c->n_expert > 1024 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert)
+            return tkv_errf(err, errlen, "model: %d experts, %d used per token (1 <= used <= experts <= 1024)", c->n_expert,
+                            c->n_expert_used);
+        if (c->n_ff_exp < 1 || c->n_ff_exp > 1 << 22)
+            return tkv_errf(err, errlen, "model: expert_feed_forward_length %d out of range", c->n_ff_exp);
+    }
     if (!(c->rms_eps > 0) || !isfinite(c->rms_eps) || !(c->rope_base > 0) || !isfinite(c->rope_base))
         return tkv_errf(err, errlen, "model: bad rms epsilon %g or rope base %g (both must be finite and > 0)",
                         (double)c->rms_eps, (double)c->rope_base);
@@ -146,6 +165,37 @@ static void bind_mat(binder *b, model_mat *m, const char *name, int64_t n_in, in
     m->n_out = n_out;
 }
 
+/* The n_expert slices of a 3-D expert tensor [n_in, n_out, n_expert]: one matrix per expert, each
+ * starting on the alignment its kernels read (checked, as a tensor's is). */
+static void bind_experts(binder *b, model_mat *m, const char *name, int64_t n_in, int64_t n_out, int n_expert) {
+    memset(m, 0, (size_t)n_expert * sizeof *m);
+    const gguf_tensor *t = find(b, name, 1);
+    if (!t || b->bad || !aligned(b, t, name)) return;
+    if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != (uint64_t)n_expert || t->ne[3] != 1) {
+        b->bad = 1;
+        tkv_errf(b->err, b->errlen, "model: tensor '%s' has shape [%llu, %llu, %llu], expected [%lld, %lld, %d]", name,
+                 (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                 (long long)n_in, (long long)n_out, n_expert);
+        return;
+    }
+    uint32_t blck = ggml_type_supported(t->type) ? ggml_blck_size(t->type) : 0;
+    if (!blck || n_in % blck) {
+        b->bad = 1;
+        tkv_errf(b->err, b->errlen, "model: tensor '%s' has type %s, which tierkv cannot run with rows of %lld", name,
+                 ggml_type_name(t->type), (long long)n_in);
+        return;
+    }
+    uint64_t bytes = (uint64_t)n_out * (uint64_t)(n_in / blck) * ggml_type_size(t->type);
+    if (bytes % TENSOR_ALIGN) {
+        b->bad = 1;
+        tkv_errf(b->err, b->errlen, "model: tensor '%s': one expert's %llu bytes are not a multiple of %d; tierkv reads "
+                 "each expert in place and needs it aligned", name, (unsigned long long)bytes, TENSOR_ALIGN);
+        return;
+    }
+    for (int e = 0; e < n_expert; e++)
+        m[e] = (model_mat){.data = t->data + (uint64_t)e * bytes, .type = t->type, .n_in = n_in, .n_out = n_out};
+}
+
 static const float *bind_vec(binder *b, model *mdl, const char *name, int64_t n, int required) {
     const gguf_tensor *t = find(b, name, required);
     if (!t || b->bad || !aligned(b, t, name)) return NULL;
@@ -183,7 +233,7 @@ int model_bind(gguf_file *f, model **out, char *err, size_t errlen) {
     m->cfg = c;
     m->layers = tkv_xcalloc((size_t)c.n_layer, sizeof(model_layer));
     binder b = {.f = f, .err = err, .errlen = errlen};
-    int qwen = c.rope_neox;
+    int qwen = !strcmp(c.arch, "qwen2"); /* biases required */
     int64_t E = c.n_embd, Q = (int64_t)c.n_head * c.head_dim, KV = (int64_t)c.n_head_kv * c.head_dim, F = c.n_ff;
     bind_mat(&b, &m->tok_embd, "token_embd.weight", E, c.n_vocab, 1);
     m->output_norm = bind_vec(&b, m, "output_norm.weight", E, 1);
@@ -202,20 +252,34 @@ int model_bind(gguf_file *f, model **out, char *err, size_t errlen) {
         L->bk = bind_vec(&b, m, N("attn_k.bias"), KV, qwen);
         L->bv = bind_vec(&b, m, N("attn_v.bias"), KV, qwen);
         L->bo = bind_vec(&b, m, N("attn_output.bias"), E, 0);
+        if (c.qk_norm) {
+            L->q_norm = bind_vec(&b, m, N("attn_q_norm.weight"), c.head_dim, 1);
+            L->k_norm = bind_vec(&b, m, N("attn_k_norm.weight"), c.head_dim, 1);
+        }
         L->ffn_norm = bind_vec(&b, m, N("ffn_norm.weight"), E, 1);
-        bind_mat(&b, &L->wgate, N("ffn_gate.weight"), E, F, 1);
-        bind_mat(&b, &L->wup, N("ffn_up.weight"), E, F, 1);
-        bind_mat(&b, &L->wdown, N("ffn_down.weight"), F, E, 1);
+        if (c.n_expert) {
+            int X = c.n_expert;
+            int64_t FE = c.n_ff_exp;
+            L->egate = tkv_xcalloc((size_t)X * 3, sizeof(model_mat));
+            L->eup = L->egate + X;
+            L->edown = L->egate + 2 * X;
+            bind_mat(&b, &L->router, N("ffn_gate_inp.weight"), E, X, 1);
+            bind_experts(&b, L->egate, N("ffn_gate_exps.weight"), E, FE, X);
+            bind_experts(&b, L->eup, N("ffn_up_exps.weight"), E, FE, X);
+            bind_experts(&b, L->edown, N("ffn_down_exps.weight"), FE, E, X);
+        } else {
+            bind_mat(&b, &L->wgate, N("ffn_gate.weight"), E, F, 1);
+            bind_mat(&b, &L->wup, N("ffn_up.weight"), E, F, 1);
+            bind_mat(&b, &L->wdown, N("ffn_down.weight"), F, E, 1);
+        }
 #undef N
     }
     if (!b.bad && b.n_missing)
         tkv_errf(err, errlen, "model: %d required tensor%s missing: %s%s", b.n_missing, b.n_missing > 1 ? "s" : "",
                  b.missing, b.mlen + 40 >= sizeof b.missing ? ", ..." : "");
     if (b.bad || b.n_missing) {
-        for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
-        free(m->owned);
-        free(m->layers);
-        free(m);
+        m->file = (gguf_file){0};
+        model_close(m);
         return -1;
     }
     m->file = *f;
@@ -229,64 +293,77 @@ int model_bind(gguf_file *f, model **out, char *err, size_t errlen) {
     for (int l = 0; l < c.n_layer; l++) {
         model_layer *L = &m->layers[l];
         m->weight_bytes += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
-                           mat_bytes(&L->wgate) + mat_bytes(&L->wup) + mat_bytes(&L->wdown);
+                           mat_bytes(&L->wgate) + mat_bytes(&L->wup) + mat_bytes(&L->wdown) + mat_bytes(&L->router);
+        if (c.n_expert) L->expert_bytes = mat_bytes(&L->egate[0]) + mat_bytes(&L->eup[0]) + mat_bytes(&L->edown[0]);
+        m->expert_bytes += L->expert_bytes;
     }
+    m->weight_bytes += (uint64_t)c.n_expert_used * m->expert_bytes;
     *out = m;
     return 0;
 }
 
-/* Matrix i of 2 + 7 * n_layer: tok_embd, output (NULL when tied: it shares tok_embd's rows), then
- * each layer's q, k, v, o, gate, up, down. */
-static model_mat *mat_at(model *m, int i) {
-    if (i == 0) return &m->tok_embd;
-    if (i == 1) return m->tied_output ? NULL : &m->output;
-    model_layer *L = &m->layers[(i - 2) / 7];
-    model_mat *lm[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
-    return lm[(i - 2) % 7];
+/* Every matrix, in order: tok_embd, output (NULL when tied: it shares tok_embd's rows), then per
+ * layer q, k, v, o and the FFN's: gate, up, down, or the router and each expert's gate, up, down. */
+enum { LAYER_MATS = 7 };
+static int n_mats(const model *m) {
+    return 2 + m->cfg.n_layer * (LAYER_MATS + (m->cfg.n_expert ? 1 + 3 * m->cfg.n_expert - 3 : 0));
 }
 
-static const float **vec_at(model *m, int i) {
-    if (i == 0) return &m->output_norm;
-    model_layer *L = &m->layers[(i - 1) / 6];
-    const float **lv[6] = {&L->attn_norm, &L->ffn_norm, &L->bq, &L->bk, &L->bv, &L->bo};
-    return lv[(i - 1) % 6];
-}
-
-static const char *mat_name(int i, char *buf, size_t n) {
+static model_mat *mat_at(model *m, int i, char *name, size_t n) {
     static const char *lm[7] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
-    if (i == 0) return "token_embd.weight";
-    if (i == 1) return "output.weight";
-    snprintf(buf, n, "blk.%d.%s.weight", (i - 2) / 7, lm[(i - 2) % 7]);
-    return buf;
+    static const char *em[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    if (i == 0) return snprintf(name, n, "token_embd.weight"), &m->tok_embd;
+    if (i == 1) return snprintf(name, n, "output.weight"), m->tied_output ? NULL : &m->output;
+    int per = (n_mats(m) - 2) / m->cfg.n_layer, l = (i - 2) / per, k = (i - 2) % per;
+    model_layer *L = &m->layers[l];
+    model_mat *own[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
+    if (!m->cfg.n_expert || k < 4) return snprintf(name, n, "blk.%d.%s.weight", l, lm[k]), own[k];
+    if (k == 4) return snprintf(name, n, "blk.%d.ffn_gate_inp.weight", l), &L->router;
+    int e = (k - 5) / 3, r = (k - 5) % 3;
+    snprintf(name, n, "blk.%d.%s.weight (expert %d)", l, em[r], e);
+    return (r == 0 ? L->egate : r == 1 ? L->eup : L->edown) + e;
+}
+
+/* Vector i of 1 + 8 * n_layer and its length: output_norm, then per layer its two norms, the four
+ * biases and the two q/k norms (NULL where the model has none). */
+enum { LAYER_VECS = 8 };
+static const float **vec_at(model *m, int i, int64_t *len) {
+    const model_config *c = &m->cfg;
+    *len = c->n_embd;
+    if (i == 0) return &m->output_norm;
+    model_layer *L = &m->layers[(i - 1) / LAYER_VECS];
+    const float **lv[LAYER_VECS] = {&L->attn_norm, &L->ffn_norm, &L->bq, &L->bk, &L->bv, &L->bo, &L->q_norm, &L->k_norm};
+    int64_t lens[LAYER_VECS] = {c->n_embd, c->n_embd, (int64_t)c->n_head * c->head_dim,
+                                (int64_t)c->n_head_kv * c->head_dim, (int64_t)c->n_head_kv * c->head_dim, c->n_embd,
+                                c->head_dim, c->head_dim};
+    *len = lens[(i - 1) % LAYER_VECS];
+    return lv[(i - 1) % LAYER_VECS];
 }
 
 int model_prepare(model *m, be_backend *be, char *err, size_t errlen) {
     if (be->ops->unified && !m->file.map) return tkv_errf(err, errlen, "model: the weights are not in pages of the model's own");
+    if (m->cfg.n_expert && !be->ops->combine_rows)
+        return tkv_errf(err, errlen, "model: the %s backend does not run a mixture-of-experts FFN (%s, %d experts); "
+                        "the CPU backend does", be->ops->name, m->cfg.arch, m->cfg.n_expert);
     int writable = be->ops->unified;
     /* the pages are the model's own (a copy, or a MAP_PRIVATE mapping), read-only: made writable
      * for the backend's rewrite and read-only again */
     if (writable && mprotect(m->file.map, (size_t)m->file.map_size, PROT_READ | PROT_WRITE) != 0)
         return tkv_errf(err, errlen, "model: cannot make the weights writable to reorder them: %s (--keep-layout runs the file's layout)",
                         strerror(errno));
-    int rc = 0, n = 2 + 7 * m->cfg.n_layer;
-    char name[64], perr[256];
+    int rc = 0, n = n_mats(m);
+    char name[96], perr[256];
     for (int i = 0; i < n && !rc; i++) {
-        model_mat *w = mat_at(m, i);
+        model_mat *w = mat_at(m, i, name, sizeof name);
         if (!w || !w->data) continue;
         int role = i > 0 ? BE_W_MATMUL : m->tied_output ? BE_W_EMBED_AND_OUTPUT : BE_W_EMBED;
-        if (be->ops->prepare_weight(be, w, role, perr, sizeof perr))
-            rc = tkv_errf(err, errlen, "model: %s: %s", mat_name(i, name, sizeof name), perr);
+        if (be->ops->prepare_weight(be, w, role, perr, sizeof perr)) rc = tkv_errf(err, errlen, "model: %s: %s", name, perr);
     }
     if (m->tied_output) m->output = m->tok_embd;
-    for (int i = 0; i < 1 + 6 * m->cfg.n_layer && !rc; i++) {
-        const float **v = vec_at(m, i);
+    for (int i = 0; i < 1 + LAYER_VECS * m->cfg.n_layer && !rc; i++) {
+        int64_t len;
+        const float **v = vec_at(m, i, &len);
         if (!*v) continue;
-        int64_t len = i == 0 ? m->cfg.n_embd : 0;
-        if (i > 0) {
-            int k = (i - 1) % 6;
-            len = k < 2 || k == 5 ? m->cfg.n_embd : k == 2 ? (int64_t)m->cfg.n_head * m->cfg.head_dim
-                                                            : (int64_t)m->cfg.n_head_kv * m->cfg.head_dim;
-        }
         const float *d = be->ops->prepare_vector(be, *v, len, perr, sizeof perr);
         if (!d) rc = tkv_errf(err, errlen, "model: a norm or bias vector: %s", perr);
         else *v = d;
@@ -311,6 +388,7 @@ void model_close(model *m) {
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->k_center);
+    for (int l = 0; m->layers && l < m->cfg.n_layer; l++) free(m->layers[l].egate);
     free(m->layers);
     gguf_free(&m->file);
     free(m);

@@ -124,6 +124,22 @@ static void cpu_add_bias(be_backend *b, float *y, const float *bias, int n_rows,
         for (int i = 0; i < n; i++) y[(size_t)r * n + i] += bias[i];
 }
 
+static void cpu_combine_rows(be_backend *b, float *y, const float *src, const int *rows, const float *w, int n, int k,
+                             int width) {
+    (void)b;
+    for (int t = 0; t < n; t++) {
+        float *yr = y + (size_t)t * width;
+        for (int j = 0; j < k; j++) {
+            const float *s = src + (size_t)rows[t * k + j] * width;
+            float wj = w[t * k + j];
+            for (int i = 0; i < width; i++) {
+                float p = s[i] * wj; /* rounded before the add, as a multiply then an add of tensors */
+                yr[i] = j ? yr[i] + p : p;
+            }
+        }
+    }
+}
+
 static void cpu_add(be_backend *b, float *y, const float *x, int64_t n) {
     (void)b;
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
@@ -197,6 +213,7 @@ static const be_ops cpu_ops = {
     .embed = cpu_embed,
     .matmul = cpu_matmul_op,
     .rmsnorm = cpu_rmsnorm,
+    .combine_rows = cpu_combine_rows,
     .add_bias = cpu_add_bias,
     .add = cpu_add,
     .rope = cpu_rope,
