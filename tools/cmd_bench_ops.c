@@ -127,8 +127,9 @@ int cmd_bench_ops(int argc, char **argv) {
     printer pr = {.json = json, .reps = (int)reps, .backend = backend, .type = type_name};
     tkv_bench_ops_params p = {.backend = backend, .n_threads = (int)threads, .device = (int)device,
                               .n_embd = (int)s->n_embd, .n_head = (int)s->n_head, .n_head_kv = (int)s->n_head_kv,
-                              .n_ff = (int)s->n_ff, .type = type_name, .depths = depths, .n_depths = n_depths,
-                              .reps = (int)reps, .seed = 0x9e3779b97f4a7c15ull, .n_tok = (int)tokens};
+                              .head_dim = (int)s->head_dim, .n_ff = (int)s->n_ff, .type = type_name,
+                              .depths = depths, .n_depths = n_depths, .reps = (int)reps,
+                              .seed = 0x9e3779b97f4a7c15ull, .n_tok = (int)tokens};
     fprintf(stderr, "bench-ops: %s backend, %s, %s weights, %ld token(s) per matmul, %ld reps, wall clock over the reps "
             "ended by a read\n", backend, s->name, type_name, tokens, reps);
     if (tkv_bench_ops(&p, print_row, &pr, desc, sizeof desc, err, sizeof err)) {

@@ -73,7 +73,7 @@ typedef struct {
 } tdesc;
 
 static int plan(const model_shape *s, uint32_t want, uint32_t n_layer, tdesc **out, char *err, size_t errlen) {
-    uint32_t hd = s->n_embd / s->n_head, E = s->n_embd, KV = hd * s->n_head_kv, Q = hd * s->n_head;
+    uint32_t hd = s->head_dim, E = s->n_embd, KV = hd * s->n_head_kv, Q = hd * s->n_head;
     size_t cap = 3 + (size_t)n_layer * 12, n = 0;
     tdesc *t = calloc(cap, sizeof *t);
     if (!t) return snprintf(err, errlen, "out of memory"), -1;
@@ -147,7 +147,7 @@ static void add_metadata(gguf_writer *w, const model_shape *s, uint32_t n_layer,
     gguf_writer_add_u32(w, K("attention.head_count_kv"), s->n_head_kv);
     gguf_writer_add_f32(w, K("attention.layer_norm_rms_epsilon"), s->eps);
     gguf_writer_add_f32(w, K("rope.freq_base"), s->theta);
-    gguf_writer_add_u32(w, K("rope.dimension_count"), s->n_embd / s->n_head);
+    gguf_writer_add_u32(w, K("rope.dimension_count"), s->head_dim);
 #undef K
     /* tokenizer: 256 byte tokens, <|endoftext|> (CONTROL, eos), then [PAD<i>] (UNUSED) up to n_vocab */
     uint32_t eos = 256;
@@ -215,8 +215,7 @@ int cmd_gen_random(int argc, char **argv) {
         } else { fprintf(stderr, "gen-random: unknown flag %s\n", a); usage(stderr); return 2; }
     }
     if (!shape_name || !type_name || !out) { fprintf(stderr, "gen-random: --shape, --type and -o are required\n"); usage(stderr); return 2; }
-    const model_shape *s = NULL;
-    for (size_t i = 0; i < shapes_n; i++) if (!strcmp(shapes_table[i].name, shape_name)) s = &shapes_table[i];
+    const model_shape *s = shapes_find(shape_name);
     if (!s) { fprintf(stderr, "gen-random: unknown shape '%s'\n", shape_name); usage(stderr); return 2; }
     int ti = -1;
     for (size_t i = 0; i < N_TYPES; i++) if (!strcmp(TYPES[i].name, type_name)) ti = (int)i;
