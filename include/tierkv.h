@@ -364,7 +364,8 @@ int tkv_plan(const tkv_shape *sh, const tkv_kv_params *kv, int batch, int ctx, i
 typedef struct {
     const char *backend;        /* "cpu" (NULL: "cpu") or "cuda" */
     int n_threads, device;      /* CPU threads; CUDA device ordinal */
-    int n_embd, n_head, n_head_kv, n_ff; /* the model's shape (head_dim = n_embd / n_head) */
+    int n_embd, n_head, n_head_kv, n_ff; /* the model's shape */
+    int head_dim;               /* K and V width of one head; 0: n_embd / n_head */
     const char *type;           /* weight type by its GGUF name: "BF16", "Q8_0", "Q4_K", ... */
     const int *depths;          /* attention depths (positions) */
     int n_depths;

@@ -1,6 +1,7 @@
 /* test_bench_ops.c — `tierkv bench-ops` on the CPU backend with a tiny shape (qwen2.5-0.5b, 1 rep,
  * depth 256): one JSON line per per-layer matmul with its name, shape, type, a positive time and
- * bandwidth, then one per depth for attention; a wrong flag, shape or type is refused with status 2.
+ * bandwidth, then one per depth for attention; a wrong flag, shape or type is refused with status 2;
+ * a shape's head_dim (test-qwen3's 128, not n_embd / n_head) sets the attention matrices.
  * Checks the tool's output, not its speed. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,8 +68,9 @@ TEST(bench_ops_cpu_json) {
 }
 
 TEST(bench_ops_refuses_bad_flags) {
+    /* qwen3-30b-a3b: a mixture of experts, whose expert matmuls bench-ops does not time */
     static const char *cases[][2] = {{"--shape", "no-such-model"}, {"--type", "Q9_9"}, {"--depths", "256,,3"},
-                                     {"--reps", "0"}, {"--frobnicate", "1"}};
+                                     {"--reps", "0"}, {"--frobnicate", "1"}, {"--shape", "qwen3-30b-a3b"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *argv[] = {(char *)t_bin(), "bench-ops", "--shape", "qwen2.5-0.5b", (char *)cases[i][0], (char *)cases[i][1],
                         NULL};
@@ -78,4 +80,23 @@ TEST(bench_ops_refuses_bad_flags) {
                cases[i][1], st, err ? err : "");
         free(err);
     }
+}
+
+/* a shape whose head_dim is not n_embd / n_head (test-qwen3: 256 wide, 4 heads of 128): q is 512 wide */
+TEST(bench_ops_head_dim) {
+    char out[600];
+    snprintf(out, sizeof out, "%s/bench-ops-hd.jsonl", t_tmpdir());
+    char *argv[] = {(char *)t_bin(), "bench-ops", "--backend", "cpu", "--shape", "test-qwen3", "--type", "F32",
+                    "--depths", "16", "--reps", "1", "-t", "1", "--json", NULL};
+    char *err = NULL;
+    int st = t_spawn(argv, out, 60, &err);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d, stderr: %s", st, err ? err : "");
+    free(err);
+    char *text = t_slurp(out);
+    REQUIRE(text);
+    CHECKF(strstr(text, "\"name\":\"attn_q\",\"n_in\":256,\"n_out\":512") &&
+           strstr(text, "\"name\":\"attn_k\",\"n_in\":256,\"n_out\":256") &&
+           strstr(text, "\"name\":\"attn_output\",\"n_in\":512,\"n_out\":256") && strstr(text, "\"depth\":16"),
+           "%s", text);
+    free(text);
 }

@@ -2,19 +2,27 @@
  * writes a GGUF with the real shapes of a known model (MODELS.md) and random weights, for speed
  * benchmarks only. Weights are random quant bytes whose f16 scale fields are set so that every
  * element has a standard deviation of about 0.5/sqrt(n_in): a matmul of an O(1) activation stays
- * O(1), and nothing becomes NaN/inf through a forward pass. Norms are 1.0, biases small.
+ * O(1), and nothing becomes NaN/inf through a forward pass. Norms are 1.0, biases small; Qwen3's
+ * per-head q/k norms are 1 + 0.25 u (u uniform in [-1, 1)), so that a test can see them applied.
  * Types follow FORMATS.md 2.6: Q4_K_M is the K mix; K-quants on rows that are not a multiple of 256
  * fall back (Q4_K->Q5_0, Q5_K->Q5_1, Q6_K->Q8_0; the output or tied embedding -> Q8_0).
- * The file is streamed: one chunk of rows in memory at a time. On a failure the output is removed
- * only if this run created it: never a path it could not open, a directory, a device, or a file
- * that was there before (that one is said to be incomplete). */
+ * Architectures, as llama.cpp names and lays out their tensors: qwen2 (q/k/v biases), llama,
+ * qwen3 (no biases; attn_q_norm and attn_k_norm of head_dim; key_length/value_length), qwen3moe
+ * (qwen3's attention; an F32 router ffn_gate_inp [n_embd, n_expert] and 3-D expert tensors
+ * ffn_{gate,up}_exps [n_embd, n_ff_exp, n_expert], ffn_down_exps [n_ff_exp, n_embd, n_expert]; no
+ * dense FFN, no shared expert).
+ * The file is streamed: one chunk of rows in memory at a time, whatever the model's size. On a
+ * failure the output is removed only if this run created it: never a path it could not open, a
+ * directory, a device, or a file that was there before (that one is said to be incomplete). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
+#include "base/err.h"
 #include "base/half.h"
 #include "cmds.h"
 #include "gguf/gguf.h"
@@ -32,13 +40,14 @@ static const struct { const char *name; uint32_t type; uint32_t file_type; } TYP
 };
 #define N_TYPES (sizeof TYPES / sizeof TYPES[0])
 
-enum role { R_EMBD, R_OUTPUT, R_ATTN_V, R_FFN_DOWN, R_MATRIX };
+/* the roles llama.cpp's K mix tells apart (R_FFN_DOWN: ffn_down and ffn_down_exps alike) */
+enum role { R_EMBD, R_OUTPUT, R_ATTN_K, R_ATTN_V, R_ATTN_OUT, R_FFN_DOWN, R_MATRIX };
 
 static void usage(FILE *out) {
     fprintf(out, "usage: tierkv gen-random --shape NAME --type T -o FILE [--seed S] [--layers N]\n"
                  "  writes a GGUF with real shapes and random weights (speed benchmarks only)\n  shapes:");
     for (size_t i = 0; i < shapes_n; i++) fprintf(out, " %s", shapes_table[i].name);
-    fprintf(out, "\n  types: ");
+    fprintf(out, "\n  types (any case):");
     for (size_t i = 0; i < N_TYPES; i++) fprintf(out, " %s", TYPES[i].name);
     fprintf(out, "\n  --layers N keeps the first N layers (default: the model's count); --seed S (default 1)\n");
 }
@@ -48,12 +57,16 @@ static int more_bits(int il, int n) { return il < n / 8 || il >= 7 * n / 8 || (i
 
 static int is_kquant(uint32_t t) { return t == GGML_Q4_K || t == GGML_Q5_K || t == GGML_Q6_K; }
 
-static uint32_t pick_type(uint32_t want, enum role r, int il, int n_layer, uint64_t ne0) {
+/* llama.cpp's llama_tensor_get_type for Q4_K_M, the rows that apply here; its n_expert == 8 rules
+ * (attn_k and attn_v Q8_0, attn_output Q5_K) fire for exactly 8 experts, not for 128. */
+static uint32_t pick_type(uint32_t want, enum role r, int il, int n_layer, uint32_t n_expert, uint64_t ne0) {
     uint32_t t = want;
     if (want == MIX_Q4_K_M) {
         t = GGML_Q4_K;
         if (r == R_OUTPUT) t = GGML_Q6_K;
         if ((r == R_ATTN_V || r == R_FFN_DOWN) && more_bits(il, n_layer)) t = GGML_Q6_K;
+        if ((r == R_ATTN_V || r == R_ATTN_K) && n_expert == 8) t = GGML_Q8_0;
+        if (r == R_ATTN_OUT && n_expert == 8) t = GGML_Q5_K;
     }
     if (ne0 % ggml_blck_size(t) == 0) return t;
     if (r == R_OUTPUT && is_kquant(t)) return GGML_Q8_0;
@@ -65,55 +78,68 @@ static uint32_t pick_type(uint32_t want, enum role r, int il, int n_layer, uint6
 
 /* ---- the model ---- */
 
+enum kind { K_MATRIX, K_NORM, K_BIAS, K_QK_NORM };
+
 typedef struct {
     char name[64];
     uint32_t n_dims, type;
-    uint64_t ne[2];
-    int kind; /* 0 matrix, 1 norm (ones), 2 bias (small) */
+    uint64_t ne[3];  /* ne[0] the row (inputs), ne[1] rows (outputs), ne[2] experts; missing dims 1 */
+    enum kind kind;  /* matrix (random), norm (ones), bias (small), q/k norm (around 1) */
 } tdesc;
 
+static int is_qwen3(const model_shape *s) { return !strncmp(s->arch, "qwen3", 5); }
+
 static int plan(const model_shape *s, uint32_t want, uint32_t n_layer, tdesc **out, char *err, size_t errlen) {
-    uint32_t hd = s->n_embd / s->n_head, E = s->n_embd, KV = hd * s->n_head_kv, Q = hd * s->n_head;
-    size_t cap = 3 + (size_t)n_layer * 12, n = 0;
+    uint32_t hd = s->head_dim, E = s->n_embd, KV = hd * s->n_head_kv, Q = hd * s->n_head, X = s->n_expert;
+    size_t cap = 3 + (size_t)n_layer * 14, n = 0;
     tdesc *t = calloc(cap, sizeof *t);
     if (!t) return snprintf(err, errlen, "out of memory"), -1;
-#define MAT(nm, in, outn, role, il)                                                                        \
+#define TENSOR(nm, nd, ne0, ne1, ne2, k, typ)                                                              \
     do {                                                                                                   \
-        t[n] = (tdesc){.n_dims = 2, .ne = {(in), (outn)}, .kind = 0};                                      \
-        snprintf(t[n].name, sizeof t[n].name, "%s", nm);                                                   \
-        t[n].type = pick_type(want, role, il, (int)n_layer, (in));                                         \
-        n++;                                                                                               \
-    } while (0)
-#define VEC(nm, len, k)                                                                                    \
-    do {                                                                                                   \
-        t[n] = (tdesc){.n_dims = 1, .ne = {(len), 1}, .type = GGML_F32, .kind = (k)};                      \
+        t[n] = (tdesc){.n_dims = (nd), .ne = {(ne0), (ne1), (ne2)}, .type = (typ), .kind = (k)};           \
         snprintf(t[n].name, sizeof t[n].name, "%s", nm);                                                   \
         n++;                                                                                               \
     } while (0)
+#define MAT(nm, in, outn, role, il) TENSOR(nm, 2, in, outn, 1, K_MATRIX, pick_type(want, role, il, (int)n_layer, X, (in)))
+#define EXPERTS(nm, in, outn, role, il) TENSOR(nm, 3, in, outn, X, K_MATRIX, pick_type(want, role, il, (int)n_layer, X, (in)))
+#define VEC(nm, len, k) TENSOR(nm, 1, len, 1, 1, k, GGML_F32)
     char nm[64];
     MAT("token_embd.weight", E, s->n_vocab, s->tied ? R_OUTPUT : R_EMBD, 0);
-    int bias = strcmp(s->arch, "qwen2") == 0;
+    int bias = strcmp(s->arch, "qwen2") == 0, qk_norm = is_qwen3(s);
     for (uint32_t il = 0; il < n_layer; il++) {
         int L = (int)il;
 #define NM(x) (snprintf(nm, sizeof nm, "blk.%u." x, il), nm)
-        VEC(NM("attn_norm.weight"), E, 1);
+        VEC(NM("attn_norm.weight"), E, K_NORM);
         MAT(NM("attn_q.weight"), E, Q, R_MATRIX, L);
-        if (bias) VEC(NM("attn_q.bias"), Q, 2);
-        MAT(NM("attn_k.weight"), E, KV, R_MATRIX, L);
-        if (bias) VEC(NM("attn_k.bias"), KV, 2);
+        if (bias) VEC(NM("attn_q.bias"), Q, K_BIAS);
+        if (qk_norm) VEC(NM("attn_q_norm.weight"), hd, K_QK_NORM);
+        MAT(NM("attn_k.weight"), E, KV, R_ATTN_K, L);
+        if (bias) VEC(NM("attn_k.bias"), KV, K_BIAS);
+        if (qk_norm) VEC(NM("attn_k_norm.weight"), hd, K_QK_NORM);
         MAT(NM("attn_v.weight"), E, KV, R_ATTN_V, L);
-        if (bias) VEC(NM("attn_v.bias"), KV, 2);
-        MAT(NM("attn_output.weight"), Q, E, R_MATRIX, L);
-        VEC(NM("ffn_norm.weight"), E, 1);
-        MAT(NM("ffn_gate.weight"), E, s->n_ff, R_MATRIX, L);
-        MAT(NM("ffn_up.weight"), E, s->n_ff, R_MATRIX, L);
-        MAT(NM("ffn_down.weight"), s->n_ff, E, R_FFN_DOWN, L);
+        if (bias) VEC(NM("attn_v.bias"), KV, K_BIAS);
+        MAT(NM("attn_output.weight"), Q, E, R_ATTN_OUT, L);
+        VEC(NM("ffn_norm.weight"), E, K_NORM);
+        if (X) {
+            /* the router stays F32: converters write it so and llama.cpp's quantize leaves it */
+            TENSOR(NM("ffn_gate_inp.weight"), 2, E, X, 1, K_MATRIX, GGML_F32);
+            EXPERTS(NM("ffn_gate_exps.weight"), E, s->n_ff_exp, R_MATRIX, L);
+            EXPERTS(NM("ffn_up_exps.weight"), E, s->n_ff_exp, R_MATRIX, L);
+            EXPERTS(NM("ffn_down_exps.weight"), s->n_ff_exp, E, R_FFN_DOWN, L);
+        } else {
+            MAT(NM("ffn_gate.weight"), E, s->n_ff, R_MATRIX, L);
+            MAT(NM("ffn_up.weight"), E, s->n_ff, R_MATRIX, L);
+            MAT(NM("ffn_down.weight"), s->n_ff, E, R_FFN_DOWN, L);
+        }
 #undef NM
     }
-    VEC("output_norm.weight", E, 1);
+    VEC("output_norm.weight", E, K_NORM);
     if (!s->tied) MAT("output.weight", E, s->n_vocab, R_OUTPUT, 0);
 #undef MAT
+#undef EXPERTS
 #undef VEC
+#undef TENSOR
+    TKV_ASSERT(n <= cap);
     *out = t;
     return (int)n;
 }
@@ -147,7 +173,16 @@ static void add_metadata(gguf_writer *w, const model_shape *s, uint32_t n_layer,
     gguf_writer_add_u32(w, K("attention.head_count_kv"), s->n_head_kv);
     gguf_writer_add_f32(w, K("attention.layer_norm_rms_epsilon"), s->eps);
     gguf_writer_add_f32(w, K("rope.freq_base"), s->theta);
-    gguf_writer_add_u32(w, K("rope.dimension_count"), s->n_embd / s->n_head);
+    gguf_writer_add_u32(w, K("rope.dimension_count"), s->head_dim);
+    if (is_qwen3(s)) { /* qwen2 and llama files carry none: head_dim is n_embd / n_head there */
+        gguf_writer_add_u32(w, K("attention.key_length"), s->head_dim);
+        gguf_writer_add_u32(w, K("attention.value_length"), s->head_dim);
+    }
+    if (s->n_expert) {
+        gguf_writer_add_u32(w, K("expert_count"), s->n_expert);
+        gguf_writer_add_u32(w, K("expert_used_count"), s->n_expert_used);
+        gguf_writer_add_u32(w, K("expert_feed_forward_length"), s->n_ff_exp);
+    }
 #undef K
     /* tokenizer: 256 byte tokens, <|endoftext|> (CONTROL, eos), then [PAD<i>] (UNUSED) up to n_vocab */
     uint32_t eos = 256;
@@ -172,17 +207,20 @@ static void add_metadata(gguf_writer *w, const model_shape *s, uint32_t n_layer,
     gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", 0);
 }
 
+/* Streams one tensor: chunks of whole rows (an expert tensor's rows run expert after expert). */
 static int write_tensor(gguf_writer *w, const tdesc *t, uint8_t *buf, size_t cap, uint64_t *rng, char *err,
                         size_t errlen) {
-    uint64_t row_bytes = gguf_tensor_nbytes(t->type, 1, t->ne);
+    uint64_t row_bytes = gguf_tensor_nbytes(t->type, 1, t->ne), rows = t->ne[1] * t->ne[2];
     uint64_t rows_per = cap / row_bytes ? cap / row_bytes : 1;
-    for (uint64_t r = 0; r < t->ne[1]; r += rows_per) {
-        uint64_t nr = t->ne[1] - r < rows_per ? t->ne[1] - r : rows_per;
-        if (t->kind == 0) {
+    for (uint64_t r = 0; r < rows; r += rows_per) {
+        uint64_t nr = rows - r < rows_per ? rows - r : rows_per;
+        if (t->kind == K_MATRIX) {
             gguf_fill_random(t->type, buf, nr * t->ne[0], t->ne[0], rng);
         } else {
             for (uint64_t i = 0; i < t->ne[0]; i++) {
-                float x = t->kind == 1 ? 1.0f : 0.02f * gguf_rng_unif(rng);
+                float x = t->kind == K_NORM ? 1.0f
+                        : t->kind == K_BIAS ? 0.02f * gguf_rng_unif(rng)
+                                            : 1.0f + 0.25f * gguf_rng_unif(rng);
                 memcpy(buf + 4 * i, &x, 4);
             }
         }
@@ -215,11 +253,10 @@ int cmd_gen_random(int argc, char **argv) {
         } else { fprintf(stderr, "gen-random: unknown flag %s\n", a); usage(stderr); return 2; }
     }
     if (!shape_name || !type_name || !out) { fprintf(stderr, "gen-random: --shape, --type and -o are required\n"); usage(stderr); return 2; }
-    const model_shape *s = NULL;
-    for (size_t i = 0; i < shapes_n; i++) if (!strcmp(shapes_table[i].name, shape_name)) s = &shapes_table[i];
+    const model_shape *s = shapes_find(shape_name);
     if (!s) { fprintf(stderr, "gen-random: unknown shape '%s'\n", shape_name); usage(stderr); return 2; }
     int ti = -1;
-    for (size_t i = 0; i < N_TYPES; i++) if (!strcmp(TYPES[i].name, type_name)) ti = (int)i;
+    for (size_t i = 0; i < N_TYPES; i++) if (!strcasecmp(TYPES[i].name, type_name)) ti = (int)i;
     if (ti < 0) { fprintf(stderr, "gen-random: unknown type '%s'\n", type_name); usage(stderr); return 2; }
     uint32_t n_layer = layers > 0 ? (uint32_t)layers : s->n_layer;
 

@@ -102,7 +102,7 @@ int cmd_plan(int argc, char **argv) {
         if (shape_from_gguf(model, &sh, err, sizeof err)) { fprintf(stderr, "tierkv plan: %s\n", err); return 1; }
     } else {
         const model_shape *ms = shapes_find(shape_name); /* the speed tools' table (shapes.h) */
-        if (ms) sh = (plan_shape){ms->name, (int)ms->n_layer, (int)ms->n_head_kv, (int)(ms->n_embd / ms->n_head)};
+        if (ms) sh = (plan_shape){ms->name, (int)ms->n_layer, (int)ms->n_head_kv, (int)ms->head_dim};
         if (!sh.name) { fprintf(stderr, "tierkv plan: unknown shape '%s'\n", shape_name); usage(stderr); return 2; }
     }
     if (o.policy != TKV_POLICY_FULL && o.t0_ratio < 0 && !o.t0_budget_bytes && !o.t0_tokens)

@@ -86,8 +86,10 @@ done:
     return rc;
 }
 
+static int head_dim(const tkv_bench_ops_params *P) { return P->head_dim ? P->head_dim : P->n_embd / P->n_head; }
+
 static int bench_attention(bench *B, const tkv_bench_ops_params *P, char *err, size_t errlen) {
-    int hd = P->n_embd / P->n_head, nh = P->n_head, nkv = P->n_head_kv, kd = nkv * hd, max_d = 0;
+    int hd = head_dim(P), nh = P->n_head, nkv = P->n_head_kv, kd = nkv * hd, max_d = 0;
     for (int i = 0; i < P->n_depths; i++) max_d = P->depths[i] > max_d ? P->depths[i] : max_d;
     if (max_d <= 0) return TKV_OK;
     enum { SHIFT = 12, BATCH = 1024 };
@@ -150,10 +152,10 @@ int tkv_bench_ops(const tkv_bench_ops_params *P, void (*row)(void *ctx, const tk
                   char *describe, size_t describe_len, char *err, size_t errlen) {
     int type = ggml_type_by_name(P->type);
     if (type < 0) return tkv_errf(err, errlen, "unknown weight type '%s'", P->type ? P->type : "(none)");
-    if (P->n_embd <= 0 || P->n_head <= 0 || P->n_head_kv <= 0 || P->n_ff <= 0 || P->n_embd % P->n_head ||
-        P->n_head % P->n_head_kv || P->reps < 1)
-        return tkv_errf(err, errlen, "bench-ops: a bad shape (%d, %d heads, %d kv heads, %d) or reps %d", P->n_embd,
-                        P->n_head, P->n_head_kv, P->n_ff, P->reps);
+    if (P->n_embd <= 0 || P->n_head <= 0 || P->n_head_kv <= 0 || P->n_ff <= 0 || P->head_dim < 0 ||
+        (!P->head_dim && P->n_embd % P->n_head) || P->n_head % P->n_head_kv || P->reps < 1)
+        return tkv_errf(err, errlen, "bench-ops: a bad shape (%d, %d heads, %d kv heads, head dim %d, %d) or reps %d",
+                        P->n_embd, P->n_head, P->n_head_kv, P->head_dim, P->n_ff, P->reps);
     for (int i = 0; i < P->n_depths; i++)
         if (P->depths[i] < 1) return tkv_errf(err, errlen, "bench-ops: depth %d is not positive", P->depths[i]);
     if (P->n_tok < 0 || P->n_tok > 4096) return tkv_errf(err, errlen, "bench-ops: %d tokens per matmul (1..4096)", P->n_tok);
@@ -162,7 +164,7 @@ int tkv_bench_ops(const tkv_bench_ops_params *P, void (*row)(void *ctx, const tk
     if (be_open(&bp, &B.b, err, errlen)) return TKV_ERR;
     B.o = B.b->ops;
     if (describe && describe_len) snprintf(describe, describe_len, "%s", B.o->describe(B.b));
-    int64_t E = P->n_embd, hd = E / P->n_head, Q = hd * P->n_head, KV = hd * P->n_head_kv, F = P->n_ff;
+    int64_t E = P->n_embd, hd = head_dim(P), Q = hd * P->n_head, KV = hd * P->n_head_kv, F = P->n_ff;
     const struct { const char *name; int64_t n_in, n_out; } mats[] = {
         {"attn_q", E, Q}, {"attn_k", E, KV}, {"attn_v", E, KV}, {"attn_output", Q, E},
         {"ffn_gate", E, F}, {"ffn_up", E, F}, {"ffn_down", F, E},
