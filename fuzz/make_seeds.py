@@ -85,21 +85,27 @@ def vocab_kvs(pre):
             kv("tokenizer.chat_template", STR, TEMPLATE)]
 
 
-def model(arch, E, H, HKV, F, L, mat_type):
-    hd = E // H
+def model(arch, E, H, HKV, F, L, mat_type, hd=None, experts=0, used=0, ff_exp=0):
+    """qwen3/qwen3moe: hd (key_length) may differ from E // H; q/k norms; experts > 0: the expert FFN."""
+    hd = hd or E // H
     V = len(TOKENS)
     kvs = [kv("general.architecture", STR, arch), kv("general.name", STR, "tiny " + arch)]
+    extra = (("attention.key_length", hd), ("attention.value_length", hd)) if arch.startswith("qwen3") else ()
+    if experts:
+        extra += (("expert_count", experts), ("expert_used_count", used), ("expert_feed_forward_length", ff_exp))
     for k, v in (("context_length", 64), ("embedding_length", E), ("block_count", L), ("feed_forward_length", F),
-                 ("attention.head_count", H), ("attention.head_count_kv", HKV)):
+                 ("attention.head_count", H), ("attention.head_count_kv", HKV)) + extra:
         kvs.append(kv(f"{arch}.{k}", U32, v))
     kvs.append(kv(f"{arch}.attention.layer_norm_rms_epsilon", F32, 1e-6))
     kvs.append(kv(f"{arch}.rope.freq_base", F32, 10000.0))
     kvs += vocab_kvs("qwen2" if arch == "qwen2" else "llama-bpe")
 
-    def mat(name, n_in, n_out, seed):
+    def mat(name, n_in, n_out, seed, n_exp=0):
+        shape = [n_in, n_out] + ([n_exp] if n_exp else [])
+        rows = n_out * max(n_exp, 1)
         if mat_type == 8:
-            return (name, [n_in, n_out], 8, q8_0_bytes(n_out, n_in, seed))
-        return (name, [n_in, n_out], 1, f16_bytes(n_in * n_out, seed))
+            return (name, shape, 8, q8_0_bytes(rows, n_in, seed))
+        return (name, shape, 1, f16_bytes(n_in * rows, seed))
 
     t = [mat("token_embd.weight", E, V, 1), ("output_norm.weight", [E], 0, f32_bytes(E, 1.0))]
     for l in range(L):
@@ -111,9 +117,16 @@ def model(arch, E, H, HKV, F, L, mat_type):
             t += [(p + "attn_q.bias", [H * hd], 0, f32_bytes(H * hd, seed=1)),
                   (p + "attn_k.bias", [HKV * hd], 0, f32_bytes(HKV * hd, seed=2)),
                   (p + "attn_v.bias", [HKV * hd], 0, f32_bytes(HKV * hd, seed=3))]
+        if arch.startswith("qwen3"):
+            t += [(p + "attn_q_norm.weight", [hd], 0, f32_bytes(hd, 1.0)), (p + "attn_k_norm.weight", [hd], 0, f32_bytes(hd, 1.0))]
         t.append((p + "ffn_norm.weight", [E], 0, f32_bytes(E, 1.0)))
-        t += [mat(p + "ffn_gate.weight", E, F, 6), mat(p + "ffn_up.weight", E, F, 7), mat(p + "ffn_down.weight", F, E, 8)]
-    if arch == "llama":
+        if experts:
+            t += [(p + "ffn_gate_inp.weight", [E, experts], 0, f32_bytes(E * experts, seed=4)),
+                  mat(p + "ffn_gate_exps.weight", E, ff_exp, 6, experts), mat(p + "ffn_up_exps.weight", E, ff_exp, 7, experts),
+                  mat(p + "ffn_down_exps.weight", ff_exp, E, 8, experts)]
+        else:
+            t += [mat(p + "ffn_gate.weight", E, F, 6), mat(p + "ffn_up.weight", E, F, 7), mat(p + "ffn_down.weight", F, E, 8)]
+    if arch in ("llama", "qwen3"):
         t.append(mat("output.weight", E, V, 9))
     return gguf(kvs, t)
 
@@ -145,10 +158,14 @@ def kv_record(tiers, layers, kv_heads, head_dim, t2_fmt=None, t2_bytes=0, salt=7
 def main():
     qwen = model("qwen2", 8, 2, 1, 16, 1, 1)
     llama = model("llama", 32, 4, 2, 32, 1, 8)
+    qwen3 = model("qwen3", 8, 2, 1, 16, 1, 1, hd=8)
+    qwen3moe = model("qwen3moe", 32, 4, 2, 32, 1, 8, hd=16, experts=4, used=2, ff_exp=32)
     vocab = gguf([kv("general.architecture", STR, "llama")] + vocab_kvs("llama-bpe"), [])
     for target in ("fuzz_gguf", "fuzz_model"):
         write(target, "tiny-qwen2-f16", qwen)
         write(target, "tiny-llama-q8_0", llama)
+        write(target, "tiny-qwen3-f16", qwen3)
+        write(target, "tiny-qwen3moe-q8_0", qwen3moe)
         write(target, "vocab-only", vocab)
     write("fuzz_kv_rec", "exact", kv_record([0, 1, 1, 0], 2, 1, 4))
     write("fuzz_kv_rec", "note", kv_record([0, 0, 1], 1, 1, 4, note=b'{"messages":[{"role":"user","content":"hi"}]}'))

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "t.h"
+#include "t_ref.h"
 
 #define TIME_LIMIT 30
 #define MAX_JOBS 2
@@ -139,51 +140,80 @@ static void run_all(const char *fixture, const char *dir, entry *en, int n, long
     }
 }
 
+typedef struct { long files, cmds, valid, fixtures; } mut_counts;
+
+/* Every variant mutate-gguf makes of one model file, judged under root/BASENAME/. */
+static void mutate_one(const char *path, const char *root, mut_counts *k) {
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char dir[1100], log[1200];
+    snprintf(dir, sizeof dir, "%s/%s", root, base);
+    snprintf(log, sizeof log, "%s.mutate.log", dir);
+    char *argv[] = {(char *)t_bin(), "mutate-gguf", (char *)path, "-o", dir, "--sparse", NULL};
+    pid_t pid = t_start(argv, NULL, log, 300);
+    int st;
+    REQUIRE(pid > 0 && waitpid(pid, &st, 0) == pid);
+    char *ml = t_slurp(log);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "mutate-gguf %s: status %d: %s", base, st, ml ? ml : "");
+    free(ml);
+    entry *en = NULL;
+    int n = read_manifest(dir, &en);
+    CHECKF(n > 100, "%s: %d variants", base, n);
+    if (n <= 0) { free(en); return; }
+    run_all(base, dir, en, n, &k->cmds);
+    for (int i = 0; i < n; i++) {
+        k->valid += !strcmp(en[i].expect, "valid");
+        if (en[i].failed) continue;
+        char p[1400];
+        snprintf(p, sizeof p, "%s/%s", dir, en[i].file);
+        remove(p);
+        snprintf(p, sizeof p, "%s/%s.inspect.log", dir, en[i].file);
+        remove(p);
+        snprintf(p, sizeof p, "%s/%s.run.log", dir, en[i].file);
+        remove(p);
+    }
+    k->files += n;
+    k->fixtures++;
+    free(en);
+}
+
+static const char *malformed_root(const char *name) {
+    static char root[600];
+    snprintf(root, sizeof root, "%s/%s", t_tmpdir(), name);
+    return mkdir(root, 0777) == 0 ? root : NULL;
+}
+
+static void print_counts(const mut_counts *k, const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("    %ld fixtures, %ld variants (%ld valid), %ld commands in %.1f s\n", k->fixtures, k->files, k->valid, k->cmds,
+           (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9);
+}
+
 TEST(malformed_gguf_all_fixtures) {
     NEED("fixtures/models/qwen2-Q8_0.gguf");
     glob_t g;
     REQUIRE(glob(t_shared("fixtures/models/*.gguf"), 0, NULL, &g) == 0 && g.gl_pathc > 0);
-    char root[600];
-    snprintf(root, sizeof root, "%s/malformed", t_tmpdir());
-    REQUIRE(mkdir(root, 0777) == 0);
-    struct timespec t0, t1;
+    const char *root = malformed_root("malformed");
+    REQUIRE(root);
+    struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    long n_files = 0, n_cmds = 0, n_valid = 0, n_fixtures = 0;
-    for (size_t i = 0; i < g.gl_pathc; i++) {
-        const char *base = strrchr(g.gl_pathv[i], '/') + 1;
-        char dir[1100], log[1200];
-        snprintf(dir, sizeof dir, "%s/%s", root, base);
-        snprintf(log, sizeof log, "%s.mutate.log", dir);
-        char *argv[] = {(char *)t_bin(), "mutate-gguf", g.gl_pathv[i], "-o", dir, "--sparse", NULL};
-        pid_t pid = t_start(argv, NULL, log, 300);
-        int st;
-        REQUIRE(pid > 0 && waitpid(pid, &st, 0) == pid);
-        char *ml = t_slurp(log);
-        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "mutate-gguf %s: status %d: %s", base, st, ml ? ml : "");
-        free(ml);
-        entry *en = NULL;
-        int n = read_manifest(dir, &en);
-        CHECKF(n > 100, "%s: %d variants", base, n);
-        if (n <= 0) { free(en); continue; }
-        run_all(base, dir, en, n, &n_cmds);
-        for (int k = 0; k < n; k++) {
-            n_valid += !strcmp(en[k].expect, "valid");
-            if (en[k].failed) continue;
-            char p[1400];
-            snprintf(p, sizeof p, "%s/%s", dir, en[k].file);
-            remove(p);
-            snprintf(p, sizeof p, "%s/%s.inspect.log", dir, en[k].file);
-            remove(p);
-            snprintf(p, sizeof p, "%s/%s.run.log", dir, en[k].file);
-            remove(p);
-        }
-        n_files += n;
-        n_fixtures++;
-        free(en);
-    }
+    mut_counts k = {0};
+    for (size_t i = 0; i < g.gl_pathc; i++) mutate_one(g.gl_pathv[i], root, &k);
     globfree(&g);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    printf("    %ld fixtures, %ld variants (%ld valid), %ld commands in %.1f s\n", n_fixtures, n_files, n_valid, n_cmds,
-           (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
-    CHECK(n_fixtures >= 16);
+    print_counts(&k, &t0);
+    CHECK(k.fixtures >= 16);
+}
+
+/* The same for the qwen3 and qwen3moe files (no q/k/v biases, q/k norms, 3-D expert tensors). */
+TEST(malformed_gguf_qwen3) {
+    const char *files[] = {t_gen_model("test-qwen3", "Q8_0"), t_gen_model("test-qwen3moe", "Q4_K_M")};
+    REQUIRE(files[0] && files[1]);
+    const char *root = malformed_root("malformed-qwen3");
+    REQUIRE(root);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    mut_counts k = {0};
+    for (int i = 0; i < 2; i++) mutate_one(files[i], root, &k);
+    print_counts(&k, &t0);
+    CHECK(k.fixtures == 2);
 }

@@ -370,16 +370,21 @@ static int metadata(mut_ctx *m) {
     gguf_get_u32(&L->f, mut_arch_key(L, "feed_forward_length"), &FF, er, sizeof er);
     gguf_get_u32(&L->f, mut_arch_key(L, "attention.head_count"), &H, er, sizeof er);
     snprintf(says, sizeof says, "blk.%u.attn_norm.weight", NL);
+    /* an expert FFN (qwen3moe) has no dense FFN for feed_forward_length to contradict; a file with
+     * its own head dimension (key_length: qwen3) keeps it when the embedding or the heads change,
+     * so the first matrix whose shape breaks is another */
+    int moe = mut_find_tensor(L, "blk.0.ffn_gate_inp.weight") >= 0;
+    int kl = mut_find_kv(L, mut_arch_key(L, "attention.key_length")) >= 0;
     const struct { const char *suffix, *tag; uint32_t v; const char *expect, *says; } u[] = {
         {"embedding_length", "2x", 2 * E, "error", "token_embd.weight"},
-        {"embedding_length", "minus-1", E - 1, "error", "embedding"},
+        {"embedding_length", "minus-1", E - 1, "error", kl ? "embedding|token_embd.weight" : "embedding"},
         {"block_count", "plus-1", NL + 1, "error", says},
         {"block_count", "0", 0, "error", "block_count"},
         {"block_count", "4096", 4096, "error", "missing"},
-        {"feed_forward_length", "plus-32", FF + 32, "error", "ffn_gate.weight"},
+        {"feed_forward_length", "plus-32", FF + 32, moe ? "valid" : "error", moe ? "" : "ffn_gate.weight"},
         {"attention.head_count", "0", 0, "error", "head counts"},
         {"attention.head_count_kv", "3", 3, "error", "head counts"},
-        {"attention.head_count", "2x", 2 * H, "error", "attn_k.weight"},
+        {"attention.head_count", "2x", 2 * H, "error", kl ? "attn_q.weight|attn_k.weight" : "attn_k.weight"},
     };
     for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
         int k = mut_find_kv(L, mut_arch_key(L, u[i].suffix));
@@ -496,7 +501,7 @@ static int tensor_info(mut_ctx *m) {
     EMIT(m, "tensor-ne-product-overflows-blk.0.attn_q.weight", "error", "overflow", "ne = [2^32, 2^32]: 2^64 elements", e, 2, 1, 0);
     e[0] = mut_patch(L->ti_dims_at[q], 1ull << 63, 8);
     EMIT(m, "tensor-ne0-negative-blk.0.attn_q.weight", "error", "negative", "ne[0] = 2^63", e, 1, 1, 0);
-    if (tkk->n_dims == 2) {
+    if (tkk->n_dims == 2 && tkk->ne[0] != tkk->ne[1]) { /* a square matrix swapped is the same shape */
         e[0] = mut_patch(L->ti_dims_at[kk], tkk->ne[1], 8);
         e[1] = mut_patch(L->ti_dims_at[kk] + 8, tkk->ne[0], 8);
         EMIT(m, "tensor-dims-swapped-blk.0.attn_k.weight", "error", "blk.0.attn_k.weight", "ne[0] and ne[1] swapped", e, 2, 1, 0);
@@ -532,8 +537,8 @@ static int tensor_info(mut_ctx *m) {
     gguf_get_u32(&L->f, mut_arch_key(L, "block_count"), &NL, er, sizeof er);
     snprintf(last_down, sizeof last_down, "blk.%u.ffn_down.weight", NL ? NL - 1 : 0);
     const char *drop[] = {"token_embd.weight", "output_norm.weight", "blk.0.attn_norm.weight", last_down, "blk.0.attn_q.bias",
-                          "output.weight"};
-    for (int i = 0; i < 6; i++) {
+                          "output.weight", "blk.0.attn_k_norm.weight", "blk.0.ffn_gate_inp.weight", "blk.0.ffn_down_exps.weight"};
+    for (int i = 0; i < (int)(sizeof drop / sizeof drop[0]); i++) {
         int k = mut_find_tensor(L, drop[i]);
         if (k < 0) continue;
         int req = mut_required_tensor(L, L->f.tensors[k].name);

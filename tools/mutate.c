@@ -89,8 +89,15 @@ int mut_required_tensor(const mut_layout *L, gguf_str name) {
     static const char *const sfx[] = {".attn_norm.weight", ".attn_q.weight", ".attn_k.weight", ".attn_v.weight",
                                       ".attn_output.weight", ".ffn_norm.weight", ".ffn_gate.weight", ".ffn_up.weight",
                                       ".ffn_down.weight", ".attn_q.bias", ".attn_k.bias", ".attn_v.bias"};
+    /* required by the architectures that have them (qwen3: q/k norms; qwen3moe: the expert FFN) */
+    static const char *const own[] = {".attn_q_norm.weight", ".attn_k_norm.weight", ".ffn_gate_inp.weight",
+                                      ".ffn_gate_exps.weight", ".ffn_up_exps.weight", ".ffn_down_exps.weight"};
     if (!strcmp(n, "token_embd.weight") || !strcmp(n, "output_norm.weight")) return 1;
     if (strncmp(n, "blk.", 4)) return 0;
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+        size_t a = strlen(n), s = strlen(own[i]);
+        if (a > s && !strcmp(n + a - s, own[i])) return 1;
+    }
     for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) {
         size_t a = strlen(n), s = strlen(sfx[i]);
         if (a > s && !strcmp(n + a - s, sfx[i])) return i < 9 || !strcmp(L->arch, "qwen2");
