@@ -53,6 +53,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const model_layer *L = &m->layers[l];
             const model_mat *ms[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
             for (int k = 0; k < 7; k++) check_mat(ms[k], buf, hi);
+            check_mat(&L->router, buf, hi);
+            for (int e = 0; e < m->cfg.n_expert; e++) /* every expert's slice inside the input */
+                check_mat(&L->egate[e], buf, hi), check_mat(&L->eup[e], buf, hi), check_mat(&L->edown[e], buf, hi);
         }
         if (v) TKV_ASSERT(tok_n_vocab(v) == m->cfg.n_vocab);
         model_close(m);
