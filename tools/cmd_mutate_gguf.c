@@ -406,13 +406,18 @@ static int metadata(mut_ctx *m) {
         e[0] = mut_patch(L->kv_type_at[k] + 4, f[i].bits, 4);
         EMIT(m, name, "error", f[i].says, "a float key out of its domain", e, 1, 1, 0);
     }
-    /* keys added: a key length unlike head_dim, an unknown rope scaling, an unknown key (valid) */
+    /* keys added: a key length unlike the matrices' head size (the head size is the key length
+     * where a file has one: the q/k/v matrices or the rope dimension then disagree), an unknown rope
+     * scaling, an unknown key (valid) */
     tkv_buf v = {0};
-    tkv_buf_le(&v, E / (H ? H : 1) * 2, 4);
-    e[0] = mut_add_kv(L, mut_arch_key(L, "attention.key_length"), GGUF_U32, &v);
-    e[1] = mut_patch(16, L->f.n_kv + 1, 8);
-    free(v.u);
-    EMIT(m, "meta-key_length-2x-head_dim", "error", "key_length", "attention.key_length twice the head size", e, 2, 1, 0);
+    if (!kl) {
+        tkv_buf_le(&v, E / (H ? H : 1) * 2, 4);
+        e[0] = mut_add_kv(L, mut_arch_key(L, "attention.key_length"), GGUF_U32, &v);
+        e[1] = mut_patch(16, L->f.n_kv + 1, 8);
+        free(v.u);
+        EMIT(m, "meta-key_length-2x-head_dim", "error", "rope.dimension_count|attn_q.weight",
+             "attention.key_length twice the head size", e, 2, 1, 0);
+    }
     v = (tkv_buf){0};
     gguf_put_str(&v, "yarn", 4);
     e[0] = mut_add_kv(L, mut_arch_key(L, "rope.scaling.type"), GGUF_STR, &v);
