@@ -9,10 +9,15 @@
 # The CPU goal is a slowdown of at
 # most 5% (ratio >= 0.95).
 #
-# Why depth 0 and many generated tokens: tokens prefilled as a prompt are protected (they stay in T0),
-# so a deep prefill would leave nothing to move; generated tokens are what the hierarchy tiers. With
-# N=384 and DELTA=64 there are 6 re-tierings and, at the end, T1 holds most of the sequence
-# (about 60% at a 30% ratio: the window of 64 and the T0 share stay). Each run is `tierkv bench -p 0 -n N -d DEPTH --reps 1`.
+# The context is generated tokens only: the DEPTH tokens before the timed decode are appended as
+# generated tokens (`--depth-generated`, for every setting, `full` included, so all run the same
+# path), scored and tiered like a chain of thought, so that T1 (and T2 with POLICY=quant) hold what a
+# chain of thought puts there; a prompt would be protected and stay in T0, leaving nothing to move.
+# DEPTH is 0 by default: the N timed tokens fill the tiers themselves (with N=384 and DELTA=64 there
+# are 6 re-tierings and, at the end, T1 holds most of the sequence, about 60% at a 30% ratio: the
+# window of 64 and the T0 share stay), which keeps a run short on 2 cores and comparable with the
+# earlier ones; DEPTH=4096 times the decode after a long chain, T1 holding most of it from the first
+# timed step. Each run is `tierkv bench -p 0 -n N -d DEPTH --depth-generated --reps 1`.
 #
 # TIERKV_OLD=PATH (another tierkv binary, e.g. a build before a change) runs every setting with it too,
 # in the same alternation, and adds the columns `old tok/s` and `new/old` (median over rounds of the
@@ -61,12 +66,12 @@ run() { # setting -> one tok/s sample appended to $OUT/<setting>
     case $s in *-old) bin=$OUT/tierkv-old s=${s%-old} ;; esac
     if [ "$s" = full ]; then flags=""; else flags="--policy $POLICY --hbm-ratio $s --delta $DELTA $KVFLAGS"; fi
     # shellcheck disable=SC2086
-    "$bin" bench -m "$MODEL" -t "$THREADS" -p 0 -n "$N" -d "$DEPTH" --reps 1 --json $flags 2>/dev/null |
+    "$bin" bench -m "$MODEL" -t "$THREADS" -p 0 -n "$N" -d "$DEPTH" --depth-generated --reps 1 --json $flags 2>/dev/null |
         sed -n 's/.*"tok_per_s": *\([0-9.]*\).*/\1/p' >>"$OUT/$1"
     printf '  %-5s %s tok/s\n' "$1" "$(tail -n 1 "$OUT/$1")" >&2
 }
 
-echo "model $MODEL, $THREADS threads, decode $N tokens from depth $DEPTH, delta $DELTA, $REPS reps, $POLICY $KVFLAGS" >&2
+echo "model $MODEL, $THREADS threads, decode $N tokens from depth $DEPTH (generated), delta $DELTA, $REPS reps, $POLICY $KVFLAGS" >&2
 rep=1
 while [ "$rep" -le "$REPS" ]; do
     if [ $((rep % 2)) -eq 1 ]; then order=$SETTINGS; else order=$REVERSED; fi
