@@ -295,7 +295,8 @@ int cmd_bench(int argc, char **argv) {
             double t0 = tkv_now_s();
             uint64_t xb0 = tkv_expert_bytes_read(e);
             for (int g = 0; g < n_gen; g++) {
-                for (int q = 0; q < n_seq; q++) step[q] = toks[pl + g];
+                /* each sequence its own token (an expert FFN routes them as it would distinct requests) */
+                for (int q = 0; q < n_seq; q++) step[q] = toks[(pl + g + (long)q * 7919) % need];
                 if (tkv_decode(e, seqs, step, n_seq, logits, err, sizeof err)) goto fail;
             }
             samples[r] = (double)n_gen * n_seq / (tkv_now_s() - t0);
