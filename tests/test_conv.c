@@ -450,7 +450,7 @@ TEST(conv_splice_keeps_r1_reasoning) {
     const char *open_mk, *close_mk;
     int by_prompt;
     tkv_chat_reasoning(ct, &open_mk, &close_mk, &by_prompt);
-    REQUIRE(close_mk && by_prompt);
+    REQUIRE(close_mk && by_prompt == TKV_THINK_PROMPT_OPENS);
     tkv_chat_msg t1[1] = {{.role = "user", .content = "What is 2+2? Answer in one short sentence, please."}};
     int32_t *p1, *gen, *p2;
     int n1 = tkv_chat_encode(ct, t1, 1, 1, &p1, err, sizeof err);

@@ -27,10 +27,10 @@
 /* ---- the reasoning split ---- */
 
 /* Feeds text in pieces cut at the given points; returns reasoning and content. */
-static void think_run(const char *open, const char *close, int opened, const char *text, const size_t *cuts, int n_cuts,
+static void think_run(const char *open, const char *close, int by, const char *text, const size_t *cuts, int n_cuts,
                       tkv_buf *r, tkv_buf *c, int *touched) {
     serve_think t;
-    serve_think_init(&t, open, close, opened);
+    serve_think_init(&t, open, close, by);
     size_t prev = 0, n = strlen(text);
     *touched = 0;
     for (int k = 0; k <= n_cuts; k++) {
@@ -41,7 +41,7 @@ static void think_run(const char *open, const char *close, int opened, const cha
     serve_think_flush(&t, r, c);
 }
 
-static void think_case(int opened, const char *text, const char *want_r, const char *want_c) {
+static void think_case(int by, const char *text, const char *want_r, const char *want_c) {
     size_t n = strlen(text);
     /* every single cut, and every pair of cuts: a marker split over two and three pieces */
     for (size_t a = 0; a <= n; a++)
@@ -49,7 +49,7 @@ static void think_case(int opened, const char *text, const char *want_r, const c
             size_t cuts[2] = {a, b};
             tkv_buf r = {0}, c = {0};
             int touched;
-            think_run("<think>", "</think>", opened, text, cuts, 2, &r, &c, &touched);
+            think_run("<think>", "</think>", by, text, cuts, 2, &r, &c, &touched);
             CHECKF(!strcmp(tkv_buf_str(&r), want_r) && !strcmp(tkv_buf_str(&c), want_c),
                    "text '%s' cut at %zu,%zu: reasoning '%s' content '%s'", text, a, b, tkv_buf_str(&r), tkv_buf_str(&c));
             tkv_buf_free(&r);
@@ -58,16 +58,26 @@ static void think_case(int opened, const char *text, const char *want_r, const c
 }
 
 TEST(serve_reasoning_split) {
-    think_case(1, "I think so.</think>\n\nThe answer is 4.", "I think so.", "The answer is 4.");
-    think_case(1, "no close marker at all", "no close marker at all", "");
-    think_case(1, "a </thin> lookalike </think>x</think>y", "a </thin> lookalike ", "x</think>y");
-    think_case(1, "<</</think>", "<</", "");
-    think_case(0, "<think>hmm</think>ok", "hmm", "ok");
-    think_case(0, "  \n<think>hmm</think> ok", "hmm", "ok");
-    think_case(0, "plain answer <think>not reasoning</think>", "", "plain answer <think>not reasoning</think>");
-    think_case(0, "<thin", "", "<thin");
-    think_case(1, "</think>", "", "");
-    think_case(1, "caf\xc3\xa9 </think> \xe2\x82\xac", "caf\xc3\xa9 ", "\xe2\x82\xac");
+    enum { MODEL = TKV_THINK_MODEL_OPENS, PROMPT = TKV_THINK_PROMPT_OPENS, CLOSED = TKV_THINK_PROMPT_CLOSED };
+    think_case(PROMPT, "I think so.</think>\n\nThe answer is 4.", "I think so.", "The answer is 4.");
+    think_case(PROMPT, "no close marker at all", "no close marker at all", "");
+    think_case(PROMPT, "a </thin> lookalike </think>x</think>y", "a </thin> lookalike ", "x</think>y");
+    think_case(PROMPT, "<</</think>", "<</", "");
+    think_case(MODEL, "<think>hmm</think>ok", "hmm", "ok");
+    think_case(MODEL, "  \n<think>hmm</think> ok", "hmm", "ok");
+    think_case(MODEL, "plain answer <think>not reasoning</think>", "", "plain answer <think>not reasoning</think>");
+    think_case(MODEL, "<thin", "", "<thin");
+    think_case(PROMPT, "</think>", "", "");
+    think_case(PROMPT, "caf\xc3\xa9 </think> \xe2\x82\xac", "caf\xc3\xa9 ", "\xe2\x82\xac");
+    /* Qwen3 with thinking on: the model opens the block itself with "<think>\n" (the newline goes
+     * with the marker, so the reasoning reads as R1's); an empty block; one never closed */
+    think_case(MODEL, "<think>\nLet me add.\n</think>\n\nThe answer is 4.", "Let me add.\n", "The answer is 4.");
+    think_case(MODEL, "<think>\n\n</think>\n\n4", "", "4");
+    think_case(MODEL, "<think>\n  cut short", "cut short", "");
+    think_case(MODEL, "4, no reasoning", "", "4, no reasoning");
+    /* thinking off: the prompt closed the block, whatever follows is answer */
+    think_case(CLOSED, "<think>\nx\n</think>\n\n4", "", "<think>\nx\n</think>\n\n4");
+    think_case(CLOSED, "The answer is 4.", "", "The answer is 4.");
     /* without markers everything is answer */
     tkv_buf r = {0}, c = {0};
     int touched;
@@ -77,12 +87,21 @@ TEST(serve_reasoning_split) {
     tkv_buf_free(&c);
     /* a token counts as reasoning when any of its bytes is taken inside the block */
     serve_think t;
-    serve_think_init(&t, "<think>", "</think>", 1);
-    CHECK(serve_think_feed(&t, "abc", 3, &r, &c) == 1);
+    serve_think_init(&t, "<think>", "</think>", PROMPT);
+    CHECK(serve_think_enabled(&t) && serve_think_feed(&t, "abc", 3, &r, &c) == 1);
     CHECK(serve_think_feed(&t, "</thi", 5, &r, &c) == 1);
     CHECK(serve_think_feed(&t, "nk>", 3, &r, &c) == 1);
     CHECK(serve_think_feed(&t, "\n\nok", 4, &r, &c) == 0);
     CHECK(!strcmp(tkv_buf_str(&r), "abc") && !strcmp(tkv_buf_str(&c), "ok"));
+    /* the model's "<think>" and the newline after it are reasoning tokens; closed by the prompt, none */
+    r.n = c.n = 0;
+    serve_think_init(&t, "<think>", "</think>", MODEL);
+    CHECK(serve_think_feed(&t, "<think>", 7, &r, &c) == 1 && serve_think_feed(&t, "\n", 1, &r, &c) == 1);
+    CHECK(serve_think_feed(&t, "x", 1, &r, &c) == 1 && serve_think_feed(&t, "</think>", 8, &r, &c) == 1);
+    CHECK(serve_think_feed(&t, "\n\nok", 4, &r, &c) == 0 && !strcmp(tkv_buf_str(&r), "x") && !strcmp(tkv_buf_str(&c), "ok"));
+    r.n = c.n = 0;
+    serve_think_init(&t, "<think>", "</think>", CLOSED);
+    CHECK(serve_think_enabled(&t) && serve_think_feed(&t, "<think>", 7, &r, &c) == 0 && r.n == 0);
     tkv_buf_free(&r);
     tkv_buf_free(&c);
 }

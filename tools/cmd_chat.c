@@ -370,9 +370,9 @@ int cmd_chat(int argc, char **argv) {
     c.logits = tkv_xmalloc((size_t)info.n_vocab * sizeof(float));
     c.piece = tkv_xmalloc(tkv_detok_out_size(c.m));
     const char *open, *close;
-    int opened = 0;
-    tkv_chat_reasoning(c.ct, &open, &close, &opened); /* NULL markers: a format without reasoning */
-    chat_stream_init(&c.out, open, close, opened, isatty(1));
+    int by = 0;
+    tkv_chat_reasoning(c.ct, &open, &close, &by); /* NULL markers: a format without reasoning */
+    chat_stream_init(&c.out, open, close, by, isatty(1));
     sigaction(SIGINT, &sa, &old_sa);
     rc = run_chat(&c);
     sigaction(SIGINT, &old_sa, NULL);

@@ -75,11 +75,11 @@ int serve_start(const serve_opts *o, serve **out, char *err, size_t errlen) {
         return -1;
     }
     const char *mk_open, *mk_close;
-    int mk_prompt;
-    tkv_chat_reasoning(v->chat, &mk_open, &mk_close, &mk_prompt);
+    int mk_by;
+    tkv_chat_reasoning(v->chat, &mk_open, &mk_close, &mk_by);
     if (o->keep_thinking && (!mk_close || !conv)) {
         tkv_errf(err, errlen, "serve: --history-thinking keep keeps the reasoning of kept conversations: %s",
-                 !mk_close ? "this chat format has no reasoning (--template deepseek-r1 has)" : "none are kept here");
+                 !mk_close ? "this chat format has no reasoning (deepseek-r1 and qwen3 have)" : "none are kept here");
         teardown(v);
         return -1;
     }

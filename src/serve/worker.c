@@ -36,7 +36,7 @@ struct wjob {
     int started;         /* on_start was called: counted as running, not pending */
     jc_schema *schema;   /* response_format json_object / json_schema: the grammar the text follows */
     jc_state *jst;
-    const char *jc_close; /* reasoning first (DeepSeek-R1): the grammar starts after this marker */
+    const char *jc_close; /* reasoning first (DeepSeek-R1, Qwen3 thinking): the grammar starts after this marker */
     char tail[32];       /* the last bytes generated while waiting for it */
     int n_tail;
     uint16_t *counts;    /* frequency/presence penalties: each token's count among the generated, */
@@ -174,9 +174,9 @@ static struct wjob *prepare(serve_worker *w, serve_job *j, int *max_tokens, serv
     wj->stop = tkv_stop_open((const char *const *)r->stops, r->n_stops);
     tkv_detok_init(&wj->detok);
     const char *open = NULL, *close = NULL;
-    int opened = 0;
-    if (r->kind == SERVE_CHAT) tkv_chat_reasoning(w->chat, &open, &close, &opened);
-    serve_think_init(&wj->think, open, close, opened);
+    int by = 0;
+    if (r->kind == SERVE_CHAT) tkv_chat_reasoning(w->chat, &open, &close, &by);
+    serve_think_init(&wj->think, open, close, by);
     wj->piece = tkv_xmalloc(w->piece_cap);
     wj->shown = tkv_xmalloc(tkv_stop_out_size(wj->stop, w->piece_cap) + 16);
     for (int i = 0; i < r->n_bias; i++)
@@ -199,7 +199,8 @@ static struct wjob *prepare(serve_worker *w, serve_job *j, int *max_tokens, serv
             goto fail;
         }
         wj->jst = jc_start(wj->schema);
-        if (opened && close) wj->jc_close = close; /* the reasoning comes first, unconstrained */
+        /* the reasoning comes first, unconstrained (the model's own "<think>" too: Qwen3 with thinking on) */
+        if (close && by != TKV_THINK_PROMPT_CLOSED) wj->jc_close = close;
     }
     return wj;
 fail:
@@ -547,8 +548,8 @@ int serve_worker_start(tkv_model *m, tkv_session *s, tkv_chat *chat, const serve
     sp.conv_bytes = o->conv_bytes;
     sp.park = o->park;
     const char *open_mk = NULL, *close_mk = NULL;
-    int by_prompt = 0;
-    tkv_chat_reasoning(chat, &open_mk, &close_mk, &by_prompt);
+    int by = 0;
+    tkv_chat_reasoning(chat, &open_mk, &close_mk, &by);
     if (o->keep_thinking) sp.keep_thinking = close_mk; /* serve_start refuses keep for a format without markers */
     sp.policy = o->policy;
     sched_callbacks cb = {.on_token = on_token, .cancelled = on_cancelled, .on_start = on_start, .on_end = on_end,
