@@ -43,7 +43,9 @@ static void usage(FILE *out) {
             "  a conversation whose turns reuse the KV cache of the turns before: each turn prefills only\n"
             "  its own message; answers stream to stdout, each turn's token counts go to stderr\n"
             "      --system TEXT       system prompt (default: the template's own)\n"
-            "      --template NAME     chat template: chatml, deepseek-r1, llama3 (default: from the file)\n"
+            "      --template NAME     chat template: chatml, deepseek-r1, llama3, qwen3 (default: from the file)\n"
+            "      --think on|off      thinking on (the default) or off (Qwen3's enable_thinking; a format\n"
+            "                          without the switch refuses off)\n"
             "  -n, --n-predict N       at most N tokens per answer (default: until end of generation or a\n"
             "                          full context)\n"
             SAMPLING_USAGE
@@ -316,6 +318,7 @@ int cmd_chat(int argc, char **argv) {
     common_opts co;
     common_opts_default(&co);
     const char *system = NULL, *tmpl_name = NULL, *dump_path = NULL;
+    int think = 1;
     chat c = {.seq = -1, .n_max = -1};
     tkv_sampling so;
     tkv_sampling_default(&so);
@@ -332,7 +335,13 @@ int cmd_chat(int argc, char **argv) {
         const char *v = argv[++i];
         if (!strcmp(a, "--system")) system = v;
         else if (!strcmp(a, "--template")) tmpl_name = v;
-        else if (!strcmp(a, "--dump-ids")) dump_path = v;
+        else if (!strcmp(a, "--think")) {
+            if (strcmp(v, "on") && strcmp(v, "off")) {
+                fprintf(stderr, "tierkv chat: --think wants on or off, got '%s'\n", v);
+                return 2;
+            }
+            think = !strcmp(v, "on");
+        } else if (!strcmp(a, "--dump-ids")) dump_path = v;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (parse_int(v, 1, 1 << 24, &c.n_max)) { fprintf(stderr, "tierkv chat: bad -n '%s' (1..16777216)\n", v); return 2; }
         } else {
@@ -357,7 +366,7 @@ int cmd_chat(int argc, char **argv) {
         return 1;
     }
     if (tkv_model_open(co.model_path, &co.mp, &c.m, err, sizeof err)) goto fail;
-    if (tkv_chat_open(c.m, tmpl_name, 0, &c.ct, err, sizeof err)) goto fail;
+    if (tkv_chat_open(c.m, tmpl_name, think ? 0 : TKV_CHAT_THINK_OFF, &c.ct, err, sizeof err)) goto fail;
     tkv_model_info info;
     tkv_model_get_info(c.m, &info);
     if (co.ctx_given) common_ctx_warn("chat", &co, info.n_ctx_train);
