@@ -116,7 +116,7 @@ static int parse(const char *body, enum serve_kind k, serve_request *r, serve_er
 }
 
 TEST(serve_request_good) {
-    serve_request r;
+    serve_request r, c1, c2;
     serve_error e;
     REQUIRE(parse("{\"model\":\"x\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":"
                   "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":null}],"
@@ -128,7 +128,24 @@ TEST(serve_request_good) {
     CHECK(r.n_msgs == 3 && !strcmp(r.msgs[1].content, "a\nb") && !strcmp(r.msgs[2].role, "assistant") && !strcmp(r.msgs[2].content, ""));
     CHECK(r.max_tokens == 7 && r.temperature == 0 && r.top_p == 0.5 && r.has_seed && r.seed == (uint64_t)-3);
     CHECK(r.n_stops == 2 && !strcmp(r.stops[1], "yy") && r.stream && r.include_usage);
+    CHECK(!r.think_off && !r.msgs[2].reasoning_content);
     serve_request_free(&r);
+    /* Qwen3's switch and an earlier answer's reasoning; a copy keeps both */
+    REQUIRE(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"a\","
+                  "\"reasoning_content\":\"r\"},{\"role\":\"user\",\"content\":\"q2\"}],"
+                  "\"chat_template_kwargs\":{\"enable_thinking\":false}}", SERVE_CHAT, &r, &e) == 0);
+    CHECK(r.think_off && !strcmp(r.msgs[1].reasoning_content, "r") && !r.msgs[0].reasoning_content);
+    serve_request_copy(&r, 0, 0, &c1);
+    CHECK(c1.think_off && c1.msgs[1].reasoning_content != r.msgs[1].reasoning_content && !strcmp(c1.msgs[1].reasoning_content, "r"));
+    serve_request_free(&c1);
+    serve_request_free(&r);
+    static const char *const neutral[] = {"{\"enable_thinking\":true}", "{}", "[]", "null"};
+    for (int i = 0; i < 4; i++) {
+        char body[200];
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"chat_template_kwargs\":%s}", neutral[i]);
+        CHECKF(parse(body, SERVE_CHAT, &r, &e) == 0 && !r.think_off, "%s", body);
+        serve_request_free(&r);
+    }
     REQUIRE(parse("{\"prompt\":\"hi\",\"stop\":\"\\n\"}", SERVE_COMPLETION, &r, &e) == 0);
     CHECK(!strcmp(r.prompt, "hi") && r.n_stops == 1 && r.max_tokens == -1 && r.temperature == 1.0 && !r.stream);
     serve_request_free(&r);
@@ -142,7 +159,6 @@ TEST(serve_request_good) {
     REQUIRE(parse("{\"prompt\":[\"a\",[5,6],\"c\"],\"n\":2,\"seed\":10}", SERVE_COMPLETION, &r, &e) == 0);
     CHECK(!strcmp(r.prompt, "a") && r.n_more == 2 && r.more[0].n_ids == 2 && r.more[0].ids[1] == 6 &&
           !strcmp(r.more[1].text, "c") && r.n == 2);
-    serve_request c1, c2;
     serve_request_copy(&r, 1, 1, &c1);
     serve_request_copy(&r, 2, 0, &c2);
     CHECK(!c1.prompt && c1.n_prompt_ids == 2 && c1.prompt_ids[0] == 5 && c1.n_more == 0 && c1.seed == 11);
@@ -236,6 +252,19 @@ TEST(serve_request_bad_corpus) {
          "response_format"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"presence_penalty\":2.5}", "presence_penalty"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"reasoning_effort\":\"low\"}", "reasoning_effort"},
+        /* chat_template_kwargs: enable_thinking, a boolean, and nothing else; reasoning_content an assistant's string */
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":{\"enable_thinking\":"
+                     "false,\"tools_in_user\":true}}", "chat_template_kwargs.tools_in_user"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":{\"enable_thinking\":0}}",
+         "chat_template_kwargs.enable_thinking"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":{\"enable_thinking\":"
+                     "\"false\"}}", "chat_template_kwargs.enable_thinking"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":\"x\"}", "chat_template_kwargs"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":[1]}", "chat_template_kwargs"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"reasoning_content\":\"r\"}]}",
+         "messages[0].reasoning_content"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\","
+                     "\"reasoning_content\":[\"r\"]}]}", "messages[1].reasoning_content"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"unknown\":[1,2,{}]}", "unknown"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"prompt\":\"x\"}", "prompt"},
         {SERVE_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs"},
@@ -600,6 +629,7 @@ static void http_section(const char *section) { http_script("serve_test.py", sec
 
 TEST(serve_http_basic) { http_section("basic"); }
 TEST(serve_http_reasoning) { http_section("reasoning"); }
+TEST(serve_http_qwen3) { http_section("qwen3"); }
 TEST(serve_http_identical) { http_section("identical"); }
 TEST(serve_http_malformed) { http_section("malformed"); }
 TEST(serve_http_disconnect) { http_section("disconnect"); }
