@@ -4,8 +4,9 @@
  *
  * A turn renders the whole conversation with the model's chat template and feeds the sequence the
  * ids after the ones it holds (tools/chat_ids.h: the held ids stay as they were sampled). A template
- * that rewrites earlier turns (DeepSeek-R1 drops earlier reasoning) makes the held ids no prefix of
- * the text: the sequence is then opened again and the whole conversation prefilled, said on stderr.
+ * that rewrites earlier turns (DeepSeek-R1 and Qwen3 drop earlier reasoning) makes the held ids no
+ * prefix of the text: the sequence is then opened again and the whole conversation prefilled, said
+ * on stderr.
  * Every printed answer token is fed back at once, so at a turn's end the sequence holds the whole
  * conversation but the end-of-generation token that closed the answer: that one is fed with the next
  * message when the template writes it there (ChatML's <|im_end|>), else dropped.
