@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """serve_test.py -- `tierkv serve` end to end over real HTTP, for tests/test_serve.c.
 
-One section per call (basic, reasoning, identical, malformed, disconnect, queue, budget, auth,
+One section per call (basic, reasoning, qwen3, identical, malformed, disconnect, queue, budget, auth,
 idle, openai, logprobs, tokens): each starts the server on a free loopback port (--port 0, the port read from its
 "listening on" line) with a fixture model, talks to it with the standard library only (the
 openai section uses the official client and exits 77 when it is not installed), stops it with
