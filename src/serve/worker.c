@@ -94,7 +94,9 @@ static void wjob_free(struct wjob *wj) {
 }
 
 /* The chat format a request renders with: thinking on, or off (NULL when the format has no switch). */
-static tkv_chat *job_chat(const serve_worker *w, const serve_request *r) { return r->think_off ? w->o.chat_think_off : w->chat; }
+static tkv_chat *job_chat(const serve_worker *w, const serve_request *r) {
+    return r->think_off ? w->o.chat_think_off : w->chat;
+}
 
 /* The prompt's ids: the chat template over the messages, or the text, or the given ids. */
 static int encode(serve_worker *w, const serve_request *r, struct wjob *wj, serve_error *e) {
