@@ -1,7 +1,8 @@
 /* fuzz_chat.c — libFuzzer target for chat rendering (src/model/chat.c) of arbitrary messages and
  * templates, and the protected encoding of the result (tok_encode_protected).
- * Input: byte 0 picks the format (ChatML, DeepSeek-R1, Llama 3) and whether the generation prompt
- * is added; bit 7 set means "the rest is a Jinja template string": it is put into an in-memory GGUF
+ * Input: byte 0 picks the format (ChatML, DeepSeek-R1, Llama 3, Qwen3), whether the generation prompt
+ * is added, Qwen3's thinking off (bit 5) and reasoning_content (bit 6: each assistant message's own
+ * content again); bit 7 set means "the rest is a Jinja template string": it is put into an in-memory GGUF
  * as tokenizer.chat_template and detected (chat_template_from_gguf, the default system prompt
  * scan). Otherwise the rest is messages split at 0x1E, each starting with a role byte (system,
  * user, assistant, or the message's own first line as a role). Checks: the rendered text has the
@@ -65,8 +66,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     chat_template t;
-    chat_template_init(&t, (chat_kind)(CHAT_CHATML + data[0] % 3));
-    int gen = (data[0] >> 2) & 1;
+    chat_template_init(&t, (chat_kind)(CHAT_CHATML + data[0] % 4));
+    int gen = (data[0] >> 2) & 1, reasoning = (data[0] >> 6) & 1;
+    t.think_off = chat_think_switch(t.kind) && ((data[0] >> 5) & 1);
     /* bit 3: Qwen2.5's tools (two definitions; every assistant message also carries a call) */
     t.tools = (data[0] >> 3) & 1;
     t.tools_braces = (data[0] >> 4) & 1;
@@ -84,6 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (r % 5 < 4) {
             msgs[n] = (chat_msg){.role = roles[r % 5], .content = p};
             if (t.tools && r % 5 == 2) msgs[n].tool_calls = calls, msgs[n].n_tool_calls = 1;
+            if (reasoning && r % 5 == 2) msgs[n].reasoning_content = p;
             n++;
         } else {
             char *nl = strchr(p, '\n');

@@ -83,36 +83,47 @@ char *tkv_detokenize(const tkv_model *m, const int32_t *ids, int n, int special,
 typedef struct {
     const char *role;    /* "system", "user", "assistant", or "tool" (a tool's result; formats with tools) */
     const char *content; /* UTF-8 (invalid bytes become U+FFFD); "" for an assistant turn of calls alone */
-    const char *const *tool_calls; /* assistant: its calls, each as the format writes one (Qwen2.5:
+    const char *const *tool_calls; /* assistant: its calls, each as the format writes one (Qwen2.5, Qwen3:
                                       {"name": "NAME", "arguments": ARGS-JSON}); NULL: none */
     int n_tool_calls;
+    const char *reasoning_content; /* assistant: its reasoning, apart from content (Qwen3 writes it back
+                                      after the last user query); NULL: none given */
 } tkv_chat_msg;
 
 typedef struct tkv_chat tkv_chat;
-enum { TKV_CHAT_NO_DEFAULT_SYSTEM = 1 };
-/* The chat format named (chatml, deepseek-r1, llama3) or, with name NULL, the one the file's
+/* TKV_CHAT_THINK_OFF: thinking off (Qwen3's enable_thinking=false: the generation prompt closes an
+ * empty think block); refused for a format without the switch. */
+enum { TKV_CHAT_NO_DEFAULT_SYSTEM = 1, TKV_CHAT_THINK_OFF = 2 };
+/* The chat format named (chatml, deepseek-r1, llama3, qwen3) or, with name NULL, the one the file's
  * tokenizer.chat_template stands for; fails naming the choices. */
 int tkv_chat_open(const tkv_model *m, const char *name, int flags, tkv_chat **out, char *err, size_t errlen);
 void tkv_chat_close(tkv_chat *c);
 const char *tkv_chat_name(const tkv_chat *c);
+/* 1 when the format has a thinking switch (TKV_CHAT_THINK_OFF may be asked for): Qwen3. */
+int tkv_chat_think_switch(const tkv_chat *c);
 /* Renders and encodes messages (special tokens typed inside a message stay text); the malloc'd ids
  * in *ids, their count returned (TKV_ERR with a message for a bad role or empty list). */
 int tkv_chat_encode(const tkv_chat *c, const tkv_chat_msg *msgs, int n, int add_generation_prompt, int32_t **ids,
                     char *err, size_t errlen);
 /* The rendered text (malloc'd), as tkv_chat_encode tokenises it. */
 char *tkv_chat_render(const tkv_chat *c, const tkv_chat_msg *msgs, int n, int add_generation_prompt, size_t *len);
-/* 1 when the format takes tool definitions and tool calls (Qwen2.5's ChatML, read from the file's template). */
+/* 1 when the format takes tool definitions and tool calls (Qwen2.5's ChatML, read from the file's
+ * template; Qwen3). */
 int tkv_chat_has_tools(const tkv_chat *c);
 /* The same as tkv_chat_encode / tkv_chat_render with n_tools tool definitions, each as the format writes
- * one (Qwen2.5: the JSON of {"type": "function", "function": {...}} as Python's json.dumps writes it);
+ * one (Qwen2.5, Qwen3: the JSON of {"type": "function", "function": {...}} as Python's json.dumps writes it);
  * TKV_ERR (NULL) when the format has no tools, or a message a format cannot say. */
 int tkv_chat_encode_tools(const tkv_chat *c, const tkv_chat_msg *msgs, int n, const char *const *tools, int n_tools,
                           int add_generation_prompt, int32_t **ids, char *err, size_t errlen);
 char *tkv_chat_render_tools(const tkv_chat *c, const tkv_chat_msg *msgs, int n, const char *const *tools, int n_tools,
                             int add_generation_prompt, size_t *len);
-/* Reasoning markers of the format (DeepSeek-R1: "<think>" and "</think>"; the generation prompt
- * already opens the think block when *opened_by_prompt). Returns 0 and NULLs for formats without. */
-int tkv_chat_reasoning(const tkv_chat *c, const char **open, const char **close, int *opened_by_prompt);
+/* Who opens a think block: the model (Qwen3 with thinking on: its output begins with "<think>"), the
+ * generation prompt (DeepSeek-R1's ends with "<think>\n": the output begins inside the block), or
+ * none: the prompt holds it closed (Qwen3 with thinking off: everything generated is answer). */
+enum { TKV_THINK_MODEL_OPENS = 0, TKV_THINK_PROMPT_OPENS = 1, TKV_THINK_PROMPT_CLOSED = 2 };
+/* Reasoning markers of the format ("<think>" and "</think>" for DeepSeek-R1 and Qwen3) and, in *by,
+ * a TKV_THINK_* value. Returns 0; NULL markers for a format without reasoning. */
+int tkv_chat_reasoning(const tkv_chat *c, const char **open, const char **close, int *by);
 
 /* ---- sampling --------------------------------------------------------------------------------- */
 

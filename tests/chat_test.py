@@ -13,6 +13,11 @@ One section per call:
   save     a terminal: two turns, /save FILE, a third turn; then a new process /load FILE answers the
            third turn with the same bytes, reusing every position saved (nothing recomputed); a
            record that is not intact is refused and the conversation held goes on;
+  think    Qwen3's thinking switch (--template qwen3): with --think off the ids chat dumps and run
+           prefills are the template's text with its empty think block ("<think>\n\n</think>\n\n"
+           after the assistant header), with --think on (the default) without it, and run answers
+           as on those ids given as --tokens; --think off with a format that has no switch is
+           refused naming the format, --think with a value other than on/off or without --chat too;
   ctrl-c   a terminal: Ctrl-C stops a long answer and the program stays at the prompt, the tokens
            said so far stay in the sequence (the next turn reuses them), Ctrl-C at the prompt only
            gives a hint, /exit ends it with status 0.
@@ -93,6 +98,51 @@ def section_rewrite(a):
     # R1's prompt opens the reasoning and the fixture never closes it: all of each answer is reasoning
     check(out.count("[thinking]\n") == 2 and out.count("\n[/thinking]\n") == 2 and "\033[" not in out,
           "reasoning between [thinking] lines on a pipe: %r" % out)
+
+
+PROMPT = re.compile(r"prompt (\d+) tokens")
+
+
+def section_think(a):
+    def tokenize(text):
+        r = subprocess.run([a.bin, "tokenize", "-m", a.model, "--special", "-p", text], capture_output=True, timeout=60)
+        check(r.returncode == 0, "tokenize exited %d" % r.returncode)
+        return r.stdout.decode().split()
+
+    head = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    for think, tail in (("off", "<think>\n\n</think>\n\n"), ("on", ""), (None, "")):
+        flags = ["--think", think] if think else []
+        want = tokenize(head + tail)
+        ids = os.path.join(a.tmp, "think-%s.txt" % think)
+        p = subprocess.run([a.bin, "chat", "-m", a.model, "--template", "qwen3", "-n", "4", "--dump-ids", ids] + flags,
+                           input=b"hi\n", capture_output=True, timeout=60)
+        check(p.returncode == 0, "chat --think %s exited %d: %s" % (think, p.returncode, p.stderr.decode()))
+        got = open(ids).read().split("\n")[0].split()
+        check(got == want, "chat --think %s prefilled %s, the template's text is %s" % (think, got, want))
+        r = subprocess.run([a.bin, "run", "-m", a.model, "--chat", "--template", "qwen3", "-p", "hi", "-n", "6"] + flags,
+                           capture_output=True, timeout=60)
+        m = PROMPT.search(r.stderr.decode())
+        check(r.returncode == 0 and m and int(m.group(1)) == len(want),
+              "run --think %s: status %d, %s prompt tokens, the template's text has %d" %
+              (think, r.returncode, m and m.group(1), len(want)))
+        t = subprocess.run([a.bin, "run", "-m", a.model, "--tokens", ids, "-n", "6"], capture_output=True, timeout=60)
+        check(t.returncode == 0 and t.stdout == r.stdout, "run --think %s answers %r, on its ids %r" % (think, r.stdout, t.stdout))
+    # refusals: the format named; a bad value; --think without --chat
+    for cmd in (["run", "--chat", "-p", "hi", "-n", "2"], ["chat", "-n", "2"]):
+        for tmpl in ("chatml", "deepseek-r1", "llama3"):
+            p = subprocess.run([a.bin] + cmd[:1] + ["-m", a.model, "--template", tmpl, "--think", "off"] + cmd[1:],
+                               input=b"hi\n", capture_output=True, timeout=60)
+            err = p.stderr.decode()
+            check(p.returncode != 0 and tmpl in err and "thinking" in err and not p.stdout,
+                  "%s --template %s --think off: status %d, %r" % (cmd[0], tmpl, p.returncode, err))
+            p = subprocess.run([a.bin] + cmd[:1] + ["-m", a.model, "--template", tmpl, "--think", "on"] + cmd[1:],
+                               input=b"hi\n", capture_output=True, timeout=60)
+            check(p.returncode == 0, "%s --template %s --think on: status %d" % (cmd[0], tmpl, p.returncode))
+        p = subprocess.run([a.bin] + cmd[:1] + ["-m", a.model, "--think", "maybe"] + cmd[1:], input=b"hi\n",
+                           capture_output=True, timeout=60)
+        check(p.returncode == 2 and "on or off" in p.stderr.decode(), "%s --think maybe: status %d" % (cmd[0], p.returncode))
+    p = subprocess.run([a.bin, "run", "-m", a.model, "-p", "hi", "--think", "off"], capture_output=True, timeout=60)
+    check(p.returncode == 2 and "--chat" in p.stderr.decode(), "run --think without --chat: status %d" % p.returncode)
 
 
 class Tmux:
@@ -246,13 +296,13 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--shared", required=True)
     ap.add_argument("--tmp", required=True)
-    ap.add_argument("section", choices=["pipe", "rewrite", "tmux", "save", "ctrl-c"])
+    ap.add_argument("section", choices=["pipe", "rewrite", "think", "tmux", "save", "ctrl-c"])
     a = ap.parse_args()
     a.model = os.path.join(a.shared, FIXTURE)
     if a.section in ("tmux", "save", "ctrl-c") and not shutil.which("tmux"):
         print("chat_test: tmux missing", file=sys.stderr)
         return 77
-    {"pipe": section_pipe, "rewrite": section_rewrite, "tmux": section_tmux, "save": section_save,
+    {"pipe": section_pipe, "rewrite": section_rewrite, "think": section_think, "tmux": section_tmux, "save": section_save,
      "ctrl-c": section_ctrl_c}[a.section](a)
     return 1 if failures else 0
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """serve_test.py -- `tierkv serve` end to end over real HTTP, for tests/test_serve.c.
 
-One section per call (basic, reasoning, identical, malformed, disconnect, queue, budget, auth,
+One section per call (basic, reasoning, qwen3, identical, malformed, disconnect, queue, budget, auth,
 idle, openai, logprobs, tokens): each starts the server on a free loopback port (--port 0, the port read from its
 "listening on" line) with a fixture model, talks to it with the standard library only (the
 openai section uses the official client and exits 77 when it is not installed), stops it with
@@ -1235,6 +1235,86 @@ def sec_choices(args):
 
 
 SECTIONS["choices"] = sec_choices
+
+
+def sec_qwen3(args):
+    """Qwen3's format (--template qwen3, the fixture's weights): chat_template_kwargs.enable_thinking
+    false puts the empty think block in the prompt (the answer is `tierkv run --think off`'s, all of it
+    content, reasoning_content null, whole and streamed), true or absent leaves it out (run's
+    default); a key other than enable_thinking, or a value that is no boolean, is a 400 naming it;
+    tools are taken and written into the prompt; an assistant's reasoning_content after the last
+    user query reaches the prompt, before it not; structured output with thinking off is constrained
+    from the first token; on a ChatML server false is a 400 naming chatml, true changes nothing."""
+    q = "What is 2 + 2?"
+    srv = Server(args, "--template", "qwen3", "--parallel", "2")
+    try:
+        prompt = {}
+        for think, flags in ((False, ["--think", "off"]), (True, []), (None, [])):
+            kw = {} if think is None else {"chat_template_kwargs": {"enable_thinking": think}}
+            raw = run_cli(args, "--chat", "--template", "qwen3", "-p", q, "-n", "16", *flags)
+            st, _, body = srv.post("/v1/chat/completions", chat_body(q, max_tokens=16, **kw))
+            if not check(st == 200, "enable_thinking %s: %d %s" % (think, st, body)):
+                continue
+            msg = body["choices"][0]["message"]
+            prompt[think] = body["usage"]["prompt_tokens"]
+            # the fixture never writes "<think>" first: all of it is answer, thinking on or off
+            check(msg["content"] == raw and "reasoning_content" in msg and msg["reasoning_content"] is None,
+                  "enable_thinking %s: %r, run says %r" % (think, msg, raw))
+            st, chunks, done = srv.stream("/v1/chat/completions", chat_body(q, max_tokens=16, stream=True, **kw))
+            check(st == 200 and done and join_stream(chunks, "content") == raw and not join_stream(chunks, "reasoning_content"),
+                  "enable_thinking %s streamed" % think)
+        if len(prompt) == 3:
+            check(prompt[False] > prompt[True] == prompt[None], "prompt tokens by enable_thinking: %s" % prompt)
+        for kw, param in (({"enable_thinking": False, "foo": 1}, "chat_template_kwargs.foo"),
+                          ({"enable_thinking": "no"}, "chat_template_kwargs.enable_thinking"),
+                          ({"enable_thinking": None}, "chat_template_kwargs.enable_thinking"),
+                          (True, "chat_template_kwargs")):
+            st, _, e = srv.post("/v1/chat/completions", chat_body(q, max_tokens=4, chat_template_kwargs=kw))
+            check(st == 400 and e["error"]["param"] == param, "chat_template_kwargs %s: %d %s" % (kw, st, e))
+        # tools: taken, and written into the prompt
+        st, _, b1 = srv.post("/v1/chat/completions", chat_body("Weather in Paris?", max_tokens=4, tools=WEATHER))
+        st0, _, b0 = srv.post("/v1/chat/completions", chat_body("Weather in Paris?", max_tokens=4))
+        check(st == 200 and st0 == 200 and b1["usage"]["prompt_tokens"] > b0["usage"]["prompt_tokens"] + 40,
+              "tools in the prompt: %s %s" % (b1.get("usage"), b0.get("usage")))
+        # reasoning_content: kept after the last user query (a tool loop), dropped before it
+        call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}
+        loop = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+        with_r = [dict(m) for m in loop]
+        with_r[1]["reasoning_content"] = "I should call the tool for Paris."
+        n = []
+        for msgs in (loop, with_r, with_r + [{"role": "assistant", "content": "Sunny."}, {"role": "user", "content": "Thanks"}],
+                     loop + [{"role": "assistant", "content": "Sunny."}, {"role": "user", "content": "Thanks"}]):
+            st, _, b = srv.post("/v1/chat/completions", {"messages": msgs, "tools": WEATHER, "max_tokens": 2})
+            check(st == 200, "a tool loop: %d %s" % (st, b))
+            n.append(b["usage"]["prompt_tokens"] if st == 200 else 0)
+        check(n[1] > n[0] and n[2] == n[3], "reasoning_content after / before the last query: prompt tokens %s" % n)
+        st, _, e = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x", "reasoning_content": "r"}]})
+        check(st == 400 and e["error"]["param"] == "messages[0].reasoning_content", "reasoning_content on a user message")
+        # structured output with thinking off: the grammar from the first token
+        st, _, b = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1000,
+                                                     "temperature": 1.0, "seed": 3, "response_format": fmt(FIX_SCHEMAS[0]),
+                                                     "chat_template_kwargs": {"enable_thinking": False}})
+        ok = st == 200 and b["choices"][0]["finish_reason"] == "stop"
+        check(ok and isinstance(json.loads(b["choices"][0]["message"]["content"]), list), "json_schema, thinking off: %s" % b)
+    finally:
+        srv.stop()
+    srv = Server(args, "--template", "chatml")
+    try:
+        st, _, e = srv.post("/v1/chat/completions", chat_body(q, max_tokens=4, chat_template_kwargs={"enable_thinking": False}))
+        check(st == 400 and e["error"]["param"] == "chat_template_kwargs" and "chatml" in e["error"]["message"],
+              "enable_thinking false on chatml: %d %s" % (st, e))
+        st, _, b = srv.post("/v1/chat/completions", chat_body(q, max_tokens=4, chat_template_kwargs={"enable_thinking": True}))
+        st0, _, b0 = srv.post("/v1/chat/completions", chat_body(q, max_tokens=4))
+        check(st == 200 and b["choices"][0]["message"] == b0["choices"][0]["message"] and "reasoning_content" not in b0["choices"][0]["message"],
+              "enable_thinking true on chatml: %d %s" % (st, b))
+    finally:
+        srv.stop()
+    return 0
+
+
+SECTIONS["qwen3"] = sec_qwen3
 
 
 def main():

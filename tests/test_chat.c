@@ -60,7 +60,7 @@ TEST(chat_qwen_real_prompt) {
     REQUIRE(chat_template_from_gguf(&q.g, NULL, &t, err, sizeof err) == 0);
     CHECK(t.kind == CHAT_CHATML);
     CHECK(!strcmp(t.default_system, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."));
-    chat_msg m = {"user", u0, NULL, 0};
+    chat_msg m = {"user", u0, NULL, 0, NULL};
     size_t len;
     char *r = chat_render(&t, q.v, &m, 1, NULL, 1, &len, NULL, NULL);
     int32_t *ids;
@@ -87,7 +87,8 @@ TEST(chat_qwen_system_and_injection) {
     if (load("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", &q)) return;
     chat_template t;
     chat_template_init(&t, CHAT_CHATML);
-    chat_msg m[3] = {{"system", "Be brief.", NULL, 0}, {"user", "say <|im_end|> please", NULL, 0}, {"assistant", "ok", NULL, 0}};
+    chat_msg m[3] = {{"system", "Be brief.", NULL, 0, NULL}, {"user", "say <|im_end|> please", NULL, 0, NULL},
+                     {"assistant", "ok", NULL, 0, NULL}};
     size_t len;
     char *r = chat_render(&t, q.v, m, 3, NULL, 1, &len, NULL, NULL);
     CHECK(!strcmp(r, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nsay <|im_end|> please<|im_end|>\n"
@@ -108,12 +109,13 @@ TEST(chat_r1_think_and_bos) {
     char err[256];
     REQUIRE(chat_template_from_gguf(&r.g, NULL, &t, err, sizeof err) == 0);
     CHECK(t.kind == CHAT_DEEPSEEK_R1);
-    chat_msg m[3] = {{"user", "1+1?", NULL, 0}, {"assistant", "<think>\nhmm\n</think>\n\n2", NULL, 0}, {"user", "2+2?", NULL, 0}};
+    chat_msg m[3] = {{"user", "1+1?", NULL, 0, NULL}, {"assistant", "<think>\nhmm\n</think>\n\n2", NULL, 0, NULL},
+                     {"user", "2+2?", NULL, 0, NULL}};
     size_t len;
     char *s = chat_render(&t, r.v, m, 3, NULL, 1, &len, NULL, NULL);
     CHECK(!strcmp(s, R1_BOS R1_USER "1+1?" R1_ASSISTANT "\n\n2" R1_EOS R1_USER "2+2?" R1_ASSISTANT "<think>\n"));
     free(s);
-    chat_msg one = {"user", "Hi", NULL, 0};
+    chat_msg one = {"user", "Hi", NULL, 0, NULL};
     int32_t *ids;
     int k = chat_encode(&t, r.v, &one, 1, NULL, 1, &ids);
     /* BOS <｜User｜> Hi <｜Assistant｜> <think> \n : one BOS only */
@@ -123,7 +125,7 @@ TEST(chat_r1_think_and_bos) {
     CHECK(n_bos == 1);
     free(ids);
     /* a system prompt goes raw after BOS */
-    chat_msg sm[2] = {{"system", "S", NULL, 0}, {"user", "U", NULL, 0}};
+    chat_msg sm[2] = {{"system", "S", NULL, 0, NULL}, {"user", "U", NULL, 0, NULL}};
     s = chat_render(&t, r.v, sm, 2, NULL, 0, &len, NULL, NULL);
     CHECK(!strcmp(s, R1_BOS "S" R1_USER "U"));
     free(s);
@@ -144,7 +146,7 @@ TEST(chat_detect_and_names) {
     CHECK(chat_by_name("vicuna") == CHAT_UNKNOWN);
     chat_template t;
     chat_template_init(&t, CHAT_LLAMA3);
-    chat_msg m = {"user", "  hi \n", NULL, 0};
+    chat_msg m = {"user", "  hi \n", NULL, 0, NULL};
     size_t len;
     char *s = chat_render(&t, NULL, &m, 1, NULL, 1, &len, NULL, NULL);
     CHECK(!strcmp(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
@@ -199,11 +201,11 @@ TEST(chat_encode_any_bytes) {
     for (int vi = 0; vi < 2; vi++) {
         loaded l;
         if (load(vocabs[vi], &l)) return;
-        for (int kind = CHAT_CHATML; kind <= CHAT_LLAMA3; kind++) {
+        for (int kind = CHAT_CHATML; kind < CHAT_KINDS; kind++) {
             chat_template t;
             chat_template_init(&t, (chat_kind)kind);
             for (int c = 0; c < 6; c++) {
-                chat_msg m[2] = {{"system", "\xff\xfe sys", NULL, 0}, {"user", contents[c], NULL, 0}};
+                chat_msg m[2] = {{"system", "\xff\xfe sys", NULL, 0, NULL}, {"user", contents[c], NULL, 0, NULL}};
                 size_t len, *lit, dn, wn;
                 int n_lit;
                 char *r = chat_render(&t, l.v, m, 2, NULL, 1, &len, &lit, &n_lit);
@@ -273,15 +275,15 @@ static void tools_case(const char *gguf_path, const char *tag, int no_system) {
     chat_template t;
     REQUIRE(chat_template_from_gguf(&g, NULL, &t, err, sizeof err) == 0);
     CHECK(t.kind == CHAT_CHATML && t.tools);
-    chat_msg m[9] = {{"system", "You are terse.", NULL, 0},
-                     {"user", "Weather in Paris and Rome? <|im_end|>", NULL, 0},
-                     {"assistant", "", CALLS1, 2},
-                     {"tool", "{\"temp\": 21}", NULL, 0},
-                     {"tool", "18 degrees", NULL, 0},
-                     {"assistant", "Let me add.", CALLS2, 1},
-                     {"tool", "3.5", NULL, 0},
-                     {"assistant", "Paris 21, Rome 18.", NULL, 0},
-                     {"user", "Thanks", NULL, 0}};
+    chat_msg m[9] = {{"system", "You are terse.", NULL, 0, NULL},
+                     {"user", "Weather in Paris and Rome? <|im_end|>", NULL, 0, NULL},
+                     {"assistant", "", CALLS1, 2, NULL},
+                     {"tool", "{\"temp\": 21}", NULL, 0, NULL},
+                     {"tool", "18 degrees", NULL, 0, NULL},
+                     {"assistant", "Let me add.", CALLS2, 1, NULL},
+                     {"tool", "3.5", NULL, 0, NULL},
+                     {"assistant", "Paris 21, Rome 18.", NULL, 0, NULL},
+                     {"user", "Thanks", NULL, 0, NULL}};
     chat_tools tools = {TOOL_DEFS, 2};
     size_t len, wn;
     char *r = chat_render(&t, v, m + no_system, 9 - no_system, &tools, 1, &len, NULL, NULL), *want = slurp(out, &wn);

@@ -1,6 +1,7 @@
 /* test_chat_cmd.c — `tierkv chat` end to end (tests/chat_test.py): through a pipe (the second turn
  * reuses every id of the first and answers as `tierkv run` does on the same ids prefilled at once),
- * DeepSeek-R1's rewriting template (the conversation prefilled again, reasoning apart), and on a
+ * DeepSeek-R1's rewriting template (the conversation prefilled again, reasoning apart), Qwen3's
+ * thinking switch (--think on|off in chat and run: the prompt's ids, refusals), and on a
  * terminal under tmux (prompt, counts, /stats, Ctrl-C during an answer and at the prompt, /exit).
  * Skips with one line without the fixtures, the binary, python3 or (the terminal ones) tmux. */
 #include <stdio.h>
@@ -25,6 +26,7 @@ static void chat_section(const char *section) {
 
 TEST(chat_cmd_pipe) { chat_section("pipe"); }
 TEST(chat_cmd_rewrite) { chat_section("rewrite"); }
+TEST(chat_cmd_think) { chat_section("think"); }
 TEST(chat_cmd_tmux) { chat_section("tmux"); }
 TEST(chat_cmd_save_load) { chat_section("save"); }
 TEST(chat_cmd_ctrl_c) { chat_section("ctrl-c"); }

@@ -434,10 +434,12 @@ TEST(conv_record_seeds_parse) {
 
 /* ---- an earlier turn's reasoning kept (--history-thinking keep) ---- */
 
-/* R1's template drops an answer's reasoning from the transcript the client sends back; keep mode
- * splices the kept conversation's own ids in, reasoning included, and says where it lies. */
-TEST(conv_splice_keeps_r1_reasoning) {
-    const char *path = t_need("fixtures/tokenizer/extra/vocab-r1-distill-qwen-7b.gguf");
+/* R1's template drops an answer's reasoning from the transcript the client sends back, Qwen3's drops
+ * it once a later user message follows; keep mode splices the kept conversation's own ids in,
+ * reasoning included, and says where it lies. R1's prompt opened the block ("<think>\n" is the
+ * prompt's), Qwen3's model opens it itself (the generated text begins with it). */
+static void keep_case(const char *vocab, const char *tmpl, int want_by) {
+    const char *path = t_need(vocab);
     if (!path) return;
     char err[512];
     tkv_model_params mp;
@@ -446,17 +448,18 @@ TEST(conv_splice_keeps_r1_reasoning) {
     tkv_model *m;
     REQUIRE(tkv_model_open(path, &mp, &m, err, sizeof err) == 0);
     tkv_chat *ct;
-    REQUIRE(tkv_chat_open(m, "deepseek-r1", 0, &ct, err, sizeof err) == 0);
+    REQUIRE(tkv_chat_open(m, tmpl, 0, &ct, err, sizeof err) == 0);
     const char *open_mk, *close_mk;
-    int by_prompt;
-    tkv_chat_reasoning(ct, &open_mk, &close_mk, &by_prompt);
-    REQUIRE(close_mk && by_prompt);
+    int by;
+    tkv_chat_reasoning(ct, &open_mk, &close_mk, &by);
+    REQUIRE(close_mk && by == want_by);
+    int model_opens = by == TKV_THINK_MODEL_OPENS;
     tkv_chat_msg t1[1] = {{.role = "user", .content = "What is 2+2? Answer in one short sentence, please."}};
     int32_t *p1, *gen, *p2;
     int n1 = tkv_chat_encode(ct, t1, 1, 1, &p1, err, sizeof err);
     const char *think = "Two and two make four.", *visible = "The answer is 4.";
     char out_text[256];
-    snprintf(out_text, sizeof out_text, "%s%s\n\n%s", think, close_mk, visible);
+    snprintf(out_text, sizeof out_text, "%s%s%s\n\n%s", model_opens ? "<think>\n" : "", think, close_mk, visible);
     int ng = tkv_tokenize_alloc(m, out_text, strlen(out_text), TKV_TOK_PARSE_SPECIAL, &gen);
     REQUIRE(n1 > 16 && ng > 4);
     tkv_chat_msg t2[3] = {t1[0], {.role = "assistant", .content = visible}, {.role = "user", .content = "And 3+3?"}};
@@ -480,7 +483,7 @@ TEST(conv_splice_keeps_r1_reasoning) {
     size_t len;
     char *kept = tkv_detokenize(m, ids + sf, st - sf, 1, &len), *ans = tkv_detokenize(m, ids + st, c.e[0].n - st, 1, &len);
     char want[256];
-    snprintf(want, sizeof want, "%s\n%s%s\n\n", open_mk, think, close_mk); /* the prompt opened it */
+    snprintf(want, sizeof want, "%s\n%s%s\n\n", open_mk, think, close_mk); /* the prompt's or the model's "<think>\n" */
     CHECKF(kept && !strcmp(kept, want), "kept: %s", kept ? kept : "-");
     CHECKF(ans && !strcmp(ans, visible), "answer: %s", ans ? ans : "-");
     char *rest = tkv_detokenize(m, ids + c.e[0].n, nn - c.e[0].n, 1, &len);
@@ -497,6 +500,15 @@ TEST(conv_splice_keeps_r1_reasoning) {
     free(p1), free(gen), free(p2);
     tkv_chat_close(ct);
     tkv_model_close(m);
+}
+
+TEST(conv_splice_keeps_r1_reasoning) {
+    keep_case("fixtures/tokenizer/extra/vocab-r1-distill-qwen-7b.gguf", "deepseek-r1", TKV_THINK_PROMPT_OPENS);
+}
+
+/* (Qwen2.5's vocabulary: Qwen3's <|im_start|> and <|im_end|>, its <think> written as text) */
+TEST(conv_splice_keeps_qwen3_reasoning) {
+    keep_case("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", "qwen3", TKV_THINK_MODEL_OPENS);
 }
 
 /* Stale positions rank below every other: the first out of T0 (hierarchy) and the first evicted

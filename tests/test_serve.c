@@ -27,10 +27,10 @@
 /* ---- the reasoning split ---- */
 
 /* Feeds text in pieces cut at the given points; returns reasoning and content. */
-static void think_run(const char *open, const char *close, int opened, const char *text, const size_t *cuts, int n_cuts,
+static void think_run(const char *open, const char *close, int by, const char *text, const size_t *cuts, int n_cuts,
                       tkv_buf *r, tkv_buf *c, int *touched) {
     serve_think t;
-    serve_think_init(&t, open, close, opened);
+    serve_think_init(&t, open, close, by);
     size_t prev = 0, n = strlen(text);
     *touched = 0;
     for (int k = 0; k <= n_cuts; k++) {
@@ -41,7 +41,7 @@ static void think_run(const char *open, const char *close, int opened, const cha
     serve_think_flush(&t, r, c);
 }
 
-static void think_case(int opened, const char *text, const char *want_r, const char *want_c) {
+static void think_case(int by, const char *text, const char *want_r, const char *want_c) {
     size_t n = strlen(text);
     /* every single cut, and every pair of cuts: a marker split over two and three pieces */
     for (size_t a = 0; a <= n; a++)
@@ -49,7 +49,7 @@ static void think_case(int opened, const char *text, const char *want_r, const c
             size_t cuts[2] = {a, b};
             tkv_buf r = {0}, c = {0};
             int touched;
-            think_run("<think>", "</think>", opened, text, cuts, 2, &r, &c, &touched);
+            think_run("<think>", "</think>", by, text, cuts, 2, &r, &c, &touched);
             CHECKF(!strcmp(tkv_buf_str(&r), want_r) && !strcmp(tkv_buf_str(&c), want_c),
                    "text '%s' cut at %zu,%zu: reasoning '%s' content '%s'", text, a, b, tkv_buf_str(&r), tkv_buf_str(&c));
             tkv_buf_free(&r);
@@ -58,16 +58,26 @@ static void think_case(int opened, const char *text, const char *want_r, const c
 }
 
 TEST(serve_reasoning_split) {
-    think_case(1, "I think so.</think>\n\nThe answer is 4.", "I think so.", "The answer is 4.");
-    think_case(1, "no close marker at all", "no close marker at all", "");
-    think_case(1, "a </thin> lookalike </think>x</think>y", "a </thin> lookalike ", "x</think>y");
-    think_case(1, "<</</think>", "<</", "");
-    think_case(0, "<think>hmm</think>ok", "hmm", "ok");
-    think_case(0, "  \n<think>hmm</think> ok", "hmm", "ok");
-    think_case(0, "plain answer <think>not reasoning</think>", "", "plain answer <think>not reasoning</think>");
-    think_case(0, "<thin", "", "<thin");
-    think_case(1, "</think>", "", "");
-    think_case(1, "caf\xc3\xa9 </think> \xe2\x82\xac", "caf\xc3\xa9 ", "\xe2\x82\xac");
+    enum { MODEL = TKV_THINK_MODEL_OPENS, PROMPT = TKV_THINK_PROMPT_OPENS, CLOSED = TKV_THINK_PROMPT_CLOSED };
+    think_case(PROMPT, "I think so.</think>\n\nThe answer is 4.", "I think so.", "The answer is 4.");
+    think_case(PROMPT, "no close marker at all", "no close marker at all", "");
+    think_case(PROMPT, "a </thin> lookalike </think>x</think>y", "a </thin> lookalike ", "x</think>y");
+    think_case(PROMPT, "<</</think>", "<</", "");
+    think_case(MODEL, "<think>hmm</think>ok", "hmm", "ok");
+    think_case(MODEL, "  \n<think>hmm</think> ok", "hmm", "ok");
+    think_case(MODEL, "plain answer <think>not reasoning</think>", "", "plain answer <think>not reasoning</think>");
+    think_case(MODEL, "<thin", "", "<thin");
+    think_case(PROMPT, "</think>", "", "");
+    think_case(PROMPT, "caf\xc3\xa9 </think> \xe2\x82\xac", "caf\xc3\xa9 ", "\xe2\x82\xac");
+    /* Qwen3 with thinking on: the model opens the block itself with "<think>\n" (the newline goes
+     * with the marker, so the reasoning reads as R1's); an empty block; one never closed */
+    think_case(MODEL, "<think>\nLet me add.\n</think>\n\nThe answer is 4.", "Let me add.\n", "The answer is 4.");
+    think_case(MODEL, "<think>\n\n</think>\n\n4", "", "4");
+    think_case(MODEL, "<think>\n  cut short", "cut short", "");
+    think_case(MODEL, "4, no reasoning", "", "4, no reasoning");
+    /* thinking off: the prompt closed the block, whatever follows is answer */
+    think_case(CLOSED, "<think>\nx\n</think>\n\n4", "", "<think>\nx\n</think>\n\n4");
+    think_case(CLOSED, "The answer is 4.", "", "The answer is 4.");
     /* without markers everything is answer */
     tkv_buf r = {0}, c = {0};
     int touched;
@@ -77,12 +87,21 @@ TEST(serve_reasoning_split) {
     tkv_buf_free(&c);
     /* a token counts as reasoning when any of its bytes is taken inside the block */
     serve_think t;
-    serve_think_init(&t, "<think>", "</think>", 1);
-    CHECK(serve_think_feed(&t, "abc", 3, &r, &c) == 1);
+    serve_think_init(&t, "<think>", "</think>", PROMPT);
+    CHECK(serve_think_enabled(&t) && serve_think_feed(&t, "abc", 3, &r, &c) == 1);
     CHECK(serve_think_feed(&t, "</thi", 5, &r, &c) == 1);
     CHECK(serve_think_feed(&t, "nk>", 3, &r, &c) == 1);
     CHECK(serve_think_feed(&t, "\n\nok", 4, &r, &c) == 0);
     CHECK(!strcmp(tkv_buf_str(&r), "abc") && !strcmp(tkv_buf_str(&c), "ok"));
+    /* the model's "<think>" and the newline after it are reasoning tokens; closed by the prompt, none */
+    r.n = c.n = 0;
+    serve_think_init(&t, "<think>", "</think>", MODEL);
+    CHECK(serve_think_feed(&t, "<think>", 7, &r, &c) == 1 && serve_think_feed(&t, "\n", 1, &r, &c) == 1);
+    CHECK(serve_think_feed(&t, "x", 1, &r, &c) == 1 && serve_think_feed(&t, "</think>", 8, &r, &c) == 1);
+    CHECK(serve_think_feed(&t, "\n\nok", 4, &r, &c) == 0 && !strcmp(tkv_buf_str(&r), "x") && !strcmp(tkv_buf_str(&c), "ok"));
+    r.n = c.n = 0;
+    serve_think_init(&t, "<think>", "</think>", CLOSED);
+    CHECK(serve_think_enabled(&t) && serve_think_feed(&t, "<think>", 7, &r, &c) == 0 && r.n == 0);
     tkv_buf_free(&r);
     tkv_buf_free(&c);
 }
@@ -97,7 +116,7 @@ static int parse(const char *body, enum serve_kind k, serve_request *r, serve_er
 }
 
 TEST(serve_request_good) {
-    serve_request r;
+    serve_request r, c1, c2;
     serve_error e;
     REQUIRE(parse("{\"model\":\"x\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":"
                   "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":null}],"
@@ -109,7 +128,24 @@ TEST(serve_request_good) {
     CHECK(r.n_msgs == 3 && !strcmp(r.msgs[1].content, "a\nb") && !strcmp(r.msgs[2].role, "assistant") && !strcmp(r.msgs[2].content, ""));
     CHECK(r.max_tokens == 7 && r.temperature == 0 && r.top_p == 0.5 && r.has_seed && r.seed == (uint64_t)-3);
     CHECK(r.n_stops == 2 && !strcmp(r.stops[1], "yy") && r.stream && r.include_usage);
+    CHECK(!r.think_off && !r.msgs[2].reasoning_content);
     serve_request_free(&r);
+    /* Qwen3's switch and an earlier answer's reasoning; a copy keeps both */
+    REQUIRE(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"a\","
+                  "\"reasoning_content\":\"r\"},{\"role\":\"user\",\"content\":\"q2\"}],"
+                  "\"chat_template_kwargs\":{\"enable_thinking\":false}}", SERVE_CHAT, &r, &e) == 0);
+    CHECK(r.think_off && !strcmp(r.msgs[1].reasoning_content, "r") && !r.msgs[0].reasoning_content);
+    serve_request_copy(&r, 0, 0, &c1);
+    CHECK(c1.think_off && c1.msgs[1].reasoning_content != r.msgs[1].reasoning_content && !strcmp(c1.msgs[1].reasoning_content, "r"));
+    serve_request_free(&c1);
+    serve_request_free(&r);
+    static const char *const neutral[] = {"{\"enable_thinking\":true}", "{}", "[]", "null"};
+    for (int i = 0; i < 4; i++) {
+        char body[200];
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"chat_template_kwargs\":%s}", neutral[i]);
+        CHECKF(parse(body, SERVE_CHAT, &r, &e) == 0 && !r.think_off, "%s", body);
+        serve_request_free(&r);
+    }
     REQUIRE(parse("{\"prompt\":\"hi\",\"stop\":\"\\n\"}", SERVE_COMPLETION, &r, &e) == 0);
     CHECK(!strcmp(r.prompt, "hi") && r.n_stops == 1 && r.max_tokens == -1 && r.temperature == 1.0 && !r.stream);
     serve_request_free(&r);
@@ -123,7 +159,6 @@ TEST(serve_request_good) {
     REQUIRE(parse("{\"prompt\":[\"a\",[5,6],\"c\"],\"n\":2,\"seed\":10}", SERVE_COMPLETION, &r, &e) == 0);
     CHECK(!strcmp(r.prompt, "a") && r.n_more == 2 && r.more[0].n_ids == 2 && r.more[0].ids[1] == 6 &&
           !strcmp(r.more[1].text, "c") && r.n == 2);
-    serve_request c1, c2;
     serve_request_copy(&r, 1, 1, &c1);
     serve_request_copy(&r, 2, 0, &c2);
     CHECK(!c1.prompt && c1.n_prompt_ids == 2 && c1.prompt_ids[0] == 5 && c1.n_more == 0 && c1.seed == 11);
@@ -217,6 +252,19 @@ TEST(serve_request_bad_corpus) {
          "response_format"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"presence_penalty\":2.5}", "presence_penalty"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"reasoning_effort\":\"low\"}", "reasoning_effort"},
+        /* chat_template_kwargs: enable_thinking, a boolean, and nothing else; reasoning_content an assistant's string */
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":{\"enable_thinking\":"
+                     "false,\"tools_in_user\":true}}", "chat_template_kwargs.tools_in_user"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":{\"enable_thinking\":0}}",
+         "chat_template_kwargs.enable_thinking"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":{\"enable_thinking\":"
+                     "\"false\"}}", "chat_template_kwargs.enable_thinking"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":\"x\"}", "chat_template_kwargs"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":[1]}", "chat_template_kwargs"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"reasoning_content\":\"r\"}]}",
+         "messages[0].reasoning_content"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":\"b\","
+                     "\"reasoning_content\":[\"r\"]}]}", "messages[1].reasoning_content"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"unknown\":[1,2,{}]}", "unknown"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"prompt\":\"x\"}", "prompt"},
         {SERVE_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs"},
@@ -581,6 +629,7 @@ static void http_section(const char *section) { http_script("serve_test.py", sec
 
 TEST(serve_http_basic) { http_section("basic"); }
 TEST(serve_http_reasoning) { http_section("reasoning"); }
+TEST(serve_http_qwen3) { http_section("qwen3"); }
 TEST(serve_http_identical) { http_section("identical"); }
 TEST(serve_http_malformed) { http_section("malformed"); }
 TEST(serve_http_disconnect) { http_section("disconnect"); }

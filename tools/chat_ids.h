@@ -7,8 +7,8 @@
  * after them is tokenized: when the held ids detokenize (special tokens as their text) to a byte
  * prefix of the rendered conversation, the new ids are the tokens of the rest of it, special-token
  * text read as special tokens (the template's own markers are written as text). When they do not (a
- * template that rewrites earlier turns, such as DeepSeek-R1's dropping of earlier reasoning), the
- * caller starts the sequence again from the whole text.
+ * template that rewrites earlier turns, such as DeepSeek-R1's and Qwen3's dropping of earlier
+ * reasoning), the caller starts the sequence again from the whole text.
  * Pure: it reads only the model's immutable vocabulary; no session, no state. */
 #ifndef TKV_TOOLS_CHAT_IDS_H
 #define TKV_TOOLS_CHAT_IDS_H

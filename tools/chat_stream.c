@@ -7,10 +7,10 @@
 #define FAINT "\033[2m"
 #define PLAIN "\033[0m"
 
-void chat_stream_init(chat_stream *s, const char *open, const char *close, int opened_by_prompt, int tty) {
+void chat_stream_init(chat_stream *s, const char *open, const char *close, int by, int tty) {
     memset(s, 0, sizeof *s);
-    serve_think_init(&s->think, open, close, opened_by_prompt);
-    s->open = open, s->close = close, s->opened_by_prompt = opened_by_prompt;
+    serve_think_init(&s->think, open, close, by);
+    s->open = open, s->close = close, s->by = by;
     s->tty = tty;
 }
 
@@ -52,7 +52,7 @@ int chat_stream_end(chat_stream *s) {
     if (s->in_reasoning) reasoning_close(s); /* which ends the line */
     else put(s, "\n", 1);
     if (fflush(stdout)) s->werr = 1;
-    serve_think_init(&s->think, s->open, s->close, s->opened_by_prompt); /* the next answer starts afresh */
+    serve_think_init(&s->think, s->open, s->close, s->by); /* the next answer starts afresh */
     return s->werr ? -1 : 0;
 }
 

@@ -4,8 +4,9 @@
  *
  * A turn renders the whole conversation with the model's chat template and feeds the sequence the
  * ids after the ones it holds (tools/chat_ids.h: the held ids stay as they were sampled). A template
- * that rewrites earlier turns (DeepSeek-R1 drops earlier reasoning) makes the held ids no prefix of
- * the text: the sequence is then opened again and the whole conversation prefilled, said on stderr.
+ * that rewrites earlier turns (DeepSeek-R1 and Qwen3 drop earlier reasoning) makes the held ids no
+ * prefix of the text: the sequence is then opened again and the whole conversation prefilled, said
+ * on stderr.
  * Every printed answer token is fed back at once, so at a turn's end the sequence holds the whole
  * conversation but the end-of-generation token that closed the answer: that one is fed with the next
  * message when the template writes it there (ChatML's <|im_end|>), else dropped.
@@ -43,7 +44,9 @@ static void usage(FILE *out) {
             "  a conversation whose turns reuse the KV cache of the turns before: each turn prefills only\n"
             "  its own message; answers stream to stdout, each turn's token counts go to stderr\n"
             "      --system TEXT       system prompt (default: the template's own)\n"
-            "      --template NAME     chat template: chatml, deepseek-r1, llama3 (default: from the file)\n"
+            "      --template NAME     chat template: chatml, deepseek-r1, llama3, qwen3 (default: from the file)\n"
+            "      --think on|off      thinking on (the default) or off (Qwen3's enable_thinking; a format\n"
+            "                          without the switch refuses off)\n"
             "  -n, --n-predict N       at most N tokens per answer (default: until end of generation or a\n"
             "                          full context)\n"
             SAMPLING_USAGE
@@ -316,6 +319,7 @@ int cmd_chat(int argc, char **argv) {
     common_opts co;
     common_opts_default(&co);
     const char *system = NULL, *tmpl_name = NULL, *dump_path = NULL;
+    int think = 1;
     chat c = {.seq = -1, .n_max = -1};
     tkv_sampling so;
     tkv_sampling_default(&so);
@@ -332,7 +336,13 @@ int cmd_chat(int argc, char **argv) {
         const char *v = argv[++i];
         if (!strcmp(a, "--system")) system = v;
         else if (!strcmp(a, "--template")) tmpl_name = v;
-        else if (!strcmp(a, "--dump-ids")) dump_path = v;
+        else if (!strcmp(a, "--think")) {
+            if (strcmp(v, "on") && strcmp(v, "off")) {
+                fprintf(stderr, "tierkv chat: --think wants on or off, got '%s'\n", v);
+                return 2;
+            }
+            think = !strcmp(v, "on");
+        } else if (!strcmp(a, "--dump-ids")) dump_path = v;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (parse_int(v, 1, 1 << 24, &c.n_max)) { fprintf(stderr, "tierkv chat: bad -n '%s' (1..16777216)\n", v); return 2; }
         } else {
@@ -357,7 +367,7 @@ int cmd_chat(int argc, char **argv) {
         return 1;
     }
     if (tkv_model_open(co.model_path, &co.mp, &c.m, err, sizeof err)) goto fail;
-    if (tkv_chat_open(c.m, tmpl_name, 0, &c.ct, err, sizeof err)) goto fail;
+    if (tkv_chat_open(c.m, tmpl_name, think ? 0 : TKV_CHAT_THINK_OFF, &c.ct, err, sizeof err)) goto fail;
     tkv_model_info info;
     tkv_model_get_info(c.m, &info);
     if (co.ctx_given) common_ctx_warn("chat", &co, info.n_ctx_train);
@@ -370,9 +380,9 @@ int cmd_chat(int argc, char **argv) {
     c.logits = tkv_xmalloc((size_t)info.n_vocab * sizeof(float));
     c.piece = tkv_xmalloc(tkv_detok_out_size(c.m));
     const char *open, *close;
-    int opened = 0;
-    tkv_chat_reasoning(c.ct, &open, &close, &opened); /* NULL markers: a format without reasoning */
-    chat_stream_init(&c.out, open, close, opened, isatty(1));
+    int by = 0;
+    tkv_chat_reasoning(c.ct, &open, &close, &by); /* NULL markers: a format without reasoning */
+    chat_stream_init(&c.out, open, close, by, isatty(1));
     sigaction(SIGINT, &sa, &old_sa);
     rc = run_chat(&c);
     sigaction(SIGINT, &old_sa, NULL);

@@ -31,7 +31,9 @@ static void usage(FILE *out) {
             "                          model's context_length (\"stop: context\"), however large N is\n"
             "      --chat              wrap the prompt in the model's chat template\n"
             "      --system TEXT       system prompt for --chat (default: the template's own)\n"
-            "      --template NAME     chat template: chatml, deepseek-r1, llama3 (default: from the file)\n"
+            "      --template NAME     chat template: chatml, deepseek-r1, llama3, qwen3 (default: from the file)\n"
+            "      --think on|off      --chat: thinking on (the default) or off (Qwen3's enable_thinking; a\n"
+            "                          format without the switch refuses off)\n"
             SAMPLING_USAGE
             "      --stop STR          stop when STR is generated (repeatable)\n"
             "      --ignore-eos        do not stop at end-of-generation tokens\n"
@@ -43,11 +45,11 @@ static void usage(FILE *out) {
 }
 
 /* The prompt's token ids: text through the chat template (--chat) or the tokenizer, or --tokens. */
-static int prompt_ids(tkv_model *m, const char *text, int chat, const char *system, const char *tmpl_name,
+static int prompt_ids(tkv_model *m, const char *text, int chat, const char *system, const char *tmpl_name, int think,
                       int32_t **ids, int *n_ids, char *err, size_t errlen) {
     if (chat) {
         tkv_chat *ct;
-        if (tkv_chat_open(m, tmpl_name, 0, &ct, err, errlen)) return -1;
+        if (tkv_chat_open(m, tmpl_name, think ? 0 : TKV_CHAT_THINK_OFF, &ct, err, errlen)) return -1;
         tkv_chat_msg msgs[2];
         int nm = 0;
         if (system) msgs[nm++] = (tkv_chat_msg){.role = "system", .content = system};
@@ -72,6 +74,7 @@ int cmd_run(int argc, char **argv) {
     common_opts c;
     common_opts_default(&c);
     const char *prompt = NULL, *prompt_file = NULL, *tok_file = NULL, *system = NULL, *tmpl_name = NULL, *stats_json = NULL;
+    const char *think_flag = NULL;
     const char *stops[MAX_STOPS];
     int n_stops = 0, chat = 0, ignore_eos = 0, special = 0, stats = 0;
     long n_predict = 256;
@@ -96,7 +99,13 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--tokens")) tok_file = v;
         else if (!strcmp(a, "--system")) system = v;
         else if (!strcmp(a, "--template")) tmpl_name = v;
-        else if (!strcmp(a, "--stats-json")) stats_json = v;
+        else if (!strcmp(a, "--think")) {
+            if (strcmp(v, "on") && strcmp(v, "off")) {
+                fprintf(stderr, "tierkv run: --think wants on or off, got '%s'\n", v);
+                return 2;
+            }
+            think_flag = v;
+        } else if (!strcmp(a, "--stats-json")) stats_json = v;
         else if (!strcmp(a, "--stop")) {
             if (n_stops == MAX_STOPS) { fprintf(stderr, "tierkv run: at most %d --stop strings\n", MAX_STOPS); return 2; }
             if (!*v) { fprintf(stderr, "tierkv run: --stop needs a non-empty string\n"); return 2; }
@@ -115,8 +124,9 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
     if (tok_file && chat) { fprintf(stderr, "tierkv run: --chat needs text (-p or -f), not --tokens\n"); return 2; }
-    if (!chat && (system || tmpl_name)) {
-        fprintf(stderr, "tierkv run: %s applies to --chat only (add --chat)\n", system ? "--system" : "--template");
+    if (!chat && (system || tmpl_name || think_flag)) {
+        fprintf(stderr, "tierkv run: %s applies to --chat only (add --chat)\n",
+                system ? "--system" : tmpl_name ? "--template" : "--think");
         return 2;
     }
     {   /* the sampling values are checked before anything is loaded */
@@ -152,7 +162,8 @@ int cmd_run(int argc, char **argv) {
         goto out;
     }
     if (tkv_model_open(c.model_path, &c.mp, &m, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); goto out; }
-    if (!tok_file && prompt_ids(m, text ? text : prompt, chat, system, tmpl_name, &ids, &n_ids, err, sizeof err)) {
+    int think = !think_flag || !strcmp(think_flag, "on");
+    if (!tok_file && prompt_ids(m, text ? text : prompt, chat, system, tmpl_name, think, &ids, &n_ids, err, sizeof err)) {
         fprintf(stderr, "tierkv run: %s\n", err);
         goto out;
     }

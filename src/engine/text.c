@@ -3,6 +3,7 @@
  * chat and sampler. Owns the parameter checks users meet first (NaN and out-of-range sampling
  * values are refused here, naming the parameter). */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,6 +69,13 @@ int tkv_chat_open(const tkv_model *m, const char *name, int flags, tkv_chat **ou
     c->m = m;
     if (chat_template_from_gguf(m->file, name, &c->t, err, errlen)) { free(c); return TKV_ERR; }
     if (flags & TKV_CHAT_NO_DEFAULT_SYSTEM) c->t.default_system[0] = 0;
+    if ((flags & TKV_CHAT_THINK_OFF) && !chat_think_switch(c->t.kind)) {
+        tkv_errf(err, errlen, "the %s chat format has no thinking switch (qwen3 has): thinking cannot be turned off",
+                 chat_name(c->t.kind));
+        free(c);
+        return TKV_ERR;
+    }
+    c->t.think_off = !!(flags & TKV_CHAT_THINK_OFF);
     *out = c;
     return 0;
 }
@@ -75,6 +83,8 @@ int tkv_chat_open(const tkv_model *m, const char *name, int flags, tkv_chat **ou
 void tkv_chat_close(tkv_chat *c) { free(c); }
 
 const char *tkv_chat_name(const tkv_chat *c) { return chat_name(c->t.kind); }
+
+int tkv_chat_think_switch(const tkv_chat *c) { return chat_think_switch(c->t.kind); }
 
 static int check_msgs(const chat_template *t, const tkv_chat_msg *msgs, int n, int n_tools, char *err, size_t errlen) {
     if (n < 1) return tkv_errf(err, errlen, "chat: no messages");
@@ -96,7 +106,9 @@ static int check_msgs(const chat_template *t, const tkv_chat_msg *msgs, int n, i
     return 0;
 }
 
-_Static_assert(sizeof(tkv_chat_msg) == sizeof(chat_msg), "tkv_chat_msg mirrors chat_msg");
+_Static_assert(sizeof(tkv_chat_msg) == sizeof(chat_msg) &&
+                   offsetof(tkv_chat_msg, reasoning_content) == offsetof(chat_msg, reasoning_content),
+               "tkv_chat_msg mirrors chat_msg");
 
 int tkv_chat_has_tools(const tkv_chat *c) { return c->t.tools; }
 
@@ -125,13 +137,12 @@ char *tkv_chat_render(const tkv_chat *c, const tkv_chat_msg *msgs, int n, int ad
     return tkv_chat_render_tools(c, msgs, n, NULL, 0, add_generation_prompt, len);
 }
 
-int tkv_chat_reasoning(const tkv_chat *c, const char **open, const char **close, int *opened_by_prompt) {
-    *open = *close = NULL;
-    *opened_by_prompt = 0;
-    if (c->t.kind != CHAT_DEEPSEEK_R1) return 0;
-    *open = "<think>";
-    *close = "</think>";
-    *opened_by_prompt = 1; /* the R1 generation prompt ends with "<think>\n" */
+int tkv_chat_reasoning(const tkv_chat *c, const char **open, const char **close, int *by) {
+    switch (chat_reasoning(&c->t, open, close)) {
+    case CHAT_THINK_PROMPT_OPENS: *by = TKV_THINK_PROMPT_OPENS; break;
+    case CHAT_THINK_PROMPT_CLOSED: *by = TKV_THINK_PROMPT_CLOSED; break;
+    default: *by = TKV_THINK_MODEL_OPENS; break;
+    }
     return 0;
 }
 

@@ -1,8 +1,12 @@
 /* chat.c - the chat formats of chat.h, written out from the official Jinja templates (FORMATS.md 6.2,
- * 6.3) and llama.cpp's detection order (6.1). Messages are rendered in order. Tool use only in
- * Qwen2.5's ChatML (when the file's template has it): the tools in the system turn, an assistant's
- * calls as <tool_call> blocks, consecutive "tool" messages as <tool_response> blocks of one user turn.
+ * 6.3; Qwen3's: tests/data/qwen3-chat-template.jinja) and llama.cpp's detection order (6.1). Messages
+ * are rendered in order. Tool use in Qwen2.5's ChatML (when the file's template has it) and Qwen3:
+ * the tools in the system turn, an assistant's calls as <tool_call> blocks, consecutive "tool"
+ * messages as <tool_response> blocks of one user turn.
  *   ChatML:      [<|im_start|>system\nS<|im_end|>\n] (<|im_start|>ROLE\nTEXT<|im_end|>\n)* [<|im_start|>assistant\n]
+ *   Qwen3:       ChatML without a default system prompt; an assistant turn after the last user query
+ *                keeps its reasoning as "<think>\nR\n</think>\n\n" before the answer, one before it
+ *                loses it; [<|im_start|>assistant\n[<think>\n\n</think>\n\n with thinking off]]
  *   DeepSeek-R1: BOS S (<｜User｜>U | <｜Assistant｜>A'<｜end▁of▁sentence｜>)* [<｜Assistant｜><think>\n]
  *                where A' is A after its last </think> (earlier reasoning is dropped)
  *   Llama 3:     BOS (<|start_header_id|>ROLE<|end_header_id|>\n\nTRIMMED<|eot_id|>)* [... assistant header]
@@ -22,6 +26,12 @@
 #define R1_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
 #define R1_ASSISTANT "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
 #define QWEN25_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+/* Qwen3's template as its Jinja source writes it: the thinking switch, the generation prompt with
+ * thinking off, the rule that keeps reasoning after the last user query, and the tool instruction
+ * (Qwen2.5's). Qwen3.5's and QwQ's templates lack one of them: they stay ChatML, as in llama.cpp. */
+static const char *const QWEN3_MARKS[] = {
+    "<|im_start|>", "enable_thinking", "last_query_index", "'<think>\\n\\n</think>\\n\\n'",
+    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags"};
 
 static int has(const char *s, size_t n, const char *needle) { return memmem(s, n, needle, strlen(needle)) != NULL; }
 
@@ -33,6 +43,9 @@ chat_kind chat_detect(const char *t, size_t n) {
         chat_kind k = chat_by_name(name);
         if (k != CHAT_UNKNOWN) return k;
     }
+    int q3 = 1;
+    for (size_t i = 0; i < sizeof QWEN3_MARKS / sizeof QWEN3_MARKS[0]; i++) q3 &= has(t, n, QWEN3_MARKS[i]);
+    if (q3) return CHAT_QWEN3;
     if (has(t, n, "<|im_start|>") && !has(t, n, "<|im_sep|>")) return CHAT_CHATML;
     if (has(t, n, "<|start_header_id|>") && has(t, n, "<|end_header_id|>")) return CHAT_LLAMA3;
     if (has(t, n, R1_ASSISTANT) && has(t, n, R1_USER) && has(t, n, R1_EOS)) return CHAT_DEEPSEEK_R1;
@@ -43,6 +56,7 @@ chat_kind chat_by_name(const char *name) {
     if (!strcmp(name, "chatml")) return CHAT_CHATML;
     if (!strcmp(name, "deepseek-r1") || !strcmp(name, "deepseek3")) return CHAT_DEEPSEEK_R1;
     if (!strcmp(name, "llama3")) return CHAT_LLAMA3;
+    if (!strcmp(name, "qwen3")) return CHAT_QWEN3;
     return CHAT_UNKNOWN;
 }
 
@@ -51,6 +65,7 @@ const char *chat_name(chat_kind k) {
     case CHAT_CHATML: return "chatml";
     case CHAT_DEEPSEEK_R1: return "deepseek-r1";
     case CHAT_LLAMA3: return "llama3";
+    case CHAT_QWEN3: return "qwen3";
     default: return "unknown";
     }
 }
@@ -59,6 +74,18 @@ void chat_template_init(chat_template *t, chat_kind kind) {
     memset(t, 0, sizeof *t);
     t->kind = kind;
     if (kind == CHAT_CHATML) snprintf(t->default_system, sizeof t->default_system, "%s", QWEN25_SYSTEM);
+    t->tools = kind == CHAT_QWEN3; /* Qwen3's one template has them */
+}
+
+int chat_think_switch(chat_kind k) { return k == CHAT_QWEN3; }
+
+chat_think chat_reasoning(const chat_template *t, const char **open, const char **close) {
+    *open = *close = NULL;
+    if (t->kind != CHAT_DEEPSEEK_R1 && t->kind != CHAT_QWEN3) return CHAT_THINK_NONE;
+    *open = "<think>";
+    *close = "</think>";
+    if (t->kind == CHAT_DEEPSEEK_R1) return CHAT_THINK_PROMPT_OPENS; /* its generation prompt ends with "<think>\n" */
+    return t->think_off ? CHAT_THINK_PROMPT_CLOSED : CHAT_THINK_MODEL_OPENS;
 }
 
 /* The ChatML default system prompt written as a literal in the Jinja source:
@@ -84,8 +111,9 @@ int chat_template_from_gguf(const gguf_file *f, const char *name, chat_template 
     int have = gguf_find(f, "tokenizer.chat_template") && gguf_get_str(f, "tokenizer.chat_template", &tmpl, e, sizeof e) == 0;
     chat_kind k = name ? chat_by_name(name) : (have ? chat_detect(tmpl.ptr, tmpl.len) : CHAT_UNKNOWN);
     if (k == CHAT_UNKNOWN) {
-        if (name) return tkv_errf(err, errlen, "unknown chat template name '%s' (choose chatml, deepseek-r1 or llama3)", name);
-        return tkv_errf(err, errlen, "%s; choose one by name: chatml, deepseek-r1 or llama3",
+        if (name)
+            return tkv_errf(err, errlen, "unknown chat template name '%s' (choose chatml, deepseek-r1, llama3 or qwen3)", name);
+        return tkv_errf(err, errlen, "%s; choose one by name: chatml, deepseek-r1, llama3 or qwen3",
                         have ? "the model's chat template is not one we recognise" : "the model has no tokenizer.chat_template");
     }
     chat_template_init(t, k);
@@ -109,7 +137,7 @@ static const char *bos_text(const tok_vocab *v, const char *fallback, size_t *n)
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
-#define TOOLS_HEAD "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided " \
+#define TOOLS_HEAD "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided " \
                    "with function signatures within <tools></tools> XML tags:\n<tools>"
 #define TOOLS_TAIL(OPEN, CLOSE)                                                                                      \
     "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "         \
@@ -130,6 +158,104 @@ static void lit(render *R, const char *s, size_t k) {
     R->rg[2 * R->n_rg++ + 1] = R->b.n;
 }
 
+/* ---- Qwen3 ---- */
+
+typedef struct {
+    const char *p;
+    size_t n;
+} span;
+
+static span lstrip_nl(span s) {
+    while (s.n && *s.p == '\n') s.p++, s.n--;
+    return s;
+}
+static span rstrip_nl(span s) {
+    while (s.n && s.p[s.n - 1] == '\n') s.n--;
+    return s;
+}
+
+/* The last occurrence of needle in s, or NULL. */
+static const char *last_of(span s, const char *needle) {
+    size_t k = strlen(needle);
+    const char *hit = NULL;
+    for (const char *p = s.p; (p = memmem(p, (size_t)(s.p + s.n - p), needle, k)) != NULL; p++) hit = p;
+    return hit;
+}
+
+/* A user message that is not the template's tool-response wrapping: a query. */
+static int qwen3_is_query(const chat_msg *m) {
+    static const char open[] = "<tool_response>", close[] = "</tool_response>";
+    size_t n = strlen(m->content);
+    int wrapped = n >= sizeof open - 1 && !memcmp(m->content, open, sizeof open - 1) && n >= sizeof close - 1 &&
+                  !memcmp(m->content + n - (sizeof close - 1), close, sizeof close - 1);
+    return !strcmp(m->role, "user") && !wrapped;
+}
+
+/* The template's assistant turn, in its order: reasoning_content when given (content whole), else a
+ * "</think>" in content splits it: the answer after the last one (leading newlines dropped), the
+ * reasoning before the first one, after the last "<think>" there, without newlines at its ends. The
+ * reasoning is written only after the last user query (ns.last_query_index), and there for the last
+ * message even when empty; the calls follow, each on a line of its own but a first one without text
+ * before it. */
+static void qwen3_assistant(render *R, const chat_msg *m, int after_query, int last) {
+    span c = {m->content, strlen(m->content)}, r = {"", 0};
+    if (m->reasoning_content) r = (span){m->reasoning_content, strlen(m->reasoning_content)};
+    else if (memmem(c.p, c.n, "</think>", 8)) {
+        const char *end = last_of(c, "</think>"), *first = memmem(c.p, c.n, "</think>", 8);
+        r = rstrip_nl((span){c.p, (size_t)(first - c.p)});
+        const char *open = last_of(r, "<think>");
+        if (open) r = (span){open + 7, (size_t)(r.p + r.n - (open + 7))};
+        r = lstrip_nl(r);
+        c = lstrip_nl((span){end + 8, (size_t)(c.p + c.n - (end + 8))});
+    }
+    tkv_buf_adds(&R->b, "<|im_start|>assistant\n");
+    if (after_query && (last || r.n)) {
+        span rs = lstrip_nl(rstrip_nl(r)), cs = lstrip_nl(c);
+        tkv_buf_adds(&R->b, "<think>\n"), lit(R, rs.p, rs.n), tkv_buf_adds(&R->b, "\n</think>\n\n"), lit(R, cs.p, cs.n);
+    } else {
+        lit(R, c.p, c.n);
+    }
+    for (int k = 0; k < m->n_tool_calls; k++) {
+        if (k > 0 || c.n) tkv_buf_adds(&R->b, "\n");
+        tkv_buf_adds(&R->b, "<tool_call>\n"), lit(R, m->tool_calls[k], strlen(m->tool_calls[k]));
+        tkv_buf_adds(&R->b, "\n</tool_call>");
+    }
+    tkv_buf_adds(&R->b, "<|im_end|>\n");
+}
+
+static void render_qwen3(render *R, const chat_template *t, const chat_msg *msgs, int n, const chat_tools *tools, int gen) {
+    int has_system = n > 0 && !strcmp(msgs[0].role, "system");
+    if (tools && tools->n > 0) {
+        tkv_buf_adds(&R->b, "<|im_start|>system\n");
+        if (has_system) lit(R, msgs[0].content, strlen(msgs[0].content)), tkv_buf_adds(&R->b, "\n\n");
+        tkv_buf_adds(&R->b, TOOLS_HEAD);
+        for (int k = 0; k < tools->n; k++) tkv_buf_adds(&R->b, "\n"), lit(R, tools->defs[k], strlen(tools->defs[k]));
+        tkv_buf_adds(&R->b, TOOLS_TAIL("{", "}"));
+    } else if (has_system) {
+        tkv_buf_adds(&R->b, "<|im_start|>system\n"), lit(R, msgs[0].content, strlen(msgs[0].content));
+        tkv_buf_adds(&R->b, "<|im_end|>\n");
+    }
+    int last_query = n - 1; /* the last user query: tool results wrapped by hand do not count */
+    for (int i = n - 1; i >= 0; i--)
+        if (qwen3_is_query(&msgs[i])) { last_query = i; break; }
+    for (int i = 0; i < n; i++) {
+        const char *role = msgs[i].role;
+        if (!strcmp(role, "user") || (!strcmp(role, "system") && i > 0)) {
+            tkv_buf_adds(&R->b, "<|im_start|>"), tkv_buf_adds(&R->b, role), tkv_buf_adds(&R->b, "\n");
+            lit(R, msgs[i].content, strlen(msgs[i].content));
+            tkv_buf_adds(&R->b, "<|im_end|>\n");
+        } else if (!strcmp(role, "assistant")) {
+            qwen3_assistant(R, &msgs[i], i > last_query, i == n - 1);
+        } else if (!strcmp(role, "tool")) { /* a run of tool results is one user turn */
+            if (i == 0 || strcmp(msgs[i - 1].role, "tool")) tkv_buf_adds(&R->b, "<|im_start|>user");
+            tkv_buf_adds(&R->b, "\n<tool_response>\n"), lit(R, msgs[i].content, strlen(msgs[i].content));
+            tkv_buf_adds(&R->b, "\n</tool_response>");
+            if (i == n - 1 || strcmp(msgs[i + 1].role, "tool")) tkv_buf_adds(&R->b, "<|im_end|>\n");
+        }
+    }
+    if (gen) tkv_buf_adds(&R->b, t->think_off ? "<|im_start|>assistant\n<think>\n\n</think>\n\n" : "<|im_start|>assistant\n");
+}
+
 char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n, const chat_tools *tools,
                   int add_generation_prompt, size_t *len, size_t **lit_out, int *n_lit) {
     render R = {0};
@@ -143,7 +269,7 @@ char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *ms
             tkv_buf_adds(&R.b, "<|im_start|>system\n");
             if (has_system) CONTENTS(msgs[0].content);
             else tkv_buf_adds(&R.b, t->default_system);
-            tkv_buf_adds(&R.b, TOOLS_HEAD);
+            tkv_buf_adds(&R.b, "\n\n" TOOLS_HEAD);
             for (int k = 0; k < tools->n; k++) tkv_buf_adds(&R.b, "\n"), CONTENTS(tools->defs[k]);
             tkv_buf_adds(&R.b, t->tools_braces ? TOOLS_TAIL("{{", "}}") : TOOLS_TAIL("{", "}"));
         } else if (!has_system && t->default_system[0]) {
@@ -203,6 +329,8 @@ char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *ms
             tkv_buf_adds(&R.b, "<|eot_id|>");
         }
         if (add_generation_prompt) tkv_buf_adds(&R.b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    } else if (t->kind == CHAT_QWEN3) {
+        render_qwen3(&R, t, msgs, n, tools, add_generation_prompt);
     }
 #undef CONTENTS
 #undef CONTENT

@@ -1,8 +1,10 @@
 /* chat.h - chat prompt formats (FORMATS.md 6): Qwen2/2.5 ChatML (with Qwen2.5's tool calls when the
- * file's template has them), DeepSeek-R1 (assistant turn opens
- * with "<think>\n") and Llama 3. The format is recognised from the GGUF tokenizer.chat_template by the
- * substring tests llama.cpp uses, or chosen by name. No Jinja: each format is written out in C and
- * reproduces the official template's output (with the Qwen default system prompt read from the file).
+ * file's template has them), DeepSeek-R1 (assistant turn opens with "<think>\n"), Llama 3 and Qwen3
+ * (ChatML with tool calls, reasoning kept only after the last user query, and the enable_thinking
+ * switch). The format is recognised from the GGUF tokenizer.chat_template by the substring tests
+ * llama.cpp uses (Qwen3's own before them: llama.cpp reads it as ChatML), or chosen by name. No
+ * Jinja: each format is written out in C and reproduces the official template's output (with the
+ * Qwen default system prompt read from the file).
  * The rendered text already holds BOS where the template has it: encode it with chat_encode (or
  * tok_encode with TOK_PARSE_SPECIAL and without TOK_ADD_SPECIAL), never adding a second BOS. */
 #ifndef TKV_CHAT_H
@@ -13,13 +15,15 @@
 #include "gguf/gguf.h"
 #include "model/tokenizer.h"
 
-typedef enum { CHAT_UNKNOWN = 0, CHAT_CHATML, CHAT_DEEPSEEK_R1, CHAT_LLAMA3 } chat_kind;
+typedef enum { CHAT_UNKNOWN = 0, CHAT_CHATML, CHAT_DEEPSEEK_R1, CHAT_LLAMA3, CHAT_QWEN3, CHAT_KINDS } chat_kind;
 
 typedef struct {
-    const char *role;    /* "system", "user", "assistant" or "tool" (ChatML with tools) */
+    const char *role;    /* "system", "user", "assistant" or "tool" (formats with tools) */
     const char *content; /* UTF-8, NUL-terminated ("" for an assistant turn of tool calls alone) */
     const char *const *tool_calls; /* assistant: each call as the template writes it, {"name": "N", "arguments": A} */
     int n_tool_calls;
+    const char *reasoning_content; /* assistant, Qwen3: its reasoning; NULL: none given (the template then
+                                      reads a <think> block out of content); other formats ignore it */
 } chat_msg;
 
 /* Tool definitions as the template writes each (`tool | tojson`: {"type": "function", ...}). */
@@ -31,21 +35,38 @@ typedef struct {
 typedef struct {
     chat_kind kind;
     char default_system[512]; /* ChatML: system prompt used when no message has role "system"; "" none */
-    int tools;                /* 1: the file's template is Qwen2.5's with tools (<tools>, <tool_call>) */
+    int tools;                /* 1: tools and calls (Qwen3's, or the file's template is Qwen2.5's with
+                                 them: <tools>, <tool_call>) */
     int tools_braces;         /* its instruction writes the call as {{"name": ...}} (Qwen2.5-Coder's files) */
+    int think_off;            /* Qwen3's enable_thinking=false: the generation prompt holds an empty think
+                                 block (0, the default: thinking on); only for a format with the switch */
 } chat_template;
 
 /* The format a Jinja template string stands for; CHAT_UNKNOWN if none matches. */
 chat_kind chat_detect(const char *tmpl, size_t len);
-/* "chatml", "deepseek-r1" (also "deepseek3"), "llama3" -> kind; CHAT_UNKNOWN otherwise. */
+/* "chatml", "deepseek-r1" (also "deepseek3"), "llama3", "qwen3" -> kind; CHAT_UNKNOWN otherwise. */
 chat_kind chat_by_name(const char *name);
 const char *chat_name(chat_kind k);
 
 /* Picks the template of a model: the format named by `name` if non-NULL, else the one detected from
  * tokenizer.chat_template. Fails with a message (naming the choices) when neither gives a format. */
 int chat_template_from_gguf(const gguf_file *f, const char *name, chat_template *t, char *err, size_t errlen);
-/* A template of the given kind with its built-in default system prompt (Qwen2.5's for ChatML). */
+/* A template of the given kind with its built-in default system prompt (Qwen2.5's for ChatML); Qwen3's
+ * with its tools, thinking on. */
 void chat_template_init(chat_template *t, chat_kind kind);
+/* 1 when the format has a thinking switch (think_off may be set): Qwen3's enable_thinking. */
+int chat_think_switch(chat_kind k);
+
+/* Who writes the open marker of a reasoning block, given the template (think_off included). */
+typedef enum {
+    CHAT_THINK_NONE,          /* a format without reasoning markers */
+    CHAT_THINK_MODEL_OPENS,   /* the model writes "<think>" itself (Qwen3, thinking on) */
+    CHAT_THINK_PROMPT_OPENS,  /* the generation prompt ends inside the block (DeepSeek-R1's "<think>\n") */
+    CHAT_THINK_PROMPT_CLOSED, /* the generation prompt holds a closed, empty block (Qwen3, thinking off):
+                                 everything generated is answer */
+} chat_think;
+/* The format's markers ("<think>", "</think>"; NULL for CHAT_THINK_NONE) and who opens the block. */
+chat_think chat_reasoning(const chat_template *t, const char **open, const char **close);
 
 /* Renders the prompt into a malloc'd NUL-terminated string. v supplies the BOS text (may be NULL:
  * the usual text is used). tools (NULL or none: no tools) only with t->tools. With lit != NULL,

@@ -69,10 +69,10 @@ static const field fields[] = {
     {"tools", CHAT, HONOURED, NULL, NULL},
     {"tool_choice", CHAT, HONOURED, NULL, NULL}, /* auto, none; required and named: 400 (request.c) */
     {"parallel_tool_calls", CHAT, HONOURED, NULL, NULL},
+    {"chat_template_kwargs", CHAT, HONOURED, NULL, NULL}, /* enable_thinking only (request.c) */
     {"functions", CHAT, NEUTRAL_ONLY, is_empty, "function calls are not supported"},
     {"function_call", CHAT, NEUTRAL_ONLY, is_none_choice, "function calls are not supported (only \"none\")"},
     {"reasoning_effort", CHAT, NEUTRAL_ONLY, is_null, "the served models have no reasoning effort setting"},
-    {"chat_template_kwargs", CHAT, NEUTRAL_ONLY, is_empty, "chat template arguments are not supported"},
     {"modalities", CHAT, NEUTRAL_ONLY, is_text_modality, "only [\"text\"] output is supported"},
     {"audio", CHAT, NEUTRAL_ONLY, is_null, "audio output is not supported"},
     {"prediction", CHAT, NEUTRAL_ONLY, is_null, "predicted outputs are not supported"},

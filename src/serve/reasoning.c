@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-void serve_think_init(serve_think *t, const char *open, const char *close, int opened_by_prompt) {
+void serve_think_init(serve_think *t, const char *open, const char *close, int by) {
     memset(t, 0, sizeof *t);
     t->state = THINK_OUT;
     if (!open || !close || !*open || !*close || strlen(open) >= sizeof t->open || strlen(close) >= sizeof t->close) return;
@@ -13,7 +13,7 @@ void serve_think_init(serve_think *t, const char *open, const char *close, int o
     memcpy(t->close, close, strlen(close) + 1);
     t->n_open = strlen(open);
     t->n_close = strlen(close);
-    t->state = opened_by_prompt ? THINK_IN : THINK_START;
+    t->state = by == TKV_THINK_PROMPT_OPENS ? THINK_IN : by == TKV_THINK_PROMPT_CLOSED ? THINK_OUT : THINK_START;
 }
 
 int serve_think_enabled(const serve_think *t) { return t->n_close > 0; }
@@ -28,7 +28,7 @@ static void start_byte(serve_think *t, char c, tkv_buf *content) {
     size_t k = t->n_hold - ws; /* bytes after the whitespace */
     if (k == 0 && t->n_hold < sizeof t->hold) return;
     if (k > 0 && k <= t->n_open && !memcmp(t->hold + ws, t->open, k)) {
-        if (k == t->n_open) t->state = THINK_IN, t->n_hold = 0; /* the whitespace and the marker go */
+        if (k == t->n_open) t->state = THINK_LEAD, t->n_hold = 0; /* the whitespace and the marker go */
         else if (t->n_hold == sizeof t->hold) goto answer;
         return;
     }
@@ -61,12 +61,17 @@ int serve_think_feed(serve_think *t, const char *p, size_t n, tkv_buf *reasoning
             return touched;
         case THINK_START: start_byte(t, p[i++], content); break;
         case THINK_IN: in_byte(t, p[i++], reasoning); touched = 1; break;
+        case THINK_LEAD: /* the whitespace after the open marker goes too */
+            touched = 1;
+            if (is_ws(p[i])) i++;
+            else t->state = THINK_IN;
+            break;
         case THINK_AFTER:
             if (is_ws(p[i])) i++;
             else t->state = THINK_OUT;
             break;
         }
-        if (t->state == THINK_IN) touched = 1;
+        if (t->state == THINK_IN || t->state == THINK_LEAD) touched = 1;
     }
     return touched;
 }

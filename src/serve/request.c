@@ -121,7 +121,7 @@ static int get_messages(const json_t *root, const serve_limits *lim, serve_reque
     if (n > (size_t)lim->max_messages) return BAD_VALUE(e, "messages", "at most %d messages, got %zu", lim->max_messages, n);
     r->msgs = tkv_xcalloc(n, sizeof *r->msgs);
     for (size_t i = 0; i < n; i++) {
-        char field[48];
+        char field[64];
         const json_t *msg = json_array_get(m, i);
         snprintf(field, sizeof field, "messages[%zu]", i);
         if (!json_is_object(msg)) return BAD_TYPE(e, field, "an object");
@@ -145,6 +145,15 @@ static int get_messages(const json_t *root, const serve_limits *lim, serve_reque
         serve_msg *sm = &r->msgs[r->n_msgs++];
         sm->role = dup_n(rs, strlen(rs));
         sm->content = content;
+        /* the reasoning of an earlier answer, apart from its content (as this server answers it):
+         * Qwen3's template writes it back after the last user query, other formats drop it */
+        const json_t *rc = json_object_get(msg, "reasoning_content");
+        snprintf(field, sizeof field, "messages[%zu].reasoning_content", i);
+        if (rc && !json_is_null(rc)) {
+            if (strcmp(rs, "assistant")) return BAD_VALUE(e, field, "only an assistant message carries reasoning_content");
+            if (!json_is_string(rc)) return BAD_TYPE(e, field, "a string");
+            sm->reasoning_content = dup_str(rc);
+        }
         const json_t *tc = json_object_get(msg, "tool_calls");
         snprintf(field, sizeof field, "messages[%zu].tool_calls", i);
         if (tc && !json_is_null(tc)) {
@@ -160,6 +169,28 @@ static int get_messages(const json_t *root, const serve_limits *lim, serve_reque
                 sm->n_tool_calls++;
             }
         }
+    }
+    return 0;
+}
+
+/* chat_template_kwargs: {"enable_thinking": true | false} (Qwen3's switch: false closes the think
+ * block in the prompt; whether the format has it is the worker's to check); null, {} and [] change
+ * nothing; any other key is refused by name. */
+static int get_template_kwargs(const json_t *root, serve_request *r, serve_error *e) {
+    const json_t *kw = json_object_get(root, "chat_template_kwargs");
+    if (!kw || json_is_null(kw) || (json_is_array(kw) && json_array_size(kw) == 0)) return 0;
+    if (!json_is_object(kw)) return BAD_TYPE(e, "chat_template_kwargs", "an object");
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)kw, key, v) {
+        if (strcmp(key, "enable_thinking")) {
+            char param[96];
+            snprintf(param, sizeof param, "chat_template_kwargs.%s", key);
+            return serve_error_set(e, 400, "invalid_request_error", param, "unsupported_parameter",
+                                   "chat_template_kwargs: '%.64s' is not supported (only enable_thinking)", key);
+        }
+        if (!json_is_boolean(v)) return BAD_TYPE(e, "chat_template_kwargs.enable_thinking", "a boolean");
+        r->think_off = json_is_false(v);
     }
     return 0;
 }
@@ -358,7 +389,9 @@ static int get_stop(const json_t *root, const serve_limits *lim, serve_request *
 static int parse_root(const json_t *root, enum serve_kind kind, const serve_limits *lim, serve_request *r, serve_error *e) {
     if (!json_is_object(root)) return serve_error_set(e, 400, "invalid_request_error", "", "invalid_type", "the body must be a JSON object");
     if (serve_fields_check(root, kind, e)) return -1;
-    if (kind == SERVE_CHAT ? get_messages(root, lim, r, e) || get_tools(root, r, e) : get_prompt(root, lim, r, e)) return -1;
+    if (kind == SERVE_CHAT ? get_messages(root, lim, r, e) || get_tools(root, r, e) || get_template_kwargs(root, r, e)
+                           : get_prompt(root, lim, r, e))
+        return -1;
     if (get_format(root, r, e)) return -1;
     long long v = -1, n = 1;
     int given = 0;
@@ -468,7 +501,7 @@ void serve_request_copy(const serve_request *r, int p, uint64_t seed_off, serve_
     for (int i = 0; i < r->n_msgs; i++)
         out->msgs[i] = (serve_msg){dup_or_null(r->msgs[i].role), dup_or_null(r->msgs[i].content),
                                    r->msgs[i].tool_calls ? dup_strs(r->msgs[i].tool_calls, r->msgs[i].n_tool_calls) : NULL,
-                                   r->msgs[i].n_tool_calls};
+                                   r->msgs[i].n_tool_calls, dup_or_null(r->msgs[i].reasoning_content)};
     out->tools = r->tools ? dup_strs(r->tools, r->n_tools) : NULL;
     out->tool_names = r->tool_names ? dup_strs(r->tool_names, r->n_tools) : NULL;
     out->json_schema = dup_or_null(r->json_schema);
@@ -499,7 +532,7 @@ static void free_strs(char **v, int n) {
 
 void serve_request_free(serve_request *r) {
     for (int i = 0; i < r->n_msgs; i++) {
-        free(r->msgs[i].role), free(r->msgs[i].content);
+        free(r->msgs[i].role), free(r->msgs[i].content), free(r->msgs[i].reasoning_content);
         free_strs(r->msgs[i].tool_calls, r->msgs[i].n_tool_calls);
     }
     free(r->msgs);

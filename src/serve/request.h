@@ -4,10 +4,11 @@
  * characters in strings and trailing bytes, so every string here is valid UTF-8 without NULs.
  *
  * Accepted: messages (chat: role system|developer|user|assistant, content a string, null or an
- * array of {"type":"text","text"} parts), prompt (completions: a string, an array of token ids, or
+ * array of {"type":"text","text"} parts; an assistant's reasoning_content), prompt (completions: a string, an array of token ids, or
  * a list of prompts: strings or arrays of token ids, each answered as n choices of its own), max_tokens / max_completion_tokens, temperature, top_p, top_k,
  * min_p, seed, stop (a string or an array), stream, stream_options.include_usage, n (1..SERVE_MAX_N),
- * logprobs (chat: a boolean with top_logprobs 0..20; completions: 0..20 alternatives).
+ * logprobs (chat: a boolean with top_logprobs 0..20; completions: 0..20 alternatives),
+ * chat_template_kwargs (chat: enable_thinking only).
  * Every other field is refused unless it has no effect (serve/fields.h: `user`, `logprobs:
  * false` ...); a known field of the wrong type or out of range is refused with the field's name
  * (OpenAI's error: type invalid_request_error, param, code). Not done here: the prompt's length
@@ -25,6 +26,7 @@ typedef struct {
     char *content; /* text parts joined ("" for an assistant turn of calls alone) */
     char **tool_calls; /* assistant: its calls as the template writes them (serve/tools.h) */
     int n_tool_calls;
+    char *reasoning_content; /* assistant: its reasoning apart from content; NULL: none given */
 } serve_msg;
 
 typedef struct {
@@ -85,6 +87,7 @@ typedef struct {
     uint64_t cache_salt; /* cache_salt (vLLM's): a hash of the string, 0 when not given; only requests of
                             the same salt reuse each other's cached prompts and conversations */
     int no_cache;        /* cache_prompt false (llama-server's): nothing reused, the conversation not kept */
+    int think_off;       /* chat_template_kwargs.enable_thinking false (Qwen3's switch; 0: thinking on) */
 } serve_request;
 
 typedef struct {

@@ -16,6 +16,7 @@
 struct serve {
     tkv_session *s;
     tkv_chat *chat;
+    tkv_chat *chat_think_off; /* the same format with thinking off; NULL: it has no switch */
     serve_worker *w;
     serve_http *http;
     serve_api api;
@@ -48,6 +49,7 @@ static void teardown(serve *v) {
     else if (v->park.ctx) park_dir_close(&v->park);
     tkv_session_close(v->s);
     tkv_chat_close(v->chat);
+    tkv_chat_close(v->chat_think_off);
     serve_metrics_free(&v->api.metrics);
     free(v);
 }
@@ -61,10 +63,13 @@ int serve_start(const serve_opts *o, serve **out, char *err, size_t errlen) {
                         o->conv_entries, (long long)o->conv_bytes);
     serve *v = tkv_xcalloc(1, sizeof *v);
     serve_metrics_init(&v->api.metrics);
-    if (tkv_chat_open(o->model, o->template_name, 0, &v->chat, err, errlen)) {
-        if (o->template_name || tkv_chat_open(o->model, "chatml", 0, &v->chat, err, errlen)) { teardown(v); return -1; }
+    const char *tmpl = o->template_name;
+    if (tkv_chat_open(o->model, tmpl, 0, &v->chat, err, errlen)) {
+        if (tmpl || tkv_chat_open(o->model, tmpl = "chatml", 0, &v->chat, err, errlen)) { teardown(v); return -1; }
         if (o->log) fprintf(o->log, "[serve] the model names no chat template: chatml (--template to choose)\n");
     }
+    if (tkv_chat_think_switch(v->chat) &&
+        tkv_chat_open(o->model, tmpl, TKV_CHAT_THINK_OFF, &v->chat_think_off, err, errlen)) { teardown(v); return -1; }
     int prefix = tkv_kv_shares_prefix(&o->sp.kv) ? o->prefix_entries : 0;
     int conv = tkv_policy_shares_prefix(o->sp.kv.policy) ? o->conv_entries : 0;
     if ((o->park_dir || o->park_store) && !conv) {
@@ -75,11 +80,11 @@ int serve_start(const serve_opts *o, serve **out, char *err, size_t errlen) {
         return -1;
     }
     const char *mk_open, *mk_close;
-    int mk_prompt;
-    tkv_chat_reasoning(v->chat, &mk_open, &mk_close, &mk_prompt);
+    int mk_by;
+    tkv_chat_reasoning(v->chat, &mk_open, &mk_close, &mk_by);
     if (o->keep_thinking && (!mk_close || !conv)) {
         tkv_errf(err, errlen, "serve: --history-thinking keep keeps the reasoning of kept conversations: %s",
-                 !mk_close ? "this chat format has no reasoning (--template deepseek-r1 has)" : "none are kept here");
+                 !mk_close ? "this chat format has no reasoning (deepseek-r1 and qwen3 have)" : "none are kept here");
         teardown(v);
         return -1;
     }
@@ -105,7 +110,8 @@ int serve_start(const serve_opts *o, serve **out, char *err, size_t errlen) {
                             .keep_thinking = o->keep_thinking,
                             .ctx = ctx,
                             .default_max_tokens = o->default_max_tokens > 0 ? o->default_max_tokens : ctx,
-                            .policy = o->sp.kv.policy};
+                            .policy = o->sp.kv.policy,
+                            .chat_think_off = v->chat_think_off};
     if (serve_worker_start(o->model, v->s, v->chat, &wo, &v->w, err, errlen)) { teardown(v); return -1; }
     serve_api *a = &v->api;
     a->model = o->model_name ? o->model_name : "tierkv";

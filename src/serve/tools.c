@@ -1,4 +1,4 @@
-/* tools.c — tool definitions and calls written as Qwen2.5's template writes them, and calls read back
+/* tools.c — tool definitions and calls written as Qwen2.5's and Qwen3's templates write them, and calls read back
  * from generated text (see tools.h). */
 #include "serve/tools.h"
 

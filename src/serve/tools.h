@@ -1,5 +1,5 @@
-/* tools.h — tool calls for the chat endpoint (Qwen2.5's format, with the chat template of
- * src/model/chat.c): the request's tools and an assistant's past calls written as the template's
+/* tools.h — tool calls for the chat endpoint (Qwen2.5's format, Qwen3's too, with the chat templates
+ * of src/model/chat.c): the request's tools and an assistant's past calls written as the template's
  * `tojson` writes them (Python's json.dumps: ", " and ": " separators, non-ASCII as is), and the
  * calls read back out of the generated text: <tool_call>{"name": ..., "arguments": ...}</tool_call>
  * blocks, or, as llama.cpp also reads them, bare {"name": ..., "arguments": ...} objects naming a

@@ -36,7 +36,7 @@ struct wjob {
     int started;         /* on_start was called: counted as running, not pending */
     jc_schema *schema;   /* response_format json_object / json_schema: the grammar the text follows */
     jc_state *jst;
-    const char *jc_close; /* reasoning first (DeepSeek-R1): the grammar starts after this marker */
+    const char *jc_close; /* reasoning first (DeepSeek-R1, Qwen3 thinking): the grammar starts after this marker */
     char tail[32];       /* the last bytes generated while waiting for it */
     int n_tail;
     uint16_t *counts;    /* frequency/presence penalties: each token's count among the generated, */
@@ -93,21 +93,32 @@ static void wjob_free(struct wjob *wj) {
     free(wj);
 }
 
+/* The chat format a request renders with: thinking on, or off (NULL when the format has no switch). */
+static tkv_chat *job_chat(const serve_worker *w, const serve_request *r) {
+    return r->think_off ? w->o.chat_think_off : w->chat;
+}
+
 /* The prompt's ids: the chat template over the messages, or the text, or the given ids. */
 static int encode(serve_worker *w, const serve_request *r, struct wjob *wj, serve_error *e) {
     char msg[256];
     if (r->kind == SERVE_CHAT) {
+        tkv_chat *chat = job_chat(w, r);
+        if (!chat)
+            return serve_error_set(e, 400, "invalid_request_error", "chat_template_kwargs", "unsupported_value",
+                                   "enable_thinking false: this model's chat format (%s) has no thinking switch (qwen3 has)",
+                                   tkv_chat_name(w->chat));
         int tool_turns = 0;
         for (int i = 0; i < r->n_msgs; i++) tool_turns += r->msgs[i].n_tool_calls > 0 || !strcmp(r->msgs[i].role, "tool");
         if ((r->n_tools || tool_turns) && !tkv_chat_has_tools(w->chat))
             return serve_error_set(e, 400, "invalid_request_error", r->n_tools ? "tools" : "messages", "unsupported_value",
-                                   "this model's chat template (%s) has no tool calls (Qwen2.5's ChatML has)",
+                                   "this model's chat template (%s) has no tool calls (Qwen2.5's ChatML and Qwen3 have)",
                                    tkv_chat_name(w->chat));
         tkv_chat_msg *cm = tkv_xmalloc((size_t)r->n_msgs * sizeof *cm);
         for (int i = 0; i < r->n_msgs; i++)
             cm[i] = (tkv_chat_msg){.role = r->msgs[i].role, .content = r->msgs[i].content,
-                                   .tool_calls = (const char *const *)r->msgs[i].tool_calls, .n_tool_calls = r->msgs[i].n_tool_calls};
-        wj->n_ids = tkv_chat_encode_tools(w->chat, cm, r->n_msgs, (const char *const *)r->tools, r->n_tools, 1, &wj->ids, msg,
+                                   .tool_calls = (const char *const *)r->msgs[i].tool_calls, .n_tool_calls = r->msgs[i].n_tool_calls,
+                                   .reasoning_content = r->msgs[i].reasoning_content};
+        wj->n_ids = tkv_chat_encode_tools(chat, cm, r->n_msgs, (const char *const *)r->tools, r->n_tools, 1, &wj->ids, msg,
                                           sizeof msg);
         free(cm);
         if (wj->n_ids < 0) return serve_error_set(e, 400, "invalid_request_error", "messages", "invalid_value", "%s", msg);
@@ -174,9 +185,9 @@ static struct wjob *prepare(serve_worker *w, serve_job *j, int *max_tokens, serv
     wj->stop = tkv_stop_open((const char *const *)r->stops, r->n_stops);
     tkv_detok_init(&wj->detok);
     const char *open = NULL, *close = NULL;
-    int opened = 0;
-    if (r->kind == SERVE_CHAT) tkv_chat_reasoning(w->chat, &open, &close, &opened);
-    serve_think_init(&wj->think, open, close, opened);
+    int by = 0;
+    if (r->kind == SERVE_CHAT) tkv_chat_reasoning(job_chat(w, r), &open, &close, &by);
+    serve_think_init(&wj->think, open, close, by);
     wj->piece = tkv_xmalloc(w->piece_cap);
     wj->shown = tkv_xmalloc(tkv_stop_out_size(wj->stop, w->piece_cap) + 16);
     for (int i = 0; i < r->n_bias; i++)
@@ -199,7 +210,8 @@ static struct wjob *prepare(serve_worker *w, serve_job *j, int *max_tokens, serv
             goto fail;
         }
         wj->jst = jc_start(wj->schema);
-        if (opened && close) wj->jc_close = close; /* the reasoning comes first, unconstrained */
+        /* the reasoning comes first, unconstrained (the model's own "<think>" too: Qwen3 with thinking on) */
+        if (close && by != TKV_THINK_PROMPT_CLOSED) wj->jc_close = close;
     }
     return wj;
 fail:
@@ -547,8 +559,8 @@ int serve_worker_start(tkv_model *m, tkv_session *s, tkv_chat *chat, const serve
     sp.conv_bytes = o->conv_bytes;
     sp.park = o->park;
     const char *open_mk = NULL, *close_mk = NULL;
-    int by_prompt = 0;
-    tkv_chat_reasoning(chat, &open_mk, &close_mk, &by_prompt);
+    int by = 0;
+    tkv_chat_reasoning(chat, &open_mk, &close_mk, &by);
     if (o->keep_thinking) sp.keep_thinking = close_mk; /* serve_start refuses keep for a format without markers */
     sp.policy = o->policy;
     sched_callbacks cb = {.on_token = on_token, .cancelled = on_cancelled, .on_start = on_start, .on_end = on_end,

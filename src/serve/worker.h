@@ -29,6 +29,8 @@ typedef struct {
     int ctx;             /* positions per request: prompt + max_tokens */
     int default_max_tokens; /* when a request gives none (capped by what the context leaves) */
     tkv_policy policy;
+    tkv_chat *chat_think_off; /* the chat format with thinking off (chat_template_kwargs.enable_thinking
+                                 false), outliving the worker; NULL: the format has no switch */
 } serve_worker_opts;
 
 /* Starts the engine thread on session s (which must hold parallel + prefix_entries + conv_entries sequences of ctx
