@@ -141,41 +141,20 @@ static int aligned(binder *b, const gguf_tensor *t, const char *name) {
     return 0;
 }
 
-static void bind_mat(binder *b, model_mat *m, const char *name, int64_t n_in, int64_t n_out, int required) {
-    memset(m, 0, sizeof *m);
+/* n_slices matrices [n_in, n_out] from one tensor: a 2-D one (n_slices 1) or the slices of a 3-D
+ * expert tensor [n_in, n_out, n_slices], one expert's rows contiguous. Each slice must start on the
+ * alignment the kernels read in place (checked as a tensor's is). */
+static void bind_slices(binder *b, model_mat *m, const char *name, int64_t n_in, int64_t n_out, int n_slices, int required) {
+    memset(m, 0, (size_t)n_slices * sizeof *m);
     const gguf_tensor *t = find(b, name, required);
     if (!t || b->bad || !aligned(b, t, name)) return;
-    if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != 1 || t->ne[3] != 1) {
+    if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != (uint64_t)n_slices || t->ne[3] != 1) {
         b->bad = 1;
-        tkv_errf(b->err, b->errlen, "model: tensor '%s' has shape [%llu, %llu, %llu], expected [%lld, %lld]", name,
-                 (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
-                 (long long)n_in, (long long)n_out);
-        return;
-    }
-    uint32_t blck = ggml_type_supported(t->type) ? ggml_blck_size(t->type) : 0;
-    if (!blck || n_in % blck) {
-        b->bad = 1;
-        tkv_errf(b->err, b->errlen, "model: tensor '%s' has type %s, which tierkv cannot run with rows of %lld", name,
-                 ggml_type_name(t->type), (long long)n_in);
-        return;
-    }
-    m->data = t->data;
-    m->type = t->type;
-    m->n_in = n_in;
-    m->n_out = n_out;
-}
-
-/* The n_expert slices of a 3-D expert tensor [n_in, n_out, n_expert]: one matrix per expert, each
- * starting on the alignment its kernels read (checked, as a tensor's is). */
-static void bind_experts(binder *b, model_mat *m, const char *name, int64_t n_in, int64_t n_out, int n_expert) {
-    memset(m, 0, (size_t)n_expert * sizeof *m);
-    const gguf_tensor *t = find(b, name, 1);
-    if (!t || b->bad || !aligned(b, t, name)) return;
-    if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != (uint64_t)n_expert || t->ne[3] != 1) {
-        b->bad = 1;
-        tkv_errf(b->err, b->errlen, "model: tensor '%s' has shape [%llu, %llu, %llu], expected [%lld, %lld, %d]", name,
-                 (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
-                 (long long)n_in, (long long)n_out, n_expert);
+        char want[64];
+        if (n_slices > 1) snprintf(want, sizeof want, "[%lld, %lld, %d]", (long long)n_in, (long long)n_out, n_slices);
+        else snprintf(want, sizeof want, "[%lld, %lld]", (long long)n_in, (long long)n_out);
+        tkv_errf(b->err, b->errlen, "model: tensor '%s' has shape [%llu, %llu, %llu], expected %s", name,
+                 (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2], want);
         return;
     }
     uint32_t blck = ggml_type_supported(t->type) ? ggml_blck_size(t->type) : 0;
@@ -186,14 +165,18 @@ static void bind_experts(binder *b, model_mat *m, const char *name, int64_t n_in
         return;
     }
     uint64_t bytes = (uint64_t)n_out * (uint64_t)(n_in / blck) * ggml_type_size(t->type);
-    if (bytes % TENSOR_ALIGN) {
+    if (n_slices > 1 && bytes % TENSOR_ALIGN) {
         b->bad = 1;
         tkv_errf(b->err, b->errlen, "model: tensor '%s': one expert's %llu bytes are not a multiple of %d; tierkv reads "
                  "each expert in place and needs it aligned", name, (unsigned long long)bytes, TENSOR_ALIGN);
         return;
     }
-    for (int e = 0; e < n_expert; e++)
+    for (int e = 0; e < n_slices; e++)
         m[e] = (model_mat){.data = t->data + (uint64_t)e * bytes, .type = t->type, .n_in = n_in, .n_out = n_out};
+}
+
+static void bind_mat(binder *b, model_mat *m, const char *name, int64_t n_in, int64_t n_out, int required) {
+    bind_slices(b, m, name, n_in, n_out, 1, required);
 }
 
 static const float *bind_vec(binder *b, model *mdl, const char *name, int64_t n, int required) {
@@ -264,9 +247,9 @@ int model_bind(gguf_file *f, model **out, char *err, size_t errlen) {
             L->eup = L->egate + X;
             L->edown = L->egate + 2 * X;
             bind_mat(&b, &L->router, N("ffn_gate_inp.weight"), E, X, 1);
-            bind_experts(&b, L->egate, N("ffn_gate_exps.weight"), E, FE, X);
-            bind_experts(&b, L->eup, N("ffn_up_exps.weight"), E, FE, X);
-            bind_experts(&b, L->edown, N("ffn_down_exps.weight"), FE, E, X);
+            bind_slices(&b, L->egate, N("ffn_gate_exps.weight"), E, FE, X, 1);
+            bind_slices(&b, L->eup, N("ffn_up_exps.weight"), E, FE, X, 1);
+            bind_slices(&b, L->edown, N("ffn_down_exps.weight"), FE, E, X, 1);
         } else {
             bind_mat(&b, &L->wgate, N("ffn_gate.weight"), E, F, 1);
             bind_mat(&b, &L->wup, N("ffn_up.weight"), E, F, 1);
