@@ -50,6 +50,8 @@ typedef struct {
     int n_vocab, n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
     uint64_t weight_bytes; /* bytes of the weights one forward token reads (of an expert FFN: its
                               n_expert_used experts) */
+    uint64_t weight_macs;  /* multiply-adds of the matrix products one token makes (elements of the
+                              matrices weight_bytes counts) */
     int n_expert, n_expert_used; /* an expert FFN's experts and experts per token (0: a dense FFN) */
     uint64_t expert_bytes;       /* bytes of one expert's matrices, summed over the layers */
     const char *backend;   /* "cpu" or "cuda" */
@@ -399,6 +401,13 @@ typedef struct {
  * TKV_ERR with a message for a backend that cannot open or a type it cannot run. */
 int tkv_bench_ops(const tkv_bench_ops_params *p, void (*row)(void *ctx, const tkv_bench_ops_row *r), void *ctx,
                   char *describe, size_t describe_len, char *err, size_t errlen);
+
+/* The int8 peak of the CPU kernels' own instructions (vpdpbusd, or vpmaddubsw + vpmaddwd), measured
+ * on n_threads threads for about `seconds`: int8 operations per second (a product and its add, 2),
+ * for the kernels named ("auto" or NULL: cpuid's best, "avx2", "avx512"; "generic": 0, no int8
+ * instruction). *isa receives the variant's name. TKV_ERR for an unknown name or one the CPU lacks. */
+int tkv_cpu_int8_peak(const char *kernels, int n_threads, double seconds, double *ops_per_s, const char **isa, char *err,
+                      size_t errlen);
 
 /* The build: git commit (with -dirty) and compiler flags. */
 const char *tkv_build_commit(void);

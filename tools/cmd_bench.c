@@ -38,6 +38,9 @@ static void usage(FILE *out) {
             "      --stats-json FILE write the KV statistics (total and per sequence) as JSON at the end\n"
             "      --membw          also measure memory read bandwidth on the bench threads and print\n"
             "                       the decode floor it sets: weight bytes per token / bandwidth\n"
+            "      --int8-peak      also measure the int8 peak of the CPU kernels' instructions on the bench\n"
+            "                       threads and print prefill and batched decode as a share of it (2 int8\n"
+            "                       operations per weight and token)\n"
             "%s%s",
             common_usage(), kv_flags_usage());
 }
@@ -83,6 +86,11 @@ static void report_experts(int json, const char *test, const tkv_model_info *inf
                test, per / 1e6, per / one, info->n_expert, n_seq, info->n_expert_used, most);
 }
 
+/* the prefill and batched rows of this run, for --int8-peak */
+#define MAX_ROWS 64
+static struct { char name[32]; double tps; } rows[MAX_ROWS];
+static int n_rows;
+
 static void report(int json, const char *test, int depth, int n_tok, int n_seq, double tps, const common_opts *c, const char *isa) {
     if (json) {
         struct json_out j;
@@ -102,6 +110,46 @@ static void report(int json, const char *test, int depth, int n_tok, int n_seq, 
         printf("%s,%d,%d,%d,%.3f,%d,%s,%s,%.3f,%.3f\n", test, depth, n_tok, n_seq, tps, c->mp.n_threads, isa,
                tkv_policy_name(c->sp.kv.policy), c->sp.kv.t0_ratio, c->sp.kv.evict_ratio);
     fflush(stdout);
+    if (n_rows < MAX_ROWS && (test[0] == 'p' || strchr(test, 'x'))) {
+        snprintf(rows[n_rows].name, sizeof rows[n_rows].name, "%s@%d", test, depth);
+        rows[n_rows++].tps = tps;
+    }
+}
+
+/* Each prefill and batched row as a share of the int8 peak: tok/s x 2 x multiply-adds per token. */
+static int report_int8_peak(int json, const common_opts *c, const tkv_model_info *info) {
+    double peak;
+    const char *isa;
+    char err[256];
+    if (tkv_cpu_int8_peak(c->mp.kernels, c->mp.n_threads, 0.5, &peak, &isa, err, sizeof err)) {
+        fprintf(stderr, "tierkv bench: --int8-peak: %s\n", err);
+        return -1;
+    }
+    if (json) {
+        struct json_out j;
+        out_json_begin(&j);
+        json_out_key(&j, "test"), json_out_str(&j, "int8_peak");
+        json_out_key(&j, "kernels"), json_out_str(&j, isa);
+        json_out_key(&j, "threads"), json_out_int(&j, c->mp.n_threads);
+        json_out_key(&j, "gops"), json_out_fixed(&j, peak / 1e9, 1);
+        json_out_key(&j, "macs_per_token"), json_out_fixed(&j, (double)info->weight_macs, 0);
+        out_json_end(&j);
+    } else
+        printf("# int8 peak: %.1f GOPS on %d threads (%s kernels' instructions); %.0f M multiply-adds per token\n", peak / 1e9,
+               c->mp.n_threads, isa, info->weight_macs / 1e6);
+    for (int i = 0; i < n_rows && peak > 0; i++) {
+        double share = rows[i].tps * 2.0 * (double)info->weight_macs / peak;
+        if (json) {
+            struct json_out j;
+            out_json_begin(&j);
+            json_out_key(&j, "test"), json_out_str(&j, "int8_share");
+            json_out_key(&j, "of"), json_out_str(&j, rows[i].name);
+            json_out_key(&j, "share"), json_out_fixed(&j, share, 4);
+            out_json_end(&j);
+        } else
+            printf("# int8 peak share %s: %.1f%% (%.1f GOPS)\n", rows[i].name, 100 * share, rows[i].tps * 2.0 * info->weight_macs / 1e9);
+    }
+    return 0;
 }
 
 typedef struct { const uint64_t *buf; size_t n; uint64_t sums[64]; } bw_job;
@@ -165,7 +213,7 @@ int cmd_bench(int argc, char **argv) {
     common_opts c;
     common_opts_default(&c);
     long n_prompt = 512, n_gen = 32, reps = 3, parallel = 0;
-    int depths[MAX_DEPTHS] = {0, 1024, 4096}, n_depths = 3, json = 0, membw = 0, depth_gen = 0, par_depth = 0;
+    int depths[MAX_DEPTHS] = {0, 1024, 4096}, n_depths = 3, json = 0, membw = 0, depth_gen = 0, par_depth = 0, int8_peak = 0;
     const char *stats_json = NULL;
     char err[512];
     for (int i = 1; i < argc; i++) {
@@ -176,6 +224,7 @@ int cmd_bench(int argc, char **argv) {
         if (r > 0) continue;
         if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--membw")) { membw = 1; continue; }
+        if (!strcmp(a, "--int8-peak")) { int8_peak = 1; continue; }
         if (!strcmp(a, "--depth-generated")) { depth_gen = 1; continue; }
         if (!strcmp(a, "--parallel-depth")) { par_depth = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "tierkv bench: unknown flag or missing value: %s\n", a); usage(stderr); return 2; }
@@ -323,6 +372,7 @@ int cmd_bench(int argc, char **argv) {
             printf("# membw: %.2f GB/s read on %d threads (%s pages); weights %.0f MB per token -> decode at most %.2f tok/s\n",
                    bw / 1e9, c.mp.n_threads, c.mp.mmap_weights ? "4 KiB" : "huge", wb / 1e6, bw / wb);
     }
+    if (int8_peak && report_int8_peak(json, &c, &info)) goto fail;
     if (fj) {
         tkv_sync(e);
         int jerr = tkv_stats_write_json(fj, e);

@@ -9,13 +9,15 @@
  * Timing: wall clock around reps calls, ended by one backend read of 4 bytes of the op's output (a
  * read waits for the compute queue: on a GPU every queued call has run), after one untimed call and
  * read (first-use costs). A time therefore includes the host's launch cost per call where that
- * exceeds the device's; it is not an event-timed kernel. Not used by a decode step. */
+ * exceeds the device's; it is not an event-timed kernel. Not used by a decode step.
+ * Also tkv_cpu_int8_peak: the CPU kernels' int8 instruction peak (backend/cpu/peak.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/peak.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "gguf/gguf.h"
@@ -175,4 +177,14 @@ int tkv_bench_ops(const tkv_bench_ops_params *P, void (*row)(void *ctx, const tk
     if (rc == TKV_OK) rc = bench_attention(&B, P, err, errlen);
     be_close(B.b);
     return rc;
+}
+
+int tkv_cpu_int8_peak(const char *kernels, int n_threads, double seconds, double *ops_per_s, const char **isa, char *err,
+                      size_t errlen) {
+    cpu_isa v;
+    if (n_threads < 1 || n_threads > 256) return tkv_errf(err, errlen, "threads must be 1..256 (got %d)", n_threads);
+    if (cpu_isa_choose(kernels, &v, err, errlen)) return TKV_ERR;
+    *isa = cpu_isa_name(v);
+    *ops_per_s = cpu_int8_peak(v, n_threads, seconds > 0 ? seconds : 0.5);
+    return 0;
 }

@@ -105,6 +105,7 @@ void tkv_model_get_info(const tkv_model *m, tkv_model_info *o) {
     o->n_ff = c->n_ff;
     o->n_ctx_train = c->n_ctx_train;
     o->weight_bytes = m->m->weight_bytes;
+    o->weight_macs = m->m->weight_macs;
     o->n_expert = c->n_expert;
     o->n_expert_used = c->n_expert_used;
     o->expert_bytes = m->m->expert_bytes;

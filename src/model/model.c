@@ -204,6 +204,8 @@ static const float *bind_vec(binder *b, model *mdl, const char *name, int64_t n,
     return v;
 }
 
+static uint64_t mat_macs(const model_mat *m) { return m->data ? (uint64_t)m->n_in * (uint64_t)m->n_out : 0; }
+
 static uint64_t mat_bytes(const model_mat *m) {
     if (!m->data) return 0;
     return (uint64_t)m->n_out * (uint64_t)(m->n_in / ggml_blck_size(m->type)) * ggml_type_size(m->type);
@@ -273,8 +275,13 @@ int model_bind(gguf_file *f, model **out, char *err, size_t errlen) {
             memcpy(m->k_center + (size_t)l * (size_t)KV, m->layers[l].bk, (size_t)KV * sizeof(float));
         }
     m->weight_bytes = mat_bytes(&m->output); /* the embedding lookup reads one row, not the matrix */
+    m->weight_macs = mat_macs(&m->output);
     for (int l = 0; l < c.n_layer; l++) {
         model_layer *L = &m->layers[l];
+        m->weight_macs += mat_macs(&L->wq) + mat_macs(&L->wk) + mat_macs(&L->wv) + mat_macs(&L->wo) + mat_macs(&L->wgate) +
+                          mat_macs(&L->wup) + mat_macs(&L->wdown) + mat_macs(&L->router);
+        if (c.n_expert)
+            m->weight_macs += (uint64_t)c.n_expert_used * (mat_macs(&L->egate[0]) + mat_macs(&L->eup[0]) + mat_macs(&L->edown[0]));
         m->weight_bytes += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
                            mat_bytes(&L->wgate) + mat_bytes(&L->wup) + mat_bytes(&L->wdown) + mat_bytes(&L->router);
         if (c.n_expert) L->expert_bytes = mat_bytes(&L->egate[0]) + mat_bytes(&L->eup[0]) + mat_bytes(&L->edown[0]);

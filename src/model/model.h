@@ -73,6 +73,8 @@ typedef struct model {
     uint64_t weight_bytes;             /* bytes the forward reads for one token: every matrix, but of an
                                           expert FFN only the n_expert_used experts a token is routed to */
     uint64_t expert_bytes;             /* bytes of one expert's three matrices, summed over the layers */
+    uint64_t weight_macs;              /* multiply-adds of one token's matrix products (the matrices of
+                                          weight_bytes) */
 } model;
 
 /* Reads the configuration from metadata; errors name the missing or bad key. */

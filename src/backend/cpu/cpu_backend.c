@@ -230,20 +230,25 @@ static const be_ops cpu_ops = {
 
 const be_ops *cpu_be_ops(void) { return &cpu_ops; }
 
+int cpu_isa_choose(const char *k, cpu_isa *out, char *err, size_t errlen) {
+    cpu_isa best = cpu_detect_isa();
+    *out = best;
+    if (!k || !strcmp(k, "auto")) return 0;
+    int found = -1;
+    for (int i = 0; i <= CPU_ISA_AVX512; i++)
+        if (!strcmp(k, cpu_isa_name((cpu_isa)i))) found = i;
+    if (found < 0) return tkv_errf(err, errlen, "unknown kernels '%s' (auto, generic, avx2, avx512)", k);
+    if (found > (int)best)
+        return tkv_errf(err, errlen, "kernel variant %s is not supported by this CPU (best: %s)", k, cpu_isa_name(best));
+    *out = (cpu_isa)found;
+    return 0;
+}
+
 int cpu_be_init(cpu_be *c, const be_params *p, char *err, size_t errlen) {
     int threads = p && p->n_threads > 0 ? p->n_threads : 2;
     if (threads > 256) return tkv_errf(err, errlen, "threads must be 1..256 (got %d)", threads);
-    cpu_isa best = cpu_detect_isa(), isa = best;
-    const char *k = p ? p->kernels : NULL;
-    if (k && strcmp(k, "auto")) {
-        int found = -1;
-        for (int i = 0; i <= CPU_ISA_AVX512; i++)
-            if (!strcmp(k, cpu_isa_name((cpu_isa)i))) found = i;
-        if (found < 0) return tkv_errf(err, errlen, "unknown kernels '%s' (auto, generic, avx2, avx512)", k);
-        if (found > (int)best)
-            return tkv_errf(err, errlen, "kernel variant %s is not supported by this CPU (best: %s)", k, cpu_isa_name(best));
-        isa = (cpu_isa)found;
-    }
+    cpu_isa isa;
+    if (cpu_isa_choose(p ? p->kernels : NULL, &isa, err, errlen)) return -1;
     c->base.ops = &cpu_ops;
     c->isa = isa;
     c->f32 = cpu_f32_ops_for(isa);

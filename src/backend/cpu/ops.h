@@ -16,6 +16,9 @@ typedef enum { CPU_ISA_GENERIC = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2 } cpu_i
 
 cpu_isa cpu_detect_isa(void);            /* best variant this CPU supports */
 const char *cpu_isa_name(cpu_isa isa);   /* "generic", "avx2", "avx512" */
+/* The variant a kernels name asks for ("auto" or NULL: the best; "generic", "avx2", "avx512"):
+ * -1 with a message for an unknown name or one this CPU lacks. */
+int cpu_isa_choose(const char *kernels, cpu_isa *out, char *err, size_t errlen);
 
 typedef struct {
     uint32_t type;      /* weight ggml type */
