@@ -69,6 +69,9 @@ typedef struct {
     int sinks;                 /* protected first tokens (default 4) */
     int window;                /* protected last positions (default 64); the newest token always is */
     int staged;                /* 1: T1 rows are copied to a staging area per layer before attention */
+    int stage_t2;              /* 1: T2 rows are staged (dequantised into STAGE per layer) even for a
+                                  backend whose attention reads them where they lie (be_ops.attn_t2_fmts):
+                                  the reference path of the tests; 0: staged only where it cannot */
     int sync_transfers;        /* 1: moves run on the caller's thread (for debugging and tests) */
     int f16;                   /* 1 (default): T0/T1 rows are fp16; 0: f32 */
     be_kv_fmt t2_fmt;          /* the T2 codec (default BE_KV_Q8_HEAD, "q8h"; a session sets its
