@@ -5,6 +5,7 @@
  *     the codecs' own decodes, on records the backend wrote;
  *   - the attention op over a table mixing T0, T1, T2 and evicted positions, direct against staged,
  *     for every T2 format, head dims 64 and 128, one position, odd lengths, T2 at a chunk's end;
+ *     and its split parts (T2 read with T0) merged against one pass;
  *   - the fixture models under policy quant with each T2 codec, direct against staged (--stage-t2).
  * Direct and staged differ by the f16 rounding of staged rows (|f16(x) - x| <= 2^-11 |x|), by where
  * the rotation is applied (q rotated once instead of every key unrotated) and by float summation
@@ -308,6 +309,45 @@ TEST(t2_attn_op_direct_vs_staged) {
         be_close(b);
     }
     CHECK(ran >= 2 * NFMT * 2);
+}
+
+/* Split attention (be_split_attention's parts: T0, STAGE and T2 on the backend, T1 on the host)
+ * with T2 read in place: the merged parts equal one pass within float rounding (test_split's
+ * measure: relative L1 per output head 1e-5). */
+TEST(t2_attn_split_parts) {
+    be_backend *b;
+    char err[256];
+    REQUIRE(be_open(&(be_params){.name = "cpu", .n_threads = 2}, &b, err, sizeof err) == 0);
+    enum { H = 14, HD = 64 };
+    static float q[NT * H * HD], o1[NT * H * HD], o2[NT * H * HD], po[2][NT * H * HD], pm[2][NT * H], pl[2][NT * H];
+    fixture f;
+    fixture_init(b, &f, BE_KV_Q4BHC, HD, 77);
+    uint64_t s = 9;
+    for (int i = 0; i < NT * H * HD; i++) q[i] = frand(&s) * 2.0f;
+    int n_pos[NT] = {1, 9, 64, 65, 130, NPOS};
+    const int32_t *td[NT];
+    for (int t = 0; t < NT; t++) td[t] = f.table;
+    void *scratch = malloc(b->ops->attention_scratch(b, NT, NPOS, H, HD));
+    be_attn a = {.n_tok = NT, .layer = 1, .n_head = H, .n_head_kv = HKV, .head_dim = HD, .scale = 0.125f, .q = q, .o = o1,
+                 .pools = &f.p, .slots = td, .n_pos = n_pos};
+    b->ops->attention(b, &a, scratch);
+    be_attn_part parts[2] = {{po[0], pm[0], pl[0], NULL}, {po[1], pm[1], pl[1], NULL}};
+    be_attn a0 = a, a1 = a;
+    a0.tiers = (1u << BE_T0) | (1u << BE_STAGE) | (1u << BE_T2), a0.part = &parts[0], a0.o = NULL;
+    a1.tiers = 1u << BE_T1, a1.part = &parts[1], a1.o = NULL;
+    b->ops->attention(b, &a0, scratch);
+    b->ops->attention(b, &a1, scratch);
+    b->ops->attention_merge(b, o2, parts, 2, NT, H, HD, 0, NPOS, n_pos);
+    double worst = 0;
+    for (int i = 0; i < NT * H; i++) {
+        double num = 0, den = 0;
+        for (int d = 0; d < HD; d++) num += fabs((double)o1[i * HD + d] - o2[i * HD + d]), den += fabs((double)o1[i * HD + d]);
+        if (den > 0 && num / den > worst) worst = num / den;
+    }
+    CHECKF(worst < 1e-5, "merged parts differ from one pass by %g", worst);
+    free(scratch);
+    fixture_free(b, &f);
+    be_close(b);
 }
 
 /* ---- through the model ---- */
