@@ -58,8 +58,8 @@ int kv_flags_parse(tkv_kv_params *o, int argc, char **argv, int *i, char *err, s
     if (len >= sizeof name) return 0;
     memcpy(name, a, len);
     name[len] = 0;
-    if (!strcmp(name, "--staged") || !strcmp(name, "--stage-t2") || !strcmp(name, "--sync-transfers") || !strcmp(name, "--split") ||
-        !strcmp(name, "--protect-prompt") || !strcmp(name, "--unpin-prompt")) {
+    if (!strcmp(name, "--staged") || !strcmp(name, "--stage-t2") || !strcmp(name, "--sync-transfers") ||
+        !strcmp(name, "--split") || !strcmp(name, "--protect-prompt") || !strcmp(name, "--unpin-prompt")) {
         if (eq) return tkv_errf(err, errlen, "%s takes no value", name);
         if (!strcmp(name, "--staged")) o->staged = 1;
         else if (!strcmp(name, "--stage-t2")) o->stage_t2 = 1;
