@@ -187,6 +187,8 @@ typedef struct {
     int sinks;                 /* protected first tokens (4) */
     int window;                /* protected last tokens (64) */
     int staged;                /* T1 rows copied into a staging area per layer before attention */
+    int stage_t2;              /* T2 rows dequantised into the staging area per layer even where the
+                                  backend's attention reads them in place (the CPU's): the reference */
     int split;                 /* attention in two parts merged by log-sum-exp: T0 (and staged rows)
                                   on the backend, T1 where its rows lie (the host), so no T1 row
                                   crosses the bus; not with staged */

@@ -35,6 +35,7 @@ static void to_params(const kv_options *k, tkv_kv_params *p) {
     p->sinks = k->sinks;
     p->window = k->window;
     p->staged = k->staged;
+    p->stage_t2 = k->stage_t2;
     p->sync_transfers = k->sync_transfers;
     p->f16 = k->f16;
     p->t2_codec = be_kv_t2_name(k->t2_fmt);

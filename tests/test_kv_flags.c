@@ -31,6 +31,7 @@ TEST(kv_flags_parse_values) {
     CHECK(parse1(&o, "--delta", "0", &to) == -1);
     CHECK(parse1(&o, "--window", "16", &to) == 1 && o.window == 16);
     CHECK(parse1(&o, "--staged", NULL, &to) == 1 && o.staged == 1);
+    CHECK(parse1(&o, "--stage-t2", NULL, &to) == 1 && o.stage_t2 == 1);
     CHECK(parse1(&o, "--sync-transfers", NULL, &to) == 1 && o.sync_transfers == 1);
     CHECK(parse1(&o, "--unpin-prompt", NULL, &to) == 1 && o.unpin_prompt == 1);
     CHECK(parse1(&o, "--unpin-prompt=1", NULL, &to) == -1);

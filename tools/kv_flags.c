@@ -58,10 +58,11 @@ int kv_flags_parse(tkv_kv_params *o, int argc, char **argv, int *i, char *err, s
     if (len >= sizeof name) return 0;
     memcpy(name, a, len);
     name[len] = 0;
-    if (!strcmp(name, "--staged") || !strcmp(name, "--sync-transfers") || !strcmp(name, "--split") ||
-        !strcmp(name, "--protect-prompt") || !strcmp(name, "--unpin-prompt")) {
+    if (!strcmp(name, "--staged") || !strcmp(name, "--stage-t2") || !strcmp(name, "--sync-transfers") ||
+        !strcmp(name, "--split") || !strcmp(name, "--protect-prompt") || !strcmp(name, "--unpin-prompt")) {
         if (eq) return tkv_errf(err, errlen, "%s takes no value", name);
         if (!strcmp(name, "--staged")) o->staged = 1;
+        else if (!strcmp(name, "--stage-t2")) o->stage_t2 = 1;
         else if (!strcmp(name, "--split")) o->split = 1;
         else if (!strcmp(name, "--protect-prompt")) o->protect_prompt = 1;
         else if (!strcmp(name, "--unpin-prompt")) o->unpin_prompt = 1;
@@ -129,7 +130,9 @@ const char *kv_flags_usage(void) {
            "      --delta N           re-tier every N decode steps (64)\n"
            "      --sinks N           protected first tokens (4)\n"
            "      --window N          protected last tokens (64)\n"
-           "      --staged            copy T1/T2 rows into a staging area per layer before attention\n"
+           "      --staged            copy T1 rows into a staging area per layer before attention (T2 rows\n"
+           "                          are staged where the backend cannot read them in place: CUDA)\n"
+           "      --stage-t2          stage T2 rows on the CPU too (the reference for its in-place T2 reads)\n"
            "      --split             attend T1 where it lies and merge by log-sum-exp (no T1 row crosses the bus)\n"
            "      --protect-prompt    baselines: keep the prompt outside their budget, as our policies do;\n"
            "                          the chain keeps at least --window tokens (evict's budget exactly)\n"

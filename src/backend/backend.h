@@ -199,6 +199,9 @@ typedef struct {
     int unified;                 /* 1: every memory kind is host memory (the CPU backend): host buffers
                                     may be given to ops directly, and backend memory read in place */
     unsigned kv_fmts;            /* bit f set: the backend reads and writes KV records of be_kv_fmt f */
+    unsigned attn_t2_fmts;       /* bit f set: attention reads T2 records of format f where they lie (a
+                                    slot table may hand it T2 references), so the KV module stages no T2
+                                    row for it; 0: T2 rows are staged (dequantised into STAGE) first */
     void (*close)(be_backend *b);
     const char *(*describe)(const be_backend *b); /* kernels in use, e.g. "avx512" or "sm_90" */
 
@@ -288,7 +291,7 @@ static inline void be_close(be_backend *b) {
 }
 
 /* ---- split attention (split.c: generic over two backends) ------------------------------------
- * T0 and STAGE read on `be`, T1 on the host backend `host` (where its rows lie), the two partial
+ * T0, STAGE (and T2 where `be` reads it in place) read on `be`, T1 on the host backend `host` (where its rows lie), the two partial
  * results merged by log-sum-exp on the host: for a T1 that stays in host memory. The object holds
  * the buffers for up to max_tok query rows over max_pos positions. */
 typedef struct be_split be_split;

@@ -1,6 +1,7 @@
-/* split.c — split attention over two backends: T0 and STAGE where the backend computes, T1 on the host
- * backend where its rows lie, the two partial results merged by log-sum-exp on the host. Only the
- * queries and the partial results cross between the two, never a T1 row. Generic over backends:
+/* split.c — split attention over two backends: T0 and STAGE (and T2 where the backend reads it in
+ * place) where the backend computes, T1 on the host backend where its rows lie, the two partial
+ * results merged by log-sum-exp on the host. Only the queries and the partial results cross between
+ * the two, never a T1 row. Generic over backends:
  * it calls their ops and nothing else.
  *
  * On a backend that is not host memory (not `unified`) the backend's part is written into its own
@@ -100,7 +101,7 @@ const float *be_split_attention(be_split *sp, const be_attn *a, void *scratch) {
     be_attn_part p1 = {sp->part_o[1], sp->part_m[1], sp->part_l[1], heads ? sp->att1 : NULL};
     be_attn_part d0 = uni ? p0 : (be_attn_part){a->o, sp->dpart_m, sp->dpart_l, heads ? a->mass : NULL};
     be_attn a0 = *a;
-    a0.tiers = (1u << BE_T0) | (1u << BE_STAGE);
+    a0.tiers = (1u << BE_T0) | (1u << BE_STAGE) | (1u << BE_T2); /* T2 is in a table only where be reads it in place */
     a0.part = &d0;
     be->ops->attention(be, &a0, scratch);
     if (!uni) {

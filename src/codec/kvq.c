@@ -195,6 +195,20 @@ void kvq_decode_row(kvq_codec c, const void *rec, int n_head_kv, int head_dim, f
         for (int g = 0; g < n_head_kv; g++) kvq_unrotate(y + (size_t)g * head_dim, head_dim);
 }
 
+void kvq_head_at(kvq_codec c, int n_head_kv, int head_dim, int g, kvq_head *out) {
+    TKV_ASSERT(kvq_supported(c, head_dim, NULL, 0) && g >= 0 && g < n_head_kv);
+    const kvq_info *in = &kvq_infos[c];
+    size_t n = (size_t)n_head_kv * (size_t)head_dim, h0 = (size_t)g * (size_t)head_dim;
+    out->rot = in->rot;
+    out->per_head = in->kind == KVQ_K_Q8H;
+    out->bits = in->kind == KVQ_K_Q4S ? 4 : 8;
+    switch (in->kind) {
+    case KVQ_K_Q8H: out->q_off = h0, out->s_off = n + 4 * (size_t)g; break;
+    case KVQ_K_Q8B: out->q_off = h0, out->s_off = n + 2 * (h0 / KVQ_BLOCK); break;
+    default: out->q_off = h0 / 2, out->s_off = n / 2 + 2 * (h0 / KVQ_BLOCK); break;
+    }
+}
+
 /* ---- bounds ---- */
 
 static double slack(double h, double amax) { return h * (1.0 + 0x1p-12) + 0x1p-23 * amax + 0x1p-140; }

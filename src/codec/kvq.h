@@ -101,6 +101,21 @@ void kvq_q8h_encode(const float *x, int n_head_kv, int head_dim, int8_t *q, floa
 void kvq_q8h_decode(const int8_t *q, const float *scales, int n_head_kv, int head_dim, float *y);
 void kvq_q8h_decode_avx2(const int8_t *q, const float *scales, int n_head_kv, int head_dim, float *y);
 
+/* Reading a row record in place (an attention kernel that never decodes a whole row): where head g's
+ * quants and scales lie and how they are read. Element i of the head (i < head_dim) is
+ * level(i) * scale(i): bits 8, level = q[i] (int8 at q_off); bits 4, the nibble of block b = i / 32
+ * as in the record layout above, level = nibble - 8 (bytes at q_off + 16 b); scale = the f32 at
+ * s_off (per_head) or the bf16 of block b at s_off + 2 b. The products are kvq_decode_row's before
+ * its inverse rotation (rot: the levels hold R x, so q . x = (R q) . levels*scales). */
+typedef struct {
+    int bits;     /* 8 or 4 */
+    int per_head; /* 1: one f32 scale for the head (q8h); 0: a bf16 scale per block of 32 */
+    int rot;      /* 1: the values are of R x (q8bh, q4bh) */
+    size_t q_off; /* bytes from the row record to the head's first quant */
+    size_t s_off; /* bytes from the row record to the head's scale(s) */
+} kvq_head;
+void kvq_head_at(kvq_codec c, int n_head_kv, int head_dim, int g, kvq_head *out);
+
 /* The bound above: max over the row of the elements' bounds (INFINITY if a value is not finite). */
 double kvq_error_bound(kvq_codec c, const float *x, int n_head_kv, int head_dim);
 

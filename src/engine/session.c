@@ -44,6 +44,7 @@ void engine_kv_options(const tkv_kv_params *p, kv_options *o) {
     o->sinks = p->sinks;
     o->window = p->window;
     o->staged = p->staged;
+    o->stage_t2 = p->stage_t2;
     o->sync_transfers = p->sync_transfers;
     o->f16 = p->f16;
 }

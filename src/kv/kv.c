@@ -40,6 +40,7 @@ kv_cache *kv_init(const kv_options *o, be_backend *be, char *err, size_t errlen)
     kv->ops = ops;
     kv->be = be;
     kv->kv_dim = o->n_head_kv * o->head_dim;
+    kv->t2_staged = ops->uses_t2 && (o->stage_t2 || !(be->ops->attn_t2_fmts & 1u << o->t2_fmt));
     kv->window = o->window > 1 ? o->window : 1;
     kv->mode = mode;
     kv->seq_tokens = seq_tokens;
@@ -62,7 +63,7 @@ static void seq_free_arrays(kv_cache *kv, kv_seq *s) {
     free(s->ref); free(s->att); free(s->prompt); free(s->lossy); free(s->stale); free(s->rank); free(s->score);
     free(s->head_score); free(s->prefill_score); free(s->keep);
     free(s->prot); free(s->target); free(s->cur); free(s->order); free(s->scratch);
-    free(s->vk); free(s->vv); free(s->hk); free(s->hv); free(s->hook_k); free(s->hook_rows);
+    free(s->vk); free(s->vv); free(s->hk); free(s->hv); free(s->view_t2); free(s->hook_k); free(s->hook_rows);
     if (s->pstate && kv->ops->hooks->free) kv->ops->hooks->free(s->pstate);
     memset(s, 0, sizeof *s);
 }

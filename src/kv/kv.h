@@ -9,7 +9,7 @@
  * holds for all live sequences together and re-tiering ranks tokens across them by score.
  *
  * The forward, per call: kv_append every token (reserves its T0 slot), then per layer
- * kv_layer_begin (waits for that layer's in-flight moves, stages T1/T2 rows the attention must read
+ * kv_layer_begin (waits for that layer's in-flight moves, stages the T1/T2 rows the attention must read
  * from STAGE), writes K (after RoPE) and V into kv_new_slot through the backend, takes the layer's
  * attention table (kv_attn_table: per token its sequence's slot table, where position p is read,
  * BE_SLOT_NONE when evicted, and the keep masks of head-wise policies), runs the attention, and hands
@@ -69,6 +69,9 @@ typedef struct {
     int sinks;                 /* protected first tokens (default 4) */
     int window;                /* protected last positions (default 64); the newest token always is */
     int staged;                /* 1: T1 rows are copied to a staging area per layer before attention */
+    int stage_t2;              /* 1: T2 rows are staged (dequantised into STAGE per layer) even for a
+                                  backend whose attention reads them where they lie (be_ops.attn_t2_fmts):
+                                  the reference path of the tests; 0: staged only where it cannot */
     int sync_transfers;        /* 1: moves run on the caller's thread (for debugging and tests) */
     int f16;                   /* 1 (default): T0/T1 rows are fp16; 0: f32 */
     be_kv_fmt t2_fmt;          /* the T2 codec (default BE_KV_Q8_HEAD, "q8h"; a session sets its
@@ -158,8 +161,8 @@ void kv_put(kv_cache *kv, int seq, int layer, int pos, const float *k, const flo
 const be_kv_pools *kv_pools(const kv_cache *kv);
 
 /* Before a layer's K/V writes and attention for these sequences: waits for in-flight moves of this
- * layer (the per-layer fence) and stages the rows attention reads from STAGE (T2 always, T1 with
- * --staged) for this layer. */
+ * layer (the per-layer fence) and stages the rows attention reads from STAGE (T2 where the backend
+ * cannot read it in place or stage_t2 asks, T1 with --staged) for this layer. */
 void kv_layer_begin(kv_cache *kv, const int *seqs, int n_seqs, int layer);
 /* The attention table of one layer for n query tokens (sequence seq[i] at position pos[i], both
  * appended already): fills the cache's fields of *a (n_tok, layer, pools, slot tables, n_pos, keep
@@ -187,7 +190,8 @@ void kv_step_end(kv_cache *kv, int seq);
 
 /* A host view of one layer, for tests and host-side readers: one K and one V row pointer per
  * position in original order (NULL when evicted), f32 (k/v) or fp16 (k16/v16) as the cache's
- * element type, T2 rows dequantised into staging, and the keep mask. Needs host-addressable pools
+ * element type, T2 rows dequantised (into staging, or into the view's own buffer where attention
+ * reads them in place: as a stage slot would hold them), and the keep mask. Needs host-addressable pools
  * (the CPU backend). Valid until the next kv_* call on the same sequence. */
 typedef struct {
     const float *const *k;

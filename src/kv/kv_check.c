@@ -57,7 +57,7 @@ static int check_seq(const kv_cache *kv, int q, int32_t *count[BE_N_POOLS], char
                 return tkv_errf(err, errlen, "seq %d: position %d has a bad slot (tier %d, slot %d)", q, p, t, BE_SLOT_IDX(r));
             count[t][BE_SLOT_IDX(r)]++;
         }
-        int staged = t == BE_T2 || (t == BE_T1 && kv->o.staged);
+        int staged = (t == BE_T2 && kv->t2_staged) || (t == BE_T1 && kv->o.staged);
         if (staged) {
             if (a == BE_SLOT_NONE || BE_SLOT_TIER(a) != BE_STAGE || BE_SLOT_IDX(a) >= kv->tp[BE_STAGE].n_slots)
                 return tkv_errf(err, errlen, "seq %d: position %d in T%d is read through no stage slot", q, p, t);

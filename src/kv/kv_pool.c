@@ -71,7 +71,7 @@ int kv_pools_init(kv_cache *kv, char *err, size_t errlen) {
         bp->chunk_shift = KV_CHUNK_SHIFT;
         bp->record_bytes = be_kv_record_bytes(bp->fmt, o->n_head_kv, o->head_dim);
         int used = t == BE_T0 || (t == BE_T1 && kv->ops->uses_t1) || (t == BE_T2 && kv->ops->uses_t2) ||
-                   (t == BE_STAGE && (kv->ops->uses_t2 || (kv->ops->uses_t1 && o->staged)));
+                   (t == BE_STAGE && (kv->t2_staged || (kv->ops->uses_t1 && o->staged)));
         int64_t slots = !used ? 0 : t == BE_T0 && kv->mode == KV_B_SHARED && kv->shared_tokens < all ? kv->shared_tokens : all;
         if (t == BE_T0 && kv->mode == KV_B_SHARED) p->cap_slots = kv->shared_tokens;
         int64_t chunks = (slots + per - 1) / per;

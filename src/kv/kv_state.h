@@ -123,6 +123,7 @@ typedef struct {
     /* host views (kv_view_layer) and the hooks' f32 keys */
     const float **vk, **vv;   /* [n_ctx] */
     const uint16_t **hk, **hv;
+    void *view_t2;            /* [n_ctx][2][kv_dim] T2 rows read in place, decoded for host views (on first use) */
     float *hook_k;            /* [n_ctx][kv_dim] f32 keys for hooks that read K (R-KV), or NULL */
     const float **hook_rows;  /* [n_ctx] */
     kv_stats c;               /* counters; tokens/bytes/budget are filled in by kv_get_stats */
@@ -149,6 +150,8 @@ struct kv_cache {
     be_kv_pools pools;        /* what the backend reads: formats, chunks */
     kv_tpool tp[BE_N_POOLS];  /* T0, T1, T2, STAGE */
     int kv_dim;
+    int t2_staged;            /* T2 positions are read through STAGE (o.stage_t2, or a backend that
+                                 cannot read o.t2_fmt where it lies); else attention reads T2 in place */
     int window;               /* effective window: max(1, o.window) */
     int mode;                 /* KV_B_* */
     int seq_tokens;           /* KV_B_SEQ: T0 tokens per sequence */

@@ -1,21 +1,25 @@
 /* kv_view.c — what attention reads. Each sequence keeps a slot table `att` beside its true locations
- * `ref`: they agree except for positions read through STAGE (T2 always, dequantised there; T1 too
- * with --staged, the data path a GPU needs), which own one stage slot each for as long as they stay
- * in such a tier. Before a layer's attention kv_layer_begin fences the layer and copies that layer's
- * rows of every staged position of the batch into their stage slots (the STAGE pool is layer-less).
- * kv_view_layer builds host row pointers from the same tables, for tests and host readers; the
- * baselines read f32 keys through the backend's kv_read. */
+ * `ref`: they agree except for positions read through STAGE (T2 where the backend cannot read it in
+ * place or stage_t2 asks, dequantised there: a GPU; T1 too with --staged, the data path a GPU needs),
+ * which own one stage slot each for as long as they stay in such a tier. The CPU backend reads T2
+ * records where they lie (be_ops.attn_t2_fmts), so there its T2 positions have no stage slot.
+ * Before a layer's attention kv_layer_begin fences the layer and copies that layer's rows of every
+ * staged position of the batch into their stage slots (the STAGE pool is layer-less).
+ * kv_view_layer builds host row pointers from the same tables, for tests and host readers (T2 rows
+ * read in place are decoded into the view's own buffer); the baselines read f32 keys through the
+ * backend's kv_read. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
+#include "base/half.h"
 #include "kv/kv_view.h"
 
 static int staged_tier(const kv_cache *kv, int32_t ref) {
     if (ref == BE_SLOT_NONE) return 0;
     int t = BE_SLOT_TIER(ref);
-    return t == BE_T2 || (t == BE_T1 && kv->o.staged);
+    return (t == BE_T2 && kv->t2_staged) || (t == BE_T1 && kv->o.staged);
 }
 
 void kv_att_release(kv_cache *kv, kv_seq *s, int pos) {
@@ -140,15 +144,34 @@ void kv_layer_begin(kv_cache *kv, const int *seqs, int n_seqs, int layer) {
     run_stage(kv, n, layer);
 }
 
+/* Position p's T2 row pair of one layer as a staged row would hold it (the codec's f32, rounded to the
+ * cache's element type as copy_moves rounds it), in the view's own buffer: views are for tests and
+ * host readers, never in a decode step. */
+static const char *view_t2_row(kv_cache *kv, kv_seq *s, int p, int layer) {
+    size_t kd = (size_t)kv->kv_dim, el = kv->o.f16 ? 2 : 4;
+    size_t rows = (size_t)s->n_ctx * 2 * kd * el; /* then one f32 row pair to decode into */
+    if (!s->view_t2) s->view_t2 = tkv_xmalloc(rows + 2 * kd * sizeof(float));
+    char *row = (char *)s->view_t2 + (size_t)p * 2 * kd * el;
+    float *kf = (float *)(void *)((char *)s->view_t2 + rows);
+    kv->be->ops->kv_read(kv->be, &kv->pools, layer, &s->ref[p], 1, kf, kf + kd);
+    if (kv->o.f16)
+        for (size_t i = 0; i < 2 * kd; i++) ((uint16_t *)(void *)row)[i] = tkv_f32_to_f16(kf[i]);
+    else
+        memcpy(row, kf, 2 * kd * sizeof(float));
+    return row;
+}
+
 void kv_view_layer(kv_cache *kv, int seq, int layer, kv_view *out) {
     kv_seq *s = kv_get_seq(kv, seq);
     TKV_ASSERT(layer >= 0 && layer < kv->o.n_layer);
     kv_layer_begin(kv, &seq, 1, layer);
-    size_t kb = (size_t)kv->kv_dim * (kv->o.f16 ? 2 : 4);
+    size_t kd = (size_t)kv->kv_dim, kb = kd * (kv->o.f16 ? 2 : 4);
     for (int p = 0; p < s->len; p++) {
         int32_t a = s->att[p];
         const char *k = NULL, *v = NULL;
-        if (a != BE_SLOT_NONE) {
+        if (a != BE_SLOT_NONE && BE_SLOT_TIER(a) == BE_T2) /* read in place by attention: decoded here */
+            k = view_t2_row(kv, s, p, layer), v = k + kb;
+        else if (a != BE_SLOT_NONE) {
             TKV_ASSERT(kv_host_pool(kv, BE_SLOT_TIER(a)));
             k = be_kv_record(&kv->pools, a, layer);
             v = k + kb;

@@ -162,6 +162,7 @@ int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errle
     }
     a->ops = *cpu_be_ops();
     a->ops.name = "cpu-async";
+    a->ops.attn_t2_fmts = 0; /* a GPU's data path: T2 rows staged */
     a->ops.close = async_close;
     a->ops.copy_moves = async_copy_moves;
     a->ops.copy_wait = async_copy_wait;

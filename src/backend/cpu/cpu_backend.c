@@ -201,6 +201,7 @@ static const be_ops cpu_ops = {
     .name = "cpu",
     .unified = 1,
     .kv_fmts = (1u << BE_KV_N_FMT) - 1, /* every format */
+    .attn_t2_fmts = ((1u << BE_KV_N_FMT) - 1) & ~((1u << BE_KV_Q8_HEAD) - 1), /* every T2 format, in place */
     .close = cpu_close,
     .describe = cpu_describe,
     .alloc = cpu_alloc,

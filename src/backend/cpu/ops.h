@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec/kvq.h"
+
 typedef enum { CPU_ISA_GENERIC = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2 } cpu_isa;
 
 cpu_isa cpu_detect_isa(void);            /* best variant this CPU supports */
@@ -84,6 +86,19 @@ typedef struct {
                             const uint8_t *keep, int n, float scale, float *att, size_t stride);
     void (*attn_wsum_f16)(const float *att, size_t stride, int group, int hd, const uint16_t *const *rows, size_t off,
                           int n, float *out);
+    /* Attention straight from T2 records (the CPU reads T2 where it lies; kvq.h's kvq_head says where
+     * one head's quants and scales lie, its offsets from the record base recs[j] points to). A T2
+     * element is its level times its scale, an exact f32 product (q8h: rounded once, as decoding).
+     * scores_t2: for every j with recs[j] != NULL, att[h*stride + j] = (dot(q + h*hd, k^_j) + (qc ?
+     * qc[h] : 0)) * scale, or -INFINITY where keep[j] == 0; other entries are left as they are. q is
+     * the rotated query when kh->rot (q . k = (R q) . (R k)), qc[h] its query's dot with the key
+     * centre (centred formats). The generic dot sums over d in order, the SIMD ones in 8-wide chunks.
+     * wsum_t2: attn_wsum (over fp16 rows when f16, else f32) where rows[j] != NULL, and where
+     * recs[j] != NULL the T2 value head (vh->rot is 0), in one pass over j in order per output. */
+    void (*attn_scores_t2)(const float *q, int group, int hd, const uint8_t *const *recs, const kvq_head *kh,
+                           const float *qc, const uint8_t *keep, int n, float scale, float *att, size_t stride);
+    void (*attn_wsum_t2)(const float *att, size_t stride, int group, int hd, const void *const *rows, int f16,
+                         size_t off, const uint8_t *const *recs, const kvq_head *vh, int n, float *out);
     /* y[i] = tkv_f32_to_f16(x[i]) (base/half.h: round to nearest even, NaN quieted with its top
      * payload bits) for every input, bit for bit: the rows an f16 KV record is written with */
     void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n);

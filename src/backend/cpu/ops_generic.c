@@ -414,6 +414,54 @@ void cpu_gen_attn_wsum_f16(const float *att, size_t stride, int group, int hd, c
         }
 }
 
+/* T2 rows in place: element i of head kh in record rec, level times scale (kvq.h's kvq_head) */
+static float t2_elem(const uint8_t *rec, const kvq_head *kh, int i) {
+    int lv;
+    if (kh->bits == 8) lv = ((const int8_t *)(rec + kh->q_off))[i];
+    else {
+        uint8_t b = rec[kh->q_off + (size_t)(i / 32) * 16 + (size_t)(i % 16)];
+        lv = (i % 32 < 16 ? b & 15 : b >> 4) - 8;
+    }
+    float d;
+    if (kh->per_head) memcpy(&d, rec + kh->s_off, 4);
+    else d = tkv_bf16_to_f32(tkv_rd16(rec + kh->s_off + 2 * (size_t)(i / 32)));
+    return (float)lv * d;
+}
+
+void cpu_gen_attn_scores_t2(const float *q, int group, int hd, const uint8_t *const *recs, const kvq_head *kh,
+                            const float *qc, const uint8_t *keep, int n, float scale, float *att, size_t stride) {
+    for (int j = 0; j < n; j++) {
+        if (!recs[j]) continue;
+        for (int h = 0; h < group; h++) {
+            if (keep && !keep[j]) {
+                att[(size_t)h * stride + j] = -INFINITY;
+                continue;
+            }
+            const float *qh = q + (size_t)h * hd;
+            float sum = 0;
+            for (int d = 0; d < hd; d++) sum += qh[d] * t2_elem(recs[j], kh, d);
+            att[(size_t)h * stride + j] = (sum + (qc ? qc[h] : 0.0f)) * scale;
+        }
+    }
+}
+
+void cpu_gen_attn_wsum_t2(const float *att, size_t stride, int group, int hd, const void *const *rows, int f16,
+                          size_t off, const uint8_t *const *recs, const kvq_head *vh, int n, float *out) {
+    memset(out, 0, (size_t)group * hd * sizeof(float));
+    for (int h = 0; h < group; h++)
+        for (int j = 0; j < n; j++) {
+            float w = att[(size_t)h * stride + j];
+            if (w == 0.0f) continue;
+            float *o = out + (size_t)h * hd;
+            if (rows[j] && f16)
+                for (int d = 0; d < hd; d++) o[d] += w * tkv_f16_to_f32(((const uint16_t *)rows[j])[off + d]);
+            else if (rows[j])
+                cpu_gen_axpy_f32(o, w, (const float *)rows[j] + off, hd);
+            else if (recs[j])
+                for (int d = 0; d < hd; d++) o[d] += w * t2_elem(recs[j], vh, d);
+        }
+}
+
 void cpu_gen_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = tkv_f32_to_f16(x[i]);
 }

@@ -137,6 +137,10 @@ typedef void (*cpu_deq_fn)(const void *w, float *y, int64_t n);
                                      const uint8_t *keep, int n, float scale, float *att, size_t stride); \
     void cpu_##isa##_attn_wsum_f16(const float *att, size_t stride, int group, int hd, const uint16_t *const *rows, \
                                    size_t off, int n, float *out);                              \
+    void cpu_##isa##_attn_scores_t2(const float *q, int group, int hd, const uint8_t *const *recs, const kvq_head *kh, \
+                                    const float *qc, const uint8_t *keep, int n, float scale, float *att, size_t stride); \
+    void cpu_##isa##_attn_wsum_t2(const float *att, size_t stride, int group, int hd, const void *const *rows, int f16, \
+                                  size_t off, const uint8_t *const *recs, const kvq_head *vh, int n, float *out); \
     void cpu_##isa##_f32_to_f16(const float *x, uint16_t *y, int64_t n);
 
 /* vec_dot_tile: the reference is vec_dot per (weight row, activation row), so equality holds by

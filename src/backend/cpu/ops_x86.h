@@ -694,9 +694,10 @@ INLINE __m256 ld8(const void *row, int d, int F16) {
  * (the f16 -> f32 conversions cost as much as the products) when the head dim fits */
 #define ATTN_WIDE_HD 256
 
-/* scores of positions j..j+7 for every head, key rows k[0..7] (fp16 when F16) */
-INLINE void attn_scores8(const float *q, int group, int hd, const void *const *k, float *att, size_t stride, int j,
-                         __m256 vscale, int F16) {
+/* scores of eight positions for every head, key rows k[0..7] (fp16 when F16): the vector of head h
+ * goes to dst + h * dstride (eight consecutive floats), (sum + qc[h]) * scale when qc is not NULL */
+INLINE void attn_scores8(const float *q, int group, int hd, const void *const *k, float *dst, size_t dstride,
+                         const float *qc, __m256 vscale, int F16) {
     for (int h = 0; h < group; h++) {
         const float *qh = q + (size_t)h * hd;
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
@@ -711,45 +712,67 @@ INLINE void attn_scores8(const float *q, int group, int hd, const void *const *k
             a6 = _mm256_fmadd_ps(qv, ld8(k[6], d, F16), a6);
             a7 = _mm256_fmadd_ps(qv, ld8(k[7], d, F16), a7);
         }
-        _mm256_storeu_ps(att + (size_t)h * stride + j, _mm256_mul_ps(hsum8_ps(a0, a1, a2, a3, a4, a5, a6, a7), vscale));
+        __m256 s = hsum8_ps(a0, a1, a2, a3, a4, a5, a6, a7);
+        if (qc) s = _mm256_add_ps(s, _mm256_set1_ps(qc[h]));
+        _mm256_storeu_ps(dst + (size_t)h * dstride, _mm256_mul_ps(s, vscale));
     }
 }
 
+/* eight gathered positions idx[0..7]: straight into att when they are consecutive, else through tmp */
+INLINE void attn_scores8_at(const float *q, int group, int hd, const void *const *k, const int *idx, float *att,
+                            size_t stride, const float *qc, __m256 vscale, int F16) {
+    if (idx[7] - idx[0] == 7) {
+        attn_scores8(q, group, hd, k, att + idx[0], stride, qc, vscale, F16);
+        return;
+    }
+    float tmp[8];
+    for (int h = 0; h < group; h++) {
+        attn_scores8(q + (size_t)h * hd, 1, hd, k, tmp, 8, qc ? qc + h : NULL, vscale, F16);
+        for (int i = 0; i < 8; i++) att[(size_t)h * stride + idx[i]] = tmp[i];
+    }
+}
+
+/* one position alone: the same sums as in a block of eight (hsum8_ps) */
+INLINE void attn_scores1(const float *q, int group, int hd, const void *k, float *att, size_t stride, int j,
+                         const float *qc, float scale, int F16) {
+    for (int h = 0; h < group; h++) {
+        const float *qh = q + (size_t)h * hd;
+        __m256 a0 = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), ld8(k, d, F16), a0);
+        float s = hsum_ps(a0);
+        att[(size_t)h * stride + j] = (qc ? s + qc[h] : s) * scale;
+    }
+}
+
+/* Positions are taken eight present ones at a time, consecutive or not (a T0 position between T2 or
+ * evicted ones still shares its query loads); a score has the same bits either way. */
 INLINE void attn_scores_body(const float *q, int group, int hd, const void *const *rows, size_t off,
                              const uint8_t *keep, int n, float scale, float *att, size_t stride, int F16) {
     __m256 vscale = _mm256_set1_ps(scale);
     for (int j = 0; j < n;) {
-        /* eight present positions at once: one query load serves eight key rows */
-        int block = j + 8 <= n;
-        for (int i = 0; block && i < 8; i++) block = rows[j + i] && (!keep || keep[j + i]);
-        if (block) {
+        int idx[8], ni = 0;
+        for (; j < n && ni < 8; j++) {
+            if (!rows[j] || (keep && !keep[j])) {
+                for (int h = 0; h < group; h++) att[(size_t)h * stride + j] = -INFINITY;
+                continue;
+            }
+            idx[ni++] = j;
+        }
+        if (ni == 8) {
             const void *k[8];
-            for (int i = 0; i < 8; i++) k[i] = row_at(rows, j + i, off, F16);
+            for (int i = 0; i < 8; i++) k[i] = row_at(rows, idx[i], off, F16);
             _Alignas(32) float wide[8 * ATTN_WIDE_HD];
             if (F16 && group > 1 && hd <= ATTN_WIDE_HD) { /* widen the 8 rows once for all heads (exact) */
                 for (int i = 0; i < 8; i++) {
                     for (int d = 0; d < hd; d += 8) _mm256_store_ps(wide + i * hd + d, ld8(k[i], d, 1));
                     k[i] = wide + i * hd;
                 }
-                attn_scores8(q, group, hd, k, att, stride, j, vscale, 0);
+                attn_scores8_at(q, group, hd, k, idx, att, stride, NULL, vscale, 0);
             } else
-                attn_scores8(q, group, hd, k, att, stride, j, vscale, F16);
-            j += 8;
+                attn_scores8_at(q, group, hd, k, idx, att, stride, NULL, vscale, F16);
             continue;
         }
-        if (!rows[j] || (keep && !keep[j])) {
-            for (int h = 0; h < group; h++) att[(size_t)h * stride + j] = -INFINITY;
-            j++;
-            continue;
-        }
-        const void *k = row_at(rows, j, off, F16);
-        for (int h = 0; h < group; h++) {
-            const float *qh = q + (size_t)h * hd;
-            __m256 a0 = _mm256_setzero_ps();
-            for (int d = 0; d < hd; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), ld8(k, d, F16), a0);
-            att[(size_t)h * stride + j] = hsum_ps(a0) * scale;
-        }
-        j++;
+        for (int i = 0; i < ni; i++) attn_scores1(q, group, hd, row_at(rows, idx[i], off, F16), att, stride, idx[i], NULL, scale, F16);
     }
 }
 
@@ -771,6 +794,59 @@ void FN(attn_scores_f16)(const float *q, int group, int hd, const uint16_t *cons
     attn_scores_body(q, group, hd, (const void *const *)rows, off, keep, n, scale, att, stride, 1);
 }
 
+/* ---- T2 rows where they lie (kvq_head) ---- */
+
+/* elements d..d+7 (d % 8 == 0) of a T2 head: levels widened to f32, times the scale (exact; q8h's
+ * f32 scale rounds once, as the generic product) */
+INLINE __m256 t2_ld8(const uint8_t *rec, const kvq_head *kh, int d) {
+    __m256i lv;
+    if (kh->bits == 8)
+        lv = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(rec + kh->q_off + (size_t)d)));
+    else {
+        int e = d % 32;
+        __m256i b = _mm256_cvtepu8_epi32(
+            _mm_loadl_epi64((const __m128i *)(const void *)(rec + kh->q_off + (size_t)(d / 32) * 16 + (size_t)(e % 16))));
+        b = e < 16 ? _mm256_and_si256(b, _mm256_set1_epi32(15)) : _mm256_srli_epi32(b, 4);
+        lv = _mm256_sub_epi32(b, _mm256_set1_epi32(8));
+    }
+    float s;
+    if (kh->per_head) memcpy(&s, rec + kh->s_off, 4);
+    else s = tkv_bf16_to_f32(tkv_rd16(rec + kh->s_off + 2 * (size_t)(d / 32)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(lv), _mm256_set1_ps(s));
+}
+
+/* Eight T2 keys are decoded once into a stack block (exact f32 values) for all heads of the group,
+ * then scored as eight f32 rows. */
+void FN(attn_scores_t2)(const float *q, int group, int hd, const uint8_t *const *recs, const kvq_head *kh,
+                        const float *qc, const uint8_t *keep, int n, float scale, float *att, size_t stride) {
+    if (hd % 8 || hd > ATTN_WIDE_HD) {
+        cpu_gen_attn_scores_t2(q, group, hd, recs, kh, qc, keep, n, scale, att, stride);
+        return;
+    }
+    __m256 vscale = _mm256_set1_ps(scale);
+    _Alignas(32) float wide[8 * ATTN_WIDE_HD];
+    for (int j = 0; j < n;) {
+        int idx[8], ni = 0;
+        for (; j < n && ni < 8; j++) {
+            if (!recs[j]) continue;
+            if (keep && !keep[j]) {
+                for (int h = 0; h < group; h++) att[(size_t)h * stride + j] = -INFINITY;
+                continue;
+            }
+            float *w = wide + ni * hd;
+            for (int d = 0; d < hd; d += 8) _mm256_store_ps(w + d, t2_ld8(recs[j], kh, d));
+            idx[ni++] = j;
+        }
+        if (ni == 8) {
+            const void *k[8];
+            for (int i = 0; i < 8; i++) k[i] = wide + i * hd;
+            attn_scores8_at(q, group, hd, k, idx, att, stride, qc, vscale, 0);
+            continue;
+        }
+        for (int i = 0; i < ni; i++) attn_scores1(q, group, hd, wide + i * hd, att, stride, idx[i], qc, scale, 0);
+    }
+}
+
 /* wsum for heads h0..h0+HP-1 (HP <= 6, constant) over 16 output columns dc..dc+15 and the positions
  * idx[0..ni) of one chunk: each V row slice is loaded once for all HP heads, so a group's V is read
  * once per 16 columns instead of once per head. The sums continue from `out` (or start at 0 for the
@@ -778,7 +854,8 @@ void FN(attn_scores_f16)(const float *q, int group, int hd, const uint16_t *cons
  * weight is 0 still gets fma(0, v, acc), which leaves acc unchanged (v is finite and acc never -0);
  * positions whose weights are all 0 for these heads are not in idx (their rows may be absent). */
 INLINE void wsum_block(const float *att, size_t stride, int h0, int HP, int hd, const void *const *rows, size_t off,
-                       const int *idx, int ni, int first, int dc, float *out, int F16) {
+                       const uint8_t *const *recs, const kvq_head *vh, const int *idx, int ni, int first, int dc,
+                       float *out, int F16) {
     __m256 acc[6][2];
     UNROLL for (int h = 0; h < HP; h++) {
         float *o = out + (size_t)(h0 + h) * hd + dc;
@@ -788,8 +865,14 @@ INLINE void wsum_block(const float *att, size_t stride, int h0, int HP, int hd, 
     const float *w = att + (size_t)h0 * stride;
     for (int t = 0; t < ni; t++) {
         int j = idx[t];
-        const void *v = row_at(rows, j, off + (size_t)dc, F16);
-        __m256 v0 = ld8(v, 0, F16), v1 = ld8(v, 8, F16);
+        __m256 v0, v1;
+        if (recs && !rows[j]) { /* a T2 value head (recs is NULL, a constant, for the plain kernels) */
+            v0 = t2_ld8(recs[j], vh, dc);
+            v1 = t2_ld8(recs[j], vh, dc + 8);
+        } else {
+            const void *v = row_at(rows, j, off + (size_t)dc, F16);
+            v0 = ld8(v, 0, F16), v1 = ld8(v, 8, F16);
+        }
         UNROLL for (int h = 0; h < HP; h++) {
             __m256 vw = _mm256_set1_ps(w[(size_t)h * stride + j]);
             acc[h][0] = _mm256_fmadd_ps(vw, v0, acc[h][0]);
@@ -808,7 +891,7 @@ INLINE void wsum_block(const float *att, size_t stride, int h0, int HP, int hd, 
 #define WSUM_CHUNK 64
 
 INLINE void attn_wsum_body(const float *att, size_t stride, int group, int hd, const void *const *rows, size_t off,
-                           int n, float *out, int F16) {
+                           const uint8_t *const *recs, const kvq_head *vh, int n, float *out, int F16) {
     int nsub = (group + 5) / 6; /* sub-groups of at most 6 heads, as even as possible */
     for (int s = 0, h0 = 0; s < nsub; s++) {
         int hp = (group - h0) / (nsub - s);
@@ -821,12 +904,12 @@ INLINE void attn_wsum_body(const float *att, size_t stride, int group, int hd, c
             }
             for (int dc = 0; dc < hd; dc += 16) {
                 switch (hp) {
-                case 1: wsum_block(att, stride, h0, 1, hd, rows, off, idx, ni, j0 == 0, dc, out, F16); break;
-                case 2: wsum_block(att, stride, h0, 2, hd, rows, off, idx, ni, j0 == 0, dc, out, F16); break;
-                case 3: wsum_block(att, stride, h0, 3, hd, rows, off, idx, ni, j0 == 0, dc, out, F16); break;
-                case 4: wsum_block(att, stride, h0, 4, hd, rows, off, idx, ni, j0 == 0, dc, out, F16); break;
-                case 5: wsum_block(att, stride, h0, 5, hd, rows, off, idx, ni, j0 == 0, dc, out, F16); break;
-                default: wsum_block(att, stride, h0, 6, hd, rows, off, idx, ni, j0 == 0, dc, out, F16); break;
+                case 1: wsum_block(att, stride, h0, 1, hd, rows, off, recs, vh, idx, ni, j0 == 0, dc, out, F16); break;
+                case 2: wsum_block(att, stride, h0, 2, hd, rows, off, recs, vh, idx, ni, j0 == 0, dc, out, F16); break;
+                case 3: wsum_block(att, stride, h0, 3, hd, rows, off, recs, vh, idx, ni, j0 == 0, dc, out, F16); break;
+                case 4: wsum_block(att, stride, h0, 4, hd, rows, off, recs, vh, idx, ni, j0 == 0, dc, out, F16); break;
+                case 5: wsum_block(att, stride, h0, 5, hd, rows, off, recs, vh, idx, ni, j0 == 0, dc, out, F16); break;
+                default: wsum_block(att, stride, h0, 6, hd, rows, off, recs, vh, idx, ni, j0 == 0, dc, out, F16); break;
                 }
             }
         }
@@ -840,7 +923,7 @@ void FN(attn_wsum)(const float *att, size_t stride, int group, int hd, const flo
         cpu_gen_attn_wsum(att, stride, group, hd, rows, off, n, out);
         return;
     }
-    attn_wsum_body(att, stride, group, hd, (const void *const *)rows, off, n, out, 0);
+    attn_wsum_body(att, stride, group, hd, (const void *const *)rows, off, NULL, NULL, n, out, 0);
 }
 
 void FN(attn_wsum_f16)(const float *att, size_t stride, int group, int hd, const uint16_t *const *rows, size_t off,
@@ -849,7 +932,17 @@ void FN(attn_wsum_f16)(const float *att, size_t stride, int group, int hd, const
         cpu_gen_attn_wsum_f16(att, stride, group, hd, rows, off, n, out);
         return;
     }
-    attn_wsum_body(att, stride, group, hd, (const void *const *)rows, off, n, out, 1);
+    attn_wsum_body(att, stride, group, hd, (const void *const *)rows, off, NULL, NULL, n, out, 1);
+}
+
+void FN(attn_wsum_t2)(const float *att, size_t stride, int group, int hd, const void *const *rows, int f16,
+                      size_t off, const uint8_t *const *recs, const kvq_head *vh, int n, float *out) {
+    if (hd % 16) {
+        cpu_gen_attn_wsum_t2(att, stride, group, hd, rows, f16, off, recs, vh, n, out);
+        return;
+    }
+    if (f16) attn_wsum_body(att, stride, group, hd, rows, off, recs, vh, n, out, 1);
+    else attn_wsum_body(att, stride, group, hd, rows, off, recs, vh, n, out, 0);
 }
 
 /* vcvtps2ph with round to nearest even is IEEE's conversion, subnormals included (MXCSR's DAZ is
