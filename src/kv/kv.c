@@ -441,14 +441,20 @@ void kv_observe(kv_cache *kv, int seq, int layer, int q_pos, const float *att, i
         return;
     }
     double w = 1.0 / ((double)kv->o.n_layer * H);
-    for (int h = 0; h < H; h++) {
-        const float *a = att + (size_t)h * att_stride;
-        for (int i = 0; i <= q_pos; i++) s->score[i] += w * a[i];
-        if (s->head_score) {
+    /* position by position, the heads in order: each score gets the same additions in the same
+     * order as head by head would give it (the same bits), with the scores read and written once
+     * instead of once per head */
+    for (int i = 0; i <= q_pos; i++) {
+        double sc = s->score[i];
+        for (int h = 0; h < H; h++) sc += w * att[(size_t)h * att_stride + i];
+        s->score[i] = sc;
+    }
+    if (s->head_score)
+        for (int h = 0; h < H; h++) {
+            const float *a = att + (size_t)h * att_stride;
             float *hs = s->head_score + (size_t)(h / group) * nc;
             for (int i = 0; i <= q_pos; i++) hs[i] += a[i];
         }
-    }
 }
 
 /* ---- the end of a forward call ---- */
