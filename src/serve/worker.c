@@ -358,6 +358,8 @@ static void on_start(void *user, int cached) {
     pthread_mutex_unlock(&wj->job->mu);
 }
 
+static void publish(serve_worker *w, int idle);
+
 static void on_end(void *user, const sched_end *e) {
     struct wjob *wj = user;
     serve_worker *w = wj->w;
@@ -399,6 +401,9 @@ static void on_end(void *user, const sched_end *e) {
         break;
     default: break;
     }
+    /* /metrics shows what this request left (a kept conversation, its tiers) before its client
+     * hears it ended: a client that asks right after its answer does not read the step before */
+    publish(w, 0);
     pthread_mutex_lock(&j->mu);
     j->usage.prompt_tokens = wj->n_ids;
     j->usage.cached_tokens = e->cached_tokens;
