@@ -18,6 +18,6 @@ uint64_t cpu_i8_loop_avx2(uint64_t iters, int32_t *sink) {
 #undef STEP
     __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3)),
                                  _mm256_add_epi32(_mm256_add_epi32(c4, c5), _mm256_add_epi32(c6, c7)));
-    *sink += _mm256_extract_epi32(s, 0);
+    *sink = (int32_t)((uint32_t)*sink + (uint32_t)_mm256_extract_epi32(s, 0)); /* wraps, as the lanes do */
     return iters * 8 * 32;
 }
