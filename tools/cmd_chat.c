@@ -319,7 +319,7 @@ int cmd_chat(int argc, char **argv) {
     common_opts co;
     common_opts_default(&co);
     const char *system = NULL, *tmpl_name = NULL, *dump_path = NULL;
-    int think = 1;
+    int think = 0; /* the chat flag: 0 or TKV_CHAT_THINK_OFF */
     chat c = {.seq = -1, .n_max = -1};
     tkv_sampling so;
     tkv_sampling_default(&so);
@@ -337,11 +337,10 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(a, "--system")) system = v;
         else if (!strcmp(a, "--template")) tmpl_name = v;
         else if (!strcmp(a, "--think")) {
-            if (strcmp(v, "on") && strcmp(v, "off")) {
+            if ((think = parse_think(v)) < 0) {
                 fprintf(stderr, "tierkv chat: --think wants on or off, got '%s'\n", v);
                 return 2;
             }
-            think = !strcmp(v, "on");
         } else if (!strcmp(a, "--dump-ids")) dump_path = v;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (parse_int(v, 1, 1 << 24, &c.n_max)) { fprintf(stderr, "tierkv chat: bad -n '%s' (1..16777216)\n", v); return 2; }
@@ -367,7 +366,7 @@ int cmd_chat(int argc, char **argv) {
         return 1;
     }
     if (tkv_model_open(co.model_path, &co.mp, &c.m, err, sizeof err)) goto fail;
-    if (tkv_chat_open(c.m, tmpl_name, think ? 0 : TKV_CHAT_THINK_OFF, &c.ct, err, sizeof err)) goto fail;
+    if (tkv_chat_open(c.m, tmpl_name, think, &c.ct, err, sizeof err)) goto fail;
     tkv_model_info info;
     tkv_model_get_info(c.m, &info);
     if (co.ctx_given) common_ctx_warn("chat", &co, info.n_ctx_train);

@@ -45,11 +45,11 @@ static void usage(FILE *out) {
 }
 
 /* The prompt's token ids: text through the chat template (--chat) or the tokenizer, or --tokens. */
-static int prompt_ids(tkv_model *m, const char *text, int chat, const char *system, const char *tmpl_name, int think,
+static int prompt_ids(tkv_model *m, const char *text, int chat, const char *system, const char *tmpl_name, int chat_flags,
                       int32_t **ids, int *n_ids, char *err, size_t errlen) {
     if (chat) {
         tkv_chat *ct;
-        if (tkv_chat_open(m, tmpl_name, think ? 0 : TKV_CHAT_THINK_OFF, &ct, err, errlen)) return -1;
+        if (tkv_chat_open(m, tmpl_name, chat_flags, &ct, err, errlen)) return -1;
         tkv_chat_msg msgs[2];
         int nm = 0;
         if (system) msgs[nm++] = (tkv_chat_msg){.role = "system", .content = system};
@@ -74,7 +74,7 @@ int cmd_run(int argc, char **argv) {
     common_opts c;
     common_opts_default(&c);
     const char *prompt = NULL, *prompt_file = NULL, *tok_file = NULL, *system = NULL, *tmpl_name = NULL, *stats_json = NULL;
-    const char *think_flag = NULL;
+    int think = -1; /* --think: the chat flag (0 or TKV_CHAT_THINK_OFF), -1 not given */
     const char *stops[MAX_STOPS];
     int n_stops = 0, chat = 0, ignore_eos = 0, special = 0, stats = 0;
     long n_predict = 256;
@@ -100,11 +100,10 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--system")) system = v;
         else if (!strcmp(a, "--template")) tmpl_name = v;
         else if (!strcmp(a, "--think")) {
-            if (strcmp(v, "on") && strcmp(v, "off")) {
+            if ((think = parse_think(v)) < 0) {
                 fprintf(stderr, "tierkv run: --think wants on or off, got '%s'\n", v);
                 return 2;
             }
-            think_flag = v;
         } else if (!strcmp(a, "--stats-json")) stats_json = v;
         else if (!strcmp(a, "--stop")) {
             if (n_stops == MAX_STOPS) { fprintf(stderr, "tierkv run: at most %d --stop strings\n", MAX_STOPS); return 2; }
@@ -124,7 +123,7 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
     if (tok_file && chat) { fprintf(stderr, "tierkv run: --chat needs text (-p or -f), not --tokens\n"); return 2; }
-    if (!chat && (system || tmpl_name || think_flag)) {
+    if (!chat && (system || tmpl_name || think >= 0)) {
         fprintf(stderr, "tierkv run: %s applies to --chat only (add --chat)\n",
                 system ? "--system" : tmpl_name ? "--template" : "--think");
         return 2;
@@ -162,8 +161,7 @@ int cmd_run(int argc, char **argv) {
         goto out;
     }
     if (tkv_model_open(c.model_path, &c.mp, &m, err, sizeof err)) { fprintf(stderr, "tierkv run: %s\n", err); goto out; }
-    int think = !think_flag || !strcmp(think_flag, "on");
-    if (!tok_file && prompt_ids(m, text ? text : prompt, chat, system, tmpl_name, think, &ids, &n_ids, err, sizeof err)) {
+    if (!tok_file && prompt_ids(m, text ? text : prompt, chat, system, tmpl_name, think > 0 ? think : 0, &ids, &n_ids, err, sizeof err)) {
         fprintf(stderr, "tierkv run: %s\n", err);
         goto out;
     }

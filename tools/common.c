@@ -30,6 +30,12 @@ int parse_int(const char *s, long lo, long hi, long *out) {
     return 0;
 }
 
+int parse_think(const char *v) {
+    if (!strcmp(v, "on")) return 0;
+    if (!strcmp(v, "off")) return TKV_CHAT_THINK_OFF;
+    return -1;
+}
+
 const char *recorded_arg(const char *a) {
     return a[0] == '/' ? tkv_file_name(a) : a;
 }

@@ -24,6 +24,9 @@ int common_model_path(common_opts *c, char *err, size_t errlen);
 /* An explicit -c above the model's context_length is allowed (a user may know the model extrapolates),
  * but not silently: one warning on stderr naming both numbers. Nothing when -c was not given. */
 void common_ctx_warn(const char *cmd, const common_opts *c, int n_ctx_train);
+/* --think on|off (run --chat, chat): the tkv_chat_open flag it asks for, 0 (on) or TKV_CHAT_THINK_OFF;
+ * -1 for another value. */
+int parse_think(const char *v);
 /* Parses an integer flag value with range checking. */
 int parse_int(const char *s, long lo, long hi, long *out);
 /* 1 when s may be read as a decimal number: not empty, no leading blank (strtod and strtol skip them),
