@@ -158,6 +158,28 @@ static void lit(render *R, const char *s, size_t k) {
     R->rg[2 * R->n_rg++ + 1] = R->b.n;
 }
 
+/* The system turn that carries the tools (Qwen2.5's ChatML, Qwen3): the system text, a caller's
+ * (callers: a literal of the prompt) or the template's own, when there is one, then the tools. */
+static void tools_turn(render *R, const char *text, int callers, const chat_tools *tools, int braces) {
+    tkv_buf_adds(&R->b, "<|im_start|>system\n");
+    if (text) {
+        if (callers) lit(R, text, strlen(text));
+        else tkv_buf_adds(&R->b, text);
+        tkv_buf_adds(&R->b, "\n\n");
+    }
+    tkv_buf_adds(&R->b, TOOLS_HEAD);
+    for (int k = 0; k < tools->n; k++) tkv_buf_adds(&R->b, "\n"), lit(R, tools->defs[k], strlen(tools->defs[k]));
+    tkv_buf_adds(&R->b, braces ? TOOLS_TAIL("{{", "}}") : TOOLS_TAIL("{", "}"));
+}
+
+/* Tool message i: a run of tool results is one user turn of <tool_response> blocks. */
+static void tool_result(render *R, const chat_msg *msgs, int n, int i) {
+    if (i == 0 || strcmp(msgs[i - 1].role, "tool")) tkv_buf_adds(&R->b, "<|im_start|>user");
+    tkv_buf_adds(&R->b, "\n<tool_response>\n"), lit(R, msgs[i].content, strlen(msgs[i].content));
+    tkv_buf_adds(&R->b, "\n</tool_response>");
+    if (i == n - 1 || strcmp(msgs[i + 1].role, "tool")) tkv_buf_adds(&R->b, "<|im_end|>\n");
+}
+
 /* ---- Qwen3 ---- */
 
 typedef struct {
@@ -226,11 +248,7 @@ static void qwen3_assistant(render *R, const chat_msg *m, int after_query, int l
 static void render_qwen3(render *R, const chat_template *t, const chat_msg *msgs, int n, const chat_tools *tools, int gen) {
     int has_system = n > 0 && !strcmp(msgs[0].role, "system");
     if (tools && tools->n > 0) {
-        tkv_buf_adds(&R->b, "<|im_start|>system\n");
-        if (has_system) lit(R, msgs[0].content, strlen(msgs[0].content)), tkv_buf_adds(&R->b, "\n\n");
-        tkv_buf_adds(&R->b, TOOLS_HEAD);
-        for (int k = 0; k < tools->n; k++) tkv_buf_adds(&R->b, "\n"), lit(R, tools->defs[k], strlen(tools->defs[k]));
-        tkv_buf_adds(&R->b, TOOLS_TAIL("{", "}"));
+        tools_turn(R, has_system ? msgs[0].content : NULL, 1, tools, 0);
     } else if (has_system) {
         tkv_buf_adds(&R->b, "<|im_start|>system\n"), lit(R, msgs[0].content, strlen(msgs[0].content));
         tkv_buf_adds(&R->b, "<|im_end|>\n");
@@ -246,11 +264,8 @@ static void render_qwen3(render *R, const chat_template *t, const chat_msg *msgs
             tkv_buf_adds(&R->b, "<|im_end|>\n");
         } else if (!strcmp(role, "assistant")) {
             qwen3_assistant(R, &msgs[i], i > last_query, i == n - 1);
-        } else if (!strcmp(role, "tool")) { /* a run of tool results is one user turn */
-            if (i == 0 || strcmp(msgs[i - 1].role, "tool")) tkv_buf_adds(&R->b, "<|im_start|>user");
-            tkv_buf_adds(&R->b, "\n<tool_response>\n"), lit(R, msgs[i].content, strlen(msgs[i].content));
-            tkv_buf_adds(&R->b, "\n</tool_response>");
-            if (i == n - 1 || strcmp(msgs[i + 1].role, "tool")) tkv_buf_adds(&R->b, "<|im_end|>\n");
+        } else if (!strcmp(role, "tool")) {
+            tool_result(R, msgs, n, i);
         }
     }
     if (gen) tkv_buf_adds(&R->b, t->think_off ? "<|im_start|>assistant\n<think>\n\n</think>\n\n" : "<|im_start|>assistant\n");
@@ -266,22 +281,15 @@ char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *ms
         int has_system = n > 0 && !strcmp(msgs[0].role, "system");
         int with_tools = tools && tools->n > 0 && t->tools;
         if (with_tools) { /* the system turn carries the tools (the caller's system text, or the default) */
-            tkv_buf_adds(&R.b, "<|im_start|>system\n");
-            if (has_system) CONTENTS(msgs[0].content);
-            else tkv_buf_adds(&R.b, t->default_system);
-            tkv_buf_adds(&R.b, "\n\n" TOOLS_HEAD);
-            for (int k = 0; k < tools->n; k++) tkv_buf_adds(&R.b, "\n"), CONTENTS(tools->defs[k]);
-            tkv_buf_adds(&R.b, t->tools_braces ? TOOLS_TAIL("{{", "}}") : TOOLS_TAIL("{", "}"));
+            tools_turn(&R, has_system ? msgs[0].content : t->default_system, has_system, tools, t->tools_braces);
         } else if (!has_system && t->default_system[0]) {
             tkv_buf_adds(&R.b, "<|im_start|>system\n"), tkv_buf_adds(&R.b, t->default_system), tkv_buf_adds(&R.b, "<|im_end|>\n");
         }
         for (int i = 0; i < n; i++) {
             const char *role = msgs[i].role;
             if (i == 0 && has_system && with_tools) continue; /* written above */
-            if (!strcmp(role, "tool")) { /* a run of tool results is one user turn */
-                if (i == 0 || strcmp(msgs[i - 1].role, "tool")) tkv_buf_adds(&R.b, "<|im_start|>user");
-                tkv_buf_adds(&R.b, "\n<tool_response>\n"), CONTENTS(msgs[i].content), tkv_buf_adds(&R.b, "\n</tool_response>");
-                if (i == n - 1 || strcmp(msgs[i + 1].role, "tool")) tkv_buf_adds(&R.b, "<|im_end|>\n");
+            if (!strcmp(role, "tool")) {
+                tool_result(&R, msgs, n, i);
             } else if (!strcmp(role, "assistant") && msgs[i].n_tool_calls > 0) {
                 tkv_buf_adds(&R.b, "<|im_start|>assistant");
                 if (msgs[i].content[0]) tkv_buf_adds(&R.b, "\n"), CONTENTS(msgs[i].content);
