@@ -77,7 +77,9 @@ int t_start(char *const argv[], const char *out_path, const char *err_path, int 
     _exit(127);
 }
 
-char *t_slurp(const char *path) {
+char *t_slurp(const char *path) { return t_slurp_n(path, NULL); }
+
+char *t_slurp_n(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     size_t cap = 4096, n = 0;
@@ -88,6 +90,7 @@ char *t_slurp(const char *path) {
     }
     b[n] = 0;
     fclose(f);
+    if (len) *len = n;
     return b;
 }
 

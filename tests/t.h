@@ -30,8 +30,10 @@ const char *t_tmpdir(void);
 int t_start(char *const argv[], const char *out_path, const char *err_path, int limit_s);
 /* t_start and wait: returns the wait status; *err_text (malloc'd, may be NULL) holds its stderr. */
 int t_spawn(char *const argv[], const char *out_path, int limit_s, char **err_text);
-/* A whole file as a malloc'd NUL-terminated string, NULL if unreadable. */
+/* A whole file as a malloc'd NUL-terminated string, NULL if unreadable; t_slurp_n also gives its
+ * length (len may be NULL), for files that may hold NUL bytes. */
 char *t_slurp(const char *path);
+char *t_slurp_n(const char *path, size_t *len);
 
 #define TEST(name)                                                                 \
     static void test_##name(void);                                                 \

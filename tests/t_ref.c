@@ -45,23 +45,10 @@ static int json_arr(const char *s, const char *key, int32_t **out, int *n) {
     return 0;
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (fread(b, 1, (size_t)n, f) != (size_t)n) { fclose(f); free(b); return NULL; }
-    b[n] = 0;
-    fclose(f);
-    if (len) *len = (size_t)n;
-    return b;
-}
 
 int load_ref(const char *json_path, const char *logits_path, ref_data *r) {
     memset(r, 0, sizeof *r);
-    char *j = slurp(json_path, NULL);
+    char *j = t_slurp_n(json_path, NULL);
     if (!j) return -1;
     int ok = !json_int(j, "n_vocab", &r->n_vocab) && !json_int(j, "n_prompt", &r->n_prompt) &&
              !json_int(j, "first_logit_pos", &r->first) && !json_int(j, "rows", &r->rows) &&
@@ -69,7 +56,7 @@ int load_ref(const char *json_path, const char *logits_path, ref_data *r) {
     free(j);
     if (!ok) return -1;
     size_t len;
-    r->logits = (float *)slurp(logits_path, &len);
+    r->logits = (float *)t_slurp_n(logits_path, &len);
     if (!r->logits || len != (size_t)r->rows * r->n_vocab * 4) return -1;
     return 0;
 }

@@ -30,24 +30,12 @@ static int load(const char *rel, loaded *l) {
 }
 static void unload(loaded *l) { tok_free(l->v); gguf_free(&l->g); }
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    b[*n] = 0;
-    fclose(f);
-    return b;
-}
 
 TEST(chat_qwen_real_prompt) {
     loaded q;
     if (load("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf", &q)) return;
     size_t n, nt;
-    char *txt = slurp(t_shared("fixtures/real/chat.txt"), &n), *tk = slurp(t_shared("fixtures/real/chat.tokens"), &nt);
+    char *txt = t_slurp_n(t_shared("fixtures/real/chat.txt"), &n), *tk = t_slurp_n(t_shared("fixtures/real/chat.tokens"), &nt);
     REQUIRE(txt && tk);
     /* the user message is what the template wraps */
     const char *open = "<|im_start|>user\n", *close = "<|im_end|>\n<|im_start|>assistant\n";
@@ -286,7 +274,7 @@ static void tools_case(const char *gguf_path, const char *tag, int no_system) {
                      {"user", "Thanks", NULL, 0, NULL}};
     chat_tools tools = {TOOL_DEFS, 2};
     size_t len, wn;
-    char *r = chat_render(&t, v, m + no_system, 9 - no_system, &tools, 1, &len, NULL, NULL), *want = slurp(out, &wn);
+    char *r = chat_render(&t, v, m + no_system, 9 - no_system, &tools, 1, &len, NULL, NULL), *want = t_slurp_n(out, &wn);
     REQUIRE(r && want);
     size_t at = 0;
     while (at < len && at < wn && r[at] == want[at]) at++;

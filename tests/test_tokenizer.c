@@ -31,18 +31,6 @@ static int load(const char *rel, loaded *l) {
 }
 static void unload(loaded *l) { tok_free(l->v); gguf_free(&l->g); }
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    b[*n] = 0;
-    fclose(f);
-    return b;
-}
 
 /* ids of text as a " 1 2 3" line */
 static int encode_line(const tok_vocab *v, const char *s, size_t n, int flags, char *line, size_t cap) {
@@ -83,7 +71,7 @@ static int roundtrip_ok(const tok_vocab *v, const char *s, size_t n) {
 /* Runs the .inp/.out vectors (add_special = parse_special = false); returns passes, *total cases. */
 static int run_vectors(const tok_vocab *v, const char *inp, const char *outp, int *total) {
     size_t ni, no;
-    char *in = slurp(t_shared(inp), &ni), *out = slurp(t_shared(outp), &no);
+    char *in = t_slurp_n(t_shared(inp), &ni), *out = t_slurp_n(t_shared(outp), &no);
     if (!in || !out) { free(in); free(out); *total = -1; return 0; }
     static const char sep[] = "\n__ggml_vocab_test__\n";
     char *p = in, *o = out, line[65536];
@@ -284,7 +272,7 @@ TEST(tok_speed_100k) {
     if (load(QWEN_VOCAB, &q)) return;
     size_t ni;
     if (!t_need("fixtures/tokenizer/ggml-vocab-qwen2.gguf.inp")) { unload(&q); return; }
-    char *in = slurp(t_shared("fixtures/tokenizer/ggml-vocab-qwen2.gguf.inp"), &ni);
+    char *in = t_slurp_n(t_shared("fixtures/tokenizer/ggml-vocab-qwen2.gguf.inp"), &ni);
     REQUIRE(in != NULL && ni > 0);
     size_t n = 0, want = 100 * 1024;
     char *s = malloc(want + ni);
