@@ -1078,8 +1078,23 @@ def sec_logprobs(args):
         st, _, b = srv.post("/v1/completions", {"prompt": "hello there", "max_tokens": 2, "echo": True, "n": 2, "seed": 3})
         check(st == 200 and all(c["text"].startswith("hello there") for c in b["choices"]) and len(b["choices"]) == 2,
               "echo without logprobs, n 2: %s" % b)
-        st, _, e = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 2, "echo": True, "stream": True})
-        check(st == 400 and e["error"]["param"] == "echo", "echo streamed: %d %s" % (st, e))
+        # echo streamed: the prompt's text comes first, and the chunks join to the whole answer's text,
+        # log-probabilities and offsets
+        eb = {"prompt": ids, "max_tokens": 3, "temperature": 0, "logprobs": 2, "echo": True}
+        st, _, whole = srv.post("/v1/completions", eb)
+        st2, chunks, done = srv.stream("/v1/completions", dict(eb, stream=True))
+        got = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        text = ""
+        for ch in chunks:
+            for cc in ch["choices"]:
+                text += cc.get("text") or ""
+                for k in got:
+                    got[k] += (cc.get("logprobs") or {}).get(k, [])
+        wl = whole["choices"][0]["logprobs"]
+        check(st == 200 and st2 == 200 and done and text == whole["choices"][0]["text"] and got == wl,
+              "echo streamed: %r %s, whole %r %s" % (text, got, whole["choices"][0]["text"], wl))
+        check(chunks and chunks[0]["choices"][0]["text"].startswith("".join(wl["tokens"][:len(ids)])),
+              "echo streamed: the first chunk is not the prompt: %s" % chunks[:1])
         # completions streamed: the same tokens, log-probabilities and offsets as the whole answer
         cb = {"prompt": ids, "max_tokens": 6, "temperature": 0, "logprobs": 1}
         st, _, whole = srv.post("/v1/completions", cb)

@@ -269,7 +269,6 @@ TEST(serve_request_bad_corpus) {
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"prompt\":\"x\"}", "prompt"},
         {SERVE_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs"},
         {SERVE_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":\"2\"}", "logprobs"},
-        {SERVE_COMPLETION, "{\"prompt\":\"a\",\"echo\":true,\"stream\":true}", "echo"},
         {SERVE_COMPLETION, "{\"prompt\":\"a\",\"echo\":1}", "echo"},
         {SERVE_COMPLETION, "{\"prompt\":\"a\",\"best_of\":2}", "best_of"},
         {SERVE_COMPLETION, "{\"prompt\":\"a\",\"messages\":[]}", "messages"},

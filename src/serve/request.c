@@ -441,7 +441,6 @@ static int parse_root(const json_t *root, enum serve_kind kind, const serve_limi
     }
     if (kind == SERVE_COMPLETION) {
         if (get_bool(root, "echo", &r->echo, e)) return -1;
-        if (r->echo && r->stream) return BAD_VALUE(e, "echo", "echo is answered whole, not streamed (stream: false)");
     }
     const json_t *cs = json_object_get(root, "cache_salt");
     if (cs && !json_is_null(cs)) {
