@@ -8,31 +8,11 @@
 
 #include "base/buf.h"
 #include "base/err.h"
+#include "base/jsontext.h"
 
 #define BAD(e, field, ...) serve_error_set(e, 400, "invalid_request_error", field, "invalid_value", __VA_ARGS__)
 
 /* ---- Python's json.dumps ---- */
-
-static void py_str(tkv_buf *b, const char *s, size_t n) {
-    tkv_buf_adds(b, "\"");
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char esc[8];
-        switch (c) {
-        case '"': tkv_buf_adds(b, "\\\""); break;
-        case '\\': tkv_buf_adds(b, "\\\\"); break;
-        case '\n': tkv_buf_adds(b, "\\n"); break;
-        case '\r': tkv_buf_adds(b, "\\r"); break;
-        case '\t': tkv_buf_adds(b, "\\t"); break;
-        case '\b': tkv_buf_adds(b, "\\b"); break;
-        case '\f': tkv_buf_adds(b, "\\f"); break;
-        default:
-            if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c), tkv_buf_adds(b, esc);
-            else tkv_buf_add(b, (const char *)&s[i], 1);
-        }
-    }
-    tkv_buf_adds(b, "\"");
-}
 
 /* repr(float): the shortest digits that read back, fixed notation for exponents -4..15 (with ".0"
  * when integral), else d.ddde+XX */
@@ -86,7 +66,7 @@ static void py_json(tkv_buf *b, const json_t *v) {
         json_object_foreach((json_t *)v, key, val) { /* jansson keeps the order the keys came in */
             if (!first) tkv_buf_adds(b, ", ");
             first = 0;
-            py_str(b, key, strlen(key));
+            json_add_str(b, key, strlen(key)); /* Python's string writer, for valid UTF-8 (all jansson holds) */
             tkv_buf_adds(b, ": ");
             py_json(b, val);
         }
@@ -101,7 +81,7 @@ static void py_json(tkv_buf *b, const json_t *v) {
         }
         tkv_buf_adds(b, "]");
         break;
-    case JSON_STRING: py_str(b, json_string_value(v), json_string_length(v)); break;
+    case JSON_STRING: json_add_str(b, json_string_value(v), json_string_length(v)); break;
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
         tkv_buf_adds(b, num);
