@@ -165,7 +165,7 @@ static int get_messages(const json_t *root, const serve_limits *lim, serve_reque
             for (size_t k = 0; k < nc; k++) {
                 char cf[64];
                 snprintf(cf, sizeof cf, "messages[%zu].tool_calls[%zu]", i, k);
-                if (serve_tool_call_text(json_array_get(tc, k), cf, &sm->tool_calls[sm->n_tool_calls], e)) return -1;
+                if (serve_tool_call_read(json_array_get(tc, k), cf, &sm->tool_calls[sm->n_tool_calls], e)) return -1;
                 sm->n_tool_calls++;
             }
         }
@@ -494,12 +494,18 @@ static char **dup_strs(char *const *v, int n) {
     return o;
 }
 
+static serve_tool_call *dup_calls(const serve_tool_call *v, int n) {
+    serve_tool_call *o = tkv_xcalloc((size_t)n + 1, sizeof *o);
+    for (int i = 0; i < n; i++) o[i] = (serve_tool_call){dup_or_null(v[i].name), dup_or_null(v[i].arguments)};
+    return o;
+}
+
 void serve_request_copy(const serve_request *r, int p, uint64_t seed_off, serve_request *out) {
     *out = *r;
     out->msgs = r->n_msgs ? tkv_xmalloc((size_t)r->n_msgs * sizeof *out->msgs) : NULL;
     for (int i = 0; i < r->n_msgs; i++)
         out->msgs[i] = (serve_msg){dup_or_null(r->msgs[i].role), dup_or_null(r->msgs[i].content),
-                                   r->msgs[i].tool_calls ? dup_strs(r->msgs[i].tool_calls, r->msgs[i].n_tool_calls) : NULL,
+                                   r->msgs[i].tool_calls ? dup_calls(r->msgs[i].tool_calls, r->msgs[i].n_tool_calls) : NULL,
                                    r->msgs[i].n_tool_calls, dup_or_null(r->msgs[i].reasoning_content)};
     out->tools = r->tools ? dup_strs(r->tools, r->n_tools) : NULL;
     out->tool_names = r->tool_names ? dup_strs(r->tool_names, r->n_tools) : NULL;
@@ -532,7 +538,8 @@ static void free_strs(char **v, int n) {
 void serve_request_free(serve_request *r) {
     for (int i = 0; i < r->n_msgs; i++) {
         free(r->msgs[i].role), free(r->msgs[i].content), free(r->msgs[i].reasoning_content);
-        free_strs(r->msgs[i].tool_calls, r->msgs[i].n_tool_calls);
+        for (int k = 0; k < r->msgs[i].n_tool_calls; k++) free(r->msgs[i].tool_calls[k].name), free(r->msgs[i].tool_calls[k].arguments);
+        free(r->msgs[i].tool_calls);
     }
     free(r->msgs);
     free_strs(r->tools, r->n_tools);

@@ -21,10 +21,16 @@
 enum serve_kind { SERVE_CHAT, SERVE_COMPLETION };
 enum { SERVE_MAX_TOP_LOGPROBS = 20, SERVE_MAX_N = 64, SERVE_MAX_TOOLS = 128, SERVE_MAX_BIAS = 300 };
 
+/* A tool call: a past one of an assistant message, or one read from the generated text. */
+typedef struct {
+    char *name;
+    char *arguments; /* JSON text as Python's json.dumps writes it (serve_pyjson), as templates write it */
+} serve_tool_call;
+
 typedef struct {
     char *role;    /* system, user, assistant or tool (developer is read as system) */
     char *content; /* text parts joined ("" for an assistant turn of calls alone) */
-    char **tool_calls; /* assistant: its calls as the template writes them (serve/tools.h) */
+    serve_tool_call *tool_calls; /* assistant: its calls (serve/tools.h) */
     int n_tool_calls;
     char *reasoning_content; /* assistant: its reasoning apart from content; NULL: none given */
 } serve_msg;
@@ -72,7 +78,7 @@ typedef struct {
     int top_logprobs;    /* 0..SERVE_MAX_TOP_LOGPROBS alternatives per token */
     int echo;            /* completions: the prompt's text before the completion's (with logprobs, every
                             prompt token's log-probability first, the first one null); not streamed */
-    char **tools;        /* chat: the tool definitions as the template writes them (serve/tools.h) */
+    char **tools;        /* chat: the tool definitions as Python's json.dumps writes them (serve/tools.h) */
     char **tool_names;
     int n_tools;         /* 0 also when tool_choice is "none": no tools in the prompt, no calls read */
     int parallel_tool_calls; /* 0: only the first call is kept */

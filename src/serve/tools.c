@@ -1,5 +1,5 @@
-/* tools.c — tool definitions and calls written as Qwen2.5's and Qwen3's templates write them, and calls read back
- * from generated text (see tools.h). */
+/* tools.c — tool definitions and calls' arguments written as the templates write them, and calls read
+ * back from generated text (see tools.h). */
 #include "serve/tools.h"
 
 #include <stdio.h>
@@ -129,8 +129,8 @@ int serve_tools_parse(const json_t *tools, serve_request *r, serve_error *e) {
     return 0;
 }
 
-int serve_tool_call_text(const json_t *call, const char *field, char **out, serve_error *e) {
-    *out = NULL;
+int serve_tool_call_read(const json_t *call, const char *field, serve_tool_call *out, serve_error *e) {
+    memset(out, 0, sizeof *out);
     const json_t *f = json_object_get(call, "function"), *ty = json_object_get(call, "type");
     if (!json_is_object(call) || !json_is_object(f) || (ty && !json_is_null(ty) && (!json_is_string(ty) || strcmp(json_string_value(ty), "function"))))
         return BAD(e, field, "'%s' must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", field);
@@ -141,17 +141,10 @@ int serve_tool_call_text(const json_t *call, const char *field, char **out, serv
     json_t *parsed = json_is_string(args) ? json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, NULL) : NULL;
     const json_t *a = parsed ? parsed : args && !json_is_null(args) ? args : NULL;
     json_t *empty = a ? NULL : json_object();
-    char *as = serve_pyjson(a ? a : empty);
-    tkv_buf b = {0};
-    tkv_buf_adds(&b, "{\"name\": \"");
-    tkv_buf_add(&b, json_string_value(name), json_string_length(name)); /* as the template writes it: as is */
-    tkv_buf_adds(&b, "\", \"arguments\": ");
-    tkv_buf_adds(&b, as);
-    tkv_buf_adds(&b, "}");
-    free(as);
+    out->arguments = serve_pyjson(a ? a : empty);
+    out->name = strdup(json_string_value(name));
     json_decref(parsed);
     json_decref(empty);
-    *out = b.p;
     return 0;
 }
 
