@@ -23,6 +23,8 @@ void serve_limits_default(serve_limits *l) {
     l->max_stop_len = 256;
     l->max_tokens = 4096;
     l->max_prompt_ids = 1 << 20;
+    l->call_key = "arguments";
+    l->max_calls = 0;
 }
 
 int serve_error_set(serve_error *e, int status, const char *type, const char *param, const char *code, const char *fmt,
@@ -249,9 +251,10 @@ static int get_format(const json_t *root, serve_request *r, serve_error *e) {
     return 0;
 }
 
-/* The grammar a forced call follows: {"name": one of names, "arguments": an object}, the arguments
- * following params (one tool's parameters, or NULL) when the grammar can hold them, else any object. */
-static char *forced_call_schema(const json_t *params, char *const *names, int n) {
+/* The grammar a forced call follows: {"name": one of names, KEY: an object} (KEY the format's:
+ * "arguments", or Llama 3.1's "parameters"), the arguments following params (one tool's parameters,
+ * or NULL) when the grammar can hold them, else any object. */
+static char *forced_call_schema(const json_t *params, char *const *names, int n, const char *key) {
     json_t *sc = json_object(), *props = json_object(), *name = json_object(), *en = json_array();
     for (int k = 0; k < n; k++) json_array_append_new(en, json_string(names[k]));
     json_object_set_new(name, "enum", en);
@@ -260,24 +263,26 @@ static char *forced_call_schema(const json_t *params, char *const *names, int n)
     json_t *args = c ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
     jc_free(c);
     json_object_set_new(props, "name", name);
-    json_object_set_new(props, "arguments", args);
+    json_object_set_new(props, key, args);
     json_object_set_new(sc, "type", json_string("object"));
     json_object_set_new(sc, "properties", props);
-    json_object_set_new(sc, "required", json_pack("[s,s]", "name", "arguments"));
+    json_object_set_new(sc, "required", json_pack("[s,s]", "name", key));
     char *t = json_dumps(sc, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(sc);
     return t;
 }
 
 /* tools, tool_choice ("auto", "none", "required", or {"type": "function", "function": {"name"}}: a
- * call forced by the grammar of forced_call_schema) and parallel_tool_calls */
-static int get_tools(const json_t *root, serve_request *r, serve_error *e) {
+ * call forced by the grammar of forced_call_schema) and parallel_tool_calls (false, also when the
+ * format takes one call per message) */
+static int get_tools(const json_t *root, const serve_limits *lim, serve_request *r, serve_error *e) {
     r->parallel_tool_calls = 1;
     const json_t *ptc = json_object_get(root, "parallel_tool_calls");
     if (ptc && !json_is_null(ptc)) {
         if (!json_is_boolean(ptc)) return BAD_TYPE(e, "parallel_tool_calls", "a boolean");
         r->parallel_tool_calls = json_is_true(ptc);
     }
+    if (lim->max_calls == 1) r->parallel_tool_calls = 0;
     const json_t *tools = json_object_get(root, "tools"), *tc = json_object_get(root, "tool_choice");
     int none = 0, required = 0;
     const char *named = NULL;
@@ -306,7 +311,7 @@ static int get_tools(const json_t *root, serve_request *r, serve_error *e) {
         int n = named ? 1 : r->n_tools;
         const json_t *params = n == 1 ? json_object_get(json_object_get(json_array_get(tools, (size_t)k), "function"), "parameters") : NULL;
         r->json_mode = 2;
-        r->json_schema = forced_call_schema(params, &r->tool_names[k], n);
+        r->json_schema = forced_call_schema(params, &r->tool_names[k], n, lim->call_key ? lim->call_key : "arguments");
     }
     return 0;
 }
@@ -389,7 +394,7 @@ static int get_stop(const json_t *root, const serve_limits *lim, serve_request *
 static int parse_root(const json_t *root, enum serve_kind kind, const serve_limits *lim, serve_request *r, serve_error *e) {
     if (!json_is_object(root)) return serve_error_set(e, 400, "invalid_request_error", "", "invalid_type", "the body must be a JSON object");
     if (serve_fields_check(root, kind, e)) return -1;
-    if (kind == SERVE_CHAT ? get_messages(root, lim, r, e) || get_tools(root, r, e) || get_template_kwargs(root, r, e)
+    if (kind == SERVE_CHAT ? get_messages(root, lim, r, e) || get_tools(root, lim, r, e) || get_template_kwargs(root, r, e)
                            : get_prompt(root, lim, r, e))
         return -1;
     if (get_format(root, r, e)) return -1;

@@ -42,6 +42,10 @@ typedef struct {
     int max_stop_len;   /* bytes per stop string */
     int max_tokens;     /* the largest max_tokens accepted */
     int max_prompt_ids; /* token ids in an array prompt */
+    /* how the model's chat format writes a call (tkv_chat_call_key, tkv_chat_max_calls) */
+    const char *call_key; /* the key of its arguments, which a forced call's grammar writes: "arguments"
+                             (the default; Qwen's), "parameters" (Llama 3.1's) */
+    int max_calls;        /* calls per assistant message (0: any); 1: parallel_tool_calls read as false */
 } serve_limits;
 void serve_limits_default(serve_limits *l);
 
@@ -81,7 +85,7 @@ typedef struct {
     char **tools;        /* chat: the tool definitions as Python's json.dumps writes them (serve/tools.h) */
     char **tool_names;
     int n_tools;         /* 0 also when tool_choice is "none": no tools in the prompt, no calls read */
-    int parallel_tool_calls; /* 0: only the first call is kept */
+    int parallel_tool_calls; /* 0: only the first call is kept (also when the format takes one: max_calls) */
     double frequency_penalty, presence_penalty; /* OpenAI's: -2..2, over the tokens generated so far */
     double repetition_penalty; /* vLLM's (and llama.cpp's repeat penalty): (0, 10], 1 off, prompt and output */
     int32_t *bias_ids;   /* logit_bias: added to those tokens' logits (ids checked against the vocabulary later) */

@@ -150,17 +150,21 @@ int serve_tool_call_read(const json_t *call, const char *field, serve_tool_call 
 
 /* ---- the generated text ---- */
 
-static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
+static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>", PYTHON_TAG[] = "<|python_tag|>";
 #define OPEN_N (sizeof OPEN - 1)
 #define CLOSE_N (sizeof CLOSE - 1)
+#define PYTHON_TAG_N (sizeof PYTHON_TAG - 1)
 
 static int blank(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
-/* Past leading blanks and an opening ```json (or ```) fence, into *at; returns where the text ends
- * before a closing fence (and blanks) when there was an opening one, else n. */
+/* Past leading blanks, a <|python_tag|> (Llama 3.1's call opens with it when it is read as text)
+ * and an opening ```json (or ```) fence, into *at; returns where the text ends before a closing
+ * fence (and blanks) when there was an opening one, else n. */
 static size_t fence_open(const char *text, size_t n, size_t *at) {
     size_t i = 0;
     while (i < n && blank(text[i])) i++;
+    if (n - i >= PYTHON_TAG_N && !memcmp(text + i, PYTHON_TAG, PYTHON_TAG_N))
+        for (i += PYTHON_TAG_N; i < n && blank(text[i]);) i++;
     int fenced = n - i >= 3 && !memcmp(text + i, "```", 3);
     if (fenced) {
         i += 3;
@@ -175,9 +179,11 @@ static size_t fence_open(const char *text, size_t n, size_t *at) {
     return e;
 }
 
-/* {"name": NAME, "arguments": OBJECT or a string of one} as a call; 0, or -1 when it is none */
+/* {"name": NAME, "arguments": OBJECT or a string of one} as a call ("parameters", Llama 3.1's key,
+ * when there is no "arguments"); 0, or -1 when it is none */
 static int read_call(const json_t *o, char *const *names, int n_names, serve_tool_call *c) {
     const json_t *name = json_object_get(o, "name"), *args = json_object_get(o, "arguments");
+    if (!args) args = json_object_get(o, "parameters");
     if (!json_is_object(o) || !json_is_string(name)) return -1;
     if (names) {
         int known = 0;
@@ -252,8 +258,10 @@ void serve_tool_calls_free(serve_tool_calls *c) {
 size_t serve_tools_visible(const char *text, size_t n) {
     size_t at = 0;
     while (at < n && blank(text[at])) at++;
-    /* blank so far, an object, or a fence (or the start of one) may turn out to hold calls */
-    if (at == n || text[at] == '{' || !memcmp(text + at, "```", n - at < 3 ? n - at : 3)) return 0;
+    /* blank so far, an object, a fence or a <|python_tag|> (or the start of one) may turn out to hold calls */
+    if (at == n || text[at] == '{' || !memcmp(text + at, "```", n - at < 3 ? n - at : 3) ||
+        !memcmp(text + at, PYTHON_TAG, n - at < PYTHON_TAG_N ? n - at : PYTHON_TAG_N))
+        return 0;
     const char *open = memmem(text, n, OPEN, OPEN_N);
     size_t v = open ? (size_t)(open - text) : n;
     if (!open) /* a part of "<tool_call>" at the end may become one */

@@ -114,7 +114,7 @@ static int encode(serve_worker *w, const serve_request *r, struct wjob *wj, serv
         }
         if ((r->n_tools || tool_turns) && !tkv_chat_has_tools(w->chat))
             return serve_error_set(e, 400, "invalid_request_error", r->n_tools ? "tools" : "messages", "unsupported_value",
-                                   "this model's chat template (%s) has no tool calls (Qwen2.5's ChatML and Qwen3 have)",
+                                   "this model's chat template (%s) has no tool calls (Qwen2.5's ChatML, Llama 3.1 and Qwen3 have)",
                                    tkv_chat_name(w->chat));
         tkv_chat_msg *cm = tkv_xmalloc((size_t)r->n_msgs * sizeof *cm);
         tkv_chat_call *calls = tkv_xmalloc((size_t)(n_calls ? n_calls : 1) * sizeof *calls), *at = calls;
