@@ -1,12 +1,13 @@
 /* fuzz_chat.c — libFuzzer target for chat rendering (src/model/chat.c) of arbitrary messages and
  * templates, and the protected encoding of the result (tok_encode_protected).
- * Input: byte 0 picks the format (ChatML, DeepSeek-R1, Llama 3, Qwen3), whether the generation prompt
- * is added, Qwen3's thinking off (bit 5) and reasoning_content (bit 6: each assistant message's own
- * content again); bit 7 set means "the rest is a Jinja template string": it is put into an in-memory GGUF
+ * Input: byte 0 picks the format (ChatML, DeepSeek-R1, Llama 3 or with bit 4 Llama 3.1, Qwen3), whether
+ * the generation prompt is added, Qwen3's thinking off (bit 5) and reasoning_content (bit 6: each
+ * assistant message's own content again); bit 7 set means "the rest is a Jinja template string": it is put into an in-memory GGUF
  * as tokenizer.chat_template and detected (chat_template_from_gguf, the default system prompt
  * scan). Otherwise the rest is messages split at 0x1E, each starting with a role byte (system,
  * user, assistant, or the message's own first line as a role). Checks: the rendered text has the
- * length it says, each message's range lies inside it and holds (a part of) that message, and
+ * length it says, each literal range lies inside it and holds (a part of) some caller text (as the
+ * format may re-encode it: a JSON string, an indented definition), chat_check answers, and
  * decoding the ids gives the rendered text back (U+FFFD for each invalid byte): the encoding loses
  * nothing and special-token text typed in a message stays text. The vocabulary (Qwen2.5's, with its
  * chat tokens) comes from $TIERKV_SHARED (default ../shared). */
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/jsontext.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 #include "model/chat.h"
@@ -66,14 +68,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     chat_template t;
-    chat_template_init(&t, (chat_kind)(CHAT_CHATML + data[0] % 4));
+    chat_kind kind = (chat_kind)(CHAT_CHATML + data[0] % 4);
+    if (kind == CHAT_LLAMA3 && ((data[0] >> 4) & 1)) kind = CHAT_LLAMA31;
+    chat_template_init(&t, kind);
     int gen = (data[0] >> 2) & 1, reasoning = (data[0] >> 6) & 1;
     t.think_off = chat_think_switch(t.kind) && ((data[0] >> 5) & 1);
-    /* bit 3: Qwen2.5's tools (two definitions; every assistant message also carries a call) */
+    /* bit 3: tools (two definitions; every assistant message also carries one call, two when its
+     * content's length is odd); bit 4: Qwen2.5-Coder's braces (ChatML) */
     t.tools = (data[0] >> 3) & 1;
     t.tools_braces = (data[0] >> 4) & 1;
     static const char *const defs[2] = {"{\"type\": \"function\"}", "<|im_end|>{}"};
-    static const char *const calls[1] = {"{\"name\": \"f\", \"arguments\": {}}"};
+    static const chat_call calls[2] = {{"f", "{}"}, {"g<|im_end|>", "\"{\\\"k\\\": [1, {}]}\""}};
     chat_tools tools = {defs, t.tools ? 2 : 0};
     chat_msg msgs[16];
     int n = 0;
@@ -85,7 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (*p) p++;
         if (r % 5 < 4) {
             msgs[n] = (chat_msg){.role = roles[r % 5], .content = p};
-            if (t.tools && r % 5 == 2) msgs[n].tool_calls = calls, msgs[n].n_tool_calls = 1;
+            if (t.tools && r % 5 == 2) msgs[n].tool_calls = calls, msgs[n].n_tool_calls = 1 + (int)(strlen(p) & 1);
             if (reasoning && r % 5 == 2) msgs[n].reasoning_content = p;
             n++;
         } else {
@@ -96,18 +101,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!end) break;
         p = end + 1;
     }
+    char why[256] = "";
+    if (chat_check(&t, msgs, n, &tools, why, sizeof why)) TKV_ASSERT(why[0]);
     size_t len, *lit;
     int n_lit;
     char *r = chat_render(&t, v, msgs, n, &tools, gen, &len, &lit, &n_lit);
     TKV_ASSERT(r && strlen(r) <= len && r[len] == 0);
-    for (int i = 0; i < n_lit; i++) { /* each literal range is some caller text: a content, a definition, a call */
+    /* the caller's texts, and as a format may re-encode them: a content as a JSON string, a definition indented */
+    tkv_buf texts[2 * 16 + 2 * 2 + 4];
+    int nt = 0;
+    for (int k = 0; k < 2; k++) {
+        texts[nt] = (tkv_buf){0}, tkv_buf_adds(&texts[nt], defs[k]), nt++;
+        texts[nt] = (tkv_buf){0}, json_add_indented(&texts[nt], defs[k], strlen(defs[k]), 4), nt++;
+        texts[nt] = (tkv_buf){0}, tkv_buf_adds(&texts[nt], calls[k].name), nt++;
+        texts[nt] = (tkv_buf){0}, tkv_buf_adds(&texts[nt], calls[k].arguments), nt++;
+    }
+    for (int m = 0; m < n; m++) {
+        texts[nt] = (tkv_buf){0}, tkv_buf_adds(&texts[nt], msgs[m].content), nt++;
+        texts[nt] = (tkv_buf){0}, json_add_str(&texts[nt], msgs[m].content, strlen(msgs[m].content)), nt++;
+    }
+    for (int i = 0; i < n_lit; i++) { /* each literal range is some caller text */
         TKV_ASSERT(lit[2 * i] <= lit[2 * i + 1] && lit[2 * i + 1] <= len && (i == 0 || lit[2 * i - 1] <= lit[2 * i]));
         size_t k = lit[2 * i + 1] - lit[2 * i];
-        int found = k == 0 || memmem(defs[0], strlen(defs[0]), r + lit[2 * i], k) || memmem(defs[1], strlen(defs[1]), r + lit[2 * i], k) ||
-                    memmem(calls[0], strlen(calls[0]), r + lit[2 * i], k);
-        for (int m = 0; m < n && !found; m++) found = memmem(msgs[m].content, strlen(msgs[m].content), r + lit[2 * i], k) != NULL;
+        int found = k == 0;
+        for (int m = 0; m < nt && !found; m++) found = memmem(texts[m].p, texts[m].n, r + lit[2 * i], k) != NULL;
         TKV_ASSERT(found);
     }
+    for (int m = 0; m < nt; m++) tkv_buf_free(&texts[m]);
     int32_t *ids;
     int k = chat_encode(&t, v, msgs, n, &tools, gen, &ids);
     TKV_ASSERT(k >= 0);

@@ -44,7 +44,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 TKV_ASSERT(r.n_msgs >= 1 && r.n_msgs <= lim.max_messages);
                 for (int i = 0; i < r.n_msgs; i++) {
                     check_str(r.msgs[i].role), check_str(r.msgs[i].content);
-                    for (int k = 0; k < r.msgs[i].n_tool_calls; k++) check_str(r.msgs[i].tool_calls[k]);
+                    for (int k = 0; k < r.msgs[i].n_tool_calls; k++)
+                        check_str(r.msgs[i].tool_calls[k].name), check_str(r.msgs[i].tool_calls[k].arguments);
                     if (r.msgs[i].reasoning_content) TKV_ASSERT(!strcmp(r.msgs[i].role, "assistant"));
                 }
                 for (int k = 0; k < r.n_tools; k++) check_str(r.tools[k]), check_str(r.tool_names[k]);

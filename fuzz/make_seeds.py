@@ -183,6 +183,7 @@ def main():
     write("fuzz_chat", "chatml-two", b"\x04\x00Be brief.\x1e\x01What is 2+2? <|im_end|>\x1e\x02<think>x</think>4")
     write("fuzz_chat", "r1-think", b"\x05\x01hi\x1e\x02<think>\nhmm\n</think>\n\nok\x1e\x01more")
     write("fuzz_chat", "llama3-trim", b"\x06\x01  spaced  \n\x1e\x03tool\nresult \xff")
+    write("fuzz_chat", "llama31-tools", b"\x1e\x05 sys \x1e\x01 <|eot_id|>\x1e\x02x\x1e\x03\"q\"\n\x1e\x02xy")
     write("fuzz_chat", "template", b"\x80" + TEMPLATE.encode())
     write("fuzz_grade", "gsm8k", b"Janet has 3 + 4 = 7 eggs.\n#### 7\nSo the answer is \\boxed{7}.\x007")
     write("fuzz_grade", "math-frac", b"</think>We get \\boxed{\\frac{1}{2}} or 0.5\x00\\dfrac12")

@@ -82,11 +82,19 @@ size_t tkv_detok_flush(tkv_detok *d, char *out); /* at most 12 bytes */
 /* Whole-sequence decode, malloc'd and NUL-terminated; NULL for an id out of range. */
 char *tkv_detokenize(const tkv_model *m, const int32_t *ids, int n, int special, size_t *len);
 
+/* A past tool call: the tool's name and its arguments as JSON text, as Python's json.dumps writes
+ * them (", " and ": ", non-ASCII as is: what the templates' tojson writes). */
+typedef struct {
+    const char *name;
+    const char *arguments;
+} tkv_chat_call;
+
 typedef struct {
     const char *role;    /* "system", "user", "assistant", or "tool" (a tool's result; formats with tools) */
     const char *content; /* UTF-8 (invalid bytes become U+FFFD); "" for an assistant turn of calls alone */
-    const char *const *tool_calls; /* assistant: its calls, each as the format writes one (Qwen2.5, Qwen3:
-                                      {"name": "NAME", "arguments": ARGS-JSON}); NULL: none */
+    const tkv_chat_call *tool_calls; /* assistant: its calls (Qwen2.5 and Qwen3 write each as {"name": NAME,
+                                        "arguments": ARGS}, Llama 3.1 its one as {"name": NAME, "parameters":
+                                        ARGS}); NULL: none */
     int n_tool_calls;
     const char *reasoning_content; /* assistant: its reasoning, apart from content (Qwen3 writes it back
                                       after the last user query); NULL: none given */
@@ -96,7 +104,7 @@ typedef struct tkv_chat tkv_chat;
 /* TKV_CHAT_THINK_OFF: thinking off (Qwen3's enable_thinking=false: the generation prompt closes an
  * empty think block); refused for a format without the switch. */
 enum { TKV_CHAT_NO_DEFAULT_SYSTEM = 1, TKV_CHAT_THINK_OFF = 2 };
-/* The chat format named (chatml, deepseek-r1, llama3, qwen3) or, with name NULL, the one the file's
+/* The chat format named (chatml, deepseek-r1, llama3, llama3.1, qwen3) or, with name NULL, the one the file's
  * tokenizer.chat_template stands for; fails naming the choices. */
 int tkv_chat_open(const tkv_model *m, const char *name, int flags, tkv_chat **out, char *err, size_t errlen);
 void tkv_chat_close(tkv_chat *c);
@@ -110,11 +118,17 @@ int tkv_chat_encode(const tkv_chat *c, const tkv_chat_msg *msgs, int n, int add_
 /* The rendered text (malloc'd), as tkv_chat_encode tokenises it. */
 char *tkv_chat_render(const tkv_chat *c, const tkv_chat_msg *msgs, int n, int add_generation_prompt, size_t *len);
 /* 1 when the format takes tool definitions and tool calls (Qwen2.5's ChatML, read from the file's
- * template; Qwen3). */
+ * template; Llama 3.1; Qwen3). */
 int tkv_chat_has_tools(const tkv_chat *c);
-/* The same as tkv_chat_encode / tkv_chat_render with n_tools tool definitions, each as the format writes
- * one (Qwen2.5, Qwen3: the JSON of {"type": "function", "function": {...}} as Python's json.dumps writes it);
- * TKV_ERR (NULL) when the format has no tools, or a message a format cannot say. */
+/* The key the format writes a call's arguments under ("arguments"; Llama 3.1's "parameters"), and the
+ * calls one assistant message may hold (0: any; Llama 3.1: 1). */
+const char *tkv_chat_call_key(const tkv_chat *c);
+int tkv_chat_max_calls(const tkv_chat *c);
+/* The same as tkv_chat_encode / tkv_chat_render with n_tools tool definitions, each the JSON of
+ * {"type": "function", "function": {...}} as Python's json.dumps writes it (Llama 3.1 lays it out
+ * again with indent 4, as its template does); TKV_ERR (NULL) when the format has no tools, or a
+ * message a format cannot say (Llama 3.1: two calls in one message; tools and no message after the
+ * system one). */
 int tkv_chat_encode_tools(const tkv_chat *c, const tkv_chat_msg *msgs, int n, const char *const *tools, int n_tools,
                           int add_generation_prompt, int32_t **ids, char *err, size_t errlen);
 char *tkv_chat_render_tools(const tkv_chat *c, const tkv_chat_msg *msgs, int n, const char *const *tools, int n_tools,

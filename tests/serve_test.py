@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """serve_test.py -- `tierkv serve` end to end over real HTTP, for tests/test_serve.c.
 
-One section per call (basic, reasoning, qwen3, identical, malformed, disconnect, queue, budget, auth,
+One section per call (basic, reasoning, qwen3, llama31, identical, malformed, disconnect, queue, budget, auth,
 idle, openai, logprobs, tokens): each starts the server on a free loopback port (--port 0, the port read from its
 "listening on" line) with a fixture model, talks to it with the standard library only (the
 openai section uses the official client and exits 77 when it is not installed), stops it with
@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -1330,6 +1331,93 @@ def sec_qwen3(args):
 
 
 SECTIONS["qwen3"] = sec_qwen3
+
+
+def fixture_eos_moved(args, name, eos):
+    """A copy of fixture NAME (in --tmp) whose end-of-sequence token is id EOS: the fixtures' own is
+    id 1, '"', so their models cannot write a JSON string (a forced tool call has some)."""
+    with open(os.path.join(args.shared, "fixtures/models", name), "rb") as f:
+        data = bytearray(f.read())
+    key = b"tokenizer.ggml.eos_token_id"
+    at = data.find(key) + len(key)
+    check(at > len(key) and struct.unpack_from("<II", data, at)[0] == 4, "%s: eos_token_id is no uint32" % name)
+    struct.pack_into("<I", data, at + 4, eos)
+    path = os.path.join(args.tmp, "eos%d-%s" % (eos, name))
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def sec_llama31(args):
+    """Llama 3.1's format (--template llama3.1, the llama fixture's weights with its end-of-sequence token
+    moved off '"'): tools are taken and written into the prompt (the tokens grow), a tool turn is taken
+    (its arguments as a JSON string or an object: the same prompt), a forced call (tool_choice named or
+    required) is written with Llama 3.1's key ("parameters") and comes back as message.tool_calls with
+    finish_reason tool_calls and arguments that parse as JSON, whole and streamed alike; what the template raises is a 400 naming the message (two calls
+    in one assistant message; tools and no message after the system one). A plain llama3 server
+    refuses tools naming its format."""
+    unit = {"type": "function", "function": {"name": "pick_unit", "description": "Pick a unit (\u00b0C or \u00b0F)",
+                                             "parameters": {"type": "object", "properties": {"unit": {"enum": ["c", "f"]}},
+                                                            "required": ["unit"]}}}
+    tools = WEATHER + [unit]
+    srv = Server(args, "--template", "llama3.1", model=fixture_eos_moved(args, "llama-Q8_0.gguf", 2))
+    try:
+        st1, _, b1 = srv.post("/v1/chat/completions", chat_body("Weather in Paris?", max_tokens=4, tools=tools))
+        st0, _, b0 = srv.post("/v1/chat/completions", chat_body("Weather in Paris?", max_tokens=4))
+        check(st1 == 200 and st0 == 200 and b1["usage"]["prompt_tokens"] > b0["usage"]["prompt_tokens"] + 100,
+              "tools in the prompt: %d %s, without %d %s" % (st1, b1, st0, b0))
+        call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}
+        loop = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "{\"temperature_c\": 21}"}]
+        st, _, b = srv.post("/v1/chat/completions", {"messages": loop, "tools": tools, "max_tokens": 4})
+        as_object = json.loads(json.dumps(loop))
+        as_object[2]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris"}
+        st2, _, b2 = srv.post("/v1/chat/completions", {"messages": as_object, "tools": tools, "max_tokens": 4})
+        check(st == 200 and st2 == 200 and b["usage"]["prompt_tokens"] == b2["usage"]["prompt_tokens"] >
+              b1["usage"]["prompt_tokens"], "a tool turn: %d %s, arguments as an object %d %s" % (st, b, st2, b2))
+        for tc in ({"type": "function", "function": {"name": "pick_unit"}}, "required"):
+            body = chat_body("Which unit?", max_tokens=200, tools=[unit] if tc == "required" else tools, tool_choice=tc)
+            st, _, b = srv.post("/v1/chat/completions", dict(body, logprobs=True))
+            ok = check(st == 200, "tool_choice %s: %d %s" % (tc, st, b))
+            c = b["choices"][0] if ok else {}
+            calls = c.get("message", {}).get("tool_calls") or []
+            args_ok = False
+            if len(calls) == 1:
+                try:
+                    args_ok = json.loads(calls[0]["function"]["arguments"]).get("unit") in ("c", "f")
+                except ValueError:
+                    pass
+            check(c.get("finish_reason") == "tool_calls" and len(calls) == 1 and calls[0]["function"]["name"] == "pick_unit"
+                  and args_ok and not c["message"].get("content"), "tool_choice %s: %s" % (tc, c))
+            text = "".join(t["token"] for t in (c.get("logprobs") or {}).get("content") or [])
+            check('"parameters"' in text and '"arguments"' not in text, "tool_choice %s: the model wrote %r" % (tc, text))
+            st, chunks, done = srv.stream("/v1/chat/completions", dict(body, stream=True))
+            got = [t for ch in chunks for cc in ch.get("choices", []) for t in cc.get("delta", {}).get("tool_calls") or []]
+            fin = [cc.get("finish_reason") for ch in chunks for cc in ch.get("choices", []) if cc.get("finish_reason")]
+            check(st == 200 and done and fin == ["tool_calls"] and [(t["function"]["name"], t["function"]["arguments"]) for t in got]
+                  == [(t["function"]["name"], t["function"]["arguments"]) for t in calls] and not join_stream(chunks, "content"),
+                  "tool_choice %s streamed: %s %s" % (tc, fin, got))
+        two = loop[:2] + [{"role": "assistant", "content": None, "tool_calls": [call, dict(call, id="c2")]}]
+        st, _, e = srv.post("/v1/chat/completions", {"messages": two, "tools": tools, "max_tokens": 4})
+        check(st == 400 and e["error"]["param"] == "messages" and "messages[2]" in e["error"]["message"] and
+              "llama3.1" in e["error"]["message"], "two calls in one assistant message: %d %s" % (st, e))
+        st, _, e = srv.post("/v1/chat/completions", {"messages": loop[:1], "tools": tools, "max_tokens": 4})
+        check(st == 400 and e["error"]["param"] == "messages" and "messages[1]" in e["error"]["message"],
+              "tools and only a system message: %d %s" % (st, e))
+    finally:
+        srv.stop()
+    srv = Server(args, "--template", "llama3", model=os.path.join(args.shared, "fixtures/models/llama-Q8_0.gguf"))
+    try:
+        st, _, e = srv.post("/v1/chat/completions", chat_body("Weather in Paris?", max_tokens=4, tools=tools))
+        check(st == 400 and e["error"]["param"] == "tools" and "llama3" in e["error"]["message"] and
+              "no tool calls" in e["error"]["message"], "tools on llama3: %d %s" % (st, e))
+    finally:
+        srv.stop()
+    return 0
+
+
+SECTIONS["llama31"] = sec_llama31
 
 
 def main():

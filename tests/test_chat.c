@@ -244,9 +244,9 @@ static const char *const TOOL_DEFS[2] = {
     "\"string\"}, \"unit\": {\"type\": \"string\", \"enum\": [\"c\", \"f\"]}}, \"required\": [\"city\"]}}}",
     "{\"type\": \"function\", \"function\": {\"name\": \"add\", \"description\": \"a + b\", \"parameters\": {\"type\": "
     "\"object\", \"properties\": {\"a\": {\"type\": \"number\"}, \"b\": {\"type\": \"integer\"}}}}}"};
-static const char *const CALLS1[2] = {"{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}",
-                                      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}"};
-static const char *const CALLS2[1] = {"{\"name\": \"add\", \"arguments\": {\"a\": 1.5, \"b\": 2}}"};
+static const chat_call CALLS1[2] = {{"get_weather", "{\"city\": \"Paris\", \"unit\": \"c\"}"},
+                                    {"get_weather", "{\"city\": \"Rome\"}"}};
+static const chat_call CALLS2[1] = {{"add", "{\"a\": 1.5, \"b\": 2}"}};
 
 static void tools_case(const char *gguf_path, const char *tag, int no_system) {
     char out[600], cmd[2048], err[256];

@@ -1,5 +1,5 @@
 /* test_chat_qwen3.c - Qwen3's chat format against its own Jinja template (tests/data/
- * qwen3-chat-template.jinja, rendered by jinja2 in tests/chat_qwen3.py with Hugging Face's
+ * qwen3-chat-template.jinja, rendered by jinja2 in tests/chat_jinja.py with Hugging Face's
  * conventions), byte for byte: thinking on and off, with and without a system message, earlier
  * turns' reasoning (dropped before the last user query, kept after it, from a <think> block or
  * reasoning_content), tools, tool calls and tool results, "/no_think" as plain text. Also: the
@@ -9,14 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
-#include "base/json.h"
 #include "gguf/gguf.h"
-#include "gguf/gguf_write.h"
 #include "model/chat.h"
 #include "model/tokenizer.h"
 #include "t.h"
+#include "t_chat.h"
 #include "tierkv.h"
 
 #define TEMPLATE "tests/data/qwen3-chat-template.jinja"
@@ -27,79 +25,18 @@ static const char *const DEFS[2] = {
     "\"string\"}}, \"required\": [\"city\"]}}}",
     "{\"type\": \"function\", \"function\": {\"name\": \"add\", \"description\": \"a + b\", \"parameters\": {\"type\": "
     "\"object\", \"properties\": {\"a\": {\"type\": \"number\"}, \"b\": {\"type\": \"integer\"}}}}}"};
-static const char *const CALLS1[2] = {"{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
-                                      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}"};
-static const char *const CALLS2[1] = {"{\"name\": \"add\", \"arguments\": {\"a\": 1.5, \"b\": 2}}"};
-
-/* A file holding the template as tokenizer.chat_template (and nothing else), parsed. */
-static int template_file(const char *text, gguf_file *f, char **mem) {
-    gguf_writer *w = gguf_writer_begin(0);
-    gguf_writer_add_str(w, "tokenizer.chat_template", text);
-    size_t n = 0;
-    char err[256];
-    FILE *fp = open_memstream(mem, &n);
-    if (!fp || gguf_writer_open_stream(w, fp, err, sizeof err) || gguf_writer_close(w, err, sizeof err)) return -1;
-    fclose(fp);
-    return gguf_parse((const uint8_t *)*mem, n, f, err, sizeof err);
-}
-
-/* The case as chat_qwen3.py reads it. */
-static void write_case(const char *path, const chat_msg *m, int n, const chat_tools *tools, int think, int gen) {
-    struct json_out o;
-    json_out_init(&o);
-    json_out_obj_begin(&o);
-    json_out_key(&o, "messages");
-    json_out_arr_begin(&o);
-    for (int i = 0; i < n; i++) {
-        json_out_obj_begin(&o);
-        json_out_key(&o, "role"), json_out_str(&o, m[i].role);
-        json_out_key(&o, "content"), json_out_str(&o, m[i].content);
-        if (m[i].reasoning_content) json_out_key(&o, "reasoning_content"), json_out_str(&o, m[i].reasoning_content);
-        if (m[i].n_tool_calls) {
-            json_out_key(&o, "tool_calls");
-            json_out_arr_begin(&o);
-            for (int k = 0; k < m[i].n_tool_calls; k++) json_out_str(&o, m[i].tool_calls[k]);
-            json_out_arr_end(&o);
-        }
-        json_out_obj_end(&o);
-    }
-    json_out_arr_end(&o);
-    json_out_key(&o, "tools");
-    json_out_arr_begin(&o);
-    for (int k = 0; tools && k < tools->n; k++) json_out_str(&o, tools->defs[k]);
-    json_out_arr_end(&o);
-    json_out_key(&o, "add_generation_prompt"), json_out_bool(&o, gen);
-    if (think >= 0) json_out_key(&o, "enable_thinking"), json_out_bool(&o, think);
-    json_out_obj_end(&o);
-    FILE *f = fopen(path, "w");
-    if (f) fwrite(o.b.p, 1, o.b.n, f), fclose(f);
-    json_out_free(&o);
-}
+static const chat_call CALLS1[2] = {{"get_weather", "{\"city\": \"Paris\"}"}, {"get_weather", "{\"city\": \"Rome\"}"}};
+static const chat_call CALLS2[1] = {{"add", "{\"a\": 1.5, \"b\": 2}"}};
 
 /* Our text for the conversation equals the template's. think: -1 not given to the template (on),
  * 1 given true, 0 false (our think_off). Returns 1 when compared, 0 when skipped. */
 static int qwen3_case(const char *tag, const chat_msg *m, int n, const chat_tools *tools, int think, int gen) {
-    char in[600], out[600], cmd[2048];
-    snprintf(in, sizeof in, "%s/qwen3-%s.json", t_tmpdir(), tag);
-    snprintf(out, sizeof out, "%s/qwen3-%s.txt", t_tmpdir(), tag);
-    write_case(in, m, n, tools, think, gen);
-    snprintf(cmd, sizeof cmd, "python3 tests/chat_qwen3.py --template %s --case %s --out %s", TEMPLATE, in, out);
-    int st = system(cmd), rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    if (rc == 77) { t_skip("jinja2 missing (pip install jinja2)"); return 0; }
-    CHECKF(rc == 0, "%s: chat_qwen3.py exited %d", tag, rc);
-    if (rc) return 0;
+    char name[64];
+    snprintf(name, sizeof name, "qwen3-%s", tag);
     chat_template t;
     chat_template_init(&t, CHAT_QWEN3);
     t.think_off = think == 0;
-    size_t len;
-    char *r = chat_render(&t, NULL, m, n, tools, gen, &len, NULL, NULL), *want = t_slurp(out);
-    if (!want) { CHECKF(0, "%s: no %s", tag, out); free(r); return 0; }
-    size_t wn = strlen(want), at = 0;
-    while (at < len && at < wn && r[at] == want[at]) at++;
-    CHECKF(len == wn && at == len, "%s: differs from the template at byte %zu: ours '%.60s' template '%.60s'", tag, at,
-           r + at, want + at);
-    free(r), free(want);
-    return 1;
+    return t_chat_same(TEMPLATE, name, &t, m, n, tools, think, NULL, gen);
 }
 
 #define MSG(role, content) {role, content, NULL, 0, NULL}
@@ -180,7 +117,7 @@ TEST(chat_qwen3_detect_and_encode) {
     REQUIRE(text);
     gguf_file f;
     char *mem = NULL, err[256];
-    REQUIRE(template_file(text, &f, &mem) == 0);
+    REQUIRE(t_chat_template_file(text, &f, &mem) == 0);
     chat_template t;
     REQUIRE(chat_template_from_gguf(&f, NULL, &t, err, sizeof err) == 0);
     CHECK(t.kind == CHAT_QWEN3 && t.tools && !t.think_off && !t.default_system[0]);
@@ -188,7 +125,7 @@ TEST(chat_qwen3_detect_and_encode) {
     int n_switch = 0;
     for (char *at = text; (at = strstr(at, "enable_thinking")) != NULL; n_switch++) memcpy(at, "enable_thinkinq", 15);
     CHECK(n_switch == 2);
-    REQUIRE(template_file(text, &f, &mem) == 0);
+    REQUIRE(t_chat_template_file(text, &f, &mem) == 0);
     REQUIRE(chat_template_from_gguf(&f, NULL, &t, err, sizeof err) == 0);
     CHECK(t.kind == CHAT_CHATML);
     gguf_free(&f), free(mem), free(text);

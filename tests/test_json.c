@@ -165,3 +165,32 @@ TEST(json_writer) {
     CHECK(json_escape(small, sizeof small, "abcdef", 6) == 8 && !strcmp(small, "\"ab"));
     CHECK(json_escape(NULL, 0, "\xff", 1) == 8); /* "\ufffd" with quotes */
 }
+
+/* json_add_indented: Python's json.dumps(x, indent=N) from json.dumps(x)'s text (expectations from
+ * Python 3); blanks between tokens dropped, structural bytes inside strings left alone; text that
+ * is not JSON is copied without reading past its end. */
+TEST(json_add_indented_like_python) {
+    static const struct { const char *in; int indent; const char *want; } cases[] = {
+        {"{\"type\": \"function\", \"function\": {\"name\": \"f\", \"d\": \"a \\\"q\\\" \\\\ , : { } [ ] \xc3\xa9\", \"p\": {}, "
+         "\"l\": [], \"n\": [1, 2.5, null, true, {\"x\": []}]}}",
+         4,
+         "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"f\",\n        \"d\": \"a \\\"q\\\" \\\\ , : { } [ ] "
+         "\xc3\xa9\",\n        \"p\": {},\n        \"l\": [],\n        \"n\": [\n            1,\n            2.5,\n            null,\n"
+         "            true,\n            {\n                \"x\": []\n            }\n        ]\n    }\n}"},
+        {"[ ]", 4, "[]"},
+        {"\"s\"", 4, "\"s\""},
+        {"[[]]", 2, "[\n  []\n]"},
+        {"{\"a\":1,\"b\" :[ 1 ,2]}", 4, "{\n    \"a\": 1,\n    \"b\": [\n        1,\n        2\n    ]\n}"},
+        {"}]x \"open", 1, "\n}\n]x\"open"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tkv_buf b = {0};
+        json_add_indented(&b, cases[i].in, strlen(cases[i].in), cases[i].indent);
+        CHECKF(!strcmp(tkv_buf_str(&b), cases[i].want), "case %zu: '%s'", i, tkv_buf_str(&b));
+        tkv_buf_free(&b);
+    }
+    tkv_buf b = {0};
+    json_add_str(&b, "q\"\n\x01\xff", 5);
+    CHECK(!strcmp(tkv_buf_str(&b), "\"q\\\"\\n\\u0001\\ufffd\""));
+    tkv_buf_free(&b);
+}

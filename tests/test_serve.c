@@ -349,6 +349,67 @@ TEST(serve_tools_extract_and_hold) {
     }
 }
 
+/* Llama 3.1's calls: {"name", "parameters"} objects (its key read as "arguments"), after a
+ * <|python_tag|> read as text too; a stream holds back what may be the tag. */
+TEST(serve_tools_extract_llama31) {
+    char *names[2] = {"get_weather", "add"};
+    static const struct { const char *text; int n; const char *first_args; } cases[] = {
+        {"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", 1, "{\"city\": \"Paris\"}"},
+        {"<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", 1, "{\"city\": \"Paris\"}"},
+        {" \n<|python_tag|>\n{\"name\": \"add\", \"parameters\": \"{\\\"a\\\": 1.5}\"}", 1, "{\"a\": 1.5}"},
+        {"{\"name\": \"add\", \"arguments\": {\"a\": 1}, \"parameters\": {\"a\": 2}}", 1, "{\"a\": 1}"},
+        {"{\"name\": \"add\", \"parameters\": 7}", 0, NULL},
+        {"<|python_tag|>{\"name\": \"nope\", \"parameters\": {}}", 0, NULL},
+        {"<|python_tag|>brave_search.call(query=\"x\")", 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        serve_tool_calls c;
+        int n = serve_tools_extract(cases[i].text, strlen(cases[i].text), names, 2, 1, &c);
+        CHECKF(n == cases[i].n && c.n == n, "case %zu: %d calls, want %d", i, n, cases[i].n);
+        if (n && n == cases[i].n)
+            CHECKF(c.content_len == 0 && !strcmp(c.v[0].arguments, cases[i].first_args), "case %zu: %s", i, c.v[0].arguments);
+        serve_tool_calls_free(&c);
+    }
+    CHECK(serve_tools_visible("<|python", 8) == 0 && serve_tools_visible("<|python_tag|>{", 15) == 0);
+    CHECK(serve_tools_visible("<b>", 3) == 3 && serve_tools_visible("<|im", 4) == 4 && serve_tools_visible("<|", 2) == 0 && serve_tools_visible("<|x", 3) == 3);
+}
+
+/* An assistant's past call: its arguments string read as JSON (written as Python writes it), a string
+ * that is not JSON kept as a string; a forced call's grammar writes the format's key; a format of one
+ * call per message reads one. */
+TEST(serve_request_calls_and_format) {
+    serve_request r;
+    serve_error e;
+    REQUIRE(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":null,"
+                  "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+                  "\"{\\\"city\\\":\\\"Par\\u00eds\\\",\\\"n\\\":1e3}\"}},{\"function\":{\"name\":\"g\",\"arguments\":\"not json\"}},"
+                  "{\"function\":{\"name\":\"h\"}}]}]}",
+                  SERVE_CHAT, &r, &e) == 0);
+    REQUIRE(r.n_msgs == 2 && r.msgs[1].n_tool_calls == 3);
+    CHECK(!strcmp(r.msgs[1].tool_calls[0].name, "f") && !strcmp(r.msgs[1].tool_calls[0].arguments, "{\"city\": \"Par\xc3\xads\", \"n\": 1000.0}"));
+    CHECK(!strcmp(r.msgs[1].tool_calls[1].arguments, "\"not json\"") && !strcmp(r.msgs[1].tool_calls[2].arguments, "{}"));
+    serve_request c;
+    serve_request_copy(&r, 0, 0, &c);
+    CHECK(c.msgs[1].n_tool_calls == 3 && !strcmp(c.msgs[1].tool_calls[2].name, "h") && c.msgs[1].tool_calls[2].name != r.msgs[1].tool_calls[2].name);
+    serve_request_free(&c);
+    serve_request_free(&r);
+    static const char forced[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"function\","
+                                 "\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"u\":{\"enum\":"
+                                 "[\"c\"]}}}}},{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],\"tool_choice\":{\"type\":"
+                                 "\"function\",\"function\":{\"name\":\"f\"}}}";
+    REQUIRE(parse(forced, SERVE_CHAT, &r, &e) == 0);
+    CHECKF(r.json_mode == 2 && strstr(r.json_schema, "\"arguments\":{\"type\":\"object\"") &&
+           strstr(r.json_schema, "\"required\":[\"name\",\"arguments\"]") && r.parallel_tool_calls == 1, "%s", r.json_schema);
+    serve_request_free(&r);
+    serve_limits lim;
+    serve_limits_default(&lim);
+    lim.call_key = "parameters", lim.max_calls = 1;
+    REQUIRE(serve_request_parse(forced, strlen(forced), SERVE_CHAT, &lim, &r, &e) == 0);
+    CHECKF(r.json_mode == 2 && strstr(r.json_schema, "\"parameters\":{\"type\":\"object\"") && !strstr(r.json_schema, "arguments") &&
+           strstr(r.json_schema, "\"required\":[\"name\",\"parameters\"]") && r.parallel_tool_calls == 0, "%s", r.json_schema);
+    serve_request_free(&r);
+}
+
 /* tkv_utf8_repair: the one walk the server's JSON writers use for bytes that may not be UTF-8 */
 TEST(utf8_repair) {
     static const char in[] = "a\xff\xc3\xa9\0b\xe2\x82"; /* a, bad, é, NUL, b, a cut 3-byte sequence */
@@ -629,6 +690,7 @@ static void http_section(const char *section) { http_script("serve_test.py", sec
 TEST(serve_http_basic) { http_section("basic"); }
 TEST(serve_http_reasoning) { http_section("reasoning"); }
 TEST(serve_http_qwen3) { http_section("qwen3"); }
+TEST(serve_http_llama31) { http_section("llama31"); }
 TEST(serve_http_identical) { http_section("identical"); }
 TEST(serve_http_malformed) { http_section("malformed"); }
 TEST(serve_http_disconnect) { http_section("disconnect"); }

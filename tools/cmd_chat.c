@@ -44,7 +44,7 @@ static void usage(FILE *out) {
             "  a conversation whose turns reuse the KV cache of the turns before: each turn prefills only\n"
             "  its own message; answers stream to stdout, each turn's token counts go to stderr\n"
             "      --system TEXT       system prompt (default: the template's own)\n"
-            "      --template NAME     chat template: chatml, deepseek-r1, llama3, qwen3 (default: from the file)\n"
+            "      --template NAME     chat template: chatml, deepseek-r1, llama3, llama3.1, qwen3 (default: from the file)\n"
             "      --think on|off      thinking on (the default) or off (Qwen3's enable_thinking; a format\n"
             "                          without the switch refuses off)\n"
             "  -n, --n-predict N       at most N tokens per answer (default: until end of generation or a\n"

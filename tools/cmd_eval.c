@@ -43,7 +43,7 @@ static void usage(FILE *out) {
             "      --no-system         no system turn at all\n"
             "      --no-prefix-cache   prefill every prompt whole (default: a prefix all prompts share is prefilled\n"
             "                          once and copied, for policies that do not score the prompt)\n"
-            "      --template NAME     chat template: chatml, deepseek-r1, llama3, qwen3 (default: from the model file)\n"
+            "      --template NAME     chat template: chatml, deepseek-r1, llama3, llama3.1, qwen3 (default: from the model file)\n"
             "      --samples K         chains per problem, 1..64 (default 1), chain k seeded seed + k: the summary\n"
             "                          gives pass@1, maj@K and pass@K; needs --temp above 0\n"
             SAMPLING_USAGE

@@ -31,7 +31,7 @@ static void usage(FILE *out) {
             "                          model's context_length (\"stop: context\"), however large N is\n"
             "      --chat              wrap the prompt in the model's chat template\n"
             "      --system TEXT       system prompt for --chat (default: the template's own)\n"
-            "      --template NAME     chat template: chatml, deepseek-r1, llama3, qwen3 (default: from the file)\n"
+            "      --template NAME     chat template: chatml, deepseek-r1, llama3, llama3.1, qwen3 (default: from the file)\n"
             "      --think on|off      --chat: thinking on (the default) or off (Qwen3's enable_thinking; a\n"
             "                          format without the switch refuses off)\n"
             SAMPLING_USAGE

@@ -24,7 +24,7 @@ static void usage(FILE *out) {
             "      --parallel N         requests decoding together (default 8)\n"
             "      --max-queue N        requests waiting beyond those; one more gets 503 at once (default 64)\n"
             "      --api-key KEY        require Authorization: Bearer KEY (all routes but /health)\n"
-            "      --template NAME      chat format: chatml, deepseek-r1, llama3, qwen3 (default: from the file)\n"
+            "      --template NAME      chat format: chatml, deepseek-r1, llama3, llama3.1, qwen3 (default: from the file)\n"
             "      --name NAME          the model's name in responses (default: the file name)\n"
             "      --prefix-cache N     prompt prefixes kept for sharing between requests (default 4; 0: off)\n"
             "      --conversations N    finished requests kept, idle, for a next turn that continues them\n"

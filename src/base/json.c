@@ -455,10 +455,7 @@ void json_out_arr_end(struct json_out *o) { close_(o, ']'); }
 
 void json_out_strn(struct json_out *o, const char *s, size_t len) {
     out_sep(o);
-    size_t need = json_escape(NULL, 0, s, len);
-    tkv_buf_reserve(&o->b, need);
-    json_escape(o->b.p + o->b.n, need + 1, s, len);
-    o->b.n += need;
+    json_add_str(&o->b, s, len);
 }
 void json_out_str(struct json_out *o, const char *s) {
     if (!s) { json_out_null(o); return; }
@@ -495,45 +492,3 @@ void json_out_int(struct json_out *o, int64_t x) {
 }
 void json_out_bool(struct json_out *o, int b) { out_sep(o); out_raw(o, b ? "true" : "false", b ? 4 : 5); }
 void json_out_null(struct json_out *o) { out_sep(o); out_raw(o, "null", 4); }
-
-size_t json_escape(char *dst, size_t cap, const char *s, size_t len) {
-    const unsigned char *b = (const unsigned char *)s;
-    size_t n = 0;
-#define PUT(c) do { if (n + 1 < cap) dst[n] = (char)(c); n++; } while (0)
-    PUT('"');
-    for (size_t i = 0; i < len;) {
-        unsigned char c = b[i];
-        const char *esc = NULL;
-        char u[8];
-        switch (c) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        default:
-            if (c < 0x20) { snprintf(u, sizeof u, "\\u%04x", c); esc = u; }
-        }
-        if (esc) {
-            for (const char *e = esc; *e; e++) PUT(*e);
-            i++;
-            continue;
-        }
-        if (c < 0x80) { PUT(c); i++; continue; }
-        uint32_t cp;
-        size_t k = utf8_decode(b, i, len, &cp);
-        if (!k) {
-            for (const char *e = "\\ufffd"; *e; e++) PUT(*e);
-            i++;
-            continue;
-        }
-        for (size_t j = 0; j < k; j++) PUT(b[i + j]);
-        i += k;
-    }
-    PUT('"');
-#undef PUT
-    if (cap) dst[n < cap ? n : cap - 1] = 0;
-    return n;
-}

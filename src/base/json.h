@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "base/buf.h"
+#include "base/jsontext.h"
 
 enum json_type { JSON_NULL, JSON_FALSE, JSON_TRUE, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT };
 
@@ -88,8 +89,6 @@ void json_out_int(struct json_out *o, int64_t x);
 void json_out_bool(struct json_out *o, int b);
 void json_out_null(struct json_out *o);
 
-/* Escapes s[0..len) as a JSON string literal with quotes into dst (snprintf-like: writes at most
- * cap bytes incl. NUL, returns the length the full literal needs). */
-size_t json_escape(char *dst, size_t cap, const char *s, size_t len);
+/* json_escape, json_add_str (the writer's string literals) and json_add_indented: base/jsontext.h. */
 
 #endif

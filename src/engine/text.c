@@ -86,7 +86,8 @@ const char *tkv_chat_name(const tkv_chat *c) { return chat_name(c->t.kind); }
 
 int tkv_chat_think_switch(const tkv_chat *c) { return chat_think_switch(c->t.kind); }
 
-static int check_msgs(const chat_template *t, const tkv_chat_msg *msgs, int n, int n_tools, char *err, size_t errlen) {
+static int check_msgs(const chat_template *t, const tkv_chat_msg *msgs, int n, const char *const *tools, int n_tools,
+                      char *err, size_t errlen) {
     if (n < 1) return tkv_errf(err, errlen, "chat: no messages");
     if (n_tools > 0 && !t->tools)
         return tkv_errf(err, errlen, "chat: the %s format of this model takes no tools", chat_name(t->kind));
@@ -101,21 +102,32 @@ static int check_msgs(const chat_template *t, const tkv_chat_msg *msgs, int n, i
         if (msgs[i].n_tool_calls > 0 && (strcmp(msgs[i].role, "assistant") || !msgs[i].tool_calls))
             return tkv_errf(err, errlen, "chat: message %d: only an assistant message carries tool calls", i);
         for (int k = 0; k < msgs[i].n_tool_calls; k++)
-            if (!msgs[i].tool_calls[k]) return tkv_errf(err, errlen, "chat: message %d: tool call %d is NULL", i, k);
+            if (!msgs[i].tool_calls[k].name || !msgs[i].tool_calls[k].arguments)
+                return tkv_errf(err, errlen, "chat: message %d: tool call %d has no name or arguments", i, k);
     }
+    chat_tools ct = {tools, n_tools};
+    char why[256];
+    if (chat_check(t, (const chat_msg *)(const void *)msgs, n, &ct, why, sizeof why))
+        return tkv_errf(err, errlen, "chat: %s", why);
     return 0;
 }
 
 _Static_assert(sizeof(tkv_chat_msg) == sizeof(chat_msg) &&
                    offsetof(tkv_chat_msg, reasoning_content) == offsetof(chat_msg, reasoning_content),
                "tkv_chat_msg mirrors chat_msg");
+_Static_assert(sizeof(tkv_chat_call) == sizeof(chat_call) && offsetof(tkv_chat_call, arguments) == offsetof(chat_call, arguments),
+               "tkv_chat_call mirrors chat_call");
 
 int tkv_chat_has_tools(const tkv_chat *c) { return c->t.tools; }
+
+const char *tkv_chat_call_key(const tkv_chat *c) { return chat_call_key(c->t.kind); }
+
+int tkv_chat_max_calls(const tkv_chat *c) { return chat_max_calls(c->t.kind); }
 
 int tkv_chat_encode_tools(const tkv_chat *c, const tkv_chat_msg *msgs, int n, const char *const *tools, int n_tools,
                           int add_generation_prompt, int32_t **ids, char *err, size_t errlen) {
     *ids = NULL;
-    if (check_msgs(&c->t, msgs, n, n_tools, err, errlen)) return TKV_ERR;
+    if (check_msgs(&c->t, msgs, n, tools, n_tools, err, errlen)) return TKV_ERR;
     chat_tools ct = {tools, n_tools};
     return chat_encode(&c->t, c->m->vocab, (const chat_msg *)(const void *)msgs, n, &ct, add_generation_prompt, ids);
 }
@@ -127,7 +139,7 @@ int tkv_chat_encode(const tkv_chat *c, const tkv_chat_msg *msgs, int n, int add_
 
 char *tkv_chat_render_tools(const tkv_chat *c, const tkv_chat_msg *msgs, int n, const char *const *tools, int n_tools,
                             int add_generation_prompt, size_t *len) {
-    if (check_msgs(&c->t, msgs, n, n_tools, NULL, 0)) return NULL;
+    if (check_msgs(&c->t, msgs, n, tools, n_tools, NULL, 0)) return NULL;
     chat_tools ct = {tools, n_tools};
     return chat_render(&c->t, c->m->vocab, (const chat_msg *)(const void *)msgs, n, &ct, add_generation_prompt, len, NULL,
                        NULL);

@@ -10,6 +10,12 @@
  *   DeepSeek-R1: BOS S (<｜User｜>U | <｜Assistant｜>A'<｜end▁of▁sentence｜>)* [<｜Assistant｜><think>\n]
  *                where A' is A after its last </think> (earlier reasoning is dropped)
  *   Llama 3:     BOS (<|start_header_id|>ROLE<|end_header_id|>\n\nTRIMMED<|eot_id|>)* [... assistant header]
+ *   Llama 3.1:   BOS, a system turn of the dates (and "Environment: ipython" with tools) and the system
+ *                message, then Llama 3's turns; with tools the first message after the system one
+ *                becomes a user turn that lists them (tojson(indent=4)); a call is an assistant turn
+ *                {"name": "N", "parameters": ARGS}, a tool result an ipython turn of its content as a
+ *                JSON string (tests/data/llama31-chat-template.jinja, with no date_string, custom_tools
+ *                or builtin_tools given: "26 Jul 2024", tools in the user turn)
  * The R1 generation prompt always ends with "<think>\n" (the early-2025 template revision), even for
  * files whose embedded template is older and ends with <｜Assistant｜>. */
 #include "model/chat.h"
@@ -20,6 +26,8 @@
 
 #include "base/buf.h"
 #include "base/err.h"
+#include "base/jsontext.h"
+#include "model/unicode.h"
 
 #define R1_BOS "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
 #define R1_EOS "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
@@ -33,7 +41,18 @@ static const char *const QWEN3_MARKS[] = {
     "<|im_start|>", "enable_thinking", "last_query_index", "'<think>\\n\\n</think>\\n\\n'",
     "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags"};
 
+/* Llama 3.1's template (3.2's and 3.3's too): its system header's dates and its tool instruction,
+ * both written out below; a Llama 3 template without them stays llama3. */
+static const char *const LLAMA31_MARKS[] = {"<|start_header_id|>", "<|end_header_id|>", "Cutting Knowledge Date: December 2023",
+                                            "\"parameters\": dictionary of argument name and its value"};
+
 static int has(const char *s, size_t n, const char *needle) { return memmem(s, n, needle, strlen(needle)) != NULL; }
+
+static int has_all(const char *s, size_t n, const char *const *needles, size_t k) {
+    int all = 1;
+    for (size_t i = 0; i < k; i++) all &= has(s, n, needles[i]);
+    return all;
+}
 
 chat_kind chat_detect(const char *t, size_t n) {
     char name[32];
@@ -43,10 +62,9 @@ chat_kind chat_detect(const char *t, size_t n) {
         chat_kind k = chat_by_name(name);
         if (k != CHAT_UNKNOWN) return k;
     }
-    int q3 = 1;
-    for (size_t i = 0; i < sizeof QWEN3_MARKS / sizeof QWEN3_MARKS[0]; i++) q3 &= has(t, n, QWEN3_MARKS[i]);
-    if (q3) return CHAT_QWEN3;
+    if (has_all(t, n, QWEN3_MARKS, sizeof QWEN3_MARKS / sizeof QWEN3_MARKS[0])) return CHAT_QWEN3;
     if (has(t, n, "<|im_start|>") && !has(t, n, "<|im_sep|>")) return CHAT_CHATML;
+    if (has_all(t, n, LLAMA31_MARKS, sizeof LLAMA31_MARKS / sizeof LLAMA31_MARKS[0])) return CHAT_LLAMA31;
     if (has(t, n, "<|start_header_id|>") && has(t, n, "<|end_header_id|>")) return CHAT_LLAMA3;
     if (has(t, n, R1_ASSISTANT) && has(t, n, R1_USER) && has(t, n, R1_EOS)) return CHAT_DEEPSEEK_R1;
     return CHAT_UNKNOWN;
@@ -56,6 +74,7 @@ chat_kind chat_by_name(const char *name) {
     if (!strcmp(name, "chatml")) return CHAT_CHATML;
     if (!strcmp(name, "deepseek-r1") || !strcmp(name, "deepseek3")) return CHAT_DEEPSEEK_R1;
     if (!strcmp(name, "llama3")) return CHAT_LLAMA3;
+    if (!strcmp(name, "llama3.1")) return CHAT_LLAMA31;
     if (!strcmp(name, "qwen3")) return CHAT_QWEN3;
     return CHAT_UNKNOWN;
 }
@@ -65,6 +84,7 @@ const char *chat_name(chat_kind k) {
     case CHAT_CHATML: return "chatml";
     case CHAT_DEEPSEEK_R1: return "deepseek-r1";
     case CHAT_LLAMA3: return "llama3";
+    case CHAT_LLAMA31: return "llama3.1";
     case CHAT_QWEN3: return "qwen3";
     default: return "unknown";
     }
@@ -74,7 +94,25 @@ void chat_template_init(chat_template *t, chat_kind kind) {
     memset(t, 0, sizeof *t);
     t->kind = kind;
     if (kind == CHAT_CHATML) snprintf(t->default_system, sizeof t->default_system, "%s", QWEN25_SYSTEM);
-    t->tools = kind == CHAT_QWEN3; /* Qwen3's one template has them */
+    t->tools = kind == CHAT_QWEN3 || kind == CHAT_LLAMA31; /* their one template has them */
+}
+
+const char *chat_call_key(chat_kind k) { return k == CHAT_LLAMA31 ? "parameters" : "arguments"; }
+
+int chat_max_calls(chat_kind k) { return k == CHAT_LLAMA31 ? 1 : 0; }
+
+int chat_check(const chat_template *t, const chat_msg *msgs, int n, const chat_tools *tools, char *err, size_t errlen) {
+    int max = chat_max_calls(t->kind);
+    for (int i = 0; i < n; i++)
+        if (max && msgs[i].n_tool_calls > max)
+            return tkv_errf(err, errlen, "messages[%d] holds %d tool calls: the %s format takes %d per assistant message (its "
+                            "template raises \"This model only supports single tool-calls at once!\")", i,
+                            msgs[i].n_tool_calls, chat_name(t->kind), max);
+    if (t->kind == CHAT_LLAMA31 && tools && tools->n > 0 && n <= (n > 0 && !strcmp(msgs[0].role, "system")))
+        return tkv_errf(err, errlen, "messages[%d]: the %s format puts the tools in the first message after the system "
+                        "message, and there is none (its template raises \"Cannot put tools in the first user message "
+                        "when there's no first user message!\")", n, chat_name(t->kind));
+    return 0;
 }
 
 int chat_think_switch(chat_kind k) { return k == CHAT_QWEN3; }
@@ -112,8 +150,8 @@ int chat_template_from_gguf(const gguf_file *f, const char *name, chat_template 
     chat_kind k = name ? chat_by_name(name) : (have ? chat_detect(tmpl.ptr, tmpl.len) : CHAT_UNKNOWN);
     if (k == CHAT_UNKNOWN) {
         if (name)
-            return tkv_errf(err, errlen, "unknown chat template name '%s' (choose chatml, deepseek-r1, llama3 or qwen3)", name);
-        return tkv_errf(err, errlen, "%s; choose one by name: chatml, deepseek-r1, llama3 or qwen3",
+            return tkv_errf(err, errlen, "unknown chat template name '%s' (choose chatml, deepseek-r1, llama3, llama3.1 or qwen3)", name);
+        return tkv_errf(err, errlen, "%s; choose one by name: chatml, deepseek-r1, llama3, llama3.1 or qwen3",
                         have ? "the model's chat template is not one we recognise" : "the model has no tokenizer.chat_template");
     }
     chat_template_init(t, k);
@@ -135,7 +173,29 @@ static const char *bos_text(const tok_vocab *v, const char *fallback, size_t *n)
     return fallback;
 }
 
-static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+/* A character Python's str.strip() (Jinja's |trim) takes off: \s of the tokenizer and U+001C..U+001F. */
+static int py_space(uint32_t cp) { return tok_is_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
+
+/* s[0..*n) without the leading and trailing characters Python's strip() removes; invalid bytes stay. */
+static const char *py_strip(const char *s, size_t *n) {
+    const unsigned char *b = (const unsigned char *)s;
+    size_t i = 0, e = *n;
+    uint32_t cp;
+    while (i < e) {
+        int k = tok_utf8_decode(b + i, e - i, &cp);
+        if (!py_space(cp)) break;
+        i += (size_t)k;
+    }
+    while (e > i) { /* the last character: its lead byte at most 3 bytes back */
+        size_t at = e - 1;
+        while (at > i && e - at < 4 && (b[at] & 0xC0) == 0x80) at--;
+        int k = tok_utf8_decode(b + at, e - at, &cp);
+        if ((size_t)k != e - at || !py_space(cp)) break;
+        e = at;
+    }
+    *n = e - i;
+    return s + i;
+}
 
 #define TOOLS_HEAD "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided " \
                    "with function signatures within <tools></tools> XML tags:\n<tools>"
@@ -170,6 +230,12 @@ static void tools_turn(render *R, const char *text, int callers, const chat_tool
     tkv_buf_adds(&R->b, TOOLS_HEAD);
     for (int k = 0; k < tools->n; k++) tkv_buf_adds(&R->b, "\n"), lit(R, tools->defs[k], strlen(tools->defs[k]));
     tkv_buf_adds(&R->b, braces ? TOOLS_TAIL("{{", "}}") : TOOLS_TAIL("{", "}"));
+}
+
+/* A call as Qwen2.5's and Qwen3's templates write it: {"name": "N", "arguments": A}. */
+static void qwen_call(render *R, const chat_call *c) {
+    tkv_buf_adds(&R->b, "{\"name\": \""), lit(R, c->name, strlen(c->name));
+    tkv_buf_adds(&R->b, "\", \"arguments\": "), lit(R, c->arguments, strlen(c->arguments)), tkv_buf_adds(&R->b, "}");
 }
 
 /* Tool message i: a run of tool results is one user turn of <tool_response> blocks. */
@@ -239,7 +305,7 @@ static void qwen3_assistant(render *R, const chat_msg *m, int after_query, int l
     }
     for (int k = 0; k < m->n_tool_calls; k++) {
         if (k > 0 || c.n) tkv_buf_adds(&R->b, "\n");
-        tkv_buf_adds(&R->b, "<tool_call>\n"), lit(R, m->tool_calls[k], strlen(m->tool_calls[k]));
+        tkv_buf_adds(&R->b, "<tool_call>\n"), qwen_call(R, &m->tool_calls[k]);
         tkv_buf_adds(&R->b, "\n</tool_call>");
     }
     tkv_buf_adds(&R->b, "<|im_end|>\n");
@@ -271,11 +337,75 @@ static void render_qwen3(render *R, const chat_template *t, const chat_msg *msgs
     if (gen) tkv_buf_adds(&R->b, t->think_off ? "<|im_start|>assistant\n<think>\n\n</think>\n\n" : "<|im_start|>assistant\n");
 }
 
+/* ---- Llama 3, Llama 3.1 ---- */
+
+/* <|start_header_id|>ROLE<|end_header_id|>\n\n, the content as |trim leaves it, <|eot_id|> */
+static void llama3_turn(render *R, const char *role, const char *content) {
+    size_t k = strlen(content);
+    const char *c = py_strip(content, &k);
+    tkv_buf_adds(&R->b, "<|start_header_id|>"), tkv_buf_adds(&R->b, role), tkv_buf_adds(&R->b, "<|end_header_id|>\n\n");
+    lit(R, c, k), tkv_buf_adds(&R->b, "<|eot_id|>");
+}
+
+#define LLAMA31_CALL_FORMAT "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}."
+
+/* The template with no date_string (its default date), no custom_tools or builtin_tools, and
+ * tools_in_user_message true (its default): the tools go into the first message after the system
+ * one, whatever its role. What chat_check refuses is written as the nearest thing that can be: the
+ * first call alone, an empty first user turn. */
+static void render_llama31(render *R, const tok_vocab *v, const chat_msg *msgs, int n, const chat_tools *tools, int gen) {
+    size_t bn;
+    const char *bt = bos_text(v, "<|begin_of_text|>", &bn);
+    tkv_buf_add(&R->b, bt, bn);
+    int with_tools = tools && tools->n > 0, i = 0;
+    tkv_buf_adds(&R->b, "<|start_header_id|>system<|end_header_id|>\n\n");
+    if (with_tools) tkv_buf_adds(&R->b, "Environment: ipython\n");
+    tkv_buf_adds(&R->b, "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+    if (n > 0 && !strcmp(msgs[0].role, "system")) {
+        size_t k = strlen(msgs[0].content);
+        const char *c = py_strip(msgs[0].content, &k);
+        lit(R, c, k);
+        i = 1;
+    }
+    tkv_buf_adds(&R->b, "<|eot_id|>");
+    if (with_tools) {
+        tkv_buf_adds(&R->b, "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a "
+                            "JSON for a function call with its proper arguments that best answers the given prompt.\n\n"
+                            LLAMA31_CALL_FORMAT "Do not use variables.\n\n");
+        for (int k = 0; k < tools->n; k++) {
+            tkv_buf d = {0};
+            json_add_indented(&d, tools->defs[k], strlen(tools->defs[k]), 4);
+            lit(R, d.p, d.n), tkv_buf_adds(&R->b, "\n\n");
+            tkv_buf_free(&d);
+        }
+        size_t k = i < n ? strlen(msgs[i].content) : 0;
+        const char *c = i < n ? py_strip(msgs[i].content, &k) : "";
+        lit(R, c, k), tkv_buf_adds(&R->b, "<|eot_id|>");
+        i++;
+    }
+    for (; i < n; i++) {
+        const chat_msg *m = &msgs[i];
+        if (m->n_tool_calls > 0) {
+            tkv_buf_adds(&R->b, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
+            lit(R, m->tool_calls[0].name, strlen(m->tool_calls[0].name)), tkv_buf_adds(&R->b, "\", \"parameters\": ");
+            lit(R, m->tool_calls[0].arguments, strlen(m->tool_calls[0].arguments)), tkv_buf_adds(&R->b, "}<|eot_id|>");
+        } else if (!strcmp(m->role, "tool")) { /* a string is iterable to Jinja: tojson writes it quoted */
+            tkv_buf q = {0};
+            json_add_str(&q, m->content, strlen(m->content));
+            tkv_buf_adds(&R->b, "<|start_header_id|>ipython<|end_header_id|>\n\n"), lit(R, q.p, q.n);
+            tkv_buf_adds(&R->b, "<|eot_id|>");
+            tkv_buf_free(&q);
+        } else {
+            llama3_turn(R, m->role, m->content);
+        }
+    }
+    if (gen) tkv_buf_adds(&R->b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
 char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n, const chat_tools *tools,
                   int add_generation_prompt, size_t *len, size_t **lit_out, int *n_lit) {
     render R = {0};
     tkv_buf_adds(&R.b, "");
-#define CONTENT(s, k) lit(&R, (s), (k))
 #define CONTENTS(s) lit(&R, (s), strlen(s))
     if (t->kind == CHAT_CHATML) {
         int has_system = n > 0 && !strcmp(msgs[0].role, "system");
@@ -294,7 +424,7 @@ char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *ms
                 tkv_buf_adds(&R.b, "<|im_start|>assistant");
                 if (msgs[i].content[0]) tkv_buf_adds(&R.b, "\n"), CONTENTS(msgs[i].content);
                 for (int k = 0; k < msgs[i].n_tool_calls; k++)
-                    tkv_buf_adds(&R.b, "\n<tool_call>\n"), CONTENTS(msgs[i].tool_calls[k]), tkv_buf_adds(&R.b, "\n</tool_call>");
+                    tkv_buf_adds(&R.b, "\n<tool_call>\n"), qwen_call(&R, &msgs[i].tool_calls[k]), tkv_buf_adds(&R.b, "\n</tool_call>");
                 tkv_buf_adds(&R.b, "<|im_end|>\n");
             } else {
                 tkv_buf_adds(&R.b, "<|im_start|>"), tkv_buf_adds(&R.b, role), tkv_buf_adds(&R.b, "\n");
@@ -328,20 +458,14 @@ char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *ms
         size_t bn;
         const char *bt = bos_text(v, "<|begin_of_text|>", &bn);
         tkv_buf_add(&R.b, bt, bn);
-        for (int i = 0; i < n; i++) {
-            const char *c = msgs[i].content, *e = c + strlen(c);
-            while (c < e && is_space(*c)) c++;
-            while (e > c && is_space(e[-1])) e--;
-            tkv_buf_adds(&R.b, "<|start_header_id|>"), tkv_buf_adds(&R.b, msgs[i].role), tkv_buf_adds(&R.b, "<|end_header_id|>\n\n");
-            CONTENT(c, (size_t)(e - c));
-            tkv_buf_adds(&R.b, "<|eot_id|>");
-        }
+        for (int i = 0; i < n; i++) llama3_turn(&R, msgs[i].role, msgs[i].content);
         if (add_generation_prompt) tkv_buf_adds(&R.b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    } else if (t->kind == CHAT_LLAMA31) {
+        render_llama31(&R, v, msgs, n, tools, add_generation_prompt);
     } else if (t->kind == CHAT_QWEN3) {
         render_qwen3(&R, t, msgs, n, tools, add_generation_prompt);
     }
 #undef CONTENTS
-#undef CONTENT
     if (len) *len = R.b.n;
     if (n_lit) *n_lit = (int)R.n_rg;
     if (lit_out) *lit_out = R.rg ? R.rg : tkv_xcalloc(2, sizeof *R.rg);

@@ -23,6 +23,8 @@ void serve_limits_default(serve_limits *l) {
     l->max_stop_len = 256;
     l->max_tokens = 4096;
     l->max_prompt_ids = 1 << 20;
+    l->call_key = "arguments";
+    l->max_calls = 0;
 }
 
 int serve_error_set(serve_error *e, int status, const char *type, const char *param, const char *code, const char *fmt,
@@ -165,7 +167,7 @@ static int get_messages(const json_t *root, const serve_limits *lim, serve_reque
             for (size_t k = 0; k < nc; k++) {
                 char cf[64];
                 snprintf(cf, sizeof cf, "messages[%zu].tool_calls[%zu]", i, k);
-                if (serve_tool_call_text(json_array_get(tc, k), cf, &sm->tool_calls[sm->n_tool_calls], e)) return -1;
+                if (serve_tool_call_read(json_array_get(tc, k), cf, &sm->tool_calls[sm->n_tool_calls], e)) return -1;
                 sm->n_tool_calls++;
             }
         }
@@ -249,9 +251,10 @@ static int get_format(const json_t *root, serve_request *r, serve_error *e) {
     return 0;
 }
 
-/* The grammar a forced call follows: {"name": one of names, "arguments": an object}, the arguments
- * following params (one tool's parameters, or NULL) when the grammar can hold them, else any object. */
-static char *forced_call_schema(const json_t *params, char *const *names, int n) {
+/* The grammar a forced call follows: {"name": one of names, KEY: an object} (KEY the format's:
+ * "arguments", or Llama 3.1's "parameters"), the arguments following params (one tool's parameters,
+ * or NULL) when the grammar can hold them, else any object. */
+static char *forced_call_schema(const json_t *params, char *const *names, int n, const char *key) {
     json_t *sc = json_object(), *props = json_object(), *name = json_object(), *en = json_array();
     for (int k = 0; k < n; k++) json_array_append_new(en, json_string(names[k]));
     json_object_set_new(name, "enum", en);
@@ -260,24 +263,26 @@ static char *forced_call_schema(const json_t *params, char *const *names, int n)
     json_t *args = c ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
     jc_free(c);
     json_object_set_new(props, "name", name);
-    json_object_set_new(props, "arguments", args);
+    json_object_set_new(props, key, args);
     json_object_set_new(sc, "type", json_string("object"));
     json_object_set_new(sc, "properties", props);
-    json_object_set_new(sc, "required", json_pack("[s,s]", "name", "arguments"));
+    json_object_set_new(sc, "required", json_pack("[s,s]", "name", key));
     char *t = json_dumps(sc, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(sc);
     return t;
 }
 
 /* tools, tool_choice ("auto", "none", "required", or {"type": "function", "function": {"name"}}: a
- * call forced by the grammar of forced_call_schema) and parallel_tool_calls */
-static int get_tools(const json_t *root, serve_request *r, serve_error *e) {
+ * call forced by the grammar of forced_call_schema) and parallel_tool_calls (false, also when the
+ * format takes one call per message) */
+static int get_tools(const json_t *root, const serve_limits *lim, serve_request *r, serve_error *e) {
     r->parallel_tool_calls = 1;
     const json_t *ptc = json_object_get(root, "parallel_tool_calls");
     if (ptc && !json_is_null(ptc)) {
         if (!json_is_boolean(ptc)) return BAD_TYPE(e, "parallel_tool_calls", "a boolean");
         r->parallel_tool_calls = json_is_true(ptc);
     }
+    if (lim->max_calls == 1) r->parallel_tool_calls = 0;
     const json_t *tools = json_object_get(root, "tools"), *tc = json_object_get(root, "tool_choice");
     int none = 0, required = 0;
     const char *named = NULL;
@@ -306,7 +311,7 @@ static int get_tools(const json_t *root, serve_request *r, serve_error *e) {
         int n = named ? 1 : r->n_tools;
         const json_t *params = n == 1 ? json_object_get(json_object_get(json_array_get(tools, (size_t)k), "function"), "parameters") : NULL;
         r->json_mode = 2;
-        r->json_schema = forced_call_schema(params, &r->tool_names[k], n);
+        r->json_schema = forced_call_schema(params, &r->tool_names[k], n, lim->call_key ? lim->call_key : "arguments");
     }
     return 0;
 }
@@ -389,7 +394,7 @@ static int get_stop(const json_t *root, const serve_limits *lim, serve_request *
 static int parse_root(const json_t *root, enum serve_kind kind, const serve_limits *lim, serve_request *r, serve_error *e) {
     if (!json_is_object(root)) return serve_error_set(e, 400, "invalid_request_error", "", "invalid_type", "the body must be a JSON object");
     if (serve_fields_check(root, kind, e)) return -1;
-    if (kind == SERVE_CHAT ? get_messages(root, lim, r, e) || get_tools(root, r, e) || get_template_kwargs(root, r, e)
+    if (kind == SERVE_CHAT ? get_messages(root, lim, r, e) || get_tools(root, lim, r, e) || get_template_kwargs(root, r, e)
                            : get_prompt(root, lim, r, e))
         return -1;
     if (get_format(root, r, e)) return -1;
@@ -494,12 +499,18 @@ static char **dup_strs(char *const *v, int n) {
     return o;
 }
 
+static serve_tool_call *dup_calls(const serve_tool_call *v, int n) {
+    serve_tool_call *o = tkv_xcalloc((size_t)n + 1, sizeof *o);
+    for (int i = 0; i < n; i++) o[i] = (serve_tool_call){dup_or_null(v[i].name), dup_or_null(v[i].arguments)};
+    return o;
+}
+
 void serve_request_copy(const serve_request *r, int p, uint64_t seed_off, serve_request *out) {
     *out = *r;
     out->msgs = r->n_msgs ? tkv_xmalloc((size_t)r->n_msgs * sizeof *out->msgs) : NULL;
     for (int i = 0; i < r->n_msgs; i++)
         out->msgs[i] = (serve_msg){dup_or_null(r->msgs[i].role), dup_or_null(r->msgs[i].content),
-                                   r->msgs[i].tool_calls ? dup_strs(r->msgs[i].tool_calls, r->msgs[i].n_tool_calls) : NULL,
+                                   r->msgs[i].tool_calls ? dup_calls(r->msgs[i].tool_calls, r->msgs[i].n_tool_calls) : NULL,
                                    r->msgs[i].n_tool_calls, dup_or_null(r->msgs[i].reasoning_content)};
     out->tools = r->tools ? dup_strs(r->tools, r->n_tools) : NULL;
     out->tool_names = r->tool_names ? dup_strs(r->tool_names, r->n_tools) : NULL;
@@ -532,7 +543,8 @@ static void free_strs(char **v, int n) {
 void serve_request_free(serve_request *r) {
     for (int i = 0; i < r->n_msgs; i++) {
         free(r->msgs[i].role), free(r->msgs[i].content), free(r->msgs[i].reasoning_content);
-        free_strs(r->msgs[i].tool_calls, r->msgs[i].n_tool_calls);
+        for (int k = 0; k < r->msgs[i].n_tool_calls; k++) free(r->msgs[i].tool_calls[k].name), free(r->msgs[i].tool_calls[k].arguments);
+        free(r->msgs[i].tool_calls);
     }
     free(r->msgs);
     free_strs(r->tools, r->n_tools);

@@ -21,10 +21,16 @@
 enum serve_kind { SERVE_CHAT, SERVE_COMPLETION };
 enum { SERVE_MAX_TOP_LOGPROBS = 20, SERVE_MAX_N = 64, SERVE_MAX_TOOLS = 128, SERVE_MAX_BIAS = 300 };
 
+/* A tool call: a past one of an assistant message, or one read from the generated text. */
+typedef struct {
+    char *name;
+    char *arguments; /* JSON text as Python's json.dumps writes it (serve_pyjson), as templates write it */
+} serve_tool_call;
+
 typedef struct {
     char *role;    /* system, user, assistant or tool (developer is read as system) */
     char *content; /* text parts joined ("" for an assistant turn of calls alone) */
-    char **tool_calls; /* assistant: its calls as the template writes them (serve/tools.h) */
+    serve_tool_call *tool_calls; /* assistant: its calls (serve/tools.h) */
     int n_tool_calls;
     char *reasoning_content; /* assistant: its reasoning apart from content; NULL: none given */
 } serve_msg;
@@ -36,6 +42,10 @@ typedef struct {
     int max_stop_len;   /* bytes per stop string */
     int max_tokens;     /* the largest max_tokens accepted */
     int max_prompt_ids; /* token ids in an array prompt */
+    /* how the model's chat format writes a call (tkv_chat_call_key, tkv_chat_max_calls) */
+    const char *call_key; /* the key of its arguments, which a forced call's grammar writes: "arguments"
+                             (the default; Qwen's), "parameters" (Llama 3.1's) */
+    int max_calls;        /* calls per assistant message (0: any); 1: parallel_tool_calls read as false */
 } serve_limits;
 void serve_limits_default(serve_limits *l);
 
@@ -72,10 +82,10 @@ typedef struct {
     int top_logprobs;    /* 0..SERVE_MAX_TOP_LOGPROBS alternatives per token */
     int echo;            /* completions: the prompt's text before the completion's (with logprobs, every
                             prompt token's log-probability first, the first one null); not streamed */
-    char **tools;        /* chat: the tool definitions as the template writes them (serve/tools.h) */
+    char **tools;        /* chat: the tool definitions as Python's json.dumps writes them (serve/tools.h) */
     char **tool_names;
     int n_tools;         /* 0 also when tool_choice is "none": no tools in the prompt, no calls read */
-    int parallel_tool_calls; /* 0: only the first call is kept */
+    int parallel_tool_calls; /* 0: only the first call is kept (also when the format takes one: max_calls) */
     double frequency_penalty, presence_penalty; /* OpenAI's: -2..2, over the tokens generated so far */
     double repetition_penalty; /* vLLM's (and llama.cpp's repeat penalty): (0, 10], 1 off, prompt and output */
     int32_t *bias_ids;   /* logit_bias: added to those tokens' logits (ids checked against the vocabulary later) */

@@ -119,6 +119,8 @@ int serve_start(const serve_opts *o, serve **out, char *err, size_t errlen) {
     a->lim = o->lim;
     if (a->lim.max_tokens > ctx - 1) a->lim.max_tokens = ctx - 1;
     a->lim.max_body = o->http.max_body;
+    a->lim.call_key = tkv_chat_call_key(v->chat); /* the format's own: a forced call writes it */
+    a->lim.max_calls = tkv_chat_max_calls(v->chat);
     a->w = v->w;
     a->timeout_s = o->http.timeout_s;
     a->id_salt = (uint64_t)time(NULL) * 0x2545F4914F6CDD1Dull ^ (uint64_t)(uintptr_t)v;

@@ -1,5 +1,5 @@
-/* tools.c — tool definitions and calls written as Qwen2.5's and Qwen3's templates write them, and calls read back
- * from generated text (see tools.h). */
+/* tools.c — tool definitions and calls' arguments written as the templates write them, and calls read
+ * back from generated text (see tools.h). */
 #include "serve/tools.h"
 
 #include <stdio.h>
@@ -8,31 +8,11 @@
 
 #include "base/buf.h"
 #include "base/err.h"
+#include "base/jsontext.h"
 
 #define BAD(e, field, ...) serve_error_set(e, 400, "invalid_request_error", field, "invalid_value", __VA_ARGS__)
 
 /* ---- Python's json.dumps ---- */
-
-static void py_str(tkv_buf *b, const char *s, size_t n) {
-    tkv_buf_adds(b, "\"");
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char esc[8];
-        switch (c) {
-        case '"': tkv_buf_adds(b, "\\\""); break;
-        case '\\': tkv_buf_adds(b, "\\\\"); break;
-        case '\n': tkv_buf_adds(b, "\\n"); break;
-        case '\r': tkv_buf_adds(b, "\\r"); break;
-        case '\t': tkv_buf_adds(b, "\\t"); break;
-        case '\b': tkv_buf_adds(b, "\\b"); break;
-        case '\f': tkv_buf_adds(b, "\\f"); break;
-        default:
-            if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c), tkv_buf_adds(b, esc);
-            else tkv_buf_add(b, (const char *)&s[i], 1);
-        }
-    }
-    tkv_buf_adds(b, "\"");
-}
 
 /* repr(float): the shortest digits that read back, fixed notation for exponents -4..15 (with ".0"
  * when integral), else d.ddde+XX */
@@ -86,7 +66,7 @@ static void py_json(tkv_buf *b, const json_t *v) {
         json_object_foreach((json_t *)v, key, val) { /* jansson keeps the order the keys came in */
             if (!first) tkv_buf_adds(b, ", ");
             first = 0;
-            py_str(b, key, strlen(key));
+            json_add_str(b, key, strlen(key)); /* Python's string writer, for valid UTF-8 (all jansson holds) */
             tkv_buf_adds(b, ": ");
             py_json(b, val);
         }
@@ -101,7 +81,7 @@ static void py_json(tkv_buf *b, const json_t *v) {
         }
         tkv_buf_adds(b, "]");
         break;
-    case JSON_STRING: py_str(b, json_string_value(v), json_string_length(v)); break;
+    case JSON_STRING: json_add_str(b, json_string_value(v), json_string_length(v)); break;
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
         tkv_buf_adds(b, num);
@@ -149,8 +129,8 @@ int serve_tools_parse(const json_t *tools, serve_request *r, serve_error *e) {
     return 0;
 }
 
-int serve_tool_call_text(const json_t *call, const char *field, char **out, serve_error *e) {
-    *out = NULL;
+int serve_tool_call_read(const json_t *call, const char *field, serve_tool_call *out, serve_error *e) {
+    memset(out, 0, sizeof *out);
     const json_t *f = json_object_get(call, "function"), *ty = json_object_get(call, "type");
     if (!json_is_object(call) || !json_is_object(f) || (ty && !json_is_null(ty) && (!json_is_string(ty) || strcmp(json_string_value(ty), "function"))))
         return BAD(e, field, "'%s' must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", field);
@@ -161,33 +141,30 @@ int serve_tool_call_text(const json_t *call, const char *field, char **out, serv
     json_t *parsed = json_is_string(args) ? json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, NULL) : NULL;
     const json_t *a = parsed ? parsed : args && !json_is_null(args) ? args : NULL;
     json_t *empty = a ? NULL : json_object();
-    char *as = serve_pyjson(a ? a : empty);
-    tkv_buf b = {0};
-    tkv_buf_adds(&b, "{\"name\": \"");
-    tkv_buf_add(&b, json_string_value(name), json_string_length(name)); /* as the template writes it: as is */
-    tkv_buf_adds(&b, "\", \"arguments\": ");
-    tkv_buf_adds(&b, as);
-    tkv_buf_adds(&b, "}");
-    free(as);
+    out->arguments = serve_pyjson(a ? a : empty);
+    out->name = strdup(json_string_value(name));
     json_decref(parsed);
     json_decref(empty);
-    *out = b.p;
     return 0;
 }
 
 /* ---- the generated text ---- */
 
-static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>";
+static const char OPEN[] = "<tool_call>", CLOSE[] = "</tool_call>", PYTHON_TAG[] = "<|python_tag|>";
 #define OPEN_N (sizeof OPEN - 1)
 #define CLOSE_N (sizeof CLOSE - 1)
+#define PYTHON_TAG_N (sizeof PYTHON_TAG - 1)
 
 static int blank(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
-/* Past leading blanks and an opening ```json (or ```) fence, into *at; returns where the text ends
- * before a closing fence (and blanks) when there was an opening one, else n. */
+/* Past leading blanks, a <|python_tag|> (Llama 3.1's call opens with it when it is read as text)
+ * and an opening ```json (or ```) fence, into *at; returns where the text ends before a closing
+ * fence (and blanks) when there was an opening one, else n. */
 static size_t fence_open(const char *text, size_t n, size_t *at) {
     size_t i = 0;
     while (i < n && blank(text[i])) i++;
+    if (n - i >= PYTHON_TAG_N && !memcmp(text + i, PYTHON_TAG, PYTHON_TAG_N))
+        for (i += PYTHON_TAG_N; i < n && blank(text[i]);) i++;
     int fenced = n - i >= 3 && !memcmp(text + i, "```", 3);
     if (fenced) {
         i += 3;
@@ -202,9 +179,11 @@ static size_t fence_open(const char *text, size_t n, size_t *at) {
     return e;
 }
 
-/* {"name": NAME, "arguments": OBJECT or a string of one} as a call; 0, or -1 when it is none */
+/* {"name": NAME, "arguments": OBJECT or a string of one} as a call ("parameters", Llama 3.1's key,
+ * when there is no "arguments"); 0, or -1 when it is none */
 static int read_call(const json_t *o, char *const *names, int n_names, serve_tool_call *c) {
     const json_t *name = json_object_get(o, "name"), *args = json_object_get(o, "arguments");
+    if (!args) args = json_object_get(o, "parameters");
     if (!json_is_object(o) || !json_is_string(name)) return -1;
     if (names) {
         int known = 0;
@@ -279,8 +258,10 @@ void serve_tool_calls_free(serve_tool_calls *c) {
 size_t serve_tools_visible(const char *text, size_t n) {
     size_t at = 0;
     while (at < n && blank(text[at])) at++;
-    /* blank so far, an object, or a fence (or the start of one) may turn out to hold calls */
-    if (at == n || text[at] == '{' || !memcmp(text + at, "```", n - at < 3 ? n - at : 3)) return 0;
+    /* blank so far, an object, a fence or a <|python_tag|> (or the start of one) may turn out to hold calls */
+    if (at == n || text[at] == '{' || !memcmp(text + at, "```", n - at < 3 ? n - at : 3) ||
+        !memcmp(text + at, PYTHON_TAG, n - at < PYTHON_TAG_N ? n - at : PYTHON_TAG_N))
+        return 0;
     const char *open = memmem(text, n, OPEN, OPEN_N);
     size_t v = open ? (size_t)(open - text) : n;
     if (!open) /* a part of "<tool_call>" at the end may become one */

@@ -107,19 +107,27 @@ static int encode(serve_worker *w, const serve_request *r, struct wjob *wj, serv
             return serve_error_set(e, 400, "invalid_request_error", "chat_template_kwargs", "unsupported_value",
                                    "enable_thinking false: this model's chat format (%s) has no thinking switch (qwen3 has)",
                                    tkv_chat_name(w->chat));
-        int tool_turns = 0;
-        for (int i = 0; i < r->n_msgs; i++) tool_turns += r->msgs[i].n_tool_calls > 0 || !strcmp(r->msgs[i].role, "tool");
+        int tool_turns = 0, n_calls = 0;
+        for (int i = 0; i < r->n_msgs; i++) {
+            tool_turns += r->msgs[i].n_tool_calls > 0 || !strcmp(r->msgs[i].role, "tool");
+            n_calls += r->msgs[i].n_tool_calls;
+        }
         if ((r->n_tools || tool_turns) && !tkv_chat_has_tools(w->chat))
             return serve_error_set(e, 400, "invalid_request_error", r->n_tools ? "tools" : "messages", "unsupported_value",
-                                   "this model's chat template (%s) has no tool calls (Qwen2.5's ChatML and Qwen3 have)",
+                                   "this model's chat template (%s) has no tool calls (Qwen2.5's ChatML, Llama 3.1 and Qwen3 have)",
                                    tkv_chat_name(w->chat));
         tkv_chat_msg *cm = tkv_xmalloc((size_t)r->n_msgs * sizeof *cm);
-        for (int i = 0; i < r->n_msgs; i++)
-            cm[i] = (tkv_chat_msg){.role = r->msgs[i].role, .content = r->msgs[i].content,
-                                   .tool_calls = (const char *const *)r->msgs[i].tool_calls, .n_tool_calls = r->msgs[i].n_tool_calls,
-                                   .reasoning_content = r->msgs[i].reasoning_content};
+        tkv_chat_call *calls = tkv_xmalloc((size_t)(n_calls ? n_calls : 1) * sizeof *calls), *at = calls;
+        for (int i = 0; i < r->n_msgs; i++) {
+            const serve_msg *sm = &r->msgs[i];
+            for (int k = 0; k < sm->n_tool_calls; k++) at[k] = (tkv_chat_call){sm->tool_calls[k].name, sm->tool_calls[k].arguments};
+            cm[i] = (tkv_chat_msg){.role = sm->role, .content = sm->content, .tool_calls = sm->n_tool_calls ? at : NULL,
+                                   .n_tool_calls = sm->n_tool_calls, .reasoning_content = sm->reasoning_content};
+            at += sm->n_tool_calls;
+        }
         wj->n_ids = tkv_chat_encode_tools(chat, cm, r->n_msgs, (const char *const *)r->tools, r->n_tools, 1, &wj->ids, msg,
                                           sizeof msg);
+        free(calls);
         free(cm);
         if (wj->n_ids < 0) return serve_error_set(e, 400, "invalid_request_error", "messages", "invalid_value", "%s", msg);
     } else if (r->prompt_ids) {
