@@ -18,6 +18,7 @@
 # printed last). Needs curl and jq. Each request is sent once the previous one on its slot has
 # returned (xargs -P SLOTS), as a client of a 4-slot server would.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 LL=${1:?usage: bench/eval-vs-llamaserver.sh LLAMA_BUILD_DIR [MODEL.gguf]}
 MODEL=${2:-$(scripts/fetch-model.sh 1.5b)}
 N=${N:-40}; SLOTS=${SLOTS:-4}; PARALLEL=${PARALLEL:-16}; MAX_TOKENS=${MAX_TOKENS:-1024}; THREADS=${THREADS:-2}
@@ -42,11 +43,7 @@ run_server() {
   "$SERVER" -m "$MODEL" -t "$THREADS" -np "$SLOTS" -c $((SLOTS * (MAX_TOKENS + 512))) --port "$PORT" --no-webui \
     >"$W/server.log" 2>&1 &
   SPID=$!
-  for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
-    kill -0 "$SPID" 2>/dev/null || { echo "eval-vs-llamaserver: llama-server exited:" >&2; tail -5 "$W/server.log" >&2; exit 1; }
-    sleep 0.5
-  done
+  server_up "$PORT" "$SPID" || { echo "eval-vs-llamaserver: llama-server did not come up:" >&2; tail -5 "$W/server.log" >&2; exit 1; }
   rm -rf "$W/resp"; mkdir -p "$W/resp"
   t0=$(now)
   seq 0 $((n_req - 1)) |

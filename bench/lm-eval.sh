@@ -28,6 +28,7 @@
 #   OUT (bench/out/lm-eval: tasks, tokenizer, lm-eval's outputs and samples, tierkv eval's results).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BIN=${BIN:-build/tierkv}
 MODEL=${MODEL:-$HOME/.cache/tierkv/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}
 N=${N:-20}; MAX_TOKENS=${MAX_TOKENS:-512}; PARALLEL=${PARALLEL:-4}; THREADS=${THREADS:-2}; PORT=${PORT:-8093}
@@ -136,12 +137,7 @@ cleanup() { [ -n "$SPID" ] && kill "$SPID" 2>/dev/null; wait 2>/dev/null || true
 trap cleanup EXIT
 "$BIN" serve -m "$MODEL" --port "$PORT" --parallel "$PARALLEL" -t "$THREADS" --name tierkv >"$OUT/server.log" 2>&1 &
 SPID=$!
-for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
-    kill -0 "$SPID" 2>/dev/null || { echo "lm-eval.sh: the server exited:" >&2; tail -5 "$OUT/server.log" >&2; exit 1; }
-    sleep 0.5
-done
-curl -sf "http://127.0.0.1:$PORT/health" >/dev/null || { echo "lm-eval.sh: the server did not come up" >&2; exit 1; }
+server_up "$PORT" "$SPID" || { echo "lm-eval.sh: the server did not come up:" >&2; tail -5 "$OUT/server.log" >&2; exit 1; }
 
 run_lm_eval() { # TASK MODEL_TYPE MODEL_ARGS [more lm_eval flags]
     local task=$1 mt=$2 ma=$3

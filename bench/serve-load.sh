@@ -37,6 +37,7 @@ want() { case ",$RUNS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 OUT=${OUT:-bench/out/serve-load-$(date +%Y%m%d-%H%M%S)}
 CTX=$((MAX_TOKENS + 512))
 HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
 for f in "$TIERKV" ; do [ -x "$f" ] || { echo "serve-load: missing $f (make)" >&2; exit 1; }; done
 [ -r "$DATA" ] || { echo "serve-load: cannot read $DATA" >&2; exit 1; }
 [ -r "$MODEL" ] || { echo "serve-load: cannot read $MODEL (scripts/fetch-model.sh 1.5b)" >&2; exit 1; }
@@ -48,12 +49,7 @@ trap cleanup EXIT
 metric() { grep -E "^$2 " "$1" | awk '{print $2}' | head -1; }
 
 wait_health() { # $1 log file
-  for _ in $(seq 1 1200); do
-    python3 -c "import http.client,sys; c=http.client.HTTPConnection('127.0.0.1',$PORT,timeout=2); c.request('GET','/health'); sys.exit(c.getresponse().status!=200)" 2>/dev/null && return 0
-    kill -0 "$SPID" 2>/dev/null || { echo "serve-load: the server exited:" >&2; tail -5 "$1" >&2; exit 1; }
-    sleep 0.5
-  done
-  echo "serve-load: the server did not come up" >&2; exit 1
+  server_up "$PORT" "$SPID" 1200 || { echo "serve-load: the server did not come up:" >&2; tail -5 "$1" >&2; exit 1; }
 }
 
 fetch_metrics() { # $1 file

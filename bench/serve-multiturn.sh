@@ -45,6 +45,7 @@ PARALLEL=${PARALLEL:-4}; CTX=${CTX:-4096}; LIMIT_S=${LIMIT_S:-900}
 SERVERS=${SERVERS:-tierkv-conv tierkv-noconv tierkv-hier llama-server}
 DATA=${DATA:-../shared/data/gsm8k_test.jsonl}; TIERKV=${TIERKV:-build/tierkv}
 HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
 [ -x "$TIERKV" ] || { echo "serve-multiturn: missing $TIERKV (make)" >&2; exit 1; }
 [ -r "$MODEL" ] || { echo "serve-multiturn: cannot read $MODEL (scripts/fetch-model.sh 0.5b)" >&2; exit 1; }
 [ -r "$DATA" ] || { echo "serve-multiturn: cannot read $DATA" >&2; exit 1; }
@@ -83,8 +84,6 @@ scrub() {
     -e "s|$PWD/||g" -e "s|$HOME|~|g"
 }
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'; }
-# up: 0 when /health answers 200 (llama-server answers 503 while it loads)
-healthy() { python3 -c "import http.client, sys; c = http.client.HTTPConnection('127.0.0.1', $1, timeout=2); c.request('GET', '/health'); sys.exit(c.getresponse().status != 200)" 2>/dev/null; }
 
 # serve NAME KIND COMMAND...: starts the server on a free port, drives the conversations, stops it
 serve() {
@@ -96,11 +95,7 @@ serve() {
   "${cmd[@]}" >"$OUT/$name.log.raw" 2>&1 &
   SPID=$!
   local up=0
-  for _ in $(seq 1 600); do
-    healthy "$port" && { up=1; break; }
-    kill -0 "$SPID" 2>/dev/null || break
-    sleep 0.5
-  done
+  server_up "$port" "$SPID" && up=1
   if [ "$up" = 1 ]; then
     local drv=(python3 "$HERE/serve_multiturn.py" run --port "$port" --data "$DATA" --name "$name" --kind "$kind"
       --out "$OUT/$name.json" --pid "$SPID" --clients "$CLIENTS" --turns "$TURNS" --max-tokens "$MAX_TOKENS"
