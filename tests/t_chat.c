@@ -10,15 +10,26 @@
 #include "gguf/gguf_write.h"
 #include "t.h"
 
-int t_chat_template_file(const char *text, gguf_file *f, char **mem) {
+int t_chat_template_of(const char *text, chat_template *t) {
     gguf_writer *w = gguf_writer_begin(0);
     gguf_writer_add_str(w, "tokenizer.chat_template", text);
     size_t n = 0;
-    char err[256];
-    FILE *fp = open_memstream(mem, &n);
-    if (!fp || gguf_writer_open_stream(w, fp, err, sizeof err) || gguf_writer_close(w, err, sizeof err)) return -1;
+    char err[256], *mem = NULL;
+    FILE *fp = open_memstream(&mem, &n);
+    if (!fp || gguf_writer_open_stream(w, fp, err, sizeof err) || gguf_writer_close(w, err, sizeof err)) {
+        if (fp) fclose(fp);
+        free(mem);
+        return -1;
+    }
     fclose(fp);
-    return gguf_parse((const uint8_t *)*mem, n, f, err, sizeof err);
+    gguf_file f;
+    int rc = gguf_parse((const uint8_t *)mem, n, &f, err, sizeof err);
+    if (!rc) {
+        rc = chat_template_from_gguf(&f, NULL, t, err, sizeof err);
+        gguf_free(&f);
+    }
+    free(mem);
+    return rc;
 }
 
 /* The case as chat_jinja.py reads it. */

@@ -18,8 +18,9 @@ int t_chat_jinja(const char *template_path, const char *tag, const chat_msg *m, 
  * Returns 1 when compared, 0 when skipped (jinja2 missing: the test is marked skipped) or failed. */
 int t_chat_same(const char *template_path, const char *tag, const chat_template *t, const chat_msg *m, int n,
                 const chat_tools *tools, int think, const char *bos, int gen);
-/* A GGUF file holding text as tokenizer.chat_template (and nothing else), parsed from memory (*mem,
- * freed by the caller after gguf_free). */
-int t_chat_template_file(const char *text, gguf_file *f, char **mem);
+/* The template a GGUF file holding text as tokenizer.chat_template (and nothing else) gives
+ * chat_template_from_gguf, with no name: 0, or -1 when the file cannot be made or read or no format
+ * is recognised. */
+int t_chat_template_of(const char *text, chat_template *t);
 
 #endif

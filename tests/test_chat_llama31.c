@@ -175,13 +175,9 @@ TEST(chat_llama31_llama3_unchanged) {
 TEST(chat_llama31_detect_and_literals) {
     char *text = t_slurp(TEMPLATE);
     REQUIRE(text);
-    gguf_file f;
-    char *mem = NULL, err[256];
-    REQUIRE(t_chat_template_file(text, &f, &mem) == 0);
     chat_template t;
-    REQUIRE(chat_template_from_gguf(&f, NULL, &t, err, sizeof err) == 0);
+    REQUIRE(t_chat_template_of(text, &t) == 0);
     CHECK(t.kind == CHAT_LLAMA31 && t.tools && !t.default_system[0]);
-    gguf_free(&f), free(mem), mem = NULL;
     CHECK(chat_by_name("llama3.1") == CHAT_LLAMA31 && !strcmp(chat_name(CHAT_LLAMA31), "llama3.1"));
     CHECK(chat_detect("llama3.1", 8) == CHAT_LLAMA31 && chat_by_name("llama3.2") == CHAT_UNKNOWN);
     CHECK(!chat_think_switch(CHAT_LLAMA31) && !strcmp(chat_call_key(CHAT_LLAMA31), "parameters") && chat_max_calls(CHAT_LLAMA31) == 1);

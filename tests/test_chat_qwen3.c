@@ -115,20 +115,15 @@ TEST(chat_qwen3_tools_match_template) {
 TEST(chat_qwen3_detect_and_encode) {
     char *text = t_slurp(TEMPLATE);
     REQUIRE(text);
-    gguf_file f;
-    char *mem = NULL, err[256];
-    REQUIRE(t_chat_template_file(text, &f, &mem) == 0);
     chat_template t;
-    REQUIRE(chat_template_from_gguf(&f, NULL, &t, err, sizeof err) == 0);
+    REQUIRE(t_chat_template_of(text, &t) == 0);
     CHECK(t.kind == CHAT_QWEN3 && t.tools && !t.think_off && !t.default_system[0]);
-    gguf_free(&f), free(mem), mem = NULL;
     int n_switch = 0;
     for (char *at = text; (at = strstr(at, "enable_thinking")) != NULL; n_switch++) memcpy(at, "enable_thinkinq", 15);
     CHECK(n_switch == 2);
-    REQUIRE(t_chat_template_file(text, &f, &mem) == 0);
-    REQUIRE(chat_template_from_gguf(&f, NULL, &t, err, sizeof err) == 0);
+    REQUIRE(t_chat_template_of(text, &t) == 0);
     CHECK(t.kind == CHAT_CHATML);
-    gguf_free(&f), free(mem), free(text);
+    free(text);
     CHECK(chat_by_name("qwen3") == CHAT_QWEN3 && !strcmp(chat_name(CHAT_QWEN3), "qwen3"));
     CHECK(chat_detect("qwen3", 5) == CHAT_QWEN3);
     CHECK(chat_think_switch(CHAT_QWEN3) && !chat_think_switch(CHAT_CHATML) && !chat_think_switch(CHAT_DEEPSEEK_R1));
@@ -145,6 +140,7 @@ TEST(chat_qwen3_detect_and_encode) {
     /* Qwen2.5's vocabulary has Qwen3's <|im_start|>, <|im_end|> and <tool_call> at the same ids */
     if (!t_need("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf")) return;
     gguf_file g;
+    char err[256];
     REQUIRE(gguf_open(t_shared("fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf"), &g, err, sizeof err) == 0);
     tok_vocab *v = tok_load(&g, err, sizeof err);
     REQUIRE(v);
