@@ -129,7 +129,7 @@ def section_think(a):
         check(t.returncode == 0 and t.stdout == r.stdout, "run --think %s answers %r, on its ids %r" % (think, r.stdout, t.stdout))
     # refusals: the format named; a bad value; --think without --chat
     for cmd in (["run", "--chat", "-p", "hi", "-n", "2"], ["chat", "-n", "2"]):
-        for tmpl in ("chatml", "deepseek-r1", "llama3"):
+        for tmpl in ("chatml", "deepseek-r1", "llama3", "llama3.1"):
             p = subprocess.run([a.bin] + cmd[:1] + ["-m", a.model, "--template", tmpl, "--think", "off"] + cmd[1:],
                                input=b"hi\n", capture_output=True, timeout=60)
             err = p.stderr.decode()
