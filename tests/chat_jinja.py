@@ -7,7 +7,7 @@ for byte.
 
 CASE.json: {"messages": [{"role", "content", "reasoning_content"?, "tool_calls"?: [{"name", "arguments":
 JSON text}]}], "tools": [definition JSON text], "add_generation_prompt": bool, "enable_thinking"?: bool,
-"bos_token"?: text}. Each call is given to the template as OpenAI's {"type": "function", "function":
+"bos_token"?: text, "strftime_now"?: the date it returns (else the renderer has none)}. Each call is given to the template as OpenAI's {"type": "function", "function":
 {"name", "arguments": the arguments read as JSON}} (as servers hand them to templates); a definition
 is read likewise. Exit 77 when jinja2 is missing (the C test then skips), 3 when the template raises
 (its message on stderr)."""
@@ -52,6 +52,8 @@ def main():
     env.filters["tojson"] = lambda x, indent=None, separators=None, sort_keys=False: json.dumps(
         x, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
     env.globals["raise_exception"] = raise_exception
+    if "strftime_now" in case:
+        env.globals["strftime_now"] = lambda fmt: case["strftime_now"]
     try:
         text = env.from_string(template).render(**kw)
     except jinja2.exceptions.TemplateError as e:

@@ -34,7 +34,7 @@ int t_chat_template_of(const char *text, chat_template *t) {
 
 /* The case as chat_jinja.py reads it. */
 static void write_case(const char *path, const chat_msg *m, int n, const chat_tools *tools, int think, const char *bos,
-                       int gen) {
+                       const char *today, int gen) {
     struct json_out o;
     json_out_init(&o);
     json_out_obj_begin(&o);
@@ -66,6 +66,7 @@ static void write_case(const char *path, const chat_msg *m, int n, const chat_to
     json_out_key(&o, "add_generation_prompt"), json_out_bool(&o, gen);
     if (think >= 0) json_out_key(&o, "enable_thinking"), json_out_bool(&o, think);
     if (bos) json_out_key(&o, "bos_token"), json_out_str(&o, bos);
+    if (today) json_out_key(&o, "strftime_now"), json_out_str(&o, today);
     json_out_obj_end(&o);
     FILE *f = fopen(path, "w");
     if (f) fwrite(o.b.p, 1, o.b.n, f), fclose(f);
@@ -73,12 +74,12 @@ static void write_case(const char *path, const chat_msg *m, int n, const chat_to
 }
 
 int t_chat_jinja(const char *template_path, const char *tag, const chat_msg *m, int n, const chat_tools *tools, int think,
-                 const char *bos, int gen, char **text) {
+                 const char *bos, const char *today, int gen, char **text) {
     char in[600], out[600], cmd[2048];
     *text = NULL;
     snprintf(in, sizeof in, "%s/chat-%s.json", t_tmpdir(), tag);
     snprintf(out, sizeof out, "%s/chat-%s.txt", t_tmpdir(), tag);
-    write_case(in, m, n, tools, think, bos, gen);
+    write_case(in, m, n, tools, think, bos, today, gen);
     snprintf(cmd, sizeof cmd, "python3 tests/chat_jinja.py --template %s --case %s --out %s", template_path, in, out);
     int st = system(cmd), rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     if (rc == 77) { t_skip("jinja2 missing (pip install jinja2)"); return T_CHAT_SKIPPED; }
@@ -93,7 +94,7 @@ int t_chat_jinja(const char *template_path, const char *tag, const chat_msg *m, 
 int t_chat_same(const char *template_path, const char *tag, const chat_template *t, const chat_msg *m, int n,
                 const chat_tools *tools, int think, const char *bos, int gen) {
     char *want;
-    int rc = t_chat_jinja(template_path, tag, m, n, tools, think, bos, gen, &want);
+    int rc = t_chat_jinja(template_path, tag, m, n, tools, think, bos, t->date[0] ? t->date : NULL, gen, &want);
     CHECKF(rc != T_CHAT_RAISES, "%s: the template raises", tag);
     if (rc != T_CHAT_RENDERED) return 0;
     size_t len;

@@ -10,11 +10,13 @@
 #include "model/chat.h"
 
 /* What the template does with the conversation. think: -1 not given to the template, 1 or 0 its
- * enable_thinking; bos: the template's bos_token (NULL: not given). */
+ * enable_thinking; bos: the template's bos_token (NULL: not given); today: what strftime_now returns
+ * (NULL: the renderer has no strftime_now). */
 enum { T_CHAT_SKIPPED = 0, T_CHAT_RENDERED, T_CHAT_RAISES, T_CHAT_FAILED };
 int t_chat_jinja(const char *template_path, const char *tag, const chat_msg *m, int n, const chat_tools *tools, int think,
-                 const char *bos, int gen, char **text);
-/* Our text for the conversation equals the template's (a failed check says where they part).
+                 const char *bos, const char *today, int gen, char **text);
+/* Our text for the conversation equals the template's (a failed check says where they part); a
+ * t->date given is the template's strftime_now.
  * Returns 1 when compared, 0 when skipped (jinja2 missing: the test is marked skipped) or failed. */
 int t_chat_same(const char *template_path, const char *tag, const chat_template *t, const chat_msg *m, int n,
                 const chat_tools *tools, int think, const char *bos, int gen);

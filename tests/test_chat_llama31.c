@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gguf/gguf.h"
 #include "model/chat.h"
@@ -114,11 +115,11 @@ TEST(chat_llama31_refusals) {
     CHECK(chat_check(&t, sys, 1, &tools, err, sizeof err) != 0 && strstr(err, "messages[1]") && strstr(err, "first user message"));
     CHECK(chat_check(&t, sys, 0, &tools, err, sizeof err) != 0 && strstr(err, "messages[0]"));
     CHECK(chat_check(&t, sys, 1, NULL, err, sizeof err) == 0 && chat_check(&t, two, 1, &tools, err, sizeof err) == 0);
-    int rc = t_chat_jinja(TEMPLATE, "llama31-two-calls", two, 3, &tools, -1, BOS, 1, &text);
+    int rc = t_chat_jinja(TEMPLATE, "llama31-two-calls", two, 3, &tools, -1, BOS, NULL, 1, &text);
     if (rc == T_CHAT_SKIPPED) return;
     CHECKF(rc == T_CHAT_RAISES, "two calls: the template renders them (%d)", rc);
     free(text);
-    rc = t_chat_jinja(TEMPLATE, "llama31-system-only", sys, 1, &tools, -1, BOS, 1, &text);
+    rc = t_chat_jinja(TEMPLATE, "llama31-system-only", sys, 1, &tools, -1, BOS, NULL, 1, &text);
     CHECKF(rc == T_CHAT_RAISES, "tools after a system message alone: the template renders them (%d)", rc);
     free(text);
     size_t len;
@@ -177,7 +178,7 @@ TEST(chat_llama31_detect_and_literals) {
     REQUIRE(text);
     chat_template t;
     REQUIRE(t_chat_template_of(text, &t) == 0);
-    CHECK(t.kind == CHAT_LLAMA31 && t.tools && !t.default_system[0]);
+    CHECK(t.kind == CHAT_LLAMA31 && t.tools && !t.default_system[0] && !t.date_now);
     CHECK(chat_by_name("llama3.1") == CHAT_LLAMA31 && !strcmp(chat_name(CHAT_LLAMA31), "llama3.1"));
     CHECK(chat_detect("llama3.1", 8) == CHAT_LLAMA31 && chat_by_name("llama3.2") == CHAT_UNKNOWN);
     CHECK(!chat_think_switch(CHAT_LLAMA31) && !strcmp(chat_call_key(CHAT_LLAMA31), "parameters") && chat_max_calls(CHAT_LLAMA31) == 1);
@@ -202,6 +203,19 @@ TEST(chat_llama31_detect_and_literals) {
     chat_tools tools = {DEFS, 2};
     chat_msg m[4] = {MSG("system", "S"), MSG("user", "Weather?"), CALL(WEATHER, 1), MSG("tool", "21")};
     t_chat_same(path, "llama32-tools", &t, m, 4, &tools, -1, BOS, 1);
+    snprintf(t.date, sizeof t.date, "05 Dec 2026"); /* a renderer with strftime_now: its date */
+    t_chat_same(path, "llama32-today", &t, m, 4, &tools, -1, BOS, 1);
+    /* 3.2's file renders today's date (local time), 3.1's its fixed one */
+    chat_template t2;
+    REQUIRE(t_chat_template_of(t32, &t2) == 0);
+    CHECK(t2.kind == CHAT_LLAMA31 && t2.date_now && !t2.date[0]);
+    char want[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    REQUIRE(localtime_r(&now, &tm) && strftime(want, sizeof want, "Today Date: %d %b %Y\n", &tm));
+    char *r = chat_render(&t2, NULL, m, 4, &tools, 1, NULL, NULL, NULL);
+    CHECKF(strstr(r, want) != NULL, "3.2's file: no '%s' in '%.200s'", want, r);
+    free(r);
     free(t32);
     /* not llama3.1 */
     int n_instr = 0; /* the instruction (twice: for the system turn and the user turn) says "arguments": not ours */

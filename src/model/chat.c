@@ -15,7 +15,8 @@
  *                becomes a user turn that lists them (tojson(indent=4)); a call is an assistant turn
  *                {"name": "N", "parameters": ARGS}, a tool result an ipython turn of its content as a
  *                JSON string (tests/data/llama31-chat-template.jinja, with no date_string, custom_tools
- *                or builtin_tools given: "26 Jul 2024", tools in the user turn)
+ *                or builtin_tools given: "26 Jul 2024", or today's for 3.2's template, which asks
+ *                strftime_now; tools in the user turn)
  * The R1 generation prompt always ends with "<think>\n" (the early-2025 template revision), even for
  * files whose embedded template is older and ends with <｜Assistant｜>. */
 #include "model/chat.h"
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/buf.h"
 #include "base/err.h"
@@ -163,6 +165,7 @@ int chat_template_from_gguf(const gguf_file *f, const char *name, chat_template 
                    has(tmpl.ptr, tmpl.len, "<tool_response>") && has(tmpl.ptr, tmpl.len, "# Tools");
         t->tools_braces = has(tmpl.ptr, tmpl.len, "{{\\\"name\\\": <function-name>");
     }
+    if (k == CHAT_LLAMA31 && have) t->date_now = has(tmpl.ptr, tmpl.len, "strftime_now(");
     return 0;
 }
 
@@ -349,18 +352,32 @@ static void llama3_turn(render *R, const char *role, const char *content) {
 
 #define LLAMA31_CALL_FORMAT "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}."
 
-/* The template with no date_string (its default date), no custom_tools or builtin_tools, and
- * tools_in_user_message true (its default): the tools go into the first message after the system
- * one, whatever its role. What chat_check refuses is written as the nearest thing that can be: the
- * first call alone, an empty first user turn. */
-static void render_llama31(render *R, const tok_vocab *v, const chat_msg *msgs, int n, const chat_tools *tools, int gen) {
+/* "Today Date": t->date when given; today's (strftime_now("%d %b %Y"), local time) for a template
+ * that asks for it; else the template's default. */
+static void today(render *R, const chat_template *t) {
+    char d[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    if (t->date[0]) tkv_buf_adds(&R->b, t->date);
+    else if (t->date_now && localtime_r(&now, &tm) && strftime(d, sizeof d, "%d %b %Y", &tm)) tkv_buf_adds(&R->b, d);
+    else tkv_buf_adds(&R->b, "26 Jul 2024");
+}
+
+/* The template with no date_string (its default date, or 3.2's strftime_now), no custom_tools or
+ * builtin_tools, and tools_in_user_message true (its default): the tools go into the first message
+ * after the system one, whatever its role. What chat_check refuses is written as the nearest thing
+ * that can be: the first call alone, an empty first user turn. */
+static void render_llama31(render *R, const chat_template *t, const tok_vocab *v, const chat_msg *msgs, int n,
+                           const chat_tools *tools, int gen) {
     size_t bn;
     const char *bt = bos_text(v, "<|begin_of_text|>", &bn);
     tkv_buf_add(&R->b, bt, bn);
     int with_tools = tools && tools->n > 0, i = 0;
     tkv_buf_adds(&R->b, "<|start_header_id|>system<|end_header_id|>\n\n");
     if (with_tools) tkv_buf_adds(&R->b, "Environment: ipython\n");
-    tkv_buf_adds(&R->b, "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+    tkv_buf_adds(&R->b, "Cutting Knowledge Date: December 2023\nToday Date: ");
+    today(R, t);
+    tkv_buf_adds(&R->b, "\n\n");
     if (n > 0 && !strcmp(msgs[0].role, "system")) {
         size_t k = strlen(msgs[0].content);
         const char *c = py_strip(msgs[0].content, &k);
@@ -461,7 +478,7 @@ char *chat_render(const chat_template *t, const tok_vocab *v, const chat_msg *ms
         for (int i = 0; i < n; i++) llama3_turn(&R, msgs[i].role, msgs[i].content);
         if (add_generation_prompt) tkv_buf_adds(&R.b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     } else if (t->kind == CHAT_LLAMA31) {
-        render_llama31(&R, v, msgs, n, tools, add_generation_prompt);
+        render_llama31(&R, t, v, msgs, n, tools, add_generation_prompt);
     } else if (t->kind == CHAT_QWEN3) {
         render_qwen3(&R, t, msgs, n, tools, add_generation_prompt);
     }

@@ -50,6 +50,10 @@ typedef struct {
     int tools_braces;         /* its instruction writes the call as {{"name": ...}} (Qwen2.5-Coder's files) */
     int think_off;            /* Qwen3's enable_thinking=false: the generation prompt holds an empty think
                                  block (0, the default: thinking on); only for a format with the switch */
+    int date_now;             /* Llama 3.1 family: the template asks strftime_now for "Today Date" (3.2's):
+                                 the day of each render, local time, as Hugging Face's renderer gives it */
+    char date[24];            /* Llama 3.1 family: "Today Date" as given ("" : the above, or else the
+                                 template's own default, 26 Jul 2024) */
 } chat_template;
 
 /* The format a Jinja template string stands for; CHAT_UNKNOWN if none matches. */
