@@ -180,7 +180,8 @@ def samples(task):
     return [json.loads(l) for l in open(f[-1])] if f else []
 
 if "gsm8k" in tasks:
-    lm = {s["doc"]["id"]: s for s in samples("gsm8k_tierkv")}
+    gs = samples("gsm8k_tierkv")  # one line per problem and filter; the generated text is the same in each
+    lm = {s["doc"]["id"]: s for s in gs}
     tk = {}
     for l in open(os.path.join(out, "tierkv-gsm8k.jsonl")):
         r = json.loads(l)
@@ -191,9 +192,8 @@ if "gsm8k" in tasks:
         r = s["resps"][0]
         return r[0] if isinstance(r, list) else r
     same = sum(text(lm[i]) == (tk[i].get("output") or "") for i in ids)
-    boxed = sum(lm[i]["exact_match"] if "exact_match" in lm[i] else 0 for i in ids)
     by_filter = {}
-    for s in samples("gsm8k_tierkv"):
+    for s in gs:
         by_filter.setdefault(s["filter"], []).append(s)
     print("gsm8k, %d problems graded by both:" % len(ids))
     for f, ss in sorted(by_filter.items()):

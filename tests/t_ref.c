@@ -45,10 +45,9 @@ static int json_arr(const char *s, const char *key, int32_t **out, int *n) {
     return 0;
 }
 
-
 int load_ref(const char *json_path, const char *logits_path, ref_data *r) {
     memset(r, 0, sizeof *r);
-    char *j = t_slurp_n(json_path, NULL);
+    char *j = t_slurp(json_path);
     if (!j) return -1;
     int ok = !json_int(j, "n_vocab", &r->n_vocab) && !json_int(j, "n_prompt", &r->n_prompt) &&
              !json_int(j, "first_logit_pos", &r->first) && !json_int(j, "rows", &r->rows) &&

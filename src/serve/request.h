@@ -81,7 +81,7 @@ typedef struct {
     int logprobs;        /* 1: each generated token's log-probability in the answer */
     int top_logprobs;    /* 0..SERVE_MAX_TOP_LOGPROBS alternatives per token */
     int echo;            /* completions: the prompt's text before the completion's (with logprobs, every
-                            prompt token's log-probability first, the first one null); not streamed */
+                            prompt token's log-probability first, the first one null); streamed too */
     char **tools;        /* chat: the tool definitions as Python's json.dumps writes them (serve/tools.h) */
     char **tool_names;
     int n_tools;         /* 0 also when tool_choice is "none": no tools in the prompt, no calls read */
