@@ -752,6 +752,37 @@ TEST(kernels_softmax) {
     }
 }
 
+/* The unnormalised softmax of each ISA against the plain one: the same max (exact), every e^(a - m)
+ * within the vector exp's error, masked entries exactly 0, the sum within the same relative error;
+ * an all-masked row gives m = -inf, l = 0 and zeros. */
+TEST(kernels_softmax_part) {
+    enum { N = 1031 };
+    static float a[N], b[N];
+    for (int isa = CPU_ISA_AVX2; isa <= CPU_ISA_AVX512; isa++) {
+        if (!isa_available((cpu_isa)isa)) continue;
+        const cpu_f32_ops *fast = cpu_f32_ops_for((cpu_isa)isa), *ref = cpu_f32_ops_for(CPU_ISA_GENERIC);
+        const int lens[] = {1, 7, 8, 9, 64, 128, 1031};
+        for (int li = 0; li < 7; li++) {
+            int n = lens[li];
+            for (int j = 0; j < n; j++) a[j] = b[j] = j % 17 == 3 ? -INFINITY : rndf() * 30.0f;
+            float ma, la, mb, lb;
+            ref->softmax_part(a, n, &ma, &la);
+            fast->softmax_part(b, n, &mb, &lb);
+            CHECKF(ma == mb, "isa %d n %d: max %g vs %g", isa, n, ma, mb);
+            CHECKF(fabsf(la - lb) <= 1e-6f * la, "isa %d n %d: sum %g vs %g", isa, n, la, lb);
+            for (int j = 0; j < n; j++) {
+                if (j % 17 == 3) CHECK(a[j] == 0.0f && b[j] == 0.0f);
+                else CHECKF(fabsf(a[j] - b[j]) <= 1e-6f * a[j] + 1e-30f, "isa %d n %d j %d: %g vs %g", isa, n, j, a[j], b[j]);
+            }
+        }
+        for (int j = 0; j < 20; j++) b[j] = -INFINITY;
+        float m, l;
+        fast->softmax_part(b, 20, &m, &l);
+        CHECK(isinf(m) && m < 0 && l == 0.0f);
+        for (int j = 0; j < 20; j++) CHECK(b[j] == 0.0f);
+    }
+}
+
 /* The f16 rows a KV record is written with: each ISA's f32_to_f16 gives half.h's bits for every
  * input (all 2^32 were compared once by hand; here the edges and a million random patterns), over
  * lengths that leave a tail after the vector part. */

@@ -79,6 +79,11 @@ typedef struct {
     /* In place over a[0..n): a[j] = exp(a[j] - max) / sum, with -INFINITY entries (masked) giving
      * exactly 0. Returns 0 if every entry was masked (then all stay 0). */
     int (*softmax)(float *a, int n);
+    /* The unnormalised form over a[0..n): a[j] = exp(a[j] - max) in place (-INFINITY entries exactly
+     * 0), *m the max, *l the sum of the a[j] (in double, the SIMD variants adding 8 float lanes
+     * first; rounded once). Every entry masked: all 0, *m = -INFINITY, *l = 0. Attention runs it per
+     * chunk of positions and merges the chunks by log-sum-exp. */
+    void (*softmax_part)(float *a, int n, float *m, float *l);
     /* attn_scores and attn_wsum over fp16 rows (an f16 KV cache): each row value is widened exactly
      * to f32 and then used as above, so the results are bit for bit those of the f32 kernels on the
      * widened rows (the tests check exactly that). */

@@ -466,6 +466,20 @@ void cpu_gen_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = tkv_f32_to_f16(x[i]);
 }
 
+void cpu_gen_softmax_part(float *a, int n, float *m, float *l) {
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++)
+        if (a[j] > mx) mx = a[j];
+    double sum = 0;
+    for (int j = 0; j < n; j++) {
+        float e = a[j] == -INFINITY ? 0.0f : expf(a[j] - mx);
+        a[j] = e;
+        sum += e;
+    }
+    *m = mx;
+    *l = (float)sum;
+}
+
 int cpu_gen_softmax(float *a, int n) {
     float mx = -INFINITY;
     for (int j = 0; j < n; j++)

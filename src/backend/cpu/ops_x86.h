@@ -690,57 +690,73 @@ INLINE __m256 ld8(const void *row, int d, int F16) {
                : _mm256_loadu_ps((const float *)row + d);
 }
 
-/* fp16 key rows are widened once per 8 positions into a stack block for all heads of the group
- * (the f16 -> f32 conversions cost as much as the products) when the head dim fits */
+/* T2 keys are decoded into a stack block of f32 rows when the head dim fits */
 #define ATTN_WIDE_HD 256
 
-/* scores of eight positions for every head, key rows k[0..7] (fp16 when F16): the vector of head h
- * goes to dst + h * dstride (eight consecutive floats), (sum + qc[h]) * scale when qc is not NULL */
-INLINE void attn_scores8(const float *q, int group, int hd, const void *const *k, float *dst, size_t dstride,
-                         const float *qc, __m256 vscale, int F16) {
-    for (int h = 0; h < group; h++) {
-        const float *qh = q + (size_t)h * hd;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-        for (int d = 0; d < hd; d += 8) {
-            __m256 qv = _mm256_loadu_ps(qh + d);
-            a0 = _mm256_fmadd_ps(qv, ld8(k[0], d, F16), a0);
-            a1 = _mm256_fmadd_ps(qv, ld8(k[1], d, F16), a1);
-            a2 = _mm256_fmadd_ps(qv, ld8(k[2], d, F16), a2);
-            a3 = _mm256_fmadd_ps(qv, ld8(k[3], d, F16), a3);
-            a4 = _mm256_fmadd_ps(qv, ld8(k[4], d, F16), a4);
-            a5 = _mm256_fmadd_ps(qv, ld8(k[5], d, F16), a5);
-            a6 = _mm256_fmadd_ps(qv, ld8(k[6], d, F16), a6);
-            a7 = _mm256_fmadd_ps(qv, ld8(k[7], d, F16), a7);
+/* Positions per score tile: (heads <= 6) x SC_P accumulators, SC_P key vectors and a query vector
+ * fit the register file (32 vector registers with AVX-512VL, 16 with AVX2). */
+#ifdef __AVX512VL__
+#define SC_P 4
+#else
+#define SC_P 2
+#endif
+
+/* Scores of P positions (key rows k[0..P), fp16 when F16) for H query heads q[0..H) (H <= 6, P <=
+ * SC_P, both constants): one accumulator per (head, position) over a shared d loop, so each key
+ * element is loaded and widened once for the H heads and each query element once for the P
+ * positions. Each accumulator sums over d in order of 8-wide chunks and is reduced in hsum_ps's
+ * order (hsum8_ps), so a score has the same bits whatever tile it was computed in. Head h's score of
+ * position p goes to att[h * stride + idx[p]], (sum + qc[h]) * scale when qc is not NULL. */
+INLINE void scores_tile(const float *q, int H, int P, int hd, const void *const *k, const int *idx, float *att,
+                        size_t stride, const float *qc, float scale, int F16) {
+    __m256 acc[6][SC_P];
+    UNROLL for (int h = 0; h < H; h++) UNROLL for (int p = 0; p < P; p++) acc[h][p] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 8) {
+        __m256 kv[SC_P];
+        UNROLL for (int p = 0; p < P; p++) kv[p] = ld8(k[p], d, F16);
+        UNROLL for (int h = 0; h < H; h++) {
+            __m256 qv = _mm256_loadu_ps(q + (size_t)h * hd + d);
+            UNROLL for (int p = 0; p < P; p++) acc[h][p] = _mm256_fmadd_ps(qv, kv[p], acc[h][p]);
         }
-        __m256 s = hsum8_ps(a0, a1, a2, a3, a4, a5, a6, a7);
-        if (qc) s = _mm256_add_ps(s, _mm256_set1_ps(qc[h]));
-        _mm256_storeu_ps(dst + (size_t)h * dstride, _mm256_mul_ps(s, vscale));
+    }
+    float sums[6 * SC_P + 8];
+    __m256 z = _mm256_setzero_ps();
+#define ACC(i) ((i) < H * P ? acc[(i) / P][(i) % P] : z)
+    UNROLL for (int i = 0; i < H * P; i += 8)
+        _mm256_storeu_ps(sums + i, hsum8_ps(ACC(i), ACC(i + 1), ACC(i + 2), ACC(i + 3), ACC(i + 4), ACC(i + 5), ACC(i + 6), ACC(i + 7)));
+#undef ACC
+    UNROLL for (int h = 0; h < H; h++) UNROLL for (int p = 0; p < P; p++) {
+        float sc = sums[h * P + p];
+        att[(size_t)h * stride + idx[p]] = (qc ? sc + qc[h] : sc) * scale;
     }
 }
 
-/* eight gathered positions idx[0..7]: straight into att when they are consecutive, else through tmp */
-INLINE void attn_scores8_at(const float *q, int group, int hd, const void *const *k, const int *idx, float *att,
-                            size_t stride, const float *qc, __m256 vscale, int F16) {
-    if (idx[7] - idx[0] == 7) {
-        attn_scores8(q, group, hd, k, att + idx[0], stride, qc, vscale, F16);
-        return;
-    }
-    float tmp[8];
-    for (int h = 0; h < group; h++) {
-        attn_scores8(q + (size_t)h * hd, 1, hd, k, tmp, 8, qc ? qc + h : NULL, vscale, F16);
-        for (int i = 0; i < 8; i++) att[(size_t)h * stride + idx[i]] = tmp[i];
-    }
+/* Tiles of P positions for H heads (constants), then the leftover positions alone */
+INLINE void scores_heads(const float *q, int H, int hd, const void *const *k, const int *idx, int ni, float *att,
+                         size_t stride, const float *qc, float scale, int F16) {
+    int i = 0;
+    for (; i + SC_P <= ni; i += SC_P) scores_tile(q, H, SC_P, hd, k + i, idx + i, att, stride, qc, scale, F16);
+    for (; i < ni; i++) scores_tile(q, H, 1, hd, k + i, idx + i, att, stride, qc, scale, F16);
 }
 
-/* one position alone: the same sums as in a block of eight (hsum8_ps) */
-INLINE void attn_scores1(const float *q, int group, int hd, const void *k, float *att, size_t stride, int j,
-                         const float *qc, float scale, int F16) {
-    for (int h = 0; h < group; h++) {
-        const float *qh = q + (size_t)h * hd;
-        __m256 a0 = _mm256_setzero_ps();
-        for (int d = 0; d < hd; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), ld8(k, d, F16), a0);
-        float s = hsum_ps(a0);
-        att[(size_t)h * stride + j] = (qc ? s + qc[h] : s) * scale;
+/* The scores of ni gathered positions for every head of the group, in sub-groups of at most 6 heads
+ * (as even as possible) */
+INLINE void scores_group(const float *q, int group, int hd, const void *const *k, const int *idx, int ni, float *att,
+                         size_t stride, const float *qc, float scale, int F16) {
+    int nsub = (group + 5) / 6;
+    for (int s = 0, h0 = 0; s < nsub; s++) {
+        int hp = (group - h0) / (nsub - s);
+        const float *qs = q + (size_t)h0 * hd, *qcs = qc ? qc + h0 : NULL;
+        float *as = att + (size_t)h0 * stride;
+        switch (hp) {
+        case 1: scores_heads(qs, 1, hd, k, idx, ni, as, stride, qcs, scale, F16); break;
+        case 2: scores_heads(qs, 2, hd, k, idx, ni, as, stride, qcs, scale, F16); break;
+        case 3: scores_heads(qs, 3, hd, k, idx, ni, as, stride, qcs, scale, F16); break;
+        case 4: scores_heads(qs, 4, hd, k, idx, ni, as, stride, qcs, scale, F16); break;
+        case 5: scores_heads(qs, 5, hd, k, idx, ni, as, stride, qcs, scale, F16); break;
+        default: scores_heads(qs, 6, hd, k, idx, ni, as, stride, qcs, scale, F16); break;
+        }
+        h0 += hp;
     }
 }
 
@@ -748,31 +764,18 @@ INLINE void attn_scores1(const float *q, int group, int hd, const void *k, float
  * evicted ones still shares its query loads); a score has the same bits either way. */
 INLINE void attn_scores_body(const float *q, int group, int hd, const void *const *rows, size_t off,
                              const uint8_t *keep, int n, float scale, float *att, size_t stride, int F16) {
-    __m256 vscale = _mm256_set1_ps(scale);
     for (int j = 0; j < n;) {
         int idx[8], ni = 0;
+        const void *k[8];
         for (; j < n && ni < 8; j++) {
             if (!rows[j] || (keep && !keep[j])) {
                 for (int h = 0; h < group; h++) att[(size_t)h * stride + j] = -INFINITY;
                 continue;
             }
+            k[ni] = row_at(rows, j, off, F16);
             idx[ni++] = j;
         }
-        if (ni == 8) {
-            const void *k[8];
-            for (int i = 0; i < 8; i++) k[i] = row_at(rows, idx[i], off, F16);
-            _Alignas(32) float wide[8 * ATTN_WIDE_HD];
-            if (F16 && group > 1 && hd <= ATTN_WIDE_HD) { /* widen the 8 rows once for all heads (exact) */
-                for (int i = 0; i < 8; i++) {
-                    for (int d = 0; d < hd; d += 8) _mm256_store_ps(wide + i * hd + d, ld8(k[i], d, 1));
-                    k[i] = wide + i * hd;
-                }
-                attn_scores8_at(q, group, hd, k, idx, att, stride, NULL, vscale, 0);
-            } else
-                attn_scores8_at(q, group, hd, k, idx, att, stride, NULL, vscale, F16);
-            continue;
-        }
-        for (int i = 0; i < ni; i++) attn_scores1(q, group, hd, row_at(rows, idx[i], off, F16), att, stride, idx[i], NULL, scale, F16);
+        scores_group(q, group, hd, k, idx, ni, att, stride, NULL, scale, F16);
     }
 }
 
@@ -823,10 +826,10 @@ void FN(attn_scores_t2)(const float *q, int group, int hd, const uint8_t *const 
         cpu_gen_attn_scores_t2(q, group, hd, recs, kh, qc, keep, n, scale, att, stride);
         return;
     }
-    __m256 vscale = _mm256_set1_ps(scale);
     _Alignas(32) float wide[8 * ATTN_WIDE_HD];
     for (int j = 0; j < n;) {
         int idx[8], ni = 0;
+        const void *k[8];
         for (; j < n && ni < 8; j++) {
             if (!recs[j]) continue;
             if (keep && !keep[j]) {
@@ -835,59 +838,70 @@ void FN(attn_scores_t2)(const float *q, int group, int hd, const uint8_t *const 
             }
             float *w = wide + ni * hd;
             for (int d = 0; d < hd; d += 8) _mm256_store_ps(w + d, t2_ld8(recs[j], kh, d));
+            k[ni] = w;
             idx[ni++] = j;
         }
-        if (ni == 8) {
-            const void *k[8];
-            for (int i = 0; i < 8; i++) k[i] = wide + i * hd;
-            attn_scores8_at(q, group, hd, k, idx, att, stride, qc, vscale, 0);
-            continue;
-        }
-        for (int i = 0; i < ni; i++) attn_scores1(q, group, hd, wide + i * hd, att, stride, idx[i], qc, scale, 0);
+        scores_group(q, group, hd, k, idx, ni, att, stride, qc, scale, 0);
     }
 }
 
-/* wsum for heads h0..h0+HP-1 (HP <= 6, constant) over 16 output columns dc..dc+15 and the positions
- * idx[0..ni) of one chunk: each V row slice is loaded once for all HP heads, so a group's V is read
- * once per 16 columns instead of once per head. The sums continue from `out` (or start at 0 for the
- * first chunk), so per output the FMA chain over j is the one of a head-by-head loop: a head whose
- * weight is 0 still gets fma(0, v, acc), which leaves acc unchanged (v is finite and acc never -0);
- * positions whose weights are all 0 for these heads are not in idx (their rows may be absent). */
-INLINE void wsum_block(const float *att, size_t stride, int h0, int HP, int hd, const void *const *rows, size_t off,
-                       const uint8_t *const *recs, const kvq_head *vh, const int *idx, int ni, int first, int dc,
-                       float *out, int F16) {
-    __m256 acc[6][2];
+/* Output vectors per wsum block: HP (<= 6) x WS_V accumulators, WS_V value vectors and a weight fit
+ * the register file (32 with AVX-512VL, 16 with AVX2). */
+#ifdef __AVX512VL__
+#define WS_V 4
+#else
+#define WS_V 2
+#endif
+
+/* wsum for heads h0..h0+HP-1 (HP <= 6, constant) over NV * 8 output columns (NV <= WS_V, constant)
+ * from dc and the positions idx[0..ni) of one chunk: each V row slice is loaded once for all HP
+ * heads, so a group's V is read once per block of columns instead of once per head. The sums
+ * continue from `out` (or start at 0 for the first chunk), so per output the FMA chain over j is the
+ * one of a head-by-head loop: a head whose weight is 0 still gets fma(0, v, acc), which leaves acc
+ * unchanged (v is finite and acc never -0); positions whose weights are all 0 for these heads are
+ * not in idx (their rows may be absent). */
+INLINE void wsum_block(const float *att, size_t stride, int h0, int HP, int NV, int hd, const void *const *rows,
+                       size_t off, const uint8_t *const *recs, const kvq_head *vh, const int *idx, int ni, int first,
+                       int dc, float *out, int F16) {
+    __m256 acc[6][WS_V];
     UNROLL for (int h = 0; h < HP; h++) {
         float *o = out + (size_t)(h0 + h) * hd + dc;
-        acc[h][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(o);
-        acc[h][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(o + 8);
+        UNROLL for (int v = 0; v < NV; v++) acc[h][v] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(o + 8 * v);
     }
     const float *w = att + (size_t)h0 * stride;
     for (int t = 0; t < ni; t++) {
         int j = idx[t];
-        __m256 v0, v1;
+        __m256 vv[WS_V];
         if (recs && !rows[j]) { /* a T2 value head (recs is NULL, a constant, for the plain kernels) */
-            v0 = t2_ld8(recs[j], vh, dc);
-            v1 = t2_ld8(recs[j], vh, dc + 8);
+            UNROLL for (int v = 0; v < NV; v++) vv[v] = t2_ld8(recs[j], vh, dc + 8 * v);
         } else {
-            const void *v = row_at(rows, j, off + (size_t)dc, F16);
-            v0 = ld8(v, 0, F16), v1 = ld8(v, 8, F16);
+            const void *r = row_at(rows, j, off + (size_t)dc, F16);
+            UNROLL for (int v = 0; v < NV; v++) vv[v] = ld8(r, 8 * v, F16);
         }
         UNROLL for (int h = 0; h < HP; h++) {
             __m256 vw = _mm256_set1_ps(w[(size_t)h * stride + j]);
-            acc[h][0] = _mm256_fmadd_ps(vw, v0, acc[h][0]);
-            acc[h][1] = _mm256_fmadd_ps(vw, v1, acc[h][1]);
+            UNROLL for (int v = 0; v < NV; v++) acc[h][v] = _mm256_fmadd_ps(vw, vv[v], acc[h][v]);
         }
     }
     UNROLL for (int h = 0; h < HP; h++) {
         float *o = out + (size_t)(h0 + h) * hd + dc;
-        _mm256_storeu_ps(o, acc[h][0]);
-        _mm256_storeu_ps(o + 8, acc[h][1]);
+        UNROLL for (int v = 0; v < NV; v++) _mm256_storeu_ps(o + 8 * v, acc[h][v]);
     }
 }
 
+/* The columns of one sub-group of HP heads: blocks of WS_V vectors, then of 2 (hd % 16 == 0) */
+INLINE void wsum_cols(const float *att, size_t stride, int h0, int HP, int hd, const void *const *rows, size_t off,
+                      const uint8_t *const *recs, const kvq_head *vh, const int *idx, int ni, int first, float *out,
+                      int F16) {
+    int dc = 0;
+    for (; dc + 8 * WS_V <= hd; dc += 8 * WS_V)
+        wsum_block(att, stride, h0, HP, WS_V, hd, rows, off, recs, vh, idx, ni, first, dc, out, F16);
+    for (; dc < hd; dc += 16)
+        wsum_block(att, stride, h0, HP, 2, hd, rows, off, recs, vh, idx, ni, first, dc, out, F16);
+}
+
 /* positions per chunk: the list of positions with a nonzero weight is built once per chunk and
- * sub-group of heads, not once per 16 columns */
+ * sub-group of heads, not once per block of columns */
 #define WSUM_CHUNK 64
 
 INLINE void attn_wsum_body(const float *att, size_t stride, int group, int hd, const void *const *rows, size_t off,
@@ -902,15 +916,14 @@ INLINE void attn_wsum_body(const float *att, size_t stride, int group, int hd, c
                 for (int h = 0; h < hp; h++) any |= att[(size_t)(h0 + h) * stride + j] != 0.0f;
                 if (any) idx[ni++] = j;
             }
-            for (int dc = 0; dc < hd; dc += 16) {
-                switch (hp) {
-                case 1: wsum_block(att, stride, h0, 1, hd, rows, off, recs, vh, idx, ni, j0 == 0, dc, out, F16); break;
-                case 2: wsum_block(att, stride, h0, 2, hd, rows, off, recs, vh, idx, ni, j0 == 0, dc, out, F16); break;
-                case 3: wsum_block(att, stride, h0, 3, hd, rows, off, recs, vh, idx, ni, j0 == 0, dc, out, F16); break;
-                case 4: wsum_block(att, stride, h0, 4, hd, rows, off, recs, vh, idx, ni, j0 == 0, dc, out, F16); break;
-                case 5: wsum_block(att, stride, h0, 5, hd, rows, off, recs, vh, idx, ni, j0 == 0, dc, out, F16); break;
-                default: wsum_block(att, stride, h0, 6, hd, rows, off, recs, vh, idx, ni, j0 == 0, dc, out, F16); break;
-                }
+            int first = j0 == 0;
+            switch (hp) {
+            case 1: wsum_cols(att, stride, h0, 1, hd, rows, off, recs, vh, idx, ni, first, out, F16); break;
+            case 2: wsum_cols(att, stride, h0, 2, hd, rows, off, recs, vh, idx, ni, first, out, F16); break;
+            case 3: wsum_cols(att, stride, h0, 3, hd, rows, off, recs, vh, idx, ni, first, out, F16); break;
+            case 4: wsum_cols(att, stride, h0, 4, hd, rows, off, recs, vh, idx, ni, first, out, F16); break;
+            case 5: wsum_cols(att, stride, h0, 5, hd, rows, off, recs, vh, idx, ni, first, out, F16); break;
+            default: wsum_cols(att, stride, h0, 6, hd, rows, off, recs, vh, idx, ni, first, out, F16); break;
             }
         }
         h0 += hp;
@@ -987,6 +1000,34 @@ void FN(swiglu)(float *gate, const float *up, int64_t n) {
         _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(num, _mm256_add_ps(one, t)), _mm256_loadu_ps(up + i)));
     }
     cpu_gen_swiglu(gate + i, up + i, n - i);
+}
+
+void FN(softmax_part)(float *a, int n, float *m, float *l) {
+    __m256 vmx = _mm256_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(a + j));
+    float mx = hmax_ps(vmx);
+    for (; j < n; j++) if (a[j] > mx) mx = a[j];
+    *m = mx;
+    if (mx == -INFINITY) {
+        memset(a, 0, (size_t)n * sizeof(float));
+        *l = 0.0f;
+        return;
+    }
+    /* -inf - mx = -inf falls below exp_neg_ps's cutoff and gives exactly 0 */
+    __m256 vm = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n; j += 8) {
+        __m256 e = exp_neg_ps(_mm256_sub_ps(_mm256_loadu_ps(a + j), vm));
+        _mm256_storeu_ps(a + j, e);
+        vs = _mm256_add_ps(vs, e);
+    }
+    double sum = hsum_ps(vs);
+    for (; j < n; j++) {
+        float e = a[j] == -INFINITY ? 0.0f : expf(a[j] - mx);
+        a[j] = e;
+        sum += e;
+    }
+    *l = (float)sum;
 }
 
 int FN(softmax)(float *a, int n) {
