@@ -173,3 +173,94 @@ TEST(split_hierarchy_close_to_full) {
     free(a);
     free(b);
 }
+
+/* The CPU attention splits every token's positions into fixed chunks merged by log-sum-exp, and
+ * schedules them by chunk (few tokens) or by token (many): a token's output and weights must be the
+ * same bits alone or in a batch, on 1, 2 or 3 threads, at lengths on either side of a chunk
+ * boundary; and within float rounding of a plain double-precision attention. */
+TEST(attention_chunks_same_bits) {
+    enum { NB = 9 };
+    const int lens[NB] = {1, 2, 127, 128, 129, 255, 256, 257, NPOS};
+    be_backend *bs[3];
+    char err[256];
+    for (int i = 0; i < 3; i++) REQUIRE(be_open(&(be_params){.name = "cpu", .n_threads = i + 1}, &bs[i], err, sizeof err) == 0);
+    be_backend *b = bs[0];
+    be_kv_pools p;
+    void *mem[BE_N_POOLS];
+    pools_init(b, &p, mem);
+    uint64_t s = 11;
+    int32_t table[NPOS];
+    float k[HKV * HD], v[HKV * HD];
+    for (int j = 0; j < NPOS; j++) {
+        table[j] = j % 23 == 9 ? BE_SLOT_NONE : BE_SLOT(j % 3 ? BE_T0 : BE_T1, j);
+        if (table[j] == BE_SLOT_NONE) continue;
+        for (int l = 0; l < L; l++) {
+            for (int d = 0; d < HKV * HD; d++) k[d] = frand(&s) * 3, v[d] = frand(&s);
+            b->ops->kv_write(b, &p, l, &table[j], 1, k, v);
+        }
+    }
+    size_t QO = (size_t)NB * H * HD, W = (size_t)NB * H * NPOS;
+    float *q = malloc(sizeof(float) * QO), *ob = malloc(sizeof(float) * QO), *o1 = malloc(sizeof(float) * QO);
+    float *wb = calloc(W, 4), *w1 = calloc(W, 4);
+    for (size_t i = 0; i < QO; i++) q[i] = frand(&s) * 2;
+    const int32_t *slots[NB];
+    for (int t = 0; t < NB; t++) slots[t] = table;
+    float *o0 = malloc(sizeof(float) * QO), *w0 = calloc(W, 4);
+    int diff = 0;
+    for (int bi = 0; bi < 3; bi++) {
+        be_backend *bb = bs[bi];
+        void *scratch = malloc(bb->ops->attention_scratch(bb, NB, NPOS, H, HD));
+        /* all tokens in one call (by token where there are 2 per thread), then each alone (by chunk) */
+        be_attn a = {.n_tok = NB, .layer = 1, .n_head = H, .n_head_kv = HKV, .head_dim = HD, .scale = 0.125f, .q = q,
+                     .o = bi ? ob : o0, .pools = &p, .slots = slots, .n_pos = lens, .mass_mode = BE_MASS_HEADS,
+                     .mass = bi ? wb : w0, .mass_stride = NPOS};
+        bb->ops->attention(bb, &a, scratch);
+        for (int t = 0; t < NB; t++) {
+            be_attn a1 = a;
+            a1.n_tok = 1, a1.q = q + (size_t)t * H * HD, a1.o = o1 + (size_t)t * H * HD, a1.slots = slots + t;
+            a1.n_pos = lens + t, a1.mass = w1 + (size_t)t * H * NPOS;
+            bb->ops->attention(bb, &a1, scratch);
+        }
+        if (bi) diff += memcmp(ob, o0, sizeof(float) * QO) != 0 || memcmp(wb, w0, W * 4) != 0;
+        diff += memcmp(o1, o0, sizeof(float) * QO) != 0 || memcmp(w1, w0, W * 4) != 0;
+        free(scratch);
+    }
+    /* against double precision, from the records' f16 values */
+    double worst_o = 0, worst_w = 0;
+    for (int t = 0; t < NB; t++)
+        for (int h = 0; h < H; h++) {
+            int g = h / (H / HKV), n = lens[t];
+            const float *qh = q + ((size_t)t * H + h) * HD;
+            double sc[NPOS], mx = -INFINITY, sum = 0, ref[HD] = {0}, num = 0, den = 0;
+            for (int j = 0; j < n; j++) {
+                sc[j] = -INFINITY;
+                if (table[j] == BE_SLOT_NONE) continue;
+                const uint16_t *kr = (const uint16_t *)be_kv_record(&p, table[j], 1) + (size_t)g * HD;
+                double dot = 0;
+                for (int d = 0; d < HD; d++) dot += (double)qh[d] * tkv_f16_to_f32(kr[d]);
+                sc[j] = dot * 0.125;
+                if (sc[j] > mx) mx = sc[j];
+            }
+            for (int j = 0; j < n; j++) sum += sc[j] == -INFINITY ? 0 : exp(sc[j] - mx);
+            for (int j = 0; j < n; j++) {
+                double w = sc[j] == -INFINITY ? 0 : exp(sc[j] - mx) / sum;
+                double e = fabs(w - w0[((size_t)t * H + h) * NPOS + j]);
+                if (e > worst_w) worst_w = e;
+                if (w == 0) continue;
+                const uint16_t *vr = (const uint16_t *)be_kv_record(&p, table[j], 1) + (size_t)(HKV + g) * HD;
+                for (int d = 0; d < HD; d++) ref[d] += w * tkv_f16_to_f32(vr[d]);
+            }
+            for (int d = 0; d < HD; d++) {
+                num += fabs(ref[d] - o0[((size_t)t * H + h) * HD + d]);
+                den += fabs(ref[d]);
+            }
+            if (den > 0 && num / den > worst_o) worst_o = num / den;
+        }
+    printf("    chunked attention against double precision: output rel. L1 error %.2e, weights abs. error %.2e\n", worst_o,
+           worst_w);
+    CHECKF(diff == 0, "%d runs differ from the first (batch, alone, or thread count)", diff);
+    CHECK(worst_o < 1e-5 && worst_w < 1e-6);
+    for (int t = 0; t < BE_N_POOLS; t++) b->ops->free(b, mem[t], BE_MEM_HOST);
+    free(q); free(ob); free(o1); free(wb); free(w1); free(o0); free(w0);
+    for (int i = 0; i < 3; i++) be_close(bs[i]);
+}
