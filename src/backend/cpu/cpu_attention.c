@@ -1,8 +1,13 @@
 /* cpu_attention.c — attention over slot tables on the CPU. Each sequence's table is turned into one K
  * and one V row pointer per position (the "page table walk": base of the slot's chunk + its place in
- * the layer), then every (token, kv head) pair runs the op table's kernels over positions 0..n-1 in
- * order: scores (8 key rows per query load), softmax (masked positions exactly 0), the weighted V
- * sum. Where a row lives never changes the arithmetic, so T0 and T1 give the full cache's bits.
+ * the layer). A token's positions are cut into chunks of ATT_CHUNK; for each chunk its records are
+ * read whole (so the memory streams), then every kv head runs the op table's kernels over the
+ * chunk's positions in order: scores (register tiles of heads x positions), the unnormalised softmax
+ * (its max m and sum l; masked positions exactly 0), the weighted V sum. The chunks' parts merge by
+ * log-sum-exp in chunk order. Work is split by (token, chunk) while there are few tokens, so one
+ * decoding sequence uses every thread, and by token above; the chunks are fixed by position, so the
+ * bits never depend on the split, the batch or the thread count (prefill and decode agree). Where a
+ * row lives never changes the arithmetic, so T0 and T1 give the full cache's bits.
  *
  * T2 rows are read where they lie (the KV module stages none for this backend: be_ops.attn_t2_fmts).
  * A position in T2 gets a record pointer instead of row pointers; a token whose table holds one runs
