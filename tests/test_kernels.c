@@ -724,34 +724,6 @@ TEST(kernels_attention_f16) {
     }
 }
 
-/* Softmax of each ISA against the plain one: masked entries exactly 0, the rest within the
- * vector exp's error (relative 1e-6), rows of awkward lengths, all-masked rows. */
-TEST(kernels_softmax) {
-    enum { N = 1031 };
-    static float a[N], b[N];
-    for (int isa = CPU_ISA_AVX2; isa <= CPU_ISA_AVX512; isa++) {
-        if (!isa_available((cpu_isa)isa)) continue;
-        const cpu_f32_ops *fast = cpu_f32_ops_for((cpu_isa)isa), *ref = cpu_f32_ops_for(CPU_ISA_GENERIC);
-        const int lens[] = {1, 7, 8, 9, 64, 1031};
-        for (int li = 0; li < 6; li++) {
-            int n = lens[li];
-            for (int j = 0; j < n; j++) a[j] = b[j] = j % 17 == 3 ? -INFINITY : rndf() * 30.0f;
-            int ra = ref->softmax(a, n), rb = fast->softmax(b, n);
-            CHECK(ra == rb);
-            double sum = 0;
-            for (int j = 0; j < n; j++) {
-                sum += b[j];
-                if (j % 17 == 3) CHECK(a[j] == 0.0f && b[j] == 0.0f);
-                else CHECKF(fabsf(a[j] - b[j]) <= 1e-6f * a[j] + 1e-30f, "isa %d n %d j %d: %g vs %g", isa, n, j, a[j], b[j]);
-            }
-            if (ra) CHECKF(fabs(sum - 1.0) < 1e-5, "sum %g", sum);
-        }
-        for (int j = 0; j < 20; j++) b[j] = -INFINITY;
-        CHECK(fast->softmax(b, 20) == 0);
-        for (int j = 0; j < 20; j++) CHECK(b[j] == 0.0f);
-    }
-}
-
 /* The unnormalised softmax of each ISA against the plain one: the same max (exact), every e^(a - m)
  * within the vector exp's error, masked entries exactly 0, the sum within the same relative error;
  * an all-masked row gives m = -inf, l = 0 and zeros. */

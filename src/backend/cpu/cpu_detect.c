@@ -121,13 +121,13 @@ size_t cpu_weight_row_size(uint32_t type, int64_t n) {
 }
 
 static const cpu_f32_ops f32_gen = {cpu_gen_dot_f32v, cpu_gen_axpy_f32, cpu_gen_scale_f32, cpu_gen_swiglu, cpu_gen_attn_scores,
-                                     cpu_gen_attn_wsum, cpu_gen_softmax, cpu_gen_softmax_part,
+                                     cpu_gen_attn_wsum, cpu_gen_softmax_part,
                                      cpu_gen_attn_scores_f16, cpu_gen_attn_wsum_f16, cpu_gen_attn_scores_t2, cpu_gen_attn_wsum_t2, cpu_gen_f32_to_f16};
 static const cpu_f32_ops f32_avx2 = {cpu_avx2_dot_f32v, cpu_avx2_axpy_f32, cpu_avx2_scale_f32, cpu_avx2_swiglu, cpu_avx2_attn_scores,
-                                     cpu_avx2_attn_wsum, cpu_avx2_softmax, cpu_avx2_softmax_part,
+                                     cpu_avx2_attn_wsum, cpu_avx2_softmax_part,
                                      cpu_avx2_attn_scores_f16, cpu_avx2_attn_wsum_f16, cpu_avx2_attn_scores_t2, cpu_avx2_attn_wsum_t2, cpu_avx2_f32_to_f16};
 static const cpu_f32_ops f32_avx512 = {cpu_avx512_dot_f32v, cpu_avx512_axpy_f32, cpu_avx512_scale_f32, cpu_avx512_swiglu, cpu_avx512_attn_scores,
-                                     cpu_avx512_attn_wsum, cpu_avx512_softmax, cpu_avx512_softmax_part,
+                                     cpu_avx512_attn_wsum, cpu_avx512_softmax_part,
                                      cpu_avx512_attn_scores_f16, cpu_avx512_attn_wsum_f16, cpu_avx512_attn_scores_t2, cpu_avx512_attn_wsum_t2, cpu_avx512_f32_to_f16};
 
 const cpu_f32_ops *cpu_f32_ops_for(cpu_isa isa) {

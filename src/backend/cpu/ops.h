@@ -76,10 +76,7 @@ typedef struct {
      * weights equal to 0 (evicted or masked rows are never read). */
     void (*attn_wsum)(const float *att, size_t stride, int group, int hd, const float *const *rows, size_t off,
                       int n, float *out);
-    /* In place over a[0..n): a[j] = exp(a[j] - max) / sum, with -INFINITY entries (masked) giving
-     * exactly 0. Returns 0 if every entry was masked (then all stay 0). */
-    int (*softmax)(float *a, int n);
-    /* The unnormalised form over a[0..n): a[j] = exp(a[j] - max) in place (-INFINITY entries exactly
+    /* The unnormalised softmax over a[0..n): a[j] = exp(a[j] - max) in place (-INFINITY entries exactly
      * 0), *m the max, *l the sum of the a[j] (in double, the SIMD variants adding 8 float lanes
      * first; rounded once). Every entry masked: all 0, *m = -INFINITY, *l = 0. Attention runs it per
      * chunk of positions and merges the chunks by log-sum-exp. */

@@ -480,21 +480,3 @@ void cpu_gen_softmax_part(float *a, int n, float *m, float *l) {
     *l = (float)sum;
 }
 
-int cpu_gen_softmax(float *a, int n) {
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++)
-        if (a[j] > mx) mx = a[j];
-    if (mx == -INFINITY) {
-        for (int j = 0; j < n; j++) a[j] = 0.0f;
-        return 0;
-    }
-    double sum = 0;
-    for (int j = 0; j < n; j++) {
-        float e = a[j] == -INFINITY ? 0.0f : expf(a[j] - mx);
-        a[j] = e;
-        sum += e;
-    }
-    float inv = (float)(1.0 / sum);
-    for (int j = 0; j < n; j++) a[j] *= inv;
-    return 1;
-}

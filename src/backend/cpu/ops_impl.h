@@ -132,7 +132,6 @@ typedef void (*cpu_deq_fn)(const void *w, float *y, int64_t n);
                                  const uint8_t *keep, int n, float scale, float *att, size_t stride);     \
     void cpu_##isa##_attn_wsum(const float *att, size_t stride, int group, int hd, const float *const *rows, \
                                size_t off, int n, float *out);                                  \
-    int cpu_##isa##_softmax(float *a, int n);                                                    \
     void cpu_##isa##_softmax_part(float *a, int n, float *m, float *l);                          \
     void cpu_##isa##_attn_scores_f16(const float *q, int group, int hd, const uint16_t *const *rows, size_t off, \
                                      const uint8_t *keep, int n, float scale, float *att, size_t stride); \

@@ -1002,64 +1002,43 @@ void FN(swiglu)(float *gate, const float *up, int64_t n) {
     cpu_gen_swiglu(gate + i, up + i, n - i);
 }
 
-void FN(softmax_part)(float *a, int n, float *m, float *l) {
+/* the largest of a[0..n) (-INFINITY for an empty or all-masked row) */
+INLINE float max_row(const float *a, int n) {
     __m256 vmx = _mm256_set1_ps(-INFINITY);
     int j = 0;
     for (; j + 8 <= n; j += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(a + j));
     float mx = hmax_ps(vmx);
     for (; j < n; j++) if (a[j] > mx) mx = a[j];
+    return mx;
+}
+
+/* a[j] = e^(a[j] - mx) in place (-inf - mx = -inf falls below exp_neg_ps's cutoff and gives exactly
+ * 0), returning their sum: 8 float lanes, then the lanes and the tail in double */
+INLINE double exp_row(float *a, int n, float mx) {
+    __m256 vm = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = exp_neg_ps(_mm256_sub_ps(_mm256_loadu_ps(a + j), vm));
+        _mm256_storeu_ps(a + j, e);
+        vs = _mm256_add_ps(vs, e);
+    }
+    double sum = hsum_ps(vs);
+    for (; j < n; j++) {
+        float e = a[j] == -INFINITY ? 0.0f : expf(a[j] - mx);
+        a[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+void FN(softmax_part)(float *a, int n, float *m, float *l) {
+    float mx = max_row(a, n);
     *m = mx;
     if (mx == -INFINITY) {
         memset(a, 0, (size_t)n * sizeof(float));
         *l = 0.0f;
         return;
     }
-    /* -inf - mx = -inf falls below exp_neg_ps's cutoff and gives exactly 0 */
-    __m256 vm = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
-    for (j = 0; j + 8 <= n; j += 8) {
-        __m256 e = exp_neg_ps(_mm256_sub_ps(_mm256_loadu_ps(a + j), vm));
-        _mm256_storeu_ps(a + j, e);
-        vs = _mm256_add_ps(vs, e);
-    }
-    double sum = hsum_ps(vs);
-    for (; j < n; j++) {
-        float e = a[j] == -INFINITY ? 0.0f : expf(a[j] - mx);
-        a[j] = e;
-        sum += e;
-    }
-    *l = (float)sum;
+    *l = (float)exp_row(a, n, mx);
 }
 
-int FN(softmax)(float *a, int n) {
-    __m256 vmx = _mm256_set1_ps(-INFINITY);
-    int j = 0;
-    for (; j + 8 <= n; j += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(a + j));
-    float mx = -INFINITY;
-    {
-        float t[8];
-        _mm256_storeu_ps(t, vmx);
-        for (int i = 0; i < 8; i++) if (t[i] > mx) mx = t[i];
-    }
-    for (; j < n; j++) if (a[j] > mx) mx = a[j];
-    if (mx == -INFINITY) {
-        for (j = 0; j < n; j++) a[j] = 0.0f;
-        return 0;
-    }
-    /* -inf - mx = -inf falls below the cutoff and gives exactly 0 */
-    __m256 vm = _mm256_set1_ps(mx), vs = _mm256_setzero_ps();
-    for (j = 0; j + 8 <= n; j += 8) {
-        __m256 e = exp_neg_ps(_mm256_sub_ps(_mm256_loadu_ps(a + j), vm));
-        _mm256_storeu_ps(a + j, e);
-        vs = _mm256_add_ps(vs, e);
-    }
-    double sum = hsum_ps(vs);
-    for (; j < n; j++) {
-        float e = a[j] == -INFINITY ? 0.0f : expf(a[j] - mx);
-        a[j] = e;
-        sum += e;
-    }
-    __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
-    for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(a + j, _mm256_mul_ps(_mm256_loadu_ps(a + j), inv));
-    for (; j < n; j++) a[j] *= (float)(1.0 / sum);
-    return 1;
-}
