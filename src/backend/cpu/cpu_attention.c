@@ -291,7 +291,7 @@ static void merge_task(void *ctx, int64_t i0, int64_t i1, int tid) {
 
 void cpu_be_attention(be_backend *b, const be_attn *a, void *scratch) {
     cpu_be *c = (cpu_be *)(void *)b;
-    int max_pos = 0, threads = workers_threads(c->workers);
+    int max_pos = 0, threads = threads_of(b);
     for (int t = 0; t < a->n_tok; t++)
         if (a->n_pos[t] > max_pos) max_pos = a->n_pos[t];
     be_kv_fmt fmt = a->pools->pool[BE_T0].fmt, t2_fmt = a->pools->pool[BE_T2].fmt;
