@@ -799,30 +799,45 @@ void FN(attn_scores_f16)(const float *q, int group, int hd, const uint16_t *cons
 
 /* ---- T2 rows where they lie (kvq_head) ---- */
 
-/* elements d..d+7 (d % 8 == 0) of a T2 head: levels widened to f32, times the scale (exact; q8h's
- * f32 scale rounds once, as the generic product) */
-INLINE __m256 t2_ld8(const uint8_t *rec, const kvq_head *kh, int d) {
-    __m256i lv;
-    if (kh->bits == 8)
-        lv = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(rec + kh->q_off + (size_t)d)));
-    else {
-        int e = d % 32;
-        __m256i b = _mm256_cvtepu8_epi32(
-            _mm_loadl_epi64((const __m128i *)(const void *)(rec + kh->q_off + (size_t)(d / 32) * 16 + (size_t)(e % 16))));
-        b = e < 16 ? _mm256_and_si256(b, _mm256_set1_epi32(15)) : _mm256_srli_epi32(b, 4);
-        lv = _mm256_sub_epi32(b, _mm256_set1_epi32(8));
-    }
+/* The scale of element d's block (or of the head) */
+INLINE __m256 t2_scale(const uint8_t *rec, const kvq_head *kh, int d) {
     float s;
     if (kh->per_head) memcpy(&s, rec + kh->s_off, 4);
     else s = tkv_bf16_to_f32(tkv_rd16(rec + kh->s_off + 2 * (size_t)(d / 32)));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(lv), _mm256_set1_ps(s));
+    return _mm256_set1_ps(s);
+}
+
+/* elements d..d+15 (d % 16 == 0) of a T2 head into y[0], y[1], each level times its scale, from one
+ * 16-byte load and one scale: levels widened to f32 (exact), times the scale (q8h's f32 scale rounds
+ * once, as the generic product). 4-bit levels with a bf16 block scale: fma(nibble, s, -8 s) is
+ * (nibble - 8) s exactly (a 4-bit integer times an 8-bit significand, and -8 s, are exact; so is
+ * their sum): the generic product's bits in one operation. */
+INLINE void t2_ld16(const uint8_t *rec, const kvq_head *kh, int d, __m256 y[2]) {
+    __m256 s = t2_scale(rec, kh, d);
+    if (kh->bits == 8) {
+        const uint8_t *p = rec + kh->q_off + (size_t)d;
+        y[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p))), s);
+        y[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8)))), s);
+        return;
+    }
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(rec + kh->q_off + (size_t)(d / 32) * 16));
+    if (d % 32) b = _mm_srli_epi16(b, 4);
+    b = _mm_and_si128(b, _mm_set1_epi8(15));
+    __m256 l0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), l1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
+    if (kh->per_head) { /* not a layout any codec writes today; kept exact by the plain order */
+        __m256 e = _mm256_set1_ps(8.0f);
+        y[0] = _mm256_mul_ps(_mm256_sub_ps(l0, e), s), y[1] = _mm256_mul_ps(_mm256_sub_ps(l1, e), s);
+        return;
+    }
+    __m256 off = _mm256_mul_ps(s, _mm256_set1_ps(-8.0f));
+    y[0] = _mm256_fmadd_ps(l0, s, off), y[1] = _mm256_fmadd_ps(l1, s, off);
 }
 
 /* Eight T2 keys are decoded once into a stack block (exact f32 values) for all heads of the group,
  * then scored as eight f32 rows. */
 void FN(attn_scores_t2)(const float *q, int group, int hd, const uint8_t *const *recs, const kvq_head *kh,
                         const float *qc, const uint8_t *keep, int n, float scale, float *att, size_t stride) {
-    if (hd % 8 || hd > ATTN_WIDE_HD) {
+    if (hd % 16 || hd > ATTN_WIDE_HD) {
         cpu_gen_attn_scores_t2(q, group, hd, recs, kh, qc, keep, n, scale, att, stride);
         return;
     }
@@ -837,7 +852,12 @@ void FN(attn_scores_t2)(const float *q, int group, int hd, const uint8_t *const 
                 continue;
             }
             float *w = wide + ni * hd;
-            for (int d = 0; d < hd; d += 8) _mm256_store_ps(w + d, t2_ld8(recs[j], kh, d));
+            for (int d = 0; d < hd; d += 16) {
+                __m256 y[2];
+                t2_ld16(recs[j], kh, d, y);
+                _mm256_store_ps(w + d, y[0]);
+                _mm256_store_ps(w + d + 8, y[1]);
+            }
             k[ni] = w;
             idx[ni++] = j;
         }
@@ -873,7 +893,7 @@ INLINE void wsum_block(const float *att, size_t stride, int h0, int HP, int NV, 
         int j = idx[t];
         __m256 vv[WS_V];
         if (recs && !rows[j]) { /* a T2 value head (recs is NULL, a constant, for the plain kernels) */
-            UNROLL for (int v = 0; v < NV; v++) vv[v] = t2_ld8(recs[j], vh, dc + 8 * v);
+            UNROLL for (int v = 0; v < NV; v += 2) t2_ld16(recs[j], vh, dc + 8 * v, vv + v);
         } else {
             const void *r = row_at(rows, j, off + (size_t)dc, F16);
             UNROLL for (int v = 0; v < NV; v++) vv[v] = ld8(r, 8 * v, F16);
