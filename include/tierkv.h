@@ -401,6 +401,9 @@ typedef struct {
     int reps;                   /* timed calls per op */
     uint64_t seed;              /* random weights, activations and KV rows */
     int n_tok;                  /* matmul: tokens per call (0 or 1: one, a decode step; more: a prefill batch) */
+    int cold_mib;               /* matmul: 0, one copy of the matrix (it stays in cache where it fits);
+                                   N, copies of it totalling at least N MiB, called in turn, so that each
+                                   call reads its weights from memory as a decode step does */
 } tkv_bench_ops_params;
 typedef struct {
     const char *op;             /* "matmul" or "attention" */
@@ -408,6 +411,7 @@ typedef struct {
     int64_t n_in, n_out, bytes; /* matmul: the matrix and its bytes in the file's layout */
     int depth;                  /* attention: positions attended */
     int n_tok;                  /* matmul: tokens per call */
+    int copies;                 /* matmul: copies of the matrix called in turn (cold_mib) */
     double us;                  /* matmul: per call; attention: per layer (one query token) */
 } tkv_bench_ops_row;
 /* Times each per-layer matrix of the shape (random weights of p->type, prepared by the backend) for

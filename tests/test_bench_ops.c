@@ -1,7 +1,8 @@
 /* test_bench_ops.c — `tierkv bench-ops` on the CPU backend with a tiny shape (qwen2.5-0.5b, 1 rep,
  * depth 256): one JSON line per per-layer matmul with its name, shape, type, a positive time and
  * bandwidth, then one per depth for attention; a wrong flag, shape or type is refused with status 2;
- * a shape's head_dim (test-qwen3's 128, not n_embd / n_head) sets the attention matrices.
+ * a shape's head_dim (test-qwen3's 128, not n_embd / n_head) sets the attention matrices; --cold
+ * MIB times each matrix over as many copies as make MIB MiB (one copy without it).
  * Checks the tool's output, not its speed. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +71,8 @@ TEST(bench_ops_cpu_json) {
 TEST(bench_ops_refuses_bad_flags) {
     /* qwen3-30b-a3b: a mixture of experts, whose expert matmuls bench-ops does not time */
     static const char *cases[][2] = {{"--shape", "no-such-model"}, {"--type", "Q9_9"}, {"--depths", "256,,3"},
-                                     {"--reps", "0"}, {"--frobnicate", "1"}, {"--shape", "qwen3-30b-a3b"}};
+                                     {"--reps", "0"}, {"--frobnicate", "1"}, {"--shape", "qwen3-30b-a3b"},
+                                     {"--cold", "-1"}, {"--cold", "lots"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *argv[] = {(char *)t_bin(), "bench-ops", "--shape", "qwen2.5-0.5b", (char *)cases[i][0], (char *)cases[i][1],
                         NULL};
@@ -99,4 +101,27 @@ TEST(bench_ops_head_dim) {
            strstr(text, "\"name\":\"attn_output\",\"n_in\":512,\"n_out\":256") && strstr(text, "\"depth\":16"),
            "%s", text);
     free(text);
+}
+
+/* --cold 1: test-qwen3's F32 attn_q (256 x 512, 512 KiB) is called over 2 copies, attn_k (256 x 256,
+ * 256 KiB) over 4; without --cold every matrix is one copy */
+TEST(bench_ops_cold_copies) {
+    for (int cold = 0; cold < 2; cold++) {
+        char out[600];
+        snprintf(out, sizeof out, "%s/bench-ops-cold%d.jsonl", t_tmpdir(), cold);
+        char *argv[] = {(char *)t_bin(), "bench-ops", "--backend", "cpu", "--shape", "test-qwen3", "--type", "F32",
+                        "--depths", "16", "--reps", "3", "-t", "1", "--json", cold ? "--cold" : NULL /* ends here */, "1", NULL};
+        char *err = NULL;
+        int st = t_spawn(argv, out, 60, &err);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d, stderr: %s", st, err ? err : "");
+        free(err);
+        char *text = t_slurp(out);
+        REQUIRE(text);
+        const char *q = strstr(text, "\"name\":\"attn_q\""), *k = strstr(text, "\"name\":\"attn_k\"");
+        REQUIRE(q && k);
+        const char *cq = strstr(q, "\"copies\":"), *ck = strstr(k, "\"copies\":");
+        REQUIRE(cq && ck);
+        CHECKF(atoi(cq + 9) == (cold ? 2 : 1) && atoi(ck + 9) == (cold ? 4 : 1), "cold %d: %s", cold, text);
+        free(text);
+    }
 }

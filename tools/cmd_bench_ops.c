@@ -27,9 +27,11 @@ typedef struct {
 
 static void usage(FILE *out) {
     fprintf(out, "usage: tierkv bench-ops [--backend cpu|cuda] [--shape NAME] [--type T] [--depths N,N,...] [--reps N]\n"
-                 "                        [--tokens N] [-t N] [--device N] [--json]\n"
+                 "                        [--tokens N] [--cold MIB] [-t N] [--device N] [--json]\n"
                  "  times the backend's matmuls (one token, or N: a prefill batch) and one layer's attention on random data of a\n"
                  "  model's shape (defaults: cpu, r1-distill-qwen-7b, BF16, 2048,8192,32768, 20 reps, 2 threads)\n"
+                 "  --cold MIB  each matmul over copies of its matrix totalling MIB MiB, called in turn (weights read\n"
+                 "              from memory, as in a decode step; default 0: one copy, in cache where it fits)\n"
                  "  shapes:");
     for (size_t i = 0; i < shapes_n; i++) fprintf(out, " %s", shapes_table[i].name);
     fprintf(out, "\n  types: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q6_K ... (what the backend's prepare_weight takes)\n");
@@ -58,10 +60,11 @@ static void print_row(void *ctx, const tkv_bench_ops_row *r) {
             json_out_key(&j, "gb_s"), json_out_fixed(&j, gbs, 1);
             json_out_key(&j, "bytes"), json_out_int(&j, r->bytes);
             json_out_key(&j, "tokens"), json_out_int(&j, r->n_tok);
+            json_out_key(&j, "copies"), json_out_int(&j, r->copies);
             end_line(&j, pr);
         } else {
-            if (!pr->last_op || strcmp(pr->last_op, r->op)) printf("  %-12s %7s %7s %10s %9s\n", "matmul", "n_in", "n_out", "us", "GB/s");
-            printf("  %-12s %7lld %7lld %10.1f %9.1f\n", r->name, (long long)r->n_in, (long long)r->n_out, r->us, gbs);
+            if (!pr->last_op || strcmp(pr->last_op, r->op)) printf("  %-12s %7s %7s %10s %9s %7s\n", "matmul", "n_in", "n_out", "us", "GB/s", "copies");
+            printf("  %-12s %7lld %7lld %10.1f %9.1f %7d\n", r->name, (long long)r->n_in, (long long)r->n_out, r->us, gbs, r->copies);
         }
     } else {
         if (pr->json) {
@@ -100,7 +103,7 @@ static int parse_depths(const char *s, int *out) {
 
 int cmd_bench_ops(int argc, char **argv) {
     const char *backend = "cpu", *shape_name = "r1-distill-qwen-7b", *type_name = "BF16", *depth_list = "2048,8192,32768";
-    long reps = 20, threads = 2, device = 0, tokens = 1;
+    long reps = 20, threads = 2, device = 0, tokens = 1, cold = 0;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -114,6 +117,7 @@ int cmd_bench_ops(int argc, char **argv) {
         else if (!strcmp(a, "--depths")) depth_list = v;
         else if (!strcmp(a, "--reps")) { if (parse_int(v, 1, 100000, &reps)) { fprintf(stderr, "bench-ops: bad --reps '%s'\n", v); return 2; } }
         else if (!strcmp(a, "--tokens")) { if (parse_int(v, 1, 4096, &tokens)) { fprintf(stderr, "bench-ops: bad --tokens '%s' (1..4096)\n", v); return 2; } }
+        else if (!strcmp(a, "--cold")) { if (parse_int(v, 0, 65536, &cold)) { fprintf(stderr, "bench-ops: bad --cold '%s' (0..65536 MiB)\n", v); return 2; } }
         else if (!strcmp(a, "-t")) { if (parse_int(v, 1, 256, &threads)) { fprintf(stderr, "bench-ops: bad -t '%s'\n", v); return 2; } }
         else if (!strcmp(a, "--device")) { if (parse_int(v, 0, 64, &device)) { fprintf(stderr, "bench-ops: bad --device '%s'\n", v); return 2; } }
         else { fprintf(stderr, "bench-ops: unknown flag %s\n", a); usage(stderr); return 2; }
@@ -133,9 +137,10 @@ int cmd_bench_ops(int argc, char **argv) {
                               .n_embd = (int)s->n_embd, .n_head = (int)s->n_head, .n_head_kv = (int)s->n_head_kv,
                               .head_dim = (int)s->head_dim, .n_ff = (int)s->n_ff, .type = type_name,
                               .depths = depths, .n_depths = n_depths, .reps = (int)reps,
-                              .seed = 0x9e3779b97f4a7c15ull, .n_tok = (int)tokens};
+                              .seed = 0x9e3779b97f4a7c15ull, .n_tok = (int)tokens, .cold_mib = (int)cold};
     fprintf(stderr, "bench-ops: %s backend, %s, %s weights, %ld token(s) per matmul, %ld reps, wall clock over the reps "
-            "ended by a read\n", backend, s->name, type_name, tokens, reps);
+            "ended by a read; %s\n", backend, s->name, type_name, tokens, reps,
+            cold ? "weights cycled over copies (from memory)" : "one copy per matrix (cache-resident where it fits)");
     if (tkv_bench_ops(&p, print_row, &pr, desc, sizeof desc, err, sizeof err)) {
         fprintf(stderr, "bench-ops: %s\n", err);
         return 1;

@@ -6,6 +6,9 @@
  *              (one layer, chunks of 4096 slots) filled with random rows by kv_write; no keep mask, no
  *              weights asked; the slot table's device copy is kept across calls (tables_gen), as the
  *              layers of one forward call keep it
+ *              (with cold_mib, copies of each matrix totalling that many MiB are called in turn:
+ *              alone, a matrix that fits the last-level cache is read from there on every call after
+ *              the first, where a decode step reads each from memory)
  * Timing: wall clock around reps calls, ended by one backend read of 4 bytes of the op's output (a
  * read waits for the compute queue: on a GPU every queued call has run), after one untimed call and
  * read (first-use costs). A time therefore includes the host's launch cost per call where that
@@ -27,7 +30,7 @@
 typedef struct {
     be_backend *b;
     const be_ops *o;
-    int reps, n_tok;
+    int reps, n_tok, cold_mib;
     uint64_t rng;
     void (*row)(void *ctx, const tkv_bench_ops_row *r);
     void *ctx;
@@ -56,15 +59,28 @@ static int bench_matmul(bench *B, const char *name, uint32_t type, int64_t n_in,
         return tkv_errf(err, errlen, "%s: %lld inputs are not a whole number of %s blocks (%u)", name, (long long)n_in,
                         ggml_type_name(type), ggml_blck_size(type));
     size_t row = (size_t)ggml_type_size(type) * (size_t)(n_in / ggml_blck_size(type)), bytes = row * (size_t)n_out;
-    void *w = NULL;
-    if (posix_memalign(&w, 4096, bytes)) return tkv_errf(err, errlen, "%s: out of memory (%zu bytes of weights)", name, bytes);
-    gguf_fill_random(type, w, (uint64_t)n_in * (uint64_t)n_out, (uint64_t)n_in, &B->rng);
-    be_mat m = {.data = w, .type = type, .n_in = n_in, .n_out = n_out};
-    int rc = TKV_ERR;
+    enum { MAX_COPIES = 256 };
+    size_t want = (size_t)B->cold_mib << 20;
+    int copies = want > bytes ? (int)((want + bytes - 1) / bytes) : 1;
+    if (copies > MAX_COPIES) copies = MAX_COPIES;
+    void *w[MAX_COPIES] = {0};
+    be_mat m[MAX_COPIES];
+    int rc = TKV_ERR, made = 0;
     float *x = NULL, *y = NULL;
     void *scratch = NULL;
-    if (B->o->prepare_weight(B->b, &m, BE_W_MATMUL, err, errlen)) goto done;
-    be_mm_out out = {&m, NULL, n_out};
+    for (; made < copies; made++) {
+        if (posix_memalign(&w[made], 4096, bytes)) {
+            w[made] = NULL;
+            tkv_errf(err, errlen, "%s: out of memory (copy %d of %zu bytes of weights)", name, made + 1, bytes);
+            goto done;
+        }
+        if (made == 0) gguf_fill_random(type, w[0], (uint64_t)n_in * (uint64_t)n_out, (uint64_t)n_in, &B->rng);
+        else memcpy(w[made], w[0], bytes);
+        m[made] = (be_mat){.data = w[made], .type = type, .n_in = n_in, .n_out = n_out};
+    }
+    for (int c = 0; c < copies; c++)
+        if (B->o->prepare_weight(B->b, &m[c], BE_W_MATMUL, err, errlen)) goto done;
+    be_mm_out out = {&m[0], NULL, n_out};
     size_t ss = B->o->matmul_scratch(B->b, &out, 1, n_in, nt);
     if (!(x = dalloc(B, (size_t)(n_in * nt) * 4, err, errlen)) || !(y = dalloc(B, (size_t)(n_out * nt) * 4, err, errlen)) ||
         !(scratch = dalloc(B, ss ? ss : 64, err, errlen)))
@@ -74,17 +90,20 @@ static int bench_matmul(bench *B, const char *name, uint32_t type, int64_t n_in,
     B->o->matmul(B->b, &out, 1, n_in, x, (int)nt, scratch);
     sync_on(B, y);
     double t0 = tkv_now_s();
-    for (int r = 0; r < B->reps; r++) B->o->matmul(B->b, &out, 1, n_in, x, (int)nt, scratch);
+    for (int r = 0; r < B->reps; r++) {
+        out.w = &m[r % copies];
+        B->o->matmul(B->b, &out, 1, n_in, x, (int)nt, scratch);
+    }
     sync_on(B, y);
     tkv_bench_ops_row res = {.op = "matmul", .name = name, .n_in = n_in, .n_out = n_out, .bytes = (int64_t)bytes,
-                             .n_tok = (int)nt, .us = (tkv_now_s() - t0) / B->reps * 1e6};
+                             .n_tok = (int)nt, .copies = copies, .us = (tkv_now_s() - t0) / B->reps * 1e6};
     B->row(B->ctx, &res);
     rc = TKV_OK;
 done:
     if (x) B->o->free(B->b, x, BE_MEM_DEVICE);
     if (y) B->o->free(B->b, y, BE_MEM_DEVICE);
     if (scratch) B->o->free(B->b, scratch, BE_MEM_DEVICE);
-    free(w); /* a backend that keeps the weights in place (the CPU) is done with them */
+    for (int c = 0; c < made; c++) free(w[c]); /* a backend that keeps the weights in place (the CPU) is done with them */
     return rc;
 }
 
@@ -161,8 +180,9 @@ int tkv_bench_ops(const tkv_bench_ops_params *P, void (*row)(void *ctx, const tk
     for (int i = 0; i < P->n_depths; i++)
         if (P->depths[i] < 1) return tkv_errf(err, errlen, "bench-ops: depth %d is not positive", P->depths[i]);
     if (P->n_tok < 0 || P->n_tok > 4096) return tkv_errf(err, errlen, "bench-ops: %d tokens per matmul (1..4096)", P->n_tok);
+    if (P->cold_mib < 0 || P->cold_mib > 65536) return tkv_errf(err, errlen, "bench-ops: --cold %d MiB (0..65536)", P->cold_mib);
     be_params bp = {.name = P->backend, .n_threads = P->n_threads, .device = P->device};
-    bench B = {.reps = P->reps, .n_tok = P->n_tok > 1 ? P->n_tok : 1, .rng = P->seed ? P->seed : 1, .row = row, .ctx = ctx};
+    bench B = {.reps = P->reps, .n_tok = P->n_tok > 1 ? P->n_tok : 1, .cold_mib = P->cold_mib, .rng = P->seed ? P->seed : 1, .row = row, .ctx = ctx};
     if (be_open(&bp, &B.b, err, errlen)) return TKV_ERR;
     B.o = B.b->ops;
     if (describe && describe_len) snprintf(describe, describe_len, "%s", B.o->describe(B.b));
