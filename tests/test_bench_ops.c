@@ -17,16 +17,26 @@ static double num(const struct json_value *o, const char *key) {
     return v && v->type == JSON_NUMBER ? v->u.num : -1;
 }
 
-TEST(bench_ops_cpu_json) {
-    char out[600];
-    snprintf(out, sizeof out, "%s/bench-ops.jsonl", t_tmpdir());
-    char *argv[] = {(char *)t_bin(), "bench-ops", "--backend", "cpu", "--shape", "qwen2.5-0.5b", "--type", "BF16",
-                    "--depths", "256,300", "--reps", "1", "-t", "1", "--json", NULL};
+/* Runs `tierkv bench-ops ARGS --json` into a file named `name` under the test's directory; its text
+ * (malloc'd), or NULL after a failed check when the run failed. */
+static char *run_json(char **args, const char *name, int timeout_s) {
+    char out[600], *argv[40];
+    snprintf(out, sizeof out, "%s/%s", t_tmpdir(), name);
+    int n = 0;
+    argv[n++] = (char *)t_bin(), argv[n++] = "bench-ops";
+    for (int i = 0; args[i] && n < 38; i++) argv[n++] = args[i];
+    argv[n++] = "--json", argv[n] = NULL;
     char *err = NULL;
-    int st = t_spawn(argv, out, 120, &err);
+    int st = t_spawn(argv, out, timeout_s, &err);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d, stderr: %s", st, err ? err : "");
     free(err);
-    char *text = t_slurp(out);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? t_slurp(out) : NULL;
+}
+
+TEST(bench_ops_cpu_json) {
+    char *args[] = {"--backend", "cpu", "--shape", "qwen2.5-0.5b", "--type", "BF16", "--depths", "256,300", "--reps", "1",
+                    "-t", "1", NULL};
+    char *text = run_json(args, "bench-ops.jsonl", 120);
     REQUIRE(text);
     /* qwen2.5-0.5b: n_embd 896, 14 heads of 64, 2 kv heads, n_ff 4864 */
     static const struct { const char *name; int n_in, n_out; } want[] = {
@@ -86,15 +96,9 @@ TEST(bench_ops_refuses_bad_flags) {
 
 /* a shape whose head_dim is not n_embd / n_head (test-qwen3: 256 wide, 4 heads of 128): q is 512 wide */
 TEST(bench_ops_head_dim) {
-    char out[600];
-    snprintf(out, sizeof out, "%s/bench-ops-hd.jsonl", t_tmpdir());
-    char *argv[] = {(char *)t_bin(), "bench-ops", "--backend", "cpu", "--shape", "test-qwen3", "--type", "F32",
-                    "--depths", "16", "--reps", "1", "-t", "1", "--json", NULL};
-    char *err = NULL;
-    int st = t_spawn(argv, out, 60, &err);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d, stderr: %s", st, err ? err : "");
-    free(err);
-    char *text = t_slurp(out);
+    char *args[] = {"--backend", "cpu", "--shape", "test-qwen3", "--type", "F32", "--depths", "16", "--reps", "1", "-t", "1",
+                    NULL};
+    char *text = run_json(args, "bench-ops-hd.jsonl", 60);
     REQUIRE(text);
     CHECKF(strstr(text, "\"name\":\"attn_q\",\"n_in\":256,\"n_out\":512") &&
            strstr(text, "\"name\":\"attn_k\",\"n_in\":256,\"n_out\":256") &&
@@ -107,15 +111,9 @@ TEST(bench_ops_head_dim) {
  * 256 KiB) over 4; without --cold every matrix is one copy */
 TEST(bench_ops_cold_copies) {
     for (int cold = 0; cold < 2; cold++) {
-        char out[600];
-        snprintf(out, sizeof out, "%s/bench-ops-cold%d.jsonl", t_tmpdir(), cold);
-        char *argv[] = {(char *)t_bin(), "bench-ops", "--backend", "cpu", "--shape", "test-qwen3", "--type", "F32",
-                        "--depths", "16", "--reps", "3", "-t", "1", "--json", cold ? "--cold" : NULL /* ends here */, "1", NULL};
-        char *err = NULL;
-        int st = t_spawn(argv, out, 60, &err);
-        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d, stderr: %s", st, err ? err : "");
-        free(err);
-        char *text = t_slurp(out);
+        char *args[] = {"--backend", "cpu", "--shape", "test-qwen3", "--type", "F32", "--depths", "16", "--reps", "3",
+                        "-t", "1", cold ? "--cold" : NULL /* ends here */, "1", NULL};
+        char *text = run_json(args, cold ? "bench-ops-cold.jsonl" : "bench-ops-warm.jsonl", 60);
         REQUIRE(text);
         const char *q = strstr(text, "\"name\":\"attn_q\""), *k = strstr(text, "\"name\":\"attn_k\"");
         REQUIRE(q && k);
