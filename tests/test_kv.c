@@ -11,6 +11,7 @@
 #include "kv/baselines.h"
 #include "kv/kv.h"
 #include "kv/kv_policy.h"
+#include "kv/kv_state.h"
 #include "t.h"
 
 /* ---- helpers ---- */
@@ -732,6 +733,59 @@ static void fake_attention_bit_exact(int f16) {
     free(wf); free(wh);
     kv_free(kf);
     kv_free(kh);
+}
+
+/* One layer's weights of a forward call (kv_attn_mass) update the scores over the backend's threads,
+ * by position ranges; the scores must have the bits of kv_observe called token by token: three
+ * generated tokens of one sequence in one call (their additions in token order), two other
+ * sequences, a prompt token, depths past several ranges of 512, and a call where a sequence comes
+ * back after another one (done on one thread). */
+TEST(kv_observe_batch_same_bits) {
+    enum { L = 3, H = 6, HKV = 2, CTX = 1300 }; /* 1 / (L H) is not a power of two: sums round */
+    be_backend *b3;
+    char err[256];
+    REQUIRE(be_open(&(be_params){.name = "cpu", .n_threads = 3}, &b3, err, sizeof err) == 0);
+    kv_options o;
+    shape(&o, L, H, HKV, 16, 3, CTX);
+    o.policy = KV_POLICY_HIERARCHY, o.t0_ratio = 0.5, o.delta = 1000000;
+    kv_cache *kv[2];
+    for (int c = 0; c < 2; c++) {
+        kv[c] = kv_init(&o, b3, err, sizeof err);
+        REQUIRE(kv[c]);
+        for (int q = 0; q < 3; q++) {
+            int id;
+            REQUIRE(kv_seq_add(kv[c], CTX, 0, &id, err, sizeof err) == 0 && id == q);
+        }
+    }
+    const int len[3] = {1200, 700, 6};
+    for (int c = 0; c < 2; c++)
+        for (int q = 0; q < 3; q++)
+            for (int p = 0; p < len[q]; p++) {
+                REQUIRE(kv_append(kv[c], q, p, p < 4 || (q == 2 && p == 4), err, sizeof err) == 0);
+                write_token(kv[c], &o, q, p);
+            }
+    static const int seqs[2][6] = {{0, 0, 0, 1, 2, 2}, {0, 1, 0, 2, 2, 1}};
+    static const int poss[2][6] = {{1197, 1198, 1199, 699, 4, 5}, {1150, 690, 1199, 5, 4, 699}};
+    float *w = malloc(sizeof(float) * 6 * H * CTX);
+    REQUIRE(w);
+    uint64_t rng = 7;
+    int diff = 0;
+    for (int call = 0; call < 2; call++)
+        for (int l = 0; l < L; l++) {
+            for (size_t i = 0; i < (size_t)6 * H * CTX; i++) w[i] = fabsf(rng_f(&rng)) * (i % 3 ? 0.01f : 3.0f);
+            kv_attn_mass(kv[0], l, seqs[call], poss[call], 6, w, CTX);
+            for (int t = 0; t < 6; t++) kv_observe(kv[1], seqs[call][t], l, poss[call][t], w + (size_t)t * H * CTX, CTX);
+            for (int q = 0; q < 3; q++)
+                diff += memcmp(kv[0]->seq[q].score, kv[1]->seq[q].score, sizeof(double) * (size_t)len[q]) != 0;
+        }
+    CHECKF(diff == 0, "%d score arrays differ", diff);
+    int moved = 0;
+    for (int p = 0; p < 1200; p++) moved += kv[0]->seq[0].score[p] != 0.0;
+    CHECKF(moved > 1100, "%d scores of sequence 0 were updated", moved); /* the ranges reached past 1024 */
+    free(w);
+    kv_free(kv[0]);
+    kv_free(kv[1]);
+    be_close(b3);
 }
 
 TEST(kv_fake_attention_bit_exact) {

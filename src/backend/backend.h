@@ -204,6 +204,10 @@ typedef struct {
                                     row for it; 0: T2 rows are staged (dequantised into STAGE) first */
     void (*close)(be_backend *b);
     const char *(*describe)(const be_backend *b); /* kernels in use, e.g. "avx512" or "sm_90" */
+    /* Optional: runs fn over [0, n) on the backend's host threads (workers_for's contract: disjoint
+     * ranges, the caller's thread among them, back when all are done), for host work between ops
+     * (the KV module's score update). NULL: the caller runs fn(ctx, 0, n, 0) itself. */
+    void (*host_for)(be_backend *b, int64_t n, void (*fn)(void *ctx, int64_t i0, int64_t i1, int tid), void *ctx);
 
     /* memory */
     void *(*alloc)(be_backend *b, size_t bytes, be_mem mem, char *err, size_t errlen);

@@ -81,7 +81,7 @@ void kv_free(kv_cache *kv) {
     kv_pools_free(kv);
     free(kv->batch.moves); free(kv->batch.rest); free(kv->batch.deferred); free(kv->batch.recycle);
     free(kv->batch.recycle_seq); free(kv->batch.seqs);
-    free(kv->stage_moves);
+    free(kv->stage_moves); free(kv->obs); free(kv->obs_gen);
     free(kv->share); free(kv->share_room); free(kv->mark);
     free(kv->att_memo.slots), free(kv->att_memo.keep), free(kv->att_memo.n_pos), free(kv->att_memo.seq), free(kv->att_memo.pos);
     free(kv->seq);
@@ -425,26 +425,14 @@ const be_kv_pools *kv_pools(const kv_cache *kv) { return &kv->pools; }
 
 /* ---- scores ---- */
 
-void kv_observe(kv_cache *kv, int seq, int layer, int q_pos, const float *att, int att_stride) {
-    kv_seq *s = kv_get_seq(kv, seq);
-    if (!kv->ops->tiered) return;
-    TKV_ASSERT(q_pos >= 0 && q_pos < s->len);
-    if (kv->ops->hooks && kv->ops->hooks->observe)
-        kv->ops->hooks->observe(s->pstate, layer, q_pos, s->prompt[q_pos], att, att_stride, s->len);
-    if (!kv_ops_ranked(kv->ops)) return; /* own-budget policies keep their own scores */
+/* The ranked score update of one generated token's weights over positions [i0, i1): position by
+ * position, the heads in order, so each score gets the same additions in the same order as head by
+ * head would give it (the same bits), with the scores read and written once instead of once per head. */
+static void score_range(const kv_cache *kv, kv_seq *s, const float *att, int att_stride, int i0, int i1) {
     int H = kv->o.n_head, group = kv->o.n_head / kv->o.n_head_kv;
     size_t nc = (size_t)s->n_ctx;
-    if (s->prompt[q_pos]) { /* prefill: the hierarchy score ignores it; SnapKV-style policies keep it */
-        if (s->prefill_score)
-            for (int h = 0; h < H; h++)
-                for (int i = 0; i <= q_pos; i++) s->prefill_score[(size_t)(h / group) * nc + i] += att[(size_t)h * att_stride + i];
-        return;
-    }
     double w = 1.0 / ((double)kv->o.n_layer * H);
-    /* position by position, the heads in order: each score gets the same additions in the same
-     * order as head by head would give it (the same bits), with the scores read and written once
-     * instead of once per head */
-    for (int i = 0; i <= q_pos; i++) {
+    for (int i = i0; i < i1; i++) {
         double sc = s->score[i];
         for (int h = 0; h < H; h++) sc += w * att[(size_t)h * att_stride + i];
         s->score[i] = sc;
@@ -453,8 +441,110 @@ void kv_observe(kv_cache *kv, int seq, int layer, int q_pos, const float *att, i
         for (int h = 0; h < H; h++) {
             const float *a = att + (size_t)h * att_stride;
             float *hs = s->head_score + (size_t)(h / group) * nc;
-            for (int i = 0; i <= q_pos; i++) hs[i] += a[i];
+            for (int i = i0; i < i1; i++) hs[i] += a[i];
         }
+}
+
+/* The hooks' observation and a prompt query's (the scores of a generated query are left to the
+ * caller); 1 when the caller must still add a generated query's weights to the ranked scores. */
+static int observe_head(kv_cache *kv, kv_seq *s, int layer, int q_pos, const float *att, int att_stride) {
+    if (!kv->ops->tiered) return 0;
+    TKV_ASSERT(q_pos >= 0 && q_pos < s->len);
+    if (kv->ops->hooks && kv->ops->hooks->observe)
+        kv->ops->hooks->observe(s->pstate, layer, q_pos, s->prompt[q_pos], att, att_stride, s->len);
+    if (!kv_ops_ranked(kv->ops)) return 0; /* own-budget policies keep their own scores */
+    if (s->prompt[q_pos]) { /* prefill: the hierarchy score ignores it; SnapKV-style policies keep it */
+        if (s->prefill_score) {
+            int H = kv->o.n_head, group = kv->o.n_head / kv->o.n_head_kv;
+            size_t nc = (size_t)s->n_ctx;
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i <= q_pos; i++) s->prefill_score[(size_t)(h / group) * nc + i] += att[(size_t)h * att_stride + i];
+        }
+        return 0;
+    }
+    return 1;
+}
+
+void kv_observe(kv_cache *kv, int seq, int layer, int q_pos, const float *att, int att_stride) {
+    kv_seq *s = kv_get_seq(kv, seq);
+    if (observe_head(kv, s, layer, q_pos, att, att_stride)) score_range(kv, s, att, att_stride, 0, q_pos + 1);
+}
+
+/* ---- one layer's weights of a forward call: the score updates over the backend's host threads ---- */
+
+/* Positions per item of the parallel update: a decoding token at depth 4096 is 8 items. */
+#define OBS_BLOCK 512
+
+/* An item: positions [i0, i1) of the sequence of tokens [t0, t1) (one sequence, consecutive in the
+ * call), whose generated ones are added in token order, so every score gets the additions of the
+ * one-thread order and items never share a score. */
+typedef struct obs_item {
+    int t0, t1, i0, i1;
+} obs_item;
+
+typedef struct {
+    kv_cache *kv;
+    const int *seq, *pos;
+    const uint8_t *gen; /* [n] 1: add the token's weights to the ranked scores */
+    const float *w;
+    int stride;
+    size_t per;
+    const obs_item *items;
+} obs_job;
+
+static void obs_task(void *ctx, int64_t k0, int64_t k1, int tid) {
+    (void)tid;
+    const obs_job *J = ctx;
+    for (int64_t k = k0; k < k1; k++) {
+        const obs_item *it = &J->items[k];
+        kv_seq *s = &J->kv->seq[J->seq[it->t0]];
+        for (int t = it->t0; t < it->t1; t++) {
+            int i1 = J->pos[t] + 1 < it->i1 ? J->pos[t] + 1 : it->i1;
+            if (J->gen[t] && it->i0 < i1) score_range(J->kv, s, J->w + (size_t)t * J->per, J->stride, it->i0, i1);
+        }
+    }
+}
+
+void kv_observe_batch(kv_cache *kv, int layer, const int *seq, const int *pos, int n, const float *w, int stride) {
+    if (!kv->ops->tiered || n <= 0) return;
+    size_t per = (size_t)kv->o.n_head * (size_t)stride;
+    if (n > kv->cap_obs_gen) {
+        uint8_t *g = realloc(kv->obs_gen, (size_t)n);
+        TKV_ASSERT(g);
+        kv->obs_gen = g, kv->cap_obs_gen = n;
+    }
+    uint8_t *gen = kv->obs_gen;
+    int n_items = 0, serial = 0;
+    for (int t = 0; t < n; t++) {
+        gen[t] = (uint8_t)observe_head(kv, kv_get_seq(kv, seq[t]), layer, pos[t], w + (size_t)t * per, stride);
+        n_items += gen[t] ? (pos[t] + OBS_BLOCK) / OBS_BLOCK : 0;
+    }
+    if (!n_items) return;
+    /* runs of one sequence; a sequence in two runs would let two items add to one score at once */
+    for (int t = 1; t < n && !serial; t++)
+        if (seq[t] != seq[t - 1])
+            for (int u = 0; u < t - 1 && !serial; u++) serial = seq[u] == seq[t];
+    if (serial || !kv->be->ops->host_for) {
+        for (int t = 0; t < n; t++)
+            if (gen[t]) score_range(kv, &kv->seq[seq[t]], w + (size_t)t * per, stride, 0, pos[t] + 1);
+        return;
+    }
+    if (n_items > kv->cap_obs) {
+        obs_item *p = realloc(kv->obs, (size_t)n_items * sizeof *p);
+        TKV_ASSERT(p);
+        kv->obs = p, kv->cap_obs = n_items;
+    }
+    obs_item *items = kv->obs;
+    int k = 0;
+    for (int t0 = 0, t1; t0 < n; t0 = t1) {
+        int top = -1;
+        for (t1 = t0; t1 < n && seq[t1] == seq[t0]; t1++)
+            if (gen[t1] && pos[t1] > top) top = pos[t1];
+        for (int i0 = 0; i0 <= top; i0 += OBS_BLOCK) items[k++] = (obs_item){t0, t1, i0, i0 + OBS_BLOCK};
+    }
+    TKV_ASSERT(k <= n_items);
+    obs_job J = {kv, seq, pos, gen, w, stride, per, items};
+    kv->be->ops->host_for(kv->be, k, obs_task, &J);
 }
 
 /* ---- the end of a forward call ---- */

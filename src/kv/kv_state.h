@@ -168,6 +168,10 @@ struct kv_cache {
     int64_t stage_bytes_layer;/* bytes one staged row pair takes (for bytes_staged) */
     be_move *stage_moves;     /* [cap] stage copies of one layer */
     int cap_stage_moves;
+    struct obs_item *obs;     /* [cap_obs] kv_observe_batch's items (kv.c) */
+    int cap_obs;
+    uint8_t *obs_gen;         /* [cap_obs_gen] its per-token flags */
+    int cap_obs_gen;
     kv_stats retired;         /* counters of removed sequences */
     kv_retier_record *log;    /* [KV_RETIER_LOG_MAX] */
     int log_n;
@@ -201,5 +205,10 @@ static inline void kv_note_t0_peak(const kv_cache *kv, kv_seq *s) {
 
 /* Positions per (layer, kv head) row of the keep masks. */
 static inline int kv_keep_stride(const kv_cache *kv) { return kv->o.n_ctx; }
+
+/* kv_attn_mass's work (kv.c): each token's hooks and prompt scores in order, then the ranked score
+ * updates of the generated tokens over the backend's host threads (be_ops.host_for), by position
+ * ranges, every score getting its additions in the one-thread order (the same bits). */
+void kv_observe_batch(kv_cache *kv, int layer, const int *seq, const int *pos, int n, const float *w, int stride);
 
 #endif

@@ -103,9 +103,7 @@ void kv_attn_table(kv_cache *kv, int layer, const int *seq, const int *pos, int 
 }
 
 void kv_attn_mass(kv_cache *kv, int layer, const int *seq, const int *pos, int n, const float *w, int stride) {
-    if (!kv->ops->tiered) return;
-    size_t per = (size_t)kv->o.n_head * (size_t)stride;
-    for (int i = 0; i < n; i++) kv_observe(kv, seq[i], layer, pos[i], w + (size_t)i * per, stride);
+    kv_observe_batch(kv, layer, seq, pos, n, w, stride);
 }
 
 /* Copies layer `layer` of every staged position of s into its stage slot (appended to the list). */

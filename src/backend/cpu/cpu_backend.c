@@ -26,6 +26,10 @@ static const char *cpu_describe(const be_backend *b) { return ((const cpu_be *)(
 
 /* ---- memory: all host ---- */
 
+static void cpu_host_for(be_backend *b, int64_t n, void (*fn)(void *ctx, int64_t i0, int64_t i1, int tid), void *ctx) {
+    workers_for(((cpu_be *)(void *)b)->workers, n, fn, ctx);
+}
+
 static void *cpu_alloc(be_backend *b, size_t bytes, be_mem mem, char *err, size_t errlen) {
     (void)b, (void)mem;
     void *p = NULL;
@@ -204,6 +208,7 @@ static const be_ops cpu_ops = {
     .attn_t2_fmts = ((1u << BE_KV_N_FMT) - 1) & ~((1u << BE_KV_Q8_HEAD) - 1), /* every T2 format, in place */
     .close = cpu_close,
     .describe = cpu_describe,
+    .host_for = cpu_host_for,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_upload,
