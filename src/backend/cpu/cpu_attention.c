@@ -1,7 +1,8 @@
 /* cpu_attention.c — attention over slot tables on the CPU. Each sequence's table is turned into one K
  * and one V row pointer per position (the "page table walk": base of the slot's chunk + its place in
  * the layer). A token's positions are cut into chunks of ATT_CHUNK; for each chunk its records are
- * read whole (so the memory streams), then every kv head runs the op table's kernels over the
+ * read whole (so the memory streams; where they lie spread out, as the hierarchy's T0 and T1 slots
+ * do, the next chunk's are also asked into L2 while this one computes), then every kv head runs the op table's kernels over the
  * chunk's positions in order: scores (register tiles of heads x positions), the unnormalised softmax
  * (its max m and sum l; masked positions exactly 0), the weighted V sum. The chunks' parts merge by
  * log-sum-exp in chunk order. Work is split by (token, chunk) while there are few tokens, so one
@@ -167,17 +168,48 @@ static void t2_queries(const att_job *J, int t) {
  * head's few lines of each record and then the next head's, a pattern the hardware prefetchers do
  * not follow: alone they wait on memory for every record (one thread, 1.5B shapes at depth 8192:
  * 111 ns per position and kv head; with this pass first 79, of which 54 is the kernels' own work
- * on cached rows). */
-static void touch_chunk(const att_job *J, const void *const *kr, const uint8_t *const *tr, int len) {
+ * on cached rows). Returns 1 when more than an eighth of the records do not follow the one before
+ * in memory. */
+static int touch_chunk(const att_job *J, const void *const *kr, const uint8_t *const *tr, int len) {
     unsigned sink = 0;
+    int jumps = 0;
+    const uint8_t *next = NULL;
     for (int j = 0; j < len; j++) {
         const uint8_t *p = kr[j] ? (const uint8_t *)kr[j] : tr[j];
         if (!p) continue;
         size_t bytes = J->rec_bytes[kr[j] == NULL];
         for (size_t b = 0; b < bytes; b += 64) sink += *(const volatile uint8_t *)(p + b);
         sink += *(const volatile uint8_t *)(p + bytes - 1);
+        jumps += p != next;
+        next = p + bytes;
     }
     __asm__ volatile("" : : "r"(sink));
+    return jumps > len / 8; /* records spread out, not one stream */
+}
+
+/* Asks for the next chunk's records (at most ATT_CHUNK of them) into L2 while this chunk computes,
+ * when this chunk's records were spread out (touch_chunk): the thread that takes a token's chunk
+ * usually takes its next one too (workers hand out runs of items; by token, all of them). Records in
+ * address order stream without it; records spread over pools (the hierarchy's T0 and T1 slots, in
+ * the order re-tiering freed them) do not. */
+/* One line into L2. An asm statement: gcc deletes a loop of __builtin_prefetch (or _mm_prefetch)
+ * once it is inlined here, as a loop without effects. */
+static inline void prefetch_l2(const uint8_t *p) {
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ volatile("prefetcht1 %0" : : "m"(*(const char *)p));
+#else
+    __builtin_prefetch(p, 0, 2);
+#endif
+}
+
+static void prefetch_chunk(const att_job *J, const void *const *kr, const uint8_t *const *tr, int len) {
+    if (len > ATT_CHUNK) len = ATT_CHUNK;
+    for (int j = 0; j < len; j++) {
+        const uint8_t *p = kr[j] ? (const uint8_t *)kr[j] : tr[j];
+        if (!p) continue;
+        size_t bytes = J->rec_bytes[kr[j] == NULL];
+        for (size_t b = 0; b < bytes; b += 64) prefetch_l2(p + b);
+    }
 }
 
 /* Chunk c of token t, every kv head: the scores of its positions, their unnormalised softmax per
@@ -195,7 +227,8 @@ static void chunk_part(const att_job *J, int t, int c, size_t slot) {
     const void *const *kr = J->rows[t] + c0, *const *vr = J->rows[t] + J->max_pos + c0;
     const uint8_t *const *tr = (const uint8_t *const *)(J->rows[t] + 2 * (size_t)J->max_pos + c0);
     int t2 = J->has_t2[t];
-    touch_chunk(J, kr, tr, len);
+    if (touch_chunk(J, kr, tr, len) && c + 1 < n_chunks_of(n))
+        prefetch_chunk(J, kr + ATT_CHUNK, tr + ATT_CHUNK, n - c0 - ATT_CHUNK);
     for (int g = 0; g < n_kv; g++) {
         const uint8_t *keep = a->keep && a->keep[t] ? a->keep[t] + (size_t)g * a->keep_stride + c0 : NULL;
         size_t h0 = (size_t)g * group, off = (size_t)g * hd;
