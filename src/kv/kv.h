@@ -18,7 +18,8 @@
  *
  * Rows hold kv_dim = n_head_kv * head_dim values, head g at [g*head_dim, (g+1)*head_dim): f32, or
  * fp16 when kv_options.f16 is set, the default (as llama.cpp's f16 cache: rounded once).
- * Threading: kv_* calls come from one thread; the transfer engine is internal. */
+ * Threading: kv_* calls come from one thread; the transfer engine is internal; kv_attn_mass runs its
+ * score updates on the backend's host threads (be_ops.host_for) and returns when they are done. */
 #ifndef TKV_KV_H
 #define TKV_KV_H
 #include <stddef.h>

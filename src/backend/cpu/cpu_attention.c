@@ -1,14 +1,15 @@
-/* cpu_attention.c — attention over slot tables on the CPU. Each sequence's table is turned into one K
- * and one V row pointer per position (the "page table walk": base of the slot's chunk + its place in
- * the layer). A token's positions are cut into chunks of ATT_CHUNK; for each chunk its records are
- * read whole (so the memory streams; where they lie spread out, as the hierarchy's T0 and T1 slots
- * do, the next chunk's are also asked into L2 while this one computes), then every kv head runs the op table's kernels over the
- * chunk's positions in order: scores (register tiles of heads x positions), the unnormalised softmax
- * (its max m and sum l; masked positions exactly 0), the weighted V sum. The chunks' parts merge by
- * log-sum-exp in chunk order. Work is split by (token, chunk) while there are few tokens, so one
- * decoding sequence uses every thread, and by token above; the chunks are fixed by position, so the
- * bits never depend on the split, the batch or the thread count (prefill and decode agree). Where a
- * row lives never changes the arithmetic, so T0 and T1 give the full cache's bits.
+/* cpu_attention.c — attention over slot tables on the CPU. Each sequence's table is turned into one
+ * K and one V row pointer per position (the "page table walk": base of the slot's chunk + its place
+ * in the layer). A token's positions are cut into chunks of ATT_CHUNK; for each chunk its records
+ * are read whole (so the memory streams; where they lie spread out, as the hierarchy's T0 and T1
+ * slots do, the next chunk's are also asked into L2 while this one computes), then every kv head
+ * runs the op table's kernels over the chunk's positions in order: scores (register tiles of heads
+ * x positions), the unnormalised softmax (its max m and sum l; masked positions exactly 0), the
+ * weighted V sum. The chunks' parts merge by log-sum-exp in chunk order. Work is split by (token,
+ * chunk) while there are few tokens, so one decoding sequence uses every thread, and by token
+ * above; the chunks are fixed by position, so the bits never depend on the split, the batch or the
+ * thread count (prefill and decode agree). Where a row lives never changes the arithmetic, so T0
+ * and T1 give the full cache's bits.
  *
  * T2 rows are read where they lie (the KV module stages none for this backend: be_ops.attn_t2_fmts).
  * A position in T2 gets a record pointer instead of row pointers; a token whose table holds one runs
@@ -187,11 +188,6 @@ static int touch_chunk(const att_job *J, const void *const *kr, const uint8_t *c
     return jumps > len / 8; /* records spread out, not one stream */
 }
 
-/* Asks for the next chunk's records (at most ATT_CHUNK of them) into L2 while this chunk computes,
- * when this chunk's records were spread out (touch_chunk): the thread that takes a token's chunk
- * usually takes its next one too (workers hand out runs of items; by token, all of them). Records in
- * address order stream without it; records spread over pools (the hierarchy's T0 and T1 slots, in
- * the order re-tiering freed them) do not. */
 /* One line into L2. An asm statement: gcc deletes a loop of __builtin_prefetch (or _mm_prefetch)
  * once it is inlined here, as a loop without effects. */
 static inline void prefetch_l2(const uint8_t *p) {
@@ -202,6 +198,11 @@ static inline void prefetch_l2(const uint8_t *p) {
 #endif
 }
 
+/* Asks for the next chunk's records (at most ATT_CHUNK of them) into L2 while this chunk computes,
+ * when this chunk's records were spread out (touch_chunk): the thread that takes a token's chunk
+ * usually takes its next one too (workers hand out runs of items; by token, all of them). Records in
+ * address order stream without it; records spread over pools (the hierarchy's T0 and T1 slots, in
+ * the order re-tiering freed them) do not. */
 static void prefetch_chunk(const att_job *J, const void *const *kr, const uint8_t *const *tr, int len) {
     if (len > ATT_CHUNK) len = ATT_CHUNK;
     for (int j = 0; j < len; j++) {

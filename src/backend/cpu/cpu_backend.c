@@ -24,11 +24,11 @@ static void cpu_close(be_backend *b) {
 
 static const char *cpu_describe(const be_backend *b) { return ((const cpu_be *)(const void *)b)->desc; }
 
-/* ---- memory: all host ---- */
-
 static void cpu_host_for(be_backend *b, int64_t n, void (*fn)(void *ctx, int64_t i0, int64_t i1, int tid), void *ctx) {
     workers_for(((cpu_be *)(void *)b)->workers, n, fn, ctx);
 }
+
+/* ---- memory: all host ---- */
 
 static void *cpu_alloc(be_backend *b, size_t bytes, be_mem mem, char *err, size_t errlen) {
     (void)b, (void)mem;
