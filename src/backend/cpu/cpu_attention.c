@@ -165,6 +165,13 @@ static void t2_queries(const att_job *J, int t) {
     }
 }
 
+/* Position j's record (an exact one, a T2 one, or NULL where it is not read) and its bytes */
+static inline const uint8_t *record_of(const att_job *J, const void *const *kr, const uint8_t *const *tr, int j,
+                                       size_t *bytes) {
+    *bytes = J->rec_bytes[kr[j] == NULL];
+    return kr[j] ? (const uint8_t *)kr[j] : tr[j];
+}
+
 /* Reads the chunk's records whole, in position order, before the kernels run. The kernels read a
  * head's few lines of each record and then the next head's, a pattern the hardware prefetchers do
  * not follow: alone they wait on memory for every record (one thread, 1.5B shapes at depth 8192:
@@ -176,9 +183,9 @@ static int touch_chunk(const att_job *J, const void *const *kr, const uint8_t *c
     int jumps = 0;
     const uint8_t *next = NULL;
     for (int j = 0; j < len; j++) {
-        const uint8_t *p = kr[j] ? (const uint8_t *)kr[j] : tr[j];
+        size_t bytes;
+        const uint8_t *p = record_of(J, kr, tr, j, &bytes);
         if (!p) continue;
-        size_t bytes = J->rec_bytes[kr[j] == NULL];
         for (size_t b = 0; b < bytes; b += 64) sink += *(const volatile uint8_t *)(p + b);
         sink += *(const volatile uint8_t *)(p + bytes - 1);
         jumps += p != next;
@@ -206,9 +213,9 @@ static inline void prefetch_l2(const uint8_t *p) {
 static void prefetch_chunk(const att_job *J, const void *const *kr, const uint8_t *const *tr, int len) {
     if (len > ATT_CHUNK) len = ATT_CHUNK;
     for (int j = 0; j < len; j++) {
-        const uint8_t *p = kr[j] ? (const uint8_t *)kr[j] : tr[j];
+        size_t bytes;
+        const uint8_t *p = record_of(J, kr, tr, j, &bytes);
         if (!p) continue;
-        size_t bytes = J->rec_bytes[kr[j] == NULL];
         for (size_t b = 0; b < bytes; b += 64) prefetch_l2(p + b);
     }
 }
