@@ -402,8 +402,9 @@ typedef struct {
     uint64_t seed;              /* random weights, activations and KV rows */
     int n_tok;                  /* matmul: tokens per call (0 or 1: one, a decode step; more: a prefill batch) */
     int cold_mib;               /* matmul: 0, one copy of the matrix (it stays in cache where it fits);
-                                   N, copies of it totalling at least N MiB, called in turn, so that each
-                                   call reads its weights from memory as a decode step does */
+                                   N, copies of it totalling at least N MiB (at most 256 copies: the row's
+                                   `copies` says how many), called in turn, so that each call reads its
+                                   weights from memory as a decode step does */
 } tkv_bench_ops_params;
 typedef struct {
     const char *op;             /* "matmul" or "attention" */

@@ -30,8 +30,9 @@ static void usage(FILE *out) {
                  "                        [--tokens N] [--cold MIB] [-t N] [--device N] [--json]\n"
                  "  times the backend's matmuls (one token, or N: a prefill batch) and one layer's attention on random data of a\n"
                  "  model's shape (defaults: cpu, r1-distill-qwen-7b, BF16, 2048,8192,32768, 20 reps, 2 threads)\n"
-                 "  --cold MIB  each matmul over copies of its matrix totalling MIB MiB, called in turn (weights read\n"
-                 "              from memory, as in a decode step; default 0: one copy, in cache where it fits)\n"
+                 "  --cold MIB  each matmul over copies of its matrix totalling MIB MiB (at most 256 copies; column\n"
+                 "              `copies`), called in turn: weights read from memory, as in a decode step (default 0:\n"
+                 "              one copy, in cache where it fits)\n"
                  "  shapes:");
     for (size_t i = 0; i < shapes_n; i++) fprintf(out, " %s", shapes_table[i].name);
     fprintf(out, "\n  types: F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q6_K ... (what the backend's prepare_weight takes)\n");

@@ -2,13 +2,13 @@
  * model's shape, without a model.
  *   matmul     each per-layer matrix (attn_q/k/v, attn_output, ffn_gate/up/down) of random weights
  *              (gguf_random.h) in the asked type, prepared by the backend's prepare_weight, one token
+ *              (with cold_mib, copies of each matrix totalling that many MiB, at most MAX_COPIES,
+ *              called in turn: alone, a matrix that fits the last-level cache is read from there on
+ *              every call after the first, where a decode step reads each from memory)
  *   attention  one layer, one query token, the shape's heads, over `depth` positions of an f16 T0 pool
  *              (one layer, chunks of 4096 slots) filled with random rows by kv_write; no keep mask, no
  *              weights asked; the slot table's device copy is kept across calls (tables_gen), as the
  *              layers of one forward call keep it
- *              (with cold_mib, copies of each matrix totalling that many MiB are called in turn:
- *              alone, a matrix that fits the last-level cache is read from there on every call after
- *              the first, where a decode step reads each from memory)
  * Timing: wall clock around reps calls, ended by one backend read of 4 bytes of the op's output (a
  * read waits for the compute queue: on a GPU every queued call has run), after one untimed call and
  * read (first-use costs). A time therefore includes the host's launch cost per call where that
