@@ -41,6 +41,10 @@
 # Columns: tierkv, then each engine's tok/s under its name, then tierkv/NAME for each engine ("-" and
 # n/a where a run gave no number). Each tierkv number is the median of REPS runs; llama-bench reports
 # its own mean over REPS.
+# floor, tierkv/floor: the decode floor of a tg row, the tok/s at which each step only reads its bytes at
+# the machine's read bandwidth: bandwidth / (weight bytes + depth x KV bytes per position), from
+# `tierkv bench --membw` on the same threads (its median over the rounds; the KV of every layer and kv
+# head in KV_TYPE), and tierkv's share of it; "-" and n/a for pp and tgxP rows.
 # ROUNDS (1) repeats every test that many times, the engines alternating inside each round, and
 # prints the median of the rounds. TIERKV_OLD (unset): a second tierkv binary (an earlier build)
 # timed the same way beside the first; its column `old` and the ratio new/old are added (the check
@@ -139,6 +143,17 @@ tk() { { "$TKBIN" bench -m "$1" -t "$THREADS" --reps "$REPS" --kv-type "$KV_TYPE
 tkp() {  # aggregate decode of PARALLEL sequences (the "_x" line)
   { "$TKBIN" bench -m "$1" -t "$THREADS" --reps "$REPS" --kv-type "$KV_TYPE" ${TK_LOAD[@]+"${TK_LOAD[@]}"} --json -p 0 -n "$NGEN" -d 0 --parallel "$PARALLEL" 2>/dev/null || true; } | sed -n '/_x/s/.*"tok_per_s": *\([0-9.]*\).*/\1/p'
 }
+# the read bandwidth (B/s), weight bytes and KV bytes per position of `tierkv bench --membw` on model $1
+membw() {
+  { "$TIERKV" bench -m "$1" -t "$THREADS" --reps 1 --kv-type "$KV_TYPE" ${TK_LOAD[@]+"${TK_LOAD[@]}"} --json -p 0 -n 1 -d 0 \
+      --membw 2>/dev/null || true; } | awk '/"membw"/ {
+    bw = $0; sub(/.*"read_gb_per_s": */, "", bw); sub(/[,}].*/, "", bw)
+    wb = $0; sub(/.*"weight_bytes": */, "", wb); sub(/[,}].*/, "", wb)
+    kv = $0; sub(/.*"kv_bytes_per_position": */, "", kv); sub(/[,}].*/, "", kv)
+    printf "%.0f %s %s\n", bw * 1e9, wb, kv }'
+}
+# the floor (tok/s) at depth $1 from "bandwidth weights kv" in $2, "-" without them
+floor_at() { awk -v d="$1" -v m="$2" 'BEGIN { n = split(m, f, " "); if (n == 3 && f[1] > 0) printf "%.2f", f[1] / (f[2] + d * f[3]); else print "-" }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 median() { tr ' ' '\n' | awk '/^[0-9.]+$/' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print ""; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # one test: ROUNDS rounds, the runs' order reversed every other round; prints one median per column,
@@ -168,13 +183,15 @@ HEAD=(tierkv); [ -n "$TIERKV_OLD" ] && HEAD+=(old)
 HEAD+=(${E_LABEL[@]+"${E_LABEL[@]}"})
 for l in ${E_LABEL[@]+"${E_LABEL[@]}"}; do HEAD+=("tierkv/$l"); done
 [ -n "$TIERKV_OLD" ] && HEAD+=(new/old)
+HEAD+=(floor tierkv/floor)
 WIDTH=(); for h in "${HEAD[@]}"; do w=${#h}; [ "$w" -lt 10 ] && w=10; WIDTH+=("$w"); done
-row() {  # name test new old engine...
-  local name=$1 test=$2 new=$3 old=$4 cells=("$3") e; shift 4
+row() {  # name test floor new old engine...
+  local name=$1 test=$2 fl=$3 new=$4 old=$5 cells=("$4") e; shift 5
   [ -n "$TIERKV_OLD" ] && cells+=("$old")
   cells+=("$@")
   for e in "$@"; do cells+=("$(ratio "$new" "$e")"); done
   [ -n "$TIERKV_OLD" ] && cells+=("$(ratio "$new" "$old")")
+  cells+=("$fl" "$(ratio "$new" "$fl")")
   line "$name" "$test" "${cells[@]}"
 }
 
@@ -186,17 +203,23 @@ done
 line model test "${HEAD[@]}"
 for m in "${models[@]}"; do
   name=$(basename "$m")
+  bws=""; wbkv=""
+  for ((r = 0; r < ROUNDS; r++)); do
+    mb=$(membw "$m"); [ -n "$mb" ] || continue
+    bws+=" ${mb%% *}"; wbkv=${mb#* }
+  done
+  bw=$(echo "$bws" | median); mem=""; [ -n "$bw" ] && mem="$bw $wbkv"
   if [ "$NPP" -gt 0 ]; then
-    row "$name" "pp$NPP" $(measure tk "$m" -p "$NPP" -n 0 -d 0 -- eng_bench "$m" -p "$NPP" -n 0)
+    row "$name" "pp$NPP" - $(measure tk "$m" -p "$NPP" -n 0 -d 0 -- eng_bench "$m" -p "$NPP" -n 0)
   fi
   for d in $DEPTHS; do
     if [ "$d" = 0 ]; then
-      row "$name" "tg@$d" $(measure tk "$m" -p 0 -n "$NGEN" -d "$d" -- eng_bench "$m" -p 0 -n "$NGEN")
+      row "$name" "tg@$d" "$(floor_at "$d" "$mem")" $(measure tk "$m" -p 0 -n "$NGEN" -d "$d" -- eng_bench "$m" -p 0 -n "$NGEN")
     else
-      row "$name" "tg@$d" $(measure tk "$m" -p 0 -n "$NGEN" -d "$d" -- eng_batched "$m" "$d" "$NGEN" 1)
+      row "$name" "tg@$d" "$(floor_at "$d" "$mem")" $(measure tk "$m" -p 0 -n "$NGEN" -d "$d" -- eng_batched "$m" "$d" "$NGEN" 1)
     fi
   done
   if [ "$PARALLEL" -gt 1 ]; then
-    row "$name" "tgx$PARALLEL" $(measure tkp "$m" -- eng_batched "$m" 128 "$NGEN" "$PARALLEL")
+    row "$name" "tgx$PARALLEL" - $(measure tkp "$m" -- eng_batched "$m" 128 "$NGEN" "$PARALLEL")
   fi
 done

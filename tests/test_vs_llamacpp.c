@@ -6,7 +6,8 @@
  * ik_llama.cpp's JSON array and its table on stderr). Checks the table's columns and names, every
  * engine cell against the stand-in's number for that test, every ratio against the cells it divides,
  * with and without TIERKV_OLD, the old one-engine call, LLAMA_DIRS with a label and "-" for no
- * engine, and that no engine's llama.log is left where the script runs. Tiny settings (NPP=16
+ * engine, that the tg rows' floor falls with depth and tierkv/floor divides tierkv by it ("-" in the
+ * other rows), and that no engine's llama.log is left where the script runs. Tiny settings (NPP=16
  * NGEN=4 DEPTHS="0 32" PARALLEL=2 REPS=1); run from the repository root; needs bash and the shared
  * fixtures (skips without them). */
 #include <math.h>
@@ -167,6 +168,7 @@ static void run_table(const char *env, const char *args, int with_old, const str
         names[ncol++] = ratio_names[i];
     }
     if (with_old) names[ncol++] = "new/old";
+    names[ncol++] = "floor", names[ncol++] = "tierkv/floor";
     /* the engines' flags as the top of the output prints them */
     for (int i = 0; i < neng; i++) {
         char want[200];
@@ -181,6 +183,7 @@ static void run_table(const char *env, const char *args, int with_old, const str
     }
     const char *tests[] = {"pp16", "tg@0", "tg@32", "tgx2"};
     int rows = 0, header = 0;
+    double floor0 = 0;
     char *save = NULL;
     for (char *l = strtok_r(o, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
         char *w[20];
@@ -211,6 +214,15 @@ static void run_table(const char *env, const char *args, int with_old, const str
             double r = atof(w[c + 2 * neng]), old = atof(w[3]);
             CHECKF(old > 0 && fabs(r - tk / old) <= 0.0051, "%s: new/old %s, want %.4f", w[1], w[c + 2 * neng], tk / old);
         }
+        const char *fl = w[ncol], *share = w[ncol + 1];
+        if (!strncmp(w[1], "tg@", 3)) {
+            double f = atof(fl);
+            CHECKF(is_number(fl) && f > 0, "%s: floor '%s'", w[1], fl);
+            CHECKF(fabs(atof(share) - tk / f) <= 0.0051, "%s: tierkv/floor %s, want %.4f", w[1], share, tk / f);
+            if (!strcmp(w[1], "tg@0")) floor0 = f;
+            else CHECKF(f < floor0, "%s: floor %g not below depth 0's %g", w[1], f, floor0);
+        } else
+            CHECKF(!strcmp(fl, "-") && !strcmp(share, "n/a"), "%s: floor '%s' '%s', want - n/a", w[1], fl, share);
     }
     CHECK(header);
     CHECKF(rows == 4, "%d rows", rows);

@@ -37,7 +37,8 @@ static void usage(FILE *out) {
             "      --json           JSON lines instead of CSV\n"
             "      --stats-json FILE write the KV statistics (total and per sequence) as JSON at the end\n"
             "      --membw          also measure memory read bandwidth on the bench threads and print\n"
-            "                       the decode floor it sets: weight bytes per token / bandwidth\n"
+            "                       the decode floor it sets: weight bytes per token / bandwidth at depth 0,\n"
+            "                       bandwidth / (weight bytes + depth x KV bytes per position) at a depth\n"
             "      --int8-peak      also measure the int8 peak of the CPU kernels' instructions on the bench\n"
             "                       threads and print prefill and batched decode as a share of it (2 int8\n"
             "                       operations per weight and token)\n"
@@ -359,6 +360,8 @@ int cmd_bench(int argc, char **argv) {
     if (membw) {
         double bw = measure_read_bandwidth(c.mp.n_threads, !c.mp.mmap_weights);
         double wb = (double)info.weight_bytes;
+        /* the f16 or f32 K and V of every layer and kv head that one position adds to a step's reads */
+        double kvp = 2.0 * info.n_layer * info.n_head_kv * info.head_dim * (c.sp.kv.f16 ? 2 : 4);
         if (json) {
             struct json_out j;
             out_json_begin(&j);
@@ -366,11 +369,13 @@ int cmd_bench(int argc, char **argv) {
             json_out_key(&j, "read_gb_per_s"), json_out_fixed(&j, bw / 1e9, 2);
             json_out_key(&j, "weight_bytes"), json_out_fixed(&j, wb, 0);
             json_out_key(&j, "decode_floor_tok_per_s"), json_out_fixed(&j, bw / wb, 2);
+            json_out_key(&j, "kv_bytes_per_position"), json_out_fixed(&j, kvp, 0);
             json_out_key(&j, "threads"), json_out_int(&j, c.mp.n_threads);
             out_json_end(&j);
         } else
-            printf("# membw: %.2f GB/s read on %d threads (%s pages); weights %.0f MB per token -> decode at most %.2f tok/s\n",
-                   bw / 1e9, c.mp.n_threads, c.mp.mmap_weights ? "4 KiB" : "huge", wb / 1e6, bw / wb);
+            printf("# membw: %.2f GB/s read on %d threads (%s pages); weights %.0f MB per token -> decode at most %.2f tok/s;"
+                   " at depth D: %.2f GB/s / (weights + D x %.0f B of KV)\n",
+                   bw / 1e9, c.mp.n_threads, c.mp.mmap_weights ? "4 KiB" : "huge", wb / 1e6, bw / wb, bw / 1e9, kvp);
     }
     if (int8_peak && report_int8_peak(json, &c, &info)) goto fail;
     if (fj) {
