@@ -360,8 +360,8 @@ int cmd_bench(int argc, char **argv) {
     if (membw) {
         double bw = measure_read_bandwidth(c.mp.n_threads, !c.mp.mmap_weights);
         double wb = (double)info.weight_bytes;
-        /* the f16 or f32 K and V of every layer and kv head that one position adds to a step's reads */
-        double kvp = 2.0 * info.n_layer * info.n_head_kv * info.head_dim * (c.sp.kv.f16 ? 2 : 4);
+        /* the T0 record of every layer (K and V of each kv head) that one position adds to a step's reads */
+        double kvp = (double)tkv_token_bytes(e, 0);
         if (json) {
             struct json_out j;
             out_json_begin(&j);
