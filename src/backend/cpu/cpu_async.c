@@ -1,7 +1,7 @@
 /* cpu_async.c — the test backend "cpu-async": the CPU backend with a GPU's ordering, so that the
  * races a GPU would show can fail a test on a machine without one.
  *
- * Two things differ from "cpu", both as the CUDA backend behaves:
+ * Three things differ from "cpu", each as the CUDA backend behaves:
  *   - copy_moves only queues its moves (per layer, in submission order, from any thread); they run
  *     when copy_wait(layer) is called, as a copy stream's work is only known done once the compute
  *     queue has waited for it. A slot freed or read before its layer's copy_wait therefore holds the
@@ -18,6 +18,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "base/err.h"
+#include "gguf/gguf.h"
 
 typedef struct {
     const be_kv_pools *p;
@@ -44,6 +45,8 @@ typedef struct {
     int *n_pos;
     uint8_t **keep;
     int cap_tok;
+    void **weights; /* the matrices' copies (prepare_weight) */
+    int n_weights, cap_weights;
 } async_be;
 
 static async_be *ab(be_backend *b) { return (async_be *)(void *)b; }
@@ -138,6 +141,29 @@ static void async_attention(be_backend *b, const be_attn *a, void *scratch) {
     cpu_be_attention(b, &c, scratch);
 }
 
+/* The matrix copied into the backend's own memory, then prepared as "cpu" prepares it */
+static int async_prepare_weight(be_backend *b, be_mat *m, int role, char *err, size_t errlen) {
+    async_be *a = ab(b);
+    uint32_t blk = ggml_blck_size(m->type);
+    if (!blk || m->n_in % blk)
+        return tkv_errf(err, errlen, "weights of type %s with rows of %lld elements cannot be copied", ggml_type_name(m->type),
+                        (long long)m->n_in);
+    size_t bytes = (size_t)(m->n_in / blk) * ggml_type_size(m->type) * (size_t)m->n_out;
+    void *copy = tkv_xmalloc(bytes ? bytes : 1);
+    memcpy(copy, m->data, bytes);
+    a->weights = grow(a->weights, &a->cap_weights, a->n_weights + 1, sizeof *a->weights);
+    a->weights[a->n_weights++] = copy;
+    m->data = copy;
+    return cpu_be_ops()->prepare_weight(b, m, role, err, errlen);
+}
+
+/* A DMA into the caller's buffer (the CPU backend hands back its own memory) */
+static const void *async_read(be_backend *b, const void *src, size_t bytes, void *host_tmp) {
+    (void)b;
+    memcpy(host_tmp, src, bytes);
+    return host_tmp;
+}
+
 static void async_close(be_backend *b) {
     async_be *a = ab(b);
     for (int l = 0; l < a->n_q; l++) {
@@ -149,6 +175,8 @@ static void async_close(be_backend *b) {
     free(a->slots);
     free(a->keep);
     free(a->n_pos);
+    for (int i = 0; i < a->n_weights; i++) free(a->weights[i]);
+    free(a->weights);
     pthread_mutex_destroy(&a->mu);
     cpu_be_ops()->close(b); /* frees the workers and the struct itself (cpu is its first member) */
 }
@@ -167,6 +195,9 @@ int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errle
     a->ops.copy_moves = async_copy_moves;
     a->ops.copy_wait = async_copy_wait;
     a->ops.attention = async_attention;
+    a->ops.unified = 0; /* device memory apart: the callers' GPU paths */
+    a->ops.read = async_read;
+    a->ops.prepare_weight = async_prepare_weight;
     a->cpu.base.ops = &a->ops;
     pthread_mutex_init(&a->mu, NULL);
     *out = &a->cpu.base;
