@@ -118,6 +118,106 @@ TEST(split_merge_equals_single_pass) {
     be_close(b);
 }
 
+/* ---- split on a backend that is not host memory: the order of its calls ----
+ * A CPU backend dressed as a device (not unified, read copies, every call logged), and a host CPU
+ * backend whose attention is logged too. be_split_attention must read the queries back before it
+ * queues the device's part, compute the host's part before it waits for the device's (so a GPU's
+ * attention runs under the host's), and bring the device's o, m and l back in one read. */
+static char order_log[64];
+static int order_n;
+static const float *order_q, *order_mass;
+static const be_ops *cpu_ops;
+static void order_note(char c) {
+    if (order_n < (int)sizeof order_log - 1) order_log[order_n++] = c, order_log[order_n] = 0;
+}
+static const void *dev_read(be_backend *b, const void *src, size_t bytes, void *host_tmp) {
+    (void)b;
+    order_note(src == order_q ? 'q' : src == order_mass ? 'w' : 'r');
+    memcpy(host_tmp, src, bytes);
+    return host_tmp;
+}
+static void dev_upload(be_backend *b, void *dst, const void *src, size_t bytes) {
+    (void)b;
+    order_note('u');
+    memcpy(dst, src, bytes);
+}
+static void dev_attention(be_backend *b, const be_attn *a, void *scratch) {
+    order_note('D');
+    cpu_ops->attention(b, a, scratch);
+}
+static void host_attention(be_backend *b, const be_attn *a, void *scratch) {
+    order_note('H');
+    cpu_ops->attention(b, a, scratch);
+}
+
+TEST(split_device_order) {
+    be_backend *dev, *host, *ref;
+    char err[256];
+    REQUIRE(be_open(&(be_params){.name = "cpu", .n_threads = 2}, &dev, err, sizeof err) == 0);
+    REQUIRE(be_open(&(be_params){.name = "cpu", .n_threads = 2}, &host, err, sizeof err) == 0);
+    REQUIRE(be_open(&(be_params){.name = "cpu", .n_threads = 2}, &ref, err, sizeof err) == 0);
+    cpu_ops = dev->ops;
+    be_ops dops = *cpu_ops, hops = *cpu_ops;
+    dops.unified = 0, dops.read = dev_read, dops.upload = dev_upload, dops.attention = dev_attention;
+    hops.attention = host_attention;
+    be_kv_pools p;
+    void *mem[BE_N_POOLS];
+    pools_init(ref, &p, mem);
+    uint64_t s = 5;
+    int32_t table[NPOS];
+    float k[HKV * HD], v[HKV * HD];
+    for (int j = 0; j < NPOS; j++) {
+        table[j] = BE_SLOT(j % 3 ? BE_T1 : BE_T0, j);
+        for (int l = 0; l < L; l++) {
+            for (int d = 0; d < HKV * HD; d++) k[d] = frand(&s) * 2, v[d] = frand(&s);
+            ref->ops->kv_write(ref, &p, l, &table[j], 1, k, v);
+        }
+    }
+    size_t nq = (size_t)NT * H * HD, nw = (size_t)NT * H * NPOS;
+    float *q = malloc(nq * 4), *o_ref = malloc(nq * 4), *o_dev = malloc(nq * 4), *w_dev = calloc(nw, 4);
+    for (size_t i = 0; i < nq; i++) q[i] = frand(&s);
+    void *scratch = malloc(dev->ops->attention_scratch(dev, NT, NPOS, H, HD));
+    const int32_t *slots[NT] = {table, table, table};
+    int n_pos[NT] = {NPOS, NPOS - 50, 129};
+    be_attn a = {.n_tok = NT, .layer = 1, .n_head = H, .n_head_kv = HKV, .head_dim = HD, .scale = 0.125f, .q = q,
+                 .o = o_ref, .pools = &p, .slots = slots, .n_pos = n_pos, .mass_mode = BE_MASS_HEADS,
+                 .mass_stride = NPOS};
+    /* the reference: the same split on one unified backend */
+    be_split *sr = be_split_new(ref, ref, NT, H, HD, NPOS, err, sizeof err);
+    REQUIRE(sr);
+    a.mass = calloc(nw, 4);
+    const float *w_ref = be_split_attention(sr, &a, scratch);
+    REQUIRE(w_ref == a.mass);
+    /* the same call with the device dressed up */
+    dev->ops = &dops, host->ops = &hops;
+    be_split *sd = be_split_new(dev, host, NT, H, HD, NPOS, err, sizeof err);
+    REQUIRE(sd);
+    be_attn b = a;
+    b.o = o_dev, b.mass = w_dev;
+    order_q = q, order_mass = w_dev, order_n = 0, order_log[0] = 0;
+    const float *w = be_split_attention(sd, &b, scratch);
+    printf("    calls: %s (q read, Device part queued, Host part, one read of o/m/l, the weights, upload)\n", order_log);
+    CHECK(!strcmp(order_log, "qDHrwu"));
+    REQUIRE(w != NULL && w != w_dev);
+    CHECK(!memcmp(o_ref, o_dev, nq * 4)); /* the same arithmetic: the same bits */
+    int same = 1;
+    for (int t = 0; t < NT; t++)
+        for (int h = 0; h < H; h++)
+            same &= !memcmp(w_ref + ((size_t)t * H + h) * NPOS, w + ((size_t)t * H + h) * NPOS, (size_t)n_pos[t] * 4);
+    CHECK(same);
+    /* no weights asked for: no read of them */
+    b.mass_mode = BE_MASS_NONE;
+    order_n = 0, order_log[0] = 0;
+    CHECK(be_split_attention(sd, &b, scratch) == NULL);
+    CHECK(!strcmp(order_log, "qDHru"));
+    be_split_free(sd);
+    be_split_free(sr);
+    dev->ops = cpu_ops, host->ops = cpu_ops;
+    for (int t = 0; t < BE_N_POOLS; t++) ref->ops->free(ref, mem[t], BE_MEM_HOST);
+    free(q), free(o_ref), free(o_dev), free(w_dev), free(a.mass), free(scratch);
+    be_close(dev), be_close(host), be_close(ref);
+}
+
 /* Through the model: the hierarchy with split attention against full, the same tokens fed to both.
  * The attention outputs differ from the single pass by float rounding only (above), but the matrix
  * products quantise their activations to int8 (as llama.cpp's do), so a rounding difference now and

@@ -4,10 +4,11 @@
  * the two, never a T1 row. Generic over backends:
  * it calls their ops and nothing else.
  *
- * On a backend that is not host memory (not `unified`) the backend's part is written into its own
- * buffers (o, m, l, the weights) and read back into pinned host memory; queries are read back once
- * for the host part, and the merged output uploaded. On a unified backend (the CPU) both parts are
- * host memory and nothing is copied. */
+ * On a backend that is not host memory (not `unified`) the queries are read back first, then the
+ * backend's part is queued and the host computes T1's while it runs (a GPU's attention returns at
+ * once); the backend's o, m and l come back packed in one read (its weights in a second), and the
+ * merged output is uploaded. On a unified backend (the CPU) both parts are host memory, run one
+ * after the other, and nothing is copied. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,14 +18,18 @@
 struct be_split {
     be_backend *be, *host;
     int max_tok, n_head, head_dim, max_pos;
-    /* part 0 (the backend's, read back) in its pinned memory; part 1 and att1 plain host memory */
-    float *part_m[2], *part_l[2], *part_o[2];
+    /* part 0, the backend's: o, m and l packed ([n_tok][n_head][head_dim], then [n_tok][n_head] twice,
+     * for the call's n_tok) in pinned memory, so that one read brings them back; part 1 (the host's),
+     * att1 plain host memory */
+    float *pack;
+    float *part_m1, *part_l1, *part_o1;
     float *att1;           /* [max_tok][n_head][max_pos] the host part's weights */
     void *host_scratch;
     /* not unified only: */
     float *q_host, *o_host; /* pinned */
     float *att_host;        /* pinned: the backend part's weights, then the merged ones */
-    float *dpart_m, *dpart_l; /* the backend's part's m and l, in its memory */
+    float *dpack;           /* the backend's part, packed as `pack`, in its memory */
+    uint64_t read_bytes;    /* read back since be_split_new */
 };
 
 static size_t mass_elems(int max_tok, int n_head, int max_pos) { return (size_t)max_tok * n_head * (size_t)max_pos; }
@@ -41,12 +46,11 @@ uint64_t be_split_host_bytes(const be_backend *be, const be_backend *host, int m
 void be_split_free(be_split *sp) {
     if (!sp) return;
     const be_ops *op = sp->be->ops;
-    void *pinned[] = {sp->part_m[0], sp->part_l[0], sp->part_o[0], sp->q_host, sp->o_host, sp->att_host};
+    void *pinned[] = {sp->pack, sp->q_host, sp->o_host, sp->att_host};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
         if (pinned[i]) op->free(sp->be, pinned[i], BE_MEM_PINNED);
-    if (sp->dpart_m) op->free(sp->be, sp->dpart_m, BE_MEM_DEVICE);
-    if (sp->dpart_l) op->free(sp->be, sp->dpart_l, BE_MEM_DEVICE);
-    free(sp->part_m[1]), free(sp->part_l[1]), free(sp->part_o[1]);
+    if (sp->dpack) op->free(sp->be, sp->dpack, BE_MEM_DEVICE);
+    free(sp->part_m1), free(sp->part_l1), free(sp->part_o1);
     free(sp->att1), free(sp->host_scratch);
     free(sp);
 }
@@ -63,19 +67,16 @@ be_split *be_split_new(be_backend *be, be_backend *host, int max_tok, int n_head
     const be_ops *op = be->ops;
     size_t nq = (size_t)max_tok * n_head * head_dim, nh = (size_t)max_tok * n_head, A = mass_elems(max_tok, n_head, max_pos);
     sp->att1 = tkv_xmalloc(A * 4);
-    sp->part_m[1] = tkv_xmalloc(nh * 4);
-    sp->part_l[1] = tkv_xmalloc(nh * 4);
-    sp->part_o[1] = tkv_xmalloc(nq * 4);
+    sp->part_m1 = tkv_xmalloc(nh * 4);
+    sp->part_l1 = tkv_xmalloc(nh * 4);
+    sp->part_o1 = tkv_xmalloc(nq * 4);
     sp->host_scratch = tkv_xmalloc(host->ops->attention_scratch(host, max_tok, max_pos, n_head, head_dim));
-    int ok = (sp->part_m[0] = op->alloc(be, nh * 4, BE_MEM_PINNED, err, errlen)) &&
-             (sp->part_l[0] = op->alloc(be, nh * 4, BE_MEM_PINNED, err, errlen)) &&
-             (sp->part_o[0] = op->alloc(be, nq * 4, BE_MEM_PINNED, err, errlen));
+    int ok = (sp->pack = op->alloc(be, (nq + 2 * nh) * 4, BE_MEM_PINNED, err, errlen)) != NULL;
     if (ok && !op->unified)
         ok = (sp->q_host = op->alloc(be, nq * 4, BE_MEM_PINNED, err, errlen)) &&
              (sp->o_host = op->alloc(be, nq * 4, BE_MEM_PINNED, err, errlen)) &&
              (sp->att_host = op->alloc(be, A * 4, BE_MEM_PINNED, err, errlen)) &&
-             (sp->dpart_m = op->alloc(be, nh * 4, BE_MEM_DEVICE, err, errlen)) &&
-             (sp->dpart_l = op->alloc(be, nh * 4, BE_MEM_DEVICE, err, errlen));
+             (sp->dpack = op->alloc(be, (nq + 2 * nh) * 4, BE_MEM_DEVICE, err, errlen));
     if (!ok) {
         be_split_free(sp);
         return NULL;
@@ -84,46 +85,56 @@ be_split *be_split_new(be_backend *be, be_backend *host, int max_tok, int n_head
 }
 
 /* dst <- n bytes of backend memory src, through the backend's read (which may return dst itself) */
-static void read_into(be_backend *be, void *dst, const void *src, size_t n) {
+static void read_into(be_split *sp, void *dst, const void *src, size_t n) {
+    be_backend *be = sp->be;
+    sp->read_bytes += n;
     const void *r = be->ops->read(be, src, n, dst);
     if (r != dst) memcpy(dst, r, n);
 }
+
+/* A part's o, m and l packed in buf for n_tok rows: o [nq], then m and l [nh] each */
+static be_attn_part packed(float *buf, size_t nq, size_t nh, float *mass) {
+    return (be_attn_part){buf, buf + nq, buf + nq + nh, mass};
+}
+
+uint64_t be_split_read_bytes(const be_split *sp) { return sp->read_bytes; }
 
 const float *be_split_attention(be_split *sp, const be_attn *a, void *scratch) {
     be_backend *be = sp->be, *host = sp->host;
     int nt = a->n_tok, H = a->n_head, uni = be->ops->unified;
     TKV_ASSERT(nt >= 1 && nt <= sp->max_tok && H == sp->n_head && a->head_dim == sp->head_dim &&
                a->mass_stride <= sp->max_pos);
-    size_t Q = (size_t)H * a->head_dim, nh = (size_t)nt * H, nw = nh * (size_t)a->mass_stride;
+    size_t nq = (size_t)nt * H * a->head_dim, nh = (size_t)nt * H, nw = nh * (size_t)a->mass_stride;
     int heads = a->mass_mode == BE_MASS_HEADS ? H : 0;
     TKV_ASSERT(a->mass_mode == BE_MASS_NONE || heads);
-    be_attn_part p0 = {sp->part_o[0], sp->part_m[0], sp->part_l[0], heads ? (uni ? a->mass : sp->att_host) : NULL};
-    be_attn_part p1 = {sp->part_o[1], sp->part_m[1], sp->part_l[1], heads ? sp->att1 : NULL};
-    be_attn_part d0 = uni ? p0 : (be_attn_part){a->o, sp->dpart_m, sp->dpart_l, heads ? a->mass : NULL};
-    be_attn a0 = *a;
-    a0.tiers = (1u << BE_T0) | (1u << BE_STAGE) | (1u << BE_T2); /* T2 is in a table only where be reads it in place */
-    a0.part = &d0;
-    be->ops->attention(be, &a0, scratch);
-    if (!uni) {
-        read_into(be, p0.o, d0.o, nt * Q * 4);
-        read_into(be, p0.m, d0.m, nh * 4);
-        read_into(be, p0.l, d0.l, nh * 4);
-        if (heads) read_into(be, sp->att_host, a->mass, nw * 4);
-    }
+    /* p0: the backend's part as the host reads it; d0: where the backend writes it */
+    be_attn_part p0 = packed(sp->pack, nq, nh, heads ? (uni ? a->mass : sp->att_host) : NULL);
+    be_attn_part d0 = uni ? p0 : packed(sp->dpack, nq, nh, heads ? a->mass : NULL);
+    be_attn_part p1 = {sp->part_o1, sp->part_m1, sp->part_l1, heads ? sp->att1 : NULL};
     be_attn a1 = *a;
-    if (!uni) {
-        read_into(be, sp->q_host, a->q, nt * Q * 4);
-        a1.q = sp->q_host;
-    }
     a1.tiers = 1u << BE_T1;
     a1.mass = sp->att1;
     a1.part = &p1;
     a1.tables_gen = 0;
+    /* The queries come back first: the read waits for the compute queue (RoPE, this layer's KV write
+     * and copy fence), so the backend's part, queued next, runs while the host computes T1's. */
+    if (!uni) {
+        read_into(sp, sp->q_host, a->q, nq * 4);
+        a1.q = sp->q_host;
+    }
+    be_attn a0 = *a;
+    a0.tiers = (1u << BE_T0) | (1u << BE_STAGE) | (1u << BE_T2); /* T2 is in a table only where be reads it in place */
+    a0.part = &d0;
+    be->ops->attention(be, &a0, scratch);
     host->ops->attention(host, &a1, sp->host_scratch);
+    if (!uni) { /* then the backend's part, in one read (and its weights) */
+        read_into(sp, sp->pack, sp->dpack, (nq + 2 * nh) * 4);
+        if (heads) read_into(sp, sp->att_host, a->mass, nw * 4);
+    }
     be_attn_part parts[2] = {p0, p1};
     float *o = uni ? a->o : sp->o_host;
     host->ops->attention_merge(host, o, parts, 2, nt, H, a->head_dim, heads, a->mass_stride, a->n_pos);
-    if (!uni) be->ops->upload(be, a->o, o, nt * Q * 4);
+    if (!uni) be->ops->upload(be, a->o, o, nq * 4);
     if (!heads) return NULL;
     /* the parts' weights sit on disjoint positions: their sum is the whole softmax */
     for (size_t i = 0; i < nw; i++) p0.mass[i] += sp->att1[i];
