@@ -211,3 +211,44 @@ TEST(gpu_order_pools_reserved_before_steps) {
         te_close(e);
     }
 }
+
+/* What a decode step reads back from a backend that is not host memory: per layer the attention
+ * weights of the positions the step attends (rows of the longest table rounded up to 16 floats, not
+ * of the whole context), with split attention also the queries and the device part's o, m and l;
+ * then one row of logits. Counted exactly, on cpu-async. */
+static void read_back_case(int split) {
+    te_options o;
+    base_options(&o, "cpu-async");
+    o.kv = hier(0.5, 7);
+    o.split = split;
+    te_engine *e;
+    char err[256];
+    REQUIRE(te_open(t_shared(QWEN2), &o, &e, err, sizeof err) == 0);
+    const model_config *c = &te_model(e)->cfg;
+    int V = te_n_vocab(e), np = 40, seq = 0, bad = 0;
+    int32_t prompt[40], tok = 17;
+    for (int i = 0; i < np; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
+    float *logits = malloc((size_t)V * 4);
+    REQUIRE(te_prefill(e, 0, prompt, np, logits, 0, err, sizeof err) == 0);
+    for (int pos = np; pos < np + 40; pos++) {
+        uint64_t b0 = tkv_read_back_bytes(te_session(e));
+        REQUIRE(te_decode(e, &seq, &tok, 1, logits, err, sizeof err) == 0);
+        uint64_t got = tkv_read_back_bytes(te_session(e)) - b0;
+        uint64_t stride = (uint64_t)((pos + 1 + 15) & ~15), nh = (uint64_t)c->n_head, nq = nh * c->head_dim;
+        uint64_t per_layer = nh * stride * 4 + (split ? (2 * nq + 2 * nh) * 4 : 0);
+        uint64_t want = (uint64_t)c->n_layer * per_layer + (uint64_t)V * 4;
+        if (got != want && !bad++)
+            printf("    split %d, position %d: %llu bytes read back, %llu expected\n", split, pos, (unsigned long long)got,
+                   (unsigned long long)want);
+        tok = (int32_t)((tok * 31 + 7) % V);
+    }
+    CHECKF(bad == 0, "split %d: %d of 40 steps read back other than the attended rows and the logits", split, bad);
+    free(logits);
+    te_close(e);
+}
+
+TEST(gpu_order_read_back_attended_rows) {
+    NEED(QWEN2);
+    read_back_case(0);
+    read_back_case(1);
+}

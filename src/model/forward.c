@@ -59,6 +59,7 @@ struct fwd {
     int *exp_tok;      /* [max_batch * k] host: tokens grouped by expert */
     int *exp_n;        /* [n_expert + 1] host: counts, then offsets */
     uint64_t expert_read; /* bytes of expert matrices read since init */
+    uint64_t read_back;   /* bytes read back from a backend that is not host memory, since init */
     be_split *split; /* the split form's buffers (opt.split) */
     /* per call, host */
     int32_t *slots;  /* [max_batch] the new tokens' slots */
@@ -197,6 +198,14 @@ void fwd_free(fwd *f) {
 
 double fwd_attention_seconds(const fwd *f) { return f->att_seconds; }
 
+uint64_t fwd_read_back_bytes(const fwd *f) { return f->read_back + (f->split ? be_split_read_bytes(f->split) : 0); }
+
+/* backend memory into host memory through the backend's read (counted where it is a copy) */
+static const void *read_back(fwd *f, const void *src, size_t bytes, void *host_tmp) {
+    if (!f->op->unified) f->read_back += bytes;
+    return f->op->read(f->be, src, bytes, host_tmp);
+}
+
 uint64_t fwd_expert_bytes(const fwd *f) { return f->expert_read; }
 
 static void matmul(fwd *f, const model_mat *w, const float *x, int n, float *y, int64_t y_stride) {
@@ -211,26 +220,37 @@ static void matmul_fused(fwd *f, const model_mat *const *w, float *const *y, int
     f->op->matmul(f->be, o, k, w[0]->n_in, x, n, f->mm_scratch);
 }
 
+/* The weights' row stride for one attention call: its longest table rounded up to 16 floats (rows
+ * on cache lines), not the context, so that a backend that is not host memory reads back what the
+ * call wrote (at depth 2048 of a 32768 context, a sixteenth) */
+static int mass_stride(const int *n_pos, int n, int n_ctx) {
+    int top = 1;
+    for (int t = 0; t < n; t++) top = n_pos[t] > top ? n_pos[t] : top;
+    top = (top + 15) & ~15;
+    return top < n_ctx ? top : n_ctx;
+}
+
 static void attention(fwd *f, int layer, const int *seq, const int *pos, int n) {
     const model_config *c = &f->m->cfg;
     double t_start = tkv_now_s();
-    size_t Q = (size_t)c->n_head * c->head_dim, A = (size_t)c->n_head * (size_t)f->opt.n_ctx;
+    size_t Q = (size_t)c->n_head * c->head_dim;
     for (int t0 = 0; t0 < n; t0 += ATT_SUB) {
         int nt = n - t0 < ATT_SUB ? n - t0 : ATT_SUB;
         be_attn a = {
             .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim,
             .scale = 1.0f / sqrtf((float)c->head_dim), .q = f->q + (size_t)t0 * Q, .o = f->o + (size_t)t0 * Q,
-            .mass = f->att, .mass_stride = f->opt.n_ctx,
+            .mass = f->att, /* mass_stride: below, from the tables */
         };
         kv_attn_table(f->kv, layer, seq + t0, pos + t0, nt, &a);
+        a.mass_stride = mass_stride(a.n_pos, nt, f->opt.n_ctx);
         const float *w = NULL;
         if (f->split) {
             w = be_split_attention(f->split, &a, f->att_scratch);
         } else {
             f->op->attention(f->be, &a, f->att_scratch);
-            if (a.mass_mode) w = f->op->read(f->be, f->att, (size_t)nt * A * 4, f->att_host);
+            if (a.mass_mode) w = read_back(f, f->att, (size_t)nt * c->n_head * a.mass_stride * 4, f->att_host);
         }
-        if (w) kv_attn_mass(f->kv, layer, seq + t0, pos + t0, nt, w, f->opt.n_ctx);
+        if (w) kv_attn_mass(f->kv, layer, seq + t0, pos + t0, nt, w, a.mass_stride);
     }
     f->att_seconds += tkv_now_s() - t_start;
 }
@@ -277,7 +297,7 @@ static void expert_ffn(fwd *f, const model_layer *L, int n) {
     const be_ops *op = f->op;
     int X = c->n_expert, K = c->n_expert_used, E = c->n_embd, FE = c->n_ff_exp;
     matmul(f, &L->router, f->h, n, f->rlogits, X);
-    route(f, op->read(be, f->rlogits, (size_t)n * X * sizeof(float), f->rlogits_host), n);
+    route(f, read_back(f, f->rlogits, (size_t)n * X * sizeof(float), f->rlogits_host), n);
     int *cnt = f->exp_n;
     memset(cnt, 0, (size_t)(X + 1) * sizeof *cnt);
     for (int i = 0; i < n * K; i++) cnt[f->route_sel[i] + 1]++;
@@ -371,7 +391,7 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
             matmul(f, &m->output, f->h, nr, logits, c->n_vocab);
         } else {
             matmul(f, &m->output, f->h, nr, f->logits, c->n_vocab);
-            memcpy(logits, op->read(be, f->logits, bytes, f->logits_host), bytes); /* DMA into pinned memory */
+            memcpy(logits, read_back(f, f->logits, bytes, f->logits_host), bytes); /* DMA into pinned memory */
         }
     }
     kv_batch_end(f->kv, seq, is_prompt, n); /* a decode step ends for each sequence that decoded */

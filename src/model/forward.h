@@ -39,5 +39,8 @@ double fwd_attention_seconds(const fwd *f);
 /* Bytes of expert matrices read since init (an expert FFN: each expert a call routes any token to
  * is read once per layer): for benchmarks. 0 for a dense model. */
 uint64_t fwd_expert_bytes(const fwd *f);
+/* Bytes read back from a backend that is not host memory since init (attention weights, split
+ * attention's queries and device part, logits, router logits): for benchmarks. 0 on the CPU. */
+uint64_t fwd_read_back_bytes(const fwd *f);
 
 #endif
