@@ -97,6 +97,19 @@ static be_attn_part packed(float *buf, size_t nq, size_t nh, float *mass) {
     return (be_attn_part){buf, buf + nq, buf + nq + nh, mass};
 }
 
+typedef struct {
+    float *dst;
+    const float *add;
+    size_t row;
+} sum_job;
+
+/* rows [r0, r1) of dst += add */
+static void sum_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    const sum_job *J = ctx;
+    for (size_t i = (size_t)r0 * J->row, e = (size_t)r1 * J->row; i < e; i++) J->dst[i] += J->add[i];
+}
+
 uint64_t be_split_read_bytes(const be_split *sp) { return sp->read_bytes; }
 
 const float *be_split_attention(be_split *sp, const be_attn *a, void *scratch) {
@@ -137,6 +150,8 @@ const float *be_split_attention(be_split *sp, const be_attn *a, void *scratch) {
     if (!uni) be->ops->upload(be, a->o, o, nq * 4);
     if (!heads) return NULL;
     /* the parts' weights sit on disjoint positions: their sum is the whole softmax */
-    for (size_t i = 0; i < nw; i++) p0.mass[i] += sp->att1[i];
+    sum_job J = {p0.mass, sp->att1, (size_t)a->mass_stride};
+    if (host->ops->host_for) host->ops->host_for(host, (int64_t)nh, sum_rows, &J);
+    else sum_rows(&J, 0, (int64_t)nh, 0);
     return p0.mass;
 }

@@ -387,30 +387,47 @@ void cpu_be_attention(be_backend *b, const be_attn *a, void *scratch) {
         }
 }
 
-void cpu_be_attention_merge(be_backend *b, float *o, const be_attn_part *parts, int n_parts, int n_tok, int n_head,
-                            int head_dim, int mass_heads, int mass_stride, const int *n_pos) {
-    (void)b;
-    for (int t = 0; t < n_tok; t++)
-        for (int h = 0; h < n_head; h++) {
-            size_t i = (size_t)t * n_head + h;
-            float M = -INFINITY;
-            for (int k = 0; k < n_parts; k++)
-                if (parts[k].m[i] > M) M = parts[k].m[i];
-            float *out = o + i * head_dim;
-            memset(out, 0, (size_t)head_dim * sizeof(float));
-            if (M == -INFINITY) continue; /* every position of every part was masked */
-            double L = 0;
-            for (int k = 0; k < n_parts; k++)
-                if (parts[k].l[i] > 0) L += exp((double)parts[k].m[i] - M) * parts[k].l[i];
-            for (int k = 0; k < n_parts; k++) {
-                if (!(parts[k].l[i] > 0)) continue;
-                float w = (float)(exp((double)parts[k].m[i] - M) / L);
-                const float *ok = parts[k].o + i * head_dim;
-                for (int d = 0; d < head_dim; d++) out[d] += w * ok[d];
-                if (parts[k].mass && h < mass_heads) {
-                    float *mr = parts[k].mass + ((size_t)t * mass_heads + h) * mass_stride;
-                    for (int j = 0; j < n_pos[t]; j++) mr[j] *= w;
-                }
+typedef struct {
+    float *o;
+    const be_attn_part *parts;
+    int n_parts, n_head, head_dim, mass_heads, mass_stride;
+    const int *n_pos;
+} merge_job;
+
+/* Items t * n_head + h: each writes its own output row and rescales its own weight rows. */
+static void merge_parts_task(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const merge_job *J = ctx;
+    const be_attn_part *parts = J->parts;
+    int hd = J->head_dim;
+    for (int64_t i = i0; i < i1; i++) {
+        int t = (int)(i / J->n_head), h = (int)(i % J->n_head);
+        float M = -INFINITY;
+        for (int k = 0; k < J->n_parts; k++)
+            if (parts[k].m[i] > M) M = parts[k].m[i];
+        float *out = J->o + (size_t)i * hd;
+        memset(out, 0, (size_t)hd * sizeof(float));
+        if (M == -INFINITY) continue; /* every position of every part was masked */
+        double L = 0;
+        for (int k = 0; k < J->n_parts; k++)
+            if (parts[k].l[i] > 0) L += exp((double)parts[k].m[i] - M) * parts[k].l[i];
+        for (int k = 0; k < J->n_parts; k++) {
+            if (!(parts[k].l[i] > 0)) continue;
+            float w = (float)(exp((double)parts[k].m[i] - M) / L);
+            const float *ok = parts[k].o + (size_t)i * hd;
+            for (int d = 0; d < hd; d++) out[d] += w * ok[d];
+            if (parts[k].mass && h < J->mass_heads) {
+                float *mr = parts[k].mass + ((size_t)t * J->mass_heads + h) * J->mass_stride;
+                for (int j = 0; j < J->n_pos[t]; j++) mr[j] *= w;
             }
         }
+    }
+}
+
+/* Over the backend's threads by (token, head): a decoding token's heads' weight rows (up to its
+ * whole context, per part) are rescaled at once instead of one after another. */
+void cpu_be_attention_merge(be_backend *b, float *o, const be_attn_part *parts, int n_parts, int n_tok, int n_head,
+                            int head_dim, int mass_heads, int mass_stride, const int *n_pos) {
+    merge_job J = {o, parts, n_parts, n_head, head_dim, mass_heads, mass_stride, n_pos};
+    workers_for(((cpu_be *)(void *)b)->workers, (int64_t)n_tok * n_head, merge_parts_task, &J);
 }
