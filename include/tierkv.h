@@ -364,9 +364,10 @@ void tkv_sync(tkv_session *s);
  * any token to, once per layer); 0 for a dense model. */
 uint64_t tkv_expert_bytes_read(const tkv_session *s);
 /* Bytes the forward has read back from a backend that is not host memory since the session opened
- * (attention weights for the policy, split attention's queries and device part, logits); 0 on the
- * CPU, whose memory the host reads in place. */
-uint64_t tkv_read_back_bytes(const tkv_session *s);
+ * (attention weights for the policy, split attention's queries and device part, logits), and in
+ * *reads (if not NULL) how many reads, each a wait for the device; 0 on the CPU, whose memory the
+ * host reads in place. */
+uint64_t tkv_read_back_bytes(const tkv_session *s, uint64_t *reads);
 /* A table for people (seq < 0: the session), the re-tiering log, and JSON ({"policy", "total",
  * "seqs": [...]}); the write functions return -1 when the stream reports an error. */
 void tkv_stats_print(FILE *f, const tkv_session *s, int seq);

@@ -215,7 +215,9 @@ TEST(gpu_order_pools_reserved_before_steps) {
 /* What a decode step reads back from a backend that is not host memory: per layer the attention
  * weights of the positions the step attends (rows of the longest table rounded up to 16 floats, not
  * of the whole context), with split attention also the queries and the device part's o, m and l;
- * then one row of logits. Counted exactly, on cpu-async. */
+ * then one row of logits. Counted exactly, on cpu-async, with the reads (each a wait for a GPU):
+ * without split every layer's weights come back in one read at the end of the step, beside the
+ * logits' (2 a step); split reads the queries, the part and its weights per layer (3 a layer). */
 static void read_back_case(int split) {
     te_options o;
     base_options(&o, "cpu-async");
@@ -225,15 +227,19 @@ static void read_back_case(int split) {
     char err[256];
     REQUIRE(te_open(t_shared(QWEN2), &o, &e, err, sizeof err) == 0);
     const model_config *c = &te_model(e)->cfg;
-    int V = te_n_vocab(e), np = 40, seq = 0, bad = 0;
+    int V = te_n_vocab(e), np = 40, seq = 0, bad = 0, bad_reads = 0;
     int32_t prompt[40], tok = 17;
     for (int i = 0; i < np; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
     float *logits = malloc((size_t)V * 4);
     REQUIRE(te_prefill(e, 0, prompt, np, logits, 0, err, sizeof err) == 0);
     for (int pos = np; pos < np + 40; pos++) {
-        uint64_t b0 = tkv_read_back_bytes(te_session(e));
+        uint64_t r0, r1, b0 = tkv_read_back_bytes(te_session(e), &r0);
         REQUIRE(te_decode(e, &seq, &tok, 1, logits, err, sizeof err) == 0);
-        uint64_t got = tkv_read_back_bytes(te_session(e)) - b0;
+        uint64_t got = tkv_read_back_bytes(te_session(e), &r1) - b0;
+        uint64_t want_reads = split ? 3 * (uint64_t)c->n_layer + 1 : 2;
+        if (r1 - r0 != want_reads && !bad_reads++)
+            printf("    split %d, position %d: %llu reads, %llu expected\n", split, pos, (unsigned long long)(r1 - r0),
+                   (unsigned long long)want_reads);
         uint64_t stride = (uint64_t)((pos + 1 + 15) & ~15), nh = (uint64_t)c->n_head, nq = nh * c->head_dim;
         uint64_t per_layer = nh * stride * 4 + (split ? (2 * nq + 2 * nh) * 4 : 0);
         uint64_t want = (uint64_t)c->n_layer * per_layer + (uint64_t)V * 4;
@@ -243,6 +249,7 @@ static void read_back_case(int split) {
         tok = (int32_t)((tok * 31 + 7) % V);
     }
     CHECKF(bad == 0, "split %d: %d of 40 steps read back other than the attended rows and the logits", split, bad);
+    CHECKF(bad_reads == 0, "split %d: %d of 40 steps waited for the device another number of times", split, bad_reads);
     free(logits);
     te_close(e);
 }

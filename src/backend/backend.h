@@ -309,8 +309,9 @@ uint64_t be_split_host_bytes(const be_backend *be, const be_backend *host, int m
  * be's attention_scratch), the output in a->o. Returns the merged weights in host memory when
  * a->mass_mode asks for them (a->mass itself on a unified backend), else NULL. */
 const float *be_split_attention(be_split *sp, const be_attn *a, void *scratch);
-/* Bytes read back from `be` since be_split_new (0 where it is unified): for benchmarks. */
+/* Bytes read back from `be` since be_split_new, and the reads (0 where it is unified): for benchmarks. */
 uint64_t be_split_read_bytes(const be_split *sp);
+uint64_t be_split_reads(const be_split *sp);
 
 /* Address of the record of slot reference r for layer l in host-addressable pools (CPU backend,
  * pinned/host pools): for the KV module's host-side readers and the CPU kernels. */

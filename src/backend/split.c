@@ -29,7 +29,7 @@ struct be_split {
     float *q_host, *o_host; /* pinned */
     float *att_host;        /* pinned: the backend part's weights, then the merged ones */
     float *dpack;           /* the backend's part, packed as `pack`, in its memory */
-    uint64_t read_bytes;    /* read back since be_split_new */
+    uint64_t read_bytes, reads; /* read back since be_split_new */
 };
 
 static size_t mass_elems(int max_tok, int n_head, int max_pos) { return (size_t)max_tok * n_head * (size_t)max_pos; }
@@ -87,7 +87,7 @@ be_split *be_split_new(be_backend *be, be_backend *host, int max_tok, int n_head
 /* dst <- n bytes of backend memory src, through the backend's read (which may return dst itself) */
 static void read_into(be_split *sp, void *dst, const void *src, size_t n) {
     be_backend *be = sp->be;
-    sp->read_bytes += n;
+    sp->read_bytes += n, sp->reads++;
     const void *r = be->ops->read(be, src, n, dst);
     if (r != dst) memcpy(dst, r, n);
 }
@@ -111,6 +111,7 @@ static void sum_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
 }
 
 uint64_t be_split_read_bytes(const be_split *sp) { return sp->read_bytes; }
+uint64_t be_split_reads(const be_split *sp) { return sp->reads; }
 
 const float *be_split_attention(be_split *sp, const be_attn *a, void *scratch) {
     be_backend *be = sp->be, *host = sp->host;

@@ -16,8 +16,11 @@
  * Memory: on a backend that is not host memory (not `unified`), everything read back to the host
  * (attention weights, logits) lands in host buffers the backend allocated BE_MEM_PINNED at init, so
  * each read is one DMA into page-locked memory (a pageable destination would make it a staged,
- * synchronous copy). On a unified backend (the CPU) nothing is read back: the forward reads backend
- * memory in place. */
+ * synchronous copy). Each read also waits for the device, so the attention weights of every layer
+ * are kept on the device and read once at the end of the call (where they fit DEFER_MAX_BYTES; a
+ * decode step then waits twice, for them and the logits, instead of once per layer), and handed to
+ * the KV cache in the order the layers ran: the same additions in the same order. On a unified
+ * backend (the CPU) nothing is read back: the forward reads backend memory in place. */
 #include "model/forward.h"
 
 #include <math.h>
@@ -29,6 +32,10 @@
 #include "base/meminfo.h"
 
 #define ATT_SUB 16 /* query tokens per attention sub-batch (bounds the weights buffer) */
+/* Off the CPU, the most device (and pinned) memory that holds a whole call's attention weights, every
+ * layer's, so that they come back in one read at the end of the call instead of one per layer (a
+ * decode step of a 7B at depth 32768: 103 MB); a call whose weights do not fit reads per layer. */
+#define DEFER_MAX_BYTES ((size_t)256 << 20)
 
 struct fwd {
     const model *m;
@@ -49,6 +56,14 @@ struct fwd {
     float *logits_host; /* [max_batch x n_vocab] pinned: where logits land before the caller's buffer */
     float *att;      /* [ATT_SUB x n_head x n_ctx] attention weights for the policy */
     float *att_host; /* pinned host copy of att (not unified backends, not split) */
+    /* not unified, not split: a call's weights of every layer (att_all, device) read back once at its
+     * end into att_all_host (pinned), then handed to the KV cache in layer order (pend) */
+    float *att_all, *att_all_host;
+    size_t att_all_floats;
+    struct pend { int layer, t0, nt, stride; size_t off; } *pend;
+    int n_pend, cap_pend;
+    size_t pend_used;   /* floats of att_all used by this call */
+    int deferring;      /* this call's weights go to att_all */
     void *mm_scratch, *att_scratch;
     /* expert FFN (cfg.n_expert): router logits [max_batch x n_expert] (and their pinned host copy),
      * each expert's input rows [max_batch x n_embd], the experts' outputs [max_batch * k x n_embd] */
@@ -60,6 +75,7 @@ struct fwd {
     int *exp_n;        /* [n_expert + 1] host: counts, then offsets */
     uint64_t expert_read; /* bytes of expert matrices read since init */
     uint64_t read_back;   /* bytes read back from a backend that is not host memory, since init */
+    uint64_t read_calls;  /* and the reads (each waits for the device) */
     be_split *split; /* the split form's buffers (opt.split) */
     /* per call, host */
     int32_t *slots;  /* [max_batch] the new tokens' slots */
@@ -118,6 +134,11 @@ static int alloc_buffers(fwd *f, char *err, size_t errlen) {
     uint64_t need = (uint64_t)B * (4 * E + 2 * Q + 2 * KV + 2 * F) * 4 + (uint64_t)A * 4 + s + as, host_need = 0;
     if (X) need += (uint64_t)B * (X + E + K * E) * 4;
     if (!f->op->unified) host_need = (o->split ? 0 : (uint64_t)A * 4) + (uint64_t)B * c->n_vocab * 4 + (uint64_t)B * X * 4;
+    if (!f->op->unified && !o->split) {
+        size_t all = (size_t)c->n_layer * A * 4;
+        f->att_all_floats = (all < DEFER_MAX_BYTES ? all : DEFER_MAX_BYTES) / 4;
+        need += (uint64_t)f->att_all_floats * 4, host_need += (uint64_t)f->att_all_floats * 4;
+    }
     if (o->split) host_need += be_split_host_bytes(f->be, f->host, ATT_SUB, c->n_head, c->head_dim, o->n_ctx);
     uint64_t avail = tkv_mem_available(), host_total = host_need + (f->op->unified ? need : 0);
     if (host_total > avail)
@@ -136,6 +157,9 @@ static int alloc_buffers(fwd *f, char *err, size_t errlen) {
     if (ok && !f->op->unified)
         ok = (o->split || (f->att_host = palloc(f, A * 4, err, errlen))) &&
              (f->logits_host = palloc(f, B * (size_t)c->n_vocab * 4, err, errlen));
+    if (ok && f->att_all_floats)
+        ok = (f->att_all = balloc(f, f->att_all_floats * 4, err, errlen)) &&
+             (f->att_all_host = palloc(f, f->att_all_floats * 4, err, errlen));
     if (ok && X) {
         ok = (f->rlogits = balloc(f, B * X * 4, err, errlen)) && (f->xe = balloc(f, B * E * 4, err, errlen)) &&
              (f->ye = balloc(f, B * K * E * 4, err, errlen)) &&
@@ -184,25 +208,28 @@ fwd *fwd_init(const model *m, kv_cache *kv, be_backend *be, be_backend *host, co
 void fwd_free(fwd *f) {
     if (!f) return;
     void *dev[] = {f->x, f->h, f->tmp, f->q, f->o, f->k, f->v, f->gate, f->up, f->logit_rows, f->logits, f->att,
-                   f->mm_scratch, f->att_scratch, f->rlogits, f->xe, f->ye};
+                   f->mm_scratch, f->att_scratch, f->rlogits, f->xe, f->ye, f->att_all};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) f->op->free(f->be, dev[i], BE_MEM_DEVICE);
-    void *pinned[] = {f->att_host, f->logits_host, f->rlogits_host};
+    void *pinned[] = {f->att_host, f->logits_host, f->rlogits_host, f->att_all_host};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
         if (pinned[i]) f->op->free(f->be, pinned[i], BE_MEM_PINNED);
     be_split_free(f->split);
-    free(f->slots); free(f->useq);
+    free(f->slots); free(f->useq); free(f->pend);
     free(f->route_rows); free(f->route_w); free(f->route_sel); free(f->exp_tok); free(f->exp_n);
     free(f);
 }
 
 double fwd_attention_seconds(const fwd *f) { return f->att_seconds; }
 
-uint64_t fwd_read_back_bytes(const fwd *f) { return f->read_back + (f->split ? be_split_read_bytes(f->split) : 0); }
+uint64_t fwd_read_back_bytes(const fwd *f, uint64_t *reads) {
+    if (reads) *reads = f->read_calls + (f->split ? be_split_reads(f->split) : 0);
+    return f->read_back + (f->split ? be_split_read_bytes(f->split) : 0);
+}
 
 /* backend memory into host memory through the backend's read (counted where it is a copy) */
 static const void *read_back(fwd *f, const void *src, size_t bytes, void *host_tmp) {
-    if (!f->op->unified) f->read_back += bytes;
+    if (!f->op->unified) f->read_back += bytes, f->read_calls++;
     return f->op->read(f->be, src, bytes, host_tmp);
 }
 
@@ -243,16 +270,41 @@ static void attention(fwd *f, int layer, const int *seq, const int *pos, int n) 
         };
         kv_attn_table(f->kv, layer, seq + t0, pos + t0, nt, &a);
         a.mass_stride = mass_stride(a.n_pos, nt, f->opt.n_ctx);
+        size_t floats = (size_t)nt * c->n_head * a.mass_stride;
+        int defer = f->deferring && a.mass_mode;
+        if (defer) { /* into this call's buffer of every layer's weights, handed over at its end */
+            TKV_ASSERT(f->pend_used + floats <= f->att_all_floats);
+            if (f->n_pend == f->cap_pend) {
+                f->cap_pend = f->cap_pend ? 2 * f->cap_pend : 64;
+                f->pend = realloc(f->pend, (size_t)f->cap_pend * sizeof *f->pend);
+                TKV_ASSERT(f->pend);
+            }
+            f->pend[f->n_pend++] = (struct pend){layer, t0, nt, a.mass_stride, f->pend_used};
+            a.mass = f->att_all + f->pend_used;
+            f->pend_used += floats;
+        }
         const float *w = NULL;
         if (f->split) {
             w = be_split_attention(f->split, &a, f->att_scratch);
         } else {
             f->op->attention(f->be, &a, f->att_scratch);
-            if (a.mass_mode) w = read_back(f, f->att, (size_t)nt * c->n_head * a.mass_stride * 4, f->att_host);
+            if (a.mass_mode && !defer) w = read_back(f, f->att, floats * 4, f->att_host);
         }
         if (w) kv_attn_mass(f->kv, layer, seq + t0, pos + t0, nt, w, a.mass_stride);
     }
     f->att_seconds += tkv_now_s() - t_start;
+}
+
+/* The call's deferred weights: one read, then every layer's to the KV cache in the order the layers
+ * ran (the same additions in the same order as one call per layer). */
+static void flush_weights(fwd *f, const int *seq, const int *pos) {
+    if (!f->n_pend) return;
+    const float *w = read_back(f, f->att_all, f->pend_used * 4, f->att_all_host);
+    for (int i = 0; i < f->n_pend; i++) {
+        const struct pend *p = &f->pend[i];
+        kv_attn_mass(f->kv, p->layer, seq + p->t0, pos + p->t0, p->nt, w + p->off, p->stride);
+    }
+    f->n_pend = 0, f->pend_used = 0;
 }
 
 /* Token t's experts (route_sel[t*k..]) and weights (route_w): router softmax (sum in double, as
@@ -346,6 +398,13 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
         if (kv_append(f->kv, seq[t], pos[t], is_prompt ? is_prompt[t] : 0, err, errlen)) return -1;
     for (int t = 0; t < n; t++) f->slots[t] = kv_new_slot(f->kv, seq[t], pos[t]);
 
+    /* a call's weights of every layer come back at its end when they fit (below: flush_weights) */
+    int top = 1;
+    for (int t = 0; t < n; t++) top = pos[t] + 1 > top ? pos[t] + 1 : top;
+    size_t per_layer = (size_t)n * c->n_head * (size_t)mass_stride(&top, 1, f->opt.n_ctx);
+    f->deferring = f->att_all_floats && (size_t)c->n_layer * per_layer <= f->att_all_floats;
+    f->n_pend = 0, f->pend_used = 0;
+
     op->embed(be, &m->tok_embd, tokens, n, f->x); /* x [n x E] */
 
     for (int l = 0; l < c->n_layer; l++) {
@@ -391,9 +450,11 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
             matmul(f, &m->output, f->h, nr, logits, c->n_vocab);
         } else {
             matmul(f, &m->output, f->h, nr, f->logits, c->n_vocab);
+            flush_weights(f, seq, pos); /* waits for the whole call, the logits' product included */
             memcpy(logits, read_back(f, f->logits, bytes, f->logits_host), bytes); /* DMA into pinned memory */
         }
     }
+    flush_weights(f, seq, pos);
     kv_batch_end(f->kv, seq, is_prompt, n); /* a decode step ends for each sequence that decoded */
     return 0;
 }
