@@ -281,7 +281,7 @@ struct be_backend {
 
 typedef struct {
     const char *name;   /* "cpu" (NULL: "cpu") or "cuda" */
-    int n_threads;      /* CPU threads */
+    int n_threads;      /* CPU threads (CUDA: the host threads of host_for) */
     const char *kernels;/* CPU: "auto" (NULL), "generic", "avx2", "avx512"; CUDA: ignored */
     int keep_layout;    /* 1: run weights in the file's layout (no reordering at prepare) */
     int device;         /* CUDA device ordinal */

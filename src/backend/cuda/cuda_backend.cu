@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_internal.h"
 extern "C" {
 #include "base/err.h"
+#include "base/workers.h"
 }
 
 void cu_fatal(const char *what, const char *msg, const char *file, int line) {
@@ -213,6 +214,7 @@ static void cu_close(be_backend *b) {
     if (!B) return;
     cu_bind(B);
     CUDA_CHECK(cudaDeviceSynchronize());
+    workers_free(B->workers);
     for (int i = 0; i < B->n_owned; i++) {
         /* owned entries: device buffers, and the host descriptors (cw_mat) of prepared weights,
          * told apart by the pointer's kind */
@@ -251,6 +253,13 @@ static void cu_close(be_backend *b) {
     free(B);
 }
 
+/* Host work between ops on the backend's host threads (-t): the KV cache's score update, which a
+ * decode step at depth 8192 of a 7B makes 6.4 million double additions of (28 layers x 28 heads x
+ * 8192 positions), one thread's work without this. */
+static void cu_host_for(be_backend *b, int64_t n, void (*fn)(void *ctx, int64_t i0, int64_t i1, int tid), void *ctx) {
+    workers_for(cu_of(b)->workers, n, fn, ctx);
+}
+
 /* Filled field by field (not positionally), so fields the seam gains later stay zero unless this
  * backend sets them (e.g. a "unified memory" flag: 0 here, the GPU's memory is not the host's). */
 static be_ops cu_ops_table(void) {
@@ -264,6 +273,7 @@ static be_ops cu_ops_table(void) {
     o.free = cu_free;
     o.upload = cu_upload;
     o.read = cu_read;
+    o.host_for = cu_host_for;
     o.prepare_weight = cu_prepare_weight;
     o.prepare_vector = cu_prepare_vector;
     o.matmul_scratch = cu_matmul_scratch;
@@ -328,6 +338,7 @@ extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err
     B->device = dev;
     B->prop = prop;
     B->gemv_direct = gemv_direct, B->gemv_rows = gemv_rows;
+    B->workers = workers_init(p && p->n_threads > 0 ? p->n_threads : 1); /* (as the CPU backend's: never NULL) */
     cu_bind(B);
     char rows[16] = "";
     if (gemv_rows) snprintf(rows, sizeof rows, ",%d", gemv_rows);

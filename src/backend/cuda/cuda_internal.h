@@ -117,6 +117,8 @@ struct cu_backend {
     const void **uptr;
     int *ulen, *uoff;
     int tok_cap, piece_cap;
+    /* host threads for the host work between ops (be_ops.host_for: the KV cache's score update) */
+    struct tkv_workers *workers;
     /* memory prepare_* made, freed at close */
     void **owned;
     int n_owned, cap_owned;
