@@ -39,6 +39,18 @@ static void pools_init(be_backend *b, be_kv_pools *p, void **mem) {
     }
 }
 
+/* Random K (times kscale) and V rows, every layer its pool holds, into each slot of table[0..n) */
+static void write_rows(be_backend *b, const be_kv_pools *p, const int32_t *table, int n, uint64_t *s, float kscale) {
+    float k[HKV * HD], v[HKV * HD];
+    for (int j = 0; j < n; j++) {
+        if (table[j] == BE_SLOT_NONE) continue;
+        for (int l = 0; l < p->pool[BE_SLOT_TIER(table[j])].layers; l++) {
+            for (int d = 0; d < HKV * HD; d++) k[d] = frand(s) * kscale, v[d] = frand(s);
+            b->ops->kv_write(b, p, l, &table[j], 1, k, v);
+        }
+    }
+}
+
 TEST(split_merge_equals_single_pass) {
     be_backend *b;
     char err[256];
@@ -165,14 +177,8 @@ TEST(split_device_order) {
     pools_init(ref, &p, mem);
     uint64_t s = 5;
     int32_t table[NPOS];
-    float k[HKV * HD], v[HKV * HD];
-    for (int j = 0; j < NPOS; j++) {
-        table[j] = BE_SLOT(j % 3 ? BE_T1 : BE_T0, j);
-        for (int l = 0; l < L; l++) {
-            for (int d = 0; d < HKV * HD; d++) k[d] = frand(&s) * 2, v[d] = frand(&s);
-            ref->ops->kv_write(ref, &p, l, &table[j], 1, k, v);
-        }
-    }
+    for (int j = 0; j < NPOS; j++) table[j] = BE_SLOT(j % 3 ? BE_T1 : BE_T0, j);
+    write_rows(ref, &p, table, NPOS, &s, 2.0f);
     size_t nq = (size_t)NT * H * HD, nw = (size_t)NT * H * NPOS;
     float *q = malloc(nq * 4), *o_ref = malloc(nq * 4), *o_dev = malloc(nq * 4), *w_dev = calloc(nw, 4);
     for (size_t i = 0; i < nq; i++) q[i] = frand(&s);
@@ -290,15 +296,8 @@ TEST(attention_chunks_same_bits) {
     pools_init(b, &p, mem);
     uint64_t s = 11;
     int32_t table[NPOS];
-    float k[HKV * HD], v[HKV * HD];
-    for (int j = 0; j < NPOS; j++) {
-        table[j] = j % 23 == 9 ? BE_SLOT_NONE : BE_SLOT(j % 3 ? BE_T0 : BE_T1, j);
-        if (table[j] == BE_SLOT_NONE) continue;
-        for (int l = 0; l < L; l++) {
-            for (int d = 0; d < HKV * HD; d++) k[d] = frand(&s) * 3, v[d] = frand(&s);
-            b->ops->kv_write(b, &p, l, &table[j], 1, k, v);
-        }
-    }
+    for (int j = 0; j < NPOS; j++) table[j] = j % 23 == 9 ? BE_SLOT_NONE : BE_SLOT(j % 3 ? BE_T0 : BE_T1, j);
+    write_rows(b, &p, table, NPOS, &s, 3.0f);
     size_t QO = (size_t)NB * H * HD, W = (size_t)NB * H * NPOS;
     float *q = malloc(sizeof(float) * QO), *ob = malloc(sizeof(float) * QO), *o1 = malloc(sizeof(float) * QO);
     float *wb = calloc(W, 4), *w1 = calloc(W, 4);
