@@ -60,7 +60,7 @@ struct fwd {
      * end into att_all_host (pinned), then handed to the KV cache in layer order (pend) */
     float *att_all, *att_all_host;
     size_t att_all_floats;
-    struct pend { int layer, t0, nt, stride; size_t off; } *pend;
+    struct pend { int layer, t0, nt, stride; size_t off; } *pend; /* [cap_pend], allocated at init */
     int n_pend, cap_pend;
     size_t pend_used;   /* floats of att_all used by this call */
     int deferring;      /* this call's weights go to att_all */
@@ -157,9 +157,12 @@ static int alloc_buffers(fwd *f, char *err, size_t errlen) {
     if (ok && !f->op->unified)
         ok = (o->split || (f->att_host = palloc(f, A * 4, err, errlen))) &&
              (f->logits_host = palloc(f, B * (size_t)c->n_vocab * 4, err, errlen));
-    if (ok && f->att_all_floats)
+    if (ok && f->att_all_floats) {
         ok = (f->att_all = balloc(f, f->att_all_floats * 4, err, errlen)) &&
              (f->att_all_host = palloc(f, f->att_all_floats * 4, err, errlen));
+        f->cap_pend = c->n_layer * (int)((B + ATT_SUB - 1) / ATT_SUB); /* a layer's sub-batches, every layer */
+        f->pend = tkv_xcalloc((size_t)f->cap_pend, sizeof *f->pend);
+    }
     if (ok && X) {
         ok = (f->rlogits = balloc(f, B * X * 4, err, errlen)) && (f->xe = balloc(f, B * E * 4, err, errlen)) &&
              (f->ye = balloc(f, B * K * E * 4, err, errlen)) &&
@@ -273,12 +276,7 @@ static void attention(fwd *f, int layer, const int *seq, const int *pos, int n) 
         size_t floats = (size_t)nt * c->n_head * a.mass_stride;
         int defer = f->deferring && a.mass_mode;
         if (defer) { /* into this call's buffer of every layer's weights, handed over at its end */
-            TKV_ASSERT(f->pend_used + floats <= f->att_all_floats);
-            if (f->n_pend == f->cap_pend) {
-                f->cap_pend = f->cap_pend ? 2 * f->cap_pend : 64;
-                f->pend = realloc(f->pend, (size_t)f->cap_pend * sizeof *f->pend);
-                TKV_ASSERT(f->pend);
-            }
+            TKV_ASSERT(f->pend_used + floats <= f->att_all_floats && f->n_pend < f->cap_pend);
             f->pend[f->n_pend++] = (struct pend){layer, t0, nt, a.mass_stride, f->pend_used};
             a.mass = f->att_all + f->pend_used;
             f->pend_used += floats;
