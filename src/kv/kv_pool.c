@@ -21,7 +21,11 @@ static void tier_layout(const kv_cache *kv, int t, be_kv_fmt *fmt, be_mem *mem, 
     case BE_T0: *fmt = exact, *mem = BE_MEM_DEVICE, *layers = kv->o.n_layer; break;
     case BE_T1: *fmt = exact, *mem = BE_MEM_PINNED, *layers = kv->o.n_layer; break;
     case BE_T2: *fmt = kv->o.t2_fmt, *mem = BE_MEM_PINNED, *layers = kv->o.n_layer; break; /* a GPU quantises into it */
-    default: *fmt = exact, *mem = BE_MEM_DEVICE, *layers = 1; break; /* STAGE: one layer at a time */
+    default: /* STAGE: one layer at a time on the CPU (copies are synchronous); off it two, so that the
+              * copies of layer l+1 can run while layer l's attention reads its own (the backend
+              * orders the writes of layer slot l % 2 after the reads of the layer before) */
+        *fmt = exact, *mem = BE_MEM_DEVICE, *layers = kv->be->ops->unified ? 1 : 2;
+        break;
     }
 }
 
