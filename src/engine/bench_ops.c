@@ -58,7 +58,7 @@ static int bench_matmul(bench *B, const char *name, uint32_t type, int64_t n_in,
     if (n_in % ggml_blck_size(type))
         return tkv_errf(err, errlen, "%s: %lld inputs are not a whole number of %s blocks (%u)", name, (long long)n_in,
                         ggml_type_name(type), ggml_blck_size(type));
-    size_t row = (size_t)ggml_type_size(type) * (size_t)(n_in / ggml_blck_size(type)), bytes = row * (size_t)n_out;
+    size_t row = (size_t)ggml_row_bytes(type, n_in), bytes = row * (size_t)n_out;
     enum { MAX_COPIES = 256 };
     size_t want = (size_t)B->cold_mib << 20;
     int copies = want > bytes ? (int)((want + bytes - 1) / bytes) : 1;

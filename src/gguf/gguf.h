@@ -60,6 +60,8 @@ typedef struct {
 /* Type table: block size (elements) and bytes per block; 0 for unknown/removed ids. */
 uint32_t ggml_blck_size(uint32_t type);
 uint32_t ggml_type_size(uint32_t type);
+/* Bytes of n elements of a type (n a whole number of its blocks; 0 for an unknown type): a row */
+uint64_t ggml_row_bytes(uint32_t type, int64_t n);
 const char *ggml_type_name(uint32_t type); /* "Q4_K", ..., or "?" */
 int ggml_type_by_name(const char *name);   /* the type whose name is name ("Q8_0", ...), or -1 */
 /* Metadata value type names: "u8", ..., "str", "arr", "f64", or "?". */

@@ -29,6 +29,10 @@ static const type_info TYPES[GGML_TYPE_COUNT] = {
 
 uint32_t ggml_blck_size(uint32_t type) { return type < GGML_TYPE_COUNT ? TYPES[type].blck : 0; }
 uint32_t ggml_type_size(uint32_t type) { return type < GGML_TYPE_COUNT ? TYPES[type].size : 0; }
+uint64_t ggml_row_bytes(uint32_t type, int64_t n) {
+    uint32_t blk = ggml_blck_size(type);
+    return blk ? (uint64_t)(n / blk) * ggml_type_size(type) : 0;
+}
 const char *ggml_type_name(uint32_t type) {
     return type < GGML_TYPE_COUNT && TYPES[type].name ? TYPES[type].name : "?";
 }

@@ -208,7 +208,7 @@ static uint64_t mat_macs(const model_mat *m) { return m->data ? (uint64_t)m->n_i
 
 static uint64_t mat_bytes(const model_mat *m) {
     if (!m->data) return 0;
-    return (uint64_t)m->n_out * (uint64_t)(m->n_in / ggml_blck_size(m->type)) * ggml_type_size(m->type);
+    return (uint64_t)m->n_out * ggml_row_bytes(m->type, m->n_in);
 }
 
 int model_bind(gguf_file *f, model **out, char *err, size_t errlen) {

@@ -148,7 +148,7 @@ static int async_prepare_weight(be_backend *b, be_mat *m, int role, char *err, s
     if (!blk || m->n_in % blk)
         return tkv_errf(err, errlen, "weights of type %s with rows of %lld elements cannot be copied", ggml_type_name(m->type),
                         (long long)m->n_in);
-    size_t bytes = (size_t)(m->n_in / blk) * ggml_type_size(m->type) * (size_t)m->n_out;
+    size_t bytes = (size_t)ggml_row_bytes(m->type, m->n_in) * (size_t)m->n_out;
     void *copy = tkv_xmalloc(bytes ? bytes : 1);
     memcpy(copy, m->data, bytes);
     a->weights = grow(a->weights, &a->cap_weights, a->n_weights + 1, sizeof *a->weights);

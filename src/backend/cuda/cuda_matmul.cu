@@ -63,7 +63,7 @@ int cu_prepare_weight(be_backend *b, be_mat *m, int role, char *err, size_t errl
     }
     cw_mat *cm = (cw_mat *)calloc(1, sizeof *cm);
     CU_REQUIRE(cm, "out of host memory");
-    size_t file_row = (size_t)(m->n_in / ggml_blck_size(t)) * ggml_type_size(t);
+    size_t file_row = (size_t)ggml_row_bytes(t, m->n_in);
     const uint8_t *file = (const uint8_t *)m->data;
     if (t == CW_T_F32 || t == CW_T_F16 || t == CW_T_BF16) {
         CUDA_CHECK(cudaMemcpy(dev, file, file_row * (size_t)m->n_out, cudaMemcpyHostToDevice));
