@@ -4,10 +4,10 @@
  * copy_wait(layer), as a copy stream's work is only known done after the compute queue waits for it,
  * and reads attention tables again only when tables_gen changes, as the CUDA backend's device image
  * does; it is not unified, so the forward's read-backs and split attention's device-part path run
- * (on the CPU the split runs its unified path). Each test decodes greedily with an engine on "cpu" (the reference) and the same
- * configuration on "cpu-async" in lockstep: every logits row must be the same bits. A slot reused
- * before the copy that reads it has run, a row read before the copy that writes it, or a keep mask
- * of another layer read under a stale tables_gen gives other logits.
+ * (on the CPU the split runs its unified path). Each test decodes greedily with an engine on "cpu"
+ * (the reference) and the same configuration on "cpu-async" in lockstep: every logits row must be
+ * the same bits. A slot reused before the copy that reads it has run, a row read before the copy
+ * that writes it, or a keep mask of another layer read under a stale tables_gen gives other logits.
  *
  * The hierarchy runs are also compared with policy full on the CPU (the lossless tiers change no
  * bit), so a race that happened on both sides would still show. */
