@@ -58,7 +58,7 @@
 # gpu-logs.tar.gz (build log, tests log, each job's stderr, bench output and stats JSON; repacked
 # after every job and on exit). Decode rows carry tok/s, the share of the HBM bound, peak device
 # memory, bytes moved per step, bytes read back to the host per step ("MB back/step": attention
-# weights, split parts, logits; the bench's read_back rows) and the copy wait: copy_stall_seconds
+# weights, split queries, logits; the bench's read_back rows) and the copy wait: copy_stall_seconds
 # from --stats-json when the engine reports it (device time the compute stream waited for the copy
 # stream), else fence_wait_seconds, named in "wait_from", as a share of the job's time after loading.
 set -uo pipefail
@@ -432,7 +432,7 @@ base = {"kind": "result", "job": tag, "model": model, "mode": mode, "rc": int(rc
         "peak_mib": peak, "wait_s": wait_s, "wait_from": wait_from,
         "wait_pct": None if wait_s is None else round(100 * wait_s / engine_s, 1), "mb_moved_per_step": moved}
 if not rows: print(json.dumps({**base, "error": "no rows"}))
-# bytes each decode step read back to the host (attention weights, split parts, logits), by (test, depth)
+# bytes each decode step read back to the host (attention weights, split queries, logits), by (test, depth)
 rback = {(r.get("of"), r.get("depth")): r.get("bytes_per_step") for r in rows if r.get("test") == "read_back"}
 rows = [r for r in rows if r.get("test") != "read_back"]
 for r in rows:

@@ -133,18 +133,19 @@ TEST(split_merge_equals_single_pass) {
 /* ---- split on a backend that is not host memory: the order of its calls ----
  * A CPU backend dressed as a device (not unified, read copies, every call logged), and a host CPU
  * backend whose attention is logged too. be_split_attention must read the queries back before it
- * queues the device's part, compute the host's part before it waits for the device's (so a GPU's
- * attention runs under the host's), and bring the device's o, m and l back in one read. */
+ * queues the device's part, compute the host's part without waiting for the device's (so a GPU's
+ * attention runs under the host's), send the host's part up in one upload and merge on the device:
+ * the queries are the only read. */
 static char order_log[64];
 static int order_n;
-static const float *order_q, *order_mass;
+static const float *order_q;
 static const be_ops *cpu_ops;
 static void order_note(char c) {
     if (order_n < (int)sizeof order_log - 1) order_log[order_n++] = c, order_log[order_n] = 0;
 }
 static const void *dev_read(be_backend *b, const void *src, size_t bytes, void *host_tmp) {
     (void)b;
-    order_note(src == order_q ? 'q' : src == order_mass ? 'w' : 'r');
+    order_note(src == order_q ? 'q' : 'r');
     memcpy(host_tmp, src, bytes);
     return host_tmp;
 }
@@ -156,6 +157,15 @@ static void dev_upload(be_backend *b, void *dst, const void *src, size_t bytes) 
 static void dev_attention(be_backend *b, const be_attn *a, void *scratch) {
     order_note('D');
     cpu_ops->attention(b, a, scratch);
+}
+static void dev_merge(be_backend *b, float *o, const be_attn_part *parts, int n_parts, int n_tok, int n_head,
+                      int head_dim, int mass_heads, int mass_stride, const int *n_pos) {
+    order_note('M');
+    cpu_ops->attention_merge(b, o, parts, n_parts, n_tok, n_head, head_dim, mass_heads, mass_stride, n_pos);
+}
+static void dev_add(be_backend *b, float *y, const float *x, int64_t n) {
+    order_note('+');
+    cpu_ops->add(b, y, x, n);
 }
 static void host_attention(be_backend *b, const be_attn *a, void *scratch) {
     order_note('H');
@@ -171,6 +181,7 @@ TEST(split_device_order) {
     cpu_ops = dev->ops;
     be_ops dops = *cpu_ops, hops = *cpu_ops;
     dops.unified = 0, dops.read = dev_read, dops.upload = dev_upload, dops.attention = dev_attention;
+    dops.attention_merge = dev_merge, dops.add = dev_add;
     hops.attention = host_attention;
     be_kv_pools p;
     void *mem[BE_N_POOLS];
@@ -191,31 +202,31 @@ TEST(split_device_order) {
     /* the reference: the same split on one unified backend */
     be_split *sr = be_split_new(ref, ref, NT, H, HD, NPOS, err, sizeof err);
     REQUIRE(sr);
-    a.mass = calloc(nw, 4);
-    const float *w_ref = be_split_attention(sr, &a, scratch);
-    REQUIRE(w_ref == a.mass);
+    float *w_ref = a.mass = calloc(nw, 4);
+    be_split_attention(sr, &a, scratch);
     /* the same call with the device dressed up */
     dev->ops = &dops, host->ops = &hops;
     be_split *sd = be_split_new(dev, host, NT, H, HD, NPOS, err, sizeof err);
     REQUIRE(sd);
     be_attn b = a;
     b.o = o_dev, b.mass = w_dev;
-    order_q = q, order_mass = w_dev, order_n = 0, order_log[0] = 0;
-    const float *w = be_split_attention(sd, &b, scratch);
-    printf("    calls: %s (q read, Device part queued, Host part, one read of o/m/l, the weights, upload)\n", order_log);
-    CHECK(!strcmp(order_log, "qDHrwu"));
-    REQUIRE(w != NULL && w != w_dev);
+    order_q = q, order_n = 0, order_log[0] = 0;
+    be_split_attention(sd, &b, scratch);
+    printf("    calls: %s (q read, Device part queued, Host part, upload, Merge, weights added on the device)\n", order_log);
+    CHECK(!strcmp(order_log, "qDHuM+"));
     CHECK(!memcmp(o_ref, o_dev, nq * 4)); /* the same arithmetic: the same bits */
     int same = 1;
     for (int t = 0; t < NT; t++)
         for (int h = 0; h < H; h++)
-            same &= !memcmp(w_ref + ((size_t)t * H + h) * NPOS, w + ((size_t)t * H + h) * NPOS, (size_t)n_pos[t] * 4);
+            same &= !memcmp(w_ref + ((size_t)t * H + h) * NPOS, w_dev + ((size_t)t * H + h) * NPOS, (size_t)n_pos[t] * 4);
     CHECK(same);
-    /* no weights asked for: no read of them */
+    /* no weights asked for: none move or are added */
     b.mass_mode = BE_MASS_NONE;
     order_n = 0, order_log[0] = 0;
-    CHECK(be_split_attention(sd, &b, scratch) == NULL);
-    CHECK(!strcmp(order_log, "qDHru"));
+    memset(o_dev, 0, nq * 4);
+    be_split_attention(sd, &b, scratch);
+    CHECK(!strcmp(order_log, "qDHuM"));
+    CHECK(!memcmp(o_ref, o_dev, nq * 4));
     be_split_free(sd);
     be_split_free(sr);
     dev->ops = cpu_ops, host->ops = cpu_ops;

@@ -102,7 +102,7 @@ static void report_read_back(int json, const char *test, int depth, uint64_t byt
         json_out_key(&j, "reads_per_step"), json_out_fixed(&j, rps, 1);
         out_json_end(&j);
     } else
-        printf("# read back %s at depth %d: %.3f MB per step in %.1f reads (attention weights, split parts, logits)\n",
+        printf("# read back %s at depth %d: %.3f MB per step in %.1f reads (attention weights, split queries, logits)\n",
                test, depth, per / 1e6, rps);
 }
 

@@ -295,9 +295,9 @@ static inline void be_close(be_backend *b) {
 }
 
 /* ---- split attention (split.c: generic over two backends) ------------------------------------
- * T0, STAGE (and T2 where `be` reads it in place) read on `be`, T1 on the host backend `host` (where its rows lie), the two partial
- * results merged by log-sum-exp on the host: for a T1 that stays in host memory. The object holds
- * the buffers for up to max_tok query rows over max_pos positions. */
+ * T0, STAGE (and T2 where `be` reads it in place) read on `be`, T1 on the host backend `host` (where
+ * its rows lie), the two partial results merged by log-sum-exp on `be`: for a T1 that stays in host
+ * memory. The object holds the buffers for up to max_tok query rows over max_pos positions. */
 typedef struct be_split be_split;
 be_split *be_split_new(be_backend *be, be_backend *host, int max_tok, int n_head, int head_dim, int max_pos, char *err,
                        size_t errlen);
@@ -306,9 +306,9 @@ void be_split_free(be_split *sp);
 uint64_t be_split_host_bytes(const be_backend *be, const be_backend *host, int max_tok, int n_head, int head_dim,
                              int max_pos);
 /* One attention call as `be`'s attention would make it (a->tiers and a->part unset; scratch from
- * be's attention_scratch), the output in a->o. Returns the merged weights in host memory when
- * a->mass_mode asks for them (a->mass itself on a unified backend), else NULL. */
-const float *be_split_attention(be_split *sp, const be_attn *a, void *scratch);
+ * be's attention_scratch): the output in a->o and, where a->mass_mode asks, the merged weights in
+ * a->mass, both in be's memory. */
+void be_split_attention(be_split *sp, const be_attn *a, void *scratch);
 /* Bytes read back from `be` since be_split_new, and the reads (0 where it is unified): for benchmarks. */
 uint64_t be_split_read_bytes(const be_split *sp);
 uint64_t be_split_reads(const be_split *sp);

@@ -55,8 +55,8 @@ struct fwd {
     float *logits;   /* [max_batch x n_vocab] (not unified backends: read back into logits_host) */
     float *logits_host; /* [max_batch x n_vocab] pinned: where logits land before the caller's buffer */
     float *att;      /* [ATT_SUB x n_head x n_ctx] attention weights for the policy */
-    float *att_host; /* pinned host copy of att (not unified backends, not split) */
-    /* not unified, not split: a call's weights of every layer (att_all, device) read back once at its
+    float *att_host; /* pinned host copy of att (not unified backends) */
+    /* not unified: a call's weights of every layer (att_all, device) read back once at its
      * end into att_all_host (pinned), then handed to the KV cache in layer order (pend) */
     float *att_all, *att_all_host;
     size_t att_all_floats;
@@ -133,8 +133,8 @@ static int alloc_buffers(fwd *f, char *err, size_t errlen) {
     size_t as = f->op->attention_scratch(f->be, ATT_SUB, o->n_ctx, c->n_head, c->head_dim);
     uint64_t need = (uint64_t)B * (4 * E + 2 * Q + 2 * KV + 2 * F) * 4 + (uint64_t)A * 4 + s + as, host_need = 0;
     if (X) need += (uint64_t)B * (X + E + K * E) * 4;
-    if (!f->op->unified) host_need = (o->split ? 0 : (uint64_t)A * 4) + (uint64_t)B * c->n_vocab * 4 + (uint64_t)B * X * 4;
-    if (!f->op->unified && !o->split) {
+    if (!f->op->unified) host_need = (uint64_t)A * 4 + (uint64_t)B * c->n_vocab * 4 + (uint64_t)B * X * 4;
+    if (!f->op->unified) {
         size_t all = (size_t)c->n_layer * A * 4;
         f->att_all_floats = (all < DEFER_MAX_BYTES ? all : DEFER_MAX_BYTES) / 4;
         need += (uint64_t)f->att_all_floats * 4, host_need += (uint64_t)f->att_all_floats * 4;
@@ -155,7 +155,7 @@ static int alloc_buffers(fwd *f, char *err, size_t errlen) {
              (f->att_scratch = balloc(f, as, err, errlen)) &&
              (f->op->unified || (f->logits = balloc(f, B * (size_t)c->n_vocab * 4, err, errlen)));
     if (ok && !f->op->unified)
-        ok = (o->split || (f->att_host = palloc(f, A * 4, err, errlen))) &&
+        ok = (f->att_host = palloc(f, A * 4, err, errlen)) &&
              (f->logits_host = palloc(f, B * (size_t)c->n_vocab * 4, err, errlen));
     if (ok && f->att_all_floats) {
         ok = (f->att_all = balloc(f, f->att_all_floats * 4, err, errlen)) &&
@@ -281,14 +281,10 @@ static void attention(fwd *f, int layer, const int *seq, const int *pos, int n) 
             a.mass = f->att_all + f->pend_used;
             f->pend_used += floats;
         }
-        const float *w = NULL;
-        if (f->split) {
-            w = be_split_attention(f->split, &a, f->att_scratch);
-        } else {
-            f->op->attention(f->be, &a, f->att_scratch);
-            if (a.mass_mode && !defer) w = read_back(f, f->att, floats * 4, f->att_host);
-        }
-        if (w) kv_attn_mass(f->kv, layer, seq + t0, pos + t0, nt, w, a.mass_stride);
+        if (f->split) be_split_attention(f->split, &a, f->att_scratch);
+        else f->op->attention(f->be, &a, f->att_scratch);
+        if (a.mass_mode && !defer)
+            kv_attn_mass(f->kv, layer, seq + t0, pos + t0, nt, read_back(f, f->att, floats * 4, f->att_host), a.mass_stride);
     }
     f->att_seconds += tkv_now_s() - t_start;
 }
