@@ -24,10 +24,11 @@
 #      split: rounding-level differences allowed) against `full`, on a TOKLAYERS-layer TOKTYPE file of TOKSHAPE;
 #   6. kernel microbenchmark: `tierkv bench-ops` when the binary has it (else recorded as skipped);
 #   7. per model of MODELS (random weights from gen-random; ONE file on disk at a time): decode
-#      tok/s of `full`, then `hierarchy` at T0 HBM_RATIO (0% eviction, no T2) staged, split and
-#      direct, at DEPTHS (the hierarchy with DEPTH_FLAG, so it has generated tokens to tier), then one
-#      PREFILL-token prefill measurement;
-#   8. staged and split at LONG_DEPTH on the last model, if time is left.
+#      tok/s of `full`, then `hierarchy` at T0 HBM_RATIO (0% eviction, no T2) staged and split at
+#      DEPTHS (the hierarchy with DEPTH_FLAG, so it has generated tokens to tier), one PREFILL-token
+#      prefill measurement, on the last model staged and split at LONG_DEPTH, then direct at DEPTHS.
+#   The 32K pair does not fit the default plan; a run for it alone (Q8_0: half BF16's file):
+#   MODELS=r1-distill-qwen-7b:Q8_0 DEPTHS=8192 BUDGET=360 bench/gpu.sh (no time left for a rerun)
 #   --quick: 1, 2, 3, 5 and one `full` decode job at the first depth on the token check's file.
 #
 # Estimates (seconds; each job's is SAFETY x its parts + 3, the dry run prints them). Today's
@@ -37,8 +38,8 @@
 # one pass per token plus its KV (T0 at HBM speed, T1 over PCIe at PCIE_BPS 25e9, or by the CPU at
 # CPU_ATT_BPS 20e9 for split); prefill (and DEPTH_FLAG's appended context, chunked like a prompt)
 # re-reads the weights every 8 tokens, and each appended token attends to everything before it, so
-# the T1 part grows with depth squared (direct: every row over PCIe per token; staged: per chunk of
-# 64; split: on the CPU). Measured rates refine them during the run: gen-random's rate from the
+# the T1 part grows with depth squared (direct: every row over PCIe per token; staged, and split
+# when SPLIT_FLAG has --staged: per chunk of 64; split alone: on the CPU). Measured rates refine them during the run: gen-random's rate from the
 # token check's file, and every job's wall time against its estimate (a factor kept for the rest).
 # 7B: BF16 15.2 GB, Q8_0 8.1 GB of weights.
 #
@@ -47,7 +48,9 @@
 # r1-distill-qwen-7b:Q8_0"), DEPTHS ("2048 8192"), LONG_DEPTH (32768; empty: none), HBM_RATIO (0.5),
 # NGEN (32 decode steps), REPS (2), PREFILL (2048), TOKSHAPE (r1-distill-qwen-7b), TOKLAYERS (2), TOKTYPE (Q8_0),
 # GREEDY (64 steps), OPS_DEPTHS (2048,8192,32768), and the flags of the engine: BACKEND_FLAG
-# ("--backend cuda"), STAGED_FLAG ("--staged"), SPLIT_FLAG ("--split"), DEPTH_FLAG ("--depth-generated").
+# ("--backend cuda"), STAGED_FLAG ("--staged"), SPLIT_FLAG ("--staged --split": prefill chunks, the
+# appended context included, staged; decode steps split; "--split" alone splits the fill too, whose
+# T1 part the CPU then reads for every 16-token sub-batch), DEPTH_FLAG ("--depth-generated").
 # The control flow on a CPU machine (no GPU, small model; op checks and the torch probe then report
 # their skip): BACKEND_FLAG="--backend cpu" BIN_DIR=build MODELS=qwen2.5-0.5b:Q8_0 DEPTHS=32 LONG_DEPTH=
 # TOKSHAPE=qwen2.5-0.5b GREEDY=4 NGEN=2 PREFILL=16 THREADS=1 bench/gpu.sh
@@ -84,7 +87,7 @@ TBIN=$BIN_DIR/tierkv-tests
 THREADS=${THREADS:-$(nproc)}
 BACKEND_FLAG=${BACKEND_FLAG:---backend cuda}
 STAGED_FLAG=${STAGED_FLAG:---staged}
-SPLIT_FLAG=${SPLIT_FLAG:---split}
+SPLIT_FLAG=${SPLIT_FLAG:---staged --split}
 DEPTH_FLAG=${DEPTH_FLAG:---depth-generated}
 MODELS=${MODELS:-"r1-distill-qwen-7b:BF16 r1-distill-qwen-7b:Q8_0"}
 DEPTHS=${DEPTHS:-"2048 8192"}
@@ -212,17 +215,20 @@ gen_est() { int "$(calc "$1 * $GEN_S_PER_GB + 5")"; }
 bench_est() {
     awk -v gb="$1" -v kv="$2" -v mode="$3" -v depths="$4" -v pp="$5" -v ng="$6" -v reps="$REPS" \
         -v load="$LOAD_S_PER_GB" -v proc="$PROC_S" -v bw="$HBM_BPS" -v eff="$MM_EFF" -v pcie="$PCIE_BPS" \
-        -v cpu="$CPU_ATT_BPS" -v r="$HBM_RATIO" -v safety="$SAFETY" -v f="$JOB_FACTOR" 'BEGIN {
+        -v cpu="$CPU_ATT_BPS" -v r="$HBM_RATIO" -v safety="$SAFETY" -v f="$JOB_FACTOR" \
+        -v split_staged="$(case " $SPLIT_FLAG " in *" --staged "*) echo 1 ;; *) echo 0 ;; esac)" 'BEGIN {
         w = gb * 1e9 / (bw * eff)             # one pass over the weights
         t1 = (mode == "full" || mode == "prefill") ? 0 : 1 - r
-        slow = mode == "split" ? cpu : pcie     # where the T1 part is read
-        per = mode == "staged" ? 64 : 1         # staged: T1 rows cross once per 64-token chunk
+        slow = mode == "split" ? cpu : pcie     # where a decode step reads the T1 part
+        fill_staged = mode == "staged" || (mode == "split" && split_staged)
+        fslow = fill_staged ? pcie : slow       # where the appended context reads it
+        per = fill_staged ? 64 : 1              # staged: T1 rows cross once per 64-token chunk
         t = proc + gb * load
         n = split(depths, ds, " ")
         for (i = 1; i <= n; i++) {
             d = ds[i]
             tri = d * d / 2 * kv              # KV bytes the appended tokens attend to, together
-            t += (d / 8) * w + tri * (1 - t1) / (bw * 0.5) + tri * t1 / (slow * per)
+            t += (d / 8) * w + tri * (1 - t1) / (bw * 0.5) + tri * t1 / (fslow * per)
             t += (1 + reps * ng) * (w + d * kv * (1 - t1) / bw + d * kv * t1 / slow)
             if (pp > 0) t += reps * (pp / 8) * w
         }
@@ -466,16 +472,17 @@ model_jobs() { # SHAPE TYPE LAST(0|1)
         step "$MNAME gen-random ($(printf '%.1f' "$MGB") GB)" "$eg" gen_model "$shape" "$type" && MODEL_OK=1
     fi
     bench_job "$MNAME full" full "$DEPTHS" 0 "$NGEN" -- --policy full
-    # staged and split (the two ways the paper's T1 is read) before direct (every T1 row over PCIe
-    # for every token: the slowest, and the least likely to be used)
+    # staged and split (the two ways the paper's T1 is read), the prefill and the long pair, each a
+    # check of the issue, before direct (every T1 row over PCIe for every token: the slowest, and
+    # the least likely to be used)
     bench_job "$MNAME staged T0 $HBM_RATIO" staged "$DEPTHS" 0 "$NGEN" -- $HIER $STAGED_FLAG
     bench_job "$MNAME split T0 $HBM_RATIO" split "$DEPTHS" 0 "$NGEN" -- $HIER $SPLIT_FLAG
-    bench_job "$MNAME direct T0 $HBM_RATIO" direct "$DEPTHS" 0 "$NGEN" -- $HIER
     bench_job "$MNAME prefill $PREFILL" prefill 0 "$PREFILL" 0 -- --policy full
     if [ "$last" = 1 ] && [ -n "$LONG_DEPTH" ]; then
         bench_job "$MNAME staged T0 $HBM_RATIO" staged "$LONG_DEPTH" 0 "$NGEN" -- $HIER $STAGED_FLAG
         bench_job "$MNAME split T0 $HBM_RATIO" split "$LONG_DEPTH" 0 "$NGEN" -- $HIER $SPLIT_FLAG
     fi
+    bench_job "$MNAME direct T0 $HBM_RATIO" direct "$DEPTHS" 0 "$NGEN" -- $HIER
     [ "$DRY" = 0 ] && rm -f "$MODEL"
 }
 gen_model() {

@@ -205,7 +205,8 @@ typedef struct {
                                   backend's attention reads them in place (the CPU's): the reference */
     int split;                 /* attention in two parts merged by log-sum-exp: T0 (and staged rows)
                                   on the backend, T1 where its rows lie (the host), so no T1 row
-                                  crosses the bus; not with staged */
+                                  crosses the bus; with staged, for decode steps only (prefill
+                                  chunks staged) */
     int sync_transfers;        /* moves on the caller's thread (debugging) */
     int f16;                   /* T0/T1 element type: 1 fp16 (default), 0 f32 */
     int t0_tokens;             /* T0 tokens per sequence (absolute, as R-KV and SnapKV budgets are
@@ -364,7 +365,7 @@ void tkv_sync(tkv_session *s);
  * any token to, once per layer); 0 for a dense model. */
 uint64_t tkv_expert_bytes_read(const tkv_session *s);
 /* Bytes the forward has read back from a backend that is not host memory since the session opened
- * (attention weights for the policy, split attention's queries and device part, logits), and in
+ * (attention weights for the policy, split attention's queries, logits), and in
  * *reads (if not NULL) how many reads, each a wait for the device; 0 on the CPU, whose memory the
  * host reads in place. */
 uint64_t tkv_read_back_bytes(const tkv_session *s, uint64_t *reads);

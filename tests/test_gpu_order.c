@@ -11,6 +11,7 @@
  *
  * The hierarchy runs are also compared with policy full on the CPU (the lossless tiers change no
  * bit), so a race that happened on both sides would still show. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,10 +219,11 @@ TEST(gpu_order_pools_reserved_before_steps) {
  * exactly, on cpu-async, with the reads (each a wait for a GPU): every layer's weights come back in
  * one read at the end of the step, beside the logits' (2 a step); split adds one read of the
  * queries a layer (its merge runs on the device). */
-static void read_back_case(int split) {
+static void read_back_case(int split, int staged) {
     te_options o;
     base_options(&o, "cpu-async");
     o.kv = hier(0.5, 7);
+    o.kv.staged = staged;
     o.split = split;
     te_engine *e;
     char err[256];
@@ -256,6 +258,90 @@ static void read_back_case(int split) {
 
 TEST(gpu_order_read_back_attended_rows) {
     NEED(QWEN2);
-    read_back_case(0);
-    read_back_case(1);
+    read_back_case(0, 0);
+    read_back_case(1, 0);
+    read_back_case(1, 1); /* staged prefill, split decode: the decode steps read as split's */
+}
+
+/* Staged and split together: prefill chunks staged (exact: the prompt's logits are full's bits),
+ * decode steps split (no T1 row staged once the prompt is in). An unpinned prompt in chunks of 8
+ * overflows T0 at every chunk, so the later chunks attend rows in T1. */
+static te_options staged_split(const char *backend, int staged, int split) {
+    te_options o;
+    base_options(&o, backend);
+    o.kv = hier(0.3, 5);
+    o.kv.unpin_prompt = 1;
+    o.kv.staged = staged;
+    o.split = split;
+    return o;
+}
+
+TEST(gpu_order_staged_prefill_split_decode) {
+    NEED(QWEN2);
+    kv_stats st;
+    te_options ref = staged_split("cpu", 1, 1), cand = staged_split("cpu-async", 1, 1);
+    int d = lockstep(&ref, &cand, 96, 8, 120, &st);
+    CHECKF(d == -1, "staged + split: cpu-async logits differ from cpu at step %d (-2: engine failure)", d);
+    CHECK(st.sync_demotions > 0 && st.bytes_staged > 0);
+    /* the prompt's logits: full's bits when staged, not when split (the check can tell them apart) */
+    te_options full;
+    base_options(&full, "cpu");
+    te_options split_only = staged_split("cpu", 0, 1);
+    d = lockstep(&full, &ref, 96, 8, 1, &st);
+    CHECKF(d != 0 && d != -2, "staged + split: the prompt's logits are not full's (%d)", d);
+    d = lockstep(&full, &split_only, 96, 8, 1, &st);
+    CHECKF(d == 0, "split alone: the prompt's logits equal full's (%d): this test cannot tell", d);
+    /* the decode steps: within split's rounding of full's (the bound of tests/test_split.c), the
+     * same tokens fed to both */
+    {
+        char err[256];
+        te_engine *ef, *es;
+        REQUIRE(te_open(t_shared(QWEN2), &full, &ef, err, sizeof err) == 0);
+        REQUIRE(te_open(t_shared(QWEN2), &ref, &es, err, sizeof err) == 0);
+        int V = te_n_vocab(ef), seq = 0, top1 = 0, rows = 0;
+        int32_t prompt[96];
+        for (int i = 0; i < 96; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
+        float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
+        for (int at = 0; at < 96; at += 8)
+            REQUIRE(te_prefill(ef, 0, prompt + at, 8, a, 0, err, sizeof err) == 0 &&
+                    te_prefill(es, 0, prompt + at, 8, b, 0, err, sizeof err) == 0);
+        double worst = 0;
+        for (int s = 0; s < 100; s++) {
+            int32_t t = argmax(a, V);
+            REQUIRE(te_decode(ef, &seq, &t, 1, a, err, sizeof err) == 0 && te_decode(es, &seq, &t, 1, b, err, sizeof err) == 0);
+            for (int i = 0; i < V; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
+            top1 += argmax(a, V) == argmax(b, V), rows++;
+        }
+        printf("    staged + split against full: %d decode rows, top-1 equal on %d, max |logit difference| %.2e\n", rows,
+               top1, worst);
+        CHECK(worst < 1.2 && top1 >= rows * 95 / 100);
+        free(a), free(b);
+        te_close(ef), te_close(es);
+    }
+    /* the decode steps stage nothing (no T2 here); staged alone stages every step */
+    for (int staged_only = 0; staged_only < 2; staged_only++) {
+        te_options o = staged_split("cpu-async", 1, !staged_only);
+        te_engine *e;
+        char err[256];
+        REQUIRE(te_open(t_shared(QWEN2), &o, &e, err, sizeof err) == 0);
+        int V = te_n_vocab(e), seq = 0;
+        int32_t prompt[96], tok = 17;
+        for (int i = 0; i < 96; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
+        float *lg = malloc((size_t)V * 4);
+        for (int at = 0; at < 96; at += 8) REQUIRE(te_prefill(e, 0, prompt + at, 8, lg, 0, err, sizeof err) == 0);
+        kv_stats a, b;
+        kv_sync(te_kv(e));
+        kv_get_stats(te_kv(e), -1, &a);
+        for (int s = 0; s < 30; s++) REQUIRE(te_decode(e, &seq, &tok, 1, lg, err, sizeof err) == 0);
+        kv_sync(te_kv(e));
+        kv_get_stats(te_kv(e), -1, &b);
+        printf("    %s: staged %lld bytes in the prompt, %lld in 30 decode steps; T1 holds %lld tokens\n",
+               staged_only ? "staged" : "staged + split", (long long)a.bytes_staged,
+               (long long)(b.bytes_staged - a.bytes_staged), (long long)b.tokens[BE_T1]);
+        CHECK(a.bytes_staged > 0 && b.tokens[BE_T1] > 0);
+        if (staged_only) CHECK(b.bytes_staged > a.bytes_staged);
+        else CHECK(b.bytes_staged == a.bytes_staged);
+        free(lg);
+        te_close(e);
+    }
 }

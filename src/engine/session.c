@@ -66,7 +66,6 @@ int tkv_session_open(tkv_model *m, const tkv_session_params *p, tkv_session **ou
         return tkv_errf(err, errlen, "context %d out of range 1..%d", p->max_ctx, 1 << 24);
     if (p->max_seqs < 1 || p->max_seqs > 4096) return tkv_errf(err, errlen, "sequences %d out of range 1..4096", p->max_seqs);
     if (p->max_batch < 1 || p->max_batch > 4096) return tkv_errf(err, errlen, "batch %d out of range 1..4096", p->max_batch);
-    if (p->kv.split && p->kv.staged) return tkv_errf(err, errlen, "kv: --split reads T1 where it lies; --staged copies it: choose one");
     tkv_session *s = tkv_xcalloc(1, sizeof *s);
     s->model = m;
     s->p = *p;
@@ -92,7 +91,8 @@ int tkv_session_open(tkv_model *m, const tkv_session_params *p, tkv_session **ou
             host = s->host;
         }
     }
-    fwd_options fo = {.max_batch = s->p.max_batch, .n_ctx = p->max_ctx, .split = p->kv.split};
+    fwd_options fo = {.max_batch = s->p.max_batch, .n_ctx = p->max_ctx, .split = p->kv.split,
+                      .split_decode = p->kv.split && p->kv.staged};
     s->fw = fwd_init(m->m, s->kv, m->be, host, &fo, err, errlen);
     if (!s->fw) { tkv_session_close(s); return TKV_ERR; }
     size_t nb = (size_t)s->p.max_batch;

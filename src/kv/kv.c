@@ -60,7 +60,7 @@ kv_cache *kv_init(const kv_options *o, be_backend *be, char *err, size_t errlen)
 }
 
 static void seq_free_arrays(kv_cache *kv, kv_seq *s) {
-    free(s->ref); free(s->att); free(s->prompt); free(s->lossy); free(s->stale); free(s->rank); free(s->score);
+    free(s->ref); free(s->att); free(s->att_ip); free(s->prompt); free(s->lossy); free(s->stale); free(s->rank); free(s->score);
     free(s->head_score); free(s->prefill_score); free(s->keep);
     free(s->prot); free(s->target); free(s->cur); free(s->order); free(s->scratch);
     free(s->vk); free(s->vv); free(s->hk); free(s->hv); free(s->view_t2); free(s->hook_k); free(s->hook_rows);

@@ -161,16 +161,26 @@ void kv_put(kv_cache *kv, int seq, int layer, int pos, const float *k, const flo
 /* The pools, for the backend's ops. */
 const be_kv_pools *kv_pools(const kv_cache *kv);
 
+/* Where one forward call's attention reads T1. KV_T1_AS_OPENED: as the options say (through STAGE
+ * with kv_options.staged, else where it lies). KV_T1_IN_PLACE: where it lies even when the cache
+ * stages it: split attention's decode steps, whose host part reads T1 (a session with both staged
+ * and split stages its prefill chunks, whose T1 rows cross once per chunk, and splits its decode
+ * steps, whose T1 rows do not cross at all). Without staged the two are the same. */
+typedef enum { KV_T1_AS_OPENED = 0, KV_T1_IN_PLACE = 1 } kv_t1_read;
+
 /* Before a layer's K/V writes and attention for these sequences: waits for in-flight moves of this
  * layer (the per-layer fence) and stages the rows attention reads from STAGE (T2 where the backend
- * cannot read it in place or stage_t2 asks, T1 with --staged) for this layer. */
-void kv_layer_begin(kv_cache *kv, const int *seqs, int n_seqs, int layer);
+ * cannot read it in place or stage_t2 asks, T1 with --staged unless `how` is KV_T1_IN_PLACE) for
+ * this layer. */
+void kv_layer_begin(kv_cache *kv, const int *seqs, int n_seqs, int layer, kv_t1_read how);
 /* The attention table of one layer for n query tokens (sequence seq[i] at position pos[i], both
  * appended already): fills the cache's fields of *a (n_tok, layer, pools, slot tables, n_pos, keep
  * masks and their stride, the weights the policy wants back in mass_mode, tables_gen); the caller
- * sets the rest (dimensions, queries, output, the mass buffer and its stride). The arrays stay valid
- * until the next kv_attn_table, kv_append, kv_batch_end or kv_seq_* call. */
-void kv_attn_table(kv_cache *kv, int layer, const int *seq, const int *pos, int n, be_attn *a);
+ * sets the rest (dimensions, queries, output, the mass buffer and its stride). With KV_T1_IN_PLACE
+ * the tables hold T1 positions at their true slots even when the cache stages T1 (the call's
+ * kv_layer_begin must have been given the same `how`). The arrays stay valid until the next
+ * kv_attn_table, kv_append, kv_batch_end or kv_seq_* call. */
+void kv_attn_table(kv_cache *kv, int layer, const int *seq, const int *pos, int n, kv_t1_read how, be_attn *a);
 /* The weights of that table's attention, handed to the policy in one call: w[i] (at w + i *
  * n_head * stride) is token i's [n_head][stride] softmax weights. Nothing when mass_mode was
  * BE_MASS_NONE. */

@@ -100,6 +100,9 @@ typedef struct {
     int t0_held;              /* T0 slots this sequence holds or gave up in the batch in flight */
     int32_t *ref;             /* [n_ctx] BE_SLOT(tier, slot), BE_SLOT_NONE for T3 */
     int32_t *att;             /* [n_ctx] where attention reads the position (ref, or a STAGE slot) */
+    int32_t *att_ip;          /* [n_ctx] att with T1 positions at ref (KV_T1_IN_PLACE with staged T1),
+                                 allocated at first use; built for tables_gen att_ip_gen - 1 */
+    uint64_t att_ip_gen;
     uint8_t *prompt;          /* [n_ctx] 1 = prompt token */
     uint8_t *lossy;           /* [n_ctx] 1 = went through T2 once */
     uint8_t *stale;           /* [n_ctx] 1 = ranked below every other position (an earlier turn's
@@ -140,6 +143,7 @@ typedef struct {
     const uint8_t **keep;
     int *n_pos, *seq, *pos;   /* [cap] */
     int cap, n, layer;
+    kv_t1_read how;
     uint64_t gen, kv_gen;
 } kv_attn_memo;
 

@@ -4,7 +4,10 @@
  * which own one stage slot each for as long as they stay in such a tier. The CPU backend reads T2
  * records where they lie (be_ops.attn_t2_fmts), so there its T2 positions have no stage slot.
  * Before a layer's attention kv_layer_begin fences the layer and copies that layer's rows of every
- * staged position of the batch into their stage slots (the STAGE pool is layer-less).
+ * staged position of the batch into their stage slots (the STAGE pool is layer-less). A call that
+ * reads T1 in place although the cache stages it (KV_T1_IN_PLACE: split attention's decode steps)
+ * stages no T1 row and gets tables with T1 positions at their true slots (att_ip, built from att
+ * and ref once per change of the tables); its T1 positions keep their stage slots meanwhile.
  * kv_view_layer builds host row pointers from the same tables, for tests and host readers (T2 rows
  * read in place are decoded into the view's own buffer); the baselines read f32 keys through the
  * backend's kv_read. */
@@ -56,21 +59,36 @@ static const uint8_t *attn_keep(const kv_cache *kv, const kv_seq *s, int layer) 
  * masks): a new value when the cache's tables changed, the tokens' sequences or positions differ
  * from the last table's, or (with keep masks, which differ per layer) the layer does. Values are
  * unique in the process, so caches sharing a backend never hand it one another's value. */
-static uint64_t table_gen(kv_cache *kv, int layer, const int *seq, const int *pos, int n, int masks) {
+static uint64_t table_gen(kv_cache *kv, int layer, const int *seq, const int *pos, int n, int masks, kv_t1_read how) {
     static _Atomic uint64_t next = 1;
     kv_attn_memo *m = &kv->att_memo;
-    int kl = masks ? layer : -1, same = m->gen && m->kv_gen == kv->tables_gen && m->n == n && m->layer == kl;
+    int kl = masks ? layer : -1;
+    int same = m->gen && m->kv_gen == kv->tables_gen && m->n == n && m->layer == kl && m->how == how;
     for (int i = 0; i < n && same; i++) same = m->seq[i] == seq[i] && m->pos[i] == pos[i];
     if (!same) {
         m->gen = atomic_fetch_add(&next, 1);
-        m->kv_gen = kv->tables_gen, m->n = n, m->layer = kl;
+        m->kv_gen = kv->tables_gen, m->n = n, m->layer = kl, m->how = how;
         memcpy(m->seq, seq, (size_t)n * sizeof *seq);
         memcpy(m->pos, pos, (size_t)n * sizeof *pos);
     }
     return m->gen;
 }
 
-void kv_attn_table(kv_cache *kv, int layer, const int *seq, const int *pos, int n, be_attn *a) {
+/* s's table with T1 positions at their true slots (only where T1 is staged; else att is that table) */
+static const int32_t *in_place_table(kv_cache *kv, kv_seq *s) {
+    if (!kv->o.staged) return s->att;
+    if (!s->att_ip) s->att_ip = tkv_xmalloc((size_t)s->n_ctx * sizeof *s->att_ip), s->att_ip_gen = 0;
+    if (s->att_ip_gen != kv->tables_gen + 1) {
+        for (int p = 0; p < s->len; p++) {
+            int32_t r = s->ref[p];
+            s->att_ip[p] = r != BE_SLOT_NONE && BE_SLOT_TIER(r) == BE_T1 ? r : s->att[p];
+        }
+        s->att_ip_gen = kv->tables_gen + 1;
+    }
+    return s->att_ip;
+}
+
+void kv_attn_table(kv_cache *kv, int layer, const int *seq, const int *pos, int n, kv_t1_read how, be_attn *a) {
     kv_attn_memo *m = &kv->att_memo;
     if (n > m->cap) {
         int c = n > 2 * m->cap ? n : 2 * m->cap;
@@ -84,9 +102,9 @@ void kv_attn_table(kv_cache *kv, int layer, const int *seq, const int *pos, int 
     }
     int masks = 0;
     for (int i = 0; i < n; i++) {
-        const kv_seq *s = kv_get_seq(kv, seq[i]);
+        kv_seq *s = kv_get_seq(kv, seq[i]);
         TKV_ASSERT(pos[i] >= 0 && pos[i] < s->len);
-        m->slots[i] = s->att;
+        m->slots[i] = how == KV_T1_IN_PLACE ? in_place_table(kv, s) : s->att;
         m->keep[i] = attn_keep(kv, s, layer);
         m->n_pos[i] = pos[i] + 1;
         masks |= m->keep[i] != NULL;
@@ -99,18 +117,20 @@ void kv_attn_table(kv_cache *kv, int layer, const int *seq, const int *pos, int 
     a->keep = m->keep;
     a->keep_stride = kv_keep_stride(kv);
     a->mass_mode = kv->ops->tiered ? BE_MASS_HEADS : BE_MASS_NONE;
-    a->tables_gen = table_gen(kv, layer, seq, pos, n, masks);
+    a->tables_gen = table_gen(kv, layer, seq, pos, n, masks, how);
 }
 
 void kv_attn_mass(kv_cache *kv, int layer, const int *seq, const int *pos, int n, const float *w, int stride) {
     kv_observe_batch(kv, layer, seq, pos, n, w, stride);
 }
 
-/* Copies layer `layer` of every staged position of s into its stage slot (appended to the list). */
-static int collect_stage(kv_cache *kv, kv_seq *s, int n) {
+/* Copies layer `layer` of every staged position of s into its stage slot (appended to the list),
+ * T1's only when `t1` is set. */
+static int collect_stage(kv_cache *kv, kv_seq *s, int n, int t1) {
     for (int p = 0; p < s->len; p++) {
         int32_t a = s->att[p];
         if (a == BE_SLOT_NONE || BE_SLOT_TIER(a) != BE_STAGE) continue;
+        if (!t1 && BE_SLOT_TIER(s->ref[p]) == BE_T1) continue;
         if (n == kv->cap_stage_moves) {
             int c = n ? 2 * n : 256;
             be_move *m = realloc(kv->stage_moves, (size_t)c * sizeof *m);
@@ -129,7 +149,7 @@ static void run_stage(kv_cache *kv, int n, int layer) {
     if (n > 0 || kv->batch.active) kv->be->ops->copy_wait(kv->be, layer);
 }
 
-void kv_layer_begin(kv_cache *kv, const int *seqs, int n_seqs, int layer) {
+void kv_layer_begin(kv_cache *kv, const int *seqs, int n_seqs, int layer, kv_t1_read how) {
     TKV_ASSERT(layer >= 0 && layer < kv->o.n_layer);
     if (kv->batch.active && kv->xfer) kv->retired.fence_wait_seconds += xfer_wait_layer(kv->xfer, layer);
     int n = 0;
@@ -137,7 +157,7 @@ void kv_layer_begin(kv_cache *kv, const int *seqs, int n_seqs, int layer) {
         for (int i = 0; i < n_seqs; i++) {
             int dup = 0;
             for (int j = 0; j < i && !dup; j++) dup = seqs[j] == seqs[i];
-            if (!dup) n = collect_stage(kv, kv_get_seq(kv, seqs[i]), n);
+            if (!dup) n = collect_stage(kv, kv_get_seq(kv, seqs[i]), n, how != KV_T1_IN_PLACE);
         }
     run_stage(kv, n, layer);
 }
@@ -162,7 +182,7 @@ static const char *view_t2_row(kv_cache *kv, kv_seq *s, int p, int layer) {
 void kv_view_layer(kv_cache *kv, int seq, int layer, kv_view *out) {
     kv_seq *s = kv_get_seq(kv, seq);
     TKV_ASSERT(layer >= 0 && layer < kv->o.n_layer);
-    kv_layer_begin(kv, &seq, 1, layer);
+    kv_layer_begin(kv, &seq, 1, layer, KV_T1_AS_OPENED);
     size_t kd = (size_t)kv->kv_dim, kb = kd * (kv->o.f16 ? 2 : 4);
     for (int p = 0; p < s->len; p++) {
         int32_t a = s->att[p];

@@ -11,7 +11,8 @@
  * hierarchy relies on). Per layer the KV cache hands the attention one table (kv_attn_table) and takes
  * its weights back in one call (kv_attn_mass). With the split option the attention is the backend's
  * split form (be_split_attention: T0 and STAGE on the backend, T1 on the host backend where its rows
- * lie, merged by log-sum-exp).
+ * lie, merged by log-sum-exp); with split_decode only for decode steps (the KV cache then reads
+ * T1 in place for them, KV_T1_IN_PLACE, and stages it for the other calls).
  *
  * Memory: on a backend that is not host memory (not `unified`), everything read back to the host
  * (attention weights, logits) lands in host buffers the backend allocated BE_MEM_PINNED at init, so
@@ -260,7 +261,7 @@ static int mass_stride(const int *n_pos, int n, int n_ctx) {
     return top < n_ctx ? top : n_ctx;
 }
 
-static void attention(fwd *f, int layer, const int *seq, const int *pos, int n) {
+static void attention(fwd *f, int layer, const int *seq, const int *pos, int n, int split) {
     const model_config *c = &f->m->cfg;
     double t_start = tkv_now_s();
     size_t Q = (size_t)c->n_head * c->head_dim;
@@ -271,7 +272,7 @@ static void attention(fwd *f, int layer, const int *seq, const int *pos, int n) 
             .scale = 1.0f / sqrtf((float)c->head_dim), .q = f->q + (size_t)t0 * Q, .o = f->o + (size_t)t0 * Q,
             .mass = f->att, /* mass_stride: below, from the tables */
         };
-        kv_attn_table(f->kv, layer, seq + t0, pos + t0, nt, &a);
+        kv_attn_table(f->kv, layer, seq + t0, pos + t0, nt, split ? KV_T1_IN_PLACE : KV_T1_AS_OPENED, &a);
         a.mass_stride = mass_stride(a.n_pos, nt, f->opt.n_ctx);
         size_t floats = (size_t)nt * c->n_head * a.mass_stride;
         int defer = f->deferring && a.mass_mode;
@@ -281,7 +282,7 @@ static void attention(fwd *f, int layer, const int *seq, const int *pos, int n) 
             a.mass = f->att_all + f->pend_used;
             f->pend_used += floats;
         }
-        if (f->split) be_split_attention(f->split, &a, f->att_scratch);
+        if (split) be_split_attention(f->split, &a, f->att_scratch);
         else f->op->attention(f->be, &a, f->att_scratch);
         if (a.mass_mode && !defer)
             kv_attn_mass(f->kv, layer, seq + t0, pos + t0, nt, read_back(f, f->att, floats * 4, f->att_host), a.mass_stride);
@@ -399,6 +400,10 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
     f->deferring = f->att_all_floats && (size_t)c->n_layer * per_layer <= f->att_all_floats;
     f->n_pend = 0, f->pend_used = 0;
 
+    /* split attention for this call: always with split, or for decode steps (one token of each
+     * sequence: as many sequences as tokens) with split_decode */
+    int split = f->split && (!f->opt.split_decode || nu == n);
+
     op->embed(be, &m->tok_embd, tokens, n, f->x); /* x [n x E] */
 
     for (int l = 0; l < c->n_layer; l++) {
@@ -414,9 +419,9 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
         }
         op->rope(be, f->q, n, c->n_head, c->head_dim, pos, c->rope_base, c->rope_scale, c->rope_neox);
         op->rope(be, f->k, n, c->n_head_kv, c->head_dim, pos, c->rope_base, c->rope_scale, c->rope_neox);
-        kv_layer_begin(f->kv, f->useq, nu, l); /* fence this layer's moves, stage T1/T2 rows */
+        kv_layer_begin(f->kv, f->useq, nu, l, split ? KV_T1_IN_PLACE : KV_T1_AS_OPENED); /* fence, stage rows */
         op->kv_write(be, kv_pools(f->kv), l, f->slots, n, f->k, f->v); /* K after RoPE */
-        attention(f, l, seq, pos, n);
+        attention(f, l, seq, pos, n, split);
         matmul(f, &L->wo, f->o, n, f->tmp, E);
         op->add_bias(be, f->tmp, L->bo, n, E);
         op->add(be, f->x, f->tmp, (int64_t)n * E);

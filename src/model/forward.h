@@ -17,6 +17,10 @@ typedef struct {
     int n_ctx;       /* the longest sequence (the KV cache's n_ctx) */
     int split;       /* 1: attention in two parts (T0 and STAGE on the backend, T1 on the host backend),
                         merged by log-sum-exp; needs a host backend */
+    int split_decode; /* with split: only calls that add one token to each of their sequences (decode
+                        steps) are split; the others (prefill chunks) attend as the KV cache is
+                        opened (staged T1: its rows cross once per chunk instead of being read by
+                        the host for every sub-batch) */
 } fwd_options;
 
 typedef struct fwd fwd;
