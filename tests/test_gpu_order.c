@@ -283,6 +283,15 @@ TEST(gpu_order_staged_prefill_split_decode) {
     int d = lockstep(&ref, &cand, 96, 8, 120, &st);
     CHECKF(d == -1, "staged + split: cpu-async logits differ from cpu at step %d (-2: engine failure)", d);
     CHECK(st.sync_demotions > 0 && st.bytes_staged > 0);
+    /* with T2: its rows are still staged for the split decode steps (cpu-async reads no T2 in place,
+     * as a GPU; the CPU reference stages them too with stage_t2) */
+    ref.kv.t2_ratio = cand.kv.t2_ratio = 0.2;
+    ref.kv.stage_t2 = 1;
+    d = lockstep(&ref, &cand, 96, 8, 120, &st);
+    CHECKF(d == -1, "staged + split with T2: cpu-async logits differ from cpu at step %d (-2: engine failure)", d);
+    CHECKF(st.tokens[BE_T2] > 0, "no token reached T2 (%lld)", (long long)st.tokens[BE_T2]);
+    ref.kv.t2_ratio = cand.kv.t2_ratio = 0;
+    ref.kv.stage_t2 = 0;
     /* the prompt's logits: full's bits when staged, not when split (the check can tell them apart) */
     te_options full;
     base_options(&full, "cpu");
