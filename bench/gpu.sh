@@ -61,7 +61,8 @@
 # gpu-logs.tar.gz (build log, tests log, each job's stderr, bench output and stats JSON; repacked
 # after every job and on exit). Decode rows carry tok/s, the share of the HBM bound, peak device
 # memory, bytes moved per step, bytes read back to the host per step ("MB back/step": attention
-# weights, split queries, logits; the bench's read_back rows) and the copy wait: copy_stall_seconds
+# weights, split queries, logits; the bench's read_back rows), bytes split sends up per step ("MB
+# up/step": the host's partial results) and the copy wait: copy_stall_seconds
 # from --stats-json when the engine reports it (device time the compute stream waited for the copy
 # stream), else fence_wait_seconds, named in "wait_from", as a share of the job's time after loading.
 set -uo pipefail
@@ -438,13 +439,15 @@ base = {"kind": "result", "job": tag, "model": model, "mode": mode, "rc": int(rc
         "peak_mib": peak, "wait_s": wait_s, "wait_from": wait_from,
         "wait_pct": None if wait_s is None else round(100 * wait_s / engine_s, 1), "mb_moved_per_step": moved}
 if not rows: print(json.dumps({**base, "error": "no rows"}))
-# bytes each decode step read back to the host (attention weights, split queries, logits), by (test, depth)
-rback = {(r.get("of"), r.get("depth")): r.get("bytes_per_step") for r in rows if r.get("test") == "read_back"}
+# bytes each decode step read back to the host (attention weights, split queries, logits) and split
+# sent up (the host's partial results), by (test, depth)
+rback = {(r.get("of"), r.get("depth")): r for r in rows if r.get("test") == "read_back"}
 rows = [r for r in rows if r.get("test") != "read_back"]
 for r in rows:
     out = dict(base, test=r.get("test"), depth=r.get("depth", 0), tok_s=r.get("tok_per_s"))
-    rb = rback.get((r.get("test"), r.get("depth", 0)))
-    if rb is not None: out["mb_read_back_per_step"] = round(rb / 1e6, 3)
+    rb = rback.get((r.get("test"), r.get("depth", 0)), {})
+    if rb.get("bytes_per_step") is not None: out["mb_read_back_per_step"] = round(rb["bytes_per_step"] / 1e6, 3)
+    if rb.get("sent_bytes_per_step"): out["mb_sent_up_per_step"] = round(rb["sent_bytes_per_step"] / 1e6, 3)
     if r.get("test", "").startswith("tg") and r.get("tok_per_s"):
         n = r.get("sequences", 1)
         step_bytes = wbytes + n * r.get("depth", 0) * kvtok  # weights once, each sequence's KV
@@ -516,12 +519,13 @@ for r in recs:
 rows = [r for r in recs if r.get("kind") == "result" and "test" in r]
 if rows:
     hdr = ["model", "mode", "test", "depth", "tok/s", "HBM bound%", "wait%", "wait from", "MB/step", "MB back/step",
-           "peak MiB", "rc"]
+           "MB up/step", "peak MiB", "rc"]
     print(" | ".join(hdr))
     for r in rows:
         print(" | ".join([r["model"], r["mode"], f(r.get("test")), f(r.get("depth")), f(r.get("tok_s")),
                           f(r.get("hbm_bound_pct")), f(r.get("wait_pct")), f(r.get("wait_from")),
-                          f(r.get("mb_moved_per_step")), f(r.get("mb_read_back_per_step")), f(r.get("peak_mib")),
+                          f(r.get("mb_moved_per_step")), f(r.get("mb_read_back_per_step")),
+                          f(r.get("mb_sent_up_per_step")), f(r.get("peak_mib")),
                           f(r.get("rc"))]))
 else:
     print("  no engine measurements")

@@ -369,6 +369,10 @@ uint64_t tkv_expert_bytes_read(const tkv_session *s);
  * *reads (if not NULL) how many reads, each a wait for the device; 0 on the CPU, whose memory the
  * host reads in place. */
 uint64_t tkv_read_back_bytes(const tkv_session *s, uint64_t *reads);
+/* Bytes split attention has sent up to a backend that is not host memory since the session opened
+ * (the host's partial results: o, m, l and its weights per layer, merged there); 0 on the CPU and
+ * without split. */
+uint64_t tkv_split_sent_bytes(const tkv_session *s);
 /* A table for people (seq < 0: the session), the re-tiering log, and JSON ({"policy", "total",
  * "seqs": [...]}); the write functions return -1 when the stream reports an error. */
 void tkv_stats_print(FILE *f, const tkv_session *s, int seq);

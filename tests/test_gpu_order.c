@@ -229,15 +229,15 @@ static void read_back_case(int split, int staged) {
     char err[256];
     REQUIRE(te_open(t_shared(QWEN2), &o, &e, err, sizeof err) == 0);
     const model_config *c = &te_model(e)->cfg;
-    int V = te_n_vocab(e), np = 40, seq = 0, bad = 0, bad_reads = 0;
+    int V = te_n_vocab(e), np = 40, seq = 0, bad = 0, bad_reads = 0, bad_sent = 0;
     int32_t prompt[40], tok = 17;
     for (int i = 0; i < np; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
     float *logits = malloc((size_t)V * 4);
     REQUIRE(te_prefill(e, 0, prompt, np, logits, 0, err, sizeof err) == 0);
     for (int pos = np; pos < np + 40; pos++) {
-        uint64_t r0, r1, b0 = tkv_read_back_bytes(te_session(e), &r0);
+        uint64_t r0, r1, b0 = tkv_read_back_bytes(te_session(e), &r0), s0 = tkv_split_sent_bytes(te_session(e));
         REQUIRE(te_decode(e, &seq, &tok, 1, logits, err, sizeof err) == 0);
-        uint64_t got = tkv_read_back_bytes(te_session(e), &r1) - b0;
+        uint64_t got = tkv_read_back_bytes(te_session(e), &r1) - b0, sent = tkv_split_sent_bytes(te_session(e)) - s0;
         uint64_t want_reads = split ? (uint64_t)c->n_layer + 2 : 2;
         if (r1 - r0 != want_reads && !bad_reads++)
             printf("    split %d, position %d: %llu reads, %llu expected\n", split, pos, (unsigned long long)(r1 - r0),
@@ -248,10 +248,16 @@ static void read_back_case(int split, int staged) {
         if (got != want && !bad++)
             printf("    split %d, position %d: %llu bytes read back, %llu expected\n", split, pos, (unsigned long long)got,
                    (unsigned long long)want);
+        /* split sends the host's part up: o, m, l and its weights, a layer at a time */
+        uint64_t want_sent = split ? (uint64_t)c->n_layer * (nq + 2 * nh + nh * stride) * 4 : 0;
+        if (sent != want_sent && !bad_sent++)
+            printf("    split %d, position %d: %llu bytes sent up, %llu expected\n", split, pos, (unsigned long long)sent,
+                   (unsigned long long)want_sent);
         tok = (int32_t)((tok * 31 + 7) % V);
     }
     CHECKF(bad == 0, "split %d: %d of 40 steps read back other than the attended rows and the logits", split, bad);
     CHECKF(bad_reads == 0, "split %d: %d of 40 steps waited for the device another number of times", split, bad_reads);
+    CHECKF(bad_sent == 0, "split %d: %d of 40 steps sent another number of bytes up", split, bad_sent);
     free(logits);
     te_close(e);
 }

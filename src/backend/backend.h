@@ -312,6 +312,8 @@ void be_split_attention(be_split *sp, const be_attn *a, void *scratch);
 /* Bytes read back from `be` since be_split_new, and the reads (0 where it is unified): for benchmarks. */
 uint64_t be_split_read_bytes(const be_split *sp);
 uint64_t be_split_reads(const be_split *sp);
+/* Bytes uploaded to `be` since be_split_new (the host's partial results; 0 where it is unified). */
+uint64_t be_split_sent_bytes(const be_split *sp);
 
 /* Address of the record of slot reference r for layer l in host-addressable pools (CPU backend,
  * pinned/host pools): for the KV module's host-side readers and the CPU kernels. */

@@ -29,6 +29,7 @@ struct be_split {
     float *q_host;  /* pinned: the queries read back */
     float *dpack1;  /* the host's part uploaded, packed as hpack, in the backend's memory */
     uint64_t read_bytes, reads; /* read back since be_split_new */
+    uint64_t sent_bytes;        /* uploaded since be_split_new */
 };
 
 static size_t mass_elems(int max_tok, int n_head, int max_pos) { return (size_t)max_tok * n_head * (size_t)max_pos; }
@@ -104,6 +105,7 @@ static void sum_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
 
 uint64_t be_split_read_bytes(const be_split *sp) { return sp->read_bytes; }
 uint64_t be_split_reads(const be_split *sp) { return sp->reads; }
+uint64_t be_split_sent_bytes(const be_split *sp) { return sp->sent_bytes; }
 
 void be_split_attention(be_split *sp, const be_attn *a, void *scratch) {
     be_backend *be = sp->be, *host = sp->host;
@@ -134,7 +136,11 @@ void be_split_attention(be_split *sp, const be_attn *a, void *scratch) {
     a0.part = &d0;
     be->ops->attention(be, &a0, scratch);
     host->ops->attention(host, &a1, sp->host_scratch);
-    if (!uni) be->ops->upload(be, sp->dpack1, sp->hpack, (nq + 2 * nh + (heads ? nw : 0)) * 4); /* queued behind the part */
+    if (!uni) { /* queued behind the backend's part */
+        size_t up = (nq + 2 * nh + (heads ? nw : 0)) * 4;
+        sp->sent_bytes += up;
+        be->ops->upload(be, sp->dpack1, sp->hpack, up);
+    }
     be_attn_part parts[2] = {d0, d1};
     be->ops->attention_merge(be, a->o, parts, 2, nt, H, a->head_dim, heads, a->mass_stride, a->n_pos);
     if (!heads) return;

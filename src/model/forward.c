@@ -231,6 +231,8 @@ uint64_t fwd_read_back_bytes(const fwd *f, uint64_t *reads) {
     return f->read_back + (f->split ? be_split_read_bytes(f->split) : 0);
 }
 
+uint64_t fwd_split_sent_bytes(const fwd *f) { return f->split ? be_split_sent_bytes(f->split) : 0; }
+
 /* backend memory into host memory through the backend's read (counted where it is a copy) */
 static const void *read_back(fwd *f, const void *src, size_t bytes, void *host_tmp) {
     if (!f->op->unified) f->read_back += bytes, f->read_calls++;

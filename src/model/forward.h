@@ -44,8 +44,10 @@ double fwd_attention_seconds(const fwd *f);
  * is read once per layer): for benchmarks. 0 for a dense model. */
 uint64_t fwd_expert_bytes(const fwd *f);
 /* Bytes read back from a backend that is not host memory since init (attention weights, split
- * attention's queries and device part, logits, router logits), and in *reads (if not NULL) the
+ * attention's queries, logits, router logits), and in *reads (if not NULL) the
  * reads, each of which waits for the device: for benchmarks. 0 on the CPU. */
 uint64_t fwd_read_back_bytes(const fwd *f, uint64_t *reads);
+/* Bytes split attention uploaded to a backend that is not host memory since init (0 otherwise). */
+uint64_t fwd_split_sent_bytes(const fwd *f);
 
 #endif
