@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_backend.h" /* cpu_async_hazards */
 #include "kv/kv.h"
 #include "kv/kv_state.h" /* pool sizes */
 #include "t.h"
@@ -258,8 +259,35 @@ static void read_back_case(int split, int staged) {
     CHECKF(bad == 0, "split %d: %d of 40 steps read back other than the attended rows and the logits", split, bad);
     CHECKF(bad_reads == 0, "split %d: %d of 40 steps waited for the device another number of times", split, bad_reads);
     CHECKF(bad_sent == 0, "split %d: %d of 40 steps sent another number of bytes up", split, bad_sent);
+    CHECKF(cpu_async_hazards(te_kv(e)->be) == 0, "split %d: %llu pinned uploads' sources changed before the next read",
+           split, (unsigned long long)cpu_async_hazards(te_kv(e)->be));
     free(logits);
     te_close(e);
+}
+
+/* cpu-async's check of upload_pinned's contract: a source changed before the next read counts. */
+TEST(gpu_order_pinned_upload_hazard) {
+    be_backend *b;
+    char err[256];
+    REQUIRE(be_open(&(be_params){.name = "cpu-async", .n_threads = 1}, &b, err, sizeof err) == 0);
+    const be_ops *op = b->ops;
+    REQUIRE(op->upload_pinned != NULL);
+    float *src = op->alloc(b, 64 * 4, BE_MEM_PINNED, err, sizeof err), *dst = op->alloc(b, 64 * 4, BE_MEM_DEVICE, err, sizeof err);
+    float *host = op->alloc(b, 64 * 4, BE_MEM_PINNED, err, sizeof err);
+    REQUIRE(src && dst && host);
+    for (int i = 0; i < 64; i++) src[i] = (float)i;
+    op->upload_pinned(b, dst, src, 64 * 4);
+    op->read(b, dst, 64 * 4, host);
+    CHECK(cpu_async_hazards(b) == 0 && host[63] == 63.0f);
+    op->upload_pinned(b, dst, src, 64 * 4);
+    src[5] = -1.0f; /* before the queue is known to have run */
+    op->read(b, dst, 64 * 4, host);
+    CHECK(cpu_async_hazards(b) == 1);
+    src[6] = -1.0f; /* after it: fine */
+    op->read(b, dst, 64 * 4, host);
+    CHECK(cpu_async_hazards(b) == 1);
+    op->free(b, src, BE_MEM_PINNED), op->free(b, dst, BE_MEM_DEVICE), op->free(b, host, BE_MEM_PINNED);
+    be_close(b);
 }
 
 TEST(gpu_order_read_back_attended_rows) {

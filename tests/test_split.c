@@ -154,6 +154,11 @@ static void dev_upload(be_backend *b, void *dst, const void *src, size_t bytes) 
     order_note('u');
     memcpy(dst, src, bytes);
 }
+static void dev_upload_pinned(be_backend *b, void *dst, const void *src, size_t bytes) {
+    (void)b;
+    order_note('p');
+    memcpy(dst, src, bytes);
+}
 static void dev_attention(be_backend *b, const be_attn *a, void *scratch) {
     order_note('D');
     cpu_ops->attention(b, a, scratch);
@@ -181,7 +186,7 @@ TEST(split_device_order) {
     cpu_ops = dev->ops;
     be_ops dops = *cpu_ops, hops = *cpu_ops;
     dops.unified = 0, dops.read = dev_read, dops.upload = dev_upload, dops.attention = dev_attention;
-    dops.attention_merge = dev_merge, dops.add = dev_add;
+    dops.attention_merge = dev_merge, dops.add = dev_add, dops.upload_pinned = dev_upload_pinned;
     hops.attention = host_attention;
     be_kv_pools p;
     void *mem[BE_N_POOLS];
@@ -212,16 +217,18 @@ TEST(split_device_order) {
     b.o = o_dev, b.mass = w_dev;
     order_q = q, order_n = 0, order_log[0] = 0;
     be_split_attention(sd, &b, scratch);
-    printf("    calls: %s (q read, Device part queued, Host part, upload, Merge, weights added on the device)\n", order_log);
-    CHECK(!strcmp(order_log, "qDHuM+"));
+    printf("    calls: %s (q read, Device part queued, Host part, pinned upload, Merge, weights added on the device)\n",
+           order_log);
+    CHECK(!strcmp(order_log, "qDHpM+"));
     CHECK(!memcmp(o_ref, o_dev, nq * 4)); /* the same arithmetic: the same bits */
     int same = 1;
     for (int t = 0; t < NT; t++)
         for (int h = 0; h < H; h++)
             same &= !memcmp(w_ref + ((size_t)t * H + h) * NPOS, w_dev + ((size_t)t * H + h) * NPOS, (size_t)n_pos[t] * 4);
     CHECK(same);
-    /* no weights asked for: none move or are added */
+    /* no weights asked for: none move or are added; a backend without upload_pinned gets upload */
     b.mass_mode = BE_MASS_NONE;
+    dops.upload_pinned = NULL;
     order_n = 0, order_log[0] = 0;
     memset(o_dev, 0, nq * 4);
     be_split_attention(sd, &b, scratch);

@@ -213,6 +213,11 @@ typedef struct {
     void *(*alloc)(be_backend *b, size_t bytes, be_mem mem, char *err, size_t errlen);
     void (*free)(be_backend *b, void *p, be_mem mem);
     void (*upload)(be_backend *b, void *dst, const void *src, size_t bytes);   /* host -> backend */
+    /* Optional (NULL: upload). An upload from memory this backend allocated BE_MEM_PINNED, queued on
+     * the compute queue without a host copy (CUDA: one DMA; upload copies small sources into its
+     * argument ring first): src is read when the queue gets there, so the caller leaves it unchanged
+     * until its next `read` (which waits for the queue). */
+    void (*upload_pinned)(be_backend *b, void *dst, const void *src, size_t bytes);
     /* A host-readable copy of backend memory: returns src itself where it is host memory, else
      * copies into host_tmp (bytes) and returns it. Waits for the compute queue. On a backend that
      * is not unified, give it a host_tmp allocated BE_MEM_PINNED: the copy is then one DMA (the CUDA

@@ -136,10 +136,11 @@ void be_split_attention(be_split *sp, const be_attn *a, void *scratch) {
     a0.part = &d0;
     be->ops->attention(be, &a0, scratch);
     host->ops->attention(host, &a1, sp->host_scratch);
-    if (!uni) { /* queued behind the backend's part */
+    if (!uni) { /* queued behind the backend's part; hpack is next written after the next call's read of q */
         size_t up = (nq + 2 * nh + (heads ? nw : 0)) * 4;
         sp->sent_bytes += up;
-        be->ops->upload(be, sp->dpack1, sp->hpack, up);
+        if (be->ops->upload_pinned) be->ops->upload_pinned(be, sp->dpack1, sp->hpack, up);
+        else be->ops->upload(be, sp->dpack1, sp->hpack, up);
     }
     be_attn_part parts[2] = {d0, d1};
     be->ops->attention_merge(be, a->o, parts, 2, nt, H, a->head_dim, heads, a->mass_stride, a->n_pos);

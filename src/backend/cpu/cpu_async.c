@@ -10,6 +10,9 @@
  *     nonzero tables_gen, and a later call with the same tables_gen reads that copy instead of what it
  *     is given, as the CUDA backend reuses its device image (backend.h: the producer promises they
  *     are the same). A producer that breaks the promise gets the stale tables a GPU would read.
+ *   - upload_pinned copies at once (the queue is this thread) but keeps a copy of its source and, at
+ *     the next read, counts a hazard when the source changed meanwhile: a GPU's DMA, queued, could
+ *     have read the new bytes (cpu_async_hazards).
  * Everything else is the CPU backend's, bit for bit. Moves still queued when the backend closes are
  * dropped (the KV module fences every layer before it frees its pools). Not for production use. */
 #include <pthread.h>
@@ -47,6 +50,10 @@ typedef struct {
     int cap_tok;
     void **weights; /* the matrices' copies (prepare_weight) */
     int n_weights, cap_weights;
+    /* upload_pinned since the last read: each source, and a copy of its bytes then */
+    struct pinned_up { const void *src; void *copy; size_t bytes; } *ups;
+    int n_ups, cap_ups;
+    uint64_t hazards;
 } async_be;
 
 static async_be *ab(be_backend *b) { return (async_be *)(void *)b; }
@@ -157,9 +164,29 @@ static int async_prepare_weight(be_backend *b, be_mat *m, int role, char *err, s
     return cpu_be_ops()->prepare_weight(b, m, role, err, errlen);
 }
 
+static void async_upload_pinned(be_backend *b, void *dst, const void *src, size_t bytes) {
+    async_be *a = ab(b);
+    memcpy(dst, src, bytes);
+    a->ups = grow(a->ups, &a->cap_ups, a->n_ups + 1, sizeof *a->ups);
+    struct pinned_up *u = &a->ups[a->n_ups++];
+    u->src = src, u->bytes = bytes, u->copy = tkv_xmalloc(bytes ? bytes : 1);
+    memcpy(u->copy, src, bytes);
+}
+
+/* The queue has run: each upload_pinned source must still hold what it held when it was queued */
+static void check_uploads(async_be *a) {
+    for (int i = 0; i < a->n_ups; i++) {
+        a->hazards += memcmp(a->ups[i].src, a->ups[i].copy, a->ups[i].bytes) != 0;
+        free(a->ups[i].copy);
+    }
+    a->n_ups = 0;
+}
+
+uint64_t cpu_async_hazards(const be_backend *b) { return ((const async_be *)(const void *)b)->hazards; }
+
 /* A DMA into the caller's buffer (the CPU backend hands back its own memory) */
 static const void *async_read(be_backend *b, const void *src, size_t bytes, void *host_tmp) {
-    (void)b;
+    check_uploads(ab(b));
     memcpy(host_tmp, src, bytes);
     return host_tmp;
 }
@@ -177,6 +204,8 @@ static void async_close(be_backend *b) {
     free(a->n_pos);
     for (int i = 0; i < a->n_weights; i++) free(a->weights[i]);
     free(a->weights);
+    check_uploads(a);
+    free(a->ups);
     pthread_mutex_destroy(&a->mu);
     cpu_be_ops()->close(b); /* frees the workers and the struct itself (cpu is its first member) */
 }
@@ -197,6 +226,7 @@ int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errle
     a->ops.attention = async_attention;
     a->ops.unified = 0; /* device memory apart: the callers' GPU paths */
     a->ops.read = async_read;
+    a->ops.upload_pinned = async_upload_pinned;
     a->ops.prepare_weight = async_prepare_weight;
     a->cpu.base.ops = &a->ops;
     pthread_mutex_init(&a->mu, NULL);

@@ -26,6 +26,8 @@ int cpu_be_init(cpu_be *c, const be_params *p, char *err, size_t errlen);
 const be_ops *cpu_be_ops(void);
 /* The test backend "cpu-async" (cpu_async.c): the CPU backend with a GPU's ordering, for tests. */
 int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errlen);
+/* cpu-async: upload_pinned sources that changed before the next read (0 when every caller kept them) */
+uint64_t cpu_async_hazards(const be_backend *b);
 
 /* The op table's parts, by file. */
 void cpu_be_attention(be_backend *b, const be_attn *a, void *scratch);              /* cpu_attention.c */

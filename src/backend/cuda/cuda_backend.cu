@@ -176,6 +176,20 @@ static void cu_upload(be_backend *b, void *dst, const void *src, size_t bytes) {
     CUDA_CHECK(cudaStreamSynchronize(B->compute));
 }
 
+/* From pinned memory: one DMA queued on the compute stream, no host copy and no wait (the caller keeps
+ * src unchanged until its next read: backend.h). Any other source goes the way of cu_upload. */
+static void cu_upload_pinned(be_backend *b, void *dst, const void *src, size_t bytes) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    cudaPointerAttributes at;
+    CUDA_CHECK(cudaPointerGetAttributes(&at, src));
+    if (at.type != cudaMemoryTypeHost) {
+        cu_upload(b, dst, src, bytes);
+        return;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, B->compute));
+}
+
 /* Device memory lands in host_tmp by one DMA when host_tmp is pinned (the forward's read buffers
  * are: BE_MEM_PINNED); a pageable host_tmp, which would make the runtime stage the copy itself, is
  * filled through the pinned bounce buffer, a piece at a time. */
@@ -274,6 +288,7 @@ static be_ops cu_ops_table(void) {
     o.upload = cu_upload;
     o.read = cu_read;
     o.host_for = cu_host_for;
+    o.upload_pinned = cu_upload_pinned;
     o.prepare_weight = cu_prepare_weight;
     o.prepare_vector = cu_prepare_vector;
     o.matmul_scratch = cu_matmul_scratch;
