@@ -418,7 +418,12 @@ TEST(gpu_order_staged_prefill_split_decode) {
         kv_stats a, b;
         kv_sync(te_kv(e));
         kv_get_stats(te_kv(e), -1, &a);
+        int64_t builds = te_kv(e)->stage_memo.builds;
         for (int s = 0; s < 30; s++) REQUIRE(te_decode(e, &seq, &tok, 1, lg, err, sizeof err) == 0);
+        /* the staging list is built once a step, not once a layer */
+        builds = te_kv(e)->stage_memo.builds - builds;
+        CHECKF(builds == 30, "%lld staging lists built in 30 decode steps of %d layers", (long long)builds,
+               te_model(e)->cfg.n_layer);
         kv_sync(te_kv(e));
         kv_get_stats(te_kv(e), -1, &b);
         printf("    %s: staged %lld bytes in the prompt, %lld in 30 decode steps; T1 holds %lld tokens\n",

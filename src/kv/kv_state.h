@@ -137,6 +137,17 @@ typedef struct {
     int64_t bl_held_rows;     /* (layer, kv head, position) triples held after it */
 } kv_seq;
 
+/* What the staging list (kv_cache.stage_moves) was built for: every layer of a forward call stages
+ * the same positions (a move names slots, not a layer), so the list is built once while tables_gen,
+ * the call's sequences and its T1 read stay the same. */
+typedef struct {
+    uint64_t kv_gen;
+    int valid, n, n_seqs, cap;
+    kv_t1_read how;
+    int *seqs, *count;    /* [cap] the call's distinct sequences, and the rows each stages a layer */
+    int64_t builds;       /* lists built since init (tests) */
+} kv_stage_memo;
+
 /* The last attention table handed out (kv_attn_table): its arrays, and what its tables_gen stood for. */
 typedef struct {
     const int32_t **slots;
@@ -172,6 +183,7 @@ struct kv_cache {
     int64_t stage_bytes_layer;/* bytes one staged row pair takes (for bytes_staged) */
     be_move *stage_moves;     /* [cap] stage copies of one layer */
     int cap_stage_moves;
+    kv_stage_memo stage_memo; /* what stage_moves holds */
     struct obs_item *obs;     /* [cap_obs] kv_observe_batch's items (kv.c) */
     int cap_obs;
     uint8_t *obs_gen;         /* [cap_obs_gen] its per-token flags */

@@ -124,8 +124,8 @@ void kv_attn_mass(kv_cache *kv, int layer, const int *seq, const int *pos, int n
     kv_observe_batch(kv, layer, seq, pos, n, w, stride);
 }
 
-/* Copies layer `layer` of every staged position of s into its stage slot (appended to the list),
- * T1's only when `t1` is set. */
+/* Appends a copy of every staged position of s into its stage slot to the list, T1's only when `t1`
+ * is set. */
 static int collect_stage(kv_cache *kv, kv_seq *s, int n, int t1) {
     for (int p = 0; p < s->len; p++) {
         int32_t a = s->att[p];
@@ -139,9 +139,40 @@ static int collect_stage(kv_cache *kv, kv_seq *s, int n, int t1) {
             kv->cap_stage_moves = c;
         }
         kv->stage_moves[n++] = (be_move){s->ref[p], a};
-        s->c.bytes_staged += kv->stage_bytes_layer;
     }
     return n;
+}
+
+/* stage_moves for these sequences (distinct, in call order) and this T1 read, built unless the last
+ * one stands */
+static void stage_list(kv_cache *kv, const int *seqs, int n_seqs, kv_t1_read how) {
+    kv_stage_memo *m = &kv->stage_memo;
+    int same = m->valid && m->kv_gen == kv->tables_gen && m->how == how;
+    int k = 0;
+    for (int i = 0; i < n_seqs && same; i++) {
+        int dup = 0;
+        for (int j = 0; j < i && !dup; j++) dup = seqs[j] == seqs[i];
+        if (!dup) same = k < m->n_seqs && m->seqs[k++] == seqs[i];
+    }
+    if (same && k == m->n_seqs) return;
+    if (n_seqs > m->cap) {
+        free(m->seqs), free(m->count);
+        m->seqs = tkv_xmalloc((size_t)n_seqs * sizeof *m->seqs);
+        m->count = tkv_xmalloc((size_t)n_seqs * sizeof *m->count);
+        m->cap = n_seqs;
+    }
+    int n = 0;
+    m->n_seqs = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        int dup = 0;
+        for (int j = 0; j < i && !dup; j++) dup = seqs[j] == seqs[i];
+        if (dup) continue;
+        int before = n;
+        n = collect_stage(kv, kv_get_seq(kv, seqs[i]), n, how != KV_T1_IN_PLACE);
+        m->seqs[m->n_seqs] = seqs[i], m->count[m->n_seqs++] = n - before;
+    }
+    m->n = n, m->kv_gen = kv->tables_gen, m->how = how, m->valid = 1;
+    m->builds++;
 }
 
 static void run_stage(kv_cache *kv, int n, int layer) {
@@ -153,12 +184,12 @@ void kv_layer_begin(kv_cache *kv, const int *seqs, int n_seqs, int layer, kv_t1_
     TKV_ASSERT(layer >= 0 && layer < kv->o.n_layer);
     if (kv->batch.active && kv->xfer) kv->retired.fence_wait_seconds += xfer_wait_layer(kv->xfer, layer);
     int n = 0;
-    if (kv->tp[BE_STAGE].n_slots > 0)
-        for (int i = 0; i < n_seqs; i++) {
-            int dup = 0;
-            for (int j = 0; j < i && !dup; j++) dup = seqs[j] == seqs[i];
-            if (!dup) n = collect_stage(kv, kv_get_seq(kv, seqs[i]), n, how != KV_T1_IN_PLACE);
-        }
+    if (kv->tp[BE_STAGE].n_slots > 0) {
+        stage_list(kv, seqs, n_seqs, how);
+        n = kv->stage_memo.n;
+        for (int i = 0; i < kv->stage_memo.n_seqs; i++)
+            kv_get_seq(kv, kv->stage_memo.seqs[i])->c.bytes_staged += kv->stage_memo.count[i] * kv->stage_bytes_layer;
+    }
     run_stage(kv, n, layer);
 }
 
