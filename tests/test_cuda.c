@@ -1247,6 +1247,39 @@ TEST(cuda_attention) {
                 O->free(B, p_o[k], BE_MEM_DEVICE), O->free(B, p_mass[k], BE_MEM_DEVICE);
                 O->free(B, p_m[k], k ? BE_MEM_PINNED : BE_MEM_DEVICE), O->free(B, p_l[k], k ? BE_MEM_PINNED : BE_MEM_DEVICE);
             }
+            /* be_split_attention whole, as the forward calls it: the T1 part on a CPU backend over the
+             * pinned T1 pool, sent up by upload_pinned, merged and summed on the device; against full
+             * (ref and mref above) */
+            be_backend *cpu;
+            char e2[256];
+            REQUIRE(be_open(&(be_params){.name = "cpu", .n_threads = 2}, &cpu, e2, sizeof e2) == 0);
+            be_split *sp = be_split_new(B, cpu, NT, H, hd, MS, e2, sizeof e2);
+            CHECKF(sp != NULL, "be_split_new: %s", e2);
+            if (sp) {
+                float *dm = dalloc(B, MN * 4, BE_MEM_DEVICE), *hm = malloc(MN * 4);
+                poison(B, dout, QN * 4), poison(B, dm, MN * 4);
+                be_attn as = {.n_tok = NT, .layer = layer, .n_head = H, .n_head_kv = nkv, .head_dim = hd,
+                              .scale = 1.0f / sqrtf((float)hd), .q = dq, .o = dout, .pools = &d.p, .slots = slots,
+                              .n_pos = n_pos, .keep = keeps, .keep_stride = P, .mass_mode = BE_MASS_HEADS, .mass = dm,
+                              .mass_stride = MS, .tables_gen = 11};
+                be_split_attention(sp, &as, scratch);
+                fetch(B, o, dout, QN * 4);
+                REPORT("  be_split_attention (CPU T1 part) vs full", rel_err(o, ref, QN), 1e-5);
+                fetch(B, hm, dm, MN * 4);
+                nm = 0;
+                for (int t = 0; t < NT; t++)
+                    for (int h = 0; h < H; h++)
+                        for (int j = 0; j < n_pos[t]; j++) {
+                            size_t at = ((size_t)t * H + h) * MS + j;
+                            got_mass[nm] = hm[at];
+                            mref_c[nm++] = mref[at];
+                        }
+                REPORT("  be_split_attention masses vs full", rel_err(got_mass, mref_c, nm), 1e-5);
+                CHECK(be_split_reads(sp) == 1 && be_split_sent_bytes(sp) > 0); /* the queries; the host part */
+                O->free(B, dm, BE_MEM_DEVICE), free(hm);
+                be_split_free(sp);
+            }
+            be_close(cpu);
         }
         free(ta), free(tb), free(keep), free(q), free(o), free(mass), free(ref), free(mref), free(got_mass), free(mref_c);
         free(refs), free(tr.v);
