@@ -234,7 +234,22 @@ static void read_back_case(int split, int staged) {
     int32_t prompt[40], tok = 17;
     for (int i = 0; i < np; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
     float *logits = malloc((size_t)V * 4);
-    REQUIRE(te_prefill(e, 0, prompt, np, logits, 0, err, sizeof err) == 0);
+    /* the prompt: the hierarchy reads no prompt query's weights, so none are written or come back;
+     * split alone (not staged) reads the queries of each 16-token sub-batch and sends its part up
+     * without weights */
+    {
+        uint64_t r0, r1, b0 = tkv_read_back_bytes(te_session(e), &r0), s0 = tkv_split_sent_bytes(te_session(e));
+        REQUIRE(te_prefill(e, 0, prompt, np, logits, 0, err, sizeof err) == 0);
+        uint64_t got = tkv_read_back_bytes(te_session(e), &r1) - b0, sent = tkv_split_sent_bytes(te_session(e)) - s0;
+        uint64_t nq = (uint64_t)c->n_head * c->head_dim, subs = ((uint64_t)np + 15) / 16, L = (uint64_t)c->n_layer;
+        int q_reads = split && !staged;
+        uint64_t want = (uint64_t)V * 4 + (q_reads ? L * np * nq * 4 : 0);
+        uint64_t want_reads = 1 + (q_reads ? L * subs : 0), want_sent = q_reads ? L * np * (nq + 2 * c->n_head) * 4 : 0;
+        CHECKF(got == want && r1 - r0 == want_reads && sent == want_sent,
+               "split %d staged %d: the prompt read back %llu bytes in %llu reads and sent %llu (want %llu, %llu, %llu)",
+               split, staged, (unsigned long long)got, (unsigned long long)(r1 - r0), (unsigned long long)sent,
+               (unsigned long long)want, (unsigned long long)want_reads, (unsigned long long)want_sent);
+    }
     for (int pos = np; pos < np + 40; pos++) {
         uint64_t r0, r1, b0 = tkv_read_back_bytes(te_session(e), &r0), s0 = tkv_split_sent_bytes(te_session(e));
         REQUIRE(te_decode(e, &seq, &tok, 1, logits, err, sizeof err) == 0);

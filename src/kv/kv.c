@@ -454,8 +454,16 @@ static void score_range(const kv_cache *kv, kv_seq *s, const float *att, int att
         }
 }
 
+int kv_weights_used(const kv_cache *kv, const kv_seq *s, int q_pos) {
+    if (!kv->ops->tiered) return 0;
+    if (kv->ops->hooks && kv->ops->hooks->observe) return 1;
+    if (!kv_ops_ranked(kv->ops)) return 0;
+    return !s->prompt[q_pos] || s->prefill_score != NULL;
+}
+
 /* The hooks' observation and a prompt query's (the scores of a generated query are left to the
- * caller); 1 when the caller must still add a generated query's weights to the ranked scores. */
+ * caller); 1 when the caller must still add a generated query's weights to the ranked scores.
+ * kv_weights_used says when this reads the weights at all. */
 static int observe_head(kv_cache *kv, kv_seq *s, int layer, int q_pos, const float *att, int att_stride) {
     if (!kv->ops->tiered) return 0;
     TKV_ASSERT(q_pos >= 0 && q_pos < s->len);

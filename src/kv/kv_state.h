@@ -226,5 +226,9 @@ static inline int kv_keep_stride(const kv_cache *kv) { return kv->o.n_ctx; }
  * updates of the generated tokens over the backend's host threads (be_ops.host_for), by position
  * ranges, every score getting its additions in the one-thread order (the same bits). */
 void kv_observe_batch(kv_cache *kv, int layer, const int *seq, const int *pos, int n, const float *w, int stride);
+/* Whether the attention weights of s's query at q_pos are used (kv_observe_batch reads them): by a
+ * policy's observe hook, or by the ranked scores (a generated query's, or a prompt query's where
+ * the policy keeps prefill observations). */
+int kv_weights_used(const kv_cache *kv, const kv_seq *s, int q_pos);
 
 #endif

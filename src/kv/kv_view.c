@@ -100,10 +100,11 @@ void kv_attn_table(kv_cache *kv, int layer, const int *seq, const int *pos, int 
         m->pos = tkv_xcalloc((size_t)c, sizeof *m->pos);
         m->cap = c, m->gen = 0;
     }
-    int masks = 0;
+    int masks = 0, used = 0;
     for (int i = 0; i < n; i++) {
         kv_seq *s = kv_get_seq(kv, seq[i]);
         TKV_ASSERT(pos[i] >= 0 && pos[i] < s->len);
+        used |= kv_weights_used(kv, s, pos[i]);
         m->slots[i] = how == KV_T1_IN_PLACE ? in_place_table(kv, s) : s->att;
         m->keep[i] = attn_keep(kv, s, layer);
         m->n_pos[i] = pos[i] + 1;
@@ -116,7 +117,9 @@ void kv_attn_table(kv_cache *kv, int layer, const int *seq, const int *pos, int 
     a->n_pos = m->n_pos;
     a->keep = m->keep;
     a->keep_stride = kv_keep_stride(kv);
-    a->mass_mode = kv->ops->tiered ? BE_MASS_HEADS : BE_MASS_NONE;
+    /* no weights where nothing reads them: a prompt chunk of a ranked policy without prefill
+     * observations (its attention then writes none, and off the CPU none come back) */
+    a->mass_mode = used ? BE_MASS_HEADS : BE_MASS_NONE;
     a->tables_gen = table_gen(kv, layer, seq, pos, n, masks, how);
 }
 
