@@ -134,8 +134,8 @@ static int alloc_buffers(fwd *f, char *err, size_t errlen) {
     size_t as = f->op->attention_scratch(f->be, ATT_SUB, o->n_ctx, c->n_head, c->head_dim);
     uint64_t need = (uint64_t)B * (4 * E + 2 * Q + 2 * KV + 2 * F) * 4 + (uint64_t)A * 4 + s + as, host_need = 0;
     if (X) need += (uint64_t)B * (X + E + K * E) * 4;
-    if (!f->op->unified) host_need = (uint64_t)A * 4 + (uint64_t)B * c->n_vocab * 4 + (uint64_t)B * X * 4;
     if (!f->op->unified) {
+        host_need = (uint64_t)A * 4 + (uint64_t)B * c->n_vocab * 4 + (uint64_t)B * X * 4;
         size_t all = (size_t)c->n_layer * A * 4;
         f->att_all_floats = (all < DEFER_MAX_BYTES ? all : DEFER_MAX_BYTES) / 4;
         need += (uint64_t)f->att_all_floats * 4, host_need += (uint64_t)f->att_all_floats * 4;
