@@ -144,7 +144,8 @@ typedef struct {
     uint64_t kv_gen;
     int valid, n, n_seqs, cap;
     kv_t1_read how;
-    int *seqs, *count;    /* [cap] the call's distinct sequences, and the rows each stages a layer */
+    int *seqs, *count;    /* [cap] the call's sequences as given, and the rows each stages a layer (0
+                             for a repeat) */
     int64_t builds;       /* lists built since init (tests) */
 } kv_stage_memo;
 

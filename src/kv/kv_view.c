@@ -146,18 +146,12 @@ static int collect_stage(kv_cache *kv, kv_seq *s, int n, int t1) {
     return n;
 }
 
-/* stage_moves for these sequences (distinct, in call order) and this T1 read, built unless the last
- * one stands */
+/* stage_moves for these sequences and this T1 read, built unless the last one stands */
 static void stage_list(kv_cache *kv, const int *seqs, int n_seqs, kv_t1_read how) {
     kv_stage_memo *m = &kv->stage_memo;
-    int same = m->valid && m->kv_gen == kv->tables_gen && m->how == how;
-    int k = 0;
-    for (int i = 0; i < n_seqs && same; i++) {
-        int dup = 0;
-        for (int j = 0; j < i && !dup; j++) dup = seqs[j] == seqs[i];
-        if (!dup) same = k < m->n_seqs && m->seqs[k++] == seqs[i];
-    }
-    if (same && k == m->n_seqs) return;
+    if (m->valid && m->kv_gen == kv->tables_gen && m->how == how && m->n_seqs == n_seqs &&
+        !memcmp(m->seqs, seqs, (size_t)n_seqs * sizeof *seqs))
+        return;
     if (n_seqs > m->cap) {
         free(m->seqs), free(m->count);
         m->seqs = tkv_xmalloc((size_t)n_seqs * sizeof *m->seqs);
@@ -165,16 +159,13 @@ static void stage_list(kv_cache *kv, const int *seqs, int n_seqs, kv_t1_read how
         m->cap = n_seqs;
     }
     int n = 0;
-    m->n_seqs = 0;
     for (int i = 0; i < n_seqs; i++) {
-        int dup = 0;
+        int dup = 0, before = n;
         for (int j = 0; j < i && !dup; j++) dup = seqs[j] == seqs[i];
-        if (dup) continue;
-        int before = n;
-        n = collect_stage(kv, kv_get_seq(kv, seqs[i]), n, how != KV_T1_IN_PLACE);
-        m->seqs[m->n_seqs] = seqs[i], m->count[m->n_seqs++] = n - before;
+        if (!dup) n = collect_stage(kv, kv_get_seq(kv, seqs[i]), n, how != KV_T1_IN_PLACE);
+        m->seqs[i] = seqs[i], m->count[i] = n - before; /* a repeated sequence: 0 rows */
     }
-    m->n = n, m->kv_gen = kv->tables_gen, m->how = how, m->valid = 1;
+    m->n = n, m->n_seqs = n_seqs, m->kv_gen = kv->tables_gen, m->how = how, m->valid = 1;
     m->builds++;
 }
 
