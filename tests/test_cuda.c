@@ -878,6 +878,41 @@ TEST(cuda_dense_ops) {
 #endif
 }
 
+/* The KV policy's score update (score_add) against the CPU backend's op, bit for bit: 28 heads (a
+ * weight 1 / (layers x heads) that is not a power of two, so the order of the additions shows), four
+ * tokens: two share one array (their additions in token order), one has its own, one is skipped;
+ * positions past n_pos untouched; more positions than one block. */
+TEST(cuda_score_add) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    enum { H = 28, S = 1040, T = 4 };
+    be_backend *cpu;
+    char e[256];
+    REQUIRE(be_open(&(be_params){.name = "cpu", .n_threads = 1}, &cpu, e, sizeof e) == 0);
+    float *mass = malloc((size_t)T * H * S * 4);
+    for (size_t i = 0; i < (size_t)T * H * S; i++) mass[i] = fabsf(rndf()) / 64.0f;
+    double *a = malloc(S * 8), *b = malloc(S * 8), *out = malloc(S * 8), w = 1.0 / (28.0 * H);
+    for (int i = 0; i < S; i++) a[i] = b[i] = fabs((double)rndf()) * (i % 3);
+    float *dm = dalloc(B, (size_t)T * H * S * 4, BE_MEM_DEVICE);
+    double *da = dalloc(B, S * 8, BE_MEM_DEVICE), *db = dalloc(B, S * 8, BE_MEM_DEVICE);
+    O->upload(B, dm, mass, (size_t)T * H * S * 4), O->upload(B, da, a, S * 8), O->upload(B, db, b, S * 8);
+    int n_pos[T] = {1001, 1040, 700, 1040};
+    double *hp[T] = {a, b, a, NULL}, *dp[T] = {da, db, da, NULL};
+    cpu->ops->score_add(cpu, hp, n_pos, T, mass, H, S, w);
+    O->score_add(B, dp, n_pos, T, dm, H, S, w);
+    fetch(B, out, da, S * 8);
+    int bad = 0;
+    for (int i = 0; i < S; i++) bad += memcmp(&out[i], &a[i], 8) != 0;
+    fetch(B, out, db, S * 8);
+    for (int i = 0; i < S; i++) bad += memcmp(&out[i], &b[i], 8) != 0;
+    printf("    score_add: %d of %d scores differ from the CPU's\n", bad, 2 * S);
+    CHECK(bad == 0);
+    O->free(B, dm, BE_MEM_DEVICE), O->free(B, da, BE_MEM_DEVICE), O->free(B, db, BE_MEM_DEVICE);
+    free(mass), free(a), free(b), free(out);
+    be_close(cpu);
+#endif
+}
+
 #ifdef TKV_CUDA
 /* Pools on the backend: T0 device, T1 pinned, T2 pinned (or pageable host memory, as a KV module may
  * keep it), STAGE device with 2 layers. */

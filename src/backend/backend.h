@@ -278,6 +278,15 @@ typedef struct {
      * mass, if any, is rescaled in place by e^(m_k - M) / L into normalised weights */
     void (*attention_merge)(be_backend *b, float *o, const be_attn_part *parts, int n_parts, int n_tok, int n_head,
                             int head_dim, int mass_heads, int mass_stride, const int *n_pos);
+    /* Optional (NULL: the KV module adds the weights to its scores on the host, after reading them
+     * back). The ranked policies' score update on the backend, for n_tok tokens of one attention call
+     * in token order: for each t with score[t] != NULL and every position i < n_pos[t],
+     * score[t][i] += w * mass[(t * n_head + h) * stride + i] for h = 0 .. n_head-1 in order, in
+     * double, each product and each sum rounded (no fused multiply-add): the host's update bit for
+     * bit. score and n_pos are host arrays; score[t] points into backend memory, and tokens of one
+     * sequence share a pointer (their additions land in token order). */
+    void (*score_add)(be_backend *b, double *const *score, const int *n_pos, int n_tok, const float *mass, int n_head,
+                      int stride, double w);
 } be_ops;
 
 struct be_backend {

@@ -149,6 +149,23 @@ static void cpu_add(be_backend *b, float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+/* The reference of the ranked score update (backend.h): one thread, positions in order. The KV
+ * module updates its own scores on the host (in parallel, kv_scores.c) and calls this only on a
+ * backend that is not host memory, i.e. cpu-async; the GPU op checks compare against it. */
+static void cpu_score_add(be_backend *b, double *const *score, const int *n_pos, int n_tok, const float *mass, int n_head,
+                          int stride, double w) {
+    (void)b;
+    for (int t = 0; t < n_tok; t++) {
+        if (!score[t]) continue;
+        const float *m = mass + (size_t)t * n_head * stride;
+        for (int i = 0; i < n_pos[t]; i++) {
+            double sc = score[t][i];
+            for (int h = 0; h < n_head; h++) sc += w * m[(size_t)h * stride + i];
+            score[t][i] = sc;
+        }
+    }
+}
+
 /* cos/sin of every rotated pair of one position: theta_0 = pos, theta_{i+1} = theta_i * s */
 static void cpu_rope(be_backend *b, float *x, int n_rows, int n_heads, int hd, const int *pos, float base, float scale,
                      int neox) {
@@ -232,6 +249,7 @@ static const be_ops cpu_ops = {
     .attention_scratch = cpu_be_attention_scratch,
     .attention = cpu_be_attention,
     .attention_merge = cpu_be_attention_merge,
+    .score_add = cpu_score_add,
 };
 
 const be_ops *cpu_be_ops(void) { return &cpu_ops; }

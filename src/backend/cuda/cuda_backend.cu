@@ -308,6 +308,7 @@ static be_ops cu_ops_table(void) {
     o.attention_scratch = cu_attention_scratch;
     o.attention = cu_attention;
     o.attention_merge = cu_attention_merge;
+    o.score_add = cu_score_add;
     return o;
 }
 static const be_ops CU_OPS = cu_ops_table();

@@ -1,7 +1,7 @@
 /* cuda_dense.cu — the element-wise and row-wise ops over activations in device memory: rmsnorm,
- * add_bias, add, rope, swiglu, gather_rows. Each is one small kernel on the compute stream, bound
- * by launch latency at decode sizes (a few KB per row); host arrays (positions, row indices) reach
- * the device through the argument ring.
+ * add_bias, add, rope, swiglu, gather_rows, and the KV policy's score update (score_add). Each is one
+ * small kernel on the compute stream, bound by launch latency at decode sizes (a few KB per row);
+ * host arrays (positions, row indices, score pointers) reach the device through the argument ring.
  * Numerics, against the CPU forward: rmsnorm sums squares in double (in a fixed tree order instead
  * of left to right), then mean in f32 and 1.0f / sqrtf(mean + eps), both correctly rounded here as
  * on the CPU; rope takes theta_0 = pos, theta_{i+1} = theta_i * s (s = powf(base, -2/hd) computed
@@ -131,5 +131,37 @@ void cu_gather_rows(be_backend *b, float *dst, const float *src, const int *rows
     if (n <= 0) return;
     const int *rd = (const int *)cu_ring_put(&B->arg, rows, (size_t)n * sizeof(int));
     gather_kernel<<<n, DN_THREADS, 0, B->compute>>>(dst, src, rd, width);
+    CU_LAUNCHED();
+}
+
+/* One thread per position; the tokens, then the heads, in order, each product and sum rounded as
+ * the host's (no contraction into a fused multiply-add): the host's scores bit for bit. A thread
+ * owns its position in every score array, so tokens sharing an array never race. Reads of one head's
+ * weights are coalesced across the block. */
+__global__ void score_add_kernel(double *const *score, const int *n_pos, int n_tok, const float *mass, int n_head,
+                                 int stride, double w) {
+    int i = blockIdx.x * DN_THREADS + threadIdx.x;
+    for (int t = 0; t < n_tok; t++) {
+        double *s = score[t];
+        if (!s || i >= n_pos[t]) continue;
+        const float *m = mass + (int64_t)t * n_head * stride + i;
+        double sc = s[i];
+        for (int h = 0; h < n_head; h++) sc = __dadd_rn(sc, __dmul_rn(w, (double)m[(int64_t)h * stride]));
+        s[i] = sc;
+    }
+}
+
+void cu_score_add(be_backend *b, double *const *score, const int *n_pos, int n_tok, const float *mass, int n_head,
+                  int stride, double w) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    int top = 0;
+    for (int t = 0; t < n_tok; t++)
+        if (score[t] && n_pos[t] > top) top = n_pos[t];
+    if (top <= 0) return;
+    double *const *sd = (double *const *)cu_ring_put(&B->arg, score, (size_t)n_tok * sizeof *score);
+    const int *nd = (const int *)cu_ring_put(&B->arg, n_pos, (size_t)n_tok * sizeof *n_pos);
+    score_add_kernel<<<(unsigned)((top + DN_THREADS - 1) / DN_THREADS), DN_THREADS, 0, B->compute>>>(sd, nd, n_tok, mass,
+                                                                                                   n_head, stride, w);
     CU_LAUNCHED();
 }

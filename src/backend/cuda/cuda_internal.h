@@ -153,6 +153,8 @@ void cu_rope(be_backend *b, float *x, int n_rows, int n_heads, int head_dim, con
              int neox);
 void cu_swiglu(be_backend *b, float *gate, const float *up, int64_t n);
 void cu_gather_rows(be_backend *b, float *dst, const float *src, const int *rows, int n, int width);
+void cu_score_add(be_backend *b, double *const *score, const int *n_pos, int n_tok, const float *mass, int n_head,
+                  int stride, double w);
 /* cuda_kv.cu */
 void cu_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, const float *k,
                  const float *v);
