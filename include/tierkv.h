@@ -208,6 +208,8 @@ typedef struct {
                                   crosses the bus; with staged, for decode steps only (prefill
                                   chunks staged) */
     int sync_transfers;        /* moves on the caller's thread (debugging) */
+    int host_scores;           /* the ranked scores updated on the host even off the CPU (the attention
+                                  weights come back every step: the reference for the GPU's update) */
     int f16;                   /* T0/T1 element type: 1 fp16 (default), 0 f32 */
     int t0_tokens;             /* T0 tokens per sequence (absolute, as R-KV and SnapKV budgets are
                                   given); 0: not given */
@@ -364,10 +366,10 @@ void tkv_sync(tkv_session *s);
 /* Bytes of expert matrices the forward has read since the session opened (each expert a step routes
  * any token to, once per layer); 0 for a dense model. */
 uint64_t tkv_expert_bytes_read(const tkv_session *s);
-/* Bytes the forward has read back from a backend that is not host memory since the session opened
- * (attention weights for the policy, split attention's queries, logits), and in
- * *reads (if not NULL) how many reads, each a wait for the device; 0 on the CPU, whose memory the
- * host reads in place. */
+/* Bytes the session has read back from a backend that is not host memory since it opened (the
+ * attention weights for the policy where the host updates its scores, else the scores when the host
+ * ranks them; split attention's queries; logits), and in *reads (if not NULL) how many reads, each
+ * a wait for the device; 0 on the CPU, whose memory the host reads in place. */
 uint64_t tkv_read_back_bytes(const tkv_session *s, uint64_t *reads);
 /* Bytes split attention has sent up to a backend that is not host memory since the session opened
  * (the host's partial results: o, m, l and its weights per layer, merged there); 0 on the CPU and

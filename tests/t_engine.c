@@ -37,6 +37,7 @@ static void to_params(const kv_options *k, tkv_kv_params *p) {
     p->staged = k->staged;
     p->stage_t2 = k->stage_t2;
     p->sync_transfers = k->sync_transfers;
+    p->host_scores = k->host_scores;
     p->f16 = k->f16;
     p->t2_codec = be_kv_t2_name(k->t2_fmt);
     p->t0_tokens = k->t0_tokens;

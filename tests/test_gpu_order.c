@@ -214,23 +214,29 @@ TEST(gpu_order_pools_reserved_before_steps) {
     }
 }
 
-/* What a decode step reads back from a backend that is not host memory: per layer the attention
- * weights of the positions the step attends (rows of the longest table rounded up to 16 floats, not
- * of the whole context), with split attention also the queries; then one row of logits. Counted
- * exactly, on cpu-async, with the reads (each a wait for a GPU): every layer's weights come back in
- * one read at the end of the step, beside the logits' (2 a step); split adds one read of the
- * queries a layer (its merge runs on the device). */
-static void read_back_case(int split, int staged) {
+/* What a decode step reads back from a backend that is not host memory. With the scores updated on
+ * the host (host_scores): per layer the attention weights of the positions the step attends (rows
+ * of the longest table rounded up to 16 floats, not of the whole context), with split attention
+ * also the queries; then one row of logits. Counted exactly, on cpu-async, with the reads (each a
+ * wait for a GPU): every layer's weights come back in one read at the end of the step, beside the
+ * logits' (2 a step); split adds one read of the queries a layer (its merge runs on the device).
+ * With the scores updated on the device (the default): no weights; the scores come back when the
+ * host ranks them, one read of the sequence's length: a re-tiering at the end of a step, and a
+ * demotion for the step's new token unless the re-tiering before it left both copies the same. */
+static void read_back_case(int split, int staged, int host_scores) {
     te_options o;
     base_options(&o, "cpu-async");
     o.kv = hier(0.5, 7);
     o.kv.staged = staged;
+    o.kv.host_scores = host_scores;
     o.split = split;
     te_engine *e;
     char err[256];
     REQUIRE(te_open(t_shared(QWEN2), &o, &e, err, sizeof err) == 0);
     const model_config *c = &te_model(e)->cfg;
-    int V = te_n_vocab(e), np = 40, seq = 0, bad = 0, bad_reads = 0, bad_sent = 0;
+    kv_cache *kv = te_kv(e);
+    CHECK(kv_scores_on_device(kv) == !host_scores);
+    int V = te_n_vocab(e), np = 40, seq = 0, bad = 0, bad_reads = 0, bad_sent = 0, score_reads = 0;
     int32_t prompt[40], tok = 17;
     for (int i = 0; i < np; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
     float *logits = malloc((size_t)V * 4);
@@ -250,20 +256,32 @@ static void read_back_case(int split, int staged) {
                split, staged, (unsigned long long)got, (unsigned long long)(r1 - r0), (unsigned long long)sent,
                (unsigned long long)want, (unsigned long long)want_reads, (unsigned long long)want_sent);
     }
+    kv_stats st0, st1;
+    kv_get_stats(kv, -1, &st0);
+    int retiered_before = 0;
     for (int pos = np; pos < np + 40; pos++) {
         uint64_t r0, r1, b0 = tkv_read_back_bytes(te_session(e), &r0), s0 = tkv_split_sent_bytes(te_session(e));
         REQUIRE(te_decode(e, &seq, &tok, 1, logits, err, sizeof err) == 0);
         uint64_t got = tkv_read_back_bytes(te_session(e), &r1) - b0, sent = tkv_split_sent_bytes(te_session(e)) - s0;
-        uint64_t want_reads = split ? (uint64_t)c->n_layer + 2 : 2;
+        kv_get_stats(kv, -1, &st1);
+        int retier = st1.retiers > st0.retiers, demoted = st1.sync_demotions > st0.sync_demotions;
+        st0 = st1;
+        /* the device's scores, read by the host: a demotion for the new token (length pos), a
+         * re-tiering at the step's end (length pos + 1) */
+        int read_demote = !host_scores && demoted && !retiered_before, read_retier = !host_scores && retier;
+        retiered_before = retier;
+        score_reads += read_demote + read_retier;
+        uint64_t want_reads = (split ? (uint64_t)c->n_layer : 0) + (host_scores ? 2 : 1) + read_demote + read_retier;
         if (r1 - r0 != want_reads && !bad_reads++)
-            printf("    split %d, position %d: %llu reads, %llu expected\n", split, pos, (unsigned long long)(r1 - r0),
-                   (unsigned long long)want_reads);
+            printf("    split %d host scores %d, position %d: %llu reads, %llu expected\n", split, host_scores, pos,
+                   (unsigned long long)(r1 - r0), (unsigned long long)want_reads);
         uint64_t stride = (uint64_t)((pos + 1 + 15) & ~15), nh = (uint64_t)c->n_head, nq = nh * c->head_dim;
-        uint64_t per_layer = nh * stride * 4 + (split ? nq * 4 : 0);
-        uint64_t want = (uint64_t)c->n_layer * per_layer + (uint64_t)V * 4;
+        uint64_t per_layer = (host_scores ? nh * stride * 4 : 0) + (split ? nq * 4 : 0);
+        uint64_t want = (uint64_t)c->n_layer * per_layer + (uint64_t)V * 4 + 8 * ((uint64_t)pos * read_demote +
+                                                                                   (uint64_t)(pos + 1) * read_retier);
         if (got != want && !bad++)
-            printf("    split %d, position %d: %llu bytes read back, %llu expected\n", split, pos, (unsigned long long)got,
-                   (unsigned long long)want);
+            printf("    split %d host scores %d, position %d: %llu bytes read back, %llu expected\n", split, host_scores,
+                   pos, (unsigned long long)got, (unsigned long long)want);
         /* split sends the host's part up: o, m, l and its weights, a layer at a time */
         uint64_t want_sent = split ? (uint64_t)c->n_layer * (nq + 2 * nh + nh * stride) * 4 : 0;
         if (sent != want_sent && !bad_sent++)
@@ -271,11 +289,17 @@ static void read_back_case(int split, int staged) {
                    (unsigned long long)want_sent);
         tok = (int32_t)((tok * 31 + 7) % V);
     }
-    CHECKF(bad == 0, "split %d: %d of 40 steps read back other than the attended rows and the logits", split, bad);
-    CHECKF(bad_reads == 0, "split %d: %d of 40 steps waited for the device another number of times", split, bad_reads);
+    CHECKF(bad == 0, "split %d host scores %d: %d of 40 steps read back another number of bytes", split, host_scores, bad);
+    CHECKF(bad_reads == 0, "split %d host scores %d: %d of 40 steps waited for the device another number of times", split,
+           host_scores, bad_reads);
     CHECKF(bad_sent == 0, "split %d: %d of 40 steps sent another number of bytes up", split, bad_sent);
-    CHECKF(cpu_async_hazards(te_kv(e)->be) == 0, "split %d: %llu pinned uploads' sources changed before the next read",
-           split, (unsigned long long)cpu_async_hazards(te_kv(e)->be));
+    uint64_t reads, ups;
+    kv_scores_read_back(kv, &reads, &ups);
+    CHECKF(reads == (uint64_t)score_reads && ups == (uint64_t)!host_scores && (host_scores || score_reads >= 5),
+           "split %d host scores %d: scores read back %llu times (%d expected), sent up %llu times", split, host_scores,
+           (unsigned long long)reads, score_reads, (unsigned long long)ups);
+    CHECKF(cpu_async_hazards(kv->be) == 0, "split %d: %llu pinned uploads' sources changed before the next read",
+           split, (unsigned long long)cpu_async_hazards(kv->be));
     free(logits);
     te_close(e);
 }
@@ -307,9 +331,11 @@ TEST(gpu_order_pinned_upload_hazard) {
 
 TEST(gpu_order_read_back_attended_rows) {
     NEED(QWEN2);
-    read_back_case(0, 0);
-    read_back_case(1, 0);
-    read_back_case(1, 1); /* staged prefill, split decode: the decode steps read as split's */
+    for (int host_scores = 0; host_scores < 2; host_scores++) {
+        read_back_case(0, 0, host_scores);
+        read_back_case(1, 0, host_scores);
+        read_back_case(1, 1, host_scores); /* staged prefill, split decode: the decode steps read as split's */
+    }
 }
 
 /* Two sequences decoding together under --staged --split (one token each: split), after their

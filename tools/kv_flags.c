@@ -59,13 +59,15 @@ int kv_flags_parse(tkv_kv_params *o, int argc, char **argv, int *i, char *err, s
     memcpy(name, a, len);
     name[len] = 0;
     if (!strcmp(name, "--staged") || !strcmp(name, "--stage-t2") || !strcmp(name, "--sync-transfers") ||
-        !strcmp(name, "--split") || !strcmp(name, "--protect-prompt") || !strcmp(name, "--unpin-prompt")) {
+        !strcmp(name, "--split") || !strcmp(name, "--protect-prompt") || !strcmp(name, "--unpin-prompt") ||
+        !strcmp(name, "--host-scores")) {
         if (eq) return tkv_errf(err, errlen, "%s takes no value", name);
         if (!strcmp(name, "--staged")) o->staged = 1;
         else if (!strcmp(name, "--stage-t2")) o->stage_t2 = 1;
         else if (!strcmp(name, "--split")) o->split = 1;
         else if (!strcmp(name, "--protect-prompt")) o->protect_prompt = 1;
         else if (!strcmp(name, "--unpin-prompt")) o->unpin_prompt = 1;
+        else if (!strcmp(name, "--host-scores")) o->host_scores = 1;
         else o->sync_transfers = 1;
         return 1;
     }
@@ -139,5 +141,7 @@ const char *kv_flags_usage(void) {
            "                          the chain keeps at least --window tokens (evict's budget exactly)\n"
            "      --unpin-prompt      hierarchy: the prompt stays exact and is never evicted, but is not pinned\n"
            "                          in T0: it competes for T0 by score and waits in T1 otherwise\n"
-           "      --sync-transfers    run tier moves on the calling thread\n";
+           "      --sync-transfers    run tier moves on the calling thread\n"
+           "      --host-scores       off the CPU, add the attention weights to the scores on the host (they\n"
+           "                          come back every step; the reference for the GPU's update)\n";
 }

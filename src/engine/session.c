@@ -46,6 +46,7 @@ void engine_kv_options(const tkv_kv_params *p, kv_options *o) {
     o->staged = p->staged;
     o->stage_t2 = p->stage_t2;
     o->sync_transfers = p->sync_transfers;
+    o->host_scores = p->host_scores;
     o->f16 = p->f16;
 }
 

@@ -16,7 +16,11 @@ void tkv_sync(tkv_session *s) { kv_sync(s->kv); }
 
 uint64_t tkv_expert_bytes_read(const tkv_session *s) { return fwd_expert_bytes(s->fw); }
 
-uint64_t tkv_read_back_bytes(const tkv_session *s, uint64_t *reads) { return fwd_read_back_bytes(s->fw, reads); }
+uint64_t tkv_read_back_bytes(const tkv_session *s, uint64_t *reads) {
+    uint64_t fr, kr, b = fwd_read_back_bytes(s->fw, &fr) + kv_scores_read_back(s->kv, &kr, NULL);
+    if (reads) *reads = fr + kr;
+    return b;
+}
 uint64_t tkv_split_sent_bytes(const tkv_session *s) { return fwd_split_sent_bytes(s->fw); }
 
 void tkv_stats_print(FILE *f, const tkv_session *s, int seq) { kv_stats_print(f, s->kv, seq); }

@@ -1,7 +1,7 @@
 /* kv.c — the KV cache behind kv.h: init and free, sequences in and out (admission), appends and
- * their T0 slots, the shared prompt prefix, scoring from kv_observe, and the end of a forward call,
- * where re-tierings are due. Mechanism lives in kv_pool.c, budgets in kv_budget.c, the planner in
- * kv_plan.c, what attention reads in kv_view.c, the baselines' hooks in kv_baselines.c.
+ * their T0 slots, the shared prompt prefix, and the end of a forward call, where re-tierings are
+ * due. Mechanism lives in kv_pool.c, budgets in kv_budget.c, the planner in kv_plan.c, what
+ * attention reads in kv_view.c, the scores in kv_scores.c, the baselines' hooks in kv_baselines.c.
  *
  * Sequence ids are slots 0..n_seq-1 of the cache, the lowest free one taken at kv_seq_add. Each
  * sequence's metadata is sized for its own context when it is added, not for the cache's. */
@@ -13,6 +13,7 @@
 
 #include "base/err.h"
 #include "kv/kv_hooks.h"
+#include "kv/kv_scores.h"
 
 /* ---- per-position state ---- */
 
@@ -50,6 +51,7 @@ kv_cache *kv_init(const kv_options *o, be_backend *be, char *err, size_t errlen)
     kv->share = tkv_xcalloc((size_t)o->n_seq, sizeof *kv->share);
     kv->share_room = tkv_xcalloc((size_t)o->n_seq, sizeof *kv->share_room);
     kv->batch.seqs = tkv_xcalloc((size_t)o->n_seq, sizeof(int));
+    kv->dev_scores = kv_scores_pick_device(o, ops, be);
     if (kv_pools_init(kv, err, errlen)) {
         kv_free(kv);
         return NULL;
@@ -65,6 +67,7 @@ static void seq_free_arrays(kv_cache *kv, kv_seq *s) {
     free(s->prot); free(s->target); free(s->cur); free(s->order); free(s->scratch);
     free(s->vk); free(s->vv); free(s->hk); free(s->hv); free(s->view_t2); free(s->hook_k); free(s->hook_rows);
     if (s->pstate && kv->ops->hooks->free) kv->ops->hooks->free(s->pstate);
+    kv_scores_free(kv, s);
     memset(s, 0, sizeof *s);
 }
 
@@ -82,6 +85,7 @@ void kv_free(kv_cache *kv) {
     free(kv->batch.moves); free(kv->batch.rest); free(kv->batch.deferred); free(kv->batch.recycle);
     free(kv->batch.recycle_seq); free(kv->batch.seqs);
     free(kv->stage_moves); free(kv->stage_memo.seqs); free(kv->stage_memo.count); free(kv->obs); free(kv->obs_gen);
+    free(kv->score_ptr); free(kv->score_npos);
     free(kv->share); free(kv->share_room); free(kv->mark);
     free(kv->att_memo.slots), free(kv->att_memo.keep), free(kv->att_memo.n_pos), free(kv->att_memo.seq), free(kv->att_memo.pos);
     free(kv->seq);
@@ -104,6 +108,8 @@ static int seq_init(kv_cache *kv, kv_seq *s, int n_ctx, char *err, size_t errlen
     s->lossy = tkv_xcalloc(n, 1);
     s->stale = tkv_xcalloc(n, 1);
     s->score = tkv_xcalloc(n, sizeof(double));
+    if (kv->dev_scores && !(s->score_dev = kv->be->ops->alloc(kv->be, n * sizeof(double), BE_MEM_DEVICE, err, errlen)))
+        return -1;
     if (ops->head_scores) s->head_score = tkv_xcalloc(n * o->n_head_kv, sizeof(float));
     if (ops->prefill_scores) s->prefill_score = tkv_xcalloc(n * o->n_head_kv, sizeof(float));
     if (ops->head_masks) s->keep = tkv_xcalloc((size_t)kv_keep_stride(kv) * o->n_head_kv * o->n_layer, 1);
@@ -258,6 +264,7 @@ int kv_seq_share_prefix(kv_cache *kv, int src, int dst, int n, char *err, size_t
         d->score[p] = 0;
         kv_set_keep(kv, d, p, 1);
     }
+    kv_scores_wrote(d);
     d->len = d->fresh_from = n;
     d->n_prompt = n;
     d->ntok[BE_T0] += n;
@@ -295,6 +302,7 @@ int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen)
             return tkv_errf(err, errlen, "kv: position %d of sequence %d was evicted and would be protected once taken", p, src);
     kv_complete_batch(kv); /* no slot of src is in flight */
     size_t stride = (size_t)kv_keep_stride(kv);
+    kv_scores_host(kv, s); /* copied below */
     d->n_prompt = 0;
     for (int p = 0; p < n; p++) {
         int32_t r = s->ref[p];
@@ -322,6 +330,7 @@ int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen)
         if (d->keep)
             for (size_t row = 0; row < (size_t)kv->o.n_layer * kv->o.n_head_kv; row++) d->keep[row * stride + p] = s->keep[row * stride + p];
     }
+    kv_scores_wrote(d);
     d->keep_used = s->keep_used;
     d->len = d->fresh_from = n;
     kv_note_t0_peak(kv, d);
@@ -422,147 +431,6 @@ void kv_put(kv_cache *kv, int seq, int layer, int pos, const float *k, const flo
 }
 
 const be_kv_pools *kv_pools(const kv_cache *kv) { return &kv->pools; }
-
-/* ---- scores ---- */
-
-/* The ranked score update of one generated token's weights over positions [i0, i1): position by
- * position, the heads in order, so each score gets the same additions in the same order as head by
- * head would give it (the same bits), with the scores read and written once instead of once per head. */
-static void score_range(const kv_cache *kv, kv_seq *s, const float *att, int att_stride, int i0, int i1) {
-    int H = kv->o.n_head, group = kv->o.n_head / kv->o.n_head_kv;
-    size_t nc = (size_t)s->n_ctx;
-    double w = 1.0 / ((double)kv->o.n_layer * H), *score = s->score;
-    int i = i0;
-    for (; i + 4 <= i1; i += 4) { /* four positions side by side: the compiler pairs them in vectors */
-        double s0 = score[i], s1 = score[i + 1], s2 = score[i + 2], s3 = score[i + 3];
-        for (int h = 0; h < H; h++) {
-            const float *a = att + (size_t)h * att_stride + i;
-            s0 += w * a[0], s1 += w * a[1], s2 += w * a[2], s3 += w * a[3];
-        }
-        score[i] = s0, score[i + 1] = s1, score[i + 2] = s2, score[i + 3] = s3;
-    }
-    for (; i < i1; i++) {
-        double sc = score[i];
-        for (int h = 0; h < H; h++) sc += w * att[(size_t)h * att_stride + i];
-        score[i] = sc;
-    }
-    if (s->head_score)
-        for (int h = 0; h < H; h++) {
-            const float *a = att + (size_t)h * att_stride;
-            float *hs = s->head_score + (size_t)(h / group) * nc;
-            for (int i = i0; i < i1; i++) hs[i] += a[i];
-        }
-}
-
-int kv_weights_used(const kv_cache *kv, const kv_seq *s, int q_pos) {
-    if (!kv->ops->tiered) return 0;
-    if (kv->ops->hooks && kv->ops->hooks->observe) return 1;
-    if (!kv_ops_ranked(kv->ops)) return 0;
-    return !s->prompt[q_pos] || s->prefill_score != NULL;
-}
-
-/* The hooks' observation and a prompt query's (the scores of a generated query are left to the
- * caller); 1 when the caller must still add a generated query's weights to the ranked scores.
- * kv_weights_used says when this reads the weights at all. */
-static int observe_head(kv_cache *kv, kv_seq *s, int layer, int q_pos, const float *att, int att_stride) {
-    if (!kv->ops->tiered) return 0;
-    TKV_ASSERT(q_pos >= 0 && q_pos < s->len);
-    if (kv->ops->hooks && kv->ops->hooks->observe)
-        kv->ops->hooks->observe(s->pstate, layer, q_pos, s->prompt[q_pos], att, att_stride, s->len);
-    if (!kv_ops_ranked(kv->ops)) return 0; /* own-budget policies keep their own scores */
-    if (s->prompt[q_pos]) { /* prefill: the hierarchy score ignores it; SnapKV-style policies keep it */
-        if (s->prefill_score) {
-            int H = kv->o.n_head, group = kv->o.n_head / kv->o.n_head_kv;
-            size_t nc = (size_t)s->n_ctx;
-            for (int h = 0; h < H; h++)
-                for (int i = 0; i <= q_pos; i++) s->prefill_score[(size_t)(h / group) * nc + i] += att[(size_t)h * att_stride + i];
-        }
-        return 0;
-    }
-    return 1;
-}
-
-void kv_observe(kv_cache *kv, int seq, int layer, int q_pos, const float *att, int att_stride) {
-    kv_seq *s = kv_get_seq(kv, seq);
-    if (observe_head(kv, s, layer, q_pos, att, att_stride)) score_range(kv, s, att, att_stride, 0, q_pos + 1);
-}
-
-/* ---- one layer's weights of a forward call: the score updates over the backend's host threads ---- */
-
-/* Positions per item of the parallel update: a decoding token at depth 4096 is 8 items. */
-#define OBS_BLOCK 512
-
-/* An item: positions [i0, i1) of the sequence of tokens [t0, t1) (one sequence, consecutive in the
- * call), whose generated ones are added in token order, so every score gets the additions of the
- * one-thread order and items never share a score. */
-typedef struct obs_item {
-    int t0, t1, i0, i1;
-} obs_item;
-
-typedef struct {
-    kv_cache *kv;
-    const int *seq, *pos;
-    const uint8_t *gen; /* [n] 1: add the token's weights to the ranked scores */
-    const float *w;
-    int stride;
-    size_t per;
-    const obs_item *items;
-} obs_job;
-
-static void obs_task(void *ctx, int64_t k0, int64_t k1, int tid) {
-    (void)tid;
-    const obs_job *J = ctx;
-    for (int64_t k = k0; k < k1; k++) {
-        const obs_item *it = &J->items[k];
-        kv_seq *s = &J->kv->seq[J->seq[it->t0]];
-        for (int t = it->t0; t < it->t1; t++) {
-            int i1 = J->pos[t] + 1 < it->i1 ? J->pos[t] + 1 : it->i1;
-            if (J->gen[t] && it->i0 < i1) score_range(J->kv, s, J->w + (size_t)t * J->per, J->stride, it->i0, i1);
-        }
-    }
-}
-
-void kv_observe_batch(kv_cache *kv, int layer, const int *seq, const int *pos, int n, const float *w, int stride) {
-    if (!kv->ops->tiered || n <= 0) return;
-    size_t per = (size_t)kv->o.n_head * (size_t)stride;
-    if (n > kv->cap_obs_gen) {
-        uint8_t *g = realloc(kv->obs_gen, (size_t)n);
-        TKV_ASSERT(g);
-        kv->obs_gen = g, kv->cap_obs_gen = n;
-    }
-    uint8_t *gen = kv->obs_gen;
-    int n_items = 0, serial = 0;
-    for (int t = 0; t < n; t++) {
-        gen[t] = (uint8_t)observe_head(kv, kv_get_seq(kv, seq[t]), layer, pos[t], w + (size_t)t * per, stride);
-        n_items += gen[t] ? (pos[t] + OBS_BLOCK) / OBS_BLOCK : 0;
-    }
-    if (!n_items) return;
-    /* runs of one sequence; a sequence in two runs would let two items add to one score at once */
-    for (int t = 1; t < n && !serial; t++)
-        if (seq[t] != seq[t - 1])
-            for (int u = 0; u < t - 1 && !serial; u++) serial = seq[u] == seq[t];
-    if (serial || !kv->be->ops->host_for) {
-        for (int t = 0; t < n; t++)
-            if (gen[t]) score_range(kv, &kv->seq[seq[t]], w + (size_t)t * per, stride, 0, pos[t] + 1);
-        return;
-    }
-    if (n_items > kv->cap_obs) {
-        obs_item *p = realloc(kv->obs, (size_t)n_items * sizeof *p);
-        TKV_ASSERT(p);
-        kv->obs = p, kv->cap_obs = n_items;
-    }
-    obs_item *items = kv->obs;
-    int k = 0;
-    for (int t0 = 0, t1; t0 < n; t0 = t1) {
-        int top = -1;
-        for (t1 = t0; t1 < n && seq[t1] == seq[t0]; t1++)
-            if (gen[t1] && pos[t1] > top) top = pos[t1];
-        for (int i0 = 0; i0 <= top; i0 += OBS_BLOCK) items[k++] = (obs_item){t0, t1, i0, i0 + OBS_BLOCK};
-    }
-    TKV_ASSERT(k <= n_items);
-    obs_job J = {kv, seq, pos, gen, w, stride, per, items};
-    kv->be->ops->host_for(kv->be, k, obs_task, &J);
-}
 
 /* ---- the end of a forward call ---- */
 

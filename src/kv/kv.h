@@ -13,8 +13,10 @@
  * from STAGE), writes K (after RoPE) and V into kv_new_slot through the backend, takes the layer's
  * attention table (kv_attn_table: per token its sequence's slot table, where position p is read,
  * BE_SLOT_NONE when evicted, and the keep masks of head-wise policies), runs the attention, and hands
- * its weights back to the policy in one call (kv_attn_mass); kv_batch_end closes the call
- * (re-tiering happens there).
+ * its weights to the policy in one call: in host memory (kv_attn_mass), or, where
+ * kv_scores_on_device says, where the backend wrote them (kv_attn_mass_device: the scores are
+ * updated there and the weights never come back); kv_batch_end closes the call (re-tiering happens
+ * there).
  *
  * Rows hold kv_dim = n_head_kv * head_dim values, head g at [g*head_dim, (g+1)*head_dim): f32, or
  * fp16 when kv_options.f16 is set, the default (as llama.cpp's f16 cache: rounded once).
@@ -74,6 +76,10 @@ typedef struct {
                                   backend whose attention reads them where they lie (be_ops.attn_t2_fmts):
                                   the reference path of the tests; 0: staged only where it cannot */
     int sync_transfers;        /* 1: moves run on the caller's thread (for debugging and tests) */
+    int host_scores;           /* 1: the ranked scores are updated on the host even where the backend
+                                  could (be_ops.score_add): the attention weights come back every
+                                  step (the reference for the backend's update); 0: on the backend
+                                  when it is not host memory */
     int f16;                   /* 1 (default): T0/T1 rows are fp16; 0: f32 */
     be_kv_fmt t2_fmt;          /* the T2 codec (default BE_KV_Q8_HEAD, "q8h"; a session sets its
                                   backend's default, be_kv_t2_default) */
@@ -185,6 +191,18 @@ void kv_attn_table(kv_cache *kv, int layer, const int *seq, const int *pos, int 
  * n_head * stride) is token i's [n_head][stride] softmax weights. Nothing when mass_mode was
  * BE_MASS_NONE. */
 void kv_attn_mass(kv_cache *kv, int layer, const int *seq, const int *pos, int n, const float *w, int stride);
+/* 1 when this cache takes the weights where the backend wrote them (kv_attn_mass_device instead of
+ * kv_attn_mass): a ranked policy (no hooks) on a backend that is not host memory and has
+ * be_ops.score_add, unless kv_options.host_scores. The same for the cache's life. */
+int kv_scores_on_device(const kv_cache *kv);
+/* kv_attn_mass with w in backend memory (as the attention wrote it; it may be overwritten by ops
+ * queued after this call): the generated tokens' weights are added to their sequences' scores by
+ * the backend, queued in order, nothing read back; the host reads the scores when it ranks them. */
+void kv_attn_mass_device(kv_cache *kv, int layer, const int *seq, const int *pos, int n, const float *w, int stride);
+/* Bytes of scores read back from the backend since init, and in *reads (if not NULL) how many reads
+ * (each a wait for the device); *uploads (if not NULL): whole score arrays sent up. 0 unless
+ * kv_scores_on_device. */
+uint64_t kv_scores_read_back(const kv_cache *kv, uint64_t *reads, uint64_t *uploads);
 
 /* Attention weights of the query at q_pos, layer `layer`: att[h * att_stride + j] for heads
  * h < n_head and positions j <= q_pos (0 where masked or evicted). Policies accumulate scores here

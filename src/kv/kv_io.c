@@ -11,6 +11,7 @@
 #include "base/half.h"
 #include "kv/kv_hooks.h"
 #include "kv/kv_rec.h"
+#include "kv/kv_scores.h"
 
 static void head_of(const kv_cache *kv, uint64_t model, uint64_t salt, uint32_t n, kv_rec *r) {
     memset(r, 0, sizeof *r);
@@ -66,6 +67,7 @@ int kv_seq_export(kv_cache *kv, int seq, const int32_t *tokens, uint64_t model, 
     uint8_t *tier = tkv_xmalloc((size_t)s->len), *lossy = tkv_xmalloc((size_t)s->len);
     int32_t *dev = tkv_xmalloc((size_t)s->len * sizeof(int32_t));
     for (int i = 0; i < s->len; i++) tier[i] = (uint8_t)kv_ref_tier(s->ref[i]), lossy[i] = (uint8_t)(s->lossy[i] | s->stale[i] << 1);
+    kv_scores_host(kv, s);
     kv_rec_write_head(b, &r, tokens, tier, lossy, s->score);
     size_t kd = (size_t)kv->kv_dim;
     float *k = NULL, *v = NULL;
@@ -135,6 +137,7 @@ int kv_seq_import(kv_cache *kv, int seq, const kv_rec *r, char *err, size_t errl
         s->score[i] = kv_rec_score(r, i);
         kv_set_keep(kv, s, (int)i, t != 3);
     }
+    kv_scores_wrote(s);
     s->len = s->fresh_from = (int)r->n;
     size_t kd = (size_t)kv->kv_dim;
     int32_t *dev = tkv_xmalloc((size_t)r->n * sizeof(int32_t));

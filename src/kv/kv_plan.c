@@ -31,6 +31,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "kv/kv_plan.h"
+#include "kv/kv_scores.h"
 
 static void grow_moves(be_move **a, int *cap, int need) {
     if (need <= *cap) return;
@@ -211,15 +212,18 @@ void kv_evict_now(kv_cache *kv, kv_seq *s, const int32_t *pos, int n) {
     s->c.tokens_evicted += r.evicted;
 }
 
-/* The scores as ranked: stale positions below every other (their order among themselves kept). */
-static const double *rank_of(kv_seq *s) {
+/* The scores as ranked: stale positions below every other (their order among themselves kept). The
+ * host's scores current first (kv_scores_host), as for every reader here. */
+static const double *rank_of(kv_cache *kv, kv_seq *s) {
+    kv_scores_host(kv, s);
     if (!s->n_stale) return s->score;
     if (!s->rank) s->rank = tkv_xmalloc((size_t)s->n_ctx * sizeof *s->rank);
     for (int i = 0; i < s->len; i++) s->rank[i] = s->stale[i] ? s->score[i] - 1e12 : s->score[i];
     return s->rank;
 }
 
-static double norm_of(const kv_seq *s) {
+static double norm_of(kv_cache *kv, kv_seq *s) {
+    kv_scores_host(kv, s);
     double sum = 0;
     for (int i = 0; i < s->len; i++) sum += s->score[i];
     return sum > 0 ? (double)s->len / sum : 0.0;
@@ -227,9 +231,9 @@ static double norm_of(const kv_seq *s) {
 
 /* The lowest-scored unprotected, unshared T0 token of s that is already written (ties: the earlier
  * position goes); -1 if none. */
-static int pick_victim(const kv_cache *kv, kv_seq *s, int new_len, double *best_score) {
+static int pick_victim(kv_cache *kv, kv_seq *s, int new_len, double *best_score) {
     int best = -1;
-    const double *r = rank_of(s);
+    const double *r = rank_of(kv, s);
     for (int i = 0; i < s->fresh_from && i < s->len; i++) {
         if (kv_ref_tier(s->ref[i]) != BE_T0 || kv_is_protected(kv, s, i, new_len) || kv_slot_holders(kv, s->ref[i]) > 1) continue;
         if (best < 0 || r[i] < r[best]) best = i;
@@ -275,7 +279,7 @@ int32_t kv_t0_slot_for_new(kv_cache *kv, kv_seq *s, char *err, size_t errlen) {
                 if (!o->live) continue;
                 int p = pick_victim(kv, o, o == s ? new_len : o->len, &sc);
                 if (p < 0) continue;
-                double n = sc * norm_of(o);
+                double n = sc * norm_of(kv, o);
                 if (v < 0 || n < best) best = n, v = p, vs = o;
             }
         }
@@ -319,7 +323,7 @@ static void select_targets(kv_cache *kv, kv_seq *s, int nprot, int room0) {
     int len = s->len, evicted = (int)s->ntok[3];
     int n_cand = len - nprot - evicted;
     kv_select_in in = {
-        .n = len, .score = rank_of(s), .prot = s->prot, .exact = kv->o.unpin_prompt ? s->prompt : NULL,
+        .n = len, .score = rank_of(kv, s), .prot = s->prot, .exact = kv->o.unpin_prompt ? s->prompt : NULL,
         .head_score = s->head_score, .prefill_score = s->prefill_score,
         .n_head_kv = kv->o.n_head_kv, .stride = s->n_ctx,
         .order = s->order, .scratch = s->scratch,
@@ -483,8 +487,9 @@ static void retier_shared(kv_cache *kv) {
                 s->order[m++] = i;
             }
         }
+        kv_scores_host(kv, s);
         kv_rank(s->score, s->order, m, s->scratch);
-        kv->share[n] = (kv_share_seq){s->score, s->order, m, norm_of(s)};
+        kv->share[n] = (kv_share_seq){s->score, s->order, m, norm_of(kv, s)};
         n++;
     }
     int64_t headroom = (int64_t)kv->o.delta * n;

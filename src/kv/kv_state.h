@@ -3,11 +3,13 @@
  * and the files are layered: each includes only the headers of the files below it.
  *
  *   kv.c, kv_stats.c, kv_check.c   the interface (init/free, sequences in and out, appends,
- *                observe, the call's end), reporting and the consistency checker
+ *                the call's end), reporting and the consistency checker
+ *   kv_io.c      a sequence written out as a record and read back
  *   kv_baselines.c  (kv_hooks.h) the own-budget policies' hooks run on the cache
  *   kv_plan.c    the planner: scores + budgets -> target tiers -> batches of moves; every tier change
  *   kv_budget.c  budgets and protection, option checks, admission, the plan for `tierkv plan`
  *   kv_view.c    what attention reads: slot tables, keep masks, staging, host views
+ *   kv_scores.c  the ranked scores: the update from attention weights, on the host or the backend
  *   kv_pool.c    mechanism: pools of slots per tier (chunks, free lists, holders), who is where
  *   kv_xfer.c    the transfer engine thread (knows nothing of tiers)
  *   kv_policy.c, policy_*.c   the policies (kv_policy.h: pure functions over plain data)
@@ -109,7 +111,9 @@ typedef struct {
                                  reasoning kept in a conversation: first out of T0, first evicted) */
     int n_stale;
     double *rank;             /* [n_ctx] the scores ranked, stale ones pushed below all (when n_stale) */
-    double *score;            /* [n_ctx] hierarchy score */
+    double *score;            /* [n_ctx] hierarchy score (current where score_at says: kv_scores.h) */
+    double *score_dev;        /* [n_ctx] in backend memory, or NULL: the scores updated there */
+    int score_at;             /* KV_SCORES_* */
     float *head_score;        /* [n_head_kv][n_ctx] or NULL (ops->head_scores) */
     float *prefill_score;     /* [n_head_kv][n_ctx] or NULL (ops->prefill_scores) */
     uint8_t *keep;            /* [n_layer][n_head_kv][keep stride] per-head keep masks, or NULL */
@@ -185,7 +189,14 @@ struct kv_cache {
     be_move *stage_moves;     /* [cap] stage copies of one layer */
     int cap_stage_moves;
     kv_stage_memo stage_memo; /* what stage_moves holds */
-    struct obs_item *obs;     /* [cap_obs] kv_observe_batch's items (kv.c) */
+    int dev_scores;           /* generated queries' weights added on the backend (kv_scores.h) */
+    int64_t score_reads;      /* reads of scores back from the backend, and their bytes */
+    int64_t score_read_bytes;
+    int64_t score_uploads;    /* whole score arrays sent up (one per sequence, unless rewritten) */
+    double **score_ptr;       /* [cap_score_ptr] kv_attn_mass_device's per-token arrays */
+    int *score_npos;
+    int cap_score_ptr;
+    struct obs_item *obs;     /* [cap_obs] kv_observe_batch's items (kv_scores.c) */
     int cap_obs;
     uint8_t *obs_gen;         /* [cap_obs_gen] its per-token flags */
     int cap_obs_gen;
@@ -222,14 +233,5 @@ static inline void kv_note_t0_peak(const kv_cache *kv, kv_seq *s) {
 
 /* Positions per (layer, kv head) row of the keep masks. */
 static inline int kv_keep_stride(const kv_cache *kv) { return kv->o.n_ctx; }
-
-/* kv_attn_mass's work (kv.c): each token's hooks and prompt scores in order, then the ranked score
- * updates of the generated tokens over the backend's host threads (be_ops.host_for), by position
- * ranges, every score getting its additions in the one-thread order (the same bits). */
-void kv_observe_batch(kv_cache *kv, int layer, const int *seq, const int *pos, int n, const float *w, int stride);
-/* Whether the attention weights of s's query at q_pos are used (kv_observe_batch reads them): by a
- * policy's observe hook, or by the ranked scores (a generated query's, or a prompt query's where
- * the policy keeps prefill observations). */
-int kv_weights_used(const kv_cache *kv, const kv_seq *s, int q_pos);
 
 #endif

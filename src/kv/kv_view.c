@@ -17,6 +17,7 @@
 
 #include "base/err.h"
 #include "base/half.h"
+#include "kv/kv_scores.h"
 #include "kv/kv_view.h"
 
 static int staged_tier(const kv_cache *kv, int32_t ref) {

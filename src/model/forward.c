@@ -20,8 +20,10 @@
  * synchronous copy). Each read also waits for the device, so the attention weights of every layer
  * are kept on the device and read once at the end of the call (where they fit DEFER_MAX_BYTES; a
  * decode step then waits twice, for them and the logits, instead of once per layer), and handed to
- * the KV cache in the order the layers ran: the same additions in the same order. On a unified
- * backend (the CPU) nothing is read back: the forward reads backend memory in place. */
+ * the KV cache in the order the layers ran: the same additions in the same order. Where the KV
+ * cache updates its scores on the backend (kv_scores_on_device: the ranked policies, off the CPU)
+ * the weights stay there: a decode step then waits once, for the logits. On a unified backend (the
+ * CPU) nothing is read back: the forward reads backend memory in place. */
 #include "model/forward.h"
 
 #include <math.h>
@@ -134,11 +136,13 @@ static int alloc_buffers(fwd *f, char *err, size_t errlen) {
     size_t as = f->op->attention_scratch(f->be, ATT_SUB, o->n_ctx, c->n_head, c->head_dim);
     uint64_t need = (uint64_t)B * (4 * E + 2 * Q + 2 * KV + 2 * F) * 4 + (uint64_t)A * 4 + s + as, host_need = 0;
     if (X) need += (uint64_t)B * (X + E + K * E) * 4;
-    if (!f->op->unified) {
-        host_need = (uint64_t)A * 4 + (uint64_t)B * c->n_vocab * 4 + (uint64_t)B * X * 4;
+    /* weights come back (not unified) unless the KV cache takes them where they lie */
+    int weights_back = !f->op->unified && !kv_scores_on_device(f->kv);
+    if (!f->op->unified) host_need = (uint64_t)B * c->n_vocab * 4 + (uint64_t)B * X * 4;
+    if (weights_back) {
         size_t all = (size_t)c->n_layer * A * 4;
         f->att_all_floats = (all < DEFER_MAX_BYTES ? all : DEFER_MAX_BYTES) / 4;
-        need += (uint64_t)f->att_all_floats * 4, host_need += (uint64_t)f->att_all_floats * 4;
+        need += (uint64_t)f->att_all_floats * 4, host_need += (uint64_t)A * 4 + (uint64_t)f->att_all_floats * 4;
     }
     if (o->split) host_need += be_split_host_bytes(f->be, f->host, ATT_SUB, c->n_head, c->head_dim, o->n_ctx);
     uint64_t avail = tkv_mem_available(), host_total = host_need + (f->op->unified ? need : 0);
@@ -155,9 +159,8 @@ static int alloc_buffers(fwd *f, char *err, size_t errlen) {
              (f->att = balloc(f, A * 4, err, errlen)) && (f->mm_scratch = balloc(f, s, err, errlen)) &&
              (f->att_scratch = balloc(f, as, err, errlen)) &&
              (f->op->unified || (f->logits = balloc(f, B * (size_t)c->n_vocab * 4, err, errlen)));
-    if (ok && !f->op->unified)
-        ok = (f->att_host = palloc(f, A * 4, err, errlen)) &&
-             (f->logits_host = palloc(f, B * (size_t)c->n_vocab * 4, err, errlen));
+    if (ok && !f->op->unified) ok = (f->logits_host = palloc(f, B * (size_t)c->n_vocab * 4, err, errlen)) != NULL;
+    if (ok && weights_back) ok = (f->att_host = palloc(f, A * 4, err, errlen)) != NULL;
     if (ok && f->att_all_floats) {
         ok = (f->att_all = balloc(f, f->att_all_floats * 4, err, errlen)) &&
              (f->att_all_host = palloc(f, f->att_all_floats * 4, err, errlen));
@@ -277,7 +280,8 @@ static void attention(fwd *f, int layer, const int *seq, const int *pos, int n, 
         kv_attn_table(f->kv, layer, seq + t0, pos + t0, nt, split ? KV_T1_IN_PLACE : KV_T1_AS_OPENED, &a);
         a.mass_stride = mass_stride(a.n_pos, nt, f->opt.n_ctx);
         size_t floats = (size_t)nt * c->n_head * a.mass_stride;
-        int defer = f->deferring && a.mass_mode;
+        int on_device = a.mass_mode && kv_scores_on_device(f->kv); /* the scores updated where the weights lie */
+        int defer = f->deferring && a.mass_mode && !on_device;
         if (defer) { /* into this call's buffer of every layer's weights, handed over at its end */
             TKV_ASSERT(f->pend_used + floats <= f->att_all_floats && f->n_pend < f->cap_pend);
             f->pend[f->n_pend++] = (struct pend){layer, t0, nt, a.mass_stride, f->pend_used};
@@ -286,7 +290,8 @@ static void attention(fwd *f, int layer, const int *seq, const int *pos, int n, 
         }
         if (split) be_split_attention(f->split, &a, f->att_scratch);
         else f->op->attention(f->be, &a, f->att_scratch);
-        if (a.mass_mode && !defer)
+        if (on_device) kv_attn_mass_device(f->kv, layer, seq + t0, pos + t0, nt, a.mass, a.mass_stride);
+        else if (a.mass_mode && !defer)
             kv_attn_mass(f->kv, layer, seq + t0, pos + t0, nt, read_back(f, f->att, floats * 4, f->att_host), a.mass_stride);
     }
     f->att_seconds += tkv_now_s() - t_start;
