@@ -60,8 +60,9 @@
 # bench-ops or skipped), gpu.log (everything printed), summary.txt (the table printed last) and
 # gpu-logs.tar.gz (build log, tests log, each job's stderr, bench output and stats JSON; repacked
 # after every job and on exit). Decode rows carry tok/s, the share of the HBM bound, peak device
-# memory, bytes moved per step, bytes read back to the host per step ("MB back/step": attention
-# weights, split queries, logits; the bench's read_back rows), bytes split sends up per step ("MB
+# memory, bytes moved per step, bytes read back to the host per step ("MB back/step": the logits,
+# split's queries, the hierarchy's scores when the host ranks them (its attention weights stay on
+# the GPU unless --host-scores); the bench's read_back rows), bytes split sends up per step ("MB
 # up/step": the host's partial results) and the copy wait: copy_stall_seconds
 # from --stats-json when the engine reports it (device time the compute stream waited for the copy
 # stream), else fence_wait_seconds, named in "wait_from", as a share of the job's time after loading.
