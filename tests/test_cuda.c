@@ -878,6 +878,37 @@ TEST(cuda_dense_ops) {
 #endif
 }
 
+/* expand_cols (split's compacted host weights spread out on the device) against the CPU's op: rows
+ * of a 7B's 28 heads at 8192 positions, two tokens with different column counts. */
+TEST(cuda_expand_cols) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    enum { T = 2, R = 28, DS = 8192, SS = 4100 };
+    be_backend *cpu;
+    char e[256];
+    REQUIRE(be_open(&(be_params){.name = "cpu", .n_threads = 1}, &cpu, e, sizeof e) == 0);
+    size_t nsrc = (size_t)T * R * SS + (size_t)T * SS, ndst = (size_t)T * R * DS;
+    float *src = malloc(nsrc * 4), *want = malloc(ndst * 4), *got = malloc(ndst * 4);
+    rand_vec(src, (size_t)T * R * SS, 1.0f);
+    int32_t *cols = (int32_t *)(void *)(src + (size_t)T * R * SS);
+    int n_cols[T] = {SS, 1500};
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < SS; k++) cols[t * SS + k] = k >= n_cols[t] ? 0 : k < 2000 ? 2 * k : k + 4000; /* distinct, < DS */
+    float *ds = dalloc(B, nsrc * 4, BE_MEM_DEVICE), *dd = dalloc(B, ndst * 4, BE_MEM_DEVICE);
+    O->upload(B, ds, src, nsrc * 4), poison(B, dd, ndst * 4);
+    cpu->ops->expand_cols(cpu, want, DS, src, cols, SS, n_cols, T, R);
+    O->expand_cols(B, dd, DS, ds, (const int32_t *)(const void *)(ds + (size_t)T * R * SS), SS, n_cols, T, R);
+    fetch(B, got, dd, ndst * 4);
+    size_t bad = 0;
+    for (size_t i = 0; i < ndst; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
+    printf("    expand_cols: %zu of %zu values differ from the CPU's\n", bad, ndst);
+    CHECK(bad == 0);
+    O->free(B, ds, BE_MEM_DEVICE), O->free(B, dd, BE_MEM_DEVICE);
+    free(src), free(want), free(got);
+    be_close(cpu);
+#endif
+}
+
 /* The KV policy's score update (score_add) against the CPU backend's op, bit for bit: 28 heads (a
  * weight 1 / (layers x heads) that is not a power of two, so the order of the additions shows), four
  * tokens: two share one array (their additions in token order), one has its own, one is skipped;

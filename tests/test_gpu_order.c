@@ -222,7 +222,9 @@ TEST(gpu_order_pools_reserved_before_steps) {
  * logits' (2 a step); split adds one read of the queries a layer (its merge runs on the device).
  * With the scores updated on the device (the default): no weights; the scores come back when the
  * host ranks them, one read of the sequence's length: a re-tiering at the end of a step, and a
- * demotion for the step's new token unless the re-tiering before it left both copies the same. */
+ * demotion for the step's new token unless the re-tiering before it left both copies the same.
+ * Split sends its host part up: o, m and l, and its weights compacted to the T1 positions it read
+ * (with their indices; the rest of a row is 0 and is spread out again on the device). */
 static void read_back_case(int split, int staged, int host_scores) {
     te_options o;
     base_options(&o, "cpu-async");
@@ -236,7 +238,7 @@ static void read_back_case(int split, int staged, int host_scores) {
     const model_config *c = &te_model(e)->cfg;
     kv_cache *kv = te_kv(e);
     CHECK(kv_scores_on_device(kv) == !host_scores);
-    int V = te_n_vocab(e), np = 40, seq = 0, bad = 0, bad_reads = 0, bad_sent = 0, score_reads = 0;
+    int V = te_n_vocab(e), np = 40, seq = 0, bad = 0, bad_reads = 0, bad_sent = 0, score_reads = 0, t1_steps = 0;
     int32_t prompt[40], tok = 17;
     for (int i = 0; i < np; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
     float *logits = malloc((size_t)V * 4);
@@ -260,11 +262,15 @@ static void read_back_case(int split, int staged, int host_scores) {
     kv_get_stats(kv, -1, &st0);
     int retiered_before = 0;
     for (int pos = np; pos < np + 40; pos++) {
+        uint64_t t1 = 0; /* T1 positions the step's split reads: these now, and a demotion's for the new token */
+        for (int p = 0; p < pos; p++) t1 += kv_token_tier(kv, seq, p) == BE_T1;
         uint64_t r0, r1, b0 = tkv_read_back_bytes(te_session(e), &r0), s0 = tkv_split_sent_bytes(te_session(e));
         REQUIRE(te_decode(e, &seq, &tok, 1, logits, err, sizeof err) == 0);
         uint64_t got = tkv_read_back_bytes(te_session(e), &r1) - b0, sent = tkv_split_sent_bytes(te_session(e)) - s0;
         kv_get_stats(kv, -1, &st1);
         int retier = st1.retiers > st0.retiers, demoted = st1.sync_demotions > st0.sync_demotions;
+        t1 += (uint64_t)(st1.sync_demotions - st0.sync_demotions);
+        t1_steps += t1 > 0;
         st0 = st1;
         /* the device's scores, read by the host: a demotion for the new token (length pos), a
          * re-tiering at the step's end (length pos + 1) */
@@ -282,8 +288,9 @@ static void read_back_case(int split, int staged, int host_scores) {
         if (got != want && !bad++)
             printf("    split %d host scores %d, position %d: %llu bytes read back, %llu expected\n", split, host_scores,
                    pos, (unsigned long long)got, (unsigned long long)want);
-        /* split sends the host's part up: o, m, l and its weights, a layer at a time */
-        uint64_t want_sent = split ? (uint64_t)c->n_layer * (nq + 2 * nh + nh * stride) * 4 : 0;
+        /* split sends the host's part up: o, m, l and its weights, a layer at a time, the weights
+         * compacted to its T1 positions' columns and their indices */
+        uint64_t want_sent = split ? (uint64_t)c->n_layer * (nq + 2 * nh + (nh + 1) * t1) * 4 : 0;
         if (sent != want_sent && !bad_sent++)
             printf("    split %d, position %d: %llu bytes sent up, %llu expected\n", split, pos, (unsigned long long)sent,
                    (unsigned long long)want_sent);
@@ -293,6 +300,7 @@ static void read_back_case(int split, int staged, int host_scores) {
     CHECKF(bad_reads == 0, "split %d host scores %d: %d of 40 steps waited for the device another number of times", split,
            host_scores, bad_reads);
     CHECKF(bad_sent == 0, "split %d: %d of 40 steps sent another number of bytes up", split, bad_sent);
+    CHECKF(t1_steps >= 20, "only %d of 40 steps had T1 positions: the weights' compaction is not seen", t1_steps);
     uint64_t reads, ups;
     kv_scores_read_back(kv, &reads, &ups);
     CHECKF(reads == (uint64_t)score_reads && ups == (uint64_t)!host_scores && (host_scores || score_reads >= 5),

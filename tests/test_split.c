@@ -381,3 +381,33 @@ TEST(attention_chunks_same_bits) {
     free(q); free(ob); free(o1); free(wb); free(w1); free(o0); free(w0);
     for (int i = 0; i < 3; i++) be_close(bs[i]);
 }
+
+/* expand_cols, the CPU's op (split's compacted host weights spread out; the GPU's is checked against
+ * it by cuda_expand_cols): each row zeroed, then its token's columns written; tokens with fewer
+ * columns than the stride read only theirs. */
+TEST(split_expand_cols_reference) {
+    be_backend *b;
+    char err[256];
+    REQUIRE(be_open(&(be_params){.name = "cpu", .n_threads = 1}, &b, err, sizeof err) == 0);
+    REQUIRE(b->ops->expand_cols != NULL);
+    enum { T = 2, R = 3, SS = 4, DS = 9 };
+    float src[T * R * SS + T * SS], dst[T * R * DS];
+    for (int i = 0; i < T * R * SS; i++) src[i] = (float)(i + 1);
+    int32_t *cols = (int32_t *)(void *)(src + T * R * SS);
+    const int32_t c[T * SS] = {1, 4, 8, 0, 0, 7, 0, 0}; /* token 0: 3 columns, token 1: 2 */
+    memcpy(cols, c, sizeof c);
+    int n_cols[T] = {3, 2};
+    for (int i = 0; i < T * R * DS; i++) dst[i] = -1.0f;
+    b->ops->expand_cols(b, dst, DS, src, cols, SS, n_cols, T, R);
+    int bad = 0;
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < DS; j++) {
+                float want = 0.0f;
+                for (int k = 0; k < n_cols[t]; k++)
+                    if (c[t * SS + k] == j) want = src[(t * R + r) * SS + k];
+                bad += dst[(t * R + r) * DS + j] != want;
+            }
+    CHECKF(bad == 0, "%d of %d values other than the spread-out columns and zeros", bad, T * R * DS);
+    be_close(b);
+}

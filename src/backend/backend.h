@@ -246,6 +246,13 @@ typedef struct {
     void (*swiglu)(be_backend *b, float *gate, const float *up, int64_t n); /* gate = silu(gate) * up */
     /* dst[i] = src[rows[i]] for i < n, rows of `width` floats (rows is host) */
     void (*gather_rows)(be_backend *b, float *dst, const float *src, const int *rows, int n, int width);
+    /* Optional (NULL: split attention sends its host part's weights up whole, zeros included). Rows
+     * spread out by column: for t < n_tok and r < rows, row t * rows + r of dst (dst_stride floats) is
+     * zeroed, then dst[(t * rows + r) * dst_stride + cols[t * src_stride + k]] =
+     * src[(t * rows + r) * src_stride + k] for k < n_cols[t]. src and cols (int32, distinct, each <
+     * dst_stride) in backend memory, n_cols a host array. */
+    void (*expand_cols)(be_backend *b, float *dst, int dst_stride, const float *src, const int32_t *cols, int src_stride,
+                        const int *n_cols, int n_tok, int rows);
     /* Optional (NULL: the backend runs no expert FFN). The weighted sums of an expert FFN's outputs:
      * y[t] = w[t*k] src[rows[t*k]] + ... + w[t*k+k-1] src[rows[t*k+k-1]] for t < n, left to right in
      * f32 (each product rounded, then added), rows of `width` floats (rows and w are host arrays) */

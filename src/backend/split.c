@@ -8,8 +8,11 @@
  * for the device), then the backend's part is queued and the host computes T1's while it runs (a
  * GPU's attention returns at once); the host's o, m, l and weights go up in one upload, and the
  * backend merges the two parts and sums their weights into a->mass, where the caller reads them
- * like the backend's own attention's (the forward: once at the end of its call). On a unified
- * backend (the CPU) both parts are host memory, run one after the other, and nothing is copied. */
+ * like the backend's own attention's (the forward: once at the end of its call). Where the backend
+ * has expand_cols, the host's weights go up compacted: only its T1 positions' columns (the rest are
+ * exactly 0) and their indices, spread out again on the backend into the full rows the merge takes,
+ * so the bits are those of the whole upload. On a unified backend (the CPU) both parts are host
+ * memory, run one after the other, and nothing is copied. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,17 +31,26 @@ struct be_split {
     /* not unified only: */
     float *q_host;  /* pinned: the queries read back */
     float *dpack1;  /* the host's part uploaded, packed as hpack, in the backend's memory */
+    /* compacted weights (be has expand_cols): hpack's weights become [n_tok][n_head][n_cols max]
+     * followed by the columns [n_tok][n_cols max] (int32), spread out into dmass1 on the backend */
+    float *dmass1;  /* [max_tok][n_head][max_pos] backend memory */
+    int32_t *cols;  /* [max_tok][max_pos] host: each token's T1 positions */
+    int *n_cols;    /* [max_tok] */
     uint64_t read_bytes, reads; /* read back since be_split_new */
     uint64_t sent_bytes;        /* uploaded since be_split_new */
 };
 
 static size_t mass_elems(int max_tok, int n_head, int max_pos) { return (size_t)max_tok * n_head * (size_t)max_pos; }
 
+/* 1: the host's weights go up compacted (a backend that is not host memory and spreads them out) */
+static int compacts(const be_backend *be) { return !be->ops->unified && be->ops->expand_cols; }
+
 uint64_t be_split_host_bytes(const be_backend *be, const be_backend *host, int max_tok, int n_head, int head_dim,
                              int max_pos) {
     size_t nq = (size_t)max_tok * n_head * head_dim, nh = (size_t)max_tok * n_head, A = mass_elems(max_tok, n_head, max_pos);
     uint64_t b = (uint64_t)(nq + 2 * nh + A) * 4 + host->ops->attention_scratch(host, max_tok, max_pos, n_head, head_dim);
     b += be->ops->unified ? (uint64_t)(nq + 2 * nh) * 4 : (uint64_t)nq * 4;
+    if (compacts(be)) b += (uint64_t)max_tok * (size_t)max_pos * 8 + (uint64_t)max_tok * sizeof(int);
     return b;
 }
 
@@ -49,7 +61,8 @@ void be_split_free(be_split *sp) {
     if (sp->q_host) op->free(sp->be, sp->q_host, BE_MEM_PINNED);
     if (sp->dpack0) op->free(sp->be, sp->dpack0, BE_MEM_DEVICE);
     if (sp->dpack1) op->free(sp->be, sp->dpack1, BE_MEM_DEVICE);
-    free(sp->host_scratch);
+    if (sp->dmass1) op->free(sp->be, sp->dmass1, BE_MEM_DEVICE);
+    free(sp->host_scratch), free(sp->cols), free(sp->n_cols);
     free(sp);
 }
 
@@ -65,11 +78,17 @@ be_split *be_split_new(be_backend *be, be_backend *host, int max_tok, int n_head
     const be_ops *op = be->ops;
     size_t nq = (size_t)max_tok * n_head * head_dim, nh = (size_t)max_tok * n_head, A = mass_elems(max_tok, n_head, max_pos);
     sp->host_scratch = tkv_xmalloc(host->ops->attention_scratch(host, max_tok, max_pos, n_head, head_dim));
+    size_t C = compacts(be) ? (size_t)max_tok * max_pos : 0; /* the compacted columns' indices */
     int ok = (sp->dpack0 = op->alloc(be, (nq + 2 * nh) * 4, BE_MEM_DEVICE, err, errlen)) &&
-             (sp->hpack = op->alloc(be, (nq + 2 * nh + A) * 4, BE_MEM_PINNED, err, errlen));
+             (sp->hpack = op->alloc(be, (nq + 2 * nh + A + C) * 4, BE_MEM_PINNED, err, errlen));
     if (ok && !op->unified)
         ok = (sp->q_host = op->alloc(be, nq * 4, BE_MEM_PINNED, err, errlen)) &&
-             (sp->dpack1 = op->alloc(be, (nq + 2 * nh + A) * 4, BE_MEM_DEVICE, err, errlen));
+             (sp->dpack1 = op->alloc(be, (nq + 2 * nh + A + C) * 4, BE_MEM_DEVICE, err, errlen));
+    if (ok && C) {
+        ok = (sp->dmass1 = op->alloc(be, A * 4, BE_MEM_DEVICE, err, errlen)) != NULL;
+        sp->cols = tkv_xmalloc(C * sizeof *sp->cols);
+        sp->n_cols = tkv_xmalloc((size_t)max_tok * sizeof *sp->n_cols);
+    }
     if (!ok) {
         be_split_free(sp);
         return NULL;
@@ -101,6 +120,40 @@ static void sum_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
     (void)tid;
     const sum_job *J = ctx;
     for (size_t i = (size_t)r0 * J->row, e = (size_t)r1 * J->row; i < e; i++) J->dst[i] += J->add[i];
+}
+
+/* The host's weights [nt][H][stride] in w compacted in place to [nt][H][nc] with nc the most T1
+ * positions of a token (the columns the host part read; every other one is exactly 0), each token's
+ * columns after them as int32 [nt][nc]; returns nc. In place is safe: row i's k-th value moves from
+ * i * stride + col (col >= k) to i * nc + k, never past a value still to be read. */
+static int compact_weights(be_split *sp, const be_attn *a, float *w) {
+    int nt = a->n_tok, H = a->n_head, nc = 0;
+    for (int t = 0; t < nt; t++) {
+        int32_t *c = sp->cols + (size_t)t * a->mass_stride;
+        int n = 0;
+        for (int j = 0; j < a->n_pos[t]; j++) {
+            int32_t r = a->slots[t][j];
+            if (r != BE_SLOT_NONE && BE_SLOT_TIER(r) == BE_T1) c[n++] = j;
+        }
+        sp->n_cols[t] = n;
+        nc = n > nc ? n : nc;
+    }
+    for (int t = 0; t < nt; t++) {
+        const int32_t *c = sp->cols + (size_t)t * a->mass_stride;
+        for (int h = 0; h < H; h++) {
+            size_t row = (size_t)t * H + h;
+            const float *src = w + row * a->mass_stride;
+            float *dst = w + row * nc;
+            for (int k = 0; k < sp->n_cols[t]; k++) dst[k] = src[c[k]];
+            for (int k = sp->n_cols[t]; k < nc; k++) dst[k] = 0.0f;
+        }
+    }
+    int32_t *cw = (int32_t *)(void *)(w + (size_t)nt * H * nc);
+    for (int t = 0; t < nt; t++) {
+        memcpy(cw + (size_t)t * nc, sp->cols + (size_t)t * a->mass_stride, (size_t)sp->n_cols[t] * sizeof *cw);
+        for (int k = sp->n_cols[t]; k < nc; k++) cw[(size_t)t * nc + k] = 0;
+    }
+    return nc;
 }
 
 uint64_t be_split_read_bytes(const be_split *sp) { return sp->read_bytes; }
@@ -136,11 +189,19 @@ void be_split_attention(be_split *sp, const be_attn *a, void *scratch) {
     a0.part = &d0;
     be->ops->attention(be, &a0, scratch);
     host->ops->attention(host, &a1, sp->host_scratch);
+    int nc = -1; /* the compacted weights' columns, -1: sent whole */
     if (!uni) { /* queued behind the backend's part; hpack is next written after the next call's read of q */
-        size_t up = (nq + 2 * nh + (heads ? nw : 0)) * 4;
+        if (heads && sp->dmass1) nc = compact_weights(sp, a, h1.mass);
+        size_t up = (nq + 2 * nh + (!heads ? 0 : nc >= 0 ? (nh + (size_t)nt) * nc : nw)) * 4;
         sp->sent_bytes += up;
         if (be->ops->upload_pinned) be->ops->upload_pinned(be, sp->dpack1, sp->hpack, up);
         else be->ops->upload(be, sp->dpack1, sp->hpack, up);
+    }
+    if (nc >= 0) { /* the weights spread out again into full rows: the whole upload's bits */
+        const float *w = sp->dpack1 + nq + 2 * nh;
+        be->ops->expand_cols(be, sp->dmass1, a->mass_stride, w, (const int32_t *)(const void *)(w + nh * nc), nc, sp->n_cols,
+                             nt, H);
+        d1.mass = sp->dmass1;
     }
     be_attn_part parts[2] = {d0, d1};
     be->ops->attention_merge(be, a->o, parts, 2, nt, H, a->head_dim, heads, a->mass_stride, a->n_pos);

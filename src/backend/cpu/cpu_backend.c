@@ -209,6 +209,20 @@ static void cpu_swiglu(be_backend *b, float *gate, const float *up, int64_t n) {
     workers_for_grain(c->workers, n, 1024, swiglu_task, &J);
 }
 
+static void cpu_expand_cols(be_backend *b, float *dst, int dst_stride, const float *src, const int32_t *cols, int src_stride,
+                            const int *n_cols, int n_tok, int rows) {
+    (void)b;
+    for (int t = 0; t < n_tok; t++)
+        for (int r = 0; r < rows; r++) {
+            size_t row = (size_t)t * rows + r;
+            float *d = dst + row * dst_stride;
+            const float *s = src + row * src_stride;
+            const int32_t *c = cols + (size_t)t * src_stride;
+            memset(d, 0, (size_t)dst_stride * sizeof *d);
+            for (int k = 0; k < n_cols[t]; k++) d[c[k]] = s[k];
+        }
+}
+
 static void cpu_gather_rows(be_backend *b, float *dst, const float *src, const int *rows, int n, int width) {
     (void)b;
     for (int i = 0; i < n; i++)
@@ -242,6 +256,7 @@ static const be_ops cpu_ops = {
     .rope = cpu_rope,
     .swiglu = cpu_swiglu,
     .gather_rows = cpu_gather_rows,
+    .expand_cols = cpu_expand_cols,
     .kv_write = cpu_be_kv_write,
     .kv_read = cpu_be_kv_read,
     .copy_moves = cpu_be_copy_moves,

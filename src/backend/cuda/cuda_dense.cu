@@ -1,7 +1,8 @@
 /* cuda_dense.cu — the element-wise and row-wise ops over activations in device memory: rmsnorm,
- * add_bias, add, rope, swiglu, gather_rows, and the KV policy's score update (score_add). Each is one
- * small kernel on the compute stream, bound by launch latency at decode sizes (a few KB per row);
- * host arrays (positions, row indices, score pointers) reach the device through the argument ring.
+ * add_bias, add, rope, swiglu, gather_rows, expand_cols (split's host weights spread out), and the
+ * KV policy's score update (score_add). Each is one small kernel on the compute stream, bound by
+ * launch latency at decode sizes (a few KB per row); host arrays (positions, row indices, column
+ * counts, score pointers) reach the device through the argument ring.
  * Numerics, against the CPU forward: rmsnorm sums squares in double (in a fixed tree order instead
  * of left to right), then mean in f32 and 1.0f / sqrtf(mean + eps), both correctly rounded here as
  * on the CPU; rope takes theta_0 = pos, theta_{i+1} = theta_i * s (s = powf(base, -2/hd) computed
@@ -163,5 +164,30 @@ void cu_score_add(be_backend *b, double *const *score, const int *n_pos, int n_t
     const int *nd = (const int *)cu_ring_put(&B->arg, n_pos, (size_t)n_tok * sizeof *n_pos);
     score_add_kernel<<<(unsigned)((top + DN_THREADS - 1) / DN_THREADS), DN_THREADS, 0, B->compute>>>(sd, nd, n_tok, mass,
                                                                                                    n_head, stride, w);
+    CU_LAUNCHED();
+}
+
+/* One block per row: the row zeroed, then its columns written (the block's threads see the zeros
+ * first: a barrier between). */
+__global__ void expand_cols_kernel(float *dst, int dst_stride, const float *src, const int32_t *cols, int src_stride,
+                                   const int *n_cols, int rows) {
+    const int64_t row = blockIdx.x;
+    const int t = (int)(row / rows);
+    float *d = dst + row * dst_stride;
+    for (int j = threadIdx.x; j < dst_stride; j += DN_THREADS) d[j] = 0.0f;
+    __syncthreads();
+    const float *s = src + row * src_stride;
+    const int32_t *c = cols + (int64_t)t * src_stride;
+    for (int k = threadIdx.x; k < n_cols[t]; k += DN_THREADS) d[c[k]] = s[k];
+}
+
+void cu_expand_cols(be_backend *b, float *dst, int dst_stride, const float *src, const int32_t *cols, int src_stride,
+                    const int *n_cols, int n_tok, int rows) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    if (n_tok <= 0 || rows <= 0) return;
+    const int *nd = (const int *)cu_ring_put(&B->arg, n_cols, (size_t)n_tok * sizeof *n_cols);
+    expand_cols_kernel<<<(unsigned)(n_tok * rows), DN_THREADS, 0, B->compute>>>(dst, dst_stride, src, cols, src_stride, nd,
+                                                                                 rows);
     CU_LAUNCHED();
 }
