@@ -4,11 +4,11 @@
  * by position ranges; off the CPU the backend adds them (be_ops.score_add) into a copy of the
  * scores in its memory, which comes back when the host reads the scores (kv_scores_host). Either
  * way every score gets the same additions in the same order, so the two give the same bits and the
- * re-tierings the same tiers (tests/test_gpu_order.c).
+ * re-tierings the same tiers (tests/test_scores_device.c).
  *
- * The backend's copy: allocated with the sequence, sent up whole before its first update there (positions
- * beyond the length are 0 on both sides, and stay 0 until appended: a new position's score is 0
- * wherever it is current). It then holds the current scores (KV_SCORES_DEVICE) until the host
+ * The backend's copy: allocated with the sequence, sent up whole before its first update there
+ * (positions beyond the length are 0 on both sides, and stay 0 until appended: a new position's
+ * score is 0 wherever it is current). It then holds the current scores (KV_SCORES_DEVICE) until the host
  * reads them: a re-tiering (once per delta steps), a demotion that makes room in T0, a record
  * written out, a take-over; after the read both hold the same bits (KV_SCORES_BOTH) and the next
  * update goes on there without sending anything up. The host writes scores only when it fills a
