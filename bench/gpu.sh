@@ -26,7 +26,9 @@
 #   7. per model of MODELS (random weights from gen-random; ONE file on disk at a time): decode
 #      tok/s of `full`, then `hierarchy` at T0 HBM_RATIO (0% eviction, no T2) staged and split at
 #      DEPTHS (the hierarchy with DEPTH_FLAG, so it has generated tokens to tier), one PREFILL-token
-#      prefill measurement, on the last model staged and split at LONG_DEPTH, then direct at DEPTHS.
+#      prefill measurement, on the last model staged and split at LONG_DEPTH, then direct at DEPTHS,
+#      and on the last model, where time is left, staged with --host-scores at the deepest of DEPTHS
+#      (the attention weights read back every step: the before of the score update on the GPU).
 #   The 32K pair does not fit the default plan; a run for it alone (Q8_0: half BF16's file):
 #   MODELS=r1-distill-qwen-7b:Q8_0 DEPTHS=8192 BUDGET=360 bench/gpu.sh (no time left for a rerun)
 #   --quick: 1, 2, 3, 5 and one `full` decode job at the first depth on the token check's file.
@@ -375,13 +377,15 @@ PY
 
 # ---- 7. engine jobs ---------------------------------------------------------------------------
 # bench_job LABEL MODE DEPTHS PROMPT NGEN -- engine flags: one `tierkv bench` on $MODEL, one result
-# line per row it prints; degrades to the first depth when all of DEPTHS do not fit
+# line per row it prints; degrades to the first depth when all of DEPTHS do not fit. MODE may name
+# a variant after a slash (staged/host-scores): estimated as the mode, shown as given
 bench_job() {
     local label=$1 mode=$2 depths=$3 pp=$4 ng=$5; shift 6
-    local est; est=$(bench_est "$MGB" "$KVTOK" "$mode" "$depths" "$pp" "$ng")
+    local emode=${mode%%/*} # a variant (staged/host-scores) is estimated as its mode
+    local est; est=$(bench_est "$MGB" "$KVTOK" "$emode" "$depths" "$pp" "$ng")
     if ! fits "$est" && [ "${depths% *}" != "$depths" ]; then
         local first=${depths%% *} e1
-        e1=$(bench_est "$MGB" "$KVTOK" "$mode" "$first" "$pp" "$ng")
+        e1=$(bench_est "$MGB" "$KVTOK" "$emode" "$first" "$pp" "$ng")
         if fits "$e1"; then
             skip "$label d=${depths// /,}" "$est" "over budget: runs at d=$first alone"
             depths=$first est=$e1
@@ -487,6 +491,10 @@ model_jobs() { # SHAPE TYPE LAST(0|1)
         bench_job "$MNAME split T0 $HBM_RATIO" split "$LONG_DEPTH" 0 "$NGEN" -- $HIER $SPLIT_FLAG
     fi
     bench_job "$MNAME direct T0 $HBM_RATIO" direct "$DEPTHS" 0 "$NGEN" -- $HIER
+    # last of all, where time is left: staged with the scores updated on the host (every layer's
+    # weights read back a step), the before of the score update on the GPU, at the deepest depth
+    [ "$last" = 1 ] && bench_job "$MNAME staged host-scores T0 $HBM_RATIO" staged/host-scores "${DEPTHS##* }" 0 "$NGEN" -- \
+        $HIER $STAGED_FLAG --host-scores
     [ "$DRY" = 0 ] && rm -f "$MODEL"
 }
 gen_model() {
