@@ -35,6 +35,8 @@ TEST(kv_flags_parse_values) {
     CHECK(parse1(&o, "--sync-transfers", NULL, &to) == 1 && o.sync_transfers == 1);
     CHECK(parse1(&o, "--unpin-prompt", NULL, &to) == 1 && o.unpin_prompt == 1);
     CHECK(parse1(&o, "--unpin-prompt=1", NULL, &to) == -1);
+    CHECK(o.host_scores == 0 && parse1(&o, "--host-scores", NULL, &to) == 1 && o.host_scores == 1);
+    CHECK(parse1(&o, "--host-scores=0", NULL, &to) == -1);
     /* sessions share prompt prefixes only with the prompt pinned (eval and serve ask this) */
     o.policy = TKV_POLICY_HIERARCHY;
     CHECK(!tkv_kv_shares_prefix(&o));
