@@ -36,6 +36,7 @@ struct be_split {
     float *dmass1;  /* [max_tok][n_head][max_pos] backend memory */
     int32_t *cols;  /* [max_tok][max_pos] host: each token's T1 positions */
     int *n_cols;    /* [max_tok] */
+    uint64_t cols_gen; /* the tables_gen cols were found for (every layer of a step has the same), 0: none */
     uint64_t read_bytes, reads; /* read back since be_split_new */
     uint64_t sent_bytes;        /* uploaded since be_split_new */
 };
@@ -124,20 +125,24 @@ static void sum_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
 
 /* The host's weights [nt][H][stride] in w compacted in place to [nt][H][nc] with nc the most T1
  * positions of a token (the columns the host part read; every other one is exactly 0), each token's
- * columns after them as int32 [nt][nc]; returns nc. In place is safe: row i's k-th value moves from
+ * columns after them as int32 [nt][nc]; returns nc. The columns are found once per tables_gen. In place is safe: row i's k-th value moves from
  * i * stride + col (col >= k) to i * nc + k, never past a value still to be read. */
 static int compact_weights(be_split *sp, const be_attn *a, float *w) {
     int nt = a->n_tok, H = a->n_head, nc = 0;
+    int found = a->tables_gen && a->tables_gen == sp->cols_gen; /* the same tables: the same columns */
     for (int t = 0; t < nt; t++) {
         int32_t *c = sp->cols + (size_t)t * a->mass_stride;
         int n = 0;
-        for (int j = 0; j < a->n_pos[t]; j++) {
-            int32_t r = a->slots[t][j];
-            if (r != BE_SLOT_NONE && BE_SLOT_TIER(r) == BE_T1) c[n++] = j;
-        }
+        if (found) n = sp->n_cols[t];
+        else
+            for (int j = 0; j < a->n_pos[t]; j++) {
+                int32_t r = a->slots[t][j];
+                if (r != BE_SLOT_NONE && BE_SLOT_TIER(r) == BE_T1) c[n++] = j;
+            }
         sp->n_cols[t] = n;
         nc = n > nc ? n : nc;
     }
+    sp->cols_gen = a->tables_gen;
     for (int t = 0; t < nt; t++) {
         const int32_t *c = sp->cols + (size_t)t * a->mass_stride;
         for (int h = 0; h < H; h++) {
