@@ -21,7 +21,9 @@
 #   3. CUDA op checks: BIN_DIR/tierkv-tests cuda (every op against the CPU reference);
 #   4. HBM bandwidth: a torch device-to-device copy (bytes read + written; datasheet 4.8e12 if no torch);
 #   5. token check: greedy tokens of `hierarchy` at 0% eviction (direct, staged: must be identical;
-#      split: rounding-level differences allowed) against `full`, on a TOKLAYERS-layer TOKTYPE file of TOKSHAPE;
+#      split: rounding-level differences allowed) against `full`, on a TOKLAYERS-layer TOKTYPE file of
+#      TOKSHAPE; and the logits of a lossy hierarchy (T2, 10% evicted) with the scores added up on the
+#      GPU against --host-scores: identical bits;
 #   6. kernel microbenchmark: `tierkv bench-ops` when the binary has it (else recorded as skipped);
 #   7. per model of MODELS (random weights from gen-random; ONE file on disk at a time): decode
 #      tok/s of `full`, then `hierarchy` at T0 HBM_RATIO (0% eviction, no T2) staged and split at
@@ -337,7 +339,20 @@ tok_check() {
     greedy direct $HIER
     greedy staged $HIER $STAGED_FLAG
     greedy split $HIER $SPLIT_FLAG
-    rm -f "$WORK/l.f32"
+    # lossy tiers (T2, an evicted tail: the scores decide what is lost), the scores added up on the
+    # GPU and on the host: the same logits, bit for bit
+    local lossy=(--t2-ratio 0.25 --evict-ratio 0.1 $STAGED_FLAG)
+    greedy lossy $HIER "${lossy[@]}" && cp "$WORK/l.f32" "$WORK/lossy.f32"
+    greedy lossy_host $HIER "${lossy[@]}" --host-scores && cp "$WORK/l.f32" "$WORK/lossy_host.f32"
+    local verdict="no result"
+    if [ -s "$WORK/lossy.f32" ] && [ -s "$WORK/lossy_host.f32" ]; then
+        verdict=DIFFER
+        cmp -s "$WORK/lossy.f32" "$WORK/lossy_host.f32" && verdict=IDENTICAL
+    fi
+    echo "logits of a lossy hierarchy, scores on the device against --host-scores: $verdict"
+    jl kind=result job=logits_scores_device_vs_host must_be_identical=True verdict="$verdict" \
+        bytes="$(stat -c %s "$WORK/lossy.f32" 2>/dev/null || echo 0)"
+    rm -f "$WORK/l.f32" "$WORK/lossy.f32" "$WORK/lossy_host.f32"
     python3 - "$L" <<'PY' | tee -a "$J"
 import json, os, sys
 w = sys.argv[1]
@@ -579,9 +594,9 @@ step "CUDA op checks (tierkv-tests cuda)" 20 op_checks
 model_gb "$TOKSHAPE" "$TOKTYPE" "$TOKLAYERS" || { echo "gpu.sh: unknown TOKSHAPE $TOKSHAPE" >&2; exit 2; }
 TOKGB=$GB
 # gen-random, then four `logits` runs: open and load, 32 prompt tokens, GREEDY steps (a weight pass each)
-TOK_EST=$(($(gen_est "$TOKGB") + $(int "$(calc "4 * $SAFETY * ($PROC_S + $TOKGB * $LOAD_S_PER_GB + ($GREEDY + 4) * $TOKGB * 1e9 / ($HBM_BPS * $MM_EFF)) + 3")")))
+TOK_EST=$(($(gen_est "$TOKGB") + $(int "$(calc "6 * $SAFETY * ($PROC_S + $TOKGB * $LOAD_S_PER_GB + ($GREEDY + 4) * $TOKGB * 1e9 / ($HBM_BPS * $MM_EFF)) + 3")")))
 TOKDONE=0
-step "token check ($TOKSHAPE ${TOKLAYERS} layers, $(printf '%.1f' "$TOKGB") GB; full/direct/staged/split)" "$TOK_EST" tok_check && TOKDONE=1
+step "token check ($TOKSHAPE ${TOKLAYERS} layers, $(printf '%.1f' "$TOKGB") GB; full/direct/staged/split/lossy)" "$TOK_EST" tok_check && TOKDONE=1
 if [ "$QUICK" = 1 ]; then
     MNAME="$TOKSHAPE/${TOKLAYERS}L $TOKTYPE" MGB=$TOKGB MODEL=$TOKMODEL MWBYTES=$(calc "$TOKGB * 1e9")
     MODEL_OK=$TOKDONE
