@@ -125,8 +125,9 @@ static void sum_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
 
 /* The host's weights [nt][H][stride] in w compacted in place to [nt][H][nc] with nc the most T1
  * positions of a token (the columns the host part read; every other one is exactly 0), each token's
- * columns after them as int32 [nt][nc]; returns nc. The columns are found once per tables_gen. In place is safe: row i's k-th value moves from
- * i * stride + col (col >= k) to i * nc + k, never past a value still to be read. */
+ * columns after them as int32 [nt][nc]; returns nc. The columns are found once per tables_gen. In
+ * place is safe: row i's k-th value moves from i * stride + col (col >= k) to i * nc + k, never
+ * past a value still to be read. */
 static int compact_weights(be_split *sp, const be_attn *a, float *w) {
     int nt = a->n_tok, H = a->n_head, nc = 0;
     int found = a->tables_gen && a->tables_gen == sp->cols_gen; /* the same tables: the same columns */
