@@ -20,13 +20,17 @@
 
 #include "base/err.h"
 
+/* The weight of one attention weight in a score, 1 / (layers x heads): the host's update and the
+ * backend's take it from here, so the two add the same products. */
+static double score_weight(const kv_cache *kv) { return 1.0 / ((double)kv->o.n_layer * kv->o.n_head); }
+
 /* The ranked score update of one generated token's weights over positions [i0, i1): position by
  * position, the heads in order, so each score gets the same additions in the same order as head by
  * head would give it (the same bits), with the scores read and written once instead of once per head. */
 static void score_range(const kv_cache *kv, kv_seq *s, const float *att, int att_stride, int i0, int i1) {
     int H = kv->o.n_head, group = kv->o.n_head / kv->o.n_head_kv;
     size_t nc = (size_t)s->n_ctx;
-    double w = 1.0 / ((double)kv->o.n_layer * H), *score = s->score;
+    double w = score_weight(kv), *score = s->score;
     int i = i0;
     for (; i + 4 <= i1; i += 4) { /* four positions side by side: the compiler pairs them in vectors */
         double s0 = score[i], s1 = score[i + 1], s2 = score[i + 2], s3 = score[i + 3];
@@ -231,6 +235,5 @@ void kv_attn_mass_device(kv_cache *kv, int layer, const int *seq, const int *pos
         any |= gen;
     }
     if (any)
-        kv->be->ops->score_add(kv->be, kv->score_ptr, kv->score_npos, n, w, kv->o.n_head, stride,
-                               1.0 / ((double)kv->o.n_layer * kv->o.n_head));
+        kv->be->ops->score_add(kv->be, kv->score_ptr, kv->score_npos, n, w, kv->o.n_head, stride, score_weight(kv));
 }
