@@ -130,20 +130,18 @@ static void sum_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
  * past a value still to be read. */
 static int compact_weights(be_split *sp, const be_attn *a, float *w) {
     int nt = a->n_tok, H = a->n_head, nc = 0;
-    int found = a->tables_gen && a->tables_gen == sp->cols_gen; /* the same tables: the same columns */
-    for (int t = 0; t < nt; t++) {
-        int32_t *c = sp->cols + (size_t)t * a->mass_stride;
-        int n = 0;
-        if (found) n = sp->n_cols[t];
-        else
+    if (!a->tables_gen || a->tables_gen != sp->cols_gen) /* other tables: find their columns */
+        for (int t = 0; t < nt; t++) {
+            int32_t *c = sp->cols + (size_t)t * a->mass_stride;
+            int n = 0;
             for (int j = 0; j < a->n_pos[t]; j++) {
                 int32_t r = a->slots[t][j];
                 if (r != BE_SLOT_NONE && BE_SLOT_TIER(r) == BE_T1) c[n++] = j;
             }
-        sp->n_cols[t] = n;
-        nc = n > nc ? n : nc;
-    }
+            sp->n_cols[t] = n;
+        }
     sp->cols_gen = a->tables_gen;
+    for (int t = 0; t < nt; t++) nc = sp->n_cols[t] > nc ? sp->n_cols[t] : nc;
     for (int t = 0; t < nt; t++) {
         const int32_t *c = sp->cols + (size_t)t * a->mass_stride;
         for (int h = 0; h < H; h++) {
