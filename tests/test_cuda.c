@@ -15,6 +15,8 @@
  *     what each row's own tables hold; its size stays under the scratch bound.
  *   cuda_host_ring: ring reservations are aligned, inside one segment, and a segment is entered only
  *     after it was left (its event recorded).
+ *   cuda_host_blas_probe: cuBLAS loads from the toolkit as the backend loads it (skips where the
+ *     toolkit has none), and a library named by TIERKV_CUBLAS that is not there fails naming it.
  * With a GPU (`make cuda`): every op against the CPU reference on fresh random data, outputs
  * poisoned (NaN) before each run, ||out - ref|| / ||ref|| printed per op and bounded. Without
  * TKV_CUDA these skip with "built without CUDA (make cuda)"; with it but no device, with the CUDA
@@ -621,6 +623,56 @@ TEST(cuda_gemv_env) {
 #endif
 }
 
+TEST(cuda_gemm_env) {
+#ifndef TKV_CUDA
+    SKIP("built without CUDA (make cuda)");
+#else
+    const char *old = getenv("TIERKV_CUDA_GEMM");
+    char *saved = old ? strdup(old) : NULL;
+    const char *bad[] = {"on", "1", "0", "4097", "16x", "-5", "cublas"};
+    const char *good[] = {"auto", "off", "2", "16", "4096", ""};
+    be_params p = {.name = "cuda", .device = 0};
+    char err[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("TIERKV_CUDA_GEMM", bad[i], 1);
+        be_backend *b = NULL;
+        err[0] = 0;
+        CHECKF(cuda_backend_open(&p, &b, err, sizeof err) != 0 && strstr(err, "expected auto, off"), "'%s': %s", bad[i], err);
+        if (b) be_close(b);
+    }
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        setenv("TIERKV_CUDA_GEMM", good[i], 1);
+        be_backend *b = NULL;
+        err[0] = 0;
+        int rc = cuda_backend_open(&p, &b, err, sizeof err);
+        CHECKF(rc == 0 || !strstr(err, "expected auto, off"), "'%s' refused: %s", good[i], err);
+        if (b) be_close(b);
+    }
+    if (saved) setenv("TIERKV_CUDA_GEMM", saved, 1), free(saved);
+    else unsetenv("TIERKV_CUDA_GEMM");
+#endif
+}
+
+TEST(cuda_host_blas_probe) {
+#ifndef TKV_CUDA
+    SKIP("built without CUDA (make cuda)");
+#else
+    const char *old = getenv("TIERKV_CUBLAS");
+    char *saved = old ? strdup(old) : NULL;
+    char msg[256];
+    unsetenv("TIERKV_CUBLAS");
+    int rc = cuda_blas_probe(msg, sizeof msg);
+    printf("    cuBLAS: %s\n", msg);
+    setenv("TIERKV_CUBLAS", "/nonexistent/libcublas.so.13", 1);
+    char msg2[256];
+    CHECK(cuda_blas_probe(msg2, sizeof msg2) != 0 && strstr(msg2, "/nonexistent/libcublas.so.13"));
+    if (saved) setenv("TIERKV_CUBLAS", saved, 1), free(saved);
+    else unsetenv("TIERKV_CUBLAS");
+    if (rc) SKIP(msg);
+    CHECKF(!strncmp(msg, "cuBLAS 13.", 10), "%s", msg);
+#endif
+}
+
 /* ====================================================================================== GPU === */
 
 #ifndef TKV_CUDA
@@ -695,18 +747,46 @@ static void q8_round_rows(const float *x, float *xq, int64_t n_in, int64_t nt) {
 }
 #endif
 
+#ifdef TKV_CUDA
+static float round16(float v, int bf) {
+    return bf ? tkv_bf16_to_f32(tkv_f32_to_bf16(v)) : tkv_f16_to_f32(tkv_f32_to_f16(v));
+}
+/* the power of two the cuBLAS path scales x by before rounding it to f16 (cuda_gemm.cu) */
+static float f16_scale(const float *x, size_t n) {
+    float a = 0;
+    for (size_t i = 0; i < n; i++) a = fabsf(x[i]) > a ? fabsf(x[i]) : a;
+    if (!(a >= 32768.0f) || isinf(a)) return 1.0f;
+    int e;
+    frexpf(a, &e);
+    return ldexpf(1.0f, 15 - e);
+}
+/* x as the cuBLAS path multiplies a type with (xg, divided by *scale after the sum), and its rows
+ * dequantised (deq in place): F32 as is, BF16 x rounded to bf16, F16 x scaled and rounded to f16,
+ * quantised types the same with the weights rounded to f16 */
+static void gemm_x(uint32_t t, const float *x, float *xg, size_t n, float *scale) {
+    *scale = t == CW_T_F32 || t == CW_T_BF16 ? 1.0f : f16_scale(x, n);
+    for (size_t i = 0; i < n; i++) xg[i] = t == CW_T_F32 ? x[i] : round16(x[i] * *scale, t == CW_T_BF16);
+}
+static void gemm_w(uint32_t t, float *deq, int64_t n) {
+    if (t != CW_T_F32 && t != CW_T_F16 && t != CW_T_BF16)
+        for (int64_t k = 0; k < n; k++) deq[k] = round16(deq[k], 0);
+}
+#endif
+
 /* Every type against the f32 product of its exact dequantisation, without scratch (the float
  * kernels); with the scratch matmul_scratch asks for, Q8_0 runs the integer kernel, whose reference
  * rounds x to Q8_0 first as the CPU backend does (the float product is 1e-3 away from it, so a
- * kernel that skipped or changed the rounding fails). */
+ * kernel that skipped or changed the rounding fails), and a call of as many tokens as
+ * cuda_gemm_from asks for (11 and 40 tokens) goes to cuBLAS, whose reference rounds x (and
+ * quantised weights) to 16 bits as cuda_gemm.cu says (the unrounded product is 1e-3 away). */
 TEST(cuda_matmul) {
     GPU_OR_SKIP();
 #ifdef TKV_CUDA
-    const int64_t n_ins[] = {256, 3584, 896}, n_out = 67, toks[] = {1, 3, 8, 11};
-    int integer_runs = 0;
+    const int64_t n_ins[] = {256, 3584, 896}, n_out = 67, toks[] = {1, 3, 8, 11, 40};
+    int integer_runs = 0, gemm_runs = 0;
     for (int ti = 0; ti < N_TYPES; ti++)
         for (int li = 0; li < 3; li++)
-            for (int tk = 0; tk < 4; tk++) {
+            for (int tk = 0; tk < 5; tk++) {
                 /* two outputs of one activation: of two types (two launches), or of one (one launch) */
                 uint32_t t = TYPES[ti], t2 = tk == 1 ? t : TYPES[(ti + 3) % N_TYPES];
                 int64_t n_in = n_ins[li], nt = toks[tk];
@@ -719,6 +799,7 @@ TEST(cuda_matmul) {
                 REQUIRE(O->prepare_weight(B, &m1, BE_W_MATMUL, e, sizeof e) == 0);
                 REQUIRE(O->prepare_weight(B, &m2, BE_W_MATMUL, e, sizeof e) == 0);
                 float *x = malloc((size_t)(nt * n_in) * 4), *xq = malloc((size_t)(nt * n_in) * 4);
+                float *xg = malloc((size_t)(nt * n_in) * 4);
                 rand_vec(x, (size_t)(nt * n_in), 1.0f);
                 q8_round_rows(x, xq, n_in, nt);
                 float *dx = dalloc(B, (size_t)(nt * n_in) * 4, BE_MEM_DEVICE);
@@ -731,44 +812,98 @@ TEST(cuda_matmul) {
                 float *y = malloc((size_t)(nt * ys) * 4), *deq = malloc((size_t)n_in * 4);
                 double *ref = malloc((size_t)(nt * (n_out + 5)) * 8);
                 float *got = malloc((size_t)(nt * (n_out + 5)) * 4);
+                const int g1 = cuda_gemm_from(B, t), g2 = cuda_gemm_from(B, t2);
                 for (int with = 0; with < (scratch ? 2 : 1); with++) {
                     poison(B, dy1, (size_t)(nt * ys) * 4), poison(B, dy2, (size_t)(nt * ys) * 4);
                     O->matmul(B, outs, 2, n_in, dx, nt, with ? scratch : NULL);
+                    const int gemm = with && g1 && g2 && nt >= g1 && nt >= g2; /* the call goes to cuBLAS */
                     for (int which = 0; which < 2; which++) {
                         uint32_t tt = which ? t2 : t;
                         int64_t no = which ? n_out + 5 : n_out;
                         const uint8_t *f = which ? f2 : f1;
-                        const int rounded = with && tt == CW_T_Q8_0;
-                        const float *xr = rounded ? xq : x;
-                        integer_runs += rounded;
+                        const int rounded = with && !gemm && tt == CW_T_Q8_0;
+                        float scale = 1.0f;
+                        if (gemm) gemm_x(tt, x, xg, (size_t)(nt * n_in), &scale);
+                        const float *xr = gemm ? xg : rounded ? xq : x;
+                        integer_runs += rounded, gemm_runs += gemm;
                         fetch(B, y, which ? dy2 : dy1, (size_t)(nt * ys) * 4);
                         for (int64_t r = 0; r < no; r++) {
                             cpu_ops_for(tt, CPU_ISA_GENERIC)->dequant_row(f + (size_t)r * (which ? rb2 : rb), deq, n_in);
+                            if (gemm) gemm_w(tt, deq, n_in);
                             for (int64_t q = 0; q < nt; q++) {
                                 double sum = 0;
                                 for (int64_t k = 0; k < n_in; k++) sum += (double)deq[k] * xr[q * n_in + k];
-                                ref[q * no + r] = sum;
+                                ref[q * no + r] = sum / scale;
                                 got[q * no + r] = y[q * ys + r];
                             }
                         }
                         char name[80];
                         snprintf(name, sizeof name, "matmul %s n_in %lld x%lld%s", tname(tt), (long long)n_in, (long long)nt,
-                                 rounded ? " int8" : "");
+                                 rounded ? " int8" : gemm ? " cublas" : "");
                         double err = rel_err(got, ref, (size_t)(nt * no));
-                        if ((tk == 0 && li < 2) || err > 1e-5) REPORT(name, err, 1e-5);
+                        if (((tk == 0 || (tk == 4 && gemm)) && li < 2) || err > 1e-5) REPORT(name, err, 1e-5);
                     }
                 }
-                free(y), free(deq), free(ref), free(got), free(x), free(xq), free(f1), free(f2);
+                free(y), free(deq), free(ref), free(got), free(x), free(xq), free(xg), free(f1), free(f2);
                 O->free(B, dx, BE_MEM_DEVICE), O->free(B, dy1, BE_MEM_DEVICE), O->free(B, dy2, BE_MEM_DEVICE);
                 if (scratch) O->free(B, scratch, BE_MEM_DEVICE);
             }
     CHECK(integer_runs > 0); /* the integer kernel ran */
+    if (cuda_gemm_from(B, CW_T_BF16)) CHECK(gemm_runs > 0);
+    else printf("    cuBLAS not in use: %s\n", O->describe(B));
     /* a type the backend does not run fails with its name */
     uint8_t dummy[176 * 2] = {0};
     be_mat m5 = {dummy, 13 /* Q5_K */, 256, 2};
     char e[256] = "";
     CHECK(O->prepare_weight(B, &m5, BE_W_MATMUL, e, sizeof e) != 0);
     CHECK(strstr(e, "Q5_K") && strstr(e, "not supported by the CUDA backend"));
+#endif
+}
+
+/* An activation beyond f16's range (|x| up to 2^20) through cuBLAS for a quantised type and F16:
+ * finite, and equal to the reference that scales x by a power of two before rounding it (without
+ * the scale every product would be inf). */
+TEST(cuda_gemm_range) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    const uint32_t types[] = {CW_T_Q4_K, CW_T_F16};
+    const int64_t n_in = 512, n_out = 96, nt = 40;
+    for (int ti = 0; ti < 2; ti++) {
+        uint32_t t = types[ti];
+        if (!cuda_gemm_from(B, t) || cuda_gemm_from(B, t) > nt) SKIP("cuBLAS not in use for 40 tokens");
+        size_t rb;
+        uint8_t *f = rand_file_rows(t, n_in, n_out, &rb);
+        be_mat m = {f, t, n_in, n_out};
+        char e[256];
+        REQUIRE(O->prepare_weight(B, &m, BE_W_MATMUL, e, sizeof e) == 0);
+        float *x = malloc((size_t)(nt * n_in) * 4), *xg = malloc((size_t)(nt * n_in) * 4);
+        rand_vec(x, (size_t)(nt * n_in), 1.0e6f);
+        float *dx = dalloc(B, (size_t)(nt * n_in) * 4, BE_MEM_DEVICE), *dy = dalloc(B, (size_t)(nt * n_out) * 4, BE_MEM_DEVICE);
+        O->upload(B, dx, x, (size_t)(nt * n_in) * 4);
+        be_mm_out out = {&m, dy, n_out};
+        void *scratch = dalloc(B, O->matmul_scratch(B, &out, 1, n_in, nt), BE_MEM_DEVICE);
+        poison(B, dy, (size_t)(nt * n_out) * 4);
+        O->matmul(B, &out, 1, n_in, dx, nt, scratch);
+        float *y = malloc((size_t)(nt * n_out) * 4), *deq = malloc((size_t)n_in * 4), scale;
+        double *ref = malloc((size_t)(nt * n_out) * 8);
+        fetch(B, y, dy, (size_t)(nt * n_out) * 4);
+        gemm_x(t, x, xg, (size_t)(nt * n_in), &scale);
+        CHECKF(scale < 1.0f, "scale %g", scale);
+        for (int64_t r = 0; r < n_out; r++) {
+            cpu_ops_for(t, CPU_ISA_GENERIC)->dequant_row(f + (size_t)r * rb, deq, n_in);
+            gemm_w(t, deq, n_in);
+            for (int64_t q = 0; q < nt; q++) {
+                double sum = 0;
+                for (int64_t k = 0; k < n_in; k++) sum += (double)deq[k] * xg[q * n_in + k];
+                ref[q * n_out + r] = sum / scale;
+            }
+        }
+        char name[80];
+        snprintf(name, sizeof name, "cublas %s |x| to 1e6", tname(t));
+        REPORT(name, rel_err(y, ref, (size_t)(nt * n_out)), 1e-5);
+        free(y), free(deq), free(ref), free(x), free(xg), free(f);
+        O->free(B, dx, BE_MEM_DEVICE), O->free(B, dy, BE_MEM_DEVICE), O->free(B, scratch, BE_MEM_DEVICE);
+    }
 #endif
 }
 

@@ -229,6 +229,7 @@ static void cu_close(be_backend *b) {
     cu_bind(B);
     CUDA_CHECK(cudaDeviceSynchronize());
     workers_free(B->workers);
+    cu_gemm_close(B);
     for (int i = 0; i < B->n_owned; i++) {
         /* owned entries: device buffers, and the host descriptors (cw_mat) of prepared weights,
          * told apart by the pointer's kind */
@@ -333,8 +334,9 @@ static int gemv_choice(int *direct, int *rows, char *err, size_t errlen) {
 
 extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err, size_t errlen) {
     *out = NULL;
-    int gemv_direct, gemv_rows;
+    int gemv_direct, gemv_rows, gemm_from;
     if (gemv_choice(&gemv_direct, &gemv_rows, err, errlen)) return -1; /* the message is in err */
+    if (cu_gemm_choice(&gemm_from, err, errlen)) return -1;
     int dev = p ? p->device : 0, n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) return tkv_errf(err, errlen, "CUDA: %s", cudaGetErrorString(e));
@@ -357,11 +359,6 @@ extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err
     B->gemv_direct = gemv_direct, B->gemv_rows = gemv_rows;
     B->workers = workers_init(p && p->n_threads > 0 ? p->n_threads : 1); /* (as the CPU backend's: never NULL) */
     cu_bind(B);
-    char rows[16] = "";
-    if (gemv_rows) snprintf(rows, sizeof rows, ",%d", gemv_rows);
-    snprintf(B->desc, sizeof B->desc, "sm_%d%d (%.100s, %d SMs, %.0f GiB; gemv %s%s)", prop.major, prop.minor, prop.name,
-             prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
-             gemv_direct < 0 ? "per type" : gemv_direct ? "direct" : "tile", rows);
     /* from here on a failure is a device fault, not an environment the user can fix: the check
      * macro aborts */
     CUDA_CHECK(cudaStreamCreateWithFlags(&B->compute, cudaStreamNonBlocking));
@@ -382,6 +379,15 @@ extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err
             CUDA_CHECK(cudaMalloc((void **)&B->cc[k].dev[i], CU_MAX_CHUNKS * sizeof(void *)));
             B->cc[k].n[i] = -1;
         }
+    if (cu_gemm_open(B, gemm_from, err, errlen)) {
+        cu_close(&B->base);
+        return -1;
+    }
+    char rows[16] = "";
+    if (gemv_rows) snprintf(rows, sizeof rows, ",%d", gemv_rows);
+    snprintf(B->desc, sizeof B->desc, "sm_%d%d (%.100s, %d SMs, %.0f GiB; gemv %s%s; gemm %s)", prop.major, prop.minor,
+             prop.name, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
+             gemv_direct < 0 ? "per type" : gemv_direct ? "direct" : "tile", rows, B->blas_why);
     *out = &B->base;
     return 0;
 }

@@ -16,6 +16,13 @@ extern "C" {
  * is no usable device (no driver, no GPU, a GPU older than sm_90 for which this build has no code). */
 int cuda_backend_open(const be_params *p, be_backend **out, char *err, size_t errlen);
 
+/* Loads cuBLAS as the backend would (TIERKV_CUBLAS, the loader's path, the toolkit's folders) and
+ * unloads it: 0 with its version in msg, or -1 with why not. Needs no GPU. */
+int cuda_blas_probe(char *msg, size_t n);
+/* the tokens from which a matmul of this weight type goes to cuBLAS on b; 0: never (not loaded, or
+ * TIERKV_CUDA_GEMM=off) */
+int cuda_gemm_from(const be_backend *b, uint32_t type);
+
 #ifdef __cplusplus
 }
 #endif

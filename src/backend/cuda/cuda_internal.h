@@ -81,9 +81,12 @@ struct cu_backend {
     be_backend base; /* first: what the engine holds */
     int device;
     cudaDeviceProp prop;
-    char desc[192];
+    char desc[384];
     cudaStream_t compute, copy;
     int gemv_direct, gemv_rows; /* the one-token matmul (TIERKV_CUDA_GEMV): -1/0 the type's choice */
+    struct cu_blas *blas;       /* many-token matmuls through cuBLAS (cuda_gemm.cu); NULL: not in use */
+    int gemm_from;              /* TIERKV_CUDA_GEMM: -1 auto, 0 off, else tokens from which it runs */
+    char blas_why[160];         /* what runs them, or why cuBLAS does not */
     cudaEvent_t layer_ev[CU_MAX_LAYER_EVENTS];           /* copy stream, recorded by copy_moves */
     cudaEvent_t stage_ev[CU_MAX_STAGE_LAYERS];           /* compute stream, recorded by attention after
                                                             reading STAGE layer k */
@@ -145,6 +148,19 @@ size_t cu_matmul_scratch(const be_backend *b, const be_mm_out *outs, int n_outs,
 void cu_matmul(be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, const float *x, int64_t n_tok,
                void *scratch);
 void cu_embed(be_backend *b, const be_mat *emb, const int32_t *tokens, int n, float *x);
+/* cuda_gemm.cu */
+int cu_gemm_choice(int *from, char *err, size_t errlen); /* TIERKV_CUDA_GEMM, read before the device */
+/* loads cuBLAS and makes its handle on the compute stream; where that fails the kernels run
+ * (blas_why says why), unless TIERKV_CUDA_GEMM asked for it by number: then -1 with a message */
+int cu_gemm_open(cu_backend *B, int from, char *err, size_t errlen);
+void cu_gemm_close(cu_backend *B);
+int cu_gemm_from(const cu_backend *B, uint32_t type); /* tokens from which a type goes to cuBLAS; 0: never */
+/* scratch bytes of a call of these outputs (0: it runs the kernels) */
+size_t cu_gemm_scratch(const cu_backend *B, const uint32_t *types, const int64_t *n_out, int n_outs, int64_t n_in,
+                       int64_t n_tok);
+/* the call through cuBLAS where it goes there and scratch is given: false, nothing queued, otherwise */
+bool cu_gemm_run(cu_backend *B, const cw_mat *const *w, float *const *y, const int64_t *ys, int n_outs, int64_t n_in,
+                 const float *x, int64_t n_tok, void *scratch);
 /* cuda_dense.cu */
 void cu_rmsnorm(be_backend *b, float *y, const float *x, const float *w, int rows, int n, float eps);
 void cu_add_bias(be_backend *b, float *y, const float *bias, int rows, int n);

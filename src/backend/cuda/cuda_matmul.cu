@@ -124,11 +124,20 @@ static const cw_mat *mat_of(const be_mat *w) {
 /* the type of a matrix, prepared or not (forward sizes its scratch either way) */
 static uint32_t type_of(const be_mat *w) { return (w->type & CW_TYPE_TAG) ? mat_of(w)->type : w->type; }
 
+/* the larger of the integer kernels' scratch and cuBLAS's (a call of fewer tokens than n_tok may run
+ * either) */
 size_t cu_matmul_scratch(const be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, int64_t n_tok) {
-    (void)b;
-    for (int i = 0; i < n_outs; i++)
-        if (cu_mmq_type(type_of(outs[i].w))) return cu_mmq_scratch(n_in, n_tok);
-    return 0; /* the float kernels need none: every row's dot product is one warp's */
+    size_t s = 0;
+    uint32_t types[BE_MM_MAX_OUTS];
+    int64_t n_out[BE_MM_MAX_OUTS];
+    CU_REQUIRE(n_outs >= 1 && n_outs <= BE_MM_MAX_OUTS, "matmul: 1..BE_MM_MAX_OUTS outputs");
+    for (int i = 0; i < n_outs; i++) {
+        types[i] = type_of(outs[i].w), n_out[i] = outs[i].w->n_out;
+        if (cu_mmq_type(types[i])) s = cu_mmq_scratch(n_in, n_tok);
+    }
+    /* the float kernels need none: every row's dot product is one warp's */
+    size_t g = cu_gemm_scratch(cu_ofc(b), types, n_out, n_outs, n_in, n_tok);
+    return g > s ? g : s;
 }
 
 /* ---- the kernel ---- */
@@ -136,26 +145,6 @@ size_t cu_matmul_scratch(const be_backend *b, const be_mm_out *outs, int n_outs,
 /* padded shared-memory index of tile element k */
 __device__ __forceinline__ int mm_pad(int k) { return k + 4 * (k >> 6); }
 
-template <int T>
-__device__ __forceinline__ void mm_decode(const cw_mat &w, int64_t row, int64_t u, float *v) {
-    if constexpr (T == CW_T_F32) cw_unit_f32(&w, row, u, v);
-    else if constexpr (T == CW_T_F16) cw_unit_16(&w, row, u, v, 0);
-    else if constexpr (T == CW_T_BF16) cw_unit_16(&w, row, u, v, 1);
-    else if constexpr (T == CW_T_Q8_0) cw_unit_q8_0(&w, row, u, v);
-    else if constexpr (T == CW_T_Q4_0) cw_unit_q4_0(&w, row, u, v);
-    else if constexpr (T == CW_T_Q5_0) cw_unit_q5_0(&w, row, u, v);
-    else if constexpr (T == CW_T_Q4_K) cw_unit_q4_k(&w, row, u, v);
-    else cw_unit_q6_k(&w, row, u, v);
-}
-
-template <int T>
-__host__ __device__ constexpr int mm_unit() {
-    return T == CW_T_F32 ? 4 : (T == CW_T_F16 || T == CW_T_BF16) ? 8 : T == CW_T_Q8_0 ? 16 : 32;
-}
-template <int T>
-__host__ __device__ constexpr int mm_nspan() {
-    return T == CW_T_Q6_K ? 4 : (T == CW_T_Q4_0 || T == CW_T_Q5_0 || T == CW_T_Q4_K) ? 2 : 1;
-}
 /* rows per warp by default: two when x reads would otherwise outweigh the weight bytes (4..6-bit
  * types, or several tokens) */
 template <int T, int NT>
@@ -305,6 +294,11 @@ void cu_matmul(be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, c
     cu_bind(B);
     CU_REQUIRE(n_outs >= 1 && n_outs <= BE_MM_MAX_OUTS, "matmul: 1..BE_MM_MAX_OUTS outputs");
     CU_REQUIRE(((uintptr_t)x & 15) == 0, "matmul: x must be 16-byte aligned");
+    const cw_mat *ws[BE_MM_MAX_OUTS];
+    float *ys[BE_MM_MAX_OUTS];
+    int64_t strides[BE_MM_MAX_OUTS];
+    for (int i = 0; i < n_outs; i++) ws[i] = mat_of(outs[i].w), ys[i] = outs[i].y, strides[i] = outs[i].y_stride;
+    if (cu_gemm_run(B, ws, ys, strides, n_outs, n_in, x, n_tok, scratch)) return; /* many tokens: cuBLAS */
     /* the activation rounded once for every integer product of this call */
     const int8_t *qx = NULL;
     const float *dx = NULL;

@@ -24,6 +24,27 @@ struct mm_args {
 };
 
 #ifdef __CUDACC__
+/* unit u of a prepared row decoded to f32 (cuda_wlayout.h), and the units' geometry */
+template <int T>
+__device__ __forceinline__ void mm_decode(const cw_mat &w, int64_t row, int64_t u, float *v) {
+    if constexpr (T == CW_T_F32) cw_unit_f32(&w, row, u, v);
+    else if constexpr (T == CW_T_F16) cw_unit_16(&w, row, u, v, 0);
+    else if constexpr (T == CW_T_BF16) cw_unit_16(&w, row, u, v, 1);
+    else if constexpr (T == CW_T_Q8_0) cw_unit_q8_0(&w, row, u, v);
+    else if constexpr (T == CW_T_Q4_0) cw_unit_q4_0(&w, row, u, v);
+    else if constexpr (T == CW_T_Q5_0) cw_unit_q5_0(&w, row, u, v);
+    else if constexpr (T == CW_T_Q4_K) cw_unit_q4_k(&w, row, u, v);
+    else cw_unit_q6_k(&w, row, u, v);
+}
+
+template <int T>
+__host__ __device__ constexpr int mm_unit() {
+    return T == CW_T_F32 ? 4 : (T == CW_T_F16 || T == CW_T_BF16) ? 8 : T == CW_T_Q8_0 ? 16 : 32;
+}
+template <int T>
+__host__ __device__ constexpr int mm_nspan() {
+    return T == CW_T_Q6_K ? 4 : (T == CW_T_Q4_0 || T == CW_T_Q5_0 || T == CW_T_Q4_K) ? 2 : 1;
+}
 /* The output a block works on, selected with constant indices into the kernel's parameters (a
  * run-time index, or a copy of a whole mm_out, would put them in local memory). */
 __device__ __forceinline__ void mm_pick_out(const mm_args &a, cw_mat &w, float *&y, int64_t &y_stride, int &block0) {
