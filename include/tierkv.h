@@ -240,10 +240,14 @@ int tkv_kv_uses_t2(const tkv_kv_params *p);
 
 typedef struct tkv_session tkv_session;
 
+#define TKV_BATCH_HOST 64    /* the default prefill chunk on a backend in host memory (the CPU) */
+#define TKV_BATCH_DEVICE 512 /* and on a GPU, whose many-token matmuls read the weights once a chunk */
+
 typedef struct {
     int max_seqs;     /* sequences live at once (default 16) */
     int max_ctx;      /* the longest context a sequence may ask for (default 4096) */
-    int max_batch;    /* tokens per forward call, the prefill chunk (default 64, at least max_seqs) */
+    int max_batch;    /* tokens per forward call, the prefill chunk, at least max_seqs (0, the default:
+                         TKV_BATCH_HOST on a backend in host memory, TKV_BATCH_DEVICE on a GPU) */
     tkv_kv_params kv;
 } tkv_session_params;
 void tkv_session_params_default(tkv_session_params *p);

@@ -288,7 +288,6 @@ int cmd_bench(int argc, char **argv) {
     c.sp.max_ctx = (int)need;
     int n_seq = parallel > 1 ? (int)parallel : 1;
     c.sp.max_seqs = n_seq;
-    if (parallel > 1 && c.sp.max_batch < n_seq) c.sp.max_batch = n_seq;
     FILE *fj = NULL;
     if (stats_json && !(fj = fopen(stats_json, "w"))) {
         fprintf(stderr, "tierkv bench: cannot write --stats-json '%s': %s\n", stats_json, strerror(errno));

@@ -116,7 +116,7 @@ const char *common_usage(void) {
            "  -c, --ctx N         positions per sequence, never raised silently (default: what the command needs;\n"
            "                      run: at most the model's context_length; serve: 4096); a warning when above\n"
            "                      the model's context_length\n"
-           "  -b, --batch N       prefill chunk (default 64)\n"
+           "  -b, --batch N       prefill chunk (default 64; 512 on a GPU)\n"
            "      --isa NAME      CPU kernels: auto (cpuid), generic, avx2, avx512\n"
            "      --backend NAME  cpu (default) or cuda (a `make cuda` build)\n"
            "      --mmap          map the model file instead of copying it into huge-page memory\n"

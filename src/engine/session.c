@@ -54,7 +54,7 @@ void tkv_session_params_default(tkv_session_params *p) {
     memset(p, 0, sizeof *p);
     p->max_seqs = 16;
     p->max_ctx = 4096;
-    p->max_batch = 64;
+    p->max_batch = 0; /* the backend's (tkv_session_open) */
     tkv_kv_params_default(&p->kv);
 }
 
@@ -66,10 +66,14 @@ int tkv_session_open(tkv_model *m, const tkv_session_params *p, tkv_session **ou
     if (p->max_ctx < 1 || p->max_ctx > (1 << 24))
         return tkv_errf(err, errlen, "context %d out of range 1..%d", p->max_ctx, 1 << 24);
     if (p->max_seqs < 1 || p->max_seqs > 4096) return tkv_errf(err, errlen, "sequences %d out of range 1..4096", p->max_seqs);
-    if (p->max_batch < 1 || p->max_batch > 4096) return tkv_errf(err, errlen, "batch %d out of range 1..4096", p->max_batch);
+    if (p->max_batch < 0 || p->max_batch > 4096)
+        return tkv_errf(err, errlen, "batch %d out of range 1..4096 (0: the backend's)", p->max_batch);
     tkv_session *s = tkv_xcalloc(1, sizeof *s);
     s->model = m;
     s->p = *p;
+    /* a GPU's matmuls of many tokens run as GEMMs that read the weights once a call: larger
+     * prefill chunks read them fewer times (on the CPU, 64 is where it stops paying) */
+    if (!s->p.max_batch) s->p.max_batch = m->be->ops->unified ? TKV_BATCH_HOST : TKV_BATCH_DEVICE;
     if (s->p.max_batch < p->max_seqs) s->p.max_batch = p->max_seqs;
     const model_config *c = &m->m->cfg;
     kv_options ko;
