@@ -16,9 +16,12 @@
 # skipped and named; a decode job over two depths that does not fit runs the first depth alone):
 #   1. preflight: nvcc and gcc versions, nvidia-smi (GPU, driver, free memory), the machine's
 #      available memory exported as TIERKV_MEM_AVAILABLE (bytes: MemAvailable, or the cgroup's
-#      room when smaller; src/base/meminfo.c reads it);
+#      room when smaller; src/base/meminfo.c reads it); where neither the loader's path nor the
+#      toolkit has libcublas.so.13, TIERKV_CUBLAS set to Python's CUDA wheel's copy if there is one;
 #   2. binary: the prebuilt BIN_DIR/tierkv when `--version` runs and ldd resolves, else a build;
-#   3. CUDA op checks: BIN_DIR/tierkv-tests cuda (every op against the CPU reference);
+#   3. CUDA op checks: BIN_DIR/tierkv-tests cuda (every op against the CPU reference; its first
+#      GPU line names what runs the many-token matmuls: cuBLAS, or the kernels and why); where they
+#      fail, again with TIERKV_CUDA_GEMM=off, and if that passes the run goes on without cuBLAS;
 #   4. HBM bandwidth: a torch device-to-device copy (bytes read + written; datasheet 4.8e12 if no torch);
 #   5. token check: greedy tokens of `hierarchy` at 0% eviction (direct, staged: must be identical;
 #      split: rounding-level differences allowed) against `full`, on a TOKLAYERS-layer TOKTYPE file of
@@ -26,11 +29,15 @@
 #      GPU against --host-scores: identical bits;
 #   6. kernel microbenchmark: `tierkv bench-ops` when the binary has it (else recorded as skipped);
 #   7. per model of MODELS (random weights from gen-random; ONE file on disk at a time): decode
-#      tok/s of `full`, then `hierarchy` at T0 HBM_RATIO (0% eviction, no T2) staged and split at
-#      DEPTHS (the hierarchy with DEPTH_FLAG, so it has generated tokens to tier), one PREFILL-token
-#      prefill measurement, on the last model staged and split at LONG_DEPTH, then direct at DEPTHS,
-#      and on the last model, where time is left, staged with --host-scores at the deepest of DEPTHS
-#      (the attention weights read back every step: the before of the score update on the GPU).
+#      tok/s of `full`, one PREFILL-token prefill (the backend's 512-token chunks through cuBLAS),
+#      on the first model also the kernels' prefill (TIERKV_CUDA_GEMM=off -b 64: the before of
+#      cuBLAS), then `hierarchy` at T0 HBM_RATIO (0% eviction, no T2) staged and split at DEPTHS
+#      (the hierarchy with DEPTH_FLAG, so it has generated tokens to tier), on the last model
+#      staged and split at LONG_DEPTH, then direct at DEPTHS, and on the last model, where time is
+#      left, staged with --host-scores at the deepest of DEPTHS (the attention weights read back
+#      every step: the before of the score update on the GPU);
+#   8. where time is left: `bench-ops --tokens 512` (the 7B's matmuls of a prompt chunk, TFLOP/s)
+#      in BF16 and Q8_0 through cuBLAS and in BF16 through the kernels.
 #   The 32K pair does not fit the default plan; a run for it alone (Q8_0: half BF16's file):
 #   MODELS=r1-distill-qwen-7b:Q8_0 DEPTHS=8192 BUDGET=360 bench/gpu.sh (no time left for a rerun)
 #   --quick: 1, 2, 3, 5 and one `full` decode job at the first depth on the token check's file.
@@ -41,7 +48,8 @@
 # prefill from the shapes: a weight pass is weight bytes / (HBM_BPS 4.8e12 x MM_EFF 0.5); decode is
 # one pass per token plus its KV (T0 at HBM speed, T1 over PCIe at PCIE_BPS 25e9, or by the CPU at
 # CPU_ATT_BPS 20e9 for split); prefill (and DEPTH_FLAG's appended context, chunked like a prompt)
-# re-reads the weights every 8 tokens, and each appended token attends to everything before it, so
+# reads the weights once per PP_TOK tokens (64: the GEMMs' 512-token chunks, discounted for their
+# arithmetic; 8 for the kernels' prefill job), and each appended token attends to everything before it, so
 # the T1 part grows with depth squared (direct: every row over PCIe per token; staged, and split
 # when SPLIT_FLAG has --staged: per chunk of 64; split alone: on the CPU). Measured rates refine them during the run: gen-random's rate from the
 # token check's file, and every job's wall time against its estimate (a factor kept for the rest).
@@ -110,6 +118,7 @@ OPS_DEPTHS=${OPS_DEPTHS:-2048,8192,32768}
 GEN_S_PER_GB=${GEN_S_PER_GB:-4.0}
 LOAD_S_PER_GB=${LOAD_S_PER_GB:-0.6}
 PROC_S=${PROC_S:-4}
+PP_TOK=${PP_TOK:-64}
 BUILD_S=${BUILD_S:-45}
 HBM_BPS=${HBM_BPS:-4.8e12}
 MM_EFF=${MM_EFF:-0.5}
@@ -219,7 +228,9 @@ gen_est() { int "$(calc "$1 * $GEN_S_PER_GB + 5")"; }
 # bench_est GB KVTOK MODE DEPTHS(space-separated) PROMPT NGEN: seconds for one `tierkv bench`
 # MODE: full, direct, staged, split, prefill
 bench_est() {
-    awk -v gb="$1" -v kv="$2" -v mode="$3" -v depths="$4" -v pp="$5" -v ng="$6" -v reps="$REPS" \
+    # tokens per weight pass of a prompt chunk: the GEMMs' PP_TOK, the kernels' 8 (the /kernels variant)
+    local ppt=$PP_TOK; case $3 in */kernels) ppt=8 ;; esac
+    awk -v gb="$1" -v kv="$2" -v mode="${3%%/*}" -v depths="$4" -v pp="$5" -v ng="$6" -v reps="$REPS" -v ppt="$ppt" \
         -v load="$LOAD_S_PER_GB" -v proc="$PROC_S" -v bw="$HBM_BPS" -v eff="$MM_EFF" -v pcie="$PCIE_BPS" \
         -v cpu="$CPU_ATT_BPS" -v r="$HBM_RATIO" -v safety="$SAFETY" -v f="$JOB_FACTOR" \
         -v split_staged="$(case " $SPLIT_FLAG " in *" --staged "*) echo 1 ;; *) echo 0 ;; esac)" 'BEGIN {
@@ -234,9 +245,9 @@ bench_est() {
         for (i = 1; i <= n; i++) {
             d = ds[i]
             tri = d * d / 2 * kv              # KV bytes the appended tokens attend to, together
-            t += (d / 8) * w + tri * (1 - t1) / (bw * 0.5) + tri * t1 / (fslow * per)
+            t += (d / ppt) * w + tri * (1 - t1) / (bw * 0.5) + tri * t1 / (fslow * per)
             t += (1 + reps * ng) * (w + d * kv * (1 - t1) / bw + d * kv * t1 / slow)
-            if (pp > 0) t += reps * (pp / 8) * w
+            if (pp > 0) t += reps * (pp / ppt) * w
         }
         printf "%d\n", safety * t * f + 3.999
     }'
@@ -257,10 +268,18 @@ preflight() {
         [ "$room" -lt "$mem" ] && mem=$room
     fi
     export TIERKV_MEM_AVAILABLE=$mem
-    echo "nvcc $nvcc: $nv"; echo "gcc: $gv"; echo "gpu: ${smi:-none (nvidia-smi failed)}"
+    # cuBLAS: the backend loads libcublas.so.13 from the loader's path or the toolkit's lib64; where
+    # neither has it, Python's CUDA wheel may
+    local cublas="loader or toolkit"
+    if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.13 ' && [ ! -e "${CUDA_HOME:-/usr/local/cuda}/lib64/libcublas.so.13" ] &&
+        [ -z "${TIERKV_CUBLAS:-}" ]; then
+        cublas=$(python3 -c 'import nvidia.cublas as c, os; print(os.path.join(list(c.__path__)[0], "lib", "libcublas.so.13"))' 2>/dev/null)
+        if [ -n "$cublas" ] && [ -e "$cublas" ]; then export TIERKV_CUBLAS=$cublas; else cublas="none found"; fi
+    fi
+    echo "nvcc $nvcc: $nv"; echo "gcc: $gv"; echo "gpu: ${smi:-none (nvidia-smi failed)}"; echo "cuBLAS: $cublas"
     echo "TIERKV_MEM_AVAILABLE=$mem ($(calc "$mem / 1073741824") GiB)"; echo "threads: $THREADS"
     jl kind=preflight nvcc="$nvcc" nvcc_version="$nv" gcc="$gv" gpu="${smi:-none}" \
-        mem_available_bytes="$mem" threads="$THREADS" budget_s="$BUDGET" quick="$QUICK" \
+        mem_available_bytes="$mem" cublas="$cublas" threads="$THREADS" budget_s="$BUDGET" quick="$QUICK" \
         commit="$(git describe --always --dirty 2>/dev/null || echo unknown)"
     nvidia-smi >"$L/nvidia-smi.txt" 2>&1
     return 0
@@ -287,9 +306,23 @@ binary_note() {
 op_checks() {
     run_to 60 "$TBIN" cuda >"$L/tests.log" 2>&1
     local rc=$?
-    grep -E "rel err|exact|FAIL|^ok|^skip|passed" "$L/tests.log" | tail -40
+    grep -E "rel err|exact|FAIL|^ok|^skip|passed|cuda: |cuBLAS" "$L/tests.log" | tail -60
     jl kind=result job=op_checks rc=$rc summary="$(tail -1 "$L/tests.log")" \
         failed="$(grep -c '^FAIL\|  FAIL' "$L/tests.log")"
+    # a failure (or an abort, which ends the suite) with cuBLAS in use: again with the kernels alone;
+    # if they pass, the rest of the run keeps cuBLAS off, so the engine jobs still measure
+    if [ $rc -ne 0 ] && [ -z "${TIERKV_CUDA_GEMM:-}" ]; then
+        echo "op checks failed: again with TIERKV_CUDA_GEMM=off (the matmul kernels alone)"
+        TIERKV_CUDA_GEMM=off run_to 60 "$TBIN" cuda >"$L/tests-gemm-off.log" 2>&1
+        local rc2=$?
+        grep -E "FAIL|passed" "$L/tests-gemm-off.log" | tail -10
+        jl kind=result job=op_checks_gemm_off rc=$rc2 summary="$(tail -1 "$L/tests-gemm-off.log")"
+        if [ $rc2 -eq 0 ]; then
+            export TIERKV_CUDA_GEMM=off
+            echo "cuBLAS off for the rest of the run (TIERKV_CUDA_GEMM=off)"
+            jl kind=meta gemm=off why="op checks failed with cuBLAS and passed without"
+        fi
+    fi
     return $rc
 }
 
@@ -390,17 +423,37 @@ PY
     return $rc
 }
 
+# 8. the matmuls of 512 tokens (a prompt chunk): BF16 and Q8_0 through cuBLAS, BF16 through the
+# kernels (TIERKV_CUDA_GEMM=off); TFLOP/s from 2 x n_in x n_out x tokens
+bench_ops_gemm() {
+    local rc=0 t runs="BF16:auto Q8_0:auto BF16:off"
+    [ "${TIERKV_CUDA_GEMM:-}" = off ] && runs="BF16:off" # cuBLAS failed the op checks
+    for t in $runs; do
+        TIERKV_CUDA_GEMM=${t#*:} run_to 40 "$BIN" bench-ops $BACKEND_FLAG --shape r1-distill-qwen-7b --type "${t%:*}" \
+            --tokens 512 --depths 2048 --reps 5 --json >"$L/bench-ops-gemm-${t/:/-}.jsonl" 2>>"$L/bench-ops-gemm.err" || rc=1
+        python3 - "$L/bench-ops-gemm-${t/:/-}.jsonl" "${t#*:}" <<'PY' | tee -a "$J"
+import json, sys
+for l in open(sys.argv[1]):
+    try: r = json.loads(l)
+    except Exception: continue
+    if isinstance(r, dict) and r.get("op") == "matmul" and r.get("us"):
+        r["tflop_s"] = round(2 * r["n_in"] * r["n_out"] * r["tokens"] / r["us"] / 1e6, 1)
+        print(json.dumps({"kind": "bench-ops", "gemm": sys.argv[2], **r}))
+PY
+    done
+    return $rc
+}
+
 # ---- 7. engine jobs ---------------------------------------------------------------------------
 # bench_job LABEL MODE DEPTHS PROMPT NGEN -- engine flags: one `tierkv bench` on $MODEL, one result
 # line per row it prints; degrades to the first depth when all of DEPTHS do not fit. MODE may name
 # a variant after a slash (staged/host-scores): estimated as the mode, shown as given
 bench_job() {
     local label=$1 mode=$2 depths=$3 pp=$4 ng=$5; shift 6
-    local emode=${mode%%/*} # a variant (staged/host-scores) is estimated as its mode
-    local est; est=$(bench_est "$MGB" "$KVTOK" "$emode" "$depths" "$pp" "$ng")
+    local est; est=$(bench_est "$MGB" "$KVTOK" "$mode" "$depths" "$pp" "$ng")
     if ! fits "$est" && [ "${depths% *}" != "$depths" ]; then
         local first=${depths%% *} e1
-        e1=$(bench_est "$MGB" "$KVTOK" "$emode" "$first" "$pp" "$ng")
+        e1=$(bench_est "$MGB" "$KVTOK" "$mode" "$first" "$pp" "$ng")
         if fits "$e1"; then
             skip "$label d=${depths// /,}" "$est" "over budget: runs at d=$first alone"
             depths=$first est=$e1
@@ -419,12 +472,13 @@ bench_job() {
     return $rc
 }
 bench_run() {
-    local tag=$BJ_TAG extra=()
+    local tag=$BJ_TAG extra=() envs=()
+    case $BJ_MODE in */kernels) envs=(TIERKV_CUDA_GEMM=off) ;; esac # the matmul kernels alone: the before of cuBLAS
     # shellcheck disable=SC2206 # the flag may be several words
-    [ "$BJ_MODE" != full ] && [ "$BJ_MODE" != prefill ] && [ -n "$DEPTH_FLAG" ] && extra+=($DEPTH_FLAG)
+    [ "$BJ_MODE" != full ] && [ "${BJ_MODE%%/*}" != prefill ] && [ -n "$DEPTH_FLAG" ] && extra+=($DEPTH_FLAG)
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$L/$tag.mem" 2>/dev/null &
     local smi=$! t0; t0=$(date +%s.%N)
-    run_to $((BJ_EST * 2 + 10)) "$BIN" bench -m "$MODEL" $BACKEND_FLAG -t "$THREADS" -p "$BJ_PP" -n "$BJ_NG" \
+    run_to $((BJ_EST * 2 + 10)) env ${envs[@]+"${envs[@]}"} "$BIN" bench -m "$MODEL" $BACKEND_FLAG -t "$THREADS" -p "$BJ_PP" -n "$BJ_NG" \
         --reps "$REPS" -d "${BJ_DEPTHS// /,}" --json --stats-json "$L/$tag.stats.json" ${extra[@]+"${extra[@]}"} "${BJ[@]}" \
         >"$L/$tag.jsonl" 2>"$L/$tag.err"
     local rc=$? wall; wall=$(calc "$(date +%s.%N) - $t0")
@@ -477,8 +531,8 @@ PY
     return $rc
 }
 
-model_jobs() { # SHAPE TYPE LAST(0|1)
-    local shape=$1 type=$2 last=$3
+model_jobs() { # SHAPE TYPE LAST(0|1) FIRST(0|1)
+    local shape=$1 type=$2 last=$3 first_model=$4
     MNAME="$shape $type"
     model_gb "$shape" "$type" || { skip "$MNAME" 0 "unknown shape"; return; }
     MGB=$GB
@@ -495,12 +549,15 @@ model_jobs() { # SHAPE TYPE LAST(0|1)
         step "$MNAME gen-random ($(printf '%.1f' "$MGB") GB)" "$eg" gen_model "$shape" "$type" && MODEL_OK=1
     fi
     bench_job "$MNAME full" full "$DEPTHS" 0 "$NGEN" -- --policy full
-    # staged and split (the two ways the paper's T1 is read), the prefill and the long pair, each a
-    # check of the issue, before direct (every T1 row over PCIe for every token: the slowest, and
-    # the least likely to be used)
+    # the prefill (the backend's chunk, its GEMMs through cuBLAS), on the first model also the
+    # kernels' prefill of 64-token chunks (TIERKV_CUDA_GEMM=off -b 64: the before of cuBLAS), then
+    # staged and split (the two ways the paper's T1 is read) and the long pair, each a check of the
+    # issue, before direct (every T1 row over PCIe for every token: the slowest, and the least
+    # likely to be used)
+    bench_job "$MNAME prefill $PREFILL" prefill 0 "$PREFILL" 0 -- --policy full
+    [ "$first_model" = 1 ] && bench_job "$MNAME prefill kernels $PREFILL" prefill/kernels 0 "$PREFILL" 0 -- --policy full -b 64
     bench_job "$MNAME staged T0 $HBM_RATIO" staged "$DEPTHS" 0 "$NGEN" -- $HIER $STAGED_FLAG
     bench_job "$MNAME split T0 $HBM_RATIO" split "$DEPTHS" 0 "$NGEN" -- $HIER $SPLIT_FLAG
-    bench_job "$MNAME prefill $PREFILL" prefill 0 "$PREFILL" 0 -- --policy full
     if [ "$last" = 1 ] && [ -n "$LONG_DEPTH" ]; then
         bench_job "$MNAME staged T0 $HBM_RATIO" staged "$LONG_DEPTH" 0 "$NGEN" -- $HIER $STAGED_FLAG
         bench_job "$MNAME split T0 $HBM_RATIO" split "$LONG_DEPTH" 0 "$NGEN" -- $HIER $SPLIT_FLAG
@@ -611,10 +668,15 @@ else
     n=$(wc -w <<<"$MODELS") i=0
     for mt in $MODELS; do
         i=$((i + 1))
-        model_jobs "${mt%%:*}" "${mt##*:}" "$([ "$i" = "$n" ] && echo 1 || echo 0)"
+        model_jobs "${mt%%:*}" "${mt##*:}" "$([ "$i" = "$n" ] && echo 1 || echo 0)" "$([ "$i" = 1 ] && echo 1 || echo 0)"
     done
 fi
 [ "$DRY" = 0 ] && rm -f "$TOKMODEL"
+if [ "$QUICK" = 0 ]; then
+    if [ "$DRY" = 1 ] || "$BIN" --help 2>&1 | grep -q bench-ops; then
+        step "bench-ops 512 tokens (GEMMs: cuBLAS, and the kernels)" 40 bench_ops_gemm
+    fi
+fi
 if [ "$DRY" = 1 ]; then
     echo "sum: $SIM s of estimated work + $MARGIN s margin, budget $BUDGET s ($PLANNED jobs run, $SKIPPED skipped)"
     [ "$SIM" -lt "$BUDGET" ] || { echo "gpu.sh: the plan does not fit its budget" >&2; exit 1; }
