@@ -513,6 +513,7 @@ base = {"kind": "result", "job": tag, "model": model, "mode": mode, "rc": int(rc
         "peak_mib": peak, "wait_s": wait_s, "wait_from": wait_from,
         "wait_pct": None if wait_s is None else round(100 * wait_s / engine_s, 1), "mb_moved_per_step": moved}
 if not rows: print(json.dumps({**base, "error": "no rows"}))
+else: base["kernels"] = rows[0].get("kernels")  # the backend's description: which GEMV, cuBLAS or not
 # bytes each decode step read back to the host (attention weights, split queries, logits) and split
 # sent up (the host's partial results), by (test, depth)
 rback = {(r.get("of"), r.get("depth")): r for r in rows if r.get("test") == "read_back"}
