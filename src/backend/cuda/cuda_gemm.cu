@@ -258,10 +258,12 @@ __global__ void x16_kernel(const float *__restrict__ x, int64_t n, void *out, un
     }
 }
 
-/* rows [row0, row0 + blockIdx.y) of w, exactly dequantised, rounded to f16: one thread a unit */
+/* rows [row0, row0 + blockIdx.y) of w, exactly dequantised, rounded to f16: one thread a unit,
+ * written 8 halves (16 bytes) at a time (spans start at multiples of 8 elements, rows at 64 bytes) */
 template <int T>
 __global__ void dq16_kernel(const cw_mat w, int64_t row0, __half *out) {
     constexpr int U = mm_unit<T>(), NS = mm_nspan<T>(), SL = U / NS;
+    static_assert(SL % 8 == 0, "spans of whole 16-byte stores");
     const int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
     if (u >= w.n_in / U) return;
     float v[U];
@@ -271,7 +273,14 @@ __global__ void dq16_kernel(const cw_mat w, int64_t row0, __half *out) {
     for (int s = 0; s < NS; s++) {
         const int64_t base = cw_span_base(T, u, s);
 #pragma unroll
-        for (int k = 0; k < SL; k++) o[base + k] = __float2half_rn(v[s * SL + k]);
+        for (int k = 0; k < SL; k += 8) {
+            __half2 h[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) h[j] = __floats2half2_rn(v[s * SL + k + 2 * j], v[s * SL + k + 2 * j + 1]);
+            uint4 q;
+            memcpy(&q, h, sizeof q); /* register moves */
+            *(uint4 *)(o + base + k) = q;
+        }
     }
 }
 
