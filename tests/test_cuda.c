@@ -593,33 +593,37 @@ TEST(cuda_host_ring) {
 
 /* TIERKV_CUDA_GEMV: a bad value is refused at open, naming the variable, before any device is asked
  * for (so this runs without a GPU); good values pass that check */
+#ifdef TKV_CUDA
+/* each bad value of the variable refused at open with "VAR='value'", no good one (a good value may
+ * still fail to open: no GPU, no cuBLAS, but not with that refusal) */
+static void env_values(const char *var, const char *const *bad, size_t n_bad, const char *const *good, size_t n_good) {
+    const char *old = getenv(var);
+    char *saved = old ? strdup(old) : NULL, refusal[64];
+    snprintf(refusal, sizeof refusal, "%s='", var);
+    be_params p = {.name = "cuda", .device = 0};
+    char err[256];
+    for (size_t i = 0; i < n_bad + n_good; i++) {
+        const char *v = i < n_bad ? bad[i] : good[i - n_bad];
+        setenv(var, v, 1);
+        be_backend *b = NULL;
+        err[0] = 0;
+        int rc = cuda_backend_open(&p, &b, err, sizeof err);
+        if (i < n_bad) CHECKF(rc != 0 && strstr(err, refusal), "%s='%s' not refused: %s", var, v, err);
+        else CHECKF(rc == 0 || !strstr(err, refusal), "%s='%s' refused: %s", var, v, err);
+        if (b) be_close(b);
+    }
+    if (saved) setenv(var, saved, 1), free(saved);
+    else unsetenv(var);
+}
+#endif
+
 TEST(cuda_gemv_env) {
 #ifndef TKV_CUDA
     SKIP("built without CUDA (make cuda)");
 #else
-    const char *old = getenv("TIERKV_CUDA_GEMV");
-    char *saved = old ? strdup(old) : NULL;
     const char *bad[] = {"fast", "direct,3", "tile,", "direct2", "tile,1x", "directx"};
     const char *good[] = {"tile", "direct", "tile,1", "tile,2", "direct,1", "direct,2", ""};
-    be_params p = {.name = "cuda", .device = 0};
-    char err[256];
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        setenv("TIERKV_CUDA_GEMV", bad[i], 1);
-        be_backend *b = NULL;
-        err[0] = 0;
-        CHECKF(cuda_backend_open(&p, &b, err, sizeof err) != 0 && strstr(err, "TIERKV_CUDA_GEMV"), "'%s': %s", bad[i], err);
-        if (b) be_close(b);
-    }
-    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-        setenv("TIERKV_CUDA_GEMV", good[i], 1);
-        be_backend *b = NULL;
-        err[0] = 0;
-        int rc = cuda_backend_open(&p, &b, err, sizeof err);
-        CHECKF(rc == 0 || !strstr(err, "TIERKV_CUDA_GEMV"), "'%s' refused: %s", good[i], err);
-        if (b) be_close(b);
-    }
-    if (saved) setenv("TIERKV_CUDA_GEMV", saved, 1), free(saved);
-    else unsetenv("TIERKV_CUDA_GEMV");
+    env_values("TIERKV_CUDA_GEMV", bad, sizeof bad / sizeof bad[0], good, sizeof good / sizeof good[0]);
 #endif
 }
 
@@ -627,29 +631,9 @@ TEST(cuda_gemm_env) {
 #ifndef TKV_CUDA
     SKIP("built without CUDA (make cuda)");
 #else
-    const char *old = getenv("TIERKV_CUDA_GEMM");
-    char *saved = old ? strdup(old) : NULL;
     const char *bad[] = {"on", "1", "0", "4097", "16x", "-5", "cublas"};
     const char *good[] = {"auto", "off", "2", "16", "4096", ""};
-    be_params p = {.name = "cuda", .device = 0};
-    char err[256];
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        setenv("TIERKV_CUDA_GEMM", bad[i], 1);
-        be_backend *b = NULL;
-        err[0] = 0;
-        CHECKF(cuda_backend_open(&p, &b, err, sizeof err) != 0 && strstr(err, "expected auto, off"), "'%s': %s", bad[i], err);
-        if (b) be_close(b);
-    }
-    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-        setenv("TIERKV_CUDA_GEMM", good[i], 1);
-        be_backend *b = NULL;
-        err[0] = 0;
-        int rc = cuda_backend_open(&p, &b, err, sizeof err);
-        CHECKF(rc == 0 || !strstr(err, "expected auto, off"), "'%s' refused: %s", good[i], err);
-        if (b) be_close(b);
-    }
-    if (saved) setenv("TIERKV_CUDA_GEMM", saved, 1), free(saved);
-    else unsetenv("TIERKV_CUDA_GEMM");
+    env_values("TIERKV_CUDA_GEMM", bad, sizeof bad / sizeof bad[0], good, sizeof good / sizeof good[0]);
 #endif
 }
 
