@@ -286,6 +286,45 @@ static int make_moves(be_move *mv, int slots_per_pool) {
     return n;
 }
 
+/* The integer decoders (cuda_mmq.cu's products): every element sc * q - off equals the float
+ * decoder's bit for bit, and each span lies in one 32-block (one activation scale). */
+TEST(cuda_host_wlayout_int) {
+    int types = 0;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t t = TYPES[ti];
+        if (!cw_has_iunit(t)) continue;
+        types++;
+        int64_t n_in = 768, rows = 4;
+        size_t rb;
+        uint8_t *file = rand_file_rows(t, n_in, rows, &rb);
+        cw_mat m;
+        uint8_t *buf = host_layout(t, file, n_in, rows, &m);
+        REQUIRE(buf);
+        int U = cw_unit(t), NS = cw_nspan(t), SL = U / NS, bad = 0, split = 0;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t u = 0; u < n_in / U; u++) {
+                float v[32], sc[4], off[4];
+                uint32_t q[8];
+                cw_unit_any(&m, r, u, v);
+                cw_iunit_any(&m, r, u, q, sc, off);
+                for (int s = 0; s < NS; s++) {
+                    int64_t b = cw_span_base(t, u, s);
+                    split += b / 32 != (b + SL - 1) / 32;
+                    for (int k = 0; k < SL; k++) {
+                        int e = s * SL + k;
+                        float got = cw_sub(cw_mul(sc[s], (float)(int8_t)((q[e >> 2] >> (8 * (e & 3))) & 0xffu)), off[s]);
+                        bad += tkv_f32_bits(got) != tkv_f32_bits(v[e]);
+                    }
+                }
+            }
+        CHECKF(bad == 0 && split == 0, "%s: %d elements differ from the float decoder, %d spans cross a 32-block", tname(t),
+               bad, split);
+        free(buf), free(file);
+    }
+    CHECK(types == 4);
+    CHECK(cw_bsub(0x000f0800u, 0x08080808u) == 0xf80700f8u); /* -8, 0, 7, -8 as bytes */
+}
+
 TEST(cuda_host_moves) {
     const be_kv_fmt fmts[4] = {BE_KV_F16, BE_KV_F16, BE_KV_Q8_HEAD, BE_KV_F16};
     hpools a, b;
@@ -758,8 +797,8 @@ static void gemm_w(uint32_t t, float *deq, int64_t n) {
 #endif
 
 /* Every type against the f32 product of its exact dequantisation, without scratch (the float
- * kernels); with the scratch matmul_scratch asks for, Q8_0 runs the integer kernel, whose reference
- * rounds x to Q8_0 first as the CPU backend does (the float product is 1e-3 away from it, so a
+ * kernels); with the scratch matmul_scratch asks for, the quantised types run the integer kernels,
+ * whose reference rounds x to Q8_0 blocks first (the float product is 1e-3 away from it, so a
  * kernel that skipped or changed the rounding fails), and a call of as many tokens as
  * cuda_gemm_from asks for (11 and 40 tokens) goes to cuBLAS, whose reference rounds x (and
  * quantised weights) to 16 bits as cuda_gemm.cu says (the unrounded product is 1e-3 away). */
@@ -805,7 +844,7 @@ TEST(cuda_matmul) {
                         uint32_t tt = which ? t2 : t;
                         int64_t no = which ? n_out + 5 : n_out;
                         const uint8_t *f = which ? f2 : f1;
-                        const int rounded = with && !gemm && tt == CW_T_Q8_0;
+                        const int rounded = with && !gemm && tt != CW_T_F32 && tt != CW_T_F16 && tt != CW_T_BF16;
                         float scale = 1.0f;
                         if (gemm) gemm_x(tt, x, xg, (size_t)(nt * n_in), &scale);
                         const float *xr = gemm ? xg : rounded ? xq : x;

@@ -18,7 +18,7 @@
 
 #include "backend/cuda/cuda_mm.h"
 
-bool cu_mmq_type(uint32_t t) { return t == CW_T_Q8_0; }
+bool cu_mmq_type(uint32_t t) { return t == CW_T_Q8_0 || cw_has_iunit(t); }
 
 static size_t qx_bytes(int64_t n_in, int64_t n_tok) { return ((size_t)(n_in * n_tok) + 255) & ~(size_t)255; }
 
@@ -129,25 +129,125 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
         }
 }
 
-template <int NT, int R>
+/* ---- Q4_0, Q5_0, Q4_K, Q6_K: the integer decoders of cuda_wlayout.h ----
+ * Lane l takes whole units l, l + 32, ... (16 bytes of quants, 32 elements; no pairing of lanes):
+ * per span of SL elements, si = sum q_w q_x by dp4a, and the span adds d_x * (sc * si - off * sum
+ * q_x), i.e. d_x * sum (sc q_w - off) q_x: the exactly dequantised weights against the rounded x. */
+template <int T>
+__device__ __forceinline__ void mmq_iunit(const cw_mat &w, int64_t row, int64_t u, uint32_t *q, float *sc, float *off) {
+    if constexpr (T == CW_T_Q4_0) cw_iunit_q4_0(&w, row, u, q, sc, off);
+    else if constexpr (T == CW_T_Q5_0) cw_iunit_q5_0(&w, row, u, q, sc, off);
+    else if constexpr (T == CW_T_Q4_K) cw_iunit_q4_k(&w, row, u, q, sc, off);
+    else cw_iunit_q6_k(&w, row, u, q, sc, off);
+}
+
+template <int T, int NT, int R>
+__global__ void __launch_bounds__(MM_WARPS * 32)
+    mmqk_kernel(const mm_args a, const int8_t *__restrict__ qx, const float *__restrict__ dx) {
+    constexpr int U = mm_unit<T>(), NS = mm_nspan<T>(), SW = U / NS / 4; /* words of a span */
+    constexpr bool OFF = T == CW_T_Q4_K;                                  /* the only type with mins */
+    static_assert(SW == 2 || SW == 4, "spans of 8 or 16 elements");
+    cw_mat w;
+    float *y;
+    int64_t y_stride;
+    int block0;
+    mm_pick_out(a, w, y, y_stride, block0);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + warp) * R;
+    const int64_t n_u = a.n_in / U, nb = a.n_in / 32;
+    int64_t row[R];
+    const int8_t *xr[NT];
+    const float *xs[NT];
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++) row[r] = row0 + r < w.n_out ? row0 + r : w.n_out - 1;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const int tt = t < a.nt ? t : a.nt - 1;
+        xr[t] = qx + tt * a.n_in, xs[t] = dx + tt * nb;
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+
+#pragma unroll 1
+    for (int64_t u = lane; u < n_u; u += 32) {
+        uint32_t q[R][U / 4];
+        float sc[R][NS], off[R][NS];
+#pragma unroll
+        for (int r = 0; r < R; r++) mmq_iunit<T>(w, row[r], u, q[r], sc[r], off[r]);
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            const int64_t base = cw_span_base(T, u, s);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                uint32_t xw[SW];
+                if constexpr (SW == 4) {
+                    const int4 v = __ldg((const int4 *)(xr[t] + base));
+                    xw[0] = (uint32_t)v.x, xw[1] = (uint32_t)v.y, xw[2] = (uint32_t)v.z, xw[3] = (uint32_t)v.w;
+                } else {
+                    const int2 v = __ldg((const int2 *)(xr[t] + base));
+                    xw[0] = (uint32_t)v.x, xw[1] = (uint32_t)v.y;
+                }
+                const float xd = __ldg(xs[t] + (base >> 5));
+                int xsum = 0;
+                if constexpr (OFF)
+#pragma unroll
+                    for (int i = 0; i < SW; i++) xsum = __dp4a((int)xw[i], 0x01010101, xsum);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    int si = 0;
+#pragma unroll
+                    for (int i = 0; i < SW; i++) si = __dp4a((int)q[r][s * SW + i], (int)xw[i], si);
+                    float v = sc[r][s] * (float)si;
+                    if constexpr (OFF) v -= off[r][s] * (float)xsum;
+                    acc[r][t] += xd * v;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float v = cu_warp_sum(acc[r][t]);
+            if (lane == 0 && t < a.nt && row0 + r < w.n_out) y[(int64_t)t * y_stride + row0 + r] = v;
+        }
+}
+
+template <int T, int NT, int R>
 static void mmq_go(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx) {
     int blocks = 0;
     for (int i = 0; i < a.n_o; i++) {
         a.o[i].block0 = blocks;
         blocks += (int)((a.o[i].w.n_out + MM_WARPS * R - 1) / (MM_WARPS * R));
     }
-    mmq8_kernel<NT, R><<<blocks, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx);
+    if constexpr (T == CW_T_Q8_0) mmq8_kernel<NT, R><<<blocks, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx);
+    else mmqk_kernel<T, NT, R><<<blocks, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx);
     CU_LAUNCHED();
 }
 
 /* one row per warp for one token (more warps in flight; TIERKV_CUDA_GEMV's ",2" asks for two), two
  * for several tokens (each weight unit read once for all of them) */
+template <int T>
+static void mmq_type(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx) {
+    if (a.nt == 1) {
+        if (B->gemv_rows == 2) mmq_go<T, 1, 2>(B, a, qx, dx);
+        else mmq_go<T, 1, 1>(B, a, qx, dx);
+    } else if (a.nt <= 2) mmq_go<T, 2, 2>(B, a, qx, dx);
+    else if (a.nt <= 4) mmq_go<T, 4, 2>(B, a, qx, dx);
+    else mmq_go<T, 8, 2>(B, a, qx, dx);
+}
+
 void cu_mmq_launch(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx) {
     CU_REQUIRE(a.nt >= 1 && a.nt <= MM_NT, "mmq: 1..MM_NT tokens per launch");
-    if (a.nt == 1) {
-        if (B->gemv_rows == 2) mmq_go<1, 2>(B, a, qx, dx);
-        else mmq_go<1, 1>(B, a, qx, dx);
-    } else if (a.nt <= 2) mmq_go<2, 2>(B, a, qx, dx);
-    else if (a.nt <= 4) mmq_go<4, 2>(B, a, qx, dx);
-    else mmq_go<8, 2>(B, a, qx, dx);
+    switch (a.o[0].w.type) { /* one type a launch */
+    case CW_T_Q8_0: mmq_type<CW_T_Q8_0>(B, a, qx, dx); break;
+    case CW_T_Q4_0: mmq_type<CW_T_Q4_0>(B, a, qx, dx); break;
+    case CW_T_Q5_0: mmq_type<CW_T_Q5_0>(B, a, qx, dx); break;
+    case CW_T_Q4_K: mmq_type<CW_T_Q4_K>(B, a, qx, dx); break;
+    case CW_T_Q6_K: mmq_type<CW_T_Q6_K>(B, a, qx, dx); break;
+    default: CU_REQUIRE(0, "mmq: a type without integer products");
+    }
 }

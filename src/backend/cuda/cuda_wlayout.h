@@ -257,6 +257,82 @@ CW_UNROLL
     }
 }
 
+/* ---- the integer decoders (cuda_mmq.cu's products against an activation rounded to int8) ----
+ * Unit u of a Q4_0, Q5_0, Q4_K or Q6_K row as small integers: q[] holds cw_unit(t) signed bytes in
+ * span order, four a word (little-endian, as dp4a reads them), and element k of span s is
+ * cw_sub(cw_mul(sc[s], q_k), off[s]): bit for bit the float decoder's value (off is 0 but for Q4_K's
+ * mins, and x - 0 is x). Each span's SL elements sit in one 32-block of the row. */
+
+/* byte-wise a - b for bytes of a and b below 0x80 (no borrow crosses a byte): signed bytes */
+CW_FN uint32_t cw_bsub(uint32_t a, uint32_t b) { return ((a | 0x80808080u) - b) ^ 0x80808080u; }
+/* bit 4 of each byte from the low 4 bits of x (Q5_0's fifth bits) */
+CW_FN uint32_t cw_bit4s(uint32_t x) { return ((x & 1u) << 4) | ((x & 2u) << 11) | ((x & 4u) << 18) | ((x & 8u) << 25); }
+
+CW_FN void cw_iunit_q4_0(const cw_mat *m, int64_t row, int64_t u, uint32_t *q, float *sc, float *off) {
+    cw_u4 v = cw_ld16(m->a + row * m->sa + 16 * u);
+    uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    sc[0] = sc[1] = cw_ldf(m->b + row * m->sb + 4 * u), off[0] = off[1] = 0.0f;
+CW_UNROLL
+    for (int i = 0; i < 4; i++) {
+        q[i] = cw_bsub(w[i] & 0x0f0f0f0fu, 0x08080808u);
+        q[4 + i] = cw_bsub((w[i] >> 4) & 0x0f0f0f0fu, 0x08080808u);
+    }
+}
+CW_FN void cw_iunit_q5_0(const cw_mat *m, int64_t row, int64_t u, uint32_t *q, float *sc, float *off) {
+    cw_u4 v = cw_ld16(m->a + row * m->sa + 16 * u);
+    cw_u2 dh = cw_ld8(m->b + row * m->sb + 8 * u);
+    uint32_t w[4] = {v.x, v.y, v.z, v.w}, qh = dh.y;
+    sc[0] = sc[1] = cw_bits(dh.x), off[0] = off[1] = 0.0f;
+CW_UNROLL
+    for (int i = 0; i < 4; i++) {
+        q[i] = cw_bsub((w[i] & 0x0f0f0f0fu) | cw_bit4s(qh >> (4 * i)), 0x10101010u);
+        q[4 + i] = cw_bsub(((w[i] >> 4) & 0x0f0f0f0fu) | cw_bit4s(qh >> (16 + 4 * i)), 0x10101010u);
+    }
+}
+CW_FN void cw_iunit_q4_k(const cw_mat *m, int64_t row, int64_t u, uint32_t *q, float *sc, float *off) {
+    cw_u4 v = cw_ld16(m->a + row * m->sa + 16 * u);
+    cw_u4 h = cw_ld16(m->b + row * m->sb + 16 * (u >> 3));
+    uint32_t hw[4] = {h.x, h.y, h.z, h.w}, w[4] = {v.x, v.y, v.z, v.w};
+    float d = cw_f16(h.x & 0xffffu), dmin = cw_f16(h.x >> 16), s0, m0, s1, m1;
+    int c = (int)((u & 7) >> 1);
+    cw_k4_scale_min(hw, 2 * c, &s0, &m0);
+    cw_k4_scale_min(hw, 2 * c + 1, &s1, &m1);
+    sc[0] = cw_mul(d, s0), off[0] = cw_mul(dmin, m0), sc[1] = cw_mul(d, s1), off[1] = cw_mul(dmin, m1);
+CW_UNROLL
+    for (int i = 0; i < 4; i++) q[i] = w[i] & 0x0f0f0f0fu, q[4 + i] = (w[i] >> 4) & 0x0f0f0f0fu;
+}
+CW_FN void cw_iunit_q6_k(const cw_mat *m, int64_t row, int64_t u, uint32_t *q, float *sc, float *off) {
+    int64_t sb = u >> 3;
+    int i = (int)(u & 7), h = i >> 2, l0 = 8 * (i & 3);
+    const uint8_t *base = m->a + row * m->sa + 192 * sb;
+    cw_u2 L0 = cw_ld8(base + 64 * h + l0), L1 = cw_ld8(base + 64 * h + 32 + l0), H = cw_ld8(base + 128 + 32 * h + l0);
+    cw_u4 S = cw_ld16(m->b + row * m->sb + 16 * sb);
+    float d = cw_ldf(m->c + row * m->sc + 4 * sb);
+    uint32_t l0w[2] = {L0.x, L0.y}, l1w[2] = {L1.x, L1.y}, hw[2] = {H.x, H.y}, sw[4] = {S.x, S.y, S.z, S.w};
+CW_UNROLL
+    for (int s = 0; s < 4; s++) sc[s] = cw_mul(d, (float)(int8_t)cw_byte(sw, 8 * h + 2 * s + (l0 >> 4))), off[s] = 0.0f;
+CW_UNROLL
+    for (int j = 0; j < 2; j++) {
+        uint32_t a0 = l0w[j], a1 = l1w[j], hh = hw[j];
+        q[j] = cw_bsub((a0 & 0x0f0f0f0fu) | ((hh & 0x03030303u) << 4), 0x20202020u);
+        q[2 + j] = cw_bsub((a1 & 0x0f0f0f0fu) | (((hh >> 2) & 0x03030303u) << 4), 0x20202020u);
+        q[4 + j] = cw_bsub(((a0 >> 4) & 0x0f0f0f0fu) | (((hh >> 4) & 0x03030303u) << 4), 0x20202020u);
+        q[6 + j] = cw_bsub(((a1 >> 4) & 0x0f0f0f0fu) | (((hh >> 6) & 0x03030303u) << 4), 0x20202020u);
+    }
+}
+/* 1 for the types with an integer decoder */
+CW_FN int cw_has_iunit(uint32_t t) { return t == CW_T_Q4_0 || t == CW_T_Q5_0 || t == CW_T_Q4_K || t == CW_T_Q6_K; }
+/* any of them (host code and tests; the kernels call the typed ones) */
+CW_FN void cw_iunit_any(const cw_mat *m, int64_t row, int64_t u, uint32_t *q, float *sc, float *off) {
+    switch (m->type) {
+    case CW_T_Q4_0: cw_iunit_q4_0(m, row, u, q, sc, off); break;
+    case CW_T_Q5_0: cw_iunit_q5_0(m, row, u, q, sc, off); break;
+    case CW_T_Q4_K: cw_iunit_q4_k(m, row, u, q, sc, off); break;
+    case CW_T_Q6_K: cw_iunit_q6_k(m, row, u, q, sc, off); break;
+    default: break;
+    }
+}
+
 /* Any type (host code and tests; the kernels call the typed decoders directly). */
 CW_FN void cw_unit_any(const cw_mat *m, int64_t row, int64_t u, float *v) {
     switch (m->type) {
