@@ -40,6 +40,8 @@
 #      in BF16 and Q8_0 through cuBLAS and in BF16 through the kernels.
 #   The 32K pair does not fit the default plan; a run for it alone (Q8_0: half BF16's file):
 #   MODELS=r1-distill-qwen-7b:Q8_0 DEPTHS=8192 BUDGET=360 bench/gpu.sh (no time left for a rerun)
+#   The 4-bit integer products: MODELS=r1-distill-qwen-7b:Q4_K bench/gpu.sh (any of BF16, F16, Q8_0,
+#   Q6_K, Q5_0, Q4_K, Q4_0; the estimates know their bytes per weight).
 #   --quick: 1, 2, 3, 5 and one `full` decode job at the first depth on the token check's file.
 #
 # Estimates (seconds; each job's is SAFETY x its parts + 3, the dry run prints them). Today's
@@ -212,7 +214,10 @@ shape_of() {
     *) return 1 ;;
     esac
 }
-bpe_of() { case $1 in BF16 | F16) echo 2 ;; Q8_0) echo 1.0625 ;; F32) echo 4 ;; *) echo 2 ;; esac; }
+bpe_of() { # bytes per weight of a type (gen-random's file)
+    case $1 in BF16 | F16) echo 2 ;; Q8_0) echo 1.0625 ;; Q6_K) echo 0.8203 ;; Q5_0) echo 0.6875 ;;
+    Q4_K | Q4_0) echo 0.5625 ;; F32) echo 4 ;; *) echo 2 ;; esac
+}
 # model_gb SHAPE TYPE [LAYERS]: sets GB (weight bytes / 1e9) and KVTOK (f16 K and V bytes of one
 # position, all layers); 1 for an unknown shape
 model_gb() {
