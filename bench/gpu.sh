@@ -27,12 +27,14 @@
 #      split: rounding-level differences allowed) against `full`, on a TOKLAYERS-layer TOKTYPE file of
 #      TOKSHAPE; and the logits of a lossy hierarchy (T2, 10% evicted) with the scores added up on the
 #      GPU against --host-scores: identical bits;
+#   5b. profile, on the token check's file: TIERKV_CUDA_PROFILE=1 bench of `full` at 2048 and staged at
+#      8192 (64 steps): each op's calls, device time and the gap before it, per phase;
 #   6. kernel microbenchmark: `tierkv bench-ops` when the binary has it (else recorded as skipped);
 #   7. per model of MODELS (random weights from gen-random; ONE file on disk at a time): decode
 #      tok/s of `full`, one PREFILL-token prefill (the backend's 512-token chunks through cuBLAS),
-#      on the first model also the kernels' prefill (TIERKV_CUDA_GEMM=off -b 64: the before of
-#      cuBLAS), then `hierarchy` at T0 HBM_RATIO (0% eviction, no T2) staged and split at DEPTHS
-#      (the hierarchy with DEPTH_FLAG, so it has generated tokens to tier), on the last model
+#      then `hierarchy` at T0 HBM_RATIO (0% eviction, no T2) staged and split at DEPTHS (the
+#      hierarchy with DEPTH_FLAG, so it has generated tokens to tier), on the first model the
+#      kernels' prefill (TIERKV_CUDA_GEMM=off -b 64: the before of cuBLAS), on the last model
 #      staged and split at LONG_DEPTH, then direct at DEPTHS, and on the last model, where time is
 #      left, staged with --host-scores at the deepest of DEPTHS (the attention weights read back
 #      every step: the before of the score update on the GPU);
@@ -413,6 +415,33 @@ for n in ("direct", "staged", "split"):
 PY
 }
 
+# ---- 5b. profile ------------------------------------------------------------------------------
+# where a step's device time goes, on the token check's file (the 7B's layers, TOKLAYERS of them):
+# TIERKV_CUDA_PROFILE=1 prints each op's calls, device time and the gap before it (docs/CUDA.md)
+prof_job() { # TAG, engine flags...
+    local tag=$1; shift
+    TIERKV_CUDA_PROFILE=1 run_to 60 "$BIN" bench -m "$TOKMODEL" $BACKEND_FLAG -t "$THREADS" -p 0 -n 64 --reps 1 --json \
+        "$@" >"$L/prof-$tag.jsonl" 2>"$L/prof-$tag.err"
+    local rc=$?
+    python3 - "$L/prof-$tag.err" "$tag" "$rc" <<'PY' | tee -a "$J"
+import json, sys
+n = 0
+for l in open(sys.argv[1]):
+    if l.startswith("tierkv cuda-profile {"):
+        try: r = json.loads(l[len("tierkv cuda-profile "):])
+        except Exception: continue
+        print(json.dumps({"kind": "profile", "job": sys.argv[2], **r})); n += 1
+if not n: print(json.dumps({"kind": "profile", "job": sys.argv[2], "rc": int(sys.argv[3]), "error": "no profile lines"}))
+PY
+    return $rc
+}
+profile() {
+    local rc=0
+    prof_job full -d 2048 --policy full || rc=1
+    prof_job staged -d 8192 $HIER $STAGED_FLAG $DEPTH_FLAG || rc=1
+    return $rc
+}
+
 # ---- 6. kernel microbenchmark -----------------------------------------------------------------
 bench_ops() {
     run_to 60 "$BIN" bench-ops $BACKEND_FLAG --shape r1-distill-qwen-7b --type BF16 --depths "$OPS_DEPTHS" --json \
@@ -555,15 +584,15 @@ model_jobs() { # SHAPE TYPE LAST(0|1) FIRST(0|1)
         step "$MNAME gen-random ($(printf '%.1f' "$MGB") GB)" "$eg" gen_model "$shape" "$type" && MODEL_OK=1
     fi
     bench_job "$MNAME full" full "$DEPTHS" 0 "$NGEN" -- --policy full
-    # the prefill (the backend's chunk, its GEMMs through cuBLAS), on the first model also the
-    # kernels' prefill of 64-token chunks (TIERKV_CUDA_GEMM=off -b 64: the before of cuBLAS), then
-    # staged and split (the two ways the paper's T1 is read) and the long pair, each a check of the
+    # the prefill (the backend's chunk, its GEMMs through cuBLAS), staged and split (the two ways
+    # the paper's T1 is read), on the first model the kernels' prefill of 64-token chunks
+    # (TIERKV_CUDA_GEMM=off -b 64: the before of cuBLAS), and the long pair, each a check of the
     # issue, before direct (every T1 row over PCIe for every token: the slowest, and the least
     # likely to be used)
     bench_job "$MNAME prefill $PREFILL" prefill 0 "$PREFILL" 0 -- --policy full
-    [ "$first_model" = 1 ] && bench_job "$MNAME prefill kernels $PREFILL" prefill/kernels 0 "$PREFILL" 0 -- --policy full -b 64
     bench_job "$MNAME staged T0 $HBM_RATIO" staged "$DEPTHS" 0 "$NGEN" -- $HIER $STAGED_FLAG
     bench_job "$MNAME split T0 $HBM_RATIO" split "$DEPTHS" 0 "$NGEN" -- $HIER $SPLIT_FLAG
+    [ "$first_model" = 1 ] && bench_job "$MNAME prefill kernels $PREFILL" prefill/kernels 0 "$PREFILL" 0 -- --policy full -b 64
     if [ "$last" = 1 ] && [ -n "$LONG_DEPTH" ]; then
         bench_job "$MNAME staged T0 $HBM_RATIO" staged "$LONG_DEPTH" 0 "$NGEN" -- $HIER $STAGED_FLAG
         bench_job "$MNAME split T0 $HBM_RATIO" split "$LONG_DEPTH" 0 "$NGEN" -- $HIER $SPLIT_FLAG
@@ -616,6 +645,12 @@ if rows:
                           f(r.get("rc"))]))
 else:
     print("  no engine measurements")
+prof = [r for r in recs if r.get("kind") == "profile" and "op" in r]
+if prof:
+    print("profile (device ms; gap: the stream idle before the op) | job | phase | op | calls | device ms | gap ms")
+    for r in prof:
+        print(" | ".join(["  profile", r["job"], r["phase"], r["op"], str(r.get("calls", r.get("steps"))),
+                          f(r.get("device_ms"), 3), f(r.get("gap_before_ms"), 3)]))
 ops = [r for r in recs if r.get("kind") == "bench-ops"]
 for r in ops: print("  bench-ops " + ", ".join(f"{k}={v}" for k, v in r.items() if k != "kind"))
 sk = [r for r in recs if r.get("kind") == "skipped"]
@@ -660,6 +695,7 @@ TOKGB=$GB
 TOK_EST=$(($(gen_est "$TOKGB") + $(int "$(calc "6 * $SAFETY * ($PROC_S + $TOKGB * $LOAD_S_PER_GB + ($GREEDY + 4) * $TOKGB * 1e9 / ($HBM_BPS * $MM_EFF)) + 3")")))
 TOKDONE=0
 step "token check ($TOKSHAPE ${TOKLAYERS} layers, $(printf '%.1f' "$TOKGB") GB; full/direct/staged/split/lossy)" "$TOK_EST" tok_check && TOKDONE=1
+[ "$QUICK" = 0 ] && [ "$TOKDONE" = 1 ] && step "profile (TIERKV_CUDA_PROFILE=1; full at 2048, staged at 8192)" 25 profile
 if [ "$QUICK" = 1 ]; then
     MNAME="$TOKSHAPE/${TOKLAYERS}L $TOKTYPE" MGB=$TOKGB MODEL=$TOKMODEL MWBYTES=$(calc "$TOKGB * 1e9")
     MODEL_OK=$TOKDONE

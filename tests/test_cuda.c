@@ -21,10 +21,12 @@
  * poisoned (NaN) before each run, ||out - ref|| / ||ref|| printed per op and bounded. Without
  * TKV_CUDA these skip with "built without CUDA (make cuda)"; with it but no device, with the CUDA
  * runtime's reason. */
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
@@ -676,6 +678,16 @@ TEST(cuda_gemm_env) {
 #endif
 }
 
+TEST(cuda_prof_env) {
+#ifndef TKV_CUDA
+    SKIP("built without CUDA (make cuda)");
+#else
+    const char *bad[] = {"2", "yes", "on", "1x"};
+    const char *good[] = {"0", "1", ""};
+    env_values("TIERKV_CUDA_PROFILE", bad, sizeof bad / sizeof bad[0], good, sizeof good / sizeof good[0]);
+#endif
+}
+
 TEST(cuda_host_blas_probe) {
 #ifndef TKV_CUDA
     SKIP("built without CUDA (make cuda)");
@@ -927,6 +939,62 @@ TEST(cuda_gemm_range) {
         free(y), free(deq), free(ref), free(x), free(xg), free(f);
         O->free(B, dx, BE_MEM_DEVICE), O->free(B, dy, BE_MEM_DEVICE), O->free(B, scratch, BE_MEM_DEVICE);
     }
+#endif
+}
+
+/* TIERKV_CUDA_PROFILE=1: the ops' results are the unprofiled backend's bit for bit, and at close
+ * each op's line counts its calls (stderr captured into a file). */
+TEST(cuda_profile) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    const int64_t n_in = 512, n_out = 64, nts[2] = {1, 40};
+    setenv("TIERKV_CUDA_PROFILE", "1", 1);
+    be_params bp = {.name = "cuda", .device = 0};
+    be_backend *P = NULL;
+    char e[256];
+    int rc = cuda_backend_open(&bp, &P, e, sizeof e);
+    unsetenv("TIERKV_CUDA_PROFILE");
+    REQUIRE(rc == 0);
+    CHECK(strstr(P->ops->describe(P), "[profiled]") != NULL);
+    size_t rb;
+    uint8_t *f = rand_file_rows(CW_T_BF16, n_in, n_out, &rb);
+    be_mat m1 = {f, CW_T_BF16, n_in, n_out}, m2 = {f, CW_T_BF16, n_in, n_out};
+    REQUIRE(O->prepare_weight(B, &m1, BE_W_MATMUL, e, sizeof e) == 0);
+    REQUIRE(P->ops->prepare_weight(P, &m2, BE_W_MATMUL, e, sizeof e) == 0);
+    float *x = malloc((size_t)(40 * n_in) * 4), *y1 = malloc((size_t)(40 * n_out) * 4), *y2 = malloc((size_t)(40 * n_out) * 4);
+    rand_vec(x, (size_t)(40 * n_in), 1.0f);
+    be_backend *bs[2] = {B, P};
+    float *ys[2] = {y1, y2};
+    for (int k = 0; k < 2; k++) {
+        const be_ops *o = bs[k]->ops;
+        be_mat *m = k ? &m2 : &m1;
+        float *dx = dalloc(bs[k], (size_t)(40 * n_in) * 4, BE_MEM_DEVICE), *dy = dalloc(bs[k], (size_t)(40 * n_out) * 4, BE_MEM_DEVICE);
+        o->upload(bs[k], dx, x, (size_t)(40 * n_in) * 4);
+        be_mm_out out = {m, dy, n_out};
+        size_t ss = o->matmul_scratch(bs[k], &out, 1, n_in, 40);
+        void *scratch = ss ? dalloc(bs[k], ss, BE_MEM_DEVICE) : NULL;
+        for (int i = 0; i < 2; i++) o->matmul(bs[k], &out, 1, n_in, dx, nts[i], scratch);
+        fetch(bs[k], ys[k], dy, (size_t)(40 * n_out) * 4);
+        o->free(bs[k], dx, BE_MEM_DEVICE), o->free(bs[k], dy, BE_MEM_DEVICE);
+        if (scratch) o->free(bs[k], scratch, BE_MEM_DEVICE);
+    }
+    CHECK(memcmp(y1, y2, (size_t)(40 * n_out) * 4) == 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/profile.err", t_tmpdir());
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    REQUIRE(saved >= 0 && fd >= 0);
+    dup2(fd, 2), close(fd);
+    be_close(P);
+    fflush(stderr);
+    dup2(saved, 2), close(saved);
+    char *text = t_slurp(path);
+    REQUIRE(text);
+    printf("%s", text);
+    CHECK(strstr(text, "\"op\":\"matmul_1\",\"calls\":1,") != NULL);
+    CHECK(strstr(text, "\"op\":\"matmul_many\",\"calls\":1,") != NULL);
+    CHECK(strstr(text, "\"op\":\"read\"") != NULL);
+    free(text), free(x), free(y1), free(y2), free(f);
 #endif
 }
 

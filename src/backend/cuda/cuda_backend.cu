@@ -229,6 +229,7 @@ static void cu_close(be_backend *b) {
     cu_bind(B);
     CUDA_CHECK(cudaDeviceSynchronize());
     workers_free(B->workers);
+    cu_prof_close(B);
     cu_gemm_close(B);
     for (int i = 0; i < B->n_owned; i++) {
         /* owned entries: device buffers, and the host descriptors (cw_mat) of prepared weights,
@@ -314,6 +315,7 @@ static be_ops cu_ops_table(void) {
     return o;
 }
 static const be_ops CU_OPS = cu_ops_table();
+static const be_ops CU_OPS_PROF = cu_prof_ops(&CU_OPS); /* TIERKV_CUDA_PROFILE=1 */
 
 /* TIERKV_CUDA_GEMV: the one-token matmul for every weight type, "tile" (x staged in shared memory)
  * or "direct" (x read through L1), each optionally ",1" or ",2" rows per warp. Unset: direct for
@@ -334,9 +336,9 @@ static int gemv_choice(int *direct, int *rows, char *err, size_t errlen) {
 
 extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err, size_t errlen) {
     *out = NULL;
-    int gemv_direct, gemv_rows, gemm_from;
+    int gemv_direct, gemv_rows, gemm_from, prof;
     if (gemv_choice(&gemv_direct, &gemv_rows, err, errlen)) return -1; /* the message is in err */
-    if (cu_gemm_choice(&gemm_from, err, errlen)) return -1;
+    if (cu_gemm_choice(&gemm_from, err, errlen) || cu_prof_choice(&prof, err, errlen)) return -1;
     int dev = p ? p->device : 0, n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) return tkv_errf(err, errlen, "CUDA: %s", cudaGetErrorString(e));
@@ -383,11 +385,16 @@ extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err
         cu_close(&B->base);
         return -1;
     }
+    if (prof) {
+        cu_prof_open(B, &CU_OPS);
+        B->base.ops = &CU_OPS_PROF;
+    }
     char rows[16] = "";
     if (gemv_rows) snprintf(rows, sizeof rows, ",%d", gemv_rows);
     snprintf(B->desc, sizeof B->desc, "sm_%d%d (%.100s, %d SMs, %.0f GiB; gemv %s%s; gemm %s)", prop.major, prop.minor,
              prop.name, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
              gemv_direct < 0 ? "per type" : gemv_direct ? "direct" : "tile", rows, B->blas_why);
+    if (prof) snprintf(B->desc + strlen(B->desc), sizeof B->desc - strlen(B->desc), " [profiled]");
     *out = &B->base;
     return 0;
 }

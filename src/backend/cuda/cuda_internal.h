@@ -87,6 +87,7 @@ struct cu_backend {
     struct cu_blas *blas;       /* many-token matmuls through cuBLAS (cuda_gemm.cu); NULL: not in use */
     int gemm_from;              /* TIERKV_CUDA_GEMM: -1 auto, 0 off, else tokens from which it runs */
     char blas_why[160];         /* what runs them, or why cuBLAS does not */
+    struct cu_prof *prof;       /* TIERKV_CUDA_PROFILE=1: the ops' device times (cuda_prof.cu); else NULL */
     cudaEvent_t layer_ev[CU_MAX_LAYER_EVENTS];           /* copy stream, recorded by copy_moves */
     cudaEvent_t stage_ev[CU_MAX_STAGE_LAYERS];           /* compute stream, recorded by attention after
                                                             reading STAGE layer k */
@@ -161,6 +162,11 @@ size_t cu_gemm_scratch(const cu_backend *B, const uint32_t *types, const int64_t
 /* the call through cuBLAS where it goes there and scratch is given: false, nothing queued, otherwise */
 bool cu_gemm_run(cu_backend *B, const cw_mat *const *w, float *const *y, const int64_t *ys, int n_outs, int64_t n_in,
                  const float *x, int64_t n_tok, void *scratch);
+/* cuda_prof.cu */
+int cu_prof_choice(int *on, char *err, size_t errlen); /* TIERKV_CUDA_PROFILE */
+be_ops cu_prof_ops(const be_ops *real);                /* the table of wrappers that time real's ops */
+void cu_prof_open(cu_backend *B, const be_ops *real);
+void cu_prof_close(cu_backend *B);                     /* prints the times (stderr), frees */
 /* cuda_dense.cu */
 void cu_rmsnorm(be_backend *b, float *y, const float *x, const float *w, int rows, int n, float eps);
 void cu_add_bias(be_backend *b, float *y, const float *bias, int rows, int n);
