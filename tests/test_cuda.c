@@ -1056,6 +1056,23 @@ TEST(cuda_dense_ops) {
     fetch(B, out, dy, N * 4);
     for (size_t i = 0; i < N; i++) ref[i] = (double)(y[i] + w[i % n]) + x[i];
     REPORT("add_bias + add", rel_err(out, ref, N), 1e-7);
+    /* add_rmsnorm: x and the normed rows with the bits of add, then rmsnorm */
+    {
+        float *dd = dalloc(B, N * 4, BE_MEM_DEVICE), *dh = dalloc(B, N * 4, BE_MEM_DEVICE);
+        float *x1 = malloc(N * 4), *h1 = malloc(N * 4), *x2 = malloc(N * 4), *h2 = malloc(N * 4);
+        rand_vec(x, N, 3.0f), rand_vec(y, N, 2.0f), rand_vec(w, (size_t)n, 1.5f);
+        O->upload(B, dx, x, N * 4), O->upload(B, dd, y, N * 4), O->upload(B, dw, w, (size_t)n * 4);
+        O->add(B, dx, dd, (int64_t)N);
+        O->rmsnorm(B, dh, dx, dw, rows, n, 1e-6f);
+        fetch(B, x1, dx, N * 4), fetch(B, h1, dh, N * 4);
+        O->upload(B, dx, x, N * 4), poison(B, dh, N * 4);
+        O->add_rmsnorm(B, dx, dd, dh, dw, rows, n, 1e-6f);
+        fetch(B, x2, dx, N * 4), fetch(B, h2, dh, N * 4);
+        CHECK(memcmp(x1, x2, N * 4) == 0 && memcmp(h1, h2, N * 4) == 0);
+        printf("    add_rmsnorm: the bits of add then rmsnorm\n");
+        free(x1), free(h1), free(x2), free(h2);
+        O->free(B, dd, BE_MEM_DEVICE), O->free(B, dh, BE_MEM_DEVICE);
+    }
     /* rope, both pair styles, positions up to 40000 */
     for (int neox = 0; neox < 2; neox++) {
         int hd = 128, heads = 7, nr = 4, pos[4] = {0, 17, 4095, 40000};

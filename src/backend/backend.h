@@ -239,6 +239,9 @@ typedef struct {
     void (*rmsnorm)(be_backend *b, float *y, const float *x, const float *w, int rows, int n, float eps);
     void (*add_bias)(be_backend *b, float *y, const float *bias, int rows, int n);
     void (*add)(be_backend *b, float *y, const float *x, int64_t n); /* y += x */
+    /* Optional (NULL: the forward calls add, then rmsnorm). The residual add and the next RMSNorm as
+     * one op: x += d over [rows][n], then y = rmsnorm(x) * w, the same bits as the two ops. */
+    void (*add_rmsnorm)(be_backend *b, float *x, const float *d, float *y, const float *w, int rows, int n, float eps);
     /* RoPE in place on rows [n_rows][n_heads * head_dim] at positions pos[n_rows] (host): angle of
      * pair i = pos * scale * base^(-2i/head_dim) as an f32 running product; neox pairs (i, i+hd/2) */
     void (*rope)(be_backend *b, float *x, int n_rows, int n_heads, int head_dim, const int *pos, float base,

@@ -343,6 +343,18 @@ static void route(fwd *f, const float *logits, int n) {
     }
 }
 
+/* The residual add and the next RMSNorm: x += d, then h = rmsnorm(x) * w; one op where the backend
+ * has it (a launch fewer on a GPU), else the two: the same ops in the same order either way. */
+static void add_norm(fwd *f, const float *d, const float *w, int n) {
+    const model_config *c = &f->m->cfg;
+    if (f->op->add_rmsnorm) {
+        f->op->add_rmsnorm(f->be, f->x, d, f->h, w, n, c->n_embd, c->rms_eps);
+        return;
+    }
+    f->op->add(f->be, f->x, d, (int64_t)n * c->n_embd);
+    f->op->rmsnorm(f->be, f->h, f->x, w, n, c->n_embd, c->rms_eps);
+}
+
 /* The expert FFN of layer L on the normed rows f->h: x += sum_j w_j expert_j(h). Tokens are grouped
  * by expert so that each expert's matrices are read once for all the tokens routed to it. */
 static void expert_ffn(fwd *f, const model_layer *L, int n) {
@@ -413,9 +425,11 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
 
     op->embed(be, &m->tok_embd, tokens, n, f->x); /* x [n x E] */
 
+    int normed = 0; /* h holds this layer's normed input: the previous layer's last add_norm made it */
     for (int l = 0; l < c->n_layer; l++) {
         const model_layer *L = &m->layers[l];
-        op->rmsnorm(be, f->h, f->x, L->attn_norm, n, E, c->rms_eps);
+        if (!normed) op->rmsnorm(be, f->h, f->x, L->attn_norm, n, E, c->rms_eps);
+        normed = 0;
         matmul_fused(f, (const model_mat *const[]){&L->wq, &L->wk, &L->wv}, (float *const[]){f->q, f->k, f->v}, 3, f->h, n);
         op->add_bias(be, f->q, L->bq, n, Q);
         op->add_bias(be, f->k, L->bk, n, KV);
@@ -431,9 +445,7 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
         attention(f, l, seq, pos, n, split);
         matmul(f, &L->wo, f->o, n, f->tmp, E);
         op->add_bias(be, f->tmp, L->bo, n, E);
-        op->add(be, f->x, f->tmp, (int64_t)n * E);
-
-        op->rmsnorm(be, f->h, f->x, L->ffn_norm, n, E, c->rms_eps);
+        add_norm(f, f->tmp, L->ffn_norm, n);
         if (c->n_expert) {
             expert_ffn(f, L, n);
             continue;
@@ -441,7 +453,12 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
         matmul_fused(f, (const model_mat *const[]){&L->wgate, &L->wup}, (float *const[]){f->gate, f->up}, 2, f->h, n);
         op->swiglu(be, f->gate, f->up, (int64_t)n * F);
         matmul(f, &L->wdown, f->gate, n, f->tmp, E);
-        op->add(be, f->x, f->tmp, (int64_t)n * E);
+        if (l + 1 < c->n_layer) {
+            add_norm(f, f->tmp, m->layers[l + 1].attn_norm, n);
+            normed = 1;
+        } else {
+            op->add(be, f->x, f->tmp, (int64_t)n * E);
+        }
     }
 
     /* logits only for the rows asked for */

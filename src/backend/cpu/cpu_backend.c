@@ -232,6 +232,12 @@ static void cpu_gather_rows(be_backend *b, float *dst, const float *src, const i
 
 static void cpu_copy_wait(be_backend *b, int layer) { (void)b, (void)layer; } /* copies are synchronous */
 
+/* the two ops in turn (the reference of a backend that fuses them; the forward's fused path runs here) */
+static void cpu_add_rmsnorm(be_backend *b, float *x, const float *d, float *y, const float *w, int rows, int n, float eps) {
+    cpu_add(b, x, d, (int64_t)rows * n);
+    cpu_rmsnorm(b, y, x, w, rows, n, eps);
+}
+
 static const be_ops cpu_ops = {
     .name = "cpu",
     .unified = 1,
@@ -253,6 +259,7 @@ static const be_ops cpu_ops = {
     .combine_rows = cpu_combine_rows,
     .add_bias = cpu_add_bias,
     .add = cpu_add,
+    .add_rmsnorm = cpu_add_rmsnorm,
     .rope = cpu_rope,
     .swiglu = cpu_swiglu,
     .gather_rows = cpu_gather_rows,

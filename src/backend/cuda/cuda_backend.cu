@@ -299,6 +299,7 @@ static be_ops cu_ops_table(void) {
     o.rmsnorm = cu_rmsnorm;
     o.add_bias = cu_add_bias;
     o.add = cu_add;
+    o.add_rmsnorm = cu_add_rmsnorm;
     o.rope = cu_rope;
     o.swiglu = cu_swiglu;
     o.gather_rows = cu_gather_rows;

@@ -1,8 +1,9 @@
 /* cuda_dense.cu — the element-wise and row-wise ops over activations in device memory: rmsnorm,
- * add_bias, add, rope, swiglu, gather_rows, expand_cols (split's host weights spread out), and the
+ * add_bias, add, add_rmsnorm, rope, swiglu, gather_rows, expand_cols (split's host weights spread out), and the
  * KV policy's score update (score_add). Each is one small kernel on the compute stream, bound by
  * launch latency at decode sizes (a few KB per row); host arrays (positions, row indices, column
  * counts, score pointers) reach the device through the argument ring.
+ * add_rmsnorm is add then rmsnorm in one launch (the same bits as the two).
  * Numerics, against the CPU forward: rmsnorm sums squares in double (in a fixed tree order instead
  * of left to right), then mean in f32 and 1.0f / sqrtf(mean + eps), both correctly rounded here as
  * on the CPU; rope takes theta_0 = pos, theta_{i+1} = theta_i * s (s = powf(base, -2/hd) computed
@@ -14,11 +15,9 @@
 
 #define DN_THREADS 256
 
-__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps) {
-    const float *xr = x + (int64_t)blockIdx.x * n;
-    float *yr = y + (int64_t)blockIdx.x * n;
-    double ss = 0.0;
-    for (int i = threadIdx.x; i < n; i += DN_THREADS) ss += (double)xr[i] * (double)xr[i];
+/* the scale 1 / sqrt(mean(x^2) + eps) of a row from each thread's double sum of squares: the warps'
+ * butterflies, then the warps' sums in warp order (a fixed tree: the same bits on every call) */
+__device__ __forceinline__ float rms_scale(double ss, int n, float eps) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     __shared__ double part[DN_THREADS / 32];
@@ -32,7 +31,15 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, 
         scale_s = 1.0f / sqrtf(mean + eps);
     }
     __syncthreads();
-    float sc = scale_s;
+    return scale_s;
+}
+
+__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps) {
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < n; i += DN_THREADS) ss += (double)xr[i] * (double)xr[i];
+    const float sc = rms_scale(ss, n, eps);
     for (int i = threadIdx.x; i < n; i += DN_THREADS) yr[i] = __fmul_rn(__fmul_rn(xr[i], sc), w[i]);
 }
 
@@ -41,6 +48,30 @@ void cu_rmsnorm(be_backend *b, float *y, const float *x, const float *w, int row
     cu_bind(B);
     if (rows <= 0) return;
     rmsnorm_kernel<<<rows, DN_THREADS, 0, B->compute>>>(y, x, w, n, eps);
+    CU_LAUNCHED();
+}
+
+/* add then rmsnorm in one launch: each thread adds its elements (the f32 sum add_kernel makes) and
+ * sums their squares as rmsnorm_kernel does, so x and y get the two kernels' bits */
+__global__ void add_rmsnorm_kernel(float *x, const float *d, float *y, const float *w, int n, float eps) {
+    float *xr = x + (int64_t)blockIdx.x * n;
+    const float *dr = d + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < n; i += DN_THREADS) {
+        const float v = __fadd_rn(xr[i], dr[i]);
+        xr[i] = v;
+        ss += (double)v * (double)v;
+    }
+    const float sc = rms_scale(ss, n, eps);
+    for (int i = threadIdx.x; i < n; i += DN_THREADS) yr[i] = __fmul_rn(__fmul_rn(xr[i], sc), w[i]);
+}
+
+void cu_add_rmsnorm(be_backend *b, float *x, const float *d, float *y, const float *w, int rows, int n, float eps) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    if (rows <= 0) return;
+    add_rmsnorm_kernel<<<rows, DN_THREADS, 0, B->compute>>>(x, d, y, w, n, eps);
     CU_LAUNCHED();
 }
 

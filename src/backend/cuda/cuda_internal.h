@@ -171,6 +171,7 @@ void cu_prof_close(cu_backend *B);                     /* prints the times (stde
 void cu_rmsnorm(be_backend *b, float *y, const float *x, const float *w, int rows, int n, float eps);
 void cu_add_bias(be_backend *b, float *y, const float *bias, int rows, int n);
 void cu_add(be_backend *b, float *y, const float *x, int64_t n);
+void cu_add_rmsnorm(be_backend *b, float *x, const float *d, float *y, const float *w, int rows, int n, float eps);
 void cu_rope(be_backend *b, float *x, int n_rows, int n_heads, int head_dim, const int *pos, float base, float scale,
              int neox);
 void cu_swiglu(be_backend *b, float *gate, const float *up, int64_t n);

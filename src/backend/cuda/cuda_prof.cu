@@ -23,11 +23,11 @@ extern "C" {
 }
 
 enum {
-    P_EMBED, P_MM1, P_MM8, P_MMN, P_RMSNORM, P_ADD_BIAS, P_ADD, P_ROPE, P_SWIGLU, P_GATHER, P_EXPAND, P_KV_WRITE,
+    P_EMBED, P_MM1, P_MM8, P_MMN, P_RMSNORM, P_ADD_BIAS, P_ADD, P_ADD_RMSNORM, P_ROPE, P_SWIGLU, P_GATHER, P_EXPAND, P_KV_WRITE,
     P_KV_READ, P_COPY_WAIT, P_ATTN, P_MERGE, P_SCORE, P_UPLOAD, P_UPLOAD_PINNED, P_READ, P_N
 };
 static const char *const P_NAME[P_N] = {
-    "embed", "matmul_1", "matmul_2_8", "matmul_many", "rmsnorm", "add_bias", "add", "rope", "swiglu", "gather_rows",
+    "embed", "matmul_1", "matmul_2_8", "matmul_many", "rmsnorm", "add_bias", "add", "add_rmsnorm", "rope", "swiglu", "gather_rows",
     "expand_cols", "kv_write", "kv_read", "copy_wait", "attention", "attention_merge", "score_add", "upload",
     "upload_pinned", "read"};
 #define PROF_PAIRS 4096 /* event pairs in flight; the oldest is waited for when they are all in use */
@@ -154,6 +154,7 @@ be_ops cu_prof_ops(const be_ops *real) {
     o.rmsnorm = pw<P_RMSNORM, &be_ops::rmsnorm>::call;
     o.add_bias = pw<P_ADD_BIAS, &be_ops::add_bias>::call;
     o.add = pw<P_ADD, &be_ops::add>::call;
+    o.add_rmsnorm = pw<P_ADD_RMSNORM, &be_ops::add_rmsnorm>::call;
     o.rope = pw<P_ROPE, &be_ops::rope>::call;
     o.swiglu = pw<P_SWIGLU, &be_ops::swiglu>::call;
     o.gather_rows = pw<P_GATHER, &be_ops::gather_rows>::call;
