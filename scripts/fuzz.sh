@@ -3,7 +3,8 @@
 # for SECONDS from its seed corpus fuzz/corpus/TARGET; new inputs collect in build-fuzz/corpus/TARGET
 # (kept between runs), crashes, leaks and timeouts in build-fuzz/crashes/TARGET-*. Prints one line per
 # target: seconds this run, seconds in all runs so far (build-fuzz/fuzz-time.tsv), executions, and
-# the coverage libFuzzer reached (cov: edges, ft: features), and exits 1 if any target found a
+# the coverage libFuzzer reached (cov: edges, ft: features; fuzz_tokenizer and fuzz_chat, which load
+# a vocabulary of the shared fixtures from $TIERKV_SHARED, say "skipped" without them), and exits 1 if any target found a
 # problem (copy the input into fuzz/corpus/TARGET/ once it is fixed: it stays a regression test).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,16 @@ status=0
 for t in "$@"; do
   bin=build-fuzz/fuzz_bin/$t
   [ -x "$bin" ] || { echo "fuzz: $bin is not built (make fuzz)" >&2; exit 2; }
+  # the targets that load a vocabulary of the shared fixtures skip cleanly where there are none
+  need=
+  case $t in
+    fuzz_tokenizer) need=$TIERKV_SHARED/fixtures/tokenizer/extra/ggml-vocab-gpt-2.gguf ;;
+    fuzz_chat) need=$TIERKV_SHARED/fixtures/tokenizer/extra/vocab-qwen2.5-coder.gguf ;;
+  esac
+  if [ -n "$need" ] && [ ! -r "$need" ]; then
+    echo "$t: skipped: needs $need (the shared fixtures; TIERKV_SHARED names their folder)"
+    continue
+  fi
   mkdir -p "build-fuzz/corpus/$t"
   case $t in
     fuzz_gguf|fuzz_model|fuzz_json) max_len=65536 ;;
