@@ -808,7 +808,8 @@ static void gemm_w(uint32_t t, float *deq, int64_t n) {
 }
 #endif
 
-/* Every type against the f32 product of its exact dequantisation, without scratch (the float
+/* Every type against the f32 product of its exact dequantisation (plus a bias on the second output
+ * of every other call, added by the product's last store), without scratch (the float
  * kernels); with the scratch matmul_scratch asks for, the quantised types run the integer kernels,
  * whose reference rounds x to Q8_0 blocks first (the float product is 1e-3 away from it, so a
  * kernel that skipped or changed the rounding fails), and a call of as many tokens as
@@ -841,7 +842,13 @@ TEST(cuda_matmul) {
                 int64_t ys = n_out + 5 + 7; /* a stride wider than the rows */
                 float *dy1 = dalloc(B, (size_t)(nt * ys) * 4, BE_MEM_DEVICE), *dy2 = dalloc(B, (size_t)(nt * ys) * 4, BE_MEM_DEVICE);
                 O->upload(B, dx, x, (size_t)(nt * n_in) * 4);
-                be_mm_out outs[2] = {{&m1, dy1, ys}, {&m2, dy2, ys}};
+                /* the second output with a bias (the matmul's last store adds it: matmul_bias) */
+                const int biased = tk % 2 == 1 || tk == 4;
+                float *bh = malloc((size_t)(n_out + 5) * 4), *db = dalloc(B, (size_t)(n_out + 5) * 4, BE_MEM_DEVICE);
+                rand_vec(bh, (size_t)(n_out + 5), 2.0f);
+                O->upload(B, db, bh, (size_t)(n_out + 5) * 4);
+                CHECK(O->matmul_bias == 1);
+                be_mm_out outs[2] = {{&m1, dy1, ys, NULL}, {&m2, dy2, ys, biased ? db : NULL}};
                 size_t ss = O->matmul_scratch(B, outs, 2, n_in, nt);
                 void *scratch = ss ? dalloc(B, ss, BE_MEM_DEVICE) : NULL;
                 float *y = malloc((size_t)(nt * ys) * 4), *deq = malloc((size_t)n_in * 4);
@@ -868,18 +875,19 @@ TEST(cuda_matmul) {
                             for (int64_t q = 0; q < nt; q++) {
                                 double sum = 0;
                                 for (int64_t k = 0; k < n_in; k++) sum += (double)deq[k] * xr[q * n_in + k];
-                                ref[q * no + r] = sum / scale;
+                                ref[q * no + r] = sum / scale + (which && biased ? bh[r] : 0.0);
                                 got[q * no + r] = y[q * ys + r];
                             }
                         }
                         char name[80];
-                        snprintf(name, sizeof name, "matmul %s n_in %lld x%lld%s", tname(tt), (long long)n_in, (long long)nt,
-                                 rounded ? " int8" : gemm ? " cublas" : "");
+                        snprintf(name, sizeof name, "matmul %s n_in %lld x%lld%s%s", tname(tt), (long long)n_in, (long long)nt,
+                                 rounded ? " int8" : gemm ? " cublas" : "", which && biased ? " +bias" : "");
                         double err = rel_err(got, ref, (size_t)(nt * no));
                         if (((tk == 0 || (tk == 4 && gemm)) && li < 2) || err > 1e-5) REPORT(name, err, 1e-5);
                     }
                 }
-                free(y), free(deq), free(ref), free(got), free(x), free(xq), free(xg), free(f1), free(f2);
+                free(y), free(deq), free(ref), free(got), free(x), free(xq), free(xg), free(f1), free(f2), free(bh);
+                O->free(B, db, BE_MEM_DEVICE);
                 O->free(B, dx, BE_MEM_DEVICE), O->free(B, dy1, BE_MEM_DEVICE), O->free(B, dy2, BE_MEM_DEVICE);
                 if (scratch) O->free(B, scratch, BE_MEM_DEVICE);
             }
@@ -915,7 +923,7 @@ TEST(cuda_gemm_range) {
         rand_vec(x, (size_t)(nt * n_in), 1.0e6f);
         float *dx = dalloc(B, (size_t)(nt * n_in) * 4, BE_MEM_DEVICE), *dy = dalloc(B, (size_t)(nt * n_out) * 4, BE_MEM_DEVICE);
         O->upload(B, dx, x, (size_t)(nt * n_in) * 4);
-        be_mm_out out = {&m, dy, n_out};
+        be_mm_out out = {&m, dy, n_out, NULL};
         void *scratch = dalloc(B, O->matmul_scratch(B, &out, 1, n_in, nt), BE_MEM_DEVICE);
         poison(B, dy, (size_t)(nt * n_out) * 4);
         O->matmul(B, &out, 1, n_in, dx, nt, scratch);
@@ -970,7 +978,7 @@ TEST(cuda_profile) {
         be_mat *m = k ? &m2 : &m1;
         float *dx = dalloc(bs[k], (size_t)(40 * n_in) * 4, BE_MEM_DEVICE), *dy = dalloc(bs[k], (size_t)(40 * n_out) * 4, BE_MEM_DEVICE);
         o->upload(bs[k], dx, x, (size_t)(40 * n_in) * 4);
-        be_mm_out out = {m, dy, n_out};
+        be_mm_out out = {m, dy, n_out, NULL};
         size_t ss = o->matmul_scratch(bs[k], &out, 1, n_in, 40);
         void *scratch = ss ? dalloc(bs[k], ss, BE_MEM_DEVICE) : NULL;
         for (int i = 0; i < 2; i++) o->matmul(bs[k], &out, 1, n_in, dx, nts[i], scratch);

@@ -137,11 +137,14 @@ typedef struct {
 /* Roles tell prepare_weight how a matrix is used. */
 enum { BE_W_MATMUL = 0, BE_W_EMBED = 1, BE_W_EMBED_AND_OUTPUT = 2 };
 
-/* One output of a fused matrix product: y[t * y_stride + r] = dot(row r of w, x[t]). */
+/* One output of a fused matrix product: y[t * y_stride + r] = dot(row r of w, x[t]), plus bias[r]
+ * where bias is not NULL and the backend says matmul_bias (one f32 add after the product: the bits
+ * of add_bias after it); a backend without matmul_bias ignores bias and the caller adds it. */
 typedef struct {
     const be_mat *w;
     float *y;
     int64_t y_stride;
+    const float *bias; /* [n_out] backend memory, or NULL */
 } be_mm_out;
 #define BE_MM_MAX_OUTS 4
 
@@ -196,6 +199,8 @@ typedef struct be_attn_part {
 
 typedef struct {
     const char *name;            /* "cpu", "cuda" */
+    int matmul_bias;             /* 1: matmul adds be_mm_out.bias to its outputs (a launch per bias
+                                    fewer on a GPU); 0: it ignores it, the caller calls add_bias */
     int unified;                 /* 1: every memory kind is host memory (the CPU backend): host buffers
                                     may be given to ops directly, and backend memory read in place */
     unsigned kv_fmts;            /* bit f set: the backend reads and writes KV records of be_kv_fmt f */

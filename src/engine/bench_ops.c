@@ -80,7 +80,7 @@ static int bench_matmul(bench *B, const char *name, uint32_t type, int64_t n_in,
     }
     for (int c = 0; c < copies; c++)
         if (B->o->prepare_weight(B->b, &m[c], BE_W_MATMUL, err, errlen)) goto done;
-    be_mm_out out = {&m[0], NULL, n_out};
+    be_mm_out out = {&m[0], NULL, n_out, NULL};
     size_t ss = B->o->matmul_scratch(B->b, &out, 1, n_in, nt);
     if (!(x = dalloc(B, (size_t)(n_in * nt) * 4, err, errlen)) || !(y = dalloc(B, (size_t)(n_out * nt) * 4, err, errlen)) ||
         !(scratch = dalloc(B, ss ? ss : 64, err, errlen)))

@@ -99,20 +99,20 @@ static void *palloc(fwd *f, size_t bytes, char *err, size_t errlen) {
 static size_t mm_scratch_bytes(const model *m, be_backend *be, int64_t B) {
     const model_config *c = &m->cfg;
     const be_ops *op = be->ops;
-    be_mm_out out1 = {&m->output, NULL, 0};
+    be_mm_out out1 = {&m->output, NULL, 0, NULL};
     size_t s = op->matmul_scratch(be, &out1, 1, m->output.n_in, B), t;
     for (int l = 0; l < c->n_layer; l++) {
         const model_layer *L = &m->layers[l];
-        be_mm_out qkv[3] = {{&L->wq, NULL, 0}, {&L->wk, NULL, 0}, {&L->wv, NULL, 0}};
-        be_mm_out gu[2] = {{&L->wgate, NULL, 0}, {&L->wup, NULL, 0}};
-        be_mm_out wo = {&L->wo, NULL, 0}, wd = {&L->wdown, NULL, 0};
+        be_mm_out qkv[3] = {{&L->wq, NULL, 0, NULL}, {&L->wk, NULL, 0, NULL}, {&L->wv, NULL, 0, NULL}};
+        be_mm_out gu[2] = {{&L->wgate, NULL, 0, NULL}, {&L->wup, NULL, 0, NULL}};
+        be_mm_out wo = {&L->wo, NULL, 0, NULL}, wd = {&L->wdown, NULL, 0, NULL};
         if ((t = op->matmul_scratch(be, qkv, 3, (int64_t)c->n_embd, B)) > s) s = t;
         if ((t = op->matmul_scratch(be, gu, 2, (int64_t)c->n_embd, B)) > s) s = t;
         if ((t = op->matmul_scratch(be, &wo, 1, L->wo.n_in, B)) > s) s = t;
         if ((t = op->matmul_scratch(be, &wd, 1, L->wdown.n_in, B)) > s) s = t;
         if (!c->n_expert) continue;
-        be_mm_out r = {&L->router, NULL, 0}, egu[2] = {{&L->egate[0], NULL, 0}, {&L->eup[0], NULL, 0}};
-        be_mm_out ed = {&L->edown[0], NULL, 0};
+        be_mm_out r = {&L->router, NULL, 0, NULL}, egu[2] = {{&L->egate[0], NULL, 0, NULL}, {&L->eup[0], NULL, 0, NULL}};
+        be_mm_out ed = {&L->edown[0], NULL, 0, NULL};
         if ((t = op->matmul_scratch(be, &r, 1, (int64_t)c->n_embd, B)) > s) s = t;
         for (int e = 0; e < c->n_expert; e++) { /* types may differ between experts only in odd files */
             egu[0].w = &L->egate[e], egu[1].w = &L->eup[e], ed.w = &L->edown[e];
@@ -245,15 +245,19 @@ static const void *read_back(fwd *f, const void *src, size_t bytes, void *host_t
 uint64_t fwd_expert_bytes(const fwd *f) { return f->expert_read; }
 
 static void matmul(fwd *f, const model_mat *w, const float *x, int n, float *y, int64_t y_stride) {
-    be_mm_out o = {w, y, y_stride};
+    be_mm_out o = {w, y, y_stride, NULL};
     f->op->matmul(f->be, &o, 1, w->n_in, x, n, f->mm_scratch);
 }
 
-/* y_k = x · W_kᵀ for two or three matrices that read the same x, as one job */
-static void matmul_fused(fwd *f, const model_mat *const *w, float *const *y, int k, const float *x, int n) {
+/* y_k = x · W_kᵀ (+ bias_k) for two or three matrices that read the same x, as one job; the biases
+ * (bias NULL: none, or an entry NULL) added by the matmul where the backend does, else here */
+static void matmul_fused(fwd *f, const model_mat *const *w, float *const *y, int k, const float *x, int n,
+                         const float *const *bias) {
     be_mm_out o[3];
-    for (int i = 0; i < k; i++) o[i] = (be_mm_out){w[i], y[i], w[i]->n_out};
+    for (int i = 0; i < k; i++) o[i] = (be_mm_out){w[i], y[i], w[i]->n_out, bias ? bias[i] : NULL};
     f->op->matmul(f->be, o, k, w[0]->n_in, x, n, f->mm_scratch);
+    if (bias && !f->op->matmul_bias)
+        for (int i = 0; i < k; i++) f->op->add_bias(f->be, y[i], bias[i], n, (int)w[i]->n_out);
 }
 
 /* The weights' row stride for one attention call: its longest table rounded up to 16 floats (rows
@@ -379,7 +383,7 @@ static void expert_ffn(fwd *f, const model_layer *L, int n) {
         int ne = cnt[e + 1] - cnt[e];
         if (!ne) continue;
         op->gather_rows(be, f->xe, f->h, f->exp_tok + cnt[e], ne, E);
-        matmul_fused(f, (const model_mat *const[]){&L->egate[e], &L->eup[e]}, (float *const[]){f->gate, f->up}, 2, f->xe, ne);
+        matmul_fused(f, (const model_mat *const[]){&L->egate[e], &L->eup[e]}, (float *const[]){f->gate, f->up}, 2, f->xe, ne, NULL);
         op->swiglu(be, f->gate, f->up, (int64_t)ne * FE);
         matmul(f, &L->edown[e], f->gate, ne, f->ye + (size_t)cnt[e] * E, E);
         f->expert_read += L->expert_bytes;
@@ -394,7 +398,7 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
     const model_config *c = &m->cfg;
     be_backend *be = f->be;
     const be_ops *op = f->op;
-    int E = c->n_embd, Q = c->n_head * c->head_dim, KV = c->n_head_kv * c->head_dim, F = c->n_ff;
+    int E = c->n_embd, F = c->n_ff;
     if (n < 1 || n > f->opt.max_batch) return tkv_errf(err, errlen, "forward: batch of %d tokens (1..%d allowed)", n, f->opt.max_batch);
     int nu = 0;
     for (int t = 0; t < n; t++) {
@@ -430,10 +434,8 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
         const model_layer *L = &m->layers[l];
         if (!normed) op->rmsnorm(be, f->h, f->x, L->attn_norm, n, E, c->rms_eps);
         normed = 0;
-        matmul_fused(f, (const model_mat *const[]){&L->wq, &L->wk, &L->wv}, (float *const[]){f->q, f->k, f->v}, 3, f->h, n);
-        op->add_bias(be, f->q, L->bq, n, Q);
-        op->add_bias(be, f->k, L->bk, n, KV);
-        op->add_bias(be, f->v, L->bv, n, KV);
+        matmul_fused(f, (const model_mat *const[]){&L->wq, &L->wk, &L->wv}, (float *const[]){f->q, f->k, f->v}, 3, f->h, n,
+                     (const float *const[]){L->bq, L->bk, L->bv});
         if (L->q_norm) { /* per head, in place */
             op->rmsnorm(be, f->q, f->q, L->q_norm, n * c->n_head, c->head_dim, c->rms_eps);
             op->rmsnorm(be, f->k, f->k, L->k_norm, n * c->n_head_kv, c->head_dim, c->rms_eps);
@@ -450,7 +452,7 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
             expert_ffn(f, L, n);
             continue;
         }
-        matmul_fused(f, (const model_mat *const[]){&L->wgate, &L->wup}, (float *const[]){f->gate, f->up}, 2, f->h, n);
+        matmul_fused(f, (const model_mat *const[]){&L->wgate, &L->wup}, (float *const[]){f->gate, f->up}, 2, f->h, n, NULL);
         op->swiglu(be, f->gate, f->up, (int64_t)n * F);
         matmul(f, &L->wdown, f->gate, n, f->tmp, E);
         if (l + 1 < c->n_layer) {

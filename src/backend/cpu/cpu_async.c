@@ -13,7 +13,8 @@
  *   - upload_pinned copies at once (the queue is this thread) but keeps a copy of its source and, at
  *     the next read, counts a hazard when the source changed meanwhile: a GPU's DMA, queued, could
  *     have read the new bytes (cpu_async_hazards).
- * Everything else is the CPU backend's, bit for bit. Moves still queued when the backend closes are
+ * And matmul adds the outputs' biases (matmul_bias), as the CUDA backend's does, so the forward's
+ * path for such a backend runs here. Everything else is the CPU backend's, bit for bit. Moves still queued when the backend closes are
  * dropped (the KV module fences every layer before it frees its pools). Not for production use. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -210,6 +211,17 @@ static void async_close(be_backend *b) {
     cpu_be_ops()->close(b); /* frees the workers and the struct itself (cpu is its first member) */
 }
 
+/* matmul adding the outputs' biases, as the CUDA backend's does (matmul_bias): the CPU's product,
+ * then its add_bias on each output row, the bits of the caller's add_bias */
+static void async_matmul(be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, const float *x, int64_t n_tok,
+                         void *scratch) {
+    const be_ops *cpu = cpu_be_ops();
+    cpu->matmul(b, outs, n_outs, n_in, x, n_tok, scratch);
+    for (int i = 0; i < n_outs; i++)
+        for (int64_t t = 0; outs[i].bias && t < n_tok; t++)
+            cpu->add_bias(b, outs[i].y + t * outs[i].y_stride, outs[i].bias, 1, (int)outs[i].w->n_out);
+}
+
 int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errlen) {
     *out = NULL;
     async_be *a = tkv_xcalloc(1, sizeof *a);
@@ -228,6 +240,8 @@ int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errle
     a->ops.read = async_read;
     a->ops.upload_pinned = async_upload_pinned;
     a->ops.prepare_weight = async_prepare_weight;
+    a->ops.matmul = async_matmul;
+    a->ops.matmul_bias = 1; /* the biases in the product, as on a GPU */
     a->cpu.base.ops = &a->ops;
     pthread_mutex_init(&a->mu, NULL);
     *out = &a->cpu.base;

@@ -283,6 +283,7 @@ static be_ops cu_ops_table(void) {
     memset(&o, 0, sizeof o);
     o.name = "cuda";
     o.kv_fmts = 1u << BE_KV_F32 | 1u << BE_KV_F16 | 1u << BE_KV_Q8_HEAD; /* cuda_kv.cu's record codecs */
+    o.matmul_bias = 1; /* the biases in the products' last store (cuda_matmul.cu, cuda_mmq.cu, cuda_gemm.cu) */
     o.close = cu_close;
     o.describe = cu_describe;
     o.alloc = cu_alloc;

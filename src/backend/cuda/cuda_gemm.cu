@@ -342,8 +342,14 @@ static void gemm(cu_backend *B, int64_t m, int64_t n_tok, int64_t n_in, const fl
                              (int)n_in, ab + 1, y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-bool cu_gemm_run(cu_backend *B, const cw_mat *const *w, float *const *y, const int64_t *ys, int n_outs, int64_t n_in,
-                 const float *x, int64_t n_tok, void *scratch) {
+/* y[t * ldy + r] += bias[r]: the outputs' biases after their GEMMs (add_bias's f32 add) */
+__global__ void bias_rows_kernel(float *y, int64_t ldy, const float *bias, int64_t n_out, int64_t n_tok) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_out * n_tok; i += (int64_t)gridDim.x * blockDim.x)
+        y[(i / n_out) * ldy + i % n_out] = __fadd_rn(y[(i / n_out) * ldy + i % n_out], bias[i % n_out]);
+}
+
+bool cu_gemm_run(cu_backend *B, const cw_mat *const *w, float *const *y, const int64_t *ys, const float *const *bias,
+                 int n_outs, int64_t n_in, const float *x, int64_t n_tok, void *scratch) {
     uint32_t types[BE_MM_MAX_OUTS];
     for (int i = 0; i < n_outs; i++) types[i] = w[i]->type;
     if (!scratch || !gemm_wants(B, types, n_outs, n_tok)) return false;
@@ -371,6 +377,10 @@ bool cu_gemm_run(cu_backend *B, const cw_mat *const *w, float *const *y, const i
                 dq16(B, m, r0, nr, dq);
                 gemm(B, nr, n_tok, n_in, ab, dq, CUDA_R_16F, n_in, x16, CUDA_R_16F, y[i] + r0, ys[i]);
             }
+        }
+        if (bias[i]) {
+            bias_rows_kernel<<<grid_of(m.n_out * n_tok), 256, 0, B->compute>>>(y[i], ys[i], bias[i], m.n_out, n_tok);
+            CU_LAUNCHED();
         }
     }
     return true;

@@ -164,7 +164,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a) {
     float *y;
     int64_t y_stride;
     int block0;
-    mm_pick_out(a, w, y, y_stride, block0);
+    const float *bias;
+    mm_pick_out(a, w, y, y_stride, block0, bias);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + warp) * R;
     const int xstride = mm_pad(a.kt); /* kt is a multiple of 64: the padded row length */
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a) {
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float s = cu_warp_sum(acc[r][t]);
-            if (lane == 0 && t < a.nt && row0 + r < w.n_out) y[(int64_t)t * y_stride + row0 + r] = s;
+            if (lane == 0 && t < a.nt && row0 + r < w.n_out) y[(int64_t)t * y_stride + row0 + r] = mm_biased(s, bias, row0 + r);
         }
 }
 
@@ -297,8 +298,10 @@ void cu_matmul(be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, c
     const cw_mat *ws[BE_MM_MAX_OUTS];
     float *ys[BE_MM_MAX_OUTS];
     int64_t strides[BE_MM_MAX_OUTS];
-    for (int i = 0; i < n_outs; i++) ws[i] = mat_of(outs[i].w), ys[i] = outs[i].y, strides[i] = outs[i].y_stride;
-    if (cu_gemm_run(B, ws, ys, strides, n_outs, n_in, x, n_tok, scratch)) return; /* many tokens: cuBLAS */
+    const float *bs[BE_MM_MAX_OUTS];
+    for (int i = 0; i < n_outs; i++)
+        ws[i] = mat_of(outs[i].w), ys[i] = outs[i].y, strides[i] = outs[i].y_stride, bs[i] = outs[i].bias;
+    if (cu_gemm_run(B, ws, ys, strides, bs, n_outs, n_in, x, n_tok, scratch)) return; /* many tokens: cuBLAS */
     /* the activation rounded once for every integer product of this call */
     const int8_t *qx = NULL;
     const float *dx = NULL;
@@ -323,6 +326,7 @@ void cu_matmul(be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, c
                 a.o[a.n_o].w = *w;
                 a.o[a.n_o].y = outs[j].y + t0 * outs[j].y_stride;
                 a.o[a.n_o].y_stride = outs[j].y_stride;
+                a.o[a.n_o].bias = outs[j].bias;
                 a.n_o++;
                 done[j] = 1;
             }

@@ -12,6 +12,7 @@ struct mm_out {
     cw_mat w;
     float *y;
     int64_t y_stride;
+    const float *bias; /* [n_out] added to each row's sum, or NULL */
     int block0; /* first block of this output */
 };
 struct mm_args {
@@ -47,11 +48,17 @@ __host__ __device__ constexpr int mm_nspan() {
 }
 /* The output a block works on, selected with constant indices into the kernel's parameters (a
  * run-time index, or a copy of a whole mm_out, would put them in local memory). */
-__device__ __forceinline__ void mm_pick_out(const mm_args &a, cw_mat &w, float *&y, int64_t &y_stride, int &block0) {
-    w = a.o[0].w, y = a.o[0].y, y_stride = a.o[0].y_stride, block0 = 0;
+__device__ __forceinline__ void mm_pick_out(const mm_args &a, cw_mat &w, float *&y, int64_t &y_stride, int &block0,
+                                            const float *&bias) {
+    w = a.o[0].w, y = a.o[0].y, y_stride = a.o[0].y_stride, block0 = 0, bias = a.o[0].bias;
 #pragma unroll
     for (int i = 1; i < BE_MM_MAX_OUTS; i++)
-        if (i < a.n_o && (int)blockIdx.x >= a.o[i].block0) w = a.o[i].w, y = a.o[i].y, y_stride = a.o[i].y_stride, block0 = a.o[i].block0;
+        if (i < a.n_o && (int)blockIdx.x >= a.o[i].block0)
+            w = a.o[i].w, y = a.o[i].y, y_stride = a.o[i].y_stride, block0 = a.o[i].block0, bias = a.o[i].bias;
+}
+/* a row's sum as stored: plus its bias where there is one (one f32 add: add_bias's bits) */
+__device__ __forceinline__ float mm_biased(float s, const float *bias, int64_t row) {
+    return bias ? __fadd_rn(s, bias[row]) : s;
 }
 #endif
 

@@ -96,7 +96,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
     float *y;
     int64_t y_stride;
     int block0;
-    mm_pick_out(a, w, y, y_stride, block0);
+    const float *bias;
+    mm_pick_out(a, w, y, y_stride, block0, bias);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + warp) * R;
     const int64_t n_u = a.n_in / 16, nb = a.n_in / 32;
@@ -125,7 +126,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float s = cu_warp_sum(acc[r][t]);
-            if (lane == 0 && t < a.nt && row0 + r < w.n_out) y[(int64_t)t * y_stride + row0 + r] = s;
+            if (lane == 0 && t < a.nt && row0 + r < w.n_out) y[(int64_t)t * y_stride + row0 + r] = mm_biased(s, bias, row0 + r);
         }
 }
 
@@ -151,7 +152,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
     float *y;
     int64_t y_stride;
     int block0;
-    mm_pick_out(a, w, y, y_stride, block0);
+    const float *bias;
+    mm_pick_out(a, w, y, y_stride, block0, bias);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + warp) * R;
     const int64_t n_u = a.n_in / U, nb = a.n_in / 32;
@@ -212,7 +214,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float v = cu_warp_sum(acc[r][t]);
-            if (lane == 0 && t < a.nt && row0 + r < w.n_out) y[(int64_t)t * y_stride + row0 + r] = v;
+            if (lane == 0 && t < a.nt && row0 + r < w.n_out) y[(int64_t)t * y_stride + row0 + r] = mm_biased(v, bias, row0 + r);
         }
 }
 
