@@ -1081,9 +1081,12 @@ TEST(cuda_dense_ops) {
         free(x1), free(h1), free(x2), free(h2);
         O->free(B, dd, BE_MEM_DEVICE), O->free(B, dh, BE_MEM_DEVICE);
     }
-    /* rope, both pair styles, positions up to 40000 */
-    for (int neox = 0; neox < 2; neox++) {
-        int hd = 128, heads = 7, nr = 4, pos[4] = {0, 17, 4095, 40000};
+    /* rope, both pair styles, positions up to 40000; the third pass at other positions of the same
+     * count (the backend keeps the last positions on the device: they must be replaced) */
+    for (int pass = 0; pass < 3; pass++) {
+        const int pa[4] = {0, 17, 4095, 40000}, pb[4] = {3, 17, 9000, 1};
+        int hd = 128, heads = 7, nr = 4, neox = pass > 0, pos[4];
+        memcpy(pos, pass < 2 ? pa : pb, sizeof pos);
         size_t M = (size_t)nr * heads * hd;
         rand_vec(x, M, 2.0f);
         O->upload(B, dx, x, M * 4);
@@ -1102,7 +1105,7 @@ TEST(cuda_dense_ops) {
                     theta *= s;
                 }
             }
-        REPORT(neox ? "rope (neox)" : "rope (adjacent pairs)", rel_err(out, ref, M), 1e-6);
+        REPORT(pass == 2 ? "rope (neox, new positions)" : neox ? "rope (neox)" : "rope (adjacent pairs)", rel_err(out, ref, M), 1e-6);
     }
     /* swiglu against the generic op */
     rand_vec(x, N, 8.0f), rand_vec(y, N, 2.0f);

@@ -39,6 +39,7 @@
 #define CU_MAX_CHUNKS 65536                   /* chunks per pool in those tables */
 #define CU_MAX_PARTS 4                        /* attention_merge */
 #define CU_STALL_PAIRS 512                    /* timing event pairs around copy_wait's stream waits */
+#define CU_POS_CAP 4096                       /* positions rope keeps on the device between calls */
 
 /* A pinned ring with a device twin: the host writes at an offset, the stream copies the bytes to the
  * twin at the same offset, and kernels read the twin. One event per segment (cuda_plan.h). */
@@ -88,6 +89,10 @@ struct cu_backend {
     int gemm_from;              /* TIERKV_CUDA_GEMM: -1 auto, 0 off, else tokens from which it runs */
     char blas_why[160];         /* what runs them, or why cuBLAS does not */
     struct cu_prof *prof;       /* TIERKV_CUDA_PROFILE=1: the ops' device times (cuda_prof.cu); else NULL */
+    /* rope's positions: the last array uploaded (pos_dev, CU_POS_CAP ints) and its host mirror; every
+     * layer of a step, q and k, rotates at the same positions: one upload a step instead of two a layer */
+    int *pos_dev, *pos_host;
+    int pos_n;
     cudaEvent_t layer_ev[CU_MAX_LAYER_EVENTS];           /* copy stream, recorded by copy_moves */
     cudaEvent_t stage_ev[CU_MAX_STAGE_LAYERS];           /* compute stream, recorded by attention after
                                                             reading STAGE layer k */
