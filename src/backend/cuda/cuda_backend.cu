@@ -249,7 +249,9 @@ static void cu_close(be_backend *b) {
     ring_free(&B->mv);
     if (B->bounce) CUDA_CHECK(cudaFreeHost(B->bounce));
     if (B->pos_dev) CUDA_CHECK(cudaFree(B->pos_dev));
+    if (B->slot_dev) CUDA_CHECK(cudaFree(B->slot_dev));
     free(B->pos_host);
+    free(B->slot_host);
     for (int k = 0; k < CU_MAX_LAYER_EVENTS; k++) CUDA_CHECK(cudaEventDestroy(B->layer_ev[k]));
     for (int k = 0; k < CU_MAX_STAGE_LAYERS; k++) CUDA_CHECK(cudaEventDestroy(B->stage_ev[k]));
     for (int k = 0; k < CU_STALL_PAIRS; k++)
@@ -379,8 +381,10 @@ extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err
         for (int j = 0; j < 2; j++) CUDA_CHECK(cudaEventCreate(&B->stall_ev[k][j])); /* timing events */
     CUDA_CHECK(cudaHostAlloc((void **)&B->bounce, CU_BOUNCE_BYTES, cudaHostAllocPortable | cudaHostAllocMapped));
     CUDA_CHECK(cudaMalloc((void **)&B->pos_dev, CU_POS_CAP * sizeof(int)));
+    CUDA_CHECK(cudaMalloc((void **)&B->slot_dev, CU_POS_CAP * sizeof(int32_t)));
     B->pos_host = (int *)malloc(CU_POS_CAP * sizeof(int));
-    CU_REQUIRE(B->pos_host, "out of host memory");
+    B->slot_host = (int32_t *)malloc(CU_POS_CAP * sizeof(int32_t));
+    CU_REQUIRE(B->pos_host && B->slot_host, "out of host memory");
     for (int k = 0; k < CU_CHUNK_CACHES; k++)
         for (int i = 0; i < BE_N_POOLS; i++) {
             B->cc[k].host[i] = (void **)calloc(CU_MAX_CHUNKS, sizeof(void *));

@@ -39,7 +39,7 @@
 #define CU_MAX_CHUNKS 65536                   /* chunks per pool in those tables */
 #define CU_MAX_PARTS 4                        /* attention_merge */
 #define CU_STALL_PAIRS 512                    /* timing event pairs around copy_wait's stream waits */
-#define CU_POS_CAP 4096                       /* positions rope keeps on the device between calls */
+#define CU_POS_CAP 4096                       /* rope's positions and kv_write's slots kept on the device */
 
 /* A pinned ring with a device twin: the host writes at an offset, the stream copies the bytes to the
  * twin at the same offset, and kernels read the twin. One event per segment (cuda_plan.h). */
@@ -93,6 +93,8 @@ struct cu_backend {
      * layer of a step, q and k, rotates at the same positions: one upload a step instead of two a layer */
     int *pos_dev, *pos_host;
     int pos_n;
+    int32_t *slot_dev, *slot_host; /* kv_write's slots, kept the same way (CU_POS_CAP) */
+    int slot_n;
     cudaEvent_t layer_ev[CU_MAX_LAYER_EVENTS];           /* copy stream, recorded by copy_moves */
     cudaEvent_t stage_ev[CU_MAX_STAGE_LAYERS];           /* compute stream, recorded by attention after
                                                             reading STAGE layer k */

@@ -89,10 +89,15 @@ struct kv_dst {
     int32_t fmt, pad;
 };
 
-__global__ void kv_write_kernel(const kv_dst *d, kv_geom g, const float *k, const float *v) {
+/* row i of k and v into the record of slots[i] at layer (its address found on the device, as
+ * attention finds it: the slots are the same for every layer of a step) */
+__global__ void kv_write_kernel(const int32_t *slots, const cu_pools_view pv, int layer, kv_geom g, const float *k,
+                                const float *v) {
     const int i = blockIdx.x, warp = threadIdx.x >> 5;
-    uint8_t *rec = (uint8_t *)d[i].rec;
-    const int fmt = d[i].fmt;
+    const int32_t r = slots[i];
+    const cu_pool_view &q = pv.p[BE_SLOT_TIER(r)];
+    uint8_t *rec = (uint8_t *)cu_rec(q, r, layer);
+    const int fmt = q.fmt;
     for (int ph = warp; ph < 2 * g.n_head_kv; ph += KV_WARPS) {
         int part = ph / g.n_head_kv, h = ph % g.n_head_kv;
         const float *row = (part ? v : k) + (int64_t)i * g.kv_dim + h * g.hd;
@@ -110,17 +115,25 @@ void cu_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *
     cu_backend *B = cu_of(b);
     cu_bind(B);
     if (n <= 0) return;
-    uint8_t *dev;
-    kv_dst *d = (kv_dst *)cu_ring_reserve(&B->arg, (size_t)n * sizeof(kv_dst), 16, &dev);
-    for (int i = 0; i < n; i++) {
-        const be_kv_pool *q = &p->pool[BE_SLOT_TIER(slots[i])];
-        CU_REQUIRE(q->mem != BE_MEM_HOST, "kv_write: a pool in pageable host memory (new rows go to T0 or T1)");
-        d[i].rec = (uint64_t)(uintptr_t)be_kv_record(p, slots[i], layer);
-        d[i].fmt = (int32_t)q->fmt;
-        d[i].pad = 0;
+    for (int i = 0; i < n; i++)
+        CU_REQUIRE(p->pool[BE_SLOT_TIER(slots[i])].mem != BE_MEM_HOST,
+                   "kv_write: a pool in pageable host memory (new rows go to T0 or T1)");
+    cu_pools_view pv;
+    cu_pools_sync(B, p, &pv);
+    /* the slots uploaded only when they differ from the last ones (every layer of a step writes the same) */
+    const size_t bytes = (size_t)n * sizeof(int32_t);
+    const int32_t *sd;
+    if (n <= CU_POS_CAP) {
+        if (n != B->slot_n || memcmp(slots, B->slot_host, bytes)) {
+            cu_ring_upload(&B->arg, B->slot_dev, slots, bytes);
+            memcpy(B->slot_host, slots, bytes);
+            B->slot_n = n;
+        }
+        sd = B->slot_dev;
+    } else {
+        sd = (const int32_t *)cu_ring_put(&B->arg, slots, bytes);
     }
-    CUDA_CHECK(cudaMemcpyAsync(dev, d, (size_t)n * sizeof(kv_dst), cudaMemcpyHostToDevice, B->compute));
-    kv_write_kernel<<<n, KV_WARPS * 32, 0, B->compute>>>((const kv_dst *)dev, geom_of(p), k, v);
+    kv_write_kernel<<<n, KV_WARPS * 32, 0, B->compute>>>(sd, pv, layer, geom_of(p), k, v);
     CU_LAUNCHED();
 }
 
