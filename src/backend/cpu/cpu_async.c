@@ -14,8 +14,9 @@
  *     the next read, counts a hazard when the source changed meanwhile: a GPU's DMA, queued, could
  *     have read the new bytes (cpu_async_hazards).
  * And matmul adds the outputs' biases (matmul_bias), as the CUDA backend's does, so the forward's
- * path for such a backend runs here. Everything else is the CPU backend's, bit for bit. Moves still queued when the backend closes are
- * dropped (the KV module fences every layer before it frees its pools). Not for production use. */
+ * path for such a backend runs here. Everything else is the CPU backend's, bit for bit. Moves still
+ * queued when the backend closes are dropped (the KV module fences every layer before it frees its
+ * pools). Not for production use. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

@@ -132,7 +132,8 @@ void cu_rope(be_backend *b, float *x, int n_rows, int n_heads, int head_dim, con
     float s = powf(base, -2.0f / (float)head_dim);
     const size_t bytes = (size_t)n_rows * sizeof(int);
     const int *pd;
-    if (n_rows <= CU_POS_CAP) { /* uploaded only when they differ from the last ones (queued after every reader of those) */
+    /* uploaded only when they differ from the last ones (the copy queued after every reader of those) */
+    if (n_rows <= CU_POS_CAP) {
         if (n_rows != B->pos_n || memcmp(pos, B->pos_host, bytes)) {
             cu_ring_upload(&B->arg, B->pos_dev, pos, bytes);
             memcpy(B->pos_host, pos, bytes);

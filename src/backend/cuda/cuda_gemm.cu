@@ -344,8 +344,11 @@ static void gemm(cu_backend *B, int64_t m, int64_t n_tok, int64_t n_in, const fl
 
 /* y[t * ldy + r] += bias[r]: the outputs' biases after their GEMMs (add_bias's f32 add) */
 __global__ void bias_rows_kernel(float *y, int64_t ldy, const float *bias, int64_t n_out, int64_t n_tok) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_out * n_tok; i += (int64_t)gridDim.x * blockDim.x)
-        y[(i / n_out) * ldy + i % n_out] = __fadd_rn(y[(i / n_out) * ldy + i % n_out], bias[i % n_out]);
+    const int64_t n = n_out * n_tok, step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        float *p = y + (i / n_out) * ldy + i % n_out;
+        *p = __fadd_rn(*p, bias[i % n_out]);
+    }
 }
 
 bool cu_gemm_run(cu_backend *B, const cw_mat *const *w, float *const *y, const int64_t *ys, const float *const *bias,

@@ -126,7 +126,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float s = cu_warp_sum(acc[r][t]);
-            if (lane == 0 && t < a.nt && row0 + r < w.n_out) y[(int64_t)t * y_stride + row0 + r] = mm_biased(s, bias, row0 + r);
+            if (lane == 0 && t < a.nt && row0 + r < w.n_out)
+                y[(int64_t)t * y_stride + row0 + r] = mm_biased(s, bias, row0 + r);
         }
 }
 
@@ -214,7 +215,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float v = cu_warp_sum(acc[r][t]);
-            if (lane == 0 && t < a.nt && row0 + r < w.n_out) y[(int64_t)t * y_stride + row0 + r] = mm_biased(v, bias, row0 + r);
+            if (lane == 0 && t < a.nt && row0 + r < w.n_out)
+                y[(int64_t)t * y_stride + row0 + r] = mm_biased(v, bias, row0 + r);
         }
 }
 
