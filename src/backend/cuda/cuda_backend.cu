@@ -96,6 +96,29 @@ void cu_ring_upload(cu_ring *r, void *dev_dst, const void *src, size_t bytes) {
     }
 }
 
+const int32_t *cu_kept_put(cu_backend *B, cu_kept *k, const int32_t *src, int n) {
+    const size_t bytes = (size_t)n * sizeof(int32_t);
+    if (n > CU_POS_CAP) return (const int32_t *)cu_ring_put(&B->arg, src, bytes);
+    if (n != k->n || memcmp(src, k->host, bytes)) {
+        cu_ring_upload(&B->arg, k->dev, src, bytes);
+        memcpy(k->host, src, bytes);
+        k->n = n;
+    }
+    return k->dev;
+}
+
+static void kept_init(cu_kept *k) {
+    CUDA_CHECK(cudaMalloc((void **)&k->dev, CU_POS_CAP * sizeof(int32_t)));
+    k->host = (int32_t *)malloc(CU_POS_CAP * sizeof(int32_t));
+    CU_REQUIRE(k->host, "out of host memory");
+    k->n = 0;
+}
+
+static void kept_free(cu_kept *k) {
+    if (k->dev) CUDA_CHECK(cudaFree(k->dev));
+    free(k->host);
+}
+
 /* ---- chunk tables ---- */
 
 void cu_pools_sync(cu_backend *B, const be_kv_pools *p, cu_pools_view *v) {
@@ -248,10 +271,7 @@ static void cu_close(be_backend *b) {
     ring_free(&B->arg);
     ring_free(&B->mv);
     if (B->bounce) CUDA_CHECK(cudaFreeHost(B->bounce));
-    if (B->pos_dev) CUDA_CHECK(cudaFree(B->pos_dev));
-    if (B->slot_dev) CUDA_CHECK(cudaFree(B->slot_dev));
-    free(B->pos_host);
-    free(B->slot_host);
+    kept_free(&B->pos), kept_free(&B->slots);
     for (int k = 0; k < CU_MAX_LAYER_EVENTS; k++) CUDA_CHECK(cudaEventDestroy(B->layer_ev[k]));
     for (int k = 0; k < CU_MAX_STAGE_LAYERS; k++) CUDA_CHECK(cudaEventDestroy(B->stage_ev[k]));
     for (int k = 0; k < CU_STALL_PAIRS; k++)
@@ -380,11 +400,7 @@ extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err
     for (int k = 0; k < CU_STALL_PAIRS; k++)
         for (int j = 0; j < 2; j++) CUDA_CHECK(cudaEventCreate(&B->stall_ev[k][j])); /* timing events */
     CUDA_CHECK(cudaHostAlloc((void **)&B->bounce, CU_BOUNCE_BYTES, cudaHostAllocPortable | cudaHostAllocMapped));
-    CUDA_CHECK(cudaMalloc((void **)&B->pos_dev, CU_POS_CAP * sizeof(int)));
-    CUDA_CHECK(cudaMalloc((void **)&B->slot_dev, CU_POS_CAP * sizeof(int32_t)));
-    B->pos_host = (int *)malloc(CU_POS_CAP * sizeof(int));
-    B->slot_host = (int32_t *)malloc(CU_POS_CAP * sizeof(int32_t));
-    CU_REQUIRE(B->pos_host && B->slot_host, "out of host memory");
+    kept_init(&B->pos), kept_init(&B->slots);
     for (int k = 0; k < CU_CHUNK_CACHES; k++)
         for (int i = 0; i < BE_N_POOLS; i++) {
             B->cc[k].host[i] = (void **)calloc(CU_MAX_CHUNKS, sizeof(void *));

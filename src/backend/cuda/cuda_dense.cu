@@ -10,7 +10,6 @@
  * on the host with the CPU's powf) and angle = theta_i * scale, the same f32 products, but CUDA's
  * sinf/cosf (2 ulp) for the host libm's; swiglu uses CUDA's expf (2 ulp). */
 #include <math.h>
-#include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
 
@@ -130,19 +129,7 @@ void cu_rope(be_backend *b, float *x, int n_rows, int n_heads, int head_dim, con
     cu_bind(B);
     if (n_rows <= 0) return;
     float s = powf(base, -2.0f / (float)head_dim);
-    const size_t bytes = (size_t)n_rows * sizeof(int);
-    const int *pd;
-    /* uploaded only when they differ from the last ones (the copy queued after every reader of those) */
-    if (n_rows <= CU_POS_CAP) {
-        if (n_rows != B->pos_n || memcmp(pos, B->pos_host, bytes)) {
-            cu_ring_upload(&B->arg, B->pos_dev, pos, bytes);
-            memcpy(B->pos_host, pos, bytes);
-            B->pos_n = n_rows;
-        }
-        pd = B->pos_dev;
-    } else {
-        pd = (const int *)cu_ring_put(&B->arg, pos, bytes);
-    }
+    const int *pd = cu_kept_put(B, &B->pos, pos, n_rows); /* the same for every layer of a step */
     int64_t n = (int64_t)n_rows * n_heads * (head_dim / 2);
     rope_kernel<<<(unsigned)((n + DN_THREADS - 1) / DN_THREADS), DN_THREADS, 0, B->compute>>>(x, n_rows, n_heads, head_dim,
                                                                                               pd, s, scale, neox);

@@ -57,6 +57,13 @@ uint8_t *cu_ring_reserve(cu_ring *r, size_t bytes, size_t align, uint8_t **dev);
 const void *cu_ring_put(cu_ring *r, const void *src, size_t bytes);
 /* any number of bytes to a device destination through the ring, in pieces */
 void cu_ring_upload(cu_ring *r, void *dev_dst, const void *src, size_t bytes);
+/* A small host array kept on the device between calls (rope's positions, kv_write's slots): the
+ * device copy of src (n ints), uploaded through the ring only when it differs from the last one
+ * (the copy queued after every reader of the old one); past CU_POS_CAP, a ring copy of its own. */
+struct cu_kept {
+    int32_t *dev, *host; /* CU_POS_CAP each: the device copy and its host mirror */
+    int n;
+};
 
 /* Device copies of the chunk pointer tables of one be_kv_pools (refreshed when a pool grows). */
 struct cu_chunk_cache {
@@ -89,12 +96,9 @@ struct cu_backend {
     int gemm_from;              /* TIERKV_CUDA_GEMM: -1 auto, 0 off, else tokens from which it runs */
     char blas_why[160];         /* what runs them, or why cuBLAS does not */
     struct cu_prof *prof;       /* TIERKV_CUDA_PROFILE=1: the ops' device times (cuda_prof.cu); else NULL */
-    /* rope's positions: the last array uploaded (pos_dev, CU_POS_CAP ints) and its host mirror; every
-     * layer of a step, q and k, rotates at the same positions: one upload a step instead of two a layer */
-    int *pos_dev, *pos_host;
-    int pos_n;
-    int32_t *slot_dev, *slot_host; /* kv_write's slots, kept the same way (CU_POS_CAP) */
-    int slot_n;
+    /* rope's positions and kv_write's slots: every layer of a step (q and k) uses the same ones, so
+     * they go up once a step instead of once or twice a layer */
+    cu_kept pos, slots;
     cudaEvent_t layer_ev[CU_MAX_LAYER_EVENTS];           /* copy stream, recorded by copy_moves */
     cudaEvent_t stage_ev[CU_MAX_STAGE_LAYERS];           /* compute stream, recorded by attention after
                                                             reading STAGE layer k */
@@ -137,6 +141,8 @@ struct cu_backend {
 
 static inline cu_backend *cu_of(be_backend *b) { return (cu_backend *)b; }
 static inline const cu_backend *cu_ofc(const be_backend *b) { return (const cu_backend *)b; }
+/* the device copy of a kept array (cu_kept) holding src's n ints */
+const int32_t *cu_kept_put(cu_backend *B, cu_kept *k, const int32_t *src, int n);
 /* makes the backend's device current on the calling thread (the transfer thread too) */
 void cu_bind(cu_backend *B);
 void cu_own(cu_backend *B, void *p);

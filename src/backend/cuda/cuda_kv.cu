@@ -120,19 +120,7 @@ void cu_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *
                    "kv_write: a pool in pageable host memory (new rows go to T0 or T1)");
     cu_pools_view pv;
     cu_pools_sync(B, p, &pv);
-    /* the slots uploaded only when they differ from the last ones (every layer of a step writes the same) */
-    const size_t bytes = (size_t)n * sizeof(int32_t);
-    const int32_t *sd;
-    if (n <= CU_POS_CAP) {
-        if (n != B->slot_n || memcmp(slots, B->slot_host, bytes)) {
-            cu_ring_upload(&B->arg, B->slot_dev, slots, bytes);
-            memcpy(B->slot_host, slots, bytes);
-            B->slot_n = n;
-        }
-        sd = B->slot_dev;
-    } else {
-        sd = (const int32_t *)cu_ring_put(&B->arg, slots, bytes);
-    }
+    const int32_t *sd = cu_kept_put(B, &B->slots, slots, n); /* every layer of a step writes the same */
     kv_write_kernel<<<n, KV_WARPS * 32, 0, B->compute>>>(sd, pv, layer, geom_of(p), k, v);
     CU_LAUNCHED();
 }
