@@ -255,11 +255,7 @@ static void mm_type(cu_backend *B, mm_args &a) {
     int nt_max = a.nt <= 1 ? 1 : a.nt <= 2 ? 2 : a.nt <= 4 ? 4 : 8;
     int rows = nt_max == 1 && B->gemv_rows ? B->gemv_rows : nt_max == 1 ? mm_rows<T, 1>() : 2;
     int rows_per_block = MM_WARPS * rows;
-    int blocks = 0;
-    for (int i = 0; i < a.n_o; i++) {
-        a.o[i].block0 = blocks;
-        blocks += (int)((a.o[i].w.n_out + rows_per_block - 1) / rows_per_block);
-    }
+    const int blocks = mm_blocks(a, rows_per_block);
     /* the x tile: as much of the row as the budget holds, in whole warp steps (32 units: every lane
      * busy) and multiples of 256 (a K-quant unit's spans stay inside one tile) */
     const int64_t step = 32 * mm_unit<T>() > 256 ? 32 * mm_unit<T>() : 256;

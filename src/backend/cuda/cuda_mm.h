@@ -24,6 +24,16 @@ struct mm_args {
     int kt;         /* x tile, a multiple of 256 (the float kernels) */
 };
 
+/* each output's first block (block0) when a block holds rows_per_block rows; the launch's blocks */
+static inline int mm_blocks(mm_args &a, int rows_per_block) {
+    int blocks = 0;
+    for (int i = 0; i < a.n_o; i++) {
+        a.o[i].block0 = blocks;
+        blocks += (int)((a.o[i].w.n_out + rows_per_block - 1) / rows_per_block);
+    }
+    return blocks;
+}
+
 #ifdef __CUDACC__
 /* unit u of a prepared row decoded to f32 (cuda_wlayout.h), and the units' geometry */
 template <int T>

@@ -54,6 +54,46 @@ void cu_mmq_quantize(cu_backend *B, const float *x, int64_t n_in, int64_t n_tok,
     *qx = q, *dx = d;
 }
 
+/* The block's part of a launch: its output (w, y, its stride and bias), its R rows (past the matrix:
+ * the last row, computed and not stored) and each token's rounded x; the sums start at 0. */
+template <int NT, int R>
+struct mmq_part {
+    cw_mat w;
+    float *y;
+    int64_t y_stride, row0, row[R];
+    const float *bias;
+    const int8_t *xr[NT];
+    const float *xs[NT];
+    float acc[R][NT];
+    __device__ __forceinline__ mmq_part(const mm_args &a, const int8_t *qx, const float *dx) {
+        int block0;
+        mm_pick_out(a, w, y, y_stride, block0, bias);
+        row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + (threadIdx.x >> 5)) * R;
+#pragma unroll
+        for (int r = 0; r < R; r++) row[r] = row0 + r < w.n_out ? row0 + r : w.n_out - 1;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const int tt = t < a.nt ? t : a.nt - 1;
+            xr[t] = qx + tt * a.n_in, xs[t] = dx + tt * (a.n_in / 32);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    }
+    /* each row's sum over the warp, stored by lane 0 (with its bias) for the launch's nt tokens */
+    __device__ __forceinline__ void store(int nt) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float v = cu_warp_sum(acc[r][t]);
+                if ((threadIdx.x & 31) == 0 && t < nt && row0 + r < w.n_out)
+                    y[(int64_t)t * y_stride + row0 + r] = mm_biased(v, bias, row0 + r);
+            }
+    }
+};
+
 /* one 16-byte unit u of R rows against NT tokens; CHECK: u may lie past the row (the last step) */
 template <int NT, int R, bool CHECK>
 __device__ __forceinline__ void mmq8_unit(float (&acc)[R][NT], const cw_mat &w, const int64_t (&row)[R],
@@ -92,43 +132,15 @@ __device__ __forceinline__ void mmq8_unit(float (&acc)[R][NT], const cw_mat &w, 
 template <int NT, int R>
 __global__ void __launch_bounds__(MM_WARPS * 32)
     mmq8_kernel(const mm_args a, const int8_t *__restrict__ qx, const float *__restrict__ dx) {
-    cw_mat w;
-    float *y;
-    int64_t y_stride;
-    int block0;
-    const float *bias;
-    mm_pick_out(a, w, y, y_stride, block0, bias);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + warp) * R;
-    const int64_t n_u = a.n_in / 16, nb = a.n_in / 32;
-    int64_t row[R];
-    const int8_t *xr[NT];
-    const float *xs[NT];
-    float acc[R][NT];
-#pragma unroll
-    for (int r = 0; r < R; r++) row[r] = row0 + r < w.n_out ? row0 + r : w.n_out - 1;
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const int tt = t < a.nt ? t : a.nt - 1;
-        xr[t] = qx + tt * a.n_in, xs[t] = dx + tt * nb;
-    }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    mmq_part<NT, R> p(a, qx, dx);
+    const int lane = threadIdx.x & 31;
+    const int64_t n_u = a.n_in / 16;
 
     int64_t u0 = 0;
 #pragma unroll 4
-    for (; u0 + 32 <= n_u; u0 += 32) mmq8_unit<NT, R, false>(acc, w, row, xr, xs, u0 + lane, n_u, lane);
-    if (u0 < n_u) mmq8_unit<NT, R, true>(acc, w, row, xr, xs, u0 + lane, n_u, lane);
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            float s = cu_warp_sum(acc[r][t]);
-            if (lane == 0 && t < a.nt && row0 + r < w.n_out)
-                y[(int64_t)t * y_stride + row0 + r] = mm_biased(s, bias, row0 + r);
-        }
+    for (; u0 + 32 <= n_u; u0 += 32) mmq8_unit<NT, R, false>(p.acc, p.w, p.row, p.xr, p.xs, u0 + lane, n_u, lane);
+    if (u0 < n_u) mmq8_unit<NT, R, true>(p.acc, p.w, p.row, p.xr, p.xs, u0 + lane, n_u, lane);
+    p.store(a.nt);
 }
 
 /* ---- Q4_0, Q5_0, Q4_K, Q6_K: the integer decoders of cuda_wlayout.h ----
@@ -149,37 +161,15 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
     constexpr int U = mm_unit<T>(), NS = mm_nspan<T>(), SW = U / NS / 4; /* words of a span */
     constexpr bool OFF = T == CW_T_Q4_K;                                  /* the only type with mins */
     static_assert(SW == 2 || SW == 4, "spans of 8 or 16 elements");
-    cw_mat w;
-    float *y;
-    int64_t y_stride;
-    int block0;
-    const float *bias;
-    mm_pick_out(a, w, y, y_stride, block0, bias);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + warp) * R;
-    const int64_t n_u = a.n_in / U, nb = a.n_in / 32;
-    int64_t row[R];
-    const int8_t *xr[NT];
-    const float *xs[NT];
-    float acc[R][NT];
-#pragma unroll
-    for (int r = 0; r < R; r++) row[r] = row0 + r < w.n_out ? row0 + r : w.n_out - 1;
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const int tt = t < a.nt ? t : a.nt - 1;
-        xr[t] = qx + tt * a.n_in, xs[t] = dx + tt * nb;
-    }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    mmq_part<NT, R> p(a, qx, dx);
+    const int64_t n_u = a.n_in / U;
 
 #pragma unroll 1
-    for (int64_t u = lane; u < n_u; u += 32) {
+    for (int64_t u = threadIdx.x & 31; u < n_u; u += 32) {
         uint32_t q[R][U / 4];
         float sc[R][NS], off[R][NS];
 #pragma unroll
-        for (int r = 0; r < R; r++) mmq_iunit<T>(w, row[r], u, q[r], sc[r], off[r]);
+        for (int r = 0; r < R; r++) mmq_iunit<T>(p.w, p.row[r], u, q[r], sc[r], off[r]);
 #pragma unroll
         for (int s = 0; s < NS; s++) {
             const int64_t base = cw_span_base(T, u, s);
@@ -187,13 +177,13 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
             for (int t = 0; t < NT; t++) {
                 uint32_t xw[SW];
                 if constexpr (SW == 4) {
-                    const int4 v = __ldg((const int4 *)(xr[t] + base));
+                    const int4 v = __ldg((const int4 *)(p.xr[t] + base));
                     xw[0] = (uint32_t)v.x, xw[1] = (uint32_t)v.y, xw[2] = (uint32_t)v.z, xw[3] = (uint32_t)v.w;
                 } else {
-                    const int2 v = __ldg((const int2 *)(xr[t] + base));
+                    const int2 v = __ldg((const int2 *)(p.xr[t] + base));
                     xw[0] = (uint32_t)v.x, xw[1] = (uint32_t)v.y;
                 }
-                const float xd = __ldg(xs[t] + (base >> 5));
+                const float xd = __ldg(p.xs[t] + (base >> 5));
                 int xsum = 0;
                 if constexpr (OFF)
 #pragma unroll
@@ -205,28 +195,17 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
                     for (int i = 0; i < SW; i++) si = __dp4a((int)q[r][s * SW + i], (int)xw[i], si);
                     float v = sc[r][s] * (float)si;
                     if constexpr (OFF) v -= off[r][s] * (float)xsum;
-                    acc[r][t] += xd * v;
+                    p.acc[r][t] += xd * v;
                 }
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            float v = cu_warp_sum(acc[r][t]);
-            if (lane == 0 && t < a.nt && row0 + r < w.n_out)
-                y[(int64_t)t * y_stride + row0 + r] = mm_biased(v, bias, row0 + r);
-        }
+    p.store(a.nt);
 }
 
 template <int T, int NT, int R>
 static void mmq_go(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx) {
-    int blocks = 0;
-    for (int i = 0; i < a.n_o; i++) {
-        a.o[i].block0 = blocks;
-        blocks += (int)((a.o[i].w.n_out + MM_WARPS * R - 1) / (MM_WARPS * R));
-    }
+    const int blocks = mm_blocks(a, MM_WARPS * R);
     if constexpr (T == CW_T_Q8_0) mmq8_kernel<NT, R><<<blocks, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx);
     else mmqk_kernel<T, NT, R><<<blocks, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx);
     CU_LAUNCHED();

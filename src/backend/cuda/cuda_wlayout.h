@@ -234,20 +234,32 @@ CW_UNROLL
         v[16 + k] = cw_sub(cw_mul(d1, (float)(b >> 4)), o1);
     }
 }
-CW_FN void cw_unit_q6_k(const cw_mat *m, int64_t row, int64_t u, float *v) {
+/* The bytes of unit u of a Q6_K row: 8 of ql for spans 0/2 (l0w) and 1/3 (l1w), 8 of qh (hw), and
+ * each span's scale d * sc (ds) */
+typedef struct {
+    uint32_t l0w[2], l1w[2], hw[2];
+    float ds[4];
+} cw_q6k_unit;
+CW_FN cw_q6k_unit cw_q6k_load(const cw_mat *m, int64_t row, int64_t u) {
     int64_t sb = u >> 3;
     int i = (int)(u & 7), h = i >> 2, l0 = 8 * (i & 3);
     const uint8_t *base = m->a + row * m->sa + 192 * sb;
     cw_u2 L0 = cw_ld8(base + 64 * h + l0), L1 = cw_ld8(base + 64 * h + 32 + l0), H = cw_ld8(base + 128 + 32 * h + l0);
     cw_u4 S = cw_ld16(m->b + row * m->sb + 16 * sb);
     float d = cw_ldf(m->c + row * m->sc + 4 * sb);
-    uint32_t l0w[2] = {L0.x, L0.y}, l1w[2] = {L1.x, L1.y}, hw[2] = {H.x, H.y}, sw[4] = {S.x, S.y, S.z, S.w};
-    float ds[4];
+    uint32_t sw[4] = {S.x, S.y, S.z, S.w};
+    cw_q6k_unit r;
+    r.l0w[0] = L0.x, r.l0w[1] = L0.y, r.l1w[0] = L1.x, r.l1w[1] = L1.y, r.hw[0] = H.x, r.hw[1] = H.y;
 CW_UNROLL
-    for (int s = 0; s < 4; s++) ds[s] = cw_mul(d, (float)(int8_t)cw_byte(sw, 8 * h + 2 * s + (l0 >> 4)));
+    for (int s = 0; s < 4; s++) r.ds[s] = cw_mul(d, (float)(int8_t)cw_byte(sw, 8 * h + 2 * s + (l0 >> 4)));
+    return r;
+}
+CW_FN void cw_unit_q6_k(const cw_mat *m, int64_t row, int64_t u, float *v) {
+    const cw_q6k_unit q = cw_q6k_load(m, row, u);
+    const float *ds = q.ds;
 CW_UNROLL
     for (int k = 0; k < 8; k++) {
-        uint32_t a0 = cw_byte(l0w, k), a1 = cw_byte(l1w, k), hh = cw_byte(hw, k);
+        uint32_t a0 = cw_byte(q.l0w, k), a1 = cw_byte(q.l1w, k), hh = cw_byte(q.hw, k);
         int q0 = (int)((a0 & 15u) | ((hh & 3u) << 4)), q1 = (int)((a1 & 15u) | (((hh >> 2) & 3u) << 4));
         int q2 = (int)((a0 >> 4) | (((hh >> 4) & 3u) << 4)), q3 = (int)((a1 >> 4) | (((hh >> 6) & 3u) << 4));
         v[k] = cw_mul(ds[0], (float)(q0 - 32));
@@ -302,18 +314,12 @@ CW_UNROLL
     for (int i = 0; i < 4; i++) q[i] = w[i] & 0x0f0f0f0fu, q[4 + i] = (w[i] >> 4) & 0x0f0f0f0fu;
 }
 CW_FN void cw_iunit_q6_k(const cw_mat *m, int64_t row, int64_t u, uint32_t *q, float *sc, float *off) {
-    int64_t sb = u >> 3;
-    int i = (int)(u & 7), h = i >> 2, l0 = 8 * (i & 3);
-    const uint8_t *base = m->a + row * m->sa + 192 * sb;
-    cw_u2 L0 = cw_ld8(base + 64 * h + l0), L1 = cw_ld8(base + 64 * h + 32 + l0), H = cw_ld8(base + 128 + 32 * h + l0);
-    cw_u4 S = cw_ld16(m->b + row * m->sb + 16 * sb);
-    float d = cw_ldf(m->c + row * m->sc + 4 * sb);
-    uint32_t l0w[2] = {L0.x, L0.y}, l1w[2] = {L1.x, L1.y}, hw[2] = {H.x, H.y}, sw[4] = {S.x, S.y, S.z, S.w};
+    const cw_q6k_unit w = cw_q6k_load(m, row, u);
 CW_UNROLL
-    for (int s = 0; s < 4; s++) sc[s] = cw_mul(d, (float)(int8_t)cw_byte(sw, 8 * h + 2 * s + (l0 >> 4))), off[s] = 0.0f;
+    for (int s = 0; s < 4; s++) sc[s] = w.ds[s], off[s] = 0.0f;
 CW_UNROLL
     for (int j = 0; j < 2; j++) {
-        uint32_t a0 = l0w[j], a1 = l1w[j], hh = hw[j];
+        uint32_t a0 = w.l0w[j], a1 = w.l1w[j], hh = w.hw[j];
         q[j] = cw_bsub((a0 & 0x0f0f0f0fu) | ((hh & 0x03030303u) << 4), 0x20202020u);
         q[2 + j] = cw_bsub((a1 & 0x0f0f0f0fu) | (((hh >> 2) & 0x03030303u) << 4), 0x20202020u);
         q[4 + j] = cw_bsub(((a0 >> 4) & 0x0f0f0f0fu) | (((hh >> 4) & 0x03030303u) << 4), 0x20202020u);
