@@ -1,6 +1,7 @@
 /* cuda_gemm.cu — matrix products of many tokens (prompt chunks, many sequences' steps) through
- * cuBLAS, the toolkit's GEMM library, loaded at run time: where it is missing the kernels of
- * cuda_matmul.cu run and describe() says why, so a machine without it still runs (slower prefill).
+ * cuBLAS, the toolkit's GEMM library, loaded at run time (once a process, at the first backend's
+ * open, and kept): where it is missing the kernels of cuda_matmul.cu run and describe() says why, so
+ * a machine without it still runs (slower prefill).
  *
  * Why: the GEMV kernels read every weight once per MM_NT (8) tokens; a 2048-token prompt read the
  * 7B's 15 GB of BF16 weights 256 times. A GEMM reads them once per call on the tensor cores.
@@ -23,6 +24,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,9 +49,8 @@ typedef cublasStatus_t (*gemm_ex_fn)(cublasHandle_t, cublasOperation_t, cublasOp
                                      void *, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
 
 /* the library's entry points this file calls, resolved by name */
-struct cu_blas {
+struct blas_syms {
     void *dl;
-    cublasHandle_t h;
     char version[32];
     decltype(&cublasGetProperty) get_property;
     decltype(&cublasGetStatusString) status_string;
@@ -59,8 +60,14 @@ struct cu_blas {
     decltype(&cublasSetWorkspace_v2) set_workspace;
     decltype(&cublasSetPointerMode_v2) set_pointer_mode;
     gemm_ex_fn gemm_ex;
-    void *ws;     /* device, GEMM_WS_BYTES */
-    float *konst; /* device: {1, 0} (alpha and beta where nothing is scaled) */
+};
+
+/* a backend's use of it */
+struct cu_blas {
+    const blas_syms *S; /* the process's loaded library (loaded once, never unloaded) */
+    cublasHandle_t h;
+    void *ws;           /* device, GEMM_WS_BYTES */
+    float *konst;       /* device: {1, 0} (alpha and beta where nothing is scaled) */
 };
 
 /* ---- the choice (TIERKV_CUDA_GEMM) ---- */
@@ -79,13 +86,13 @@ int cu_gemm_choice(int *from, char *err, size_t errlen) {
 
 /* ---- loading ---- */
 
-static int blas_sym(cu_blas *L, void **fn, const char *name, char *err, size_t errlen) {
+static int blas_sym(blas_syms *L, void **fn, const char *name, char *err, size_t errlen) {
     *fn = dlsym(L->dl, name);
     return *fn ? 0 : tkv_errf(err, errlen, "cuBLAS: %s has no %s", L->version, name);
 }
 
 /* TIERKV_CUBLAS names the library; else the dynamic loader's path, then the toolkit's folders */
-static int blas_load(cu_blas *L, char *err, size_t errlen) {
+static int blas_load(blas_syms *L, char *err, size_t errlen) {
     char tried[256] = "", path[512], last[160] = "";
     const char *only = getenv("TIERKV_CUBLAS"), *home = getenv("CUDA_HOME");
     const char *names[3] = {GEMM_LIB, NULL, "/usr/local/cuda/lib64/" GEMM_LIB};
@@ -122,24 +129,38 @@ static int blas_load(cu_blas *L, char *err, size_t errlen) {
     return 0;
 }
 
-static void blas_unload(cu_blas *L) {
-    if (L->dl) dlclose(L->dl);
-    free(L);
-}
-
+/* A fresh load (TIERKV_CUBLAS as it is now), unloaded again: what a backend would find. */
 extern "C" int cuda_blas_probe(char *msg, size_t n) {
-    cu_blas *L = (cu_blas *)calloc(1, sizeof *L);
-    if (!L) return tkv_errf(msg, n, "out of host memory");
-    int rc = blas_load(L, msg, n);
-    if (!rc) snprintf(msg, n, "%s", L->version);
-    blas_unload(L);
+    blas_syms L;
+    memset(&L, 0, sizeof L);
+    int rc = blas_load(&L, msg, n);
+    if (!rc) snprintf(msg, n, "%s", L.version);
+    if (L.dl) dlclose(L.dl);
     return rc;
 }
 
-#define BLAS_CHECK(L, call)                                                                      \
-    do {                                                                                         \
-        cublasStatus_t s_ = (call);                                                              \
-        if (s_ != CUBLAS_STATUS_SUCCESS) cu_fatal(#call, (L)->status_string(s_), __FILE__, __LINE__); \
+/* The library for the process: loaded at the first backend's open (cuBLAS takes a second or two to
+ * load; tests open many backends), kept loaded; a failure is remembered with its message. */
+static const blas_syms *blas_once(char *err, size_t errlen) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static blas_syms syms;
+    static int state; /* 0 not tried, 1 loaded, -1 failed */
+    static char why[256];
+    pthread_mutex_lock(&lock);
+    if (!state) {
+        state = blas_load(&syms, why, sizeof why) ? -1 : 1;
+        if (state < 0 && syms.dl) dlclose(syms.dl), syms.dl = NULL;
+    }
+    const int ok = state > 0;
+    pthread_mutex_unlock(&lock);
+    if (!ok) tkv_errf(err, errlen, "%s", why);
+    return ok ? &syms : NULL;
+}
+
+#define BLAS_CHECK(L, call)                                                                          \
+    do {                                                                                             \
+        cublasStatus_t s_ = (call);                                                                  \
+        if (s_ != CUBLAS_STATUS_SUCCESS) cu_fatal(#call, (L)->S->status_string(s_), __FILE__, __LINE__); \
     } while (0)
 
 int cu_gemm_open(cu_backend *B, int from, char *err, size_t errlen) {
@@ -149,13 +170,14 @@ int cu_gemm_open(cu_backend *B, int from, char *err, size_t errlen) {
     cu_blas *L = (cu_blas *)calloc(1, sizeof *L);
     CU_REQUIRE(L, "out of host memory");
     char why[sizeof B->blas_why - 16];
-    int rc = blas_load(L, why, sizeof why);
+    int rc = (L->S = blas_once(why, sizeof why)) ? 0 : -1;
     if (!rc) {
-        cublasStatus_t s = L->create(&L->h);
-        if (s != CUBLAS_STATUS_SUCCESS) rc = tkv_errf(why, sizeof why, "%s: cublasCreate: %s", L->version, L->status_string(s));
+        cublasStatus_t s = L->S->create(&L->h);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            rc = tkv_errf(why, sizeof why, "%s: cublasCreate: %s", L->S->version, L->S->status_string(s));
     }
     if (rc) {
-        blas_unload(L);
+        free(L);
         snprintf(B->blas_why, sizeof B->blas_why, "kernels (%s)", why);
         /* asked for by number: refused rather than quietly slower */
         return from > 0 ? tkv_errf(err, errlen, "TIERKV_CUDA_GEMM=%d: %s", from, why) : 0;
@@ -165,22 +187,24 @@ int cu_gemm_open(cu_backend *B, int from, char *err, size_t errlen) {
     const float k[2] = {1.0f, 0.0f};
     CUDA_CHECK(cudaMemcpy(L->konst, k, sizeof k, cudaMemcpyHostToDevice));
     /* the stream first: setting it resets the workspace to the library's own */
-    BLAS_CHECK(L, L->set_stream(L->h, B->compute));
-    BLAS_CHECK(L, L->set_workspace(L->h, L->ws, GEMM_WS_BYTES));
-    BLAS_CHECK(L, L->set_pointer_mode(L->h, CUBLAS_POINTER_MODE_DEVICE));
+    BLAS_CHECK(L, L->S->set_stream(L->h, B->compute));
+    BLAS_CHECK(L, L->S->set_workspace(L->h, L->ws, GEMM_WS_BYTES));
+    BLAS_CHECK(L, L->S->set_pointer_mode(L->h, CUBLAS_POINTER_MODE_DEVICE));
     B->blas = L;
-    if (from > 0) snprintf(B->blas_why, sizeof B->blas_why, "%s from %d tokens", L->version, from);
-    else snprintf(B->blas_why, sizeof B->blas_why, "%s from %d tokens (16-bit), %d (quantised)", L->version, GEMM_AUTO_16, GEMM_AUTO_Q);
+    if (from > 0) snprintf(B->blas_why, sizeof B->blas_why, "%s from %d tokens", L->S->version, from);
+    else
+        snprintf(B->blas_why, sizeof B->blas_why, "%s from %d tokens (16-bit), %d (quantised)", L->S->version, GEMM_AUTO_16,
+                 GEMM_AUTO_Q);
     return 0;
 }
 
 void cu_gemm_close(cu_backend *B) {
     cu_blas *L = B->blas;
     if (!L) return;
-    L->destroy(L->h);
+    L->S->destroy(L->h);
     CUDA_CHECK(cudaFree(L->ws));
     CUDA_CHECK(cudaFree(L->konst));
-    blas_unload(L);
+    free(L);
     B->blas = NULL;
 }
 
@@ -338,8 +362,8 @@ static const float *x_as(cu_backend *B, int kind, int *have, const float *x, int
 static void gemm(cu_backend *B, int64_t m, int64_t n_tok, int64_t n_in, const float *ab, const void *a, cudaDataType at,
                  int64_t lda, const void *x, cudaDataType xt, float *y, int64_t ldy) {
     cu_blas *L = B->blas;
-    BLAS_CHECK(L, L->gemm_ex(L->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n_tok, (int)n_in, ab, a, at, (int)lda, x, xt,
-                             (int)n_in, ab + 1, y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    BLAS_CHECK(L, L->S->gemm_ex(L->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n_tok, (int)n_in, ab, a, at, (int)lda, x, xt,
+                                (int)n_in, ab + 1, y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 /* y[t * ldy + r] += bias[r]: the outputs' biases after their GEMMs (add_bias's f32 add) */
