@@ -220,10 +220,10 @@ int cu_gemm_from(const cu_backend *B, uint32_t t) {
 extern "C" int cuda_gemm_from(const be_backend *b, uint32_t type) { return cu_gemm_from(cu_ofc(b), type); }
 
 /* a call goes to cuBLAS when it has as many tokens as every output's type asks for */
-static bool gemm_wants(const cu_backend *B, const uint32_t *types, int n_outs, int64_t n_tok) {
+static bool gemm_wants(const cu_backend *B, const be_mm_out *outs, int n_outs, int64_t n_tok) {
     if (!B->blas) return false;
     for (int i = 0; i < n_outs; i++)
-        if (n_tok < cu_gemm_from(B, types[i])) return false;
+        if (n_tok < cu_gemm_from(B, cu_type_of(outs[i].w))) return false;
     return true;
 }
 
@@ -239,13 +239,12 @@ static int64_t dq_rows(int64_t n_in, int64_t n_out) {
 
 /* Scratch: a header (amax bits, alpha, beta), x rounded to 16 bits, the dequantised piece. */
 #define GEMM_HDR 256
-size_t cu_gemm_scratch(const cu_backend *B, const uint32_t *types, const int64_t *n_out, int n_outs, int64_t n_in,
-                       int64_t n_tok) {
-    if (!gemm_wants(B, types, n_outs, n_tok)) return 0;
+size_t cu_gemm_scratch(const cu_backend *B, const be_mm_out *outs, int n_outs, int64_t n_in, int64_t n_tok) {
+    if (!gemm_wants(B, outs, n_outs, n_tok)) return 0;
     size_t dq = 0;
     for (int i = 0; i < n_outs; i++)
-        if (!is_16(types[i])) {
-            size_t b = (size_t)dq_rows(n_in, n_out[i]) * (size_t)n_in * 2;
+        if (!is_16(cu_type_of(outs[i].w))) {
+            size_t b = (size_t)dq_rows(n_in, outs[i].w->n_out) * (size_t)n_in * 2;
             if (b > dq) dq = b;
         }
     return GEMM_HDR + al256((size_t)(n_in * n_tok) * 2) + dq;
@@ -375,11 +374,9 @@ __global__ void bias_rows_kernel(float *y, int64_t ldy, const float *bias, int64
     }
 }
 
-bool cu_gemm_run(cu_backend *B, const cw_mat *const *w, float *const *y, const int64_t *ys, const float *const *bias,
-                 int n_outs, int64_t n_in, const float *x, int64_t n_tok, void *scratch) {
-    uint32_t types[BE_MM_MAX_OUTS];
-    for (int i = 0; i < n_outs; i++) types[i] = w[i]->type;
-    if (!scratch || !gemm_wants(B, types, n_outs, n_tok)) return false;
+bool cu_gemm_run(cu_backend *B, const be_mm_out *outs, int n_outs, int64_t n_in, const float *x, int64_t n_tok,
+                 void *scratch) {
+    if (!scratch || !gemm_wants(B, outs, n_outs, n_tok)) return false;
     CU_REQUIRE(((uintptr_t)scratch & 255) == 0, "gemm: scratch must be 256-byte aligned");
     CU_REQUIRE(n_in <= INT32_MAX && n_tok <= INT32_MAX, "gemm: sizes past cuBLAS's int");
     unsigned *hdr = (unsigned *)scratch;
@@ -387,26 +384,28 @@ bool cu_gemm_run(cu_backend *B, const cw_mat *const *w, float *const *y, const i
     __half *dq = (__half *)(x16 + al256((size_t)(n_in * n_tok) * 2));
     int have = X_NONE;
     for (int i = 0; i < n_outs; i++) {
-        const cw_mat &m = *w[i];
+        const cw_mat &m = *cu_mat_of(outs[i].w);
+        float *const y = outs[i].y;
+        const int64_t ys = outs[i].y_stride;
         CU_REQUIRE(m.n_in == n_in, "matmul: a matrix's n_in differs from the activation's");
         if (m.type == CW_T_F32) {
-            gemm(B, m.n_out, n_tok, n_in, B->blas->konst, m.a, CUDA_R_32F, m.sa / 4, x, CUDA_R_32F, y[i], ys[i]);
+            gemm(B, m.n_out, n_tok, n_in, B->blas->konst, m.a, CUDA_R_32F, m.sa / 4, x, CUDA_R_32F, y, ys);
         } else if (m.type == CW_T_BF16 || m.type == CW_T_F16) {
             const int bf = m.type == CW_T_BF16;
             const float *ab = x_as(B, bf ? X_BF16 : X_F16, &have, x, n_in * n_tok, x16, hdr);
             const cudaDataType t = bf ? CUDA_R_16BF : CUDA_R_16F;
-            gemm(B, m.n_out, n_tok, n_in, ab, m.a, t, m.sa / 2, x16, t, y[i], ys[i]);
+            gemm(B, m.n_out, n_tok, n_in, ab, m.a, t, m.sa / 2, x16, t, y, ys);
         } else {
             const float *ab = x_as(B, X_F16, &have, x, n_in * n_tok, x16, hdr);
             const int64_t per = dq_rows(n_in, m.n_out);
             for (int64_t r0 = 0; r0 < m.n_out; r0 += per) {
                 const int64_t nr = m.n_out - r0 < per ? m.n_out - r0 : per;
                 dq16(B, m, r0, nr, dq);
-                gemm(B, nr, n_tok, n_in, ab, dq, CUDA_R_16F, n_in, x16, CUDA_R_16F, y[i] + r0, ys[i]);
+                gemm(B, nr, n_tok, n_in, ab, dq, CUDA_R_16F, n_in, x16, CUDA_R_16F, y + r0, ys);
             }
         }
-        if (bias[i]) {
-            bias_rows_kernel<<<grid_of(m.n_out * n_tok), 256, 0, B->compute>>>(y[i], ys[i], bias[i], m.n_out, n_tok);
+        if (outs[i].bias) {
+            bias_rows_kernel<<<grid_of(m.n_out * n_tok), 256, 0, B->compute>>>(y, ys, outs[i].bias, m.n_out, n_tok);
             CU_LAUNCHED();
         }
     }

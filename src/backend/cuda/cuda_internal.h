@@ -169,12 +169,11 @@ int cu_gemm_choice(int *from, char *err, size_t errlen); /* TIERKV_CUDA_GEMM, re
 int cu_gemm_open(cu_backend *B, int from, char *err, size_t errlen);
 void cu_gemm_close(cu_backend *B);
 int cu_gemm_from(const cu_backend *B, uint32_t type); /* tokens from which a type goes to cuBLAS; 0: never */
-/* scratch bytes of a call of these outputs (0: it runs the kernels) */
-size_t cu_gemm_scratch(const cu_backend *B, const uint32_t *types, const int64_t *n_out, int n_outs, int64_t n_in,
-                       int64_t n_tok);
+/* scratch bytes of a call of these outputs, prepared or not (0: it runs the kernels) */
+size_t cu_gemm_scratch(const cu_backend *B, const be_mm_out *outs, int n_outs, int64_t n_in, int64_t n_tok);
 /* the call through cuBLAS where it goes there and scratch is given: false, nothing queued, otherwise */
-bool cu_gemm_run(cu_backend *B, const cw_mat *const *w, float *const *y, const int64_t *ys, const float *const *bias,
-                 int n_outs, int64_t n_in, const float *x, int64_t n_tok, void *scratch);
+bool cu_gemm_run(cu_backend *B, const be_mm_out *outs, int n_outs, int64_t n_in, const float *x, int64_t n_tok,
+                 void *scratch);
 /* cuda_prof.cu */
 int cu_prof_choice(int *on, char *err, size_t errlen); /* TIERKV_CUDA_PROFILE */
 be_ops cu_prof_ops(const be_ops *real);                /* the table of wrappers that time real's ops */

@@ -117,26 +117,14 @@ const float *cu_prepare_vector(be_backend *b, const float *host, int64_t n, char
     return d;
 }
 
-static const cw_mat *mat_of(const be_mat *w) {
-    CU_REQUIRE(w->type & CW_TYPE_TAG, "a matrix reached the CUDA backend without prepare_weight");
-    return (const cw_mat *)w->data;
-}
-/* the type of a matrix, prepared or not (forward sizes its scratch either way) */
-static uint32_t type_of(const be_mat *w) { return (w->type & CW_TYPE_TAG) ? mat_of(w)->type : w->type; }
-
 /* the larger of the integer kernels' scratch and cuBLAS's (a call of fewer tokens than n_tok may run
  * either) */
 size_t cu_matmul_scratch(const be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, int64_t n_tok) {
     size_t s = 0;
-    uint32_t types[BE_MM_MAX_OUTS];
-    int64_t n_out[BE_MM_MAX_OUTS];
-    CU_REQUIRE(n_outs >= 1 && n_outs <= BE_MM_MAX_OUTS, "matmul: 1..BE_MM_MAX_OUTS outputs");
-    for (int i = 0; i < n_outs; i++) {
-        types[i] = type_of(outs[i].w), n_out[i] = outs[i].w->n_out;
-        if (cu_mmq_type(types[i])) s = cu_mmq_scratch(n_in, n_tok);
-    }
+    for (int i = 0; i < n_outs; i++)
+        if (cu_mmq_type(cu_type_of(outs[i].w))) s = cu_mmq_scratch(n_in, n_tok);
     /* the float kernels need none: every row's dot product is one warp's */
-    size_t g = cu_gemm_scratch(cu_ofc(b), types, n_out, n_outs, n_in, n_tok);
+    size_t g = cu_gemm_scratch(cu_ofc(b), outs, n_outs, n_in, n_tok);
     return g > s ? g : s;
 }
 
@@ -292,32 +280,26 @@ void cu_matmul(be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, c
     cu_bind(B);
     CU_REQUIRE(n_outs >= 1 && n_outs <= BE_MM_MAX_OUTS, "matmul: 1..BE_MM_MAX_OUTS outputs");
     CU_REQUIRE(((uintptr_t)x & 15) == 0, "matmul: x must be 16-byte aligned");
-    const cw_mat *ws[BE_MM_MAX_OUTS];
-    float *ys[BE_MM_MAX_OUTS];
-    int64_t strides[BE_MM_MAX_OUTS];
-    const float *bs[BE_MM_MAX_OUTS];
-    for (int i = 0; i < n_outs; i++)
-        ws[i] = mat_of(outs[i].w), ys[i] = outs[i].y, strides[i] = outs[i].y_stride, bs[i] = outs[i].bias;
-    if (cu_gemm_run(B, ws, ys, strides, bs, n_outs, n_in, x, n_tok, scratch)) return; /* many tokens: cuBLAS */
+    if (cu_gemm_run(B, outs, n_outs, n_in, x, n_tok, scratch)) return; /* many tokens: cuBLAS */
     /* the activation rounded once for every integer product of this call */
     const int8_t *qx = NULL;
     const float *dx = NULL;
     for (int i = 0; scratch && i < n_outs && !qx; i++)
-        if (cu_mmq_type(mat_of(outs[i].w)->type)) cu_mmq_quantize(B, x, n_in, n_tok, scratch, &qx, &dx);
+        if (cu_mmq_type(cu_mat_of(outs[i].w)->type)) cu_mmq_quantize(B, x, n_in, n_tok, scratch, &qx, &dx);
     for (int64_t t0 = 0; t0 < n_tok; t0 += MM_NT) {
         int nt = (int)(n_tok - t0 < MM_NT ? n_tok - t0 : MM_NT);
         int done[BE_MM_MAX_OUTS] = {0};
         /* one launch per weight type among the outputs (q, k, v of a K-quant mix may differ) */
         for (int i = 0; i < n_outs; i++) {
             if (done[i]) continue;
-            uint32_t t = mat_of(outs[i].w)->type;
+            uint32_t t = cu_mat_of(outs[i].w)->type;
             mm_args a;
             memset(&a, 0, sizeof a);
             a.x = x + t0 * n_in;
             a.n_in = n_in;
             a.nt = nt;
             for (int j = i; j < n_outs; j++) {
-                const cw_mat *w = mat_of(outs[j].w);
+                const cw_mat *w = cu_mat_of(outs[j].w);
                 if (done[j] || w->type != t) continue;
                 CU_REQUIRE(w->n_in == n_in, "matmul: a matrix's n_in differs from the activation's");
                 a.o[a.n_o].w = *w;
@@ -365,7 +347,7 @@ void cu_embed(be_backend *b, const be_mat *emb, const int32_t *tokens, int n, fl
     cu_backend *B = cu_of(b);
     cu_bind(B);
     if (n <= 0) return;
-    const cw_mat *w = mat_of(emb);
+    const cw_mat *w = cu_mat_of(emb);
     for (int i = 0; i < n; i++) CU_REQUIRE(tokens[i] >= 0 && tokens[i] < w->n_out, "embed: token id out of range");
     const int32_t *td = (const int32_t *)cu_ring_put(&B->arg, tokens, (size_t)n * sizeof(int32_t));
     switch (w->type) {

@@ -24,6 +24,14 @@ struct mm_args {
     int kt;         /* x tile, a multiple of 256 (the float kernels) */
 };
 
+/* a prepared matrix's device description (prepare_weight made it) */
+static inline const cw_mat *cu_mat_of(const be_mat *w) {
+    CU_REQUIRE(w->type & CW_TYPE_TAG, "a matrix reached the CUDA backend without prepare_weight");
+    return (const cw_mat *)w->data;
+}
+/* the type of a matrix, prepared or not (forward sizes its scratch either way) */
+static inline uint32_t cu_type_of(const be_mat *w) { return (w->type & CW_TYPE_TAG) ? cu_mat_of(w)->type : w->type; }
+
 /* each output's first block (block0) when a block holds rows_per_block rows; the launch's blocks */
 static inline int mm_blocks(mm_args &a, int rows_per_block) {
     int blocks = 0;
