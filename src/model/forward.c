@@ -359,7 +359,7 @@ static void add_norm(fwd *f, const float *d, const float *w, int n) {
     f->op->rmsnorm(f->be, f->h, f->x, w, n, c->n_embd, c->rms_eps);
 }
 
-/* The expert FFN of layer L on the normed rows f->h: x += sum_j w_j expert_j(h). Tokens are grouped
+/* The expert FFN of layer L on the normed rows f->h: tmp = sum_j w_j expert_j(h) (the caller adds it). Tokens are grouped
  * by expert so that each expert's matrices are read once for all the tokens routed to it. */
 static void expert_ffn(fwd *f, const model_layer *L, int n) {
     const model_config *c = &f->m->cfg;
@@ -389,7 +389,6 @@ static void expert_ffn(fwd *f, const model_layer *L, int n) {
         f->expert_read += L->expert_bytes;
     }
     op->combine_rows(be, f->tmp, f->ye, f->route_rows, f->route_w, n, K, E);
-    op->add(be, f->x, f->tmp, (int64_t)n * E);
 }
 
 int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const uint8_t *is_prompt,
@@ -429,11 +428,9 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
 
     op->embed(be, &m->tok_embd, tokens, n, f->x); /* x [n x E] */
 
-    int normed = 0; /* h holds this layer's normed input: the previous layer's last add_norm made it */
     for (int l = 0; l < c->n_layer; l++) {
         const model_layer *L = &m->layers[l];
-        if (!normed) op->rmsnorm(be, f->h, f->x, L->attn_norm, n, E, c->rms_eps);
-        normed = 0;
+        if (l == 0) op->rmsnorm(be, f->h, f->x, L->attn_norm, n, E, c->rms_eps); /* later: the previous layer's add_norm */
         matmul_fused(f, (const model_mat *const[]){&L->wq, &L->wk, &L->wv}, (float *const[]){f->q, f->k, f->v}, 3, f->h, n,
                      (const float *const[]){L->bq, L->bk, L->bv});
         if (L->q_norm) { /* per head, in place */
@@ -448,19 +445,16 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
         matmul(f, &L->wo, f->o, n, f->tmp, E);
         op->add_bias(be, f->tmp, L->bo, n, E);
         add_norm(f, f->tmp, L->ffn_norm, n);
-        if (c->n_expert) {
+        if (c->n_expert) { /* tmp: the FFN's output */
             expert_ffn(f, L, n);
-            continue;
-        }
-        matmul_fused(f, (const model_mat *const[]){&L->wgate, &L->wup}, (float *const[]){f->gate, f->up}, 2, f->h, n, NULL);
-        op->swiglu(be, f->gate, f->up, (int64_t)n * F);
-        matmul(f, &L->wdown, f->gate, n, f->tmp, E);
-        if (l + 1 < c->n_layer) {
-            add_norm(f, f->tmp, m->layers[l + 1].attn_norm, n);
-            normed = 1;
         } else {
-            op->add(be, f->x, f->tmp, (int64_t)n * E);
+            matmul_fused(f, (const model_mat *const[]){&L->wgate, &L->wup}, (float *const[]){f->gate, f->up}, 2, f->h, n,
+                         NULL);
+            op->swiglu(be, f->gate, f->up, (int64_t)n * F);
+            matmul(f, &L->wdown, f->gate, n, f->tmp, E);
         }
+        if (l + 1 < c->n_layer) add_norm(f, f->tmp, m->layers[l + 1].attn_norm, n);
+        else op->add(be, f->x, f->tmp, (int64_t)n * E);
     }
 
     /* logits only for the rows asked for */
