@@ -443,37 +443,39 @@ profile() {
 }
 
 # ---- 6. kernel microbenchmark -----------------------------------------------------------------
+# ops_records FILE [GEMM]: bench-ops' rows as "bench-ops" records; with GEMM (what TIERKV_CUDA_GEMM
+# was), only the matmul rows, labelled, with TFLOP/s from 2 x n_in x n_out x tokens
+ops_records() {
+    python3 - "$1" "${2:-}" <<'PY' | tee -a "$J"
+import json, sys
+gemm = sys.argv[2]
+for l in open(sys.argv[1]):
+    try: r = json.loads(l)
+    except Exception: continue
+    if not isinstance(r, dict): continue
+    if gemm:
+        if r.get("op") != "matmul" or not r.get("us"): continue
+        r = {"gemm": gemm, **r, "tflop_s": round(2 * r["n_in"] * r["n_out"] * r["tokens"] / r["us"] / 1e6, 1)}
+    print(json.dumps({"kind": "bench-ops", **r}))
+PY
+}
 bench_ops() {
     run_to 60 "$BIN" bench-ops $BACKEND_FLAG --shape r1-distill-qwen-7b --type BF16 --depths "$OPS_DEPTHS" --json \
         >"$L/bench-ops.jsonl" 2>"$L/bench-ops.err"
     local rc=$?
-    python3 - "$L/bench-ops.jsonl" <<'PY' | tee -a "$J"
-import json, sys
-for l in open(sys.argv[1]):
-    try: r = json.loads(l)
-    except Exception: continue
-    if isinstance(r, dict): print(json.dumps({"kind": "bench-ops", **r}))
-PY
+    ops_records "$L/bench-ops.jsonl"
     return $rc
 }
 
 # 8. the matmuls of 512 tokens (a prompt chunk): BF16 and Q8_0 through cuBLAS, BF16 through the
-# kernels (TIERKV_CUDA_GEMM=off); TFLOP/s from 2 x n_in x n_out x tokens
+# kernels (TIERKV_CUDA_GEMM=off)
 bench_ops_gemm() {
     local rc=0 t runs="BF16:auto Q8_0:auto BF16:off"
     [ "${TIERKV_CUDA_GEMM:-}" = off ] && runs="BF16:off" # cuBLAS failed the op checks
     for t in $runs; do
         TIERKV_CUDA_GEMM=${t#*:} run_to 40 "$BIN" bench-ops $BACKEND_FLAG --shape r1-distill-qwen-7b --type "${t%:*}" \
             --tokens 512 --depths 2048 --reps 5 --json >"$L/bench-ops-gemm-${t/:/-}.jsonl" 2>>"$L/bench-ops-gemm.err" || rc=1
-        python3 - "$L/bench-ops-gemm-${t/:/-}.jsonl" "${t#*:}" <<'PY' | tee -a "$J"
-import json, sys
-for l in open(sys.argv[1]):
-    try: r = json.loads(l)
-    except Exception: continue
-    if isinstance(r, dict) and r.get("op") == "matmul" and r.get("us"):
-        r["tflop_s"] = round(2 * r["n_in"] * r["n_out"] * r["tokens"] / r["us"] / 1e6, 1)
-        print(json.dumps({"kind": "bench-ops", "gemm": sys.argv[2], **r}))
-PY
+        ops_records "$L/bench-ops-gemm-${t/:/-}.jsonl" "${t#*:}"
     done
     return $rc
 }
