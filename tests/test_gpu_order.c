@@ -485,3 +485,69 @@ TEST(gpu_order_staged_prefill_split_decode) {
         te_close(e);
     }
 }
+
+/* The forward's brackets (step_begin/step_end, where the CUDA backend captures a call as a graph):
+ * every call of a policy that waits on nothing mid-call is bracketed and nothing inside waits (a
+ * wait would end the capture early); calls that stage rows, fence moves or split are not bracketed
+ * (hierarchy: the steps right after a re-tiering, whose moves are in flight; staged: all but the
+ * prompt's first chunks).
+ * Returns the calls made; *steps, *breaks: cpu-async's counts. */
+static int bracket_run(const te_options *o, uint64_t *steps, uint64_t *breaks) {
+    te_engine *e;
+    char err[256];
+    if (te_open(t_shared(QWEN2), o, &e, err, sizeof err)) {
+        fprintf(stderr, "    open: %s\n", err);
+        return -1;
+    }
+    int V = te_n_vocab(e), calls = 0;
+    float *lg = malloc((size_t)V * sizeof(float));
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
+    for (int at = 0; at < 40; at += 8, calls++)
+        if (te_prefill(e, 0, prompt + at, 8, lg, 0, err, sizeof err)) calls = -1000;
+    for (int s = 0; s < 60; s++, calls++) {
+        int seq = 0;
+        int32_t tok = argmax(lg, V);
+        if (te_decode(e, &seq, &tok, 1, lg, err, sizeof err)) calls = -1000;
+    }
+    uint64_t tokens;
+    cpu_async_steps(te_kv(e)->be, steps, &tokens, breaks);
+    free(lg);
+    te_close(e);
+    return calls;
+}
+
+TEST(gpu_order_step_brackets) {
+    NEED(QWEN2);
+    struct {
+        const char *name;
+        int policy, staged, split, all; /* all: every call bracketed (else some, or none when staged/split) */
+    } cases[] = {
+        {"full", KV_POLICY_FULL, 0, 0, 1},
+        {"h2o", KV_POLICY_H2O, 0, 0, 1},
+        {"hierarchy", KV_POLICY_HIERARCHY, 0, 0, 0},
+        {"hierarchy staged", KV_POLICY_HIERARCHY, 1, 0, 0},
+        {"hierarchy split", KV_POLICY_HIERARCHY, 0, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        te_options o;
+        base_options(&o, "cpu-async");
+        o.kv = hier(0.3, 5);
+        o.kv.policy = cases[i].policy;
+        o.kv.unpin_prompt = cases[i].policy == KV_POLICY_HIERARCHY;
+        o.kv.staged = cases[i].staged;
+        o.split = cases[i].split;
+        if (cases[i].policy == KV_POLICY_H2O) o.kv.t0_ratio = 0.5;
+        uint64_t steps = 0, breaks = 0;
+        int calls = bracket_run(&o, &steps, &breaks);
+        unsigned long long st = steps, br = breaks;
+        printf("    %s: %d calls, %llu bracketed, %llu waited inside\n", cases[i].name, calls, st, br);
+        CHECKF(calls == 65, "%s: an engine call failed", cases[i].name);
+        CHECKF(breaks == 0, "%s: %llu bracketed calls waited for the device inside", cases[i].name, br);
+        if (cases[i].all) CHECKF(steps == 65, "%s: %llu of 65 calls bracketed", cases[i].name, st);
+        else if (cases[i].split) CHECKF(steps == 0, "%s: %llu calls bracketed (split waits mid-call)", cases[i].name, st);
+        else if (cases[i].staged) /* only the prompt's first chunks, before T1 holds a row to stage */
+            CHECKF(steps < 5, "%s: %llu calls bracketed (staging waits mid-call)", cases[i].name, st);
+        else CHECKF(steps > 30 && steps < 65, "%s: %llu of 65 calls bracketed (moves in flight fence some)", cases[i].name, st);
+    }
+}

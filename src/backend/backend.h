@@ -302,6 +302,15 @@ typedef struct {
      * sequence share a pointer (their additions land in token order). */
     void (*score_add)(be_backend *b, double *const *score, const int *n_pos, int n_tok, const float *mass, int n_head,
                       int stride, double w);
+
+    /* Optional, together (NULL: nothing to do). Bracket the ops of one forward call of n_tok tokens:
+     * a backend may record the ops queued from step_begin and submit them as one at step_end (CUDA:
+     * a graph of the step, launched whole). Every op keeps its meaning, order and results; an op
+     * that waits for the device (read, kv_read, copy_wait) submits what was recorded first, and the
+     * rest of the call runs op by op. The caller brackets calls in which nothing is expected to
+     * wait, and calls step_end before reading the call's results; brackets do not nest. */
+    void (*step_begin)(be_backend *b, int n_tok);
+    void (*step_end)(be_backend *b);
 } be_ops;
 
 struct be_backend {

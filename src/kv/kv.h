@@ -179,6 +179,10 @@ typedef enum { KV_T1_AS_OPENED = 0, KV_T1_IN_PLACE = 1 } kv_t1_read;
  * cannot read it in place or stage_t2 asks, T1 with --staged unless `how` is KV_T1_IN_PLACE) for
  * this layer. */
 void kv_layer_begin(kv_cache *kv, const int *seqs, int n_seqs, int layer, kv_t1_read how);
+/* Whether kv_layer_begin, given the same arguments, will wait for the copy queue in the call about
+ * to run (moves in flight, or rows to stage): the forward brackets a call for the backend
+ * (step_begin) only where it will not. */
+int kv_step_may_wait(kv_cache *kv, const int *seqs, int n_seqs, kv_t1_read how);
 /* The attention table of one layer for n query tokens (sequence seq[i] at position pos[i], both
  * appended already): fills the cache's fields of *a (n_tok, layer, pools, slot tables, n_pos, keep
  * masks and their stride, the weights the policy wants back in mass_mode, tables_gen); the caller

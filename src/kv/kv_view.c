@@ -175,6 +175,14 @@ static void run_stage(kv_cache *kv, int n, int layer) {
     if (n > 0 || kv->batch.active) kv->be->ops->copy_wait(kv->be, layer);
 }
 
+/* (the list it builds is the one kv_layer_begin takes: the memo stands for the call) */
+int kv_step_may_wait(kv_cache *kv, const int *seqs, int n_seqs, kv_t1_read how) {
+    if (kv->batch.active) return 1;
+    if (kv->tp[BE_STAGE].n_slots == 0) return 0;
+    stage_list(kv, seqs, n_seqs, how);
+    return kv->stage_memo.n > 0;
+}
+
 void kv_layer_begin(kv_cache *kv, const int *seqs, int n_seqs, int layer, kv_t1_read how) {
     TKV_ASSERT(layer >= 0 && layer < kv->o.n_layer);
     if (kv->batch.active && kv->xfer) kv->retired.fence_wait_seconds += xfer_wait_layer(kv->xfer, layer);

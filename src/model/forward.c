@@ -426,6 +426,12 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
      * sequence: as many sequences as tokens) with split_decode */
     int split = f->split && (!f->opt.split_decode || nu == n);
 
+    /* the call's ops bracketed for the backend (a GPU may launch them as one graph) where nothing in
+     * it waits for the device: no split attention (it reads q back), no expert routing (it reads the
+     * router's logits), no copy fence (kv_step_may_wait); reads of the weights of a call whose buffer
+     * does not hold them all still wait, and the backend then submits what it has */
+    int bracket = op->step_begin && !split && !c->n_expert && !kv_step_may_wait(f->kv, f->useq, nu, KV_T1_AS_OPENED);
+    if (bracket) op->step_begin(be, n);
     op->embed(be, &m->tok_embd, tokens, n, f->x); /* x [n x E] */
 
     for (int l = 0; l < c->n_layer; l++) {
@@ -464,14 +470,13 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
     if (nr > 0) {
         op->gather_rows(be, f->logit_rows, f->x, f->useq, nr, E);
         op->rmsnorm(be, f->h, f->logit_rows, m->output_norm, nr, E, c->rms_eps);
+        matmul(f, &m->output, f->h, nr, op->unified ? logits : f->logits, c->n_vocab);
+    }
+    if (bracket) op->step_end(be); /* before the reads */
+    if (nr > 0 && !op->unified) {
         size_t bytes = (size_t)nr * c->n_vocab * sizeof(float);
-        if (op->unified) {
-            matmul(f, &m->output, f->h, nr, logits, c->n_vocab);
-        } else {
-            matmul(f, &m->output, f->h, nr, f->logits, c->n_vocab);
-            flush_weights(f, seq, pos); /* waits for the whole call, the logits' product included */
-            memcpy(logits, read_back(f, f->logits, bytes, f->logits_host), bytes); /* DMA into pinned memory */
-        }
+        flush_weights(f, seq, pos); /* waits for the whole call, the logits' product included */
+        memcpy(logits, read_back(f, f->logits, bytes, f->logits_host), bytes); /* DMA into pinned memory */
     }
     flush_weights(f, seq, pos);
     kv_batch_end(f->kv, seq, is_prompt, n); /* a decode step ends for each sequence that decoded */

@@ -14,7 +14,9 @@
  *     the next read, counts a hazard when the source changed meanwhile: a GPU's DMA, queued, could
  *     have read the new bytes (cpu_async_hazards).
  * And matmul adds the outputs' biases (matmul_bias), as the CUDA backend's does, so the forward's
- * path for such a backend runs here. Everything else is the CPU backend's, bit for bit. Moves still
+ * path for such a backend runs here. step_begin/step_end count the calls bracketed and, as the CUDA
+ * backend's graph capture ends early there, each wait inside a bracket (read, kv_read, copy_wait):
+ * a break (cpu_async_steps). Everything else is the CPU backend's, bit for bit. Moves still
  * queued when the backend closes are dropped (the KV module fences every layer before it frees its
  * pools). Not for production use. */
 #include <pthread.h>
@@ -56,6 +58,8 @@ typedef struct {
     struct pinned_up { const void *src; void *copy; size_t bytes; } *ups;
     int n_ups, cap_ups;
     uint64_t hazards;
+    int in_step;                   /* between step_begin and step_end, no wait yet */
+    uint64_t steps, step_tok, breaks;
 } async_be;
 
 static async_be *ab(be_backend *b) { return (async_be *)(void *)b; }
@@ -93,8 +97,35 @@ static void async_copy_moves(be_backend *b, const be_kv_pools *p, const be_move 
 
 /* Runs the layer's queued calls in order. The queue is taken whole under the lock; calls queued
  * meanwhile (the transfer thread) wait for the next copy_wait, as later stream work would. */
+/* a wait: inside a bracket, where a graph's capture would end */
+static void waits(async_be *a) {
+    a->breaks += a->in_step;
+    a->in_step = 0;
+}
+
+static void async_step_begin(be_backend *b, int n_tok) {
+    async_be *a = ab(b);
+    TKV_ASSERT(!a->in_step && n_tok > 0); /* brackets do not nest */
+    a->in_step = 1;
+    a->steps++, a->step_tok += (uint64_t)n_tok;
+}
+
+static void async_step_end(be_backend *b) { ab(b)->in_step = 0; }
+
+void cpu_async_steps(const be_backend *b, uint64_t *steps, uint64_t *tokens, uint64_t *breaks) {
+    const async_be *a = (const async_be *)(const void *)b;
+    *steps = a->steps, *tokens = a->step_tok, *breaks = a->breaks;
+}
+
+static void async_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, float *k,
+                          float *v) {
+    waits(ab(b));
+    cpu_be_ops()->kv_read(b, p, layer, slots, n, k, v);
+}
+
 static void async_copy_wait(be_backend *b, int layer) {
     async_be *a = ab(b);
+    waits(a);
     pthread_mutex_lock(&a->mu);
     layer_queue mine = {0};
     if (layer >= 0 && layer < a->n_q) {
@@ -188,6 +219,7 @@ uint64_t cpu_async_hazards(const be_backend *b) { return ((const async_be *)(con
 
 /* A DMA into the caller's buffer (the CPU backend hands back its own memory) */
 static const void *async_read(be_backend *b, const void *src, size_t bytes, void *host_tmp) {
+    waits(ab(b));
     check_uploads(ab(b));
     memcpy(host_tmp, src, bytes);
     return host_tmp;
@@ -243,6 +275,9 @@ int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errle
     a->ops.prepare_weight = async_prepare_weight;
     a->ops.matmul = async_matmul;
     a->ops.matmul_bias = 1; /* the biases in the product, as on a GPU */
+    a->ops.kv_read = async_kv_read;
+    a->ops.step_begin = async_step_begin;
+    a->ops.step_end = async_step_end;
     a->cpu.base.ops = &a->ops;
     pthread_mutex_init(&a->mu, NULL);
     *out = &a->cpu.base;
