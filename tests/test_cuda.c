@@ -688,6 +688,16 @@ TEST(cuda_prof_env) {
 #endif
 }
 
+TEST(cuda_graph_env) {
+#ifndef TKV_CUDA
+    SKIP("built without CUDA (make cuda)");
+#else
+    const char *bad[] = {"1", "0", "yes", "auto", "onn", "off "};
+    const char *good[] = {"on", "off", ""};
+    env_values("TIERKV_CUDA_GRAPH", bad, sizeof bad / sizeof bad[0], good, sizeof good / sizeof good[0]);
+#endif
+}
+
 TEST(cuda_host_blas_probe) {
 #ifndef TKV_CUDA
     SKIP("built without CUDA (make cuda)");

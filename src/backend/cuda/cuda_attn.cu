@@ -511,8 +511,10 @@ void cu_attention(be_backend *b, const be_attn *a, void *scratch) {
     }
     /* the STAGE layer this call read may be overwritten by the next staging copy only after this */
     const be_kv_pool *st = &a->pools->pool[BE_STAGE];
-    if (st->n_chunks > 0 && st->layers >= 1 && st->layers <= CU_MAX_STAGE_LAYERS)
+    if (st->n_chunks > 0 && st->layers >= 1 && st->layers <= CU_MAX_STAGE_LAYERS) {
+        cu_graph_break(B); /* the copy stream waits on this event: recorded outside any capture */
         CUDA_CHECK(cudaEventRecord(B->stage_ev[a->layer % st->layers], B->compute));
+    }
 }
 
 /* ---- merge ---- */

@@ -54,6 +54,7 @@ static void ring_init(cu_ring *r, size_t bytes, cudaStream_t s) {
         r->recorded[k] = 0;
     }
     r->stream = s;
+    r->capture = NULL;
 }
 
 static void ring_free(cu_ring *r) {
@@ -67,6 +68,7 @@ static void ring_free(cu_ring *r) {
 uint8_t *cu_ring_reserve(cu_ring *r, size_t bytes, size_t align, uint8_t **dev) {
     int left, entered;
     size_t at = cu_ring_take(&r->pos, bytes, align, &left, &entered);
+    if ((left >= 0 || entered >= 0) && r->capture) cu_graph_break(r->capture); /* events outside captures */
     if (left >= 0) {
         CUDA_CHECK(cudaEventRecord(r->ev[left], r->stream));
         r->recorded[left] = 1;
@@ -195,6 +197,7 @@ static void cu_upload(be_backend *b, void *dst, const void *src, size_t bytes) {
         cu_ring_upload(&B->arg, dst, src, bytes);
         return;
     }
+    cu_graph_break(B);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, B->compute));
     CUDA_CHECK(cudaStreamSynchronize(B->compute));
 }
@@ -219,6 +222,7 @@ static void cu_upload_pinned(be_backend *b, void *dst, const void *src, size_t b
 static const void *cu_read(be_backend *b, const void *src, size_t bytes, void *host_tmp) {
     cu_backend *B = cu_of(b);
     cu_bind(B);
+    cu_graph_break(B);
     cudaPointerAttributes at;
     CUDA_CHECK(cudaPointerGetAttributes(&at, src));
     if (at.type == cudaMemoryTypeDevice) {
@@ -250,6 +254,7 @@ static void cu_close(be_backend *b) {
     cu_backend *B = cu_of(b);
     if (!B) return;
     cu_bind(B);
+    cu_graph_close(B);
     CUDA_CHECK(cudaDeviceSynchronize());
     workers_free(B->workers);
     cu_prof_close(B);
@@ -338,6 +343,8 @@ static be_ops cu_ops_table(void) {
     o.attention = cu_attention;
     o.attention_merge = cu_attention_merge;
     o.score_add = cu_score_add;
+    o.step_begin = cu_graph_step_begin;
+    o.step_end = cu_graph_step_end;
     return o;
 }
 static const be_ops CU_OPS = cu_ops_table();
@@ -362,9 +369,11 @@ static int gemv_choice(int *direct, int *rows, char *err, size_t errlen) {
 
 extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err, size_t errlen) {
     *out = NULL;
-    int gemv_direct, gemv_rows, gemm_from, prof;
+    int gemv_direct, gemv_rows, gemm_from, prof, graphs;
     if (gemv_choice(&gemv_direct, &gemv_rows, err, errlen)) return -1; /* the message is in err */
-    if (cu_gemm_choice(&gemm_from, err, errlen) || cu_prof_choice(&prof, err, errlen)) return -1;
+    if (cu_gemm_choice(&gemm_from, err, errlen) || cu_prof_choice(&prof, err, errlen) ||
+        cu_graph_choice(&graphs, err, errlen))
+        return -1;
     int dev = p ? p->device : 0, n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) return tkv_errf(err, errlen, "CUDA: %s", cudaGetErrorString(e));
@@ -394,6 +403,7 @@ extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err
     for (int k = 0; k < CU_MAX_LAYER_EVENTS; k++) CUDA_CHECK(cudaEventCreateWithFlags(&B->layer_ev[k], cudaEventDisableTiming));
     for (int k = 0; k < CU_MAX_STAGE_LAYERS; k++) CUDA_CHECK(cudaEventCreateWithFlags(&B->stage_ev[k], cudaEventDisableTiming));
     ring_init(&B->arg, CU_ARG_RING_BYTES, B->compute);
+    B->arg.capture = B;
     ring_init(&B->mv, CU_MOVE_RING_BYTES, B->copy);
     pthread_mutex_init(&B->mv_lock, NULL);
     pthread_mutex_init(&B->stall_lock, NULL);
@@ -416,11 +426,13 @@ extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err
         cu_prof_open(B, &CU_OPS);
         B->base.ops = &CU_OPS_PROF;
     }
+    B->graph.on = graphs && !prof; /* the profile's timing events cannot be captured */
     char rows[16] = "";
     if (gemv_rows) snprintf(rows, sizeof rows, ",%d", gemv_rows);
-    snprintf(B->desc, sizeof B->desc, "sm_%d%d (%.100s, %d SMs, %.0f GiB; gemv %s%s; gemm %s)", prop.major, prop.minor,
-             prop.name, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
-             gemv_direct < 0 ? "per type" : gemv_direct ? "direct" : "tile", rows, B->blas_why);
+    snprintf(B->desc, sizeof B->desc, "sm_%d%d (%.100s, %d SMs, %.0f GiB; gemv %s%s; gemm %s; graphs %s)", prop.major,
+             prop.minor, prop.name, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
+             gemv_direct < 0 ? "per type" : gemv_direct ? "direct" : "tile", rows, B->blas_why,
+             B->graph.on ? "on" : "off");
     if (prof) snprintf(B->desc + strlen(B->desc), sizeof B->desc - strlen(B->desc), " [profiled]");
     *out = &B->base;
     return 0;

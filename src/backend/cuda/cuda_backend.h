@@ -23,6 +23,15 @@ int cuda_blas_probe(char *msg, size_t n);
  * TIERKV_CUDA_GEMM=off) */
 int cuda_gemm_from(const be_backend *b, uint32_t type);
 
+/* The graphs of bracketed calls (TIERKV_CUDA_GRAPH; docs/CUDA.md) since open. */
+typedef struct {
+    uint64_t captures;     /* calls captured */
+    uint64_t updated;      /* captures launched through a kept graph, updated in place */
+    uint64_t instantiated; /* captures launched through a graph instantiated for them */
+    uint64_t breaks;       /* captures ended early by an op that waits (the rest ran op by op) */
+} cuda_graph_stats;
+void cuda_graph_counts(const be_backend *b, cuda_graph_stats *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -379,6 +379,7 @@ bool cu_gemm_run(cu_backend *B, const be_mm_out *outs, int n_outs, int64_t n_in,
     if (!scratch || !gemm_wants(B, outs, n_outs, n_tok)) return false;
     CU_REQUIRE(((uintptr_t)scratch & 255) == 0, "gemm: scratch must be 256-byte aligned");
     CU_REQUIRE(n_in <= INT32_MAX && n_tok <= INT32_MAX, "gemm: sizes past cuBLAS's int");
+    cu_graph_break(B); /* cuBLAS is not captured (cuda_graph.cu) */
     unsigned *hdr = (unsigned *)scratch;
     uint8_t *x16 = (uint8_t *)scratch + GEMM_HDR;
     __half *dq = (__half *)(x16 + al256((size_t)(n_in * n_tok) * 2));

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_plan.h"
 #include "backend/cuda/cuda_wlayout.h"
 
@@ -40,6 +41,8 @@
 #define CU_MAX_PARTS 4                        /* attention_merge */
 #define CU_STALL_PAIRS 512                    /* timing event pairs around copy_wait's stream waits */
 #define CU_POS_CAP 4096                       /* rope's positions and kv_write's slots kept on the device */
+#define CU_GRAPH_EXECS 4                      /* executable graphs kept, one per call shape (cuda_graph.cu) */
+#define CU_GRAPH_MAX_TOK 8                    /* calls of up to this many tokens are captured */
 
 /* A pinned ring with a device twin: the host writes at an offset, the stream copies the bytes to the
  * twin at the same offset, and kernels read the twin. One event per segment (cuda_plan.h). */
@@ -50,6 +53,8 @@ struct cu_ring {
     cudaEvent_t ev[CU_RING_SEGS];
     int recorded[CU_RING_SEGS];
     cudaStream_t stream;
+    struct cu_backend *capture; /* the backend whose graph capture this stream may be in (the argument
+                                   ring's); NULL: never captured */
 };
 /* host pointer of a fresh reservation; *dev the twin's address of the same bytes */
 uint8_t *cu_ring_reserve(cu_ring *r, size_t bytes, size_t align, uint8_t **dev);
@@ -85,6 +90,22 @@ struct cu_pools_view {
     int n_head_kv, head_dim;
 };
 
+/* The graphs of bracketed calls (cuda_graph.cu): an executable graph per call shape. */
+struct cu_graph_exec {
+    cudaGraphExec_t exec; /* NULL: a free slot */
+    int n_tok;
+    size_t nodes;
+    uint64_t last_use;
+};
+struct cu_graphs {
+    int on;        /* TIERKV_CUDA_GRAPH */
+    int capturing; /* the compute stream is being captured */
+    int n_tok;     /* the captured call's tokens */
+    cu_graph_exec ex[CU_GRAPH_EXECS];
+    uint64_t clock;
+    cuda_graph_stats st;
+};
+
 struct cu_backend {
     be_backend base; /* first: what the engine holds */
     int device;
@@ -96,6 +117,7 @@ struct cu_backend {
     int gemm_from;              /* TIERKV_CUDA_GEMM: -1 auto, 0 off, else tokens from which it runs */
     char blas_why[160];         /* what runs them, or why cuBLAS does not */
     struct cu_prof *prof;       /* TIERKV_CUDA_PROFILE=1: the ops' device times (cuda_prof.cu); else NULL */
+    cu_graphs graph;            /* bracketed calls as CUDA graphs (cuda_graph.cu) */
     /* rope's positions and kv_write's slots: every layer of a step (q and k) uses the same ones, so
      * they go up once a step instead of once or twice a layer */
     cu_kept pos, slots;
@@ -179,6 +201,14 @@ int cu_prof_choice(int *on, char *err, size_t errlen); /* TIERKV_CUDA_PROFILE */
 be_ops cu_prof_ops(const be_ops *real);                /* the table of wrappers that time real's ops */
 void cu_prof_open(cu_backend *B, const be_ops *real);
 void cu_prof_close(cu_backend *B);                     /* prints the times (stderr), frees */
+/* cuda_graph.cu */
+int cu_graph_choice(int *on, char *err, size_t errlen); /* TIERKV_CUDA_GRAPH */
+void cu_graph_step_begin(be_backend *b, int n_tok);
+void cu_graph_step_end(be_backend *b);
+/* an op that must wait, or queue what a capture must not hold: ends a capture early (what it holds
+ * is launched; the rest of the call runs op by op); nothing when not capturing */
+void cu_graph_break(cu_backend *B);
+void cu_graph_close(cu_backend *B);
 /* cuda_dense.cu */
 void cu_rmsnorm(be_backend *b, float *y, const float *x, const float *w, int rows, int n, float eps);
 void cu_add_bias(be_backend *b, float *y, const float *bias, int rows, int n);

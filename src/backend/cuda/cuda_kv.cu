@@ -161,6 +161,7 @@ void cu_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *s
     size_t row = (size_t)g.kv_dim * sizeof(float);
     int per = (int)(CU_BOUNCE_BYTES / (2 * row));
     CU_REQUIRE(per >= 1, "kv_read: a record larger than the bounce buffer");
+    cu_graph_break(B); /* it waits for the stream */
     for (int i0 = 0; i0 < n; i0 += per) {
         int m = n - i0 < per ? n - i0 : per;
         uint8_t *dev;
@@ -369,6 +370,7 @@ void cu_copy_wait(be_backend *b, int layer) {
     cu_backend *B = cu_of(b);
     cu_bind(B);
     CU_REQUIRE(layer >= 0 && layer < CU_MAX_LAYER_EVENTS, "copy_wait: layer beyond CU_MAX_LAYER_EVENTS");
+    cu_graph_break(B); /* the copy stream's event was recorded outside the capture */
     pthread_mutex_lock(&B->stall_lock);
     if (B->stall_next - B->stall_done == CU_STALL_PAIRS) cu_stall_collect_locked(B);
     cudaEvent_t *ev = NULL;
