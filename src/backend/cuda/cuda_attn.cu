@@ -447,6 +447,21 @@ static void at_upload_tables(cu_backend *B, const be_attn *a, uint8_t *scratch, 
     B->tables_bytes = plan->bytes;
 }
 
+/* Whether the call reads a STAGE slot (among the tiers it reads): the tables walked once per
+ * tables_gen of a KV module (every layer of a step has the same tables) */
+static bool at_reads_stage(cu_backend *B, const be_attn *a, unsigned tiers) {
+    if (!((tiers >> BE_STAGE) & 1u)) return false;
+    if (a->tables_gen && a->tables_gen == B->stage_gen && a->pools == B->stage_pools) return B->stage_read;
+    bool any = false;
+    for (int t = 0; t < a->n_tok && !any; t++)
+        for (int j = 0; j < a->n_pos[t] && !any; j++) {
+            const int32_t r = a->slots[t][j];
+            any = r != BE_SLOT_NONE && BE_SLOT_TIER(r) == BE_STAGE;
+        }
+    B->stage_gen = a->tables_gen, B->stage_pools = a->pools, B->stage_read = any;
+    return any;
+}
+
 void cu_attention(be_backend *b, const be_attn *a, void *scratch) {
     cu_backend *B = cu_of(b);
     cu_bind(B);
@@ -509,9 +524,12 @@ void cu_attention(be_backend *b, const be_attn *a, void *scratch) {
         at_mass_kernel<<<mg, 256, 0, B->compute>>>(x, fc, mass, mh, a->mass_stride);
         CU_LAUNCHED();
     }
-    /* the STAGE layer this call read may be overwritten by the next staging copy only after this */
+    /* the STAGE layer this call read may be overwritten by the next staging copy only after this;
+     * while a graph is captured, a call that read no STAGE row has nothing to order (the event's last
+     * record stays the last reader's) and the capture goes on */
     const be_kv_pool *st = &a->pools->pool[BE_STAGE];
-    if (st->n_chunks > 0 && st->layers >= 1 && st->layers <= CU_MAX_STAGE_LAYERS) {
+    if (st->n_chunks > 0 && st->layers >= 1 && st->layers <= CU_MAX_STAGE_LAYERS &&
+        (!B->graph.capturing || at_reads_stage(B, a, x.tiers))) {
         cu_graph_break(B); /* the copy stream waits on this event: recorded outside any capture */
         CUDA_CHECK(cudaEventRecord(B->stage_ev[a->layer % st->layers], B->compute));
     }

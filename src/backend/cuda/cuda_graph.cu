@@ -20,7 +20,8 @@
  * Whatever must wait ends the capture early (cu_graph_break): what was captured is launched and the
  * rest of the call runs op by op. The ops that do so: read, kv_read, a large upload (they wait for
  * the stream), copy_wait (it waits on the copy stream's event; the stall timing's events too),
- * attention recording a STAGE event (the copy stream waits on it), cuBLAS (never captured here), and
+ * attention that read a STAGE row recording its event (the copy stream waits on it; a call that read
+ * none records nothing while captured), cuBLAS (never captured here), and
  * the argument ring turning to its next segment (its guard events are recorded and waited on outside
  * any capture). Under TIERKV_CUDA_PROFILE=1 nothing is captured (its timing events would be).
  *

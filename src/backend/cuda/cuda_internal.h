@@ -138,6 +138,10 @@ struct cu_backend {
     pthread_mutex_t stall_lock;                          /* the stats may be read from another thread */
     cu_chunk_cache cc[CU_CHUNK_CACHES];
     uint64_t cc_clock;
+    /* attention: whether the tables of (stage_gen, stage_pools) read a STAGE slot (cuda_attn.cu) */
+    uint64_t stage_gen;
+    const be_kv_pools *stage_pools;
+    bool stage_read;
     /* attention: the device image of the last call's tables */
     uint64_t tables_gen;
     const void *tables_scratch;
