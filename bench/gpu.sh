@@ -21,7 +21,9 @@
 #   2. binary: the prebuilt BIN_DIR/tierkv when `--version` runs and ldd resolves, else a build;
 #   3. CUDA op checks: BIN_DIR/tierkv-tests cuda (every op against the CPU reference; its first
 #      GPU line names what runs the many-token matmuls: cuBLAS, or the kernels and why); where they
-#      fail, again with TIERKV_CUDA_GEMM=off, and if that passes the run goes on without cuBLAS;
+#      fail, the graph check alone (cuda_graph: decode steps as CUDA graphs against op by op; if it
+#      fails, no job runs graphs), then again with TIERKV_CUDA_GEMM=off, and if that passes the run
+#      goes on without cuBLAS;
 #   4. HBM bandwidth: a torch device-to-device copy (bytes read + written; datasheet 4.8e12 if no torch);
 #   5. token check: greedy tokens of `hierarchy` at 0% eviction (direct, staged: must be identical;
 #      split: rounding-level differences allowed) against `full`, on a TOKLAYERS-layer TOKTYPE file of
@@ -34,7 +36,9 @@
 #      tok/s of `full`, one PREFILL-token prefill (the backend's 512-token chunks through cuBLAS),
 #      then `hierarchy` at T0 HBM_RATIO (0% eviction, no T2) staged and split at DEPTHS (the
 #      hierarchy with DEPTH_FLAG, so it has generated tokens to tier), on the first model the
-#      kernels' prefill (TIERKV_CUDA_GEMM=off -b 64: the before of cuBLAS), on the last model
+#      kernels' prefill (TIERKV_CUDA_GEMM=off -b 64: the before of cuBLAS) and `full` at the first
+#      depth with TIERKV_CUDA_GRAPH=on (decode steps as CUDA graphs, beside `full`'s launches one by
+#      one), on the last model
 #      staged and split at LONG_DEPTH, then direct at DEPTHS, and on the last model, where time is
 #      left, staged with --host-scores at the deepest of DEPTHS (the attention weights read back
 #      every step: the before of the score update on the GPU);
@@ -44,6 +48,8 @@
 #   MODELS=r1-distill-qwen-7b:Q8_0 DEPTHS=8192 BUDGET=360 bench/gpu.sh (no time left for a rerun)
 #   The 4-bit integer products: MODELS=r1-distill-qwen-7b:Q4_K bench/gpu.sh (any of BF16, F16, Q8_0,
 #   Q6_K, Q5_0, Q4_K, Q4_0; the estimates know their bytes per weight).
+#   `full` with and without graphs in one plan (the default plan's time runs out before the pair):
+#   MODELS=r1-distill-qwen-7b:Q8_0 DEPTHS=2048 LONG_DEPTH= bench/gpu.sh
 #   --quick: 1, 2, 3, 5 and one `full` decode job at the first depth on the token check's file.
 #
 # Estimates (seconds; each job's is SAFETY x its parts + 3, the dry run prints them). Today's
@@ -97,6 +103,7 @@ done
 
 if [ "$QUICK" = 1 ]; then BUDGET=${BUDGET:-120}; else BUDGET=${BUDGET:-300}; fi
 MARGIN=${MARGIN:-10}
+GRAPHS_OK=1 # 0 once the graph check failed (op checks)
 OUT=${OUT:-bench/out}
 WORK=${WORK:-/tmp/tierkv-gpu}
 BIN_DIR=${BIN_DIR:-build-cuda}
@@ -316,8 +323,21 @@ op_checks() {
     grep -E "rel err|exact|FAIL|^ok|^skip|passed|cuda: |cuBLAS" "$L/tests.log" | tail -60
     jl kind=result job=op_checks rc=$rc summary="$(tail -1 "$L/tests.log")" \
         failed="$(grep -c '^FAIL\|  FAIL' "$L/tests.log")"
-    # a failure (or an abort, which ends the suite) with cuBLAS in use: again with the kernels alone;
-    # if they pass, the rest of the run keeps cuBLAS off, so the engine jobs still measure
+    # a failure (or an abort, which ends the suite): the decode steps' graph check alone first; if it
+    # fails, the `full graphs` job is not run (graphs are off unless asked for)
+    if [ $rc -ne 0 ]; then
+        run_to 40 "$TBIN" cuda_graph >"$L/tests-graph.log" 2>&1
+        local rcg=$?
+        grep -E "FAIL|captured|passed" "$L/tests-graph.log" | tail -10
+        jl kind=result job=op_checks_graph rc=$rcg summary="$(tail -1 "$L/tests-graph.log")"
+        if [ $rcg -ne 0 ]; then
+            GRAPHS_OK=0
+            echo "the graph check failed: no job with TIERKV_CUDA_GRAPH=on"
+            jl kind=meta graphs=failed why="the graph check failed"
+        fi
+    fi
+    # with cuBLAS in use: again with the kernels alone; if they pass, the rest of the run keeps
+    # cuBLAS off, so the engine jobs still measure
     if [ $rc -ne 0 ] && [ -z "${TIERKV_CUDA_GEMM:-}" ]; then
         echo "op checks failed: again with TIERKV_CUDA_GEMM=off (the matmul kernels alone)"
         TIERKV_CUDA_GEMM=off run_to 60 "$TBIN" cuda >"$L/tests-gemm-off.log" 2>&1
@@ -509,9 +529,12 @@ bench_job() {
 }
 bench_run() {
     local tag=$BJ_TAG extra=() envs=()
-    case $BJ_MODE in */kernels) envs=(TIERKV_CUDA_GEMM=off) ;; esac # the matmul kernels alone: the before of cuBLAS
+    case $BJ_MODE in
+    */kernels) envs=(TIERKV_CUDA_GEMM=off) ;;    # the matmul kernels alone: the before of cuBLAS
+    */graphs) envs=(TIERKV_CUDA_GRAPH=on) ;;       # decode steps as CUDA graphs, beside `full` (op by op)
+    esac
     # shellcheck disable=SC2206 # the flag may be several words
-    [ "$BJ_MODE" != full ] && [ "${BJ_MODE%%/*}" != prefill ] && [ -n "$DEPTH_FLAG" ] && extra+=($DEPTH_FLAG)
+    [ "${BJ_MODE%%/*}" != full ] && [ "${BJ_MODE%%/*}" != prefill ] && [ -n "$DEPTH_FLAG" ] && extra+=($DEPTH_FLAG)
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$L/$tag.mem" 2>/dev/null &
     local smi=$! t0; t0=$(date +%s.%N)
     run_to $((BJ_EST * 2 + 10)) env ${envs[@]+"${envs[@]}"} "$BIN" bench -m "$MODEL" $BACKEND_FLAG -t "$THREADS" -p "$BJ_PP" -n "$BJ_NG" \
@@ -595,6 +618,13 @@ model_jobs() { # SHAPE TYPE LAST(0|1) FIRST(0|1)
     bench_job "$MNAME staged T0 $HBM_RATIO" staged "$DEPTHS" 0 "$NGEN" -- $HIER $STAGED_FLAG
     bench_job "$MNAME split T0 $HBM_RATIO" split "$DEPTHS" 0 "$NGEN" -- $HIER $SPLIT_FLAG
     [ "$first_model" = 1 ] && bench_job "$MNAME prefill kernels $PREFILL" prefill/kernels 0 "$PREFILL" 0 -- --policy full -b 64
+    # the decode steps as CUDA graphs (TIERKV_CUDA_GRAPH=on), beside `full` (op by op), unless the
+    # graph check failed
+    if [ "$first_model" = 1 ]; then
+        if [ "$GRAPHS_OK" = 1 ]; then
+            bench_job "$MNAME full graphs" full/graphs "${DEPTHS%% *}" 0 "$NGEN" -- --policy full
+        else skip "$MNAME full graphs" 0 "the graph check failed"; fi
+    fi
     if [ "$last" = 1 ] && [ -n "$LONG_DEPTH" ]; then
         bench_job "$MNAME staged T0 $HBM_RATIO" staged "$LONG_DEPTH" 0 "$NGEN" -- $HIER $STAGED_FLAG
         bench_job "$MNAME split T0 $HBM_RATIO" split "$LONG_DEPTH" 0 "$NGEN" -- $HIER $SPLIT_FLAG
