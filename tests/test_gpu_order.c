@@ -510,8 +510,7 @@ static int bracket_run(const te_options *o, uint64_t *steps, uint64_t *breaks) {
         int32_t tok = argmax(lg, V);
         if (te_decode(e, &seq, &tok, 1, lg, err, sizeof err)) calls = -1000;
     }
-    uint64_t tokens;
-    cpu_async_steps(te_kv(e)->be, steps, &tokens, breaks);
+    cpu_async_steps(te_kv(e)->be, steps, breaks);
     free(lg);
     te_close(e);
     return calls;

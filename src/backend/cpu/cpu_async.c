@@ -59,7 +59,7 @@ typedef struct {
     int n_ups, cap_ups;
     uint64_t hazards;
     int in_step;                   /* between step_begin and step_end, no wait yet */
-    uint64_t steps, step_tok, breaks;
+    uint64_t steps, breaks;
 } async_be;
 
 static async_be *ab(be_backend *b) { return (async_be *)(void *)b; }
@@ -95,10 +95,8 @@ static void async_copy_moves(be_backend *b, const be_kv_pools *p, const be_move 
     pthread_mutex_unlock(&a->mu);
 }
 
-/* Runs the layer's queued calls in order. The queue is taken whole under the lock; calls queued
- * meanwhile (the transfer thread) wait for the next copy_wait, as later stream work would. */
-/* a wait: inside a bracket, where a graph's capture would end */
-static void waits(async_be *a) {
+/* a wait for the device: inside a bracket, where the CUDA backend's capture would end */
+static void note_wait(async_be *a) {
     a->breaks += a->in_step;
     a->in_step = 0;
 }
@@ -107,25 +105,27 @@ static void async_step_begin(be_backend *b, int n_tok) {
     async_be *a = ab(b);
     TKV_ASSERT(!a->in_step && n_tok > 0); /* brackets do not nest */
     a->in_step = 1;
-    a->steps++, a->step_tok += (uint64_t)n_tok;
+    a->steps++;
 }
 
 static void async_step_end(be_backend *b) { ab(b)->in_step = 0; }
 
-void cpu_async_steps(const be_backend *b, uint64_t *steps, uint64_t *tokens, uint64_t *breaks) {
+void cpu_async_steps(const be_backend *b, uint64_t *steps, uint64_t *breaks) {
     const async_be *a = (const async_be *)(const void *)b;
-    *steps = a->steps, *tokens = a->step_tok, *breaks = a->breaks;
+    *steps = a->steps, *breaks = a->breaks;
 }
 
 static void async_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, float *k,
                           float *v) {
-    waits(ab(b));
+    note_wait(ab(b));
     cpu_be_ops()->kv_read(b, p, layer, slots, n, k, v);
 }
 
+/* Runs the layer's queued calls in order. The queue is taken whole under the lock; calls queued
+ * meanwhile (the transfer thread) wait for the next copy_wait, as later stream work would. */
 static void async_copy_wait(be_backend *b, int layer) {
     async_be *a = ab(b);
-    waits(a);
+    note_wait(a);
     pthread_mutex_lock(&a->mu);
     layer_queue mine = {0};
     if (layer >= 0 && layer < a->n_q) {
@@ -219,7 +219,7 @@ uint64_t cpu_async_hazards(const be_backend *b) { return ((const async_be *)(con
 
 /* A DMA into the caller's buffer (the CPU backend hands back its own memory) */
 static const void *async_read(be_backend *b, const void *src, size_t bytes, void *host_tmp) {
-    waits(ab(b));
+    note_wait(ab(b));
     check_uploads(ab(b));
     memcpy(host_tmp, src, bytes);
     return host_tmp;

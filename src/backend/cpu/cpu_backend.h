@@ -28,8 +28,8 @@ const be_ops *cpu_be_ops(void);
 int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errlen);
 /* cpu-async: upload_pinned sources that changed before the next read (0 when every caller kept them) */
 uint64_t cpu_async_hazards(const be_backend *b);
-/* cpu-async's brackets (step_begin): the calls bracketed, their tokens, and the waits inside one */
-void cpu_async_steps(const be_backend *b, uint64_t *steps, uint64_t *tokens, uint64_t *breaks);
+/* cpu-async's brackets (step_begin): the calls bracketed, and the waits inside one */
+void cpu_async_steps(const be_backend *b, uint64_t *steps, uint64_t *breaks);
 
 /* The op table's parts, by file. */
 void cpu_be_attention(be_backend *b, const be_attn *a, void *scratch);              /* cpu_attention.c */
