@@ -53,6 +53,15 @@ const char *t_need_model(const char *file) {
     else snprintf(path, sizeof path, "%s/.cache/tierkv/models/%s", h ? h : ".", file);
     return need_path(path, "a real model: scripts/fetch-model.sh");
 }
+char *t_env_save(const char *var) {
+    const char *v = getenv(var);
+    return v ? strdup(v) : NULL;
+}
+void t_env_restore(const char *var, char *saved) {
+    if (saved) setenv(var, saved, 1);
+    else unsetenv(var);
+    free(saved);
+}
 const char *t_bin(void) { const char *b = getenv("TIERKV_BIN"); return b ? b : "build/tierkv"; }
 static char tmp_dir[256]; /* created on first use; removed when every test passed */
 const char *t_tmpdir(void) {

@@ -20,6 +20,10 @@ const char *t_need(const char *rel);
 #define NEED(rel) do { if (!t_need(rel)) return; } while (0)
 /* The same for a real model in the model cache ($TIERKV_HOME/models, else ~/.cache/tierkv/models). */
 const char *t_need_model(const char *file);
+/* An environment variable's value kept (malloc'd, NULL when unset) before a test changes it, and put
+ * back (or unset again) by t_env_restore, which frees it. */
+char *t_env_save(const char *var);
+void t_env_restore(const char *var, char *saved);
 /* The tierkv binary under test ($TIERKV_BIN, default build/tierkv). */
 const char *t_bin(void);
 /* A fresh temporary directory for this test run. */

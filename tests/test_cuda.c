@@ -638,8 +638,7 @@ TEST(cuda_host_ring) {
 /* each bad value of the variable refused at open with "VAR='value'", no good one (a good value may
  * still fail to open: no GPU, no cuBLAS, but not with that refusal) */
 static void env_values(const char *var, const char *const *bad, size_t n_bad, const char *const *good, size_t n_good) {
-    const char *old = getenv(var);
-    char *saved = old ? strdup(old) : NULL, refusal[64];
+    char *saved = t_env_save(var), refusal[64];
     snprintf(refusal, sizeof refusal, "%s='", var);
     be_params p = {.name = "cuda", .device = 0};
     char err[256];
@@ -653,8 +652,7 @@ static void env_values(const char *var, const char *const *bad, size_t n_bad, co
         else CHECKF(rc == 0 || !strstr(err, refusal), "%s='%s' refused: %s", var, v, err);
         if (b) be_close(b);
     }
-    if (saved) setenv(var, saved, 1), free(saved);
-    else unsetenv(var);
+    t_env_restore(var, saved);
 }
 #endif
 
@@ -702,17 +700,14 @@ TEST(cuda_host_blas_probe) {
 #ifndef TKV_CUDA
     SKIP("built without CUDA (make cuda)");
 #else
-    const char *old = getenv("TIERKV_CUBLAS");
-    char *saved = old ? strdup(old) : NULL;
-    char msg[256];
+    char *saved = t_env_save("TIERKV_CUBLAS"), msg[256];
     unsetenv("TIERKV_CUBLAS");
     int rc = cuda_blas_probe(msg, sizeof msg);
     printf("    cuBLAS: %s\n", msg);
     setenv("TIERKV_CUBLAS", "/nonexistent/libcublas.so.13", 1);
     char msg2[256];
     CHECK(cuda_blas_probe(msg2, sizeof msg2) != 0 && strstr(msg2, "/nonexistent/libcublas.so.13"));
-    if (saved) setenv("TIERKV_CUBLAS", saved, 1), free(saved);
-    else unsetenv("TIERKV_CUBLAS");
+    t_env_restore("TIERKV_CUBLAS", saved);
     if (rc) SKIP(msg);
     CHECKF(!strncmp(msg, "cuBLAS 13.", 10), "%s", msg);
 #endif

@@ -34,13 +34,11 @@ static te_engine *open_gpu(const kv_options *kv, int n_seq, int graphs, char *wh
     te_options o;
     te_options_default(&o);
     o.n_threads = 1, o.n_ctx = 512, o.n_seq = n_seq, o.backend = "cuda", o.kv = *kv;
-    const char *old = getenv("TIERKV_CUDA_GRAPH");
-    char *saved = old ? strdup(old) : NULL;
+    char *saved = t_env_save("TIERKV_CUDA_GRAPH");
     setenv("TIERKV_CUDA_GRAPH", graphs ? "on" : "off", 1);
     te_engine *e = NULL;
     if (te_open(t_shared(QWEN2), &o, &e, why, n)) e = NULL;
-    if (saved) setenv("TIERKV_CUDA_GRAPH", saved, 1), free(saved);
-    else unsetenv("TIERKV_CUDA_GRAPH");
+    t_env_restore("TIERKV_CUDA_GRAPH", saved);
     return e;
 }
 
