@@ -359,8 +359,9 @@ static void add_norm(fwd *f, const float *d, const float *w, int n) {
     f->op->rmsnorm(f->be, f->h, f->x, w, n, c->n_embd, c->rms_eps);
 }
 
-/* The expert FFN of layer L on the normed rows f->h: tmp = sum_j w_j expert_j(h) (the caller adds it). Tokens are grouped
- * by expert so that each expert's matrices are read once for all the tokens routed to it. */
+/* The expert FFN of layer L on the normed rows f->h: tmp = sum_j w_j expert_j(h) (the caller adds
+ * it). Tokens are grouped by expert so that each expert's matrices are read once for all the tokens
+ * routed to it. */
 static void expert_ffn(fwd *f, const model_layer *L, int n) {
     const model_config *c = &f->m->cfg;
     be_backend *be = f->be;
@@ -430,7 +431,8 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
      * it waits for the device: no split attention (it reads q back), no expert routing (it reads the
      * router's logits), no copy fence (kv_step_may_wait); reads of the weights of a call whose buffer
      * does not hold them all still wait, and the backend then submits what it has */
-    int bracket = op->step_begin && !split && !c->n_expert && !kv_step_may_wait(f->kv, f->useq, nu, KV_T1_AS_OPENED);
+    int bracket = op->step_begin && !split && !c->n_expert &&
+                  !kv_step_may_wait(f->kv, f->useq, nu, KV_T1_AS_OPENED);
     if (bracket) op->step_begin(be, n);
     op->embed(be, &m->tok_embd, tokens, n, f->x); /* x [n x E] */
 
