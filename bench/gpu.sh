@@ -22,8 +22,8 @@
 #   3. CUDA op checks: BIN_DIR/tierkv-tests cuda (every op against the CPU reference; its first
 #      GPU line names what runs the many-token matmuls: cuBLAS, or the kernels and why); where they
 #      fail, the graph check alone (cuda_graph: decode steps as CUDA graphs against op by op; if it
-#      fails, no job runs graphs), then again with TIERKV_CUDA_GEMM=off, and if that passes the run
-#      goes on without cuBLAS;
+#      fails, no job runs graphs and the checks run again with TIERKV_CUDA_GRAPH=off), then, if they
+#      still fail, again with TIERKV_CUDA_GEMM=off, and if that passes the run goes on without cuBLAS;
 #   4. HBM bandwidth: a torch device-to-device copy (bytes read + written; datasheet 4.8e12 if no torch);
 #   5. token check: greedy tokens of `hierarchy` at 0% eviction (direct, staged: must be identical;
 #      split: rounding-level differences allowed) against `full`, on a TOKLAYERS-layer TOKTYPE file of
@@ -324,23 +324,29 @@ op_checks() {
     jl kind=result job=op_checks rc=$rc summary="$(tail -1 "$L/tests.log")" \
         failed="$(grep -c '^FAIL\|  FAIL' "$L/tests.log")"
     # a failure (or an abort, which ends the suite): the decode steps' graph check alone first; if it
-    # fails, the `full graphs` job is not run (graphs are off unless asked for)
+    # fails, the `full graphs` job is not run (graphs are off unless asked for) and the suite runs
+    # again with TIERKV_CUDA_GRAPH=off (the check skips), so that what follows judges the rest
+    local graph_env=
     if [ $rc -ne 0 ]; then
         run_to 40 "$TBIN" cuda_graph >"$L/tests-graph.log" 2>&1
         local rcg=$?
         grep -E "FAIL|captured|passed" "$L/tests-graph.log" | tail -10
         jl kind=result job=op_checks_graph rc=$rcg summary="$(tail -1 "$L/tests-graph.log")"
         if [ $rcg -ne 0 ]; then
-            GRAPHS_OK=0
-            echo "the graph check failed: no job with TIERKV_CUDA_GRAPH=on"
+            GRAPHS_OK=0 graph_env=off
+            echo "the graph check failed: no job with TIERKV_CUDA_GRAPH=on; the checks again without it"
             jl kind=meta graphs=failed why="the graph check failed"
+            TIERKV_CUDA_GRAPH=off run_to 60 "$TBIN" cuda >"$L/tests-graph-off.log" 2>&1
+            rc=$?
+            grep -E "FAIL|passed" "$L/tests-graph-off.log" | tail -10
+            jl kind=result job=op_checks_graph_off rc=$rc summary="$(tail -1 "$L/tests-graph-off.log")"
         fi
     fi
     # with cuBLAS in use: again with the kernels alone; if they pass, the rest of the run keeps
     # cuBLAS off, so the engine jobs still measure
     if [ $rc -ne 0 ] && [ -z "${TIERKV_CUDA_GEMM:-}" ]; then
         echo "op checks failed: again with TIERKV_CUDA_GEMM=off (the matmul kernels alone)"
-        TIERKV_CUDA_GEMM=off run_to 60 "$TBIN" cuda >"$L/tests-gemm-off.log" 2>&1
+        TIERKV_CUDA_GRAPH=$graph_env TIERKV_CUDA_GEMM=off run_to 60 "$TBIN" cuda >"$L/tests-gemm-off.log" 2>&1
         local rc2=$?
         grep -E "FAIL|passed" "$L/tests-gemm-off.log" | tail -10
         jl kind=result job=op_checks_gemm_off rc=$rc2 summary="$(tail -1 "$L/tests-gemm-off.log")"
