@@ -31,6 +31,7 @@
  * kernels: the profile's gaps) and loses its capture time where they do not (a 7B's decode kernels
  * take longer than their launches). Which holds on the H200 is for bench/gpu.sh to measure (its
  * `full graphs` job beside `full`), not for this file to assume. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
