@@ -51,6 +51,12 @@
 #   `full` with and without graphs in one plan (the default plan's time runs out before the pair):
 #   MODELS=r1-distill-qwen-7b:Q8_0 DEPTHS=2048 LONG_DEPTH= bench/gpu.sh
 #   --quick: 1, 2, 3, 5 and one `full` decode job at the first depth on the token check's file.
+#   --sanitize: 1, 2, then the CUDA checks (tierkv-tests cuda) under compute-sanitizer (SANITIZER,
+#      else on PATH or in the toolkit): memcheck, racecheck and synccheck over the kernels' own
+#      checks (shared memory, barriers), memcheck over the engines' (graphs, the profile), initcheck
+#      over all where time is left (BUDGET 300 s); each records the tool's error count and its first
+#      report (a runtime where the tool cannot attach, "Device not supported", is recorded as such,
+#      not as the kernels' fault). Nothing is timed.
 #
 # Estimates (seconds; each job's is SAFETY x its parts + 3, the dry run prints them). Today's
 # constants, overridable: GEN_S_PER_GB 4.0 (gen-random writing), LOAD_S_PER_GB 0.6 and PROC_S 4
@@ -91,13 +97,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-DRY=0 QUICK=0
+DRY=0 QUICK=0 SANITIZE=0
 for a in "$@"; do
     case $a in
     --dry-run) DRY=1 ;;
     --quick) QUICK=1 ;;
+    --sanitize) SANITIZE=1 ;;
     -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu.sh: unknown argument '$a' (--dry-run, --quick, --help)" >&2; exit 2 ;;
+    *) echo "gpu.sh: unknown argument '$a' (--dry-run, --quick, --sanitize, --help)" >&2; exit 2 ;;
     esac
 done
 
@@ -357,6 +364,57 @@ op_checks() {
         fi
     fi
     return $rc
+}
+
+# ---- 3b. under compute-sanitizer (--sanitize) -------------------------------------------------
+# the checks of the kernels alone (shared memory, barriers, device scratch), and those that run
+# whole engines on the GPU (graphs, the profile)
+SAN_ENGINES="cuda_graph_decode cuda_profile"
+SAN_KERNELS="cuda_matmul cuda_gemm_range cuda_embed cuda_dense_ops cuda_expand_cols cuda_score_add cuda_kv_write_read_moves cuda_attention"
+find_sanitizer() {
+    local c
+    for c in "${SANITIZER:-}" "$(command -v compute-sanitizer 2>/dev/null)" "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" \
+        /usr/local/cuda/bin/compute-sanitizer; do
+        [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
+    done
+    return 1
+}
+# sanitize LABEL TOOL LIMIT TESTS...: the tests under the tool; the result records the tests' rc (86: the
+# tool reported errors), the tool's error count, its first report, and whether it attached at all
+sanitize() {
+    local label=$1 tool=$2 lim=$3; shift 3
+    local log=$L/sanitize-$label.log
+    run_to "$lim" "$SAN" --tool "$tool" --error-exitcode 86 --print-limit 20 "$TBIN" "$@" >"$log" 2>&1
+    local rc=$?
+    local errors first attach=yes
+    errors=$(grep -o 'ERROR SUMMARY: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
+    # the first report and the line that places it ("at kernel+offset in file:line")
+    first=$(grep -v -E 'ERROR SUMMARY|COMPUTE-SANITIZER' "$log" | grep -A1 -m1 -E '^========= [^ ]' |
+        sed 's/^=========  *//' | tr '\n' ' ' | cut -c1-300)
+    grep -q -i 'device not supported\|unable to attach\|failed to initialize' "$log" && attach=refused SAN_REFUSED=1
+    grep -E '^=========|passed|FAIL' "$log" | grep -v '^=========     ' | head -30
+    [ $rc -eq 124 ] && echo "stopped at the $lim s limit; the last test that ended: $(grep -E "^(ok|FAIL|skip)" "$log" | tail -1)"
+    jl kind=result job="sanitize_$label" tool=$tool rc=$rc errors="${errors:-none}" attach=$attach first="${first:-}" \
+        summary="$(grep -E 'passed' "$log" | tail -1)"
+    return $rc
+}
+san_step() { # as step, unless the tool was refused the device
+    if [ "$SAN_REFUSED" = 1 ]; then skip "$1" "$2" "compute-sanitizer could not attach to the device (above)"; return 1; fi
+    step "$@"
+}
+sanitize_plan() {
+    if [ "$DRY" = 1 ]; then SAN=compute-sanitizer; elif ! SAN=$(find_sanitizer); then
+        skip "compute-sanitizer" 0 "no compute-sanitizer (SANITIZER, PATH, the toolkit's bin)"
+        return
+    fi
+    [ "$DRY" = 0 ] && { echo "compute-sanitizer: $SAN ($("$SAN" --version 2>&1 | tail -1))"; jl kind=meta sanitizer="$SAN"; }
+    # a tool that could not attach once will not the next time: the rest is named and skipped
+    SAN_REFUSED=0
+    san_step "memcheck: the kernels' checks" 60 sanitize memcheck memcheck 60 $SAN_KERNELS
+    san_step "racecheck: the kernels' checks" 60 sanitize racecheck racecheck 60 $SAN_KERNELS
+    san_step "memcheck: the engines' checks (graphs, profile)" 45 sanitize memcheck-engines memcheck 45 $SAN_ENGINES
+    san_step "synccheck: the kernels' checks" 40 sanitize synccheck synccheck 40 $SAN_KERNELS
+    san_step "initcheck: every CUDA check" 60 sanitize initcheck initcheck 60 cuda
 }
 
 # ---- 4. bandwidth -----------------------------------------------------------------------------
@@ -701,15 +759,20 @@ PY
     pack
 }
 on_exit() { trap - EXIT; summary; pack; }
+dry_sum() {
+    [ "$DRY" = 1 ] || return 0
+    echo "sum: $SIM s of estimated work + $MARGIN s margin, budget $BUDGET s ($PLANNED jobs run, $SKIPPED skipped)"
+    [ "$SIM" -lt "$BUDGET" ] || { echo "gpu.sh: the plan does not fit its budget" >&2; exit 1; }
+}
 on_signal() { echo "gpu.sh: stopped by a signal at $(now) s"; jl kind=meta stopped_at_s="$(now)"; exit 143; }
 
 # ---- the plan ---------------------------------------------------------------------------------
 if [ "$DRY" = 1 ]; then
-    echo "plan ($([ "$QUICK" = 1 ] && echo quick || echo full)): budget $BUDGET s, jobs end $MARGIN s before it"
+    echo "plan ($([ "$SANITIZE" = 1 ] && echo sanitize || { [ "$QUICK" = 1 ] && echo quick; } || echo full)): budget $BUDGET s, jobs end $MARGIN s before it"
 else
     trap on_exit EXIT
     trap on_signal TERM INT
-    jl kind=meta script=bench/gpu.sh quick="$QUICK" budget_s="$BUDGET" models="$MODELS" depths="$DEPTHS" \
+    jl kind=meta script=bench/gpu.sh quick="$QUICK" sanitize="$SANITIZE" budget_s="$BUDGET" models="$MODELS" depths="$DEPTHS" \
         hbm_ratio="$HBM_RATIO" ngen="$NGEN" reps="$REPS" backend_flag="$BACKEND_FLAG"
 fi
 step "preflight" 5 preflight
@@ -725,6 +788,7 @@ else
         echo "no runnable binary: nothing more to do"; exit 1
     fi
 fi
+if [ "$SANITIZE" = 1 ]; then sanitize_plan; dry_sum; exit 0; fi
 step "CUDA op checks (tierkv-tests cuda)" 20 op_checks
 [ "$QUICK" = 0 ] && step "HBM bandwidth (torch d2d copy)" 20 hbm_probe
 model_gb "$TOKSHAPE" "$TOKTYPE" "$TOKLAYERS" || { echo "gpu.sh: unknown TOKSHAPE $TOKSHAPE" >&2; exit 2; }
@@ -757,8 +821,5 @@ if [ "$QUICK" = 0 ]; then
         step "bench-ops 512 tokens (GEMMs: cuBLAS, and the kernels)" 40 bench_ops_gemm
     fi
 fi
-if [ "$DRY" = 1 ]; then
-    echo "sum: $SIM s of estimated work + $MARGIN s margin, budget $BUDGET s ($PLANNED jobs run, $SKIPPED skipped)"
-    [ "$SIM" -lt "$BUDGET" ] || { echo "gpu.sh: the plan does not fit its budget" >&2; exit 1; }
-fi
+dry_sum
 exit 0

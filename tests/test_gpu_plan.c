@@ -1,8 +1,8 @@
-/* test_gpu_plan.c — bench/gpu.sh --dry-run and --dry-run --quick: each exits 0, lists its jobs with
- * their estimated seconds, and its planned work sums under the run's limit (300 s full, 120 s quick;
- * the GPU is lent 15 minutes with the machine's start, so a fix and a rerun must fit), with this
- * build's folder as the prebuilt binary. The dry run touches no GPU and builds nothing. Run from the
- * repository root. */
+/* test_gpu_plan.c — bench/gpu.sh --dry-run, --dry-run --quick and --dry-run --sanitize: each exits 0,
+ * lists its jobs with their estimated seconds, and its planned work sums under the run's limit (300 s
+ * full and sanitize, 120 s quick; the GPU is lent 15 minutes with the machine's start, so a fix and a
+ * rerun must fit), with this build's folder as the prebuilt binary. The dry run touches no GPU and
+ * builds nothing. Run from the repository root. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,4 +49,10 @@ TEST(gpu_plan_full) {
 TEST(gpu_plan_quick) {
     static const char *const jobs[] = {"preflight", "binary:", "CUDA op checks", "token check", "full d=2048", NULL};
     dry_run("--dry-run --quick", 120, jobs);
+}
+
+TEST(gpu_plan_sanitize) {
+    static const char *const jobs[] = {"preflight", "binary:", "memcheck: the kernels", "racecheck", "synccheck",
+                                       "memcheck: the engines", "initcheck", NULL};
+    dry_run("--dry-run --sanitize", 300, jobs);
 }
