@@ -24,7 +24,8 @@
 #      fail, the graph check alone (cuda_graph: decode steps as CUDA graphs against op by op; if it
 #      fails, no job runs graphs and the checks run again with TIERKV_CUDA_GRAPH=off), then, if they
 #      still fail, again with TIERKV_CUDA_GEMM=off, and if that passes the run goes on without cuBLAS;
-#   4. HBM bandwidth: a torch device-to-device copy (bytes read + written; datasheet 4.8e12 if no torch);
+#   4. HBM bandwidth: a torch device-to-device copy (bytes read + written; datasheet 4.8e12 if no torch),
+#      and host to device from pinned memory (H2D; PCIE_BPS if the probe fails);
 #   5. token check: greedy tokens of `hierarchy` at 0% eviction (direct, staged: must be identical;
 #      split: rounding-level differences allowed) against `full`, on a TOKLAYERS-layer TOKTYPE file of
 #      TOKSHAPE; and the logits of a lossy hierarchy (T2, 10% evicted) with the scores added up on the
@@ -87,7 +88,9 @@
 # the time limit still returns what it measured: "kind" is meta, preflight, binary, job, result,
 # bench-ops or skipped), gpu.log (everything printed), summary.txt (the table printed last) and
 # gpu-logs.tar.gz (build log, tests log, each job's stderr, bench output and stats JSON; repacked
-# after every job and on exit). Decode rows carry tok/s, the share of the HBM bound, peak device
+# after every job and on exit). Decode rows carry tok/s, the share of the HBM bound, for staged and
+# direct the share of the step their T1 rows take on the bus at the probe's H2D rate ("PCIe%":
+# depth x (1 - HBM_RATIO) positions a step; near 100 the bus bounds the step), peak device
 # memory, bytes moved per step, bytes read back to the host per step ("MB back/step": the logits,
 # split's queries, the hierarchy's scores when the host ranks them (its attention weights stay on
 # the GPU unless --host-scores); the bench's read_back rows), bytes split sends up per step ("MB
@@ -147,6 +150,8 @@ HIER="--policy hierarchy --evict-ratio 0 --t2-ratio 0 --hbm-ratio $HBM_RATIO"
 JOB_FACTOR=1   # measured wall / estimate of the engine jobs so far (clamped 0.5..3)
 BW=$HBM_BPS    # replaced by the probe's measurement
 BW_FROM="datasheet"
+H2D=$PCIE_BPS  # replaced by the probe's host-to-device measurement
+H2D_FROM="assumed (PCIE_BPS)"
 MODEL_OK=0 STEP_WALL=
 
 T_START=$(date +%s)
@@ -434,12 +439,28 @@ for _ in range(10):
     ts.append(s.elapsed_time(e) / 1e3)
 ts.sort()
 print(f"{2 * n / ts[len(ts) // 2]:.4e}")  # bytes read + written per second, median of 10
+# host to device from pinned memory: the bus that staged and direct T1 rows cross every step
+m = 1 << 30
+h = torch.empty(m // 2, dtype=torch.float16, pin_memory=True)
+d = torch.empty(m // 2, dtype=torch.float16, device="cuda")
+for _ in range(2): d.copy_(h, non_blocking=True)
+torch.cuda.synchronize()
+ts = []
+for _ in range(10):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); d.copy_(h, non_blocking=True); e.record(); e.synchronize()
+    ts.append(s.elapsed_time(e) / 1e3)
+ts.sort()
+print(f"{m / ts[len(ts) // 2]:.4e}")
 PY
     )
-    if [ -n "$bw" ]; then BW=$bw; BW_FROM="d2d copy, read+write, median of 10"; fi
-    echo "bandwidth $BW B/s ($BW_FROM)"
-    jl kind=result job=hbm_bandwidth bytes_per_s="$BW" from="$BW_FROM"
-    [ -n "$bw" ]
+    local d2d=${bw%%$'\n'*} h2d=
+    [ "$d2d" != "$bw" ] && h2d=${bw##*$'\n'}
+    if [ -n "$d2d" ]; then BW=$d2d; BW_FROM="d2d copy, read+write, median of 10"; fi
+    if [ -n "$h2d" ]; then H2D=$h2d; H2D_FROM="pinned host to device copy of 1 GiB, median of 10"; fi
+    echo "bandwidth $BW B/s ($BW_FROM); host to device $H2D B/s ($H2D_FROM)"
+    jl kind=result job=hbm_bandwidth bytes_per_s="$BW" from="$BW_FROM" h2d_bytes_per_s="$H2D" h2d_from="$H2D_FROM"
+    [ -n "$d2d" ]
 }
 
 # ---- 5. token check ---------------------------------------------------------------------------
@@ -607,10 +628,12 @@ bench_run() {
     local rc=$? wall; wall=$(calc "$(date +%s.%N) - $t0")
     kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
     [ $rc -ne 0 ] && tail -3 "$L/$tag.err"
-    python3 - "$L" "$tag" "$MNAME" "$BJ_MODE" "$MWBYTES" "$KVTOK" "$BW" "$wall" "$MGB" "$LOAD_S_PER_GB" "$PROC_S" "$rc" <<'PY' | tee -a "$J"
+    python3 - "$L" "$tag" "$MNAME" "$BJ_MODE" "$MWBYTES" "$KVTOK" "$BW" "$wall" "$MGB" "$LOAD_S_PER_GB" "$PROC_S" "$rc" \
+        "$H2D" "$HBM_RATIO" <<'PY' | tee -a "$J"
 import json, sys
-L, tag, model, mode, wbytes, kvtok, bw, wall, gb, load, proc, rc = sys.argv[1:13]
-wbytes, kvtok, bw, wall, gb = float(wbytes), float(kvtok), float(bw), float(wall), float(gb)
+L, tag, model, mode, wbytes, kvtok, bw, wall, gb, load, proc, rc, h2d, hbm_ratio = sys.argv[1:15]
+wbytes, kvtok, bw, wall, gb, h2d, hbm_ratio = float(wbytes), float(kvtok), float(bw), float(wall), float(gb), \
+    float(h2d), float(hbm_ratio)
 rows = []
 for l in open(f"{L}/{tag}.jsonl"):
     try: rows.append(json.loads(l))
@@ -650,6 +673,13 @@ for r in rows:
         n = r.get("sequences", 1)
         step_bytes = wbytes + n * r.get("depth", 0) * kvtok  # weights once, each sequence's KV
         out["hbm_bound_pct"] = round(100 * step_bytes * r["tok_per_s"] / n / bw, 1)
+        # staged and direct: the T1 rows (all but T0's share of the depth) cross the bus every step;
+        # pcie_pct is the share of the step that takes at the probe's host-to-device rate (near 100:
+        # bound by the bus; well below while tok/s trails full: the time is elsewhere)
+        if mode.split("/")[0] in ("staged", "direct") and r.get("depth"):
+            t1 = n * r["depth"] * (1 - hbm_ratio) * kvtok
+            out["pcie_ms_per_step"] = round(1e3 * t1 / h2d, 3)
+            out["pcie_pct"] = round(100 * t1 * r["tok_per_s"] / n / h2d, 1)
     print(json.dumps(out))
 PY
     return $rc
@@ -730,12 +760,12 @@ for r in recs:
         print("  " + ", ".join(f"{k}={v}" for k, v in r.items() if k != "kind"))
 rows = [r for r in recs if r.get("kind") == "result" and "test" in r]
 if rows:
-    hdr = ["model", "mode", "test", "depth", "tok/s", "HBM bound%", "wait%", "wait from", "MB/step", "MB back/step",
-           "MB up/step", "peak MiB", "rc"]
+    hdr = ["model", "mode", "test", "depth", "tok/s", "HBM bound%", "PCIe%", "wait%", "wait from", "MB/step",
+           "MB back/step", "MB up/step", "peak MiB", "rc"]
     print(" | ".join(hdr))
     for r in rows:
         print(" | ".join([r["model"], r["mode"], f(r.get("test")), f(r.get("depth")), f(r.get("tok_s")),
-                          f(r.get("hbm_bound_pct")), f(r.get("wait_pct")), f(r.get("wait_from")),
+                          f(r.get("hbm_bound_pct")), f(r.get("pcie_pct")), f(r.get("wait_pct")), f(r.get("wait_from")),
                           f(r.get("mb_moved_per_step")), f(r.get("mb_read_back_per_step")),
                           f(r.get("mb_sent_up_per_step")), f(r.get("peak_mib")),
                           f(r.get("rc"))]))
@@ -790,7 +820,7 @@ else
 fi
 if [ "$SANITIZE" = 1 ]; then sanitize_plan; dry_sum; exit 0; fi
 step "CUDA op checks (tierkv-tests cuda)" 20 op_checks
-[ "$QUICK" = 0 ] && step "HBM bandwidth (torch d2d copy)" 20 hbm_probe
+[ "$QUICK" = 0 ] && step "HBM and PCIe bandwidth (torch copies)" 20 hbm_probe
 model_gb "$TOKSHAPE" "$TOKTYPE" "$TOKLAYERS" || { echo "gpu.sh: unknown TOKSHAPE $TOKSHAPE" >&2; exit 2; }
 TOKGB=$GB
 # gen-random, then four `logits` runs: open and load, 32 prompt tokens, GREEDY steps (a weight pass each)

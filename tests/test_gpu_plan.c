@@ -41,7 +41,7 @@ static void dry_run(const char *args, int limit, const char *const *want_jobs) {
 }
 
 TEST(gpu_plan_full) {
-    static const char *const jobs[] = {"preflight", "binary:", "CUDA op checks", "HBM bandwidth", "token check", "bench-ops",
+    static const char *const jobs[] = {"preflight", "binary:", "CUDA op checks", "HBM and PCIe bandwidth", "token check", "bench-ops",
                                        "BF16 gen-random", "BF16 full d=2048", "Q8_0", "prefill 2048", NULL};
     dry_run("--dry-run", 300, jobs);
 }
