@@ -110,6 +110,16 @@ static char *fix_a_slash_b_take(char *s, int qwen) {
     return s;
 }
 
+/* ".5" -> "0.5": a string that starts with a point gets a 0 before it. */
+static char *lead_zero_take(char *s) {
+    if (s[0] != '.') return s;
+    char *t = tkv_xmalloc(strlen(s) + 2);
+    t[0] = '0';
+    strcpy(t + 1, s);
+    free(s);
+    return t;
+}
+
 /* "k = 5" -> " 5": exactly one '=' and a left side of at most 2 characters. */
 static char *eq_rule_take(char *s) {
     size_t n;
@@ -151,13 +161,7 @@ char *eval_hendrycks_strip(const char *in) {
     s = ps_replace_take(s, " .", " 0.");
     s = ps_replace_take(s, "{.", "{0.");
     if (!s[0]) return s;
-    if (s[0] == '.') {
-        char *t = tkv_xmalloc(strlen(s) + 2);
-        t[0] = '0';
-        strcpy(t + 1, s);
-        free(s);
-        s = t;
-    }
+    s = lead_zero_take(s);
     s = eq_rule_take(s);
     if (ps_contains(s, "\\sqrt")) { /* _fix_sqrt: one character after \sqrt gets braces */
         size_t n;
@@ -573,13 +577,7 @@ char *eval_qwen_strip(const char *in, int skip_unit) {
     if (strchr(s, 'j') && !strchr(s, 'i')) s = ps_replace_take(s, "j", "i");
     s = sub_trailing_zeros_take(s);
     if (!s[0]) return s;
-    if (s[0] == '.') {
-        char *t = tkv_xmalloc(strlen(s) + 2);
-        t[0] = '0';
-        strcpy(t + 1, s);
-        free(s);
-        s = t;
-    }
+    s = lead_zero_take(s);
     s = eq_rule_take(s);
     s = sub_sqrt_take(s);
     s = ps_replace_take(s, " ", "");

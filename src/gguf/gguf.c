@@ -70,17 +70,6 @@ static int get_str(cursor *c, gguf_str *s, const char *what) {
     return 0;
 }
 
-/* Size of one scalar of value type t; 0 for STR/ARR (variable) and unknown ids. */
-static uint64_t scalar_size(uint32_t t) {
-    switch (t) {
-    case GGUF_U8: case GGUF_I8: case GGUF_BOOL: return 1;
-    case GGUF_U16: case GGUF_I16: return 2;
-    case GGUF_U32: case GGUF_I32: case GGUF_F32: return 4;
-    case GGUF_U64: case GGUF_I64: case GGUF_F64: return 8;
-    default: return 0;
-    }
-}
-
 /* A key or name for a message: at most 80 bytes, control bytes shown as '?'. buf holds >= 96 bytes. */
 static void key_fmt(char *buf, size_t n, gguf_str s) {
     size_t len = s.len > 80 ? 80 : (size_t)s.len, k = 0;
@@ -131,7 +120,7 @@ static int parse_value(cursor *c, gguf_kv *kv) {
         return 0;
     }
     if (kv->type != GGUF_ARR) {
-        uint64_t sz = scalar_size(kv->type);
+        uint64_t sz = gguf_vtype_size(kv->type);
         if (need(c, sz, "scalar value")) return -1;
         kv->data = c->b + c->pos;
         kv->size = sz;
@@ -162,7 +151,7 @@ static int parse_value(cursor *c, gguf_kv *kv) {
         kv->size = c->pos - start;
         return 0;
     }
-    uint64_t es = scalar_size(et);
+    uint64_t es = gguf_vtype_size(et);
     if (n > UINT64_MAX / es)
         return tkv_errf(c->err, c->errlen, "gguf: key '%s': array count %llu x %llu bytes overflows", kb,
                         (unsigned long long)n, (unsigned long long)es);

@@ -66,6 +66,8 @@ const char *ggml_type_name(uint32_t type); /* "Q4_K", ..., or "?" */
 int ggml_type_by_name(const char *name);   /* the type whose name is name ("Q8_0", ...), or -1 */
 /* Metadata value type names: "u8", ..., "str", "arr", "f64", or "?". */
 const char *gguf_vtype_name(uint32_t t);
+/* Bytes of one scalar of a metadata value type; 0 for STR/ARR (variable) and unknown ids. */
+uint64_t gguf_vtype_size(uint32_t t);
 /* 1 if the engine can run weights of this type (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K). */
 int ggml_type_supported(uint32_t type);
 

@@ -47,3 +47,13 @@ const char *gguf_vtype_name(uint32_t t) {
     static const char *names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "str", "arr", "u64", "i64", "f64"};
     return t <= GGUF_F64 ? names[t] : "?";
 }
+
+uint64_t gguf_vtype_size(uint32_t t) {
+    switch (t) {
+    case GGUF_U8: case GGUF_I8: case GGUF_BOOL: return 1;
+    case GGUF_U16: case GGUF_I16: return 2;
+    case GGUF_U32: case GGUF_I32: case GGUF_F32: return 4;
+    case GGUF_U64: case GGUF_I64: case GGUF_F64: return 8;
+    default: return 0;
+    }
+}

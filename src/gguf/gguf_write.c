@@ -95,18 +95,8 @@ void gguf_writer_add_str(gguf_writer *w, const char *k, const char *v) {
     gguf_put_str(&w->kv, v, strlen(v));
 }
 
-static int elem_size(uint32_t t) {
-    switch (t) {
-    case GGUF_U8: case GGUF_I8: case GGUF_BOOL: return 1;
-    case GGUF_U16: case GGUF_I16: return 2;
-    case GGUF_U32: case GGUF_I32: case GGUF_F32: return 4;
-    case GGUF_U64: case GGUF_I64: case GGUF_F64: return 8;
-    default: return 0;
-    }
-}
-
 void gguf_writer_add_arr(gguf_writer *w, const char *k, uint32_t et, uint64_t n, const void *data) {
-    int es = elem_size(et);
+    int es = (int)gguf_vtype_size(et);
     TKV_ASSERT(es > 0);
     key(w, k, GGUF_ARR);
     tkv_buf_le(&w->kv, et, 4);
