@@ -90,7 +90,9 @@
 # gpu-logs.tar.gz (build log, tests log, each job's stderr, bench output and stats JSON; repacked
 # after every job and on exit). Decode rows carry tok/s, the share of the HBM bound, for staged and
 # direct the share of the step their T1 rows take on the bus at the probe's H2D rate ("PCIe%":
-# depth x (1 - HBM_RATIO) positions a step; near 100 the bus bounds the step), peak device
+# depth x (1 - HBM_RATIO) positions a step; near 100 the bus bounds the step), the share of the
+# step the host was not blocked on the device ("host%", from the bench's host_wait_s_per_step: near
+# 100 the device waited for the host's launches and planning), peak device
 # memory, bytes moved per step, bytes read back to the host per step ("MB back/step": the logits,
 # split's queries, the hierarchy's scores when the host ranks them (its attention weights stay on
 # the GPU unless --host-scores); the bench's read_back rows), bytes split sends up per step ("MB
@@ -669,6 +671,11 @@ for r in rows:
     rb = rback.get((r.get("test"), r.get("depth", 0)), {})
     if rb.get("bytes_per_step") is not None: out["mb_read_back_per_step"] = round(rb["bytes_per_step"] / 1e6, 3)
     if rb.get("sent_bytes_per_step"): out["mb_sent_up_per_step"] = round(rb["sent_bytes_per_step"] / 1e6, 3)
+    # the share of a step the host was not blocked on the device: near 100, the device waited for
+    # the host (launches, planning, split's host part); low, the host waited for the device
+    if rb.get("host_wait_s_per_step") is not None and r.get("tok_per_s"):
+        out["host_ms_per_step"] = round(1e3 * (r.get("sequences", 1) / r["tok_per_s"] - rb["host_wait_s_per_step"]), 3)
+        out["host_pct"] = round(100 * (1 - rb["host_wait_s_per_step"] * r["tok_per_s"] / r.get("sequences", 1)), 1)
     if r.get("test", "").startswith("tg") and r.get("tok_per_s"):
         n = r.get("sequences", 1)
         step_bytes = wbytes + n * r.get("depth", 0) * kvtok  # weights once, each sequence's KV
@@ -760,12 +767,12 @@ for r in recs:
         print("  " + ", ".join(f"{k}={v}" for k, v in r.items() if k != "kind"))
 rows = [r for r in recs if r.get("kind") == "result" and "test" in r]
 if rows:
-    hdr = ["model", "mode", "test", "depth", "tok/s", "HBM bound%", "PCIe%", "wait%", "wait from", "MB/step",
+    hdr = ["model", "mode", "test", "depth", "tok/s", "HBM bound%", "PCIe%", "host%", "wait%", "wait from", "MB/step",
            "MB back/step", "MB up/step", "peak MiB", "rc"]
     print(" | ".join(hdr))
     for r in rows:
         print(" | ".join([r["model"], r["mode"], f(r.get("test")), f(r.get("depth")), f(r.get("tok_s")),
-                          f(r.get("hbm_bound_pct")), f(r.get("pcie_pct")), f(r.get("wait_pct")), f(r.get("wait_from")),
+                          f(r.get("hbm_bound_pct")), f(r.get("pcie_pct")), f(r.get("host_pct")), f(r.get("wait_pct")), f(r.get("wait_from")),
                           f(r.get("mb_moved_per_step")), f(r.get("mb_read_back_per_step")),
                           f(r.get("mb_sent_up_per_step")), f(r.get("peak_mib")),
                           f(r.get("rc"))]))

@@ -379,6 +379,11 @@ uint64_t tkv_read_back_bytes(const tkv_session *s, uint64_t *reads);
  * (the host's partial results: o, m, l and its weights per layer, merged there); 0 on the CPU and
  * without split. */
 uint64_t tkv_split_sent_bytes(const tkv_session *s);
+/* Seconds the host has spent blocked until the model's backend caught up (its reads and other
+ * waits for the device) since the backend opened; 0 on the CPU, whose ops run on the calling
+ * thread. A decode step's time less its share of this is the host's own work: where that is most of
+ * the step, the device waited for the host. */
+double tkv_host_wait_seconds(const tkv_session *s);
 /* A table for people (seq < 0: the session), the re-tiering log, and JSON ({"policy", "total",
  * "seqs": [...]}); the write functions return -1 when the stream reports an error. */
 void tkv_stats_print(FILE *f, const tkv_session *s, int seq);

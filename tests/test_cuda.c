@@ -1343,8 +1343,12 @@ TEST(cuda_kv_write_read_moves) {
         /* the stalls at copy_wait, timed on the device, settled by the reads above */
         double stall = B->ops->copy_stall_seconds ? B->ops->copy_stall_seconds(B) : -1;
         CHECKF(stall >= 0 && stall < 10, "copy_stall_seconds %g", stall);
-        printf("    kv_write/kv_read/copy_moves (%s T0/T1/STAGE, Q8 T2): exact against the host codec; copy stalls %.3f ms\n",
-               vname[variant], stall * 1e3);
+        /* the host blocked in those kv_reads (each waits for the compute stream): counted */
+        double hw = B->ops->host_wait_seconds ? B->ops->host_wait_seconds(B) : -1;
+        CHECKF(hw > 0 && hw < 60, "host_wait_seconds %g after the kv_reads", hw);
+        printf("    kv_write/kv_read/copy_moves (%s T0/T1/STAGE, Q8 T2): exact against the host codec; copy stalls %.3f ms, "
+               "host waits %.3f ms\n",
+               vname[variant], stall * 1e3, hw * 1e3);
         free(k), free(v), free(refs), free(tr.v);
         B->ops->free(B, dk, BE_MEM_DEVICE), B->ops->free(B, dv, BE_MEM_DEVICE);
         dpools_free(B, &d);

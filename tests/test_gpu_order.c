@@ -261,6 +261,7 @@ static void read_back_case(int split, int staged, int host_scores) {
     kv_stats st0, st1;
     kv_get_stats(kv, -1, &st0);
     int retiered_before = 0;
+    double hw0 = tkv_host_wait_seconds(te_session(e));
     for (int pos = np; pos < np + 40; pos++) {
         uint64_t t1 = 0; /* T1 positions the step's split reads: these now, and a demotion's for the new token */
         for (int p = 0; p < pos; p++) t1 += kv_token_tier(kv, seq, p) == BE_T1;
@@ -296,6 +297,9 @@ static void read_back_case(int split, int staged, int host_scores) {
                    (unsigned long long)want_sent);
         tok = (int32_t)((tok * 31 + 7) % V);
     }
+    /* the host's waits in those reads are counted (here the reads' own copies: more than nothing) */
+    double hw = tkv_host_wait_seconds(te_session(e)) - hw0;
+    CHECKF(hw > 0 && hw < 60, "split %d: the host blocked %g s in 40 steps' reads", split, hw);
     CHECKF(bad == 0, "split %d host scores %d: %d of 40 steps read back another number of bytes", split, host_scores, bad);
     CHECKF(bad_reads == 0, "split %d host scores %d: %d of 40 steps waited for the device another number of times", split,
            host_scores, bad_reads);

@@ -88,12 +88,13 @@ static void report_experts(int json, const char *test, const tkv_model_info *inf
 }
 
 /* Bytes a decode step read back from a backend that is not host memory, its reads (each a wait for
- * the device), and the bytes split attention sent up (the host's partial results); none on the CPU:
- * no row */
+ * the device), the bytes split attention sent up (the host's partial results), and the seconds the
+ * host spent blocked on the device (the rest of a step is the host's own work); none on the CPU: no
+ * row */
 static void report_read_back(int json, const char *test, int depth, uint64_t bytes, uint64_t reads, uint64_t sent,
-                             int steps) {
+                             double wait_s, int steps) {
     if (!bytes || steps < 1) return;
-    double per = (double)bytes / steps, rps = (double)reads / steps, up = (double)sent / steps;
+    double per = (double)bytes / steps, rps = (double)reads / steps, up = (double)sent / steps, w = wait_s / steps;
     if (json) {
         struct json_out j;
         out_json_begin(&j);
@@ -103,11 +104,12 @@ static void report_read_back(int json, const char *test, int depth, uint64_t byt
         json_out_key(&j, "bytes_per_step"), json_out_fixed(&j, per, 0);
         json_out_key(&j, "reads_per_step"), json_out_fixed(&j, rps, 1);
         json_out_key(&j, "sent_bytes_per_step"), json_out_fixed(&j, up, 0);
+        json_out_key(&j, "host_wait_s_per_step"), json_out_fixed(&j, w, 6);
         out_json_end(&j);
     } else
         printf("# read back %s at depth %d: %.3f MB per step in %.1f reads (attention weights, split queries, logits); "
-               "split sent %.3f MB per step up\n",
-               test, depth, per / 1e6, rps, up / 1e6);
+               "split sent %.3f MB per step up; the host blocked on the device %.3f ms per step\n",
+               test, depth, per / 1e6, rps, up / 1e6, w * 1e3);
 }
 
 /* the prefill and batched rows of this run, for --int8-peak */
@@ -342,6 +344,7 @@ int cmd_bench(int argc, char **argv) {
             /* one untimed step warms caches and the worker threads */
             if (tkv_decode(e, &seqs[0], &toks[at++], 1, logits, err, sizeof err)) goto fail;
             uint64_t xb = tkv_expert_bytes_read(e), rn0, rb = tkv_read_back_bytes(e, &rn0), sb = tkv_split_sent_bytes(e);
+            double hw = tkv_host_wait_seconds(e);
             for (int r = 0; r < reps; r++) {
                 double t0 = tkv_now_s();
                 for (int st = 0; st < n_gen; st++)
@@ -353,7 +356,8 @@ int cmd_bench(int argc, char **argv) {
             report(json, name, d, (int)n_gen, 1, median(samples, (int)reps), &c, info.kernels);
             report_experts(json, name, &info, tkv_expert_bytes_read(e) - xb, (int)(reps * n_gen), 1);
             uint64_t rn1, rb1 = tkv_read_back_bytes(e, &rn1);
-            report_read_back(json, name, d, rb1 - rb, rn1 - rn0, tkv_split_sent_bytes(e) - sb, (int)(reps * n_gen));
+            report_read_back(json, name, d, rb1 - rb, rn1 - rn0, tkv_split_sent_bytes(e) - sb, tkv_host_wait_seconds(e) - hw,
+                             (int)(reps * n_gen));
         }
     }
     for (int k = 0; parallel > 1 && n_gen > 0 && k < (par_depth ? n_depths : 1); k++) {
@@ -361,6 +365,7 @@ int cmd_bench(int argc, char **argv) {
         int pl = par_depth ? (depths[k] > 0 ? depths[k] : 1) : PAR_PROMPT;
         int pflags = par_depth ? dflags : 0;
         uint64_t xb = 0, rb = 0, rn = 0, sb = 0;
+        double hw = 0;
         for (int r = 0; r < reps; r++) {
             for (int q = 0; q < n_seq; q++) {
                 if (reopen(e, &seqs[q], pl + (int)n_gen + 1, pflags ? 0 : pl, err, sizeof err)) goto fail;
@@ -368,6 +373,7 @@ int cmd_bench(int argc, char **argv) {
             }
             double t0 = tkv_now_s();
             uint64_t xb0 = tkv_expert_bytes_read(e), rn0, rb0 = tkv_read_back_bytes(e, &rn0), sb0 = tkv_split_sent_bytes(e);
+            double hw0 = tkv_host_wait_seconds(e);
             for (int g = 0; g < n_gen; g++) {
                 /* each sequence its own token (an expert FFN routes them as it would distinct requests) */
                 for (int q = 0; q < n_seq; q++) step[q] = toks[(pl + g + (long)q * 7919) % need];
@@ -376,13 +382,13 @@ int cmd_bench(int argc, char **argv) {
             samples[r] = (double)n_gen * n_seq / (tkv_now_s() - t0);
             xb += tkv_expert_bytes_read(e) - xb0;
             uint64_t rn1, rb1 = tkv_read_back_bytes(e, &rn1);
-            rb += rb1 - rb0, rn += rn1 - rn0, sb += tkv_split_sent_bytes(e) - sb0;
+            rb += rb1 - rb0, rn += rn1 - rn0, sb += tkv_split_sent_bytes(e) - sb0, hw += tkv_host_wait_seconds(e) - hw0;
         }
         char name[32];
         snprintf(name, sizeof name, "tg%ld_x%d", n_gen, n_seq);
         report(json, name, pl, (int)n_gen, n_seq, median(samples, (int)reps), &c, info.kernels);
         report_experts(json, name, &info, xb, (int)(reps * n_gen), n_seq);
-        report_read_back(json, name, pl, rb, rn, sb, (int)(reps * n_gen));
+        report_read_back(json, name, pl, rb, rn, sb, hw, (int)(reps * n_gen));
     }
     if (membw) {
         double bw = measure_read_bandwidth(c.mp.n_threads, !c.mp.mmap_weights);

@@ -285,6 +285,12 @@ typedef struct {
      * counts once its timing has completed (it is collected at the next read, or by this call when
      * the device got there): the figure settles after a read. Never waits. */
     double (*copy_stall_seconds)(be_backend *b);
+    /* Optional (NULL where every op runs on the calling thread: the CPU). Host seconds since open
+     * spent blocked until the device caught up (read, kv_read, a large upload, a full argument
+     * ring; not the transfer thread's copies): a decode step's time less its share of this is the
+     * host's own work, and where that is most of the step the device waited for the host. Never
+     * waits. */
+    double (*host_wait_seconds)(be_backend *b);
     /* attention over slot tables; scratch from attention_scratch */
     size_t (*attention_scratch)(const be_backend *b, int n_tok, int max_pos, int n_head, int head_dim);
     void (*attention)(be_backend *b, const be_attn *a, void *scratch);

@@ -22,6 +22,10 @@ uint64_t tkv_read_back_bytes(const tkv_session *s, uint64_t *reads) {
     return b;
 }
 uint64_t tkv_split_sent_bytes(const tkv_session *s) { return fwd_split_sent_bytes(s->fw); }
+double tkv_host_wait_seconds(const tkv_session *s) {
+    be_backend *be = s->model->be;
+    return be && be->ops->host_wait_seconds ? be->ops->host_wait_seconds(be) : 0;
+}
 
 void tkv_stats_print(FILE *f, const tkv_session *s, int seq) { kv_stats_print(f, s->kv, seq); }
 

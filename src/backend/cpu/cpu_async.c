@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "gguf/gguf.h"
 
@@ -60,6 +61,7 @@ typedef struct {
     uint64_t hazards;
     int in_step;                   /* between step_begin and step_end, no wait yet */
     uint64_t steps, breaks;
+    double wait_s;                 /* in read and kv_read (host_wait_seconds) */
 } async_be;
 
 static async_be *ab(be_backend *b) { return (async_be *)(void *)b; }
@@ -118,7 +120,9 @@ void cpu_async_steps(const be_backend *b, uint64_t *steps, uint64_t *breaks) {
 static void async_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, float *k,
                           float *v) {
     note_wait(ab(b));
+    double t0 = tkv_now_s();
     cpu_be_ops()->kv_read(b, p, layer, slots, n, k, v);
+    ab(b)->wait_s += tkv_now_s() - t0;
 }
 
 /* Runs the layer's queued calls in order. The queue is taken whole under the lock; calls queued
@@ -220,10 +224,15 @@ uint64_t cpu_async_hazards(const be_backend *b) { return ((const async_be *)(con
 /* A DMA into the caller's buffer (the CPU backend hands back its own memory) */
 static const void *async_read(be_backend *b, const void *src, size_t bytes, void *host_tmp) {
     note_wait(ab(b));
+    double t0 = tkv_now_s();
     check_uploads(ab(b));
     memcpy(host_tmp, src, bytes);
+    ab(b)->wait_s += tkv_now_s() - t0;
     return host_tmp;
 }
+
+/* a GPU's host waits in its reads for the device; here the reads' own copies are the whole wait */
+static double async_host_wait_seconds(be_backend *b) { return ab(b)->wait_s; }
 
 static void async_close(be_backend *b) {
     async_be *a = ab(b);
@@ -278,6 +287,7 @@ int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errle
     a->ops.kv_read = async_kv_read;
     a->ops.step_begin = async_step_begin;
     a->ops.step_end = async_step_end;
+    a->ops.host_wait_seconds = async_host_wait_seconds;
     a->cpu.base.ops = &a->ops;
     pthread_mutex_init(&a->mu, NULL);
     *out = &a->cpu.base;

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
 extern "C" {
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/workers.h"
 }
@@ -55,6 +56,7 @@ static void ring_init(cu_ring *r, size_t bytes, cudaStream_t s) {
     }
     r->stream = s;
     r->capture = NULL;
+    r->wait_ns = 0;
 }
 
 static void ring_free(cu_ring *r) {
@@ -73,7 +75,11 @@ uint8_t *cu_ring_reserve(cu_ring *r, size_t bytes, size_t align, uint8_t **dev) 
         CUDA_CHECK(cudaEventRecord(r->ev[left], r->stream));
         r->recorded[left] = 1;
     }
-    if (entered >= 0 && r->recorded[entered]) CUDA_CHECK(cudaEventSynchronize(r->ev[entered]));
+    if (entered >= 0 && r->recorded[entered]) {
+        double t0 = tkv_now_s();
+        CUDA_CHECK(cudaEventSynchronize(r->ev[entered]));
+        __atomic_fetch_add(&r->wait_ns, (int64_t)((tkv_now_s() - t0) * 1e9), __ATOMIC_RELAXED);
+    }
     if (dev) *dev = r->dev + at;
     return r->host + at;
 }
@@ -188,6 +194,20 @@ static void cu_free(be_backend *b, void *p, be_mem mem) {
     else free(p);
 }
 
+void cu_sync(cu_backend *B, cudaStream_t s) {
+    double t0 = tkv_now_s();
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    __atomic_fetch_add(&B->host_wait_ns, (int64_t)((tkv_now_s() - t0) * 1e9), __ATOMIC_RELAXED);
+}
+
+/* the forward's waits: the syncs above and the argument ring's (the move ring's are the transfer
+ * thread's) */
+static double cu_host_wait_seconds(be_backend *b) {
+    cu_backend *B = cu_of(b);
+    return (double)(__atomic_load_n(&B->host_wait_ns, __ATOMIC_RELAXED) + __atomic_load_n(&B->arg.wait_ns, __ATOMIC_RELAXED)) *
+           1e-9;
+}
+
 /* Small uploads go through the ring (the source may change as soon as we return); large ones, which
  * only happen outside decode, are copied and waited for. */
 static void cu_upload(be_backend *b, void *dst, const void *src, size_t bytes) {
@@ -199,7 +219,7 @@ static void cu_upload(be_backend *b, void *dst, const void *src, size_t bytes) {
     }
     cu_graph_break(B);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, B->compute));
-    CUDA_CHECK(cudaStreamSynchronize(B->compute));
+    cu_sync(B, B->compute);
 }
 
 /* From pinned memory: one DMA queued on the compute stream, no host copy and no wait (the caller keeps
@@ -230,20 +250,20 @@ static const void *cu_read(be_backend *b, const void *src, size_t bytes, void *h
         CUDA_CHECK(cudaPointerGetAttributes(&dt, host_tmp));
         if (dt.type == cudaMemoryTypeHost) {
             CUDA_CHECK(cudaMemcpyAsync(host_tmp, src, bytes, cudaMemcpyDeviceToHost, B->compute));
-            CUDA_CHECK(cudaStreamSynchronize(B->compute));
+            cu_sync(B, B->compute);
             cu_stall_collect(B);
             return host_tmp;
         }
         for (size_t off = 0; off < bytes; off += CU_BOUNCE_BYTES) {
             size_t nb = bytes - off < CU_BOUNCE_BYTES ? bytes - off : CU_BOUNCE_BYTES;
             CUDA_CHECK(cudaMemcpyAsync(B->bounce, (const uint8_t *)src + off, nb, cudaMemcpyDeviceToHost, B->compute));
-            CUDA_CHECK(cudaStreamSynchronize(B->compute));
+            cu_sync(B, B->compute);
             memcpy((uint8_t *)host_tmp + off, B->bounce, nb);
         }
         cu_stall_collect(B);
         return host_tmp;
     }
-    CUDA_CHECK(cudaStreamSynchronize(B->compute)); /* pinned or host: readable once the queue is done */
+    cu_sync(B, B->compute); /* pinned or host: readable once the queue is done */
     cu_stall_collect(B);
     return src;
 }
@@ -339,6 +359,7 @@ static be_ops cu_ops_table(void) {
     o.copy_moves = cu_copy_moves;
     o.copy_wait = cu_copy_wait;
     o.copy_stall_seconds = cu_copy_stall_seconds;
+    o.host_wait_seconds = cu_host_wait_seconds;
     o.attention_scratch = cu_attention_scratch;
     o.attention = cu_attention;
     o.attention_merge = cu_attention_merge;

@@ -55,7 +55,10 @@ struct cu_ring {
     cudaStream_t stream;
     struct cu_backend *capture; /* the backend whose graph capture this stream may be in (the argument
                                    ring's); NULL: never captured */
+    int64_t wait_ns;            /* the host blocked on a segment's event (host_wait_seconds) */
 };
+/* cudaStreamSynchronize(s), the time it blocked added to B's host_wait_seconds */
+void cu_sync(struct cu_backend *B, cudaStream_t s);
 /* host pointer of a fresh reservation; *dev the twin's address of the same bytes */
 uint8_t *cu_ring_reserve(cu_ring *r, size_t bytes, size_t align, uint8_t **dev);
 /* bytes (<= one segment) copied into the ring and queued to its twin: returns the twin's pointer */
@@ -136,6 +139,7 @@ struct cu_backend {
     uint64_t stall_untimed;                              /* waits left untimed: every pair still pending */
     double stall_seconds;
     pthread_mutex_t stall_lock;                          /* the stats may be read from another thread */
+    int64_t host_wait_ns;                                /* cu_sync: the host blocked on the device */
     cu_chunk_cache cc[CU_CHUNK_CACHES];
     uint64_t cc_clock;
     /* attention: whether the tables of (stage_gen, stage_pools) read a STAGE slot (cuda_attn.cu) */

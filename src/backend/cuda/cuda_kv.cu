@@ -175,7 +175,7 @@ void cu_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *s
         float *bk = B->bounce, *bv = v ? B->bounce + (size_t)m * g.kv_dim : NULL;
         kv_read_kernel<<<m, 128, 0, B->compute>>>((const kv_dst *)dev, g, bk, bv);
         CU_LAUNCHED();
-        CUDA_CHECK(cudaStreamSynchronize(B->compute));
+        cu_sync(B, B->compute);
         memcpy(k + (size_t)i0 * g.kv_dim, bk, (size_t)m * row);
         if (v) memcpy(v + (size_t)i0 * g.kv_dim, bv, (size_t)m * row);
         /* records in pageable host memory: the kernel skipped them; decoded here */
