@@ -31,22 +31,11 @@
  * kernels: the profile's gaps) and loses its capture time where they do not (a 7B's decode kernels
  * take longer than their launches). Which holds on the H200 is for bench/gpu.sh to measure (its
  * `full graphs` job beside `full`), not for this file to assume. */
-#include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
-extern "C" {
-#include "base/err.h"
-}
 
-int cu_graph_choice(int *on, char *err, size_t errlen) {
-    const char *v = getenv("TIERKV_CUDA_GRAPH");
-    *on = 0;
-    if (!v || !*v || !strcmp(v, "off")) return 0;
-    if (!strcmp(v, "on")) return *on = 1, 0;
-    return tkv_errf(err, errlen, "TIERKV_CUDA_GRAPH='%.40s': expected on or off", v);
-}
+int cu_graph_choice(int *on, char *err, size_t errlen) { return cu_env_switch("TIERKV_CUDA_GRAPH", "off", "on", on, err, errlen); }
 
 /* The executable graph kept for this shape, updated to g; or a slot (the least recently used) with
  * a new one instantiated from g. */

@@ -204,6 +204,9 @@ size_t cu_gemm_scratch(const cu_backend *B, const be_mm_out *outs, int n_outs, i
 /* the call through cuBLAS where it goes there and scratch is given: false, nothing queued, otherwise */
 bool cu_gemm_run(cu_backend *B, const be_mm_out *outs, int n_outs, int64_t n_in, const float *x, int64_t n_tok,
                  void *scratch);
+/* An environment switch: unset, empty or `off` gives 0, `on` 1; anything else is refused, naming the
+ * variable and the two words (cuda_backend.cu) */
+int cu_env_switch(const char *name, const char *off, const char *on, int *out, char *err, size_t errlen);
 /* cuda_prof.cu */
 int cu_prof_choice(int *on, char *err, size_t errlen); /* TIERKV_CUDA_PROFILE */
 be_ops cu_prof_ops(const be_ops *real);                /* the table of wrappers that time real's ops */

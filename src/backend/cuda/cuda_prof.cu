@@ -12,7 +12,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <type_traits>
 
@@ -44,13 +43,7 @@ struct cu_prof {
     uint64_t calls[2][P_N], steps[2];
 };
 
-int cu_prof_choice(int *on, char *err, size_t errlen) {
-    const char *v = getenv("TIERKV_CUDA_PROFILE");
-    *on = 0;
-    if (!v || !*v || !strcmp(v, "0")) return 0;
-    if (!strcmp(v, "1")) return *on = 1, 0;
-    return tkv_errf(err, errlen, "TIERKV_CUDA_PROFILE='%.40s': expected 0 or 1", v);
-}
+int cu_prof_choice(int *on, char *err, size_t errlen) { return cu_env_switch("TIERKV_CUDA_PROFILE", "0", "1", on, err, errlen); }
 
 /* reads pair done (waiting for the device when wait) and the gap after the pair before it; false if
  * its op has not ended (nothing to wait for yet) or, without wait, the device is not there yet */
