@@ -371,9 +371,6 @@ static be_ops cu_ops_table(void) {
 static const be_ops CU_OPS = cu_ops_table();
 static const be_ops CU_OPS_PROF = cu_prof_ops(&CU_OPS); /* TIERKV_CUDA_PROFILE=1 */
 
-/* TIERKV_CUDA_GEMV: the one-token matmul for every weight type, "tile" (x staged in shared memory)
- * or "direct" (x read through L1), each optionally ",1" or ",2" rows per warp. Unset: direct for
- * BF16/F16, tile for the rest, the type's rows (*direct -1, *rows 0). */
 int cu_env_switch(const char *name, const char *off, const char *on, int *out, char *err, size_t errlen) {
     const char *v = getenv(name);
     *out = 0;
@@ -382,6 +379,9 @@ int cu_env_switch(const char *name, const char *off, const char *on, int *out, c
     return tkv_errf(err, errlen, "%s='%.40s': expected %s or %s", name, v, on, off);
 }
 
+/* TIERKV_CUDA_GEMV: the one-token matmul for every weight type, "tile" (x staged in shared memory)
+ * or "direct" (x read through L1), each optionally ",1" or ",2" rows per warp. Unset: direct for
+ * BF16/F16, tile for the rest, the type's rows (*direct -1, *rows 0). */
 static int gemv_choice(int *direct, int *rows, char *err, size_t errlen) {
     const char *v = getenv("TIERKV_CUDA_GEMV");
     *direct = -1, *rows = 0;
