@@ -17,8 +17,10 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h" /* cpu_async_hazards */
+#include "backend/cuda/cuda_plan.h"   /* cu_runs_of: the runs a GPU's copy path makes of a list */
 #include "kv/kv.h"
 #include "kv/kv_state.h" /* pool sizes */
+#include "kv/kv_view.h"  /* kv_stage_slot */
 #include "t.h"
 #include "t_engine.h"
 
@@ -552,5 +554,74 @@ TEST(gpu_order_step_brackets) {
         else if (cases[i].staged) /* only the prompt's first chunks, before T1 holds a row to stage */
             CHECKF(steps < 5, "%s: %llu calls bracketed (staging waits mid-call)", cases[i].name, st);
         else CHECKF(steps > 30 && steps < 65, "%s: %llu of 65 calls bracketed (moves in flight fence some)", cases[i].name, st);
+    }
+}
+
+/* The staging list of a decode step: each row's STAGE slot mirrors its true slot, the list runs in
+ * STAGE slot order with each slot once, so rows of consecutive T1 (or T2) slots are consecutive on
+ * both sides and the GPU's planner (cu_runs_of) makes one run of each range of consecutive staged
+ * slots: a few long copies a layer where position order gave about one per two rows. With T1 and T2
+ * both staged (cpu-async stages T2, as a GPU does; the CPU with stage_t2) the two mirror into
+ * alternate STAGE chunks; that configuration decodes in lockstep with the same on the CPU. */
+TEST(gpu_order_stage_runs) {
+    NEED(QWEN2);
+    for (int with_t2 = 0; with_t2 < 2; with_t2++) {
+        te_options o;
+        base_options(&o, "cpu-async");
+        o.kv = hier(0.5, 16);
+        o.kv.staged = 1;
+        if (with_t2) o.kv.t2_ratio = 0.2, o.kv.evict_ratio = 0.03, o.kv.stage_t2 = 1; /* the CPU reference stages T2 too */
+        if (with_t2) {
+            kv_stats st;
+            run_case("hierarchy 50% staged, T2 20%, 3% evicted", &o.kv, 0, 0, 40, 16, 120, &st);
+        }
+        te_engine *e;
+        char err[256];
+        REQUIRE(te_open(t_shared(QWEN2), &o, &e, err, sizeof err) == 0);
+        kv_cache *kv = te_kv(e);
+        int V = te_n_vocab(e), seq = 0, checked = 0, bad_order = 0, bad_mirror = 0, bad_runs = 0, rows = 0, all_runs = 0;
+        int32_t prompt[40], tok = 17;
+        for (int i = 0; i < 40; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
+        float *logits = malloc((size_t)V * 4);
+        REQUIRE(te_prefill(e, 0, prompt, 40, logits, 0, err, sizeof err) == 0);
+        int cap = 0;
+        cu_move_run *runs = NULL;
+        uint8_t *phase = NULL;
+        for (int step = 0; step < 400; step++) {
+            REQUIRE(te_decode(e, &seq, &tok, 1, logits, err, sizeof err) == 0);
+            tok = (int32_t)((tok * 31 + 7) % V);
+            if (step % 25 != 24) continue;
+            const be_move *m = kv->stage_moves;
+            int n = kv->stage_memo.n, ranges = 0;
+            for (int i = 0; i < n; i++) {
+                bad_order += i > 0 && BE_SLOT_IDX(m[i].dst) <= BE_SLOT_IDX(m[i - 1].dst);
+                bad_mirror += BE_SLOT_TIER(m[i].dst) != BE_STAGE || m[i].dst != kv_stage_slot(kv, m[i].src) ||
+                              BE_SLOT_TIER(m[i].src) == BE_T0;
+                /* a new range of consecutive true slots inside one chunk */
+                ranges += !(i > 0 && m[i].src == m[i - 1].src + 1 && BE_SLOT_IDX(m[i].src) % (1 << KV_CHUNK_SHIFT));
+            }
+            if (n > cap) {
+                cap = n;
+                runs = realloc(runs, (size_t)cap * sizeof *runs);
+                phase = realloc(phase, (size_t)cap);
+                REQUIRE(runs && phase);
+            }
+            memset(phase, 0, (size_t)n);
+            int nr = cu_runs_of(&kv->pools, m, n, 3, phase, runs);
+            if (nr != ranges && !bad_runs++)
+                printf("    step %d: %d staged rows in %d runs, %d ranges of consecutive slots\n", step + 1, n, nr, ranges);
+            rows += n, all_runs += nr, checked++;
+        }
+        CHECKF(checked == 16 && rows > 1000, "%d lists checked, %d rows", checked, rows);
+        CHECKF(bad_order == 0 && bad_mirror == 0, "T2 %d: %d rows out of STAGE slot order, %d not at their mirror", with_t2,
+               bad_order, bad_mirror);
+        CHECKF(bad_runs == 0, "T2 %d: %d lists planned into more runs than their slot ranges", with_t2, bad_runs);
+        CHECKF(all_runs * 4 < rows, "T2 %d: %d rows staged in %d runs", with_t2, rows, all_runs);
+        printf("    T2 %d: %d rows staged in 16 steps' lists, %d runs (%.1f rows a run)\n", with_t2, rows, all_runs,
+               (double)rows / all_runs);
+        free(runs), free(phase), free(logits);
+        char cerr[256];
+        CHECKF(kv_check(kv, cerr, sizeof cerr) == 0, "kv_check: %s", cerr);
+        te_close(e);
     }
 }

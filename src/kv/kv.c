@@ -84,7 +84,7 @@ void kv_free(kv_cache *kv) {
     kv_pools_free(kv);
     free(kv->batch.moves); free(kv->batch.rest); free(kv->batch.deferred); free(kv->batch.recycle);
     free(kv->batch.recycle_seq); free(kv->batch.seqs);
-    free(kv->stage_moves); free(kv->stage_memo.seqs); free(kv->stage_memo.count); free(kv->obs); free(kv->obs_gen);
+    free(kv->stage_moves); free(kv->stage_mark); free(kv->stage_memo.seqs); free(kv->stage_memo.count); free(kv->obs); free(kv->obs_gen);
     free(kv->score_ptr); free(kv->score_npos);
     free(kv->share); free(kv->share_room); free(kv->mark);
     free(kv->att_memo.slots), free(kv->att_memo.keep), free(kv->att_memo.n_pos), free(kv->att_memo.seq), free(kv->att_memo.pos);

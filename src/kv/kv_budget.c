@@ -95,7 +95,7 @@ int kv_tier_bound(const kv_cache *kv, int t, int n_ctx, int n_prompt) {
                                 kv_reserve_need(kv, n_ctx, n_prompt)));
     case BE_T1: return t1;
     case BE_T2: return t2;
-    default: return (kv->t2_staged ? t2 : 0) + (kv->o.staged ? t1 : 0); /* STAGE: one slot per position read through it */
+    default: return 0; /* STAGE: no slots of its own; it mirrors T1 and T2 and grows with them (kv_pool.c) */
     }
 }
 

@@ -7,6 +7,7 @@
 #include "base/err.h"
 #include "kv/kv_budget.h"
 #include "kv/kv_pool.h"
+#include "kv/kv_view.h"
 
 /* The baselines: every (layer, kv head) row within the limit of the policy's last step (plus the
  * tokens appended since, held by every row until the next step), evicted tokens held by no row,
@@ -59,9 +60,8 @@ static int check_seq(const kv_cache *kv, int q, int32_t *count[BE_N_POOLS], char
         }
         int staged = (t == BE_T2 && kv->t2_staged) || (t == BE_T1 && kv->o.staged);
         if (staged) {
-            if (a == BE_SLOT_NONE || BE_SLOT_TIER(a) != BE_STAGE || BE_SLOT_IDX(a) >= kv->tp[BE_STAGE].n_slots)
-                return tkv_errf(err, errlen, "seq %d: position %d in T%d is read through no stage slot", q, p, t);
-            count[BE_STAGE][BE_SLOT_IDX(a)]++;
+            if (a != kv_stage_slot(kv, r) || BE_SLOT_IDX(a) >= kv->tp[BE_STAGE].n_slots)
+                return tkv_errf(err, errlen, "seq %d: position %d in T%d is not read through its stage slot", q, p, t);
         } else if (a != r) {
             return tkv_errf(err, errlen, "seq %d: position %d is read from a place it is not", q, p);
         }

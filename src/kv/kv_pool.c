@@ -4,6 +4,8 @@
  * memory for T1 and T2); a shared T0 budget is allocated whole at init and never grows.
  * Slots are handed out lowest id first from a free stack (deterministic); each slot counts its
  * holders (sequences), so a prompt prefix can be held once by several sequences.
+ * STAGE hands out no slots: it mirrors the tiers read through it (kv_stage_slot), chunk for chunk,
+ * and grows with them.
  * Knows nothing about scores, budgets or policies. */
 #include <stdint.h>
 #include <stdio.h>
@@ -31,7 +33,29 @@ static void tier_layout(const kv_cache *kv, int t, be_kv_fmt *fmt, be_mem *mem, 
 
 static size_t chunk_bytes(const be_kv_pool *p) { return ((size_t)1 << p->chunk_shift) * (size_t)p->layers * p->record_bytes; }
 
-/* Adds one chunk to pool t; -1 with a message when the chunk array is full or memory is out. */
+int kv_stage_mirrors(const kv_cache *kv, int t) {
+    return (t == BE_T2 && kv->t2_staged) || (t == BE_T1 && kv->o.staged && kv->ops->uses_t1);
+}
+
+/* STAGE chunks that mirror n1 chunks of T1 and n2 of T2 (kv_stage_slot's layout) */
+static int64_t stage_chunks_for(const kv_cache *kv, int64_t n1, int64_t n2) {
+    int m1 = kv_stage_mirrors(kv, BE_T1), m2 = kv_stage_mirrors(kv, BE_T2);
+    if (m1 && m2) return 2 * (n1 > n2 ? n1 : n2);
+    return m1 ? n1 : m2 ? n2 : 0;
+}
+
+static int grow(kv_cache *kv, int t, char *err, size_t errlen);
+
+/* STAGE grown to mirror every chunk of the tiers read through it */
+static int stage_follow(kv_cache *kv, char *err, size_t errlen) {
+    int64_t want = stage_chunks_for(kv, kv->pools.pool[BE_T1].n_chunks, kv->pools.pool[BE_T2].n_chunks);
+    while (kv->pools.pool[BE_STAGE].n_chunks < want)
+        if (grow(kv, BE_STAGE, err, errlen)) return -1;
+    return 0;
+}
+
+/* Adds one chunk to pool t (and STAGE's mirror of it); -1 with a message when the chunk array is
+ * full or memory is out. */
 static int grow(kv_cache *kv, int t, char *err, size_t errlen) {
     be_kv_pool *bp = &kv->pools.pool[t];
     kv_tpool *p = &kv->tp[t];
@@ -54,7 +78,7 @@ static int grow(kv_cache *kv, int t, char *err, size_t errlen) {
     for (int i = 0; i < per; i++) p->free[i] = base + per - 1 - i;
     p->n_free += per;
     p->n_slots += per;
-    return 0;
+    return kv_stage_mirrors(kv, t) ? stage_follow(kv, err, errlen) : 0;
 }
 
 int kv_pools_init(kv_cache *kv, char *err, size_t errlen) {
@@ -74,11 +98,12 @@ int kv_pools_init(kv_cache *kv, char *err, size_t errlen) {
         tier_layout(kv, t, &bp->fmt, &bp->mem, &bp->layers);
         bp->chunk_shift = KV_CHUNK_SHIFT;
         bp->record_bytes = be_kv_record_bytes(bp->fmt, o->n_head_kv, o->head_dim);
-        int used = t == BE_T0 || (t == BE_T1 && kv->ops->uses_t1) || (t == BE_T2 && kv->ops->uses_t2) ||
-                   (t == BE_STAGE && (kv->t2_staged || (kv->ops->uses_t1 && o->staged)));
+        int used = t == BE_T0 || (t == BE_T1 && kv->ops->uses_t1) || (t == BE_T2 && kv->ops->uses_t2);
         int64_t slots = !used ? 0 : t == BE_T0 && kv->mode == KV_B_SHARED && kv->shared_tokens < all ? kv->shared_tokens : all;
         if (t == BE_T0 && kv->mode == KV_B_SHARED) p->cap_slots = kv->shared_tokens;
         int64_t chunks = (slots + per - 1) / per;
+        if (t == BE_STAGE) /* the mirror of the others at their caps (set above: STAGE comes last) */
+            chunks = stage_chunks_for(kv, kv->tp[BE_T1].cap_chunks, kv->tp[BE_T2].cap_chunks);
         if (chunks > (1 << 22)) chunks = 1 << 22;
         p->cap_chunks = (int)chunks;
         bp->chunks = tkv_xcalloc((size_t)(chunks > 0 ? chunks : 1), sizeof(void *));
@@ -91,7 +116,7 @@ int kv_pools_init(kv_cache *kv, char *err, size_t errlen) {
 
 int kv_pools_reserve(kv_cache *kv, char *err, size_t errlen) {
     int64_t per = (int64_t)1 << KV_CHUNK_SHIFT;
-    for (int t = 0; t < BE_N_POOLS; t++) {
+    for (int t = 0; t < BE_STAGE; t++) { /* STAGE grows with the tiers it mirrors */
         kv_tpool *p = &kv->tp[t];
         int64_t want = p->reserved < p->cap_slots ? p->reserved : p->cap_slots;
         if (want > (int64_t)p->cap_chunks * per) want = (int64_t)p->cap_chunks * per;

@@ -21,6 +21,8 @@ void kv_slot_hold(kv_cache *kv, int32_t ref);
 /* One holder fewer; the slot returns to its pool's free list at zero. Returns the holders left. */
 int kv_slot_drop(kv_cache *kv, int32_t ref);
 int kv_slot_holders(const kv_cache *kv, int32_t ref);
+/* 1 when tier t (T1 or T2) is read through STAGE: STAGE then mirrors its chunks (kv_stage_slot). */
+int kv_stage_mirrors(const kv_cache *kv, int t);
 /* Records the T0 peak after any change of its use. */
 void kv_pool_note_peak(kv_cache *kv, int tier);
 

@@ -24,8 +24,8 @@
  *     (t0_held, deferred ones it gave up included) never exceed its budget in the per-sequence modes;
  *   - protected positions are in T0 (an unpinned prompt, kv_options.unpin_prompt, in T0 or T1);
  *     T3 positions hold no slot and never change tier again;
- *   - att[pos] = ref[pos], except positions read through STAGE (T2, and T1 when staged), which own
- *     one stage slot each;
+ *   - att[pos] = ref[pos], except positions read through STAGE (T2, and T1 when staged), which read
+ *     the STAGE slot mirroring ref[pos] (kv_stage_slot); STAGE slots are never held;
  *   - hook-only policies (the baselines) protect nothing and use only T0 and T3: no (layer, kv head)
  *     row holds more than the limit their last step reported (plus the tokens appended since), a T3
  *     position is held by no row, and a T0 position by at least one (else its slot would be freed). */
@@ -148,8 +148,8 @@ typedef struct {
     uint64_t kv_gen;
     int valid, n, n_seqs, cap;
     kv_t1_read how;
-    int *seqs, *count;    /* [cap] the call's sequences as given, and the rows each stages a layer (0
-                             for a repeat) */
+    int *seqs, *count;    /* [cap] the call's sequences as given, and the rows each stages a layer
+                             that none before it in the call stages (0 for a repeat) */
     int64_t builds;       /* lists built since init (tests) */
 } kv_stage_memo;
 
@@ -186,8 +186,10 @@ struct kv_cache {
     uint64_t tables_gen;      /* bumps when any slot table may have changed: after appends and moves */
     kv_attn_memo att_memo;
     int64_t stage_bytes_layer;/* bytes one staged row pair takes (for bytes_staged) */
-    be_move *stage_moves;     /* [cap] stage copies of one layer */
+    be_move *stage_moves;     /* [cap] stage copies of one layer, in STAGE slot order */
     int cap_stage_moves;
+    uint64_t *stage_mark;     /* [cap] a bit per STAGE slot, set while a list is built (else all 0) */
+    int64_t cap_stage_mark;
     kv_stage_memo stage_memo; /* what stage_moves holds */
     int dev_scores;           /* generated queries' weights added on the backend (kv_scores.h) */
     int64_t score_reads;      /* reads of scores back from the backend, and their bytes */

@@ -1,10 +1,13 @@
 /* kv_view.c — what attention reads. Each sequence keeps a slot table `att` beside its true locations
  * `ref`: they agree except for positions read through STAGE (T2 where the backend cannot read it in
  * place or stage_t2 asks, dequantised there: a GPU; T1 too with --staged, the data path a GPU needs),
- * which own one stage slot each for as long as they stay in such a tier. The CPU backend reads T2
- * records where they lie (be_ops.attn_t2_fmts), so there its T2 positions have no stage slot.
- * Before a layer's attention kv_layer_begin fences the layer and copies that layer's rows of every
- * staged position of the batch into their stage slots (the STAGE pool is layer-less). A call that
+ * which read the STAGE slot that mirrors their true slot (kv_stage_slot) for as long as they stay in
+ * such a tier. The CPU backend reads T2 records where they lie (be_ops.attn_t2_fmts), so there its T2
+ * positions read no stage slot. Before a layer's attention kv_layer_begin fences the layer and copies
+ * that layer's rows of every staged position of the batch into their stage slots (the STAGE pool is
+ * layer-less), in STAGE slot order: slots consecutive in T1 (or T2) are consecutive in STAGE, so the
+ * copies merge into as few runs as the staged slots' ranges allow (long ones go to a GPU's copy
+ * engines) and a slot read by several sequences is copied once. A call that
  * reads T1 in place although the cache stages it (KV_T1_IN_PLACE: split attention's decode steps)
  * stages no T1 row and gets tables with T1 positions at their true slots (att_ip, built from att
  * and ref once per change of the tables); its T1 positions keep their stage slots meanwhile.
@@ -26,24 +29,31 @@ static int staged_tier(const kv_cache *kv, int32_t ref) {
     return (t == BE_T2 && kv->t2_staged) || (t == BE_T1 && kv->o.staged);
 }
 
+/* Slot i of T1 or T2 sits at the same place of a STAGE chunk: chunk c of the tier is STAGE chunk c
+ * when one tier is staged, 2c (T1) or 2c + 1 (T2) when both are (kv_pool.c grows STAGE to match). */
+int32_t kv_stage_slot(const kv_cache *kv, int32_t ref) {
+    int32_t i = BE_SLOT_IDX(ref);
+    if (!(kv_stage_mirrors(kv, BE_T1) && kv_stage_mirrors(kv, BE_T2))) return BE_SLOT(BE_STAGE, i);
+    int32_t c = i >> KV_CHUNK_SHIFT, off = i & ((1 << KV_CHUNK_SHIFT) - 1);
+    return BE_SLOT(BE_STAGE, ((2 * c + (BE_SLOT_TIER(ref) == BE_T2)) << KV_CHUNK_SHIFT) | off);
+}
+
+/* kv_stage_slot's inverse: the true slot a STAGE slot mirrors */
+static int32_t stage_source(const kv_cache *kv, int32_t stage_idx) {
+    int m1 = kv_stage_mirrors(kv, BE_T1);
+    if (!(m1 && kv_stage_mirrors(kv, BE_T2))) return BE_SLOT(m1 ? BE_T1 : BE_T2, stage_idx);
+    int32_t sc = stage_idx >> KV_CHUNK_SHIFT, off = stage_idx & ((1 << KV_CHUNK_SHIFT) - 1);
+    return BE_SLOT(sc & 1 ? BE_T2 : BE_T1, ((sc >> 1) << KV_CHUNK_SHIFT) | off);
+}
+
 void kv_att_release(kv_cache *kv, kv_seq *s, int pos) {
-    int32_t a = s->att[pos];
-    if (a != BE_SLOT_NONE && BE_SLOT_TIER(a) == BE_STAGE) kv_slot_drop(kv, a);
+    (void)kv;
     s->att[pos] = BE_SLOT_NONE;
 }
 
 void kv_att_update(kv_cache *kv, kv_seq *s, int pos) {
-    int32_t r = s->ref[pos], a = s->att[pos];
-    int has_stage = a != BE_SLOT_NONE && BE_SLOT_TIER(a) == BE_STAGE;
-    if (staged_tier(kv, r)) {
-        if (!has_stage) {
-            s->att[pos] = kv_slot_alloc(kv, BE_STAGE);
-            TKV_ASSERT(s->att[pos] != BE_SLOT_NONE);
-        }
-        return;
-    }
-    if (has_stage) kv_slot_drop(kv, a);
-    s->att[pos] = r;
+    int32_t r = s->ref[pos];
+    s->att[pos] = staged_tier(kv, r) ? kv_stage_slot(kv, r) : r;
 }
 
 void kv_set_keep(const kv_cache *kv, kv_seq *s, int pos, uint8_t v) {
@@ -128,26 +138,25 @@ void kv_attn_mass(kv_cache *kv, int layer, const int *seq, const int *pos, int n
     kv_observe_batch(kv, layer, seq, pos, n, w, stride);
 }
 
-/* Appends a copy of every staged position of s into its stage slot to the list, T1's only when `t1`
- * is set. */
-static int collect_stage(kv_cache *kv, kv_seq *s, int n, int t1) {
+/* Marks the stage slot of every staged position of s (T1's only when `t1` is set) in kv->stage_mark;
+ * returns how many it marked first. */
+static int mark_stage(kv_cache *kv, const kv_seq *s, int t1) {
+    int n = 0;
     for (int p = 0; p < s->len; p++) {
         int32_t a = s->att[p];
         if (a == BE_SLOT_NONE || BE_SLOT_TIER(a) != BE_STAGE) continue;
         if (!t1 && BE_SLOT_TIER(s->ref[p]) == BE_T1) continue;
-        if (n == kv->cap_stage_moves) {
-            int c = n ? 2 * n : 256;
-            be_move *m = realloc(kv->stage_moves, (size_t)c * sizeof *m);
-            TKV_ASSERT(m);
-            kv->stage_moves = m;
-            kv->cap_stage_moves = c;
-        }
-        kv->stage_moves[n++] = (be_move){s->ref[p], a};
+        int32_t i = BE_SLOT_IDX(a);
+        uint64_t bit = (uint64_t)1 << (i & 63);
+        if (kv->stage_mark[i >> 6] & bit) continue;
+        kv->stage_mark[i >> 6] |= bit;
+        n++;
     }
     return n;
 }
 
-/* stage_moves for these sequences and this T1 read, built unless the last one stands */
+/* stage_moves for these sequences and this T1 read, built unless the last one stands: the marked
+ * stage slots in increasing order, each with the true slot it mirrors (the marks cleared again) */
 static void stage_list(kv_cache *kv, const int *seqs, int n_seqs, kv_t1_read how) {
     kv_stage_memo *m = &kv->stage_memo;
     if (m->valid && m->kv_gen == kv->tables_gen && m->how == how && m->n_seqs == n_seqs &&
@@ -159,13 +168,34 @@ static void stage_list(kv_cache *kv, const int *seqs, int n_seqs, kv_t1_read how
         m->count = tkv_xmalloc((size_t)n_seqs * sizeof *m->count);
         m->cap = n_seqs;
     }
+    int64_t words = (kv->tp[BE_STAGE].n_slots + 63) / 64;
+    if (words > kv->cap_stage_mark) {
+        free(kv->stage_mark);
+        kv->stage_mark = tkv_xcalloc((size_t)words, sizeof *kv->stage_mark);
+        kv->cap_stage_mark = words;
+    }
     int n = 0;
     for (int i = 0; i < n_seqs; i++) {
-        int dup = 0, before = n;
+        int dup = 0;
         for (int j = 0; j < i && !dup; j++) dup = seqs[j] == seqs[i];
-        if (!dup) n = collect_stage(kv, kv_get_seq(kv, seqs[i]), n, how != KV_T1_IN_PLACE);
-        m->seqs[i] = seqs[i], m->count[i] = n - before; /* a repeated sequence: 0 rows */
+        m->seqs[i] = seqs[i];
+        m->count[i] = dup ? 0 : mark_stage(kv, kv_get_seq(kv, seqs[i]), how != KV_T1_IN_PLACE); /* a repeat: 0 rows */
+        n += m->count[i];
     }
+    if (n > kv->cap_stage_moves) {
+        int c = n > 2 * kv->cap_stage_moves ? n : 2 * kv->cap_stage_moves;
+        free(kv->stage_moves);
+        kv->stage_moves = tkv_xmalloc((size_t)c * sizeof *kv->stage_moves);
+        kv->cap_stage_moves = c;
+    }
+    int k = 0;
+    for (int64_t w = 0; w < words && k < n; w++)
+        for (uint64_t b = kv->stage_mark[w]; b; b &= b - 1) {
+            int32_t i = (int32_t)(w * 64 + __builtin_ctzll(b));
+            kv->stage_moves[k++] = (be_move){stage_source(kv, i), BE_SLOT(BE_STAGE, i)};
+        }
+    for (int64_t w = 0; w < words; w++) kv->stage_mark[w] = 0;
+    TKV_ASSERT(k == n);
     m->n = n, m->n_seqs = n_seqs, m->kv_gen = kv->tables_gen, m->how = how, m->valid = 1;
     m->builds++;
 }
