@@ -22,13 +22,6 @@
 #define QWEN2 "fixtures/models/qwen2-Q4_K_M.gguf"
 
 #ifdef TKV_CUDA
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* engine i (0: graphs off, 1: on) of these KV options; NULL with the reason printed */
 static te_engine *open_gpu(const kv_options *kv, int n_seq, int graphs, char *why, size_t n) {
     te_options o;
@@ -76,7 +69,7 @@ static int lockstep(const kv_options *kv, int n_seq, int n_gen, cuda_graph_stats
         }
     }
     for (int s = 0; s < n_gen && !rc; s++, call++) {
-        for (int q = 0; q < n_seq; q++) tok[q] = argmax(lg[0] + (size_t)q * V, V);
+        for (int q = 0; q < n_seq; q++) tok[q] = tkv_argmax(lg[0] + (size_t)q * V, V);
         for (int i = 0; i < 2 && !rc; i++) rc = te_decode(e[i], seqs, tok, n_seq, lg[i], why, sizeof why) ? -2 : 0;
         if (!rc && diff < 0 && memcmp(lg[0], lg[1], (size_t)n_seq * row)) diff = call;
     }

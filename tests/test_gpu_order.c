@@ -26,13 +26,6 @@
 
 #define QWEN2 "fixtures/models/qwen2-Q4_K_M.gguf"
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* Greedy decoding of n_gen steps after an np-token prompt (prefilled in chunks of `chunk`) on the
  * reference options and on the candidate's; returns the first logits row that differs (-1: none),
  * -2 on an engine failure. st: the candidate's statistics at the end. */
@@ -59,7 +52,7 @@ static int lockstep(const te_options *ref_o, const te_options *cand_o, int np, i
     for (int s = 0; s < n_gen && !rc; s++) {
         for (int i = 0; i < 2 && !rc; i++) {
             int seq = 0;
-            int32_t tok = argmax(lg[i], V);
+            int32_t tok = tkv_argmax(lg[i], V);
             if (te_decode(e[i], &seq, &tok, 1, lg[i], err, sizeof err)) rc = -2;
         }
         if (!rc && diff < 0 && memcmp(lg[0], lg[1], (size_t)V * sizeof(float))) diff = s + 1;
@@ -203,7 +196,7 @@ TEST(gpu_order_pools_reserved_before_steps) {
         for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
         rc = te_prefill(e, 0, prompt, NP, lg, 0, err, sizeof err);
         for (int s = NP; s < CTX && !rc; s++) {
-            int32_t tok = argmax(lg, V);
+            int32_t tok = tkv_argmax(lg, V);
             rc = te_decode(e, &seq, &tok, 1, lg, err, sizeof err);
         }
         CHECKF(!rc, "%s: %s", cs[c].name, err);
@@ -382,7 +375,7 @@ TEST(gpu_order_staged_split_two_sequences) {
     kv_get_stats(te_kv(e[1]), -1, &a);
     for (int s = 0; s < 60; s++) {
         int32_t tok[2];
-        for (int q = 0; q < 2; q++) tok[q] = argmax(lg[0] + (size_t)q * V, V);
+        for (int q = 0; q < 2; q++) tok[q] = tkv_argmax(lg[0] + (size_t)q * V, V);
         for (int b = 0; b < 2; b++) REQUIRE(te_decode(e[b], seqs, tok, 2, lg[b], err, sizeof err) == 0);
         if (diff < 0 && memcmp(lg[0], lg[1], (size_t)V * 8)) diff = s;
     }
@@ -448,10 +441,10 @@ TEST(gpu_order_staged_prefill_split_decode) {
                     te_prefill(es, 0, prompt + at, 8, b, 0, err, sizeof err) == 0);
         double worst = 0;
         for (int s = 0; s < 100; s++) {
-            int32_t t = argmax(a, V);
+            int32_t t = tkv_argmax(a, V);
             REQUIRE(te_decode(ef, &seq, &t, 1, a, err, sizeof err) == 0 && te_decode(es, &seq, &t, 1, b, err, sizeof err) == 0);
             for (int i = 0; i < V; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
-            top1 += argmax(a, V) == argmax(b, V), rows++;
+            top1 += tkv_argmax(a, V) == tkv_argmax(b, V), rows++;
         }
         printf("    staged + split against full: %d decode rows, top-1 equal on %d, max |logit difference| %.2e\n", rows,
                top1, worst);
@@ -513,7 +506,7 @@ static int bracket_run(const te_options *o, uint64_t *steps, uint64_t *breaks) {
         if (te_prefill(e, 0, prompt + at, 8, lg, 0, err, sizeof err)) calls = -1000;
     for (int s = 0; s < 60; s++, calls++) {
         int seq = 0;
-        int32_t tok = argmax(lg, V);
+        int32_t tok = tkv_argmax(lg, V);
         if (te_decode(e, &seq, &tok, 1, lg, err, sizeof err)) calls = -1000;
     }
     cpu_async_steps(te_kv(e)->be, steps, breaks);

@@ -58,13 +58,6 @@ static void bad(cand *c, int step, const char *what) {
     if (c->bad++ == 0) fprintf(stderr, "    %s: step %d: %s\n", c->name, step, what);
 }
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 static void prompt_ids(int32_t *p, int n, int vocab) {
     for (int i = 0; i < n; i++) p[i] = (int32_t)(((int64_t)i * 7919 + 13) % vocab);
 }
@@ -114,11 +107,11 @@ static int lockstep_with(const char *model, int threads, int np, int n_gen, cons
         if (memcmp(lg, c[i].lg, (size_t)V * sizeof(float)) && c[i].first_diff < 0) c[i].first_diff = 0;
     }
     for (int s = 0; s < n_gen; s++) {
-        int32_t tok = argmax(lg, V);
+        int32_t tok = tkv_argmax(lg, V);
         int seq = 0;
         if (te_decode(ref, &seq, &tok, 1, lg, err, sizeof err)) goto fail;
         for (int i = 0; i < k; i++) {
-            int32_t t = argmax(c[i].lg, V);
+            int32_t t = tkv_argmax(c[i].lg, V);
             if (te_decode(c[i].e, &seq, &t, 1, c[i].lg, err, sizeof err)) goto fail;
             if (c[i].first_diff < 0 && memcmp(lg, c[i].lg, (size_t)V * sizeof(float)))
                 c[i].first_diff = s + 1;

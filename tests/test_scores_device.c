@@ -18,13 +18,6 @@
 #define QWEN2 "fixtures/models/qwen2-Q4_K_M.gguf"
 #define N_ENG 3
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 static te_options opts(const char *backend, int host_scores, int n_seq, int shared) {
     te_options o;
     te_options_default(&o);
@@ -70,7 +63,7 @@ static void run(const char *path, int n_seq, int shared, int n_gen) {
     int diff_logits = -1, diff_tier = -1;
     for (int s = 0; s < n_gen; s++) {
         int32_t tok[2];
-        for (int q = 0; q < n_seq; q++) tok[q] = argmax(lg[0] + (size_t)q * V, V);
+        for (int q = 0; q < n_seq; q++) tok[q] = tkv_argmax(lg[0] + (size_t)q * V, V);
         for (int i = 0; i < N_ENG; i++) REQUIRE(te_decode(e[i], seqs, tok, n_seq, lg[i], err, sizeof err) == 0);
         for (int i = 1; i < N_ENG; i++) {
             if (diff_logits < 0 && memcmp(lg[0], lg[i], (size_t)V * n_seq * sizeof(float))) diff_logits = s;

@@ -355,13 +355,6 @@ TEST(t2_attn_split_parts) {
 #define QWEN2 "fixtures/models/qwen2-Q4_K_M.gguf"
 #define LLAMA "fixtures/models/llama-Q8_0.gguf"
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* Policy quant (T0 30%, re-tiered every 8 steps, a 16-token window) with T2 codec `codec`, staged
  * (--stage-t2) and direct, beside policy full with an f16 and an f32 cache, all fed the same tokens
  * (full's greedy choice). Out: the largest |direct - staged|, |staged - full| and |f16 - f32 cache|
@@ -401,7 +394,7 @@ static void model_run(const char *path, const char *codec, model_diff *r) {
     }
     memset(r, 0, sizeof *r);
     for (int s = 0; s < NG; s++) {
-        int32_t tok = argmax(lg[0], V);
+        int32_t tok = tkv_argmax(lg[0], V);
         int seq = 0, t2 = 0, len = kv_seq_len(te_kv(e[3]), 0);
         for (int p = 0; p < len; p++) t2 |= kv_token_tier(te_kv(e[3]), 0, p) == 2;
         for (int i = 0; i < NE; i++) TKV_ASSERT(te_decode(e[i], &seq, &tok, 1, lg[i], err, sizeof err) == 0);
