@@ -58,8 +58,7 @@ static int check_seq(const kv_cache *kv, int q, int32_t *count[BE_N_POOLS], char
                 return tkv_errf(err, errlen, "seq %d: position %d has a bad slot (tier %d, slot %d)", q, p, t, BE_SLOT_IDX(r));
             count[t][BE_SLOT_IDX(r)]++;
         }
-        int staged = (t == BE_T2 && kv->t2_staged) || (t == BE_T1 && kv->o.staged);
-        if (staged) {
+        if (kv_stage_mirrors(kv, t)) {
             if (a != kv_stage_slot(kv, r) || BE_SLOT_IDX(a) >= kv->tp[BE_STAGE].n_slots)
                 return tkv_errf(err, errlen, "seq %d: position %d in T%d is not read through its stage slot", q, p, t);
         } else if (a != r) {

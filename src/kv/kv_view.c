@@ -23,12 +23,6 @@
 #include "kv/kv_scores.h"
 #include "kv/kv_view.h"
 
-static int staged_tier(const kv_cache *kv, int32_t ref) {
-    if (ref == BE_SLOT_NONE) return 0;
-    int t = BE_SLOT_TIER(ref);
-    return (t == BE_T2 && kv->t2_staged) || (t == BE_T1 && kv->o.staged);
-}
-
 /* Slot i of T1 or T2 sits at the same place of a STAGE chunk: chunk c of the tier is STAGE chunk c
  * when one tier is staged, 2c (T1) or 2c + 1 (T2) when both are (kv_pool.c grows STAGE to match). */
 int32_t kv_stage_slot(const kv_cache *kv, int32_t ref) {
@@ -53,7 +47,7 @@ void kv_att_release(kv_cache *kv, kv_seq *s, int pos) {
 
 void kv_att_update(kv_cache *kv, kv_seq *s, int pos) {
     int32_t r = s->ref[pos];
-    s->att[pos] = staged_tier(kv, r) ? kv_stage_slot(kv, r) : r;
+    s->att[pos] = kv_stage_mirrors(kv, kv_ref_tier(r)) ? kv_stage_slot(kv, r) : r; /* no tier of NONE mirrors */
 }
 
 void kv_set_keep(const kv_cache *kv, kv_seq *s, int pos, uint8_t v) {
@@ -189,12 +183,13 @@ static void stage_list(kv_cache *kv, const int *seqs, int n_seqs, kv_t1_read how
         kv->cap_stage_moves = c;
     }
     int k = 0;
-    for (int64_t w = 0; w < words && k < n; w++)
+    for (int64_t w = 0; w < words && k < n; w++) { /* past the last mark every word is 0 already */
         for (uint64_t b = kv->stage_mark[w]; b; b &= b - 1) {
             int32_t i = (int32_t)(w * 64 + __builtin_ctzll(b));
             kv->stage_moves[k++] = (be_move){stage_source(kv, i), BE_SLOT(BE_STAGE, i)};
         }
-    for (int64_t w = 0; w < words; w++) kv->stage_mark[w] = 0;
+        kv->stage_mark[w] = 0;
+    }
     TKV_ASSERT(k == n);
     m->n = n, m->n_seqs = n_seqs, m->kv_gen = kv->tables_gen, m->how = how, m->valid = 1;
     m->builds++;
