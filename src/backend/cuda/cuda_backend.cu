@@ -44,6 +44,9 @@ void cu_require_device_readable(const void *p, const char *what) {
                  __FILE__, __LINE__);
 }
 
+/* the host's wait since t0 added to a counter of host_wait_seconds */
+static void add_wait(int64_t *ns, double t0) { __atomic_fetch_add(ns, (int64_t)((tkv_now_s() - t0) * 1e9), __ATOMIC_RELAXED); }
+
 /* ---- rings ---- */
 
 static void ring_init(cu_ring *r, size_t bytes, cudaStream_t s) {
@@ -78,7 +81,7 @@ uint8_t *cu_ring_reserve(cu_ring *r, size_t bytes, size_t align, uint8_t **dev) 
     if (entered >= 0 && r->recorded[entered]) {
         double t0 = tkv_now_s();
         CUDA_CHECK(cudaEventSynchronize(r->ev[entered]));
-        __atomic_fetch_add(&r->wait_ns, (int64_t)((tkv_now_s() - t0) * 1e9), __ATOMIC_RELAXED);
+        add_wait(&r->wait_ns, t0);
     }
     if (dev) *dev = r->dev + at;
     return r->host + at;
@@ -197,7 +200,7 @@ static void cu_free(be_backend *b, void *p, be_mem mem) {
 void cu_sync(cu_backend *B, cudaStream_t s) {
     double t0 = tkv_now_s();
     CUDA_CHECK(cudaStreamSynchronize(s));
-    __atomic_fetch_add(&B->host_wait_ns, (int64_t)((tkv_now_s() - t0) * 1e9), __ATOMIC_RELAXED);
+    add_wait(&B->host_wait_ns, t0);
 }
 
 /* the forward's waits: the syncs above and the argument ring's (the move ring's are the transfer
