@@ -438,6 +438,28 @@ static int hazard_moves(be_move *mv, int cap, int slots, int mild) {
     return n;
 }
 
+/* Moves between two disjoint sets of tiers (no move reads what another writes, as staging's T1/T2 to
+ * STAGE), destinations in increasing order (cu_group_moves' one-group case); or with one destination
+ * written twice, in decreasing order, or the last move reading the first one's destination (each
+ * planned by the general pass). */
+static int disjoint_moves(be_move *mv, int cap, int slots, int kind) {
+    int from_low = (int)(rnd() % 2), n = 0; /* {T0, T1} -> {T2, STAGE}, or the other way */
+    for (int t = 0; t < 2; t++)
+        for (int s = 0; s < slots && n < cap; s++) {
+            if (rnd() % 3 == 0) continue;
+            int src_t = from_low ? (int)(rnd() % 2) : 2 + (int)(rnd() % 2), dst_t = from_low ? 2 + t : t;
+            mv[n++] = (be_move){BE_SLOT(src_t, (int)(rnd() % (unsigned)slots)), BE_SLOT(dst_t, s)};
+        }
+    if (kind == 1 && n > 2) mv[n - 1].dst = mv[(int)(rnd() % (unsigned)(n - 1))].dst;
+    if (kind == 3 && n > 2) mv[n - 1].src = mv[0].dst; /* reads what the first move wrote */
+    if (kind == 2)
+        for (int i = 0; i < n / 2; i++) {
+            be_move t = mv[i];
+            mv[i] = mv[n - 1 - i], mv[n - 1 - i] = t;
+        }
+    return n;
+}
+
 TEST(cuda_host_move_groups) {
     be_backend *cpu = NULL;
     char err[256];
@@ -460,7 +482,9 @@ TEST(cuda_host_move_groups) {
         hpools_init(&dev, 3, 2, 32, f, 3, 4), hpools_init(&old, 3, 2, 32, f, 3, 4);
         for (int list = 0; list < LISTS; list++) {
             int mild = list % 3 == 0, slots = mild ? 32 : 4 + (int)(rnd() % 12); /* few slots: many hazards */
-            int n = hazard_moves(mv, mild ? 12 : 16 + (int)(rnd() % (CAP - 16)), slots, mild), layer = (int)(rnd() % 3);
+            int n = list % 5 == 4 ? disjoint_moves(mv, CAP, 32, list / 5 % 4)
+                                  : hazard_moves(mv, mild ? 12 : 16 + (int)(rnd() % (CAP - 16)), slots, mild);
+            int layer = (int)(rnd() % 3);
             fill_pools_random(&init);
             /* the CPU backend: list order */
             pools_copy(&ref, &init);
@@ -509,56 +533,78 @@ TEST(cuda_host_move_groups) {
     be_close(cpu);
 }
 
-/* The group cache (cuda_plan.h): a move list's groups and phases are the same at every layer, so the
- * same list again (staging, once per layer) is not planned again; a list that differs in one move,
- * or the same list over other pools, is planned afresh. Every cached answer equals cu_group_moves'. */
+/* The group cache (cuda_plan.h): a move list's groups and phases are the same at every layer, and its
+ * runs differ by their addresses only, so the same list again (staging, once per layer) is not planned
+ * again; a list that differs in one move, the same list over other pools, or over the same chunk
+ * table holding another chunk, is planned afresh. Every cached answer equals cu_group_moves' and
+ * cu_runs_of's at that layer. The lists: hazards over a few slots (short runs), and staging lists of
+ * consecutive slots with holes (long runs, across chunks). */
+static int stage_like_moves(be_move *mv, int cap, int slots) {
+    int n = 0;
+    for (int s = (int)(rnd() % 4); s < slots && n < cap; s++)
+        if (rnd() % 7) mv[n++] = (be_move){BE_SLOT(s >= 40 && s < 48 ? BE_T2 : BE_T1, s), BE_SLOT(BE_STAGE, s)};
+    return n;
+}
+
+/* cu_plan_moves_cached's answer against cu_group_moves and cu_runs_of at `layer` */
+static int plan_differs(cu_group_cache *c, const be_kv_pools *p, const be_move *mv, int n, int layer, uint64_t *ws) {
+    enum { CAP = 96 };
+    uint8_t phase[CAP], cphase[CAP];
+    int starts[CAP + 1], cstarts[CAP + 1], run_starts[CAP + 1];
+    cu_move_run runs[CAP], cruns[CAP];
+    if (n > CAP) return 1;
+    int g = cu_group_moves(p, mv, n, layer, phase, starts, ws);
+    int cg = cu_plan_moves_cached(c, p, mv, n, layer, cphase, cstarts, cruns, run_starts, ws);
+    if (cg != g || memcmp(cphase, phase, (size_t)n) || memcmp(cstarts, starts, ((size_t)g + 1) * sizeof(int))) return 1;
+    if (run_starts[0] != 0) return 1;
+    for (int k = 0; k < g; k++) {
+        int nr = cu_runs_of(p, mv + starts[k], starts[k + 1] - starts[k], layer, phase + starts[k], runs);
+        if (!runs_equal(cruns + run_starts[k], run_starts[k + 1] - run_starts[k], runs, nr)) return 1;
+    }
+    return 0;
+}
+
 TEST(cuda_host_group_cache) {
-    const be_kv_fmt f[4] = {BE_KV_F16, BE_KV_F16, BE_KV_F16, BE_KV_F16};
+    const be_kv_fmt f[4] = {BE_KV_F16, BE_KV_F16, BE_KV_Q8_HEAD, BE_KV_F16};
     enum { CAP = 96, LISTS = 200, L = 3 };
     be_move mv[CAP];
-    uint8_t phase[L][CAP], cphase[CAP];
-    int starts[L][CAP + 1], cstarts[CAP + 1];
     uint64_t ws[CU_MOVE_WS_WORDS(CAP)];
     hpools a, b;
-    hpools_init(&a, L, 2, 32, f, 3, 4), hpools_init(&b, L, 2, 32, f, 3, 4);
+    hpools_init(&a, L, 2, 32, f, 3, 8), hpools_init(&b, L, 2, 32, f, 3, 8);
     cu_group_cache c;
     memset(&c, 0, sizeof c);
-    int bad_layer = 0, bad_cache = 0;
-    uint64_t want_hits = 0;
+    int bad = 0, long_runs = 0;
+    uint64_t want_hits = 0, want_misses = 0;
     for (int list = 0; list < LISTS; list++) {
-        int mild = list % 3 == 0, slots = mild ? 32 : 4 + (int)(rnd() % 12);
-        int n = hazard_moves(mv, mild ? 12 : 16 + (int)(rnd() % (CAP - 16)), slots, mild);
-        int ng[L];
-        for (int l = 0; l < L; l++) {
-            ng[l] = cu_group_moves(&a.p, mv, n, l, phase[l], starts[l], ws);
-            bad_layer += ng[l] != ng[0] || memcmp(phase[l], phase[0], (size_t)n) ||
-                         memcmp(starts[l], starts[0], ((size_t)ng[0] + 1) * sizeof(int));
-        }
+        int mild = list % 3 == 0, slots = mild ? 32 : 4 + (int)(rnd() % 12), n;
+        if (list % 4 == 3) n = stage_like_moves(mv, CAP, 64);
+        else n = hazard_moves(mv, mild ? 12 : 16 + (int)(rnd() % (CAP - 16)), slots, mild);
         for (int rep = 0; rep < 2; rep++) /* a step's layers, twice: one plan, then hits */
-            for (int l = 0; l < L; l++) {
-                int g = cu_group_moves_cached(&c, &a.p, mv, n, l, cphase, cstarts, ws);
-                bad_cache += g != ng[l] || memcmp(cphase, phase[l], (size_t)n) ||
-                             memcmp(cstarts, starts[l], ((size_t)g + 1) * sizeof(int));
-            }
-        want_hits += 2 * L - 1;
+            for (int l = 0; l < L; l++) bad += plan_differs(&c, &a.p, mv, n, l, ws);
+        want_hits += 2 * L - 1, want_misses++;
+        if (list % 4 == 3) long_runs += c.n_runs < n / 2;
         /* one move changed: planned afresh */
         int k = (int)(rnd() % (unsigned)n);
         be_move keep = mv[k];
         mv[k].dst = BE_SLOT(BE_SLOT_TIER(mv[k].dst), (int)(((uint32_t)mv[k].dst & 0x3fffffffu) + 1) % slots);
-        int g0 = cu_group_moves(&a.p, mv, n, 0, phase[0], starts[0], ws);
-        uint64_t misses = c.misses;
-        int g = cu_group_moves_cached(&c, &a.p, mv, n, 0, cphase, cstarts, ws);
-        bad_cache += c.misses != misses + 1 || g != g0 || memcmp(cphase, phase[0], (size_t)n);
+        bad += plan_differs(&c, &a.p, mv, n, 1, ws);
         mv[k] = keep;
-        /* the same list over other pools: planned afresh */
-        misses = c.misses;
-        (void)cu_group_moves_cached(&c, &b.p, mv, n, 0, cphase, cstarts, ws);
-        bad_cache += c.misses != misses + 1;
+        /* the same list over other pools; then over a's table with one chunk replaced */
+        bad += plan_differs(&c, &b.p, mv, n, 2, ws);
+        int t = BE_SLOT_TIER(mv[0].src), ch = BE_SLOT_IDX(mv[0].src) >> 3;
+        void *was = a.chunks[t][ch];
+        a.chunks[t][ch] = b.chunks[t][ch];
+        bad += plan_differs(&c, &a.p, mv, n, 0, ws);
+        a.chunks[t][ch] = was;
+        want_misses += 3;
     }
-    printf("    %d lists: %llu answers from the cache, %llu planned\n", LISTS, (unsigned long long)c.hits, (unsigned long long)c.misses);
-    CHECKF(bad_layer == 0, "%d lists whose groups differ between layers", bad_layer);
-    CHECKF(bad_cache == 0, "%d cached answers differ from cu_group_moves'", bad_cache);
-    CHECKF(c.hits == want_hits, "hits %llu, expected %llu", (unsigned long long)c.hits, (unsigned long long)want_hits);
+    printf("    %d lists: %llu answers from the cache, %llu planned; %d staging lists of long runs\n", LISTS,
+           (unsigned long long)c.hits, (unsigned long long)c.misses, long_runs);
+    CHECKF(bad == 0, "%d cached answers differ from cu_group_moves' and cu_runs_of's", bad);
+    CHECKF(c.hits == want_hits && c.misses == want_misses, "hits %llu misses %llu, expected %llu and %llu",
+           (unsigned long long)c.hits, (unsigned long long)c.misses, (unsigned long long)want_hits,
+           (unsigned long long)want_misses);
+    CHECK(long_runs == LISTS / 4);
     cu_group_cache_free(&c);
     hpools_free(&a), hpools_free(&b);
 }

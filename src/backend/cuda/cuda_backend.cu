@@ -313,6 +313,7 @@ static void cu_close(be_backend *b) {
     free(B->runs);
     free(B->move_phase);
     free(B->move_starts);
+    free(B->run_starts);
     free(B->tok);
     free(B->pieces);
     free(B->uptr);

@@ -226,11 +226,13 @@ static void grow_move_ws(cu_backend *B, int n) {
     free(B->runs);
     free(B->move_phase);
     free(B->move_starts);
+    free(B->run_starts);
     B->move_ws = (uint64_t *)malloc(CU_MOVE_WS_WORDS(cap) * sizeof(uint64_t));
     B->runs = (cu_move_run *)malloc((size_t)cap * sizeof(cu_move_run));
     B->move_phase = (uint8_t *)malloc((size_t)cap);
     B->move_starts = (int *)malloc(((size_t)cap + 1) * sizeof(int));
-    CU_REQUIRE(B->move_ws && B->runs && B->move_phase && B->move_starts, "out of host memory");
+    B->run_starts = (int *)malloc(((size_t)cap + 1) * sizeof(int));
+    CU_REQUIRE(B->move_ws && B->runs && B->move_phase && B->move_starts && B->run_starts, "out of host memory");
     B->move_cap = cap;
 }
 
@@ -314,20 +316,20 @@ static void launch_runs(cu_backend *B, const be_kv_pools *p, const cu_move_run *
 
 /* The runs of one group, phase by phase: the long plain runs to the copy engines, the rest, in
  * order, to the kernel. */
-static void run_group(cu_backend *B, const be_kv_pools *p, int n_runs, kv_geom g) {
+static void run_group(cu_backend *B, const be_kv_pools *p, const cu_move_run *runs, int n_runs, kv_geom g) {
     for (int r0 = 0; r0 < n_runs;) {
         int r1 = r0;
-        while (r1 < n_runs && B->runs[r1].phase == B->runs[r0].phase) r1++;
+        while (r1 < n_runs && runs[r1].phase == runs[r0].phase) r1++;
         int k0 = r0;
         for (int r = r0; r <= r1; r++) {
-            const cu_move_run *u = &B->runs[r];
+            const cu_move_run *u = &runs[r];
             int dma = r < r1 && u->same && !is_host(p, u->src_tier) && !is_host(p, u->dst_tier) &&
                       (size_t)u->n * u->src_bytes >= CU_DMA_MIN;
             if (r < r1 && !dma) continue;
-            if (k0 < r) launch_runs(B, p, B->runs, k0, r, g);
+            if (k0 < r) launch_runs(B, p, runs, k0, r, g);
             if (dma)
-                CUDA_CHECK(cudaMemcpyAsync((void *)(uintptr_t)B->runs[r].dst, (const void *)(uintptr_t)B->runs[r].src,
-                                           (size_t)B->runs[r].n * B->runs[r].src_bytes, cudaMemcpyDefault, B->copy));
+                CUDA_CHECK(cudaMemcpyAsync((void *)(uintptr_t)u->dst, (const void *)(uintptr_t)u->src,
+                                           (size_t)u->n * u->src_bytes, cudaMemcpyDefault, B->copy));
             k0 = r + 1;
         }
         r0 = r1;
@@ -345,19 +347,16 @@ void cu_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, in
     grow_move_ws(B, n);
     int to_stage = 0;
     for (int i = 0; i < n; i++) to_stage |= BE_SLOT_TIER(moves[i].dst) == BE_STAGE;
-    /* staging sends the same list for every layer of a step: planned once (cuda_plan.h) */
-    int n_groups = cu_group_moves_cached(&B->gcache, p, moves, n, layer, B->move_phase, B->move_starts, B->move_ws);
+    /* staging sends the same list for every layer of a step: planned once a step (cuda_plan.h) */
+    int n_groups = cu_plan_moves_cached(&B->gcache, p, moves, n, layer, B->move_phase, B->move_starts, B->runs,
+                                        B->run_starts, B->move_ws);
     if (to_stage) {
         int ls = p->pool[BE_STAGE].layers;
         CU_REQUIRE(ls >= 1 && ls <= CU_MAX_STAGE_LAYERS, "copy_moves: STAGE pool with too many layers");
         CUDA_CHECK(cudaStreamWaitEvent(B->copy, B->stage_ev[layer % ls], 0));
     }
     kv_geom g = geom_of(p);
-    for (int k = 0; k < n_groups; k++) {
-        int i0 = B->move_starts[k], i1 = B->move_starts[k + 1];
-        int n_runs = cu_runs_of(p, moves + i0, i1 - i0, layer, B->move_phase + i0, B->runs);
-        run_group(B, p, n_runs, g);
-    }
+    for (int k = 0; k < n_groups; k++) run_group(B, p, B->runs + B->run_starts[k], B->run_starts[k + 1] - B->run_starts[k], g);
     CUDA_CHECK(cudaEventRecord(B->layer_ev[layer], B->copy));
     pthread_mutex_unlock(&B->mv_lock);
 }

@@ -101,11 +101,29 @@ int cu_plan_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, cu_
  * record the group wrote or its phase (1 + the readers' of its destination, all earlier in the group
  * since a later reader would be a read-after-write) reaches CU_MAX_PHASES; a new group starts with it
  * at phase 0. Phases are final when assigned: a move's phase depends on earlier moves only. */
+/* 1 when no move can see another: no tier is both read and written, so no move reads a record any
+ * move writes, and the destinations strictly increase, so none is written twice. Such a list is one
+ * group at phase 0, which the pass below would find in O(n log n): a staging list (T1/T2 to STAGE,
+ * in STAGE slot order) is one, checked here in O(n). */
+static int independent_moves(const be_move *mv, int n) {
+    unsigned read = 0, written = 0;
+    for (int i = 0; i < n; i++) {
+        read |= 1u << BE_SLOT_TIER(mv[i].src), written |= 1u << BE_SLOT_TIER(mv[i].dst);
+        if (i && (uint32_t)mv[i].dst <= (uint32_t)mv[i - 1].dst) return 0;
+    }
+    return (read & written) == 0;
+}
+
 int cu_group_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase, int *starts,
                    uint64_t *ws) {
     if (n <= 0) {
         starts[0] = 0;
         return 0;
+    }
+    if (independent_moves(mv, n)) {
+        memset(phase, 0, (size_t)n);
+        starts[0] = 0, starts[1] = n;
+        return 1;
     }
     size_t n2 = 2 * (size_t)n;
     addr_idx *keys = (addr_idx *)ws;                /* 2n entries: 4n words */
@@ -142,43 +160,106 @@ int cu_group_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, ui
     return n_groups;
 }
 
+/* The pools' shapes and every chunk's base, as the cached runs' addresses were computed over them (a
+ * chunk table freed with its cache and allocated again may come back at the same address with other
+ * chunks in it). */
+static int pools_match(const cu_group_cache *c, const be_kv_pools *p) {
+    int at = 0;
+    for (int t = 0; t < BE_N_POOLS; t++) {
+        const be_kv_pool *a = &c->pool[t], *b = &p->pool[t];
+        if (a->fmt != b->fmt || a->mem != b->mem || a->layers != b->layers || a->chunk_shift != b->chunk_shift ||
+            a->n_chunks != b->n_chunks || a->record_bytes != b->record_bytes)
+            return 0;
+        if (b->n_chunks && memcmp(c->bases + at, b->chunks, (size_t)b->n_chunks * sizeof *b->chunks)) return 0;
+        at += b->n_chunks;
+    }
+    return 1;
+}
+
 static int cache_matches(const cu_group_cache *c, const be_kv_pools *p, const be_move *mv, int n) {
-    if (!c->valid || c->n != n) return 0;
-    for (int t = 0; t < BE_N_POOLS; t++)
-        if (c->pool_sig[t] != (const void *)p->pool[t].chunks || c->pool_n[t] != p->pool[t].n_chunks) return 0;
+    if (!c->valid || c->n != n || !pools_match(c, p)) return 0;
     return memcmp(c->mv, mv, (size_t)n * sizeof *mv) == 0;
 }
 
-int cu_group_moves_cached(cu_group_cache *c, const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase,
-                          int *starts, uint64_t *ws) {
-    if (n > 0 && cache_matches(c, p, mv, n)) {
-        memcpy(phase, c->phase, (size_t)n);
-        memcpy(starts, c->starts, ((size_t)c->n_groups + 1) * sizeof *starts);
-        c->hits++;
-        return c->n_groups;
+/* bytes from a record of pool t at layer 0 to the same slot's record at `layer` */
+static uint64_t layer_offset(const be_kv_pools *p, int t, int layer) {
+    const be_kv_pool *q = &p->pool[t];
+    return ((uint64_t)(layer % q->layers) << q->chunk_shift) * q->record_bytes;
+}
+
+/* runs[0..n) of layer 0 into out, moved to `layer` */
+static void runs_at_layer(const be_kv_pools *p, const cu_move_run *runs, int n, int layer, cu_move_run *out) {
+    uint64_t off[BE_N_POOLS];
+    for (int t = 0; t < BE_N_POOLS; t++) off[t] = layer_offset(p, t, layer);
+    for (int r = 0; r < n; r++) {
+        out[r] = runs[r];
+        out[r].src += off[runs[r].src_tier];
+        out[r].dst += off[runs[r].dst_tier];
     }
-    int g = cu_group_moves(p, mv, n, layer, phase, starts, ws);
-    c->misses++;
-    c->valid = 0;
-    if (n <= 0) return g;
+}
+
+/* room for n moves and the pools' chunk bases; 0 when the host has none (nothing is kept then) */
+static int cache_reserve(cu_group_cache *c, const be_kv_pools *p, int n) {
+    int nb = 0;
+    for (int t = 0; t < BE_N_POOLS; t++) nb += p->pool[t].n_chunks;
+    if (nb > c->cap_bases) {
+        free(c->bases);
+        c->bases = malloc((size_t)nb * sizeof *c->bases);
+        c->cap_bases = c->bases ? nb : 0;
+        if (!c->bases) return 0;
+    }
     if (n > c->cap) {
-        free(c->mv), free(c->phase), free(c->starts);
+        free(c->mv), free(c->phase), free(c->starts), free(c->runs), free(c->run_starts);
         c->mv = malloc((size_t)n * sizeof *c->mv);
         c->phase = malloc((size_t)n);
         c->starts = malloc(((size_t)n + 1) * sizeof *c->starts);
-        c->cap = c->mv && c->phase && c->starts ? n : 0;
-        if (!c->cap) return g; /* no copy kept: the next call plans again */
+        c->runs = malloc((size_t)n * sizeof *c->runs);
+        c->run_starts = malloc(((size_t)n + 1) * sizeof *c->run_starts);
+        c->cap = c->mv && c->phase && c->starts && c->runs && c->run_starts ? n : 0;
+        if (!c->cap) return 0;
     }
-    memcpy(c->mv, mv, (size_t)n * sizeof *mv);
-    memcpy(c->phase, phase, (size_t)n);
-    memcpy(c->starts, starts, ((size_t)g + 1) * sizeof *starts);
-    for (int t = 0; t < BE_N_POOLS; t++) c->pool_sig[t] = (const void *)p->pool[t].chunks, c->pool_n[t] = p->pool[t].n_chunks;
-    c->n = n, c->n_groups = g, c->valid = 1;
+    return 1;
+}
+
+int cu_plan_moves_cached(cu_group_cache *c, const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase,
+                         int *starts, cu_move_run *runs, int *run_starts, uint64_t *ws) {
+    if (n > 0 && cache_matches(c, p, mv, n)) {
+        memcpy(phase, c->phase, (size_t)n);
+        memcpy(starts, c->starts, ((size_t)c->n_groups + 1) * sizeof *starts);
+        memcpy(run_starts, c->run_starts, ((size_t)c->n_groups + 1) * sizeof *run_starts);
+        runs_at_layer(p, c->runs, c->n_runs, layer, runs);
+        c->hits++;
+        return c->n_groups;
+    }
+    c->misses++;
+    c->valid = 0;
+    int g = cu_group_moves(p, mv, n, 0, phase, starts, ws);
+    run_starts[0] = 0;
+    for (int k = 0; k < g; k++)
+        run_starts[k + 1] = run_starts[k] + cu_runs_of(p, mv + starts[k], starts[k + 1] - starts[k], 0,
+                                                       phase + starts[k], runs + run_starts[k]);
+    int n_runs = run_starts[g];
+    if (n > 0 && cache_reserve(c, p, n)) {
+        memcpy(c->mv, mv, (size_t)n * sizeof *mv);
+        memcpy(c->phase, phase, (size_t)n);
+        memcpy(c->starts, starts, ((size_t)g + 1) * sizeof *starts);
+        memcpy(c->runs, runs, (size_t)n_runs * sizeof *runs);
+        memcpy(c->run_starts, run_starts, ((size_t)g + 1) * sizeof *run_starts);
+        int at = 0;
+        for (int t = 0; t < BE_N_POOLS; t++) {
+            c->pool[t] = p->pool[t];
+            if (p->pool[t].n_chunks)
+                memcpy(c->bases + at, p->pool[t].chunks, (size_t)p->pool[t].n_chunks * sizeof *c->bases);
+            at += p->pool[t].n_chunks;
+        }
+        c->n = n, c->n_groups = g, c->n_runs = n_runs, c->valid = 1;
+    }
+    if (layer) runs_at_layer(p, runs, n_runs, layer, runs);
     return g;
 }
 
 void cu_group_cache_free(cu_group_cache *c) {
-    free(c->mv), free(c->phase), free(c->starts);
+    free(c->mv), free(c->phase), free(c->starts), free(c->runs), free(c->run_starts), free(c->bases);
     memset(c, 0, sizeof *c);
 }
 

@@ -46,24 +46,33 @@ typedef struct {
 #define CU_MOVE_WS_WORDS(n) (8 * (size_t)(n) + 8)
 int cu_group_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase, int *starts,
                    uint64_t *ws);
-/* The last list cu_group_moves planned, and its groups and phases, so that the same list coming again
- * is not planned again: staging copies one list per layer of a step (a 7B at 8192 positions, T0 50%:
- * 4096 moves, about 0.5 ms of planning per layer on a 2-core host). Grouping depends only on which
- * moves touch the same record, and a record is one (tier, slot) at every layer, so a list equal to
- * the last one move for move, over the same pools, has the same groups and phases at any layer.
- * Zero it before first use; cu_group_cache_free releases its copies. */
+/* The last list cu_group_moves planned, its groups and phases and every group's runs, so that the same
+ * list coming again is not planned again: staging copies one list per layer of a step (a 7B at 8192
+ * positions, T0 50%: 4096 moves, about 0.5 ms of grouping and 0.03 ms of runs per layer on a 2-core
+ * host). Grouping depends only on which moves touch the same record, and a record is one (tier, slot)
+ * at every layer, so a list equal to the last one move for move, over the same pools, has the same
+ * groups and phases at any layer. Its runs differ between layers by their addresses alone: a pool's
+ * record of slot s at layer l lies (l % layers) x slots-per-chunk records after its layer-0 record
+ * (be_kv_record), the same distance for every slot of the pool, so records consecutive at one layer
+ * are consecutive at every layer. The cache keeps the runs at layer 0 and moves them to the layer
+ * asked for. Zero it before first use; cu_group_cache_free releases its copies. */
 typedef struct {
-    be_move *mv;     /* [cap] the last list */
-    uint8_t *phase;  /* [cap] */
-    int *starts;     /* [cap + 1] */
-    const void *pool_sig[BE_N_POOLS]; /* the pools it was planned over: chunk tables */
-    int pool_n[BE_N_POOLS];           /* and their chunk counts */
-    int n, n_groups, cap, valid;
+    be_move *mv;            /* [cap] the last list */
+    uint8_t *phase;         /* [cap] */
+    int *starts;            /* [cap + 1] */
+    cu_move_run *runs;      /* [cap] every group's runs at layer 0, group after group */
+    int *run_starts;        /* [cap + 1]: group k's runs are runs[run_starts[k] .. run_starts[k + 1]) */
+    be_kv_pool pool[BE_N_POOLS]; /* the pools it was planned over, their chunks listed in bases */
+    void **bases;           /* [cap_bases] every pool's chunk bases, pool after pool */
+    int n, n_groups, n_runs, cap, cap_bases, valid;
     uint64_t hits, misses;
 } cu_group_cache;
-/* cu_group_moves, or its last result when mv[0..n) and the pools equal the last call's. */
-int cu_group_moves_cached(cu_group_cache *c, const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase,
-                          int *starts, uint64_t *ws);
+/* cu_group_moves and cu_runs_of group by group, at `layer`, or the last answer when mv[0..n) and the
+ * pools equal the last call's (its runs moved to `layer`). Writes phase[n], starts[g + 1], and the
+ * runs of group k into runs[run_starts[k] .. run_starts[k + 1]) (run_starts[g + 1]; runs: [n]);
+ * returns g, the number of groups. */
+int cu_plan_moves_cached(cu_group_cache *c, const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase,
+                         int *starts, cu_move_run *runs, int *run_starts, uint64_t *ws);
 void cu_group_cache_free(cu_group_cache *c);
 /* The runs of n moves with the given phases (< CU_MAX_PHASES): phase by phase, list order within a
  * phase, consecutive records of one phase merged. Returns the number of runs (<= n). */
