@@ -554,8 +554,9 @@ TEST(gpu_order_step_brackets) {
  * STAGE slot order with each slot once, so rows of consecutive T1 (or T2) slots are consecutive on
  * both sides and the GPU's planner (cu_runs_of) makes one run of each range of consecutive staged
  * slots: a few long copies a layer where position order gave about one per two rows. With T1 and T2
- * both staged (cpu-async stages T2, as a GPU does; the CPU with stage_t2) the two mirror into
- * alternate STAGE chunks; that configuration decodes in lockstep with the same on the CPU. */
+ * both staged (cpu-async stages T2, as a GPU does; the CPU with stage_t2) each chunk of either tier
+ * has a STAGE chunk of its own, in the order the tiers grew, so STAGE is as large as the two tiers
+ * together (not twice the larger); that configuration decodes in lockstep with the same on the CPU. */
 TEST(gpu_order_stage_runs) {
     NEED(QWEN2);
     for (int with_t2 = 0; with_t2 < 2; with_t2++) {
@@ -610,6 +611,9 @@ TEST(gpu_order_stage_runs) {
                bad_order, bad_mirror);
         CHECKF(bad_runs == 0, "T2 %d: %d lists planned into more runs than their slot ranges", with_t2, bad_runs);
         CHECKF(all_runs * 4 < rows, "T2 %d: %d rows staged in %d runs", with_t2, rows, all_runs);
+        int n1 = kv->pools.pool[BE_T1].n_chunks, n2 = kv->pools.pool[BE_T2].n_chunks;
+        CHECKF(kv->pools.pool[BE_STAGE].n_chunks == n1 + (kv_stage_mirrors(kv, BE_T2) ? n2 : 0) && kv_stage_mirrors(kv, BE_T1),
+               "T2 %d: STAGE has %d chunks for T1's %d and T2's %d", with_t2, kv->pools.pool[BE_STAGE].n_chunks, n1, n2);
         printf("    T2 %d: %d rows staged in 16 steps' lists, %d runs (%.1f rows a run)\n", with_t2, rows, all_runs,
                (double)rows / all_runs);
         free(runs), free(phase), free(logits);

@@ -125,6 +125,25 @@ static int check_pools(const kv_cache *kv, int32_t *count[BE_N_POOLS], char *err
     return 0;
 }
 
+/* STAGE mirrors the chunks of the tiers read through it, one STAGE chunk each and no more, and each
+ * STAGE chunk names the chunk it mirrors. */
+static int check_stage(const kv_cache *kv, char *err, size_t errlen) {
+    int mirrored = 0, n_stage = kv->pools.pool[BE_STAGE].n_chunks;
+    for (int t = BE_T1; t <= BE_T2; t++) {
+        int m = kv_stage_mirrors(kv, t);
+        for (int c = 0; c < kv->pools.pool[t].n_chunks; c++) {
+            int32_t k = kv->stage_chunk[t - BE_T1][c];
+            if (!m && k != -1) return tkv_errf(err, errlen, "T%d chunk %d has a STAGE mirror, but T%d is not staged", t, c, t);
+            if (m && (k < 0 || k >= n_stage || kv->stage_src[k] != BE_SLOT(t, c << KV_CHUNK_SHIFT)))
+                return tkv_errf(err, errlen, "T%d chunk %d: its STAGE mirror %d does not mirror it", t, c, k);
+        }
+        mirrored += m ? kv->pools.pool[t].n_chunks : 0;
+    }
+    if (n_stage != mirrored)
+        return tkv_errf(err, errlen, "STAGE holds %d chunks for the %d chunks it mirrors", n_stage, mirrored);
+    return 0;
+}
+
 int kv_check(const kv_cache *kv, char *err, size_t errlen) {
     int32_t *count[BE_N_POOLS];
     for (int t = 0; t < BE_N_POOLS; t++) count[t] = calloc((size_t)(kv->tp[t].n_slots > 0 ? kv->tp[t].n_slots : 1), sizeof(int32_t));
@@ -134,6 +153,7 @@ int kv_check(const kv_cache *kv, char *err, size_t errlen) {
     for (int q = 0; q < kv->o.n_seq && rc == 0; q++)
         if (kv->seq[q].live) rc = check_seq(kv, q, count, err, errlen);
     if (!rc) rc = check_pools(kv, count, err, errlen);
+    if (!rc) rc = check_stage(kv, err, errlen);
     for (int t = 0; t < BE_N_POOLS; t++) free(count[t]);
     return rc;
 }

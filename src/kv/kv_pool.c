@@ -5,7 +5,8 @@
  * Slots are handed out lowest id first from a free stack (deterministic); each slot counts its
  * holders (sequences), so a prompt prefix can be held once by several sequences.
  * STAGE hands out no slots: it mirrors the tiers read through it (kv_stage_slot), chunk for chunk,
- * and grows with them.
+ * and grows with them: a chunk of STAGE for each chunk of T1 or T2 it mirrors, in the order they
+ * were added (kv->stage_chunk, kv->stage_src).
  * Knows nothing about scores, budgets or policies. */
 #include <stdint.h>
 #include <stdio.h>
@@ -37,20 +38,15 @@ int kv_stage_mirrors(const kv_cache *kv, int t) {
     return (t == BE_T2 && kv->t2_staged) || (t == BE_T1 && kv->o.staged && kv->ops->uses_t1);
 }
 
-/* STAGE chunks that mirror n1 chunks of T1 and n2 of T2 (kv_stage_slot's layout) */
-static int64_t stage_chunks_for(const kv_cache *kv, int64_t n1, int64_t n2) {
-    int m1 = kv_stage_mirrors(kv, BE_T1), m2 = kv_stage_mirrors(kv, BE_T2);
-    if (m1 && m2) return 2 * (n1 > n2 ? n1 : n2);
-    return m1 ? n1 : m2 ? n2 : 0;
-}
-
 static int grow(kv_cache *kv, int t, char *err, size_t errlen);
 
-/* STAGE grown to mirror every chunk of the tiers read through it */
-static int stage_follow(kv_cache *kv, char *err, size_t errlen) {
-    int64_t want = stage_chunks_for(kv, kv->pools.pool[BE_T1].n_chunks, kv->pools.pool[BE_T2].n_chunks);
-    while (kv->pools.pool[BE_STAGE].n_chunks < want)
-        if (grow(kv, BE_STAGE, err, errlen)) return -1;
+/* A STAGE chunk for chunk c of tier t (T1 or T2), the next one: the two tiers' mirrors take STAGE
+ * chunks in the order the tiers grew, so STAGE holds as many chunks as the tiers it mirrors. */
+static int stage_follow(kv_cache *kv, int t, int c, char *err, size_t errlen) {
+    if (grow(kv, BE_STAGE, err, errlen)) return -1;
+    int32_t k = (int32_t)kv->pools.pool[BE_STAGE].n_chunks - 1;
+    kv->stage_chunk[t - BE_T1][c] = k;
+    kv->stage_src[k] = BE_SLOT(t, c << KV_CHUNK_SHIFT);
     return 0;
 }
 
@@ -78,7 +74,7 @@ static int grow(kv_cache *kv, int t, char *err, size_t errlen) {
     for (int i = 0; i < per; i++) p->free[i] = base + per - 1 - i;
     p->n_free += per;
     p->n_slots += per;
-    return kv_stage_mirrors(kv, t) ? stage_follow(kv, err, errlen) : 0;
+    return kv_stage_mirrors(kv, t) ? stage_follow(kv, t, bp->n_chunks - 1, err, errlen) : 0;
 }
 
 int kv_pools_init(kv_cache *kv, char *err, size_t errlen) {
@@ -103,10 +99,16 @@ int kv_pools_init(kv_cache *kv, char *err, size_t errlen) {
         if (t == BE_T0 && kv->mode == KV_B_SHARED) p->cap_slots = kv->shared_tokens;
         int64_t chunks = (slots + per - 1) / per;
         if (t == BE_STAGE) /* the mirror of the others at their caps (set above: STAGE comes last) */
-            chunks = stage_chunks_for(kv, kv->tp[BE_T1].cap_chunks, kv->tp[BE_T2].cap_chunks);
+            chunks = (kv_stage_mirrors(kv, BE_T1) ? kv->tp[BE_T1].cap_chunks : 0) +
+                     (kv_stage_mirrors(kv, BE_T2) ? kv->tp[BE_T2].cap_chunks : 0);
         if (chunks > (1 << 22)) chunks = 1 << 22;
         p->cap_chunks = (int)chunks;
         bp->chunks = tkv_xcalloc((size_t)(chunks > 0 ? chunks : 1), sizeof(void *));
+        if (t == BE_T1 || t == BE_T2) {
+            kv->stage_chunk[t - BE_T1] = tkv_xmalloc((size_t)(chunks > 0 ? chunks : 1) * sizeof(int32_t));
+            for (int64_t c = 0; c < chunks; c++) kv->stage_chunk[t - BE_T1][c] = -1;
+        }
+        if (t == BE_STAGE) kv->stage_src = tkv_xcalloc((size_t)(chunks > 0 ? chunks : 1), sizeof(int32_t));
     }
     if (kv->mode == KV_B_SHARED) /* the hard budget is allocated once, whole (no more than can ever be used) */
         while (kv->tp[BE_T0].n_slots < kv->shared_tokens && kv->tp[BE_T0].n_slots < all)
@@ -169,6 +171,8 @@ void kv_pools_free(kv_cache *kv) {
         memset(bp, 0, sizeof *bp);
         memset(&kv->tp[t], 0, sizeof kv->tp[t]);
     }
+    free(kv->stage_chunk[0]), free(kv->stage_chunk[1]), free(kv->stage_src);
+    kv->stage_chunk[0] = kv->stage_chunk[1] = kv->stage_src = NULL;
 }
 
 void kv_pool_note_peak(kv_cache *kv, int tier) {

@@ -169,6 +169,9 @@ struct kv_cache {
     be_backend *be;
     be_kv_pools pools;        /* what the backend reads: formats, chunks */
     kv_tpool tp[BE_N_POOLS];  /* T0, T1, T2, STAGE */
+    int32_t *stage_chunk[2];  /* [T1, T2 cap_chunks]: the STAGE chunk mirroring chunk c of T1 (T2), -1:
+                                 none (kv_stage_slot); STAGE chunks are added as the tiers grow */
+    int32_t *stage_src;       /* [STAGE cap_chunks]: the first slot of the chunk a STAGE chunk mirrors */
     int kv_dim;
     int t2_staged;            /* T2 positions are read through STAGE (o.stage_t2, or a backend that
                                  cannot read o.t2_fmt where it lies); else attention reads T2 in place */

@@ -23,21 +23,17 @@
 #include "kv/kv_scores.h"
 #include "kv/kv_view.h"
 
-/* Slot i of T1 or T2 sits at the same place of a STAGE chunk: chunk c of the tier is STAGE chunk c
- * when one tier is staged, 2c (T1) or 2c + 1 (T2) when both are (kv_pool.c grows STAGE to match). */
+/* Slot i of T1 or T2 sits at the same place of the STAGE chunk that mirrors its chunk (kv_pool.c adds
+ * one as the tier grows: with both tiers staged, STAGE holds their chunks in the order they came). */
 int32_t kv_stage_slot(const kv_cache *kv, int32_t ref) {
-    int32_t i = BE_SLOT_IDX(ref);
-    if (!(kv_stage_mirrors(kv, BE_T1) && kv_stage_mirrors(kv, BE_T2))) return BE_SLOT(BE_STAGE, i);
-    int32_t c = i >> KV_CHUNK_SHIFT, off = i & ((1 << KV_CHUNK_SHIFT) - 1);
-    return BE_SLOT(BE_STAGE, ((2 * c + (BE_SLOT_TIER(ref) == BE_T2)) << KV_CHUNK_SHIFT) | off);
+    int32_t i = BE_SLOT_IDX(ref), k = kv->stage_chunk[BE_SLOT_TIER(ref) - BE_T1][i >> KV_CHUNK_SHIFT];
+    TKV_ASSERT(k >= 0);
+    return BE_SLOT(BE_STAGE, (k << KV_CHUNK_SHIFT) | (i & ((1 << KV_CHUNK_SHIFT) - 1)));
 }
 
 /* kv_stage_slot's inverse: the true slot a STAGE slot mirrors */
 static int32_t stage_source(const kv_cache *kv, int32_t stage_idx) {
-    int m1 = kv_stage_mirrors(kv, BE_T1);
-    if (!(m1 && kv_stage_mirrors(kv, BE_T2))) return BE_SLOT(m1 ? BE_T1 : BE_T2, stage_idx);
-    int32_t sc = stage_idx >> KV_CHUNK_SHIFT, off = stage_idx & ((1 << KV_CHUNK_SHIFT) - 1);
-    return BE_SLOT(sc & 1 ? BE_T2 : BE_T1, ((sc >> 1) << KV_CHUNK_SHIFT) | off);
+    return kv->stage_src[stage_idx >> KV_CHUNK_SHIFT] + (stage_idx & ((1 << KV_CHUNK_SHIFT) - 1));
 }
 
 void kv_att_release(kv_cache *kv, kv_seq *s, int pos) {
