@@ -401,6 +401,8 @@ typedef struct {
     int64_t token_bytes[3];      /* per tier */
     int64_t t0_tokens, t1_tokens, t2_tokens, t3_tokens; /* per sequence at the full length */
     int64_t t0_bytes_total;      /* all sequences */
+    int64_t stage_bytes_total;   /* all sequences: the fast memory a GPU stages T1 (--staged) and T2
+                                    rows in before attention reads them (two layers of each chunk) */
     int t0_raised;               /* 1: the budget was raised to the protected tokens */
     int64_t protected_tokens;    /* per sequence */
 } tkv_plan_result;

@@ -550,6 +550,44 @@ TEST(gpu_order_step_brackets) {
     }
 }
 
+/* `tierkv plan`'s STAGE figure (kv_plan: the fast memory a GPU stages rows in) is what a session
+ * allocates: cpu-async keeps two STAGE layers and stages T2 as a GPU does; after a sequence opens
+ * (its tiers reserved at their bounds) STAGE holds the plan's bytes, with and without --staged, with
+ * and without a T2 share, and for quant (all but T0 in T2). */
+TEST(gpu_order_stage_plan) {
+    NEED(QWEN2);
+    struct { const char *name; int staged, quant; double t2; } cases[] = {
+        {"hierarchy staged, T2 20%", 1, 0, 0.2}, {"hierarchy staged", 1, 0, 0}, {"hierarchy, T2 20%", 0, 0, 0.2},
+        {"hierarchy", 0, 0, 0}, {"quant staged", 1, 1, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        te_options o;
+        base_options(&o, "cpu-async");
+        o.kv = hier(0.5, 16);
+        o.kv.staged = cases[i].staged;
+        if (cases[i].quant) o.kv.policy = KV_POLICY_QUANT;
+        else o.kv.t2_ratio = cases[i].t2;
+        te_engine *e;
+        char err[256];
+        if (te_open(t_shared(QWEN2), &o, &e, err, sizeof err)) {
+            CHECKF(0, "%s: %s", cases[i].name, err);
+            continue;
+        }
+        kv_cache *kv = te_kv(e);
+        int32_t prompt[40], V = te_n_vocab(e);
+        for (int k = 0; k < 40; k++) prompt[k] = (int32_t)((k * 7919 + 13) % V);
+        float *logits = malloc((size_t)V * 4);
+        REQUIRE(logits && te_prefill(e, 0, prompt, 40, logits, 0, err, sizeof err) == 0);
+        kv_plan_result r;
+        REQUIRE(kv_plan(&kv->o, 1, kv->seq[0].n_ctx, 40, &r, err, sizeof err) == 0);
+        const be_kv_pool *st = &kv->pools.pool[BE_STAGE];
+        int64_t have = (int64_t)st->n_chunks * ((int64_t)1 << st->chunk_shift) * st->layers * (int64_t)st->record_bytes;
+        CHECKF(have == r.stage_bytes_total && have > 0 && st->layers == 2, "%s: STAGE holds %lld bytes (%d layers), the plan says %lld",
+               cases[i].name, (long long)have, st->layers, (long long)r.stage_bytes_total);
+        free(logits);
+        te_close(e);
+    }
+}
+
 /* The staging list of a decode step: each row's STAGE slot mirrors its true slot, the list runs in
  * STAGE slot order with each slot once, so rows of consecutive T1 (or T2) slots are consecutive on
  * both sides and the GPU's planner (cu_runs_of) makes one run of each range of consecutive staged

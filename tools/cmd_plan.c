@@ -122,9 +122,11 @@ int cmd_plan(int argc, char **argv) {
     printf("  %-18s %12.0f %12.2f\n", "T1 host full", t1, tkv_mib(t1 * kvb * B));
     printf("  %-18s %12.0f %12.2f\n", "T2 host quantised", t2, tkv_mib(t2 * t2b * B));
     printf("  %-18s %12.0f %12s\n", "T3 evicted", t3, "0");
-    double full = n * kvb * B;
-    printf("  full cache %.2f MiB; fast memory saved %.2f MiB (%.1f%%)\n", tkv_mib(full), tkv_mib(full - t0 * kvb * B),
-           100.0 * (1.0 - t0 / n));
+    double full = n * kvb * B, stage = (double)pr.stage_bytes_total, fast = t0 * kvb * B + stage;
+    if (stage > 0) /* the staging mirrors: T1's with --staged, T2's always (a GPU reads T2 through STAGE) */
+        printf("  %-18s %12s %12.2f\n", "STAGE fast memory", "-", tkv_mib(stage));
+    printf("  full cache %.2f MiB; fast memory saved %.2f MiB (%.1f%%)\n", tkv_mib(full), tkv_mib(full - fast),
+           100.0 * (1.0 - fast / full));
     double bus = (t1 * kvb + t2 * t2b) * B;
     double moves = t0 < n && o.policy != TKV_POLICY_EVICT ? (1.0 - t0 / n) * kvb * B : 0; /* evictions copy nothing */
     printf("  bus per decode step: %.2f MiB streamed from host (T1 %.2f + T2 %.2f)\n", tkv_mib(bus), tkv_mib(t1 * kvb * B), tkv_mib(t2 * t2b * B));

@@ -54,6 +54,7 @@ int tkv_plan(const tkv_shape *sh, const tkv_kv_params *kv, int batch, int ctx, i
     for (int t = 0; t < 3; t++) out->token_bytes[t] = r.token_bytes[t];
     out->t0_tokens = r.t0, out->t1_tokens = r.t1, out->t2_tokens = r.t2, out->t3_tokens = r.t3;
     out->t0_bytes_total = r.t0_bytes_total;
+    out->stage_bytes_total = r.stage_bytes_total;
     out->t0_raised = r.raised;
     out->protected_tokens = r.protected_tokens;
     return 0;

@@ -310,6 +310,7 @@ typedef struct {
     int raised;                  /* the T0 budget was raised to the protected tokens */
     int64_t protected_tokens;    /* per sequence at length ctx */
     int64_t t0_bytes_total;      /* for `batch` sequences together */
+    int64_t stage_bytes_total;   /* the STAGE pool on a GPU, for `batch` sequences: fast memory too */
 } kv_plan_result;
 /* Where the tokens of `batch` sequences of `ctx` positions (`prompt` of them prompt) sit at the end
  * of a run, by the same budget code the cache runs (the steady state after a re-tiering, without its

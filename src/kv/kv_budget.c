@@ -79,11 +79,15 @@ int kv_reserve_need(const kv_cache *kv, int n_ctx, int n_prompt) {
 static int imin(int a, int b) { return a < b ? a : b; }
 static int imax(int a, int b) { return a > b ? a : b; }
 
+/* T1's and T2's slots a sequence of n_ctx positions may hold */
+static int host_tier_bound(const kv_policy_ops *ops, const kv_options *o, int t, int n_ctx) {
+    if (t == BE_T1) return ops->uses_t1 ? n_ctx : 0;
+    /* T2 takes its share at each re-tiering (hierarchy) or all but T0 and the evicted (quant) */
+    return !ops->uses_t2 ? 0 : ops->t2_ratio_ok ? imin(n_ctx, kv_ratio_tokens(o->t2_ratio, n_ctx) + 1) : n_ctx;
+}
+
 int kv_tier_bound(const kv_cache *kv, int t, int n_ctx, int n_prompt) {
     const kv_policy_ops *ops = kv->ops;
-    int t1 = ops->uses_t1 ? n_ctx : 0;
-    /* T2 takes its share at each re-tiering (hierarchy) or all but T0 and the evicted (quant) */
-    int t2 = !ops->uses_t2 ? 0 : ops->t2_ratio_ok ? imin(n_ctx, kv_ratio_tokens(kv->o.t2_ratio, n_ctx) + 1) : n_ctx;
     switch (t) {
     case BE_T0:
         if (kv->mode == KV_B_SHARED) return 0;
@@ -93,8 +97,8 @@ int kv_tier_bound(const kv_cache *kv, int t, int n_ctx, int n_prompt) {
         /* the budget at full length (+1 for its rounding), raised to the protected tokens */
         return imin(n_ctx, imax(kv->mode == KV_B_SEQ ? kv->seq_tokens : kv_ratio_tokens(kv->o.t0_ratio, n_ctx) + 1,
                                 kv_reserve_need(kv, n_ctx, n_prompt)));
-    case BE_T1: return t1;
-    case BE_T2: return t2;
+    case BE_T1:
+    case BE_T2: return host_tier_bound(ops, &kv->o, t, n_ctx);
     default: return 0; /* STAGE: no slots of its own; it mirrors T1 and T2 and grows with them (kv_pool.c) */
     }
 }
@@ -282,5 +286,12 @@ int kv_plan(const kv_options *o, int batch, int ctx, int prompt, kv_plan_result 
     }
     out->t0 = t0;
     out->t0_bytes_total = t0 * out->token_bytes[0] * batch;
+    /* STAGE on a GPU (kv_pool.c): two layers of a chunk for each chunk of T1 (staged) and T2 (which
+     * a GPU reads through STAGE), the tiers reserved at every sequence's bound */
+    int64_t per = (int64_t)1 << KV_CHUNK_SHIFT, chunks = 0;
+    for (int t = BE_T1; t <= BE_T2; t++)
+        if (t == BE_T2 || v.staged)
+            chunks += ((int64_t)batch * host_tier_bound(ops, &v, t, ctx) + per - 1) / per;
+    out->stage_bytes_total = chunks * per * 2 * out->token_bytes[0] / v.n_layer;
     return 0;
 }
