@@ -2,17 +2,24 @@
  * (cuda_plan.h), the way it planned them before and the way it plans them now, in the same run.
  * Host code only: no GPU is needed, and the planner is the one the backend links.
  *
- *   build/bench/move_plan [--depths N,N,...] [--layers L] [--steps S] [--rounds R]
+ *   build/bench/move_plan [--depths N,N,...] [--layers L] [--steps S] [--rounds R] [--batch]
  *
  * Defaults: depths 8192,32768; 28 layers (a 7B: 4 kv heads of 128, f16 records of 2 KiB, chunks of
  * 256 slots); 100 steps; 5 rounds. Each step stages T1's rows (half the depth: T0 holds 50%, and one
  * T1 slot in 97 is free) into their STAGE mirrors, in STAGE slot order as the KV cache lists them,
  * for every layer, and one move of the list changes from one step to the next (the list a
  * re-tiering or a demotion gives). Addresses are made up: planning reads none of the records.
- *   before: per layer, cu_group_moves (the list's groups, sorted by address) and cu_runs_of per
- *           group, as cu_copy_moves did up to this program's commit;
- *   now:    cu_plan_moves_cached, which plans a list once (in O(n) for a list no move of which reads
- *           another's destination) and moves its runs to the other layers.
+ *   before: what cu_copy_moves did before 9b629d3: the list's groups found once a step by the pass
+ *           over its sorted records (cu_group_moves_sorted; at the other layers its one-entry cache
+ *           compared the list and copied the phases), then cu_runs_of per group at every layer;
+ *   now:    cu_plan_moves_cached, which plans a list once (its groups in O(n) when no move reads
+ *           another's destination and the destinations increase, as staging's) and moves its runs
+ *           to the other layers.
+ * With --batch, a batch of one tier move comes before each layer's staging list every other step (a
+ * demotion making room in T0, which the transfer thread sends layer by layer): the old cache's one
+ * entry then held the batch, and the staging list was grouped again at every layer of those steps.
+ * That is the worst case: how the transfer thread's layers fall between the forward's depends on
+ * their pace (it may be done with all layers before the forward's first).
  * The two alternate, `before` first in odd rounds; printed: the median of the rounds' ms per step
  * for each, and before / now. Both answers are checked equal at every layer of the first step. */
 #include <stdint.h>
@@ -39,8 +46,8 @@ static int cmp_double(const void *a, const void *b) {
 
 typedef struct {
     be_kv_pools p;
-    be_move *mv;
-    int n;
+    be_move *mv, *mv_old; /* the list; the old cache's copy of the last list it grouped */
+    int n, n_old, g_old, batch;
     uint8_t *phase;
     int *starts, *run_starts;
     cu_move_run *runs;
@@ -67,12 +74,13 @@ static int setup_init(setup *s, int depth, int layers) {
     }
     s->n = depth / 2;
     s->mv = malloc((size_t)s->n * sizeof *s->mv);
-    s->phase = malloc((size_t)s->n);
+    s->mv_old = malloc((size_t)s->n * sizeof *s->mv_old);
+    s->phase = malloc(2 * (size_t)s->n); /* the second half: the old cache's hand-out (groups_before) */
     s->starts = malloc(((size_t)s->n + 1) * sizeof *s->starts);
     s->run_starts = malloc(((size_t)s->n + 1) * sizeof *s->run_starts);
     s->runs = malloc((size_t)s->n * sizeof *s->runs);
     s->ws = malloc(CU_MOVE_WS_WORDS(s->n) * sizeof *s->ws);
-    if (!s->mv || !s->phase || !s->starts || !s->run_starts || !s->runs || !s->ws) return -1;
+    if (!s->mv || !s->mv_old || !s->phase || !s->starts || !s->run_starts || !s->runs || !s->ws) return -1;
     for (int k = 0, slot = 0; k < s->n; slot++) {
         if (slot % 97 == 5) continue; /* a free T1 slot */
         s->mv[k++] = (be_move){BE_SLOT(BE_T1, slot), BE_SLOT(BE_STAGE, slot)};
@@ -82,7 +90,7 @@ static int setup_init(setup *s, int depth, int layers) {
 
 static void setup_free(setup *s) {
     for (int t = 0; t < BE_N_POOLS; t++) free(s->p.pool[t].chunks);
-    free(s->mv), free(s->phase), free(s->starts), free(s->run_starts), free(s->runs), free(s->ws);
+    free(s->mv), free(s->mv_old), free(s->phase), free(s->starts), free(s->run_starts), free(s->runs), free(s->ws);
     cu_group_cache_free(&s->cache);
 }
 
@@ -91,25 +99,41 @@ static void next_step(setup *s, int step) {
     s->mv[s->n - 1].src = BE_SLOT(BE_T1, BE_SLOT_IDX(s->mv[s->n - 2].src) + 1 + (step & 1));
 }
 
-static int plan_before(setup *s, int layer) {
-    int g = cu_group_moves(&s->p, s->mv, s->n, layer, s->phase, s->starts, s->ws), total = 0;
+/* the old one-entry group cache: grouped again unless the list is the last one it grouped */
+static int groups_before(setup *s, const be_move *mv, int n, int layer) {
+    if (n == s->n_old && !memcmp(mv, s->mv_old, (size_t)n * sizeof *mv)) {
+        memcpy(s->phase + s->n, s->phase, (size_t)n); /* its phases handed out (kept apart: copied) */
+        return s->g_old;
+    }
+    s->g_old = cu_group_moves_sorted(&s->p, mv, n, layer, s->phase, s->starts, s->ws);
+    memcpy(s->mv_old, mv, (size_t)n * sizeof *mv), s->n_old = n;
+    return s->g_old;
+}
+
+static int plan_before(setup *s, const be_move *mv, int n, int layer) {
+    int g = groups_before(s, mv, n, layer), total = 0;
     for (int k = 0; k < g; k++)
-        total += cu_runs_of(&s->p, s->mv + s->starts[k], s->starts[k + 1] - s->starts[k], layer, s->phase + s->starts[k],
+        total += cu_runs_of(&s->p, mv + s->starts[k], s->starts[k + 1] - s->starts[k], layer, s->phase + s->starts[k],
                             s->runs);
     return total;
 }
 
-static int plan_now(setup *s, int layer) {
-    int g = cu_plan_moves_cached(&s->cache, &s->p, s->mv, s->n, layer, s->phase, s->starts, s->runs, s->run_starts, s->ws);
+static int plan_now(setup *s, const be_move *mv, int n, int layer) {
+    int g = cu_plan_moves_cached(&s->cache, &s->p, mv, n, layer, s->phase, s->starts, s->runs, s->run_starts, s->ws);
     return s->run_starts[g];
 }
 
-/* ms per step of `steps` steps of every layer */
+/* ms per step of `steps` steps of every layer (runs: the staging lists' runs, added up) */
 static double time_steps(setup *s, int now, int layers, int steps, long *runs) {
+    static const be_move demote = {BE_SLOT(BE_T0, 7), BE_SLOT(BE_T1, 3)};
     double t0 = now_s();
     for (int step = 0; step < steps; step++) {
         next_step(s, step);
-        for (int l = 0; l < layers; l++) *runs += now ? plan_now(s, l) : plan_before(s, l);
+        int batch = s->batch && step % 2;
+        for (int l = 0; l < layers; l++) {
+            if (batch) (void)(now ? plan_now(s, &demote, 1, l) : plan_before(s, &demote, 1, l));
+            *runs += now ? plan_now(s, s->mv, s->n, l) : plan_before(s, s->mv, s->n, l);
+        }
     }
     return (now_s() - t0) * 1e3 / steps;
 }
@@ -119,10 +143,10 @@ static int answers_equal(setup *s, int layers) {
     cu_move_run *a = malloc((size_t)s->n * sizeof *a);
     int ok = a != NULL;
     for (int l = 0; ok && l < layers; l++) {
-        int g = cu_group_moves(&s->p, s->mv, s->n, l, s->phase, s->starts, s->ws), na = 0;
+        int g = cu_group_moves_sorted(&s->p, s->mv, s->n, l, s->phase, s->starts, s->ws), na = 0;
         for (int k = 0; k < g; k++)
             na += cu_runs_of(&s->p, s->mv + s->starts[k], s->starts[k + 1] - s->starts[k], l, s->phase + s->starts[k], a + na);
-        int nb = plan_now(s, l);
+        int nb = plan_now(s, s->mv, s->n, l);
         ok = na == nb;
         for (int r = 0; ok && r < na; r++)
             ok = a[r].src == s->runs[r].src && a[r].dst == s->runs[r].dst && a[r].n == s->runs[r].n &&
@@ -143,11 +167,15 @@ static int parse_int(const char *flag, const char *v, int lo, int hi) {
 }
 
 int main(int argc, char **argv) {
-    int depths[MAX_DEPTHS] = {8192, 32768}, n_depths = 2, layers = 28, steps = 100, rounds = 5;
+    int depths[MAX_DEPTHS] = {8192, 32768}, n_depths = 2, layers = 28, steps = 100, rounds = 5, batch = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--batch")) {
+            batch = 1;
+            continue;
+        }
         if (!v) {
-            fprintf(stderr, "move_plan: unknown or incomplete argument '%s' (--depths, --layers, --steps, --rounds)\n", a);
+            fprintf(stderr, "move_plan: unknown or incomplete argument '%s' (--depths, --layers, --steps, --rounds, --batch)\n", a);
             return 2;
         }
         if (!strcmp(a, "--depths")) {
@@ -166,17 +194,19 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--steps")) steps = parse_int(a, v, 1, 100000);
         else if (!strcmp(a, "--rounds")) rounds = parse_int(a, v, 1, MAX_ROUNDS);
         else {
-            fprintf(stderr, "move_plan: unknown argument '%s' (--depths, --layers, --steps, --rounds)\n", a);
+            fprintf(stderr, "move_plan: unknown argument '%s' (--depths, --layers, --steps, --rounds, --batch)\n", a);
             return 2;
         }
         i++;
     }
-    printf("# staging plan per decode step, %d layers, T1 = half the depth, %d steps x %d rounds (medians)\n", layers,
-           steps, rounds);
+    printf("# staging plan per decode step, %d layers, T1 = half the depth, %d steps x %d rounds (medians)%s\n", layers,
+           steps, rounds, batch ? "; a one-move batch between the layers' lists every other step" : "");
     printf("%8s %8s %10s %14s %12s %8s\n", "depth", "moves", "runs/layer", "before ms/step", "now ms/step", "ratio");
     for (int d = 0; d < n_depths; d++) {
         setup s;
-        if (setup_init(&s, depths[d], layers) != 0) {
+        int bad = setup_init(&s, depths[d], layers);
+        s.batch = batch;
+        if (bad) {
             fprintf(stderr, "move_plan: out of host memory at depth %d\n", depths[d]);
             setup_free(&s);
             return 1;

@@ -474,7 +474,7 @@ TEST(cuda_host_move_groups) {
     uint8_t phase[CAP];
     int starts[CAP + 1];
     uint64_t ws[CU_MOVE_WS_WORDS(CAP)], ws1[CU_MOVE_WS_WORDS(CAP)];
-    int bad = 0, bad_plan = 0, old_refused = 0, old_wrong = 0, split = 0, groups_total = 0;
+    int bad = 0, bad_plan = 0, bad_sorted = 0, old_refused = 0, old_wrong = 0, split = 0, groups_total = 0;
     for (int variant = 0; variant < 2; variant++) {
         const be_kv_fmt *f = variant ? fmt_conv : fmt_same;
         hpools init, ref, dev, old;
@@ -492,6 +492,11 @@ TEST(cuda_host_move_groups) {
             /* the groups (all pools share one layout, so the plan made on dev's addresses is run on dev) */
             int ng = cu_group_moves(&dev.p, mv, n, layer, phase, starts, ws);
             REQUIRE(ng >= 1 && starts[0] == 0 && starts[ng] == n);
+            { /* the one-group case gives the sorted pass's answer */
+                uint8_t sphase[CAP];
+                int sstarts[CAP + 1], sg = cu_group_moves_sorted(&dev.p, mv, n, layer, sphase, sstarts, ws1);
+                bad_sorted += sg != ng || memcmp(sphase, phase, (size_t)n) || memcmp(sstarts, starts, ((size_t)ng + 1) * sizeof(int));
+            }
             groups_total += ng, split += ng > 1;
             for (int mode = 0; mode < 2; mode++) {
                 pools_copy(&dev, &init);
@@ -525,6 +530,7 @@ TEST(cuda_host_move_groups) {
     }
     CHECKF(bad == 0, "%d runs of move lists by groups differ from the CPU backend's list order", bad);
     CHECKF(bad_plan == 0, "%d groups the one-group planner refuses or plans otherwise", bad_plan);
+    CHECKF(bad_sorted == 0, "%d lists grouped otherwise than by the sorted pass", bad_sorted);
     /* the lists hold what the one-group planner refused (an abort before) or ran otherwise than list order */
     CHECKF(old_refused > 0 && old_wrong > 0, "old: refused %d, wrong %d", old_refused, old_wrong);
     CHECK(split > 0);
@@ -546,8 +552,9 @@ static int stage_like_moves(be_move *mv, int cap, int slots) {
     return n;
 }
 
-/* cu_plan_moves_cached's answer against cu_group_moves and cu_runs_of at `layer` */
-static int plan_differs(cu_group_cache *c, const be_kv_pools *p, const be_move *mv, int n, int layer, uint64_t *ws) {
+/* cu_plan_moves_cached's answer against cu_group_moves and cu_runs_of at `layer` (n_runs: its runs) */
+static int plan_differs(cu_group_cache *c, const be_kv_pools *p, const be_move *mv, int n, int layer, uint64_t *ws,
+                        int *n_runs) {
     enum { CAP = 96 };
     uint8_t phase[CAP], cphase[CAP];
     int starts[CAP + 1], cstarts[CAP + 1], run_starts[CAP + 1];
@@ -557,6 +564,7 @@ static int plan_differs(cu_group_cache *c, const be_kv_pools *p, const be_move *
     int cg = cu_plan_moves_cached(c, p, mv, n, layer, cphase, cstarts, cruns, run_starts, ws);
     if (cg != g || memcmp(cphase, phase, (size_t)n) || memcmp(cstarts, starts, ((size_t)g + 1) * sizeof(int))) return 1;
     if (run_starts[0] != 0) return 1;
+    if (n_runs) *n_runs = run_starts[g];
     for (int k = 0; k < g; k++) {
         int nr = cu_runs_of(p, mv + starts[k], starts[k + 1] - starts[k], layer, phase + starts[k], runs);
         if (!runs_equal(cruns + run_starts[k], run_starts[k + 1] - run_starts[k], runs, nr)) return 1;
@@ -579,22 +587,28 @@ TEST(cuda_host_group_cache) {
         int mild = list % 3 == 0, slots = mild ? 32 : 4 + (int)(rnd() % 12), n;
         if (list % 4 == 3) n = stage_like_moves(mv, CAP, 64);
         else n = hazard_moves(mv, mild ? 12 : 16 + (int)(rnd() % (CAP - 16)), slots, mild);
+        int n_runs = 0;
         for (int rep = 0; rep < 2; rep++) /* a step's layers, twice: one plan, then hits */
-            for (int l = 0; l < L; l++) bad += plan_differs(&c, &a.p, mv, n, l, ws);
+            for (int l = 0; l < L; l++) bad += plan_differs(&c, &a.p, mv, n, l, ws, &n_runs);
         want_hits += 2 * L - 1, want_misses++;
-        if (list % 4 == 3) long_runs += c.n_runs < n / 2;
+        if (list % 4 == 3) long_runs += n_runs < n / 2;
+        /* a batch between the layers' staging lists: each list planned once */
+        be_move batch[2] = {{BE_SLOT(BE_T0, 1), BE_SLOT(BE_T1, 2)}, {BE_SLOT(BE_T0, 2), BE_SLOT(BE_T2, 0)}};
+        for (int l = 0; l < L; l++)
+            bad += plan_differs(&c, &a.p, batch, 2, l, ws, NULL) + plan_differs(&c, &a.p, mv, n, l, ws, NULL);
+        want_hits += 2 * L - 1, want_misses++;
         /* one move changed: planned afresh */
         int k = (int)(rnd() % (unsigned)n);
         be_move keep = mv[k];
         mv[k].dst = BE_SLOT(BE_SLOT_TIER(mv[k].dst), (int)(((uint32_t)mv[k].dst & 0x3fffffffu) + 1) % slots);
-        bad += plan_differs(&c, &a.p, mv, n, 1, ws);
+        bad += plan_differs(&c, &a.p, mv, n, 1, ws, NULL);
         mv[k] = keep;
         /* the same list over other pools; then over a's table with one chunk replaced */
-        bad += plan_differs(&c, &b.p, mv, n, 2, ws);
+        bad += plan_differs(&c, &b.p, mv, n, 2, ws, NULL);
         int t = BE_SLOT_TIER(mv[0].src), ch = BE_SLOT_IDX(mv[0].src) >> 3;
         void *was = a.chunks[t][ch];
         a.chunks[t][ch] = b.chunks[t][ch];
-        bad += plan_differs(&c, &a.p, mv, n, 0, ws);
+        bad += plan_differs(&c, &a.p, mv, n, 0, ws, NULL);
         a.chunks[t][ch] = was;
         want_misses += 3;
     }

@@ -157,7 +157,7 @@ struct cu_backend {
     int *move_starts;     /* [move_cap + 1] */
     int *run_starts;      /* [move_cap + 1] */
     int move_cap;
-    cu_group_cache gcache;  /* the last list's groups and runs (under mv_lock) */
+    cu_group_cache gcache;  /* the last lists' groups and runs (under mv_lock) */
     cu_tok_info *tok;
     cu_piece *pieces;
     const void **uptr;

@@ -116,14 +116,19 @@ static int independent_moves(const be_move *mv, int n) {
 
 int cu_group_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase, int *starts,
                    uint64_t *ws) {
-    if (n <= 0) {
-        starts[0] = 0;
-        return 0;
-    }
-    if (independent_moves(mv, n)) {
+    if (n > 0 && independent_moves(mv, n)) {
         memset(phase, 0, (size_t)n);
         starts[0] = 0, starts[1] = n;
         return 1;
+    }
+    return cu_group_moves_sorted(p, mv, n, layer, phase, starts, ws);
+}
+
+int cu_group_moves_sorted(const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase, int *starts,
+                          uint64_t *ws) {
+    if (n <= 0) {
+        starts[0] = 0;
+        return 0;
     }
     size_t n2 = 2 * (size_t)n;
     addr_idx *keys = (addr_idx *)ws;                /* 2n entries: 4n words */
@@ -160,10 +165,10 @@ int cu_group_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, ui
     return n_groups;
 }
 
-/* The pools' shapes and every chunk's base, as the cached runs' addresses were computed over them (a
+/* The pools' shapes and every chunk's base, as the entry's runs' addresses were computed over them (a
  * chunk table freed with its cache and allocated again may come back at the same address with other
  * chunks in it). */
-static int pools_match(const cu_group_cache *c, const be_kv_pools *p) {
+static int pools_match(const cu_plan_entry *c, const be_kv_pools *p) {
     int at = 0;
     for (int t = 0; t < BE_N_POOLS; t++) {
         const be_kv_pool *a = &c->pool[t], *b = &p->pool[t];
@@ -176,7 +181,7 @@ static int pools_match(const cu_group_cache *c, const be_kv_pools *p) {
     return 1;
 }
 
-static int cache_matches(const cu_group_cache *c, const be_kv_pools *p, const be_move *mv, int n) {
+static int entry_matches(const cu_plan_entry *c, const be_kv_pools *p, const be_move *mv, int n) {
     if (!c->valid || c->n != n || !pools_match(c, p)) return 0;
     return memcmp(c->mv, mv, (size_t)n * sizeof *mv) == 0;
 }
@@ -199,7 +204,7 @@ static void runs_at_layer(const be_kv_pools *p, const cu_move_run *runs, int n, 
 }
 
 /* room for n moves and the pools' chunk bases; 0 when the host has none (nothing is kept then) */
-static int cache_reserve(cu_group_cache *c, const be_kv_pools *p, int n) {
+static int entry_reserve(cu_plan_entry *c, const be_kv_pools *p, int n) {
     int nb = 0;
     for (int t = 0; t < BE_N_POOLS; t++) nb += p->pool[t].n_chunks;
     if (nb > c->cap_bases) {
@@ -221,45 +226,62 @@ static int cache_reserve(cu_group_cache *c, const be_kv_pools *p, int n) {
     return 1;
 }
 
+/* the plan just made, kept in entry c */
+static void entry_keep(cu_plan_entry *c, const be_kv_pools *p, const be_move *mv, int n, const uint8_t *phase,
+                       const int *starts, int g, const cu_move_run *runs, const int *run_starts) {
+    c->valid = 0;
+    if (!entry_reserve(c, p, n)) return;
+    int n_runs = run_starts[g];
+    memcpy(c->mv, mv, (size_t)n * sizeof *mv);
+    memcpy(c->phase, phase, (size_t)n);
+    memcpy(c->starts, starts, ((size_t)g + 1) * sizeof *starts);
+    memcpy(c->runs, runs, (size_t)n_runs * sizeof *runs);
+    memcpy(c->run_starts, run_starts, ((size_t)g + 1) * sizeof *run_starts);
+    int at = 0;
+    for (int t = 0; t < BE_N_POOLS; t++) {
+        c->pool[t] = p->pool[t];
+        if (p->pool[t].n_chunks) memcpy(c->bases + at, p->pool[t].chunks, (size_t)p->pool[t].n_chunks * sizeof *c->bases);
+        at += p->pool[t].n_chunks;
+    }
+    c->n = n, c->n_groups = g, c->n_runs = n_runs, c->valid = 1;
+}
+
 int cu_plan_moves_cached(cu_group_cache *c, const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase,
                          int *starts, cu_move_run *runs, int *run_starts, uint64_t *ws) {
-    if (n > 0 && cache_matches(c, p, mv, n)) {
-        memcpy(phase, c->phase, (size_t)n);
-        memcpy(starts, c->starts, ((size_t)c->n_groups + 1) * sizeof *starts);
-        memcpy(run_starts, c->run_starts, ((size_t)c->n_groups + 1) * sizeof *run_starts);
-        runs_at_layer(p, c->runs, c->n_runs, layer, runs);
-        c->hits++;
-        return c->n_groups;
+    c->clock++;
+    cu_plan_entry *old = &c->e[0];
+    for (int k = 0; k < CU_PLAN_ENTRIES; k++) {
+        cu_plan_entry *e = &c->e[k];
+        if (n > 0 && entry_matches(e, p, mv, n)) {
+            memcpy(phase, e->phase, (size_t)n);
+            memcpy(starts, e->starts, ((size_t)e->n_groups + 1) * sizeof *starts);
+            memcpy(run_starts, e->run_starts, ((size_t)e->n_groups + 1) * sizeof *run_starts);
+            runs_at_layer(p, e->runs, e->n_runs, layer, runs);
+            e->used = c->clock;
+            c->hits++;
+            return e->n_groups;
+        }
+        if (e->used < old->used) old = e;
     }
     c->misses++;
-    c->valid = 0;
     int g = cu_group_moves(p, mv, n, 0, phase, starts, ws);
     run_starts[0] = 0;
     for (int k = 0; k < g; k++)
         run_starts[k + 1] = run_starts[k] + cu_runs_of(p, mv + starts[k], starts[k + 1] - starts[k], 0,
                                                        phase + starts[k], runs + run_starts[k]);
-    int n_runs = run_starts[g];
-    if (n > 0 && cache_reserve(c, p, n)) {
-        memcpy(c->mv, mv, (size_t)n * sizeof *mv);
-        memcpy(c->phase, phase, (size_t)n);
-        memcpy(c->starts, starts, ((size_t)g + 1) * sizeof *starts);
-        memcpy(c->runs, runs, (size_t)n_runs * sizeof *runs);
-        memcpy(c->run_starts, run_starts, ((size_t)g + 1) * sizeof *run_starts);
-        int at = 0;
-        for (int t = 0; t < BE_N_POOLS; t++) {
-            c->pool[t] = p->pool[t];
-            if (p->pool[t].n_chunks)
-                memcpy(c->bases + at, p->pool[t].chunks, (size_t)p->pool[t].n_chunks * sizeof *c->bases);
-            at += p->pool[t].n_chunks;
-        }
-        c->n = n, c->n_groups = g, c->n_runs = n_runs, c->valid = 1;
+    if (n > 0) {
+        entry_keep(old, p, mv, n, phase, starts, g, runs, run_starts);
+        old->used = c->clock;
     }
-    if (layer) runs_at_layer(p, runs, n_runs, layer, runs);
+    if (layer) runs_at_layer(p, runs, run_starts[g], layer, runs);
     return g;
 }
 
 void cu_group_cache_free(cu_group_cache *c) {
-    free(c->mv), free(c->phase), free(c->starts), free(c->runs), free(c->run_starts), free(c->bases);
+    for (int k = 0; k < CU_PLAN_ENTRIES; k++) {
+        cu_plan_entry *e = &c->e[k];
+        free(e->mv), free(e->phase), free(e->starts), free(e->runs), free(e->run_starts), free(e->bases);
+    }
     memset(c, 0, sizeof *c);
 }
 

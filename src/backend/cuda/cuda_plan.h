@@ -46,18 +46,26 @@ typedef struct {
 #define CU_MOVE_WS_WORDS(n) (8 * (size_t)(n) + 8)
 int cu_group_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase, int *starts,
                    uint64_t *ws);
-/* The last list cu_group_moves planned, its groups and phases and every group's runs, so that the same
- * list coming again is not planned again: staging copies one list per layer of a step (a 7B at 8192
+/* cu_group_moves without its one-group case (a list no move of which reads another's destination,
+ * destinations increasing, found in O(n)): every list through the pass over its sorted records. The
+ * same answer; tests and bench/move_plan.c hold the one-group case against it. */
+int cu_group_moves_sorted(const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase, int *starts,
+                          uint64_t *ws);
+/* The last lists planned, their groups and phases and every group's runs, so that the same list
+ * coming again is not planned again: staging copies one list per layer of a step (a 7B at 8192
  * positions, T0 50%: 4096 moves, about 0.5 ms of grouping and 0.03 ms of runs per layer on a 2-core
  * host). Grouping depends only on which moves touch the same record, and a record is one (tier, slot)
- * at every layer, so a list equal to the last one move for move, over the same pools, has the same
+ * at every layer, so a list equal to an earlier one move for move, over the same pools, has the same
  * groups and phases at any layer. Its runs differ between layers by their addresses alone: a pool's
  * record of slot s at layer l lies (l % layers) x slots-per-chunk records after its layer-0 record
  * (be_kv_record), the same distance for every slot of the pool, so records consecutive at one layer
- * are consecutive at every layer. The cache keeps the runs at layer 0 and moves them to the layer
- * asked for. Zero it before first use; cu_group_cache_free releases its copies. */
+ * are consecutive at every layer. An entry keeps the runs at layer 0; a hit moves them to the layer
+ * asked for. Two entries: a batch of tier moves (the transfer thread's, layer by layer) comes between
+ * the staging lists of the same layers, and one entry would plan both again at every layer (the
+ * least recently used entry is replaced). Zero it before first use; cu_group_cache_free releases its
+ * copies. */
 typedef struct {
-    be_move *mv;            /* [cap] the last list */
+    be_move *mv;            /* [cap] the list */
     uint8_t *phase;         /* [cap] */
     int *starts;            /* [cap + 1] */
     cu_move_run *runs;      /* [cap] every group's runs at layer 0, group after group */
@@ -65,10 +73,15 @@ typedef struct {
     be_kv_pool pool[BE_N_POOLS]; /* the pools it was planned over, their chunks listed in bases */
     void **bases;           /* [cap_bases] every pool's chunk bases, pool after pool */
     int n, n_groups, n_runs, cap, cap_bases, valid;
-    uint64_t hits, misses;
+    uint64_t used;          /* the cache's clock at its last use */
+} cu_plan_entry;
+#define CU_PLAN_ENTRIES 2
+typedef struct {
+    cu_plan_entry e[CU_PLAN_ENTRIES];
+    uint64_t clock, hits, misses;
 } cu_group_cache;
-/* cu_group_moves and cu_runs_of group by group, at `layer`, or the last answer when mv[0..n) and the
- * pools equal the last call's (its runs moved to `layer`). Writes phase[n], starts[g + 1], and the
+/* cu_group_moves and cu_runs_of group by group, at `layer`, or a kept answer when mv[0..n) and the
+ * pools equal those of an entry (its runs moved to `layer`). Writes phase[n], starts[g + 1], and the
  * runs of group k into runs[run_starts[k] .. run_starts[k + 1]) (run_starts[g + 1]; runs: [n]);
  * returns g, the number of groups. */
 int cu_plan_moves_cached(cu_group_cache *c, const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase,
