@@ -94,9 +94,10 @@ static void setup_free(setup *s) {
     cu_group_cache_free(&s->cache);
 }
 
-/* the step's change: the last move reads the next T1 slot, then back */
+/* the step's change: the last move reads another T1 slot each step (a list no step had before: the
+ * list planned once a step, not kept from an earlier one) */
 static void next_step(setup *s, int step) {
-    s->mv[s->n - 1].src = BE_SLOT(BE_T1, BE_SLOT_IDX(s->mv[s->n - 2].src) + 1 + (step & 1));
+    s->mv[s->n - 1].src = BE_SLOT(BE_T1, BE_SLOT_IDX(s->mv[s->n - 2].src) + 1 + step % 256);
 }
 
 /* the old one-entry group cache: grouped again unless the list is the last one it grouped */
