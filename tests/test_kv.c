@@ -1036,3 +1036,60 @@ TEST(kv_t2_codec_names_complete) {
     }
     CHECK(n == BE_KV_N_FMT - BE_KV_Q8_HEAD);
 }
+
+/* A STAGE chunk that cannot be had (the device memory is out) leaves the pools as they were: the tier
+ * chunk it would have mirrored is given back, so no slot is handed out without its mirror, and the
+ * sequence is refused with the backend's message; once memory is there again the same sequence opens,
+ * STAGE holding a chunk for each chunk of T1 and T2. The backend: the CPU's, whose allocations of a
+ * STAGE chunk's size fail while `stage_out` is set. */
+static int stage_out;
+static size_t stage_chunk_bytes;
+static void *stage_limited_alloc(be_backend *b, size_t bytes, be_mem mem, char *err, size_t errlen) {
+    (void)b;
+    if (stage_out && bytes == stage_chunk_bytes) {
+        snprintf(err, errlen, "limited: no device memory for %zu bytes", bytes);
+        return NULL;
+    }
+    return cpu()->ops->alloc(cpu(), bytes, mem, err, errlen);
+}
+static void stage_limited_free(be_backend *b, void *p, be_mem mem) {
+    (void)b;
+    cpu()->ops->free(cpu(), p, mem);
+}
+
+TEST(kv_stage_out_of_memory_rolls_back) {
+    be_ops ops = *cpu()->ops;
+    ops.name = "limited";
+    ops.alloc = stage_limited_alloc;
+    ops.free = stage_limited_free;
+    be_backend limited = {&ops};
+    kv_options o;
+    shape(&o, 2, 4, 2, 32, 2, 600);
+    o.policy = KV_POLICY_HIERARCHY;
+    o.t0_ratio = 0.5, o.t2_ratio = 0.2, o.staged = 1, o.stage_t2 = 1;
+    char err[256] = "";
+    kv_cache *kv = kv_init(&o, &limited, err, sizeof err);
+    REQUIRE(kv != NULL);
+    const be_kv_pool *st = &kv->pools.pool[BE_STAGE], *t1 = &kv->pools.pool[BE_T1], *t2 = &kv->pools.pool[BE_T2];
+    stage_chunk_bytes = ((size_t)1 << st->chunk_shift) * (size_t)st->layers * st->record_bytes;
+    int q0 = -1, q1 = -1;
+    REQUIRE(kv_seq_add(kv, o.n_ctx, 0, &q0, err, sizeof err) == 0);
+    int n1 = t1->n_chunks, n2 = t2->n_chunks, ns = st->n_chunks;
+    CHECKF(ns == n1 + n2 && n1 > 0 && n2 > 0, "STAGE %d chunks for T1's %d and T2's %d", ns, n1, n2);
+    stage_out = 1;
+    int rc = kv_seq_add(kv, o.n_ctx, 0, &q1, err, sizeof err);
+    stage_out = 0;
+    CHECKF(rc != 0 && strstr(err, "no device memory"), "rc %d: %s", rc, err);
+    CHECKF(t1->n_chunks == n1 && t2->n_chunks == n2 && st->n_chunks == ns, "after the refusal: T1 %d, T2 %d, STAGE %d chunks",
+           t1->n_chunks, t2->n_chunks, st->n_chunks);
+    CHECKF(kv_check(kv, err, sizeof err) == 0, "%s", err);
+    REQUIRE(kv_seq_add(kv, o.n_ctx, 0, &q1, err, sizeof err) == 0);
+    CHECKF(t1->n_chunks > n1 && st->n_chunks == t1->n_chunks + t2->n_chunks, "T1 %d, T2 %d, STAGE %d chunks",
+           t1->n_chunks, t2->n_chunks, st->n_chunks);
+    for (int p = 0; p < 300; p++) {
+        REQUIRE(kv_append(kv, q1, p, p < 8, err, sizeof err) == 0);
+        if (p >= 8) kv_step_end(kv, q1);
+    }
+    CHECKF(kv_check(kv, err, sizeof err) == 0, "%s", err);
+    kv_free(kv);
+}

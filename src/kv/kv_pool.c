@@ -51,7 +51,7 @@ static int stage_follow(kv_cache *kv, int t, int c, char *err, size_t errlen) {
 }
 
 /* Adds one chunk to pool t (and STAGE's mirror of it); -1 with a message when the chunk array is
- * full or memory is out. */
+ * full or memory is out, the pools then as they were (no slot without its mirror). */
 static int grow(kv_cache *kv, int t, char *err, size_t errlen) {
     be_kv_pool *bp = &kv->pools.pool[t];
     kv_tpool *p = &kv->tp[t];
@@ -62,6 +62,11 @@ static int grow(kv_cache *kv, int t, char *err, size_t errlen) {
     void *c = kv->be->ops->alloc(kv->be, bytes, bp->mem, err, errlen);
     if (!c) return -1;
     bp->chunks[bp->n_chunks++] = c;
+    if (kv_stage_mirrors(kv, t) && stage_follow(kv, t, bp->n_chunks - 1, err, errlen)) {
+        bp->chunks[--bp->n_chunks] = NULL;
+        kv->be->ops->free(kv->be, c, bp->mem);
+        return -1;
+    }
     int per = 1 << KV_CHUNK_SHIFT, base = p->n_slots;
     int32_t *nf = realloc(p->free, (size_t)(p->n_slots + per) * sizeof *nf);
     uint16_t *nh = realloc(p->holders, (size_t)(p->n_slots + per) * sizeof *nh);
@@ -74,7 +79,7 @@ static int grow(kv_cache *kv, int t, char *err, size_t errlen) {
     for (int i = 0; i < per; i++) p->free[i] = base + per - 1 - i;
     p->n_free += per;
     p->n_slots += per;
-    return kv_stage_mirrors(kv, t) ? stage_follow(kv, t, bp->n_chunks - 1, err, errlen) : 0;
+    return 0;
 }
 
 int kv_pools_init(kv_cache *kv, char *err, size_t errlen) {

@@ -95,12 +95,6 @@ int cu_plan_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, cu_
     return cu_runs_of(p, mv, n, layer, ph8, out);
 }
 
-/* One pass in list order over the moves, with the records named by small ids (the distinct addresses,
- * sorted). Per id: the group that last wrote it, and the group that last read it with 1 + the largest
- * phase of its readers in that group. A move joins the current group unless it reads or writes a
- * record the group wrote or its phase (1 + the readers' of its destination, all earlier in the group
- * since a later reader would be a read-after-write) reaches CU_MAX_PHASES; a new group starts with it
- * at phase 0. Phases are final when assigned: a move's phase depends on earlier moves only. */
 /* 1 when no move can see another: no tier is both read and written, so no move reads a record any
  * move writes, and the destinations strictly increase, so none is written twice. Such a list is one
  * group at phase 0, which the pass below would find in O(n log n): a staging list (T1/T2 to STAGE,
@@ -124,6 +118,12 @@ int cu_group_moves(const be_kv_pools *p, const be_move *mv, int n, int layer, ui
     return cu_group_moves_sorted(p, mv, n, layer, phase, starts, ws);
 }
 
+/* One pass in list order over the moves, with the records named by small ids (the distinct addresses,
+ * sorted). Per id: the group that last wrote it, and the group that last read it with 1 + the largest
+ * phase of its readers in that group. A move joins the current group unless it reads or writes a
+ * record the group wrote or its phase (1 + the readers' of its destination, all earlier in the group
+ * since a later reader would be a read-after-write) reaches CU_MAX_PHASES; a new group starts with it
+ * at phase 0. Phases are final when assigned: a move's phase depends on earlier moves only. */
 int cu_group_moves_sorted(const be_kv_pools *p, const be_move *mv, int n, int layer, uint8_t *phase, int *starts,
                           uint64_t *ws) {
     if (n <= 0) {
