@@ -1040,8 +1040,8 @@ TEST(kv_t2_codec_names_complete) {
 /* A STAGE chunk that cannot be had (the device memory is out) leaves the pools as they were: the tier
  * chunk it would have mirrored is given back, so no slot is handed out without its mirror, and the
  * sequence is refused with the backend's message; once memory is there again the same sequence opens,
- * STAGE holding a chunk for each chunk of T1 and T2. The backend: the CPU's, whose allocations of a
- * STAGE chunk's size fail while `stage_out` is set. */
+ * STAGE holding a chunk for each chunk of T1 and T2. The backend: the CPU's ops, whose allocations of
+ * a STAGE chunk's size fail while `stage_out` is set (only the pools' alloc and free run on it). */
 static int stage_out;
 static size_t stage_chunk_bytes;
 static void *stage_limited_alloc(be_backend *b, size_t bytes, be_mem mem, char *err, size_t errlen) {
@@ -1086,10 +1086,6 @@ TEST(kv_stage_out_of_memory_rolls_back) {
     REQUIRE(kv_seq_add(kv, o.n_ctx, 0, &q1, err, sizeof err) == 0);
     CHECKF(t1->n_chunks > n1 && st->n_chunks == t1->n_chunks + t2->n_chunks, "T1 %d, T2 %d, STAGE %d chunks",
            t1->n_chunks, t2->n_chunks, st->n_chunks);
-    for (int p = 0; p < 300; p++) {
-        REQUIRE(kv_append(kv, q1, p, p < 8, err, sizeof err) == 0);
-        if (p >= 8) kv_step_end(kv, q1);
-    }
     CHECKF(kv_check(kv, err, sizeof err) == 0, "%s", err);
-    kv_free(kv);
+    kv_free(kv); /* (no token written: the stand-in backend lends the CPU's alloc and free alone) */
 }
