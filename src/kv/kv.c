@@ -209,9 +209,8 @@ static void retire_counters(kv_cache *kv, const kv_seq *s) {
 /* Drops every slot the sequence holds. No batch may be in flight. */
 static void release_all(kv_cache *kv, kv_seq *s) {
     for (int i = 0; i < s->len; i++) {
-        kv_att_release(kv, s, i);
         if (s->ref[i] != BE_SLOT_NONE) kv_slot_drop(kv, s->ref[i]);
-        s->ref[i] = BE_SLOT_NONE;
+        s->ref[i] = s->att[i] = BE_SLOT_NONE;
     }
     kv->tables_gen++;
 }
@@ -307,11 +306,9 @@ int kv_seq_take(kv_cache *kv, int src, int dst, int n, char *err, size_t errlen)
     for (int p = 0; p < n; p++) {
         int32_t r = s->ref[p];
         int t = kv_ref_tier(r);
-        kv_att_release(kv, s, p);
-        s->ref[p] = BE_SLOT_NONE;
+        s->ref[p] = s->att[p] = BE_SLOT_NONE;
         s->ntok[t]--;
         d->ref[p] = r;
-        d->att[p] = BE_SLOT_NONE;
         kv_att_update(kv, d, p);
         d->ntok[t]++;
         if (t == BE_T0) s->t0_held--, d->t0_held++;

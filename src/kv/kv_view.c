@@ -36,11 +36,6 @@ static int32_t stage_source(const kv_cache *kv, int32_t stage_idx) {
     return kv->stage_src[stage_idx >> KV_CHUNK_SHIFT] + (stage_idx & ((1 << KV_CHUNK_SHIFT) - 1));
 }
 
-void kv_att_release(kv_cache *kv, kv_seq *s, int pos) {
-    (void)kv;
-    s->att[pos] = BE_SLOT_NONE;
-}
-
 void kv_att_update(kv_cache *kv, kv_seq *s, int pos) {
     int32_t r = s->ref[pos];
     s->att[pos] = kv_stage_mirrors(kv, kv_ref_tier(r)) ? kv_stage_slot(kv, r) : r; /* no tier of NONE mirrors */

@@ -6,8 +6,6 @@
 /* Position pos of s moved (ref changed): its attention entry follows (its stage slot, if read
  * through STAGE). */
 void kv_att_update(kv_cache *kv, kv_seq *s, int pos);
-/* Clears s's attention entry of pos. */
-void kv_att_release(kv_cache *kv, kv_seq *s, int pos);
 /* The STAGE slot that mirrors ref, a T1 or T2 slot read through STAGE (kv_pool.c grows STAGE to
  * hold every such slot's mirror). */
 int32_t kv_stage_slot(const kv_cache *kv, int32_t ref);
