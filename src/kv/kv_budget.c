@@ -286,12 +286,12 @@ int kv_plan(const kv_options *o, int batch, int ctx, int prompt, kv_plan_result 
     }
     out->t0 = t0;
     out->t0_bytes_total = t0 * out->token_bytes[0] * batch;
-    /* STAGE on a GPU (kv_pool.c): two layers of a chunk for each chunk of T1 (staged) and T2 (which
-     * a GPU reads through STAGE), the tiers reserved at every sequence's bound */
+    /* STAGE on a GPU (kv_pool.c): KV_STAGE_LAYERS layers of a chunk for each chunk of T1 (staged) and
+     * T2 (which a GPU reads through STAGE), the tiers reserved at every sequence's bound */
     int64_t per = (int64_t)1 << KV_CHUNK_SHIFT, chunks = 0;
     for (int t = BE_T1; t <= BE_T2; t++)
         if (t == BE_T2 || v.staged)
             chunks += ((int64_t)batch * host_tier_bound(ops, &v, t, ctx) + per - 1) / per;
-    out->stage_bytes_total = chunks * per * 2 * out->token_bytes[0] / v.n_layer;
+    out->stage_bytes_total = chunks * per * KV_STAGE_LAYERS * out->token_bytes[0] / v.n_layer;
     return 0;
 }

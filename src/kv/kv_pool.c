@@ -27,7 +27,7 @@ static void tier_layout(const kv_cache *kv, int t, be_kv_fmt *fmt, be_mem *mem, 
     default: /* STAGE: one layer at a time on the CPU (copies are synchronous); off it two, so that the
               * copies of layer l+1 can run while layer l's attention reads its own (the backend
               * orders the writes of layer slot l % 2 after the reads of the layer before) */
-        *fmt = exact, *mem = BE_MEM_DEVICE, *layers = kv->be->ops->unified ? 1 : 2;
+        *fmt = exact, *mem = BE_MEM_DEVICE, *layers = kv->be->ops->unified ? 1 : KV_STAGE_LAYERS;
         break;
     }
 }

@@ -39,6 +39,7 @@
 #include "kv/kv_xfer.h"
 
 #define KV_CHUNK_SHIFT 8 /* 256 slots per chunk */
+#define KV_STAGE_LAYERS 2 /* STAGE's layers on a backend that is not host memory (kv_pool.c) */
 
 /* How the T0 budget is given (kv_budget.c). */
 enum {
