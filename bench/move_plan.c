@@ -111,11 +111,12 @@ static int groups_before(setup *s, const be_move *mv, int n, int layer) {
     return s->g_old;
 }
 
-static int plan_before(setup *s, const be_move *mv, int n, int layer) {
+/* the runs of every group into out, one group after another; returns their number */
+static int plan_before(setup *s, const be_move *mv, int n, int layer, cu_move_run *out) {
     int g = groups_before(s, mv, n, layer), total = 0;
     for (int k = 0; k < g; k++)
         total += cu_runs_of(&s->p, mv + s->starts[k], s->starts[k + 1] - s->starts[k], layer, s->phase + s->starts[k],
-                            s->runs);
+                            out + total);
     return total;
 }
 
@@ -132,22 +133,19 @@ static double time_steps(setup *s, int now, int layers, int steps, long *runs) {
         next_step(s, step);
         int batch = s->batch && step % 2;
         for (int l = 0; l < layers; l++) {
-            if (batch) (void)(now ? plan_now(s, &demote, 1, l) : plan_before(s, &demote, 1, l));
-            *runs += now ? plan_now(s, s->mv, s->n, l) : plan_before(s, s->mv, s->n, l);
+            if (batch) (void)(now ? plan_now(s, &demote, 1, l) : plan_before(s, &demote, 1, l, s->runs));
+            *runs += now ? plan_now(s, s->mv, s->n, l) : plan_before(s, s->mv, s->n, l, s->runs);
         }
     }
     return (now_s() - t0) * 1e3 / steps;
 }
 
-/* the two answers at every layer of one step: the same runs (cu_plan_moves_cached's group by group) */
+/* the two answers at every layer of one step: the same runs, group after group */
 static int answers_equal(setup *s, int layers) {
     cu_move_run *a = malloc((size_t)s->n * sizeof *a);
     int ok = a != NULL;
     for (int l = 0; ok && l < layers; l++) {
-        int g = cu_group_moves_sorted(&s->p, s->mv, s->n, l, s->phase, s->starts, s->ws), na = 0;
-        for (int k = 0; k < g; k++)
-            na += cu_runs_of(&s->p, s->mv + s->starts[k], s->starts[k + 1] - s->starts[k], l, s->phase + s->starts[k], a + na);
-        int nb = plan_now(s, s->mv, s->n, l);
+        int na = plan_before(s, s->mv, s->n, l, a), nb = plan_now(s, s->mv, s->n, l);
         ok = na == nb;
         for (int r = 0; ok && r < na; r++)
             ok = a[r].src == s->runs[r].src && a[r].dst == s->runs[r].dst && a[r].n == s->runs[r].n &&
