@@ -1416,6 +1416,45 @@ TEST(cuda_kv_write_read_moves) {
 #endif
 }
 
+/* copy_after_compute: rows kv_write queued on the compute stream and moved at once on the copy stream,
+ * with nothing waiting for the device between: the copies read the new rows, not the slots' old
+ * bytes (without the op the copy stream may run first: the KV module's batches after a prompt's
+ * chunk). Several layers of writes queued first, so the copies would have a head start. */
+TEST(cuda_copy_after_compute) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    const int nkv = 4, hd = 128, kd = nkv * hd, L = 4, shift = 7, nch = 2, S = nch << shift;
+    const be_kv_fmt fmts[4] = {BE_KV_F16, BE_KV_F16, BE_KV_Q8_HEAD, BE_KV_F16};
+    REQUIRE(O->copy_after_compute != NULL);
+    dpools d;
+    dpools_init(B, &d, L, nkv, hd, fmts, shift, nch, 0);
+    truth tr = {calloc((size_t)4 * S * L * 2 * kd, 4), S, L, kd};
+    float *dk = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE), *dv = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE);
+    int32_t *refs = malloc((size_t)S * 4);
+    be_move *mv = malloc((size_t)S * sizeof *mv);
+    float *k = malloc((size_t)kd * 4), *v = malloc((size_t)kd * 4);
+    int bad = 0;
+    for (int round = 0; round < 3; round++) {
+        for (int s = 0; s < S; s++) refs[s] = BE_SLOT(BE_T0, s), mv[s] = (be_move){BE_SLOT(BE_T0, s), BE_SLOT(BE_T1, S - 1 - s)};
+        for (int layer = 0; layer < L; layer++) write_random(B, &d, &tr, refs, S, layer, dk, dv);
+        O->copy_after_compute(B);
+        for (int layer = 0; layer < L; layer++) O->copy_moves(B, &d.p, mv, S, layer);
+        for (int layer = 0; layer < L; layer++) {
+            O->copy_wait(B, layer);
+            for (int s = 0; s < S; s++) {
+                O->kv_read(B, &d.p, layer, &mv[s].dst, 1, k, v);
+                const float *t = tr_at(&tr, mv[s].src, layer);
+                bad += memcmp(k, t, (size_t)kd * 4) != 0 || memcmp(v, t + kd, (size_t)kd * 4) != 0;
+            }
+        }
+    }
+    CHECKF(bad == 0, "%d records moved before the kv_write queued ahead of them", bad);
+    free(k), free(v), free(mv), free(refs), free(tr.v);
+    O->free(B, dk, BE_MEM_DEVICE), O->free(B, dv, BE_MEM_DEVICE);
+    dpools_free(B, &d);
+#endif
+}
+
 #ifdef TKV_CUDA
 /* Reference attention over host truth: positions in order, masked/evicted/out-of-tier skipped. */
 static void ref_attention(truth *tr, const be_attn *a, double *o, double *mass, double *pm, double *pl) {

@@ -60,6 +60,11 @@ static int lockstep(const te_options *ref_o, const te_options *cand_o, int np, i
     if (rc) fprintf(stderr, "    %s\n", err);
     kv_sync(te_kv(e[1]));
     kv_get_stats(te_kv(e[1]), -1, st);
+    if (cand_o->backend && !strcmp(cand_o->backend, "cpu-async")) { /* no move could pass the compute before it */
+        uint64_t h = cpu_async_order_hazards(te_kv(e[1])->be);
+        CHECKF(h == 0, "%llu moves submitted where a copy queue could run them before the compute they follow",
+               (unsigned long long)h);
+    }
     if (kv_check(te_kv(e[1]), err, sizeof err)) {
         fprintf(stderr, "    kv_check: %s\n", err);
         rc = -2;
@@ -138,6 +143,56 @@ TEST(gpu_order_sync_demotions) {
     k.sync_transfers = 1;
     run_case("the same, sync transfers", &k, 0, 1, 96, 8, 100, &st);
     CHECK(st.sync_demotions > 0);
+}
+
+/* One prefill of many calls (max_batch 8: the calls before the last want no logits, so nothing
+ * waits for the device between them), an unpinned prompt over its T0 budget: each call demotes T0
+ * rows the one before wrote, whose kv_write a GPU's compute queue may not have run when the copy
+ * queue gets the move. With copy_after_compute no move is submitted where it could pass them;
+ * taken away, cpu-async counts the moves that could. The logits stay cpu's either way (cpu-async
+ * runs its compute at once), so only the count shows the race. */
+TEST(gpu_order_copies_after_compute) {
+    NEED(QWEN2);
+    for (int on = 1; on >= 0; on--) {
+        te_options o;
+        base_options(&o, "cpu-async");
+        o.max_batch = 8;
+        o.kv = hier(0.3, 64);
+        o.kv.unpin_prompt = 1;
+        te_engine *e;
+        char err[512];
+        REQUIRE(te_open(t_shared(QWEN2), &o, &e, err, sizeof err) == 0);
+        kv_cache *kv = te_kv(e);
+        cpu_async_copy_order(kv->be, on);
+        int V = te_n_vocab(e), np = 96;
+        int32_t prompt[96];
+        for (int i = 0; i < np; i++) prompt[i] = (int32_t)(((int64_t)i * 7919 + 13) % V);
+        float *lg = malloc((size_t)V * sizeof *lg);
+        REQUIRE(te_prefill(e, 0, prompt, np, lg, 0, err, sizeof err) == 0);
+        for (int s = 0; s < 8; s++) {
+            int seq = 0;
+            int32_t tok = tkv_argmax(lg, V);
+            REQUIRE(te_decode(e, &seq, &tok, 1, lg, err, sizeof err) == 0);
+        }
+        kv_stats st;
+        kv_sync(kv);
+        kv_get_stats(kv, -1, &st);
+        uint64_t h = cpu_async_order_hazards(kv->be);
+        CHECKF(st.sync_demotions > 0, "no synchronous demotion (%lld)", (long long)st.sync_demotions);
+        if (on) CHECKF(h == 0, "%llu moves could pass the compute before them", (unsigned long long)h);
+        else CHECKF(h > 0, "without copy_after_compute no move was counted: the check sees nothing");
+        free(lg);
+        te_close(e);
+    }
+    /* and the same prompt in calls of 8 against cpu and full, bit for bit */
+    kv_options k = hier(0.3, 64);
+    k.unpin_prompt = 1;
+    te_options ref, cand;
+    base_options(&ref, "cpu"), base_options(&cand, "cpu-async");
+    ref.kv = cand.kv = k;
+    ref.max_batch = cand.max_batch = 8;
+    kv_stats st;
+    CHECK(lockstep(&ref, &cand, 96, 96, 40, &st) == -1);
 }
 
 /* Keep masks differ per layer: a tables_gen that stands for every layer hands a GPU layer 0's masks

@@ -12,8 +12,9 @@
  *
  * Ordering. Ops run in call order, as if synchronously, on one "compute" queue. The one exception is
  * copy_moves, which may run on a second "copy" queue (the transfer engine calls it from its own
- * thread); copy_wait(layer) orders the compute queue after every copy submitted for that layer.
- * be_read is the only call that waits for the compute queue.
+ * thread); copy_wait(layer) orders the compute queue after every copy submitted for that layer, and
+ * copy_after_compute the copy queue after every compute op queued so far. be_read is the only call
+ * that waits for the compute queue.
  *
  * KV storage: pools and slot references. The KV module owns the decisions (who lives where); the
  * backend owns the bytes. A tier's storage is a pool of slots in chunks of 1 << chunk_shift slots,
@@ -280,6 +281,13 @@ typedef struct {
     void (*copy_moves)(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer);
     /* orders later compute after every copy_moves already submitted for `layer` */
     void (*copy_wait)(be_backend *b, int layer);
+    /* Optional (NULL where copy_moves runs in call order with the compute ops: the CPU). The other
+     * direction: every copy_moves submitted after this call (from any thread) runs after every
+     * compute op already queued. Without it a move could read a slot before a queued kv_write has
+     * written it, or overwrite a slot a queued attention still reads. The KV module calls it when it
+     * starts a batch: between two forward calls no read need have waited for the device (a prompt's
+     * chunks that want no logits). Does not wait on the host. */
+    void (*copy_after_compute)(be_backend *b);
     /* Optional (NULL where copies are synchronous: the CPU). The device time, in seconds since open,
      * the compute queue spent stalled at copy_wait for the copy queue, timed on the device. A wait
      * counts once its timing has completed (it is collected at the next read, or by this call when

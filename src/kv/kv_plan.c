@@ -139,6 +139,9 @@ static void start_batch(kv_cache *kv) {
     b->n_rest = 0;
     b->active = 1;
     kv->tables_gen++;
+    /* the batch reads T0 rows the last call's kv_write queued and writes slots its attention read:
+     * on a copy queue of its own it must come after them (a prompt's chunk need not have waited) */
+    if (b->n_moves > 0 && kv->be->ops->copy_after_compute) kv->be->ops->copy_after_compute(kv->be);
     if (kv->xfer && b->n_moves > 0) {
         xfer_submit(kv->xfer);
         return;

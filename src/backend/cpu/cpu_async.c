@@ -13,6 +13,12 @@
  *   - upload_pinned copies at once (the queue is this thread) but keeps a copy of its source and, at
  *     the next read, counts a hazard when the source changed meanwhile: a GPU's DMA, queued, could
  *     have read the new bytes (cpu_async_hazards).
+ *   - a move may run before compute ops queued ahead of it, as a copy stream's does unless it was
+ *     told to wait (copy_after_compute): each T0/T1/T2 record (tier, layer, slot) kv_write wrote or
+ *     attention read since the last wait for the device (read, kv_read) or copy_after_compute is
+ *     marked, and a move submitted meanwhile that reads a written record, or writes a written or read
+ *     one, counts (cpu_async_order_hazards). STAGE is left out: the STAGE event orders its
+ *     write-after-read (attention records it, copy_moves into STAGE waits on it).
  * And matmul adds the outputs' biases (matmul_bias), as the CUDA backend's does, so the forward's
  * path for such a backend runs here. step_begin/step_end count the calls bracketed and, as the CUDA
  * backend's graph capture ends early there, each wait inside a bracket (read, kv_read, copy_wait):
@@ -40,6 +46,14 @@ typedef struct {
     int n_calls, cap_calls;
 } layer_queue;
 
+/* one tier's marks: [layer][slot] epochs of kv_write's writes (w) and attention's reads (r); a mark
+ * equal to the backend's epoch stands */
+typedef struct {
+    uint32_t *w, *r;
+    int n_layer;
+    int64_t n_slot;
+} tier_marks;
+
 typedef struct {
     cpu_be cpu; /* first: the CPU ops cast the backend to cpu_be */
     be_ops ops;
@@ -59,6 +73,9 @@ typedef struct {
     struct pinned_up { const void *src; void *copy; size_t bytes; } *ups;
     int n_ups, cap_ups;
     uint64_t hazards;
+    tier_marks marks[BE_T2 + 1]; /* under mu (copy_moves comes from the transfer thread) */
+    uint32_t epoch;              /* a wait for the device or copy_after_compute starts the next */
+    uint64_t order_hazards;
     int in_step;                   /* between step_begin and step_end, no wait yet */
     uint64_t steps, breaks;
     double wait_s;                 /* in read and kv_read (host_wait_seconds) */
@@ -76,11 +93,95 @@ static void *grow(void *p, int *cap, int need, size_t item) {
     return n;
 }
 
+/* ---- the order of moves after compute ---- */
+
+/* room in m for (layer, slot) */
+static void marks_fit(tier_marks *m, int layer, int64_t slot) {
+    if (layer < m->n_layer && slot < m->n_slot) return;
+    int nl = layer + 1 > m->n_layer ? layer + 1 : m->n_layer;
+    int64_t ns = m->n_slot;
+    while (ns <= slot) ns = ns ? 2 * ns : 1024;
+    uint32_t *w = tkv_xcalloc((size_t)nl * (size_t)ns, sizeof *w), *r = tkv_xcalloc((size_t)nl * (size_t)ns, sizeof *r);
+    for (int l = 0; l < m->n_layer; l++) {
+        memcpy(w + (size_t)l * ns, m->w + (size_t)l * m->n_slot, (size_t)m->n_slot * sizeof *w);
+        memcpy(r + (size_t)l * ns, m->r + (size_t)l * m->n_slot, (size_t)m->n_slot * sizeof *r);
+    }
+    free(m->w), free(m->r);
+    m->w = w, m->r = r, m->n_layer = nl, m->n_slot = ns;
+}
+
+/* the mark of reference ref at a call's layer (the pool's record layer), NULL for STAGE; wr 1: the
+ * write marks, 0: the read marks */
+static uint32_t *mark_of(async_be *a, const be_kv_pools *p, int32_t ref, int layer, int wr) {
+    int tier = BE_SLOT_TIER(ref);
+    if (tier > BE_T2) return NULL;
+    int ls = p->pool[tier].layers > 0 ? p->pool[tier].layers : 1;
+    tier_marks *m = &a->marks[tier];
+    marks_fit(m, layer % ls, BE_SLOT_IDX(ref));
+    return (wr ? m->w : m->r) + (size_t)(layer % ls) * (size_t)m->n_slot + (size_t)BE_SLOT_IDX(ref);
+}
+
+/* everything queued so far is ordered before what comes next */
+static void marks_clear(async_be *a) {
+    pthread_mutex_lock(&a->mu);
+    if (++a->epoch == 0) { /* wrapped: old marks could stand again */
+        for (int t = 0; t <= BE_T2; t++) free(a->marks[t].w), free(a->marks[t].r), a->marks[t] = (tier_marks){0};
+        a->epoch = 1;
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* (under mu) */
+static void mark_rows(async_be *a, const be_kv_pools *p, int layer, const int32_t *refs, int n, int wr) {
+    for (int i = 0; i < n; i++) {
+        uint32_t *m = refs[i] == BE_SLOT_NONE ? NULL : mark_of(a, p, refs[i], layer, wr);
+        if (m) *m = a->epoch;
+    }
+}
+
+/* the moves submitted now against the marks (under mu) */
+static void check_order(async_be *a, const be_kv_pools *p, const be_move *moves, int n, int layer) {
+    for (int i = 0; i < n; i++) {
+        const uint32_t *sw = mark_of(a, p, moves[i].src, layer, 1);
+        const uint32_t *dw = mark_of(a, p, moves[i].dst, layer, 1), *dr = mark_of(a, p, moves[i].dst, layer, 0);
+        a->order_hazards += (sw && *sw == a->epoch) || (dw && *dw == a->epoch) || (dr && *dr == a->epoch);
+    }
+}
+
+uint64_t cpu_async_order_hazards(const be_backend *b) {
+    async_be *a = (async_be *)(void *)(uintptr_t)b;
+    pthread_mutex_lock(&a->mu);
+    uint64_t n = a->order_hazards;
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
+static void async_copy_after_compute(be_backend *b) { marks_clear(ab(b)); }
+
+void cpu_async_copy_order(be_backend *b, int on) { ab(b)->ops.copy_after_compute = on ? async_copy_after_compute : NULL; }
+
+static void async_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, const float *k,
+                           const float *v) {
+    pthread_mutex_lock(&ab(b)->mu);
+    mark_rows(ab(b), p, layer, slots, n, 1);
+    pthread_mutex_unlock(&ab(b)->mu);
+    cpu_be_ops()->kv_write(b, p, layer, slots, n, k, v);
+}
+
+/* a wait for the device: inside a bracket, where the CUDA backend's capture would end; and every
+ * op queued has run */
+static void note_wait(async_be *a) {
+    a->breaks += a->in_step;
+    a->in_step = 0;
+    marks_clear(a);
+}
+
 static void async_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer) {
     async_be *a = ab(b);
     if (n <= 0) return;
     TKV_ASSERT(layer >= 0);
     pthread_mutex_lock(&a->mu);
+    check_order(a, p, moves, n, layer);
     if (layer >= a->n_q) {
         layer_queue *q = realloc(a->q, (size_t)(layer + 1) * sizeof *q);
         TKV_ASSERT(q);
@@ -95,12 +196,6 @@ static void async_copy_moves(be_backend *b, const be_kv_pools *p, const be_move 
     q->calls[q->n_calls++] = (pending_call){p, q->n_moves, n};
     q->n_moves += n;
     pthread_mutex_unlock(&a->mu);
-}
-
-/* a wait for the device: inside a bracket, where the CUDA backend's capture would end */
-static void note_wait(async_be *a) {
-    a->breaks += a->in_step;
-    a->in_step = 0;
 }
 
 static void async_step_begin(be_backend *b, int n_tok) {
@@ -171,9 +266,23 @@ static void remember_tables(async_be *s, const be_attn *a) {
     s->gen = a->tables_gen;
 }
 
+/* marks the records of the tiers a reads (every position of its tables: a kernel may read a masked
+ * one's slot) */
+static void mark_reads(async_be *s, const be_attn *a) {
+    unsigned tiers = a->tiers ? a->tiers : 0xfu;
+    pthread_mutex_lock(&s->mu);
+    for (int t = 0; t < a->n_tok; t++)
+        for (int j = 0; j < a->n_pos[t]; j++) {
+            int32_t r = a->slots[t][j];
+            if (r != BE_SLOT_NONE && ((tiers >> BE_SLOT_TIER(r)) & 1u)) mark_rows(s, a->pools, a->layer, &r, 1, 0);
+        }
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void async_attention(be_backend *b, const be_attn *a, void *scratch) {
     async_be *s = ab(b);
     if (!a->tables_gen) {
+        mark_reads(s, a);
         cpu_be_attention(b, a, scratch);
         return;
     }
@@ -182,6 +291,7 @@ static void async_attention(be_backend *b, const be_attn *a, void *scratch) {
     c.slots = (const int32_t *const *)s->slots;
     c.n_pos = s->n_pos;
     c.keep = a->keep ? (const uint8_t *const *)s->keep : NULL;
+    mark_reads(s, &c);
     cpu_be_attention(b, &c, scratch);
 }
 
@@ -249,6 +359,7 @@ static void async_close(be_backend *b) {
     free(a->weights);
     check_uploads(a);
     free(a->ups);
+    for (int t = 0; t <= BE_T2; t++) free(a->marks[t].w), free(a->marks[t].r);
     pthread_mutex_destroy(&a->mu);
     cpu_be_ops()->close(b); /* frees the workers and the struct itself (cpu is its first member) */
 }
@@ -277,6 +388,8 @@ int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errle
     a->ops.close = async_close;
     a->ops.copy_moves = async_copy_moves;
     a->ops.copy_wait = async_copy_wait;
+    a->ops.copy_after_compute = async_copy_after_compute;
+    a->ops.kv_write = async_kv_write;
     a->ops.attention = async_attention;
     a->ops.unified = 0; /* device memory apart: the callers' GPU paths */
     a->ops.read = async_read;
@@ -290,6 +403,7 @@ int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errle
     a->ops.host_wait_seconds = async_host_wait_seconds;
     a->cpu.base.ops = &a->ops;
     pthread_mutex_init(&a->mu, NULL);
+    a->epoch = 1;
     *out = &a->cpu.base;
     return 0;
 }

@@ -28,6 +28,11 @@ const be_ops *cpu_be_ops(void);
 int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errlen);
 /* cpu-async: upload_pinned sources that changed before the next read (0 when every caller kept them) */
 uint64_t cpu_async_hazards(const be_backend *b);
+/* cpu-async: moves submitted where a copy queue could have run them before compute ops queued ahead
+ * of them that touch their records (cpu_async.c); and its copy_after_compute taken away (on 0) or
+ * given back, so a test can show the count it prevents */
+uint64_t cpu_async_order_hazards(const be_backend *b);
+void cpu_async_copy_order(be_backend *b, int on);
 /* cpu-async's brackets (step_begin): the calls bracketed, and the waits inside one */
 void cpu_async_steps(const be_backend *b, uint64_t *steps, uint64_t *breaks);
 

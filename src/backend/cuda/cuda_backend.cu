@@ -302,6 +302,7 @@ static void cu_close(be_backend *b) {
     kept_free(&B->pos), kept_free(&B->slots);
     for (int k = 0; k < CU_MAX_LAYER_EVENTS; k++) CUDA_CHECK(cudaEventDestroy(B->layer_ev[k]));
     for (int k = 0; k < CU_MAX_STAGE_LAYERS; k++) CUDA_CHECK(cudaEventDestroy(B->stage_ev[k]));
+    CUDA_CHECK(cudaEventDestroy(B->order_ev));
     for (int k = 0; k < CU_STALL_PAIRS; k++)
         for (int j = 0; j < 2; j++) CUDA_CHECK(cudaEventDestroy(B->stall_ev[k][j]));
     pthread_mutex_destroy(&B->stall_lock);
@@ -362,6 +363,7 @@ static be_ops cu_ops_table(void) {
     o.kv_read = cu_kv_read;
     o.copy_moves = cu_copy_moves;
     o.copy_wait = cu_copy_wait;
+    o.copy_after_compute = cu_copy_after_compute;
     o.copy_stall_seconds = cu_copy_stall_seconds;
     o.host_wait_seconds = cu_host_wait_seconds;
     o.attention_scratch = cu_attention_scratch;
@@ -435,6 +437,7 @@ extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err
     CUDA_CHECK(cudaStreamCreateWithFlags(&B->copy, cudaStreamNonBlocking));
     for (int k = 0; k < CU_MAX_LAYER_EVENTS; k++) CUDA_CHECK(cudaEventCreateWithFlags(&B->layer_ev[k], cudaEventDisableTiming));
     for (int k = 0; k < CU_MAX_STAGE_LAYERS; k++) CUDA_CHECK(cudaEventCreateWithFlags(&B->stage_ev[k], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&B->order_ev, cudaEventDisableTiming));
     ring_init(&B->arg, CU_ARG_RING_BYTES, B->compute);
     B->arg.capture = B;
     ring_init(&B->mv, CU_MOVE_RING_BYTES, B->copy);

@@ -127,6 +127,7 @@ struct cu_backend {
     cudaEvent_t layer_ev[CU_MAX_LAYER_EVENTS];           /* copy stream, recorded by copy_moves */
     cudaEvent_t stage_ev[CU_MAX_STAGE_LAYERS];           /* compute stream, recorded by attention after
                                                             reading STAGE layer k */
+    cudaEvent_t order_ev;                                /* compute stream, recorded by copy_after_compute */
     cu_ring arg;                                         /* compute stream */
     cu_ring mv;                                          /* copy stream */
     pthread_mutex_t mv_lock;                             /* copy_moves may come from any thread */
@@ -240,6 +241,7 @@ void cu_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *
 void cu_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, float *k, float *v);
 void cu_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer);
 void cu_copy_wait(be_backend *b, int layer);
+void cu_copy_after_compute(be_backend *b);
 double cu_copy_stall_seconds(be_backend *b);
 /* cuda_attn.cu */
 size_t cu_attention_scratch(const be_backend *b, int n_tok, int max_pos, int n_head, int head_dim);

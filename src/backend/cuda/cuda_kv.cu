@@ -361,6 +361,20 @@ void cu_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, in
     pthread_mutex_unlock(&B->mv_lock);
 }
 
+/* The copy stream waits for what the compute stream holds now: an event recorded there (outside any
+ * capture: the copy stream cannot wait on a captured one), waited on by the copy stream before the
+ * moves submitted after this call. Under mv_lock, so the wait lands between the copy stream's lists
+ * and not inside one a transfer thread is queuing. */
+void cu_copy_after_compute(be_backend *b) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    cu_graph_break(B);
+    pthread_mutex_lock(&B->mv_lock);
+    CUDA_CHECK(cudaEventRecord(B->order_ev, B->compute));
+    CUDA_CHECK(cudaStreamWaitEvent(B->copy, B->order_ev, 0));
+    pthread_mutex_unlock(&B->mv_lock);
+}
+
 /* The stream wait, between two timing events on the compute stream: the time between them is the
  * time the compute stream stood still for the copy stream (about 0 when the copy had finished). The
  * pair's time is collected later (cu_stall_collect); a full ring first collects what completed, and
