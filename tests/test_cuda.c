@@ -372,6 +372,30 @@ TEST(cuda_host_moves) {
     hpools_free(&a), hpools_free(&b);
 }
 
+/* Two chunks of one layer can lie end to end (one allocation cut in two, or two allocations that
+ * happen to): the last slot of the first and the first of the second are adjacent in memory but
+ * two runs, since a run becomes one copy-engine transfer, which must not span two allocations. */
+TEST(cuda_host_runs_chunk_edge) {
+    const be_kv_fmt fmts[4] = {BE_KV_F16, BE_KV_F16, BE_KV_F16, BE_KV_F16};
+    hpools h;
+    hpools_init(&h, 1, 2, 64, fmts, 3, 2); /* one layer, 8 slots a chunk */
+    be_kv_pool *t0 = &h.p.pool[BE_T0];
+    size_t chunk = ((size_t)1 << t0->chunk_shift) * t0->record_bytes;
+    void *own[2] = {h.chunks[BE_T0][0], h.chunks[BE_T0][1]};
+    uint8_t *one = calloc(2, chunk);
+    h.chunks[BE_T0][0] = one, h.chunks[BE_T0][1] = one + chunk;
+    be_move mv[3] = {{BE_SLOT(BE_T0, 6), BE_SLOT(BE_T1, 0)}, {BE_SLOT(BE_T0, 7), BE_SLOT(BE_T1, 1)},
+                     {BE_SLOT(BE_T0, 8), BE_SLOT(BE_T1, 2)}};
+    uint8_t ph[3] = {0, 0, 0};
+    cu_move_run runs[3];
+    int nr = cu_runs_of(&h.p, mv, 3, 0, ph, runs);
+    CHECKF(nr == 2 && runs[0].n == 2 && runs[1].n == 1, "%d runs (the first of %u records): a run across two chunks",
+           nr, nr > 0 ? runs[0].n : 0);
+    h.chunks[BE_T0][0] = own[0], h.chunks[BE_T0][1] = own[1];
+    free(one);
+    hpools_free(&h);
+}
+
 /* The runs of one group executed as a device may run them: phase after phase, and inside a phase
  * either every source read before any destination is written (mode 0: a read-after-write inside a
  * phase would read the old bytes) or the records in reverse order (mode 1: a write-after-read or a

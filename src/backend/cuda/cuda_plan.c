@@ -39,16 +39,20 @@ int cu_runs_of(const be_kv_pools *p, const be_move *mv, int n, int layer, const 
     int n_runs = 0;
     for (int ph = 0; ph < CU_MAX_PHASES; ph++) {
         cu_move_run *cur = NULL;
+        int32_t cur_sc = 0, cur_dc = 0; /* the run's chunks: adjacent addresses in two chunks (one
+                                            allocation ending where the next begins) are two runs */
         for (int i = 0; i < n; i++) {
             if (phase[i] != ph) continue;
             const be_kv_pool *ps = &p->pool[BE_SLOT_TIER(mv[i].src)], *pd = &p->pool[BE_SLOT_TIER(mv[i].dst)];
             uint64_t s = rec_addr(p, mv[i].src, layer), d = rec_addr(p, mv[i].dst, layer);
             int ts = BE_SLOT_TIER(mv[i].src), td = BE_SLOT_TIER(mv[i].dst);
-            if (cur && cur->src_tier == ts && cur->dst_tier == td &&
+            int32_t sc = BE_SLOT_IDX(mv[i].src) >> ps->chunk_shift, dc = BE_SLOT_IDX(mv[i].dst) >> pd->chunk_shift;
+            if (cur && cur->src_tier == ts && cur->dst_tier == td && sc == cur_sc && dc == cur_dc &&
                 s == cur->src + (uint64_t)cur->n * cur->src_bytes && d == cur->dst + (uint64_t)cur->n * cur->dst_bytes) {
                 cur->n++;
                 continue;
             }
+            cur_sc = sc, cur_dc = dc;
             cur = &out[n_runs++];
             cur->src = s, cur->dst = d, cur->n = 1;
             cur->src_bytes = (uint32_t)ps->record_bytes, cur->dst_bytes = (uint32_t)pd->record_bytes;
