@@ -176,11 +176,15 @@ static int pools_match(const cu_plan_entry *c, const be_kv_pools *p) {
     int at = 0;
     for (int t = 0; t < BE_N_POOLS; t++) {
         const be_kv_pool *a = &c->pool[t], *b = &p->pool[t];
+        /* read once: the KV module may add a T0 chunk while a batch's layers are being sent (its
+         * table has room for every chunk, so only the count moves); a count read twice could let
+         * the comparison run past the chunks the first read allowed for */
+        const int nc = b->n_chunks;
         if (a->fmt != b->fmt || a->mem != b->mem || a->layers != b->layers || a->chunk_shift != b->chunk_shift ||
-            a->n_chunks != b->n_chunks || a->record_bytes != b->record_bytes)
+            a->n_chunks != nc || a->record_bytes != b->record_bytes)
             return 0;
-        if (b->n_chunks && memcmp(c->bases + at, b->chunks, (size_t)b->n_chunks * sizeof *b->chunks)) return 0;
-        at += b->n_chunks;
+        if (nc && memcmp(c->bases + at, b->chunks, (size_t)nc * sizeof *b->chunks)) return 0;
+        at += nc;
     }
     return 1;
 }
@@ -207,10 +211,11 @@ static void runs_at_layer(const be_kv_pools *p, const cu_move_run *runs, int n, 
     }
 }
 
-/* room for n moves and the pools' chunk bases; 0 when the host has none (nothing is kept then) */
-static int entry_reserve(cu_plan_entry *c, const be_kv_pools *p, int n) {
+/* room for n moves and the chunk bases of the pools c->pool; 0 when the host has none (nothing is
+ * kept then) */
+static int entry_reserve(cu_plan_entry *c, int n) {
     int nb = 0;
-    for (int t = 0; t < BE_N_POOLS; t++) nb += p->pool[t].n_chunks;
+    for (int t = 0; t < BE_N_POOLS; t++) nb += c->pool[t].n_chunks;
     if (nb > c->cap_bases) {
         free(c->bases);
         c->bases = malloc((size_t)nb * sizeof *c->bases);
@@ -230,11 +235,13 @@ static int entry_reserve(cu_plan_entry *c, const be_kv_pools *p, int n) {
     return 1;
 }
 
-/* the plan just made, kept in entry c */
+/* the plan just made, kept in entry c. The pools are copied first and only the copy is read after:
+ * a chunk count that grew meanwhile (pools_match) cannot make the bases outgrow their room. */
 static void entry_keep(cu_plan_entry *c, const be_kv_pools *p, const be_move *mv, int n, const uint8_t *phase,
                        const int *starts, int g, const cu_move_run *runs, const int *run_starts) {
     c->valid = 0;
-    if (!entry_reserve(c, p, n)) return;
+    for (int t = 0; t < BE_N_POOLS; t++) c->pool[t] = p->pool[t];
+    if (!entry_reserve(c, n)) return;
     int n_runs = run_starts[g];
     memcpy(c->mv, mv, (size_t)n * sizeof *mv);
     memcpy(c->phase, phase, (size_t)n);
@@ -243,9 +250,8 @@ static void entry_keep(cu_plan_entry *c, const be_kv_pools *p, const be_move *mv
     memcpy(c->run_starts, run_starts, ((size_t)g + 1) * sizeof *run_starts);
     int at = 0;
     for (int t = 0; t < BE_N_POOLS; t++) {
-        c->pool[t] = p->pool[t];
-        if (p->pool[t].n_chunks) memcpy(c->bases + at, p->pool[t].chunks, (size_t)p->pool[t].n_chunks * sizeof *c->bases);
-        at += p->pool[t].n_chunks;
+        if (c->pool[t].n_chunks) memcpy(c->bases + at, c->pool[t].chunks, (size_t)c->pool[t].n_chunks * sizeof *c->bases);
+        at += c->pool[t].n_chunks;
     }
     c->n = n, c->n_groups = g, c->n_runs = n_runs, c->valid = 1;
 }
