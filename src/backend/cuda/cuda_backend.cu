@@ -192,6 +192,8 @@ static void *cu_alloc(be_backend *b, size_t bytes, be_mem mem, char *err, size_t
 static void cu_free(be_backend *b, void *p, be_mem mem) {
     if (!p) return;
     cu_bind(cu_of(b));
+    /* captured work not yet launched may read it: cudaFree waits for the device, not for a capture */
+    if (mem != BE_MEM_HOST) cu_graph_break(cu_of(b));
     if (mem == BE_MEM_DEVICE) CUDA_CHECK(cudaFree(p)); /* waits for the device */
     else if (mem == BE_MEM_PINNED) CUDA_CHECK(cudaFreeHost(p));
     else free(p);

@@ -2,8 +2,10 @@
  *
  * The forward brackets a call with step_begin/step_end where nothing in it is expected to wait for
  * the device (backend.h). For a call of at most CU_GRAPH_MAX_TOK tokens (decode steps, up to that
- * many sequences) step_begin starts capturing the compute stream (relaxed mode: the host may still
- * wait on events of its own, the argument ring's), and step_end turns the capture into a graph and
+ * many sequences) step_begin starts capturing the compute stream (relaxed mode: other threads' calls,
+ * the transfer thread's copies, and this thread's own allocations stay legal; every host wait and
+ * every event the copy stream waits on ends the capture first, and so does cu_free, since a freed
+ * buffer may be one the captured work reads), and step_end turns the capture into a graph and
  * launches it: one submission for the call's ~11 kernels a layer instead of one launch each, so the
  * GPU does not idle between short kernels waiting for the host. The captured work is the work the
  * ops would have queued, in the same order on the same stream with the same arguments (kernel
@@ -46,11 +48,15 @@ static cudaGraphExec_t exec_for(cu_backend *B, cudaGraph_t g, int n_tok, size_t 
         if (G->ex[k].exec && G->ex[k].n_tok == n_tok && G->ex[k].nodes == nodes) e = &G->ex[k];
     if (e) {
         cudaGraphExecUpdateResultInfo info;
-        if (cudaGraphExecUpdate(e->exec, g, &info) == cudaSuccess) {
+        cudaError_t r = cudaGraphExecUpdate(e->exec, g, &info);
+        if (r == cudaSuccess) {
             G->st.updated++;
             e->last_use = ++G->clock;
             return e->exec;
         }
+        /* only a graph that cannot take the update is instantiated again; any other error (a fault of
+         * an earlier launch, reported here) stops where it shows */
+        if (r != cudaErrorGraphExecUpdateFailure) CUDA_CHECK(r);
         (void)cudaGetLastError(); /* the failure is not sticky: clear it before the next launch's check */
         CUDA_CHECK(cudaGraphExecDestroy(e->exec)); /* (a launch in flight completes first) */
         e->exec = NULL;

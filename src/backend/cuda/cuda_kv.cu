@@ -351,6 +351,9 @@ void cu_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, in
     int n_groups = cu_plan_moves_cached(&B->gcache, p, moves, n, layer, B->move_phase, B->move_starts, B->runs,
                                         B->run_starts, B->move_ws);
     if (to_stage) {
+        /* staging comes from the forward's thread and never while it captures: an attention captured
+         * records no STAGE event, so a copy into STAGE would wait on an older reader's */
+        CU_REQUIRE(!B->graph.capturing, "copy_moves: rows staged while a step is captured");
         int ls = p->pool[BE_STAGE].layers;
         CU_REQUIRE(ls >= 1 && ls <= CU_MAX_STAGE_LAYERS, "copy_moves: STAGE pool with too many layers");
         CUDA_CHECK(cudaStreamWaitEvent(B->copy, B->stage_ev[layer % ls], 0));
