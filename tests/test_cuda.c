@@ -1326,6 +1326,12 @@ static void write_random(be_backend *B, dpools *d, truth *tr, const int32_t *ref
     float *k = malloc((size_t)n * kd * 4), *v = malloc((size_t)n * kd * 4);
     rand_vec(k, (size_t)n * kd, 2.0f), rand_vec(v, (size_t)n * kd, 1.0f);
     if (n > 1) memset(k + kd, 0, (size_t)kd * 4); /* an all-zero row: Q8 scale 0 */
+    if (n > 3 && d->p.pool[BE_SLOT_TIER(refs[0])].fmt == BE_KV_Q8_HEAD) {
+        /* the codec's edges, where the host stores a head as zeros with scale 0: a NaN in a head
+         * (a GPU's fmaxf would drop it), and a head so small that 127 / amax overflows */
+        k[2 * kd + 5] = NAN;
+        for (int i = 0; i < d->p.head_dim; i++) v[3 * kd + d->p.head_dim + i] = i % 2 ? 1e-38f : -1e-38f;
+    }
     B->ops->upload(B, dk, k, (size_t)n * kd * 4), B->ops->upload(B, dv, v, (size_t)n * kd * 4);
     B->ops->kv_write(B, &d->p, layer, refs, n, dk, dv);
     uint8_t *rec = malloc(rec_bytes(BE_KV_F32, d->p.n_head_kv, d->p.head_dim));

@@ -64,11 +64,19 @@ __device__ __forceinline__ void kv_put_head(uint8_t *rec, int fmt, const kv_geom
         for (int i = lane; i < g.hd; i += 32) ((__half *)rec)[part * g.kv_dim + e0 + i] = __float2half_rn(get(i));
     } else {
         float amax = 0.0f;
-        for (int i = lane; i < g.hd; i += 32) amax = fmaxf(amax, fabsf(get(i)));
+        int nan = 0; /* fmaxf drops a NaN, where the host's amax becomes one and the head zeros */
+        for (int i = lane; i < g.hd; i += 32) {
+            const float x = get(i);
+            amax = fmaxf(amax, fabsf(x));
+            nan |= isnan(x);
+        }
         amax = cu_warp_max(amax);
+        nan = __any_sync(0xffffffffu, nan);
         int8_t *q = (int8_t *)rec + part * g.kv_dim + e0;
         float *sc = (float *)(rec + 2 * g.kv_dim) + part * g.n_head_kv + h;
-        if (!(amax > 0.0f) || !isfinite(amax)) {
+        /* kvq.c's q8h_encode: zeros and a scale of 0 for a head of zeros, a NaN or inf, or an amax
+         * so small that 127 / amax overflows */
+        if (nan || !(amax > 0.0f) || !isfinite(amax) || !isfinite(__fdiv_rn(127.0f, amax))) {
             for (int i = lane; i < g.hd; i += 32) q[i] = 0;
             if (lane == 0) *sc = 0.0f;
             return;
