@@ -897,21 +897,15 @@ static void gemm_w(uint32_t t, float *deq, int64_t n) {
 }
 #endif
 
-/* Every type against the f32 product of its exact dequantisation (plus a bias on the second output
- * of every other call, added by the product's last store), without scratch (the float
- * kernels); with the scratch matmul_scratch asks for, the quantised types run the integer kernels,
- * whose reference rounds x to Q8_0 blocks first (the float product is 1e-3 away from it, so a
- * kernel that skipped or changed the rounding fails), and a call of as many tokens as
- * cuda_gemm_from asks for (11 and 40 tokens) goes to cuBLAS, whose reference rounds x (and
- * quantised weights) to 16 bits as cuda_gemm.cu says (the unrounded product is 1e-3 away). */
-TEST(cuda_matmul) {
-    GPU_OR_SKIP();
 #ifdef TKV_CUDA
-    const int64_t n_ins[] = {256, 3584, 896}, n_out = 67, toks[] = {1, 3, 8, 11, 40};
-    int integer_runs = 0, gemm_runs = 0;
+/* The cases below on backend B for the token counts toks[0..n_toks); counts the calls that ran the
+ * integer kernels and cuBLAS. */
+static void matmul_cases(be_backend *B, const int64_t *toks, int n_toks, int *integer_runs, int *gemm_runs) {
+    const be_ops *O = B->ops;
+    const int64_t n_ins[] = {256, 3584, 896}, n_out = 67;
     for (int ti = 0; ti < N_TYPES; ti++)
         for (int li = 0; li < 3; li++)
-            for (int tk = 0; tk < 5; tk++) {
+            for (int tk = 0; tk < n_toks; tk++) {
                 /* two outputs of one activation: of two types (two launches), or of one (one launch) */
                 uint32_t t = TYPES[ti], t2 = tk == 1 ? t : TYPES[(ti + 3) % N_TYPES];
                 int64_t n_in = n_ins[li], nt = toks[tk];
@@ -956,8 +950,15 @@ TEST(cuda_matmul) {
                         float scale = 1.0f;
                         if (gemm) gemm_x(tt, x, xg, (size_t)(nt * n_in), &scale);
                         const float *xr = gemm ? xg : rounded ? xq : x;
-                        integer_runs += rounded, gemm_runs += gemm;
+                        *integer_runs += rounded, *gemm_runs += gemm;
                         fetch(B, y, which ? dy2 : dy1, (size_t)(nt * ys) * 4);
+                        int past = 0; /* stores past a token's rows, into the stride's padding */
+                        for (int64_t q = 0; q < nt; q++)
+                            for (int64_t r = no; r < ys; r++) {
+                                uint32_t bits;
+                                memcpy(&bits, &y[q * ys + r], 4);
+                                past += bits != 0xffffffffu;
+                            }
                         for (int64_t r = 0; r < no; r++) {
                             cpu_ops_for(tt, CPU_ISA_GENERIC)->dequant_row(f + (size_t)r * (which ? rb2 : rb), deq, n_in);
                             if (gemm) gemm_w(tt, deq, n_in);
@@ -973,6 +974,7 @@ TEST(cuda_matmul) {
                                  rounded ? " int8" : gemm ? " cublas" : "", which && biased ? " +bias" : "");
                         double err = rel_err(got, ref, (size_t)(nt * no));
                         if (((tk == 0 || (tk == 4 && gemm)) && li < 2) || err > 1e-5) REPORT(name, err, 1e-5);
+                        CHECKF(past == 0, "%s: %d floats written past the rows", name, past);
                     }
                 }
                 free(y), free(deq), free(ref), free(got), free(x), free(xq), free(xg), free(f1), free(f2), free(bh);
@@ -980,6 +982,24 @@ TEST(cuda_matmul) {
                 O->free(B, dx, BE_MEM_DEVICE), O->free(B, dy1, BE_MEM_DEVICE), O->free(B, dy2, BE_MEM_DEVICE);
                 if (scratch) O->free(B, scratch, BE_MEM_DEVICE);
             }
+}
+#endif
+
+/* Every type against the f32 product of its exact dequantisation (plus a bias on the second output
+ * of every other call, added by the product's last store), without scratch (the float
+ * kernels); with the scratch matmul_scratch asks for, the quantised types run the integer kernels,
+ * whose reference rounds x to Q8_0 blocks first (the float product is 1e-3 away from it, so a
+ * kernel that skipped or changed the rounding fails), and a call of as many tokens as
+ * cuda_gemm_from asks for (11 and 40 tokens) goes to cuBLAS, whose reference rounds x (and
+ * quantised weights) to 16 bits as cuda_gemm.cu says (the unrounded product is 1e-3 away). Every
+ * token count the kernels are compiled for alone (1, 2, 3, 8) and across launches (11), and no store
+ * lands past a token's rows (the output stride is wider than them: poisoned padding). */
+TEST(cuda_matmul) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    const int64_t toks[] = {1, 3, 8, 11, 40, 2};
+    int integer_runs = 0, gemm_runs = 0;
+    matmul_cases(B, toks, 6, &integer_runs, &gemm_runs);
     CHECK(integer_runs > 0); /* the integer kernel ran */
     if (cuda_gemm_from(B, CW_T_BF16)) CHECK(gemm_runs > 0);
     else printf("    cuBLAS not in use: %s\n", O->describe(B));
@@ -992,6 +1012,79 @@ TEST(cuda_matmul) {
 #endif
 }
 
+/* The one-token kernels forced (TIERKV_CUDA_GEMV) for every type, with two rows a warp, which the
+ * default choice never takes: the same checks at 1 and 2 tokens. */
+TEST(cuda_matmul_forced) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    static const char *kinds[] = {"tile,2", "direct,2", "direct,1"};
+    const int64_t toks[] = {1, 2};
+    for (int k = 0; k < 3; k++) {
+        setenv("TIERKV_CUDA_GEMV", kinds[k], 1);
+        be_params bp = {.name = "cuda", .device = 0};
+        be_backend *F = NULL;
+        char e[256];
+        int rc = cuda_backend_open(&bp, &F, e, sizeof e);
+        unsetenv("TIERKV_CUDA_GEMV");
+        if (rc) {
+            CHECKF(0, "TIERKV_CUDA_GEMV=%s: %s", kinds[k], e);
+            return;
+        }
+        printf("    TIERKV_CUDA_GEMV=%s\n", kinds[k]);
+        int integer_runs = 0, gemm_runs = 0;
+        matmul_cases(F, toks, 2, &integer_runs, &gemm_runs);
+        be_close(F);
+    }
+    (void)O;
+#endif
+}
+
+#ifdef TKV_CUDA
+/* One call of nt tokens of a type-t matrix [n_out][n_in] (|x| up to xmag, plus a bias where asked)
+ * through cuBLAS, against the reference that rounds as cuda_gemm.cu says; returns its error, or -1
+ * when cuBLAS does not take such a call. *scale: the power of two x was scaled by. */
+static double gemm_one(be_backend *B, uint32_t t, int64_t n_in, int64_t n_out, int64_t nt, float xmag, int biased,
+                       float *scale) {
+    if (!cuda_gemm_from(B, t) || cuda_gemm_from(B, t) > nt) return -1;
+    const be_ops *O = B->ops;
+    size_t rb;
+    uint8_t *f = rand_file_rows(t, n_in, n_out, &rb);
+    be_mat m = {f, t, n_in, n_out};
+    char e[256];
+    if (O->prepare_weight(B, &m, BE_W_MATMUL, e, sizeof e)) {
+        free(f);
+        return INFINITY;
+    }
+    float *x = malloc((size_t)(nt * n_in) * 4), *xg = malloc((size_t)(nt * n_in) * 4), *bh = malloc((size_t)n_out * 4);
+    rand_vec(x, (size_t)(nt * n_in), xmag), rand_vec(bh, (size_t)n_out, 2.0f);
+    float *dx = dalloc(B, (size_t)(nt * n_in) * 4, BE_MEM_DEVICE), *dy = dalloc(B, (size_t)(nt * n_out) * 4, BE_MEM_DEVICE);
+    float *db = dalloc(B, (size_t)n_out * 4, BE_MEM_DEVICE);
+    O->upload(B, dx, x, (size_t)(nt * n_in) * 4), O->upload(B, db, bh, (size_t)n_out * 4);
+    be_mm_out out = {&m, dy, n_out, biased ? db : NULL};
+    void *scratch = dalloc(B, O->matmul_scratch(B, &out, 1, n_in, nt), BE_MEM_DEVICE);
+    poison(B, dy, (size_t)(nt * n_out) * 4);
+    O->matmul(B, &out, 1, n_in, dx, nt, scratch);
+    float *y = malloc((size_t)(nt * n_out) * 4), *deq = malloc((size_t)n_in * 4);
+    double *ref = malloc((size_t)(nt * n_out) * 8);
+    fetch(B, y, dy, (size_t)(nt * n_out) * 4);
+    gemm_x(t, x, xg, (size_t)(nt * n_in), scale);
+    for (int64_t r = 0; r < n_out; r++) {
+        cpu_ops_for(t, CPU_ISA_GENERIC)->dequant_row(f + (size_t)r * rb, deq, n_in);
+        gemm_w(t, deq, n_in);
+        for (int64_t q = 0; q < nt; q++) {
+            double sum = 0;
+            for (int64_t k = 0; k < n_in; k++) sum += (double)deq[k] * xg[q * n_in + k];
+            ref[q * n_out + r] = sum / *scale + (biased ? bh[r] : 0.0);
+        }
+    }
+    double err = rel_err(y, ref, (size_t)(nt * n_out));
+    free(y), free(deq), free(ref), free(x), free(xg), free(bh), free(f);
+    O->free(B, dx, BE_MEM_DEVICE), O->free(B, dy, BE_MEM_DEVICE), O->free(B, db, BE_MEM_DEVICE);
+    O->free(B, scratch, BE_MEM_DEVICE);
+    return err;
+}
+#endif
+
 /* An activation beyond f16's range (|x| up to 2^20) through cuBLAS for a quantised type and F16:
  * finite, and equal to the reference that scales x by a power of two before rounding it (without
  * the scale every product would be inf). */
@@ -999,43 +1092,28 @@ TEST(cuda_gemm_range) {
     GPU_OR_SKIP();
 #ifdef TKV_CUDA
     const uint32_t types[] = {CW_T_Q4_K, CW_T_F16};
-    const int64_t n_in = 512, n_out = 96, nt = 40;
     for (int ti = 0; ti < 2; ti++) {
-        uint32_t t = types[ti];
-        if (!cuda_gemm_from(B, t) || cuda_gemm_from(B, t) > nt) SKIP("cuBLAS not in use for 40 tokens");
-        size_t rb;
-        uint8_t *f = rand_file_rows(t, n_in, n_out, &rb);
-        be_mat m = {f, t, n_in, n_out};
-        char e[256];
-        REQUIRE(O->prepare_weight(B, &m, BE_W_MATMUL, e, sizeof e) == 0);
-        float *x = malloc((size_t)(nt * n_in) * 4), *xg = malloc((size_t)(nt * n_in) * 4);
-        rand_vec(x, (size_t)(nt * n_in), 1.0e6f);
-        float *dx = dalloc(B, (size_t)(nt * n_in) * 4, BE_MEM_DEVICE), *dy = dalloc(B, (size_t)(nt * n_out) * 4, BE_MEM_DEVICE);
-        O->upload(B, dx, x, (size_t)(nt * n_in) * 4);
-        be_mm_out out = {&m, dy, n_out, NULL};
-        void *scratch = dalloc(B, O->matmul_scratch(B, &out, 1, n_in, nt), BE_MEM_DEVICE);
-        poison(B, dy, (size_t)(nt * n_out) * 4);
-        O->matmul(B, &out, 1, n_in, dx, nt, scratch);
-        float *y = malloc((size_t)(nt * n_out) * 4), *deq = malloc((size_t)n_in * 4), scale;
-        double *ref = malloc((size_t)(nt * n_out) * 8);
-        fetch(B, y, dy, (size_t)(nt * n_out) * 4);
-        gemm_x(t, x, xg, (size_t)(nt * n_in), &scale);
+        float scale = 1.0f;
+        double err = gemm_one(B, types[ti], 512, 96, 40, 1.0e6f, 0, &scale);
+        if (err < 0) SKIP("cuBLAS not in use for 40 tokens");
         CHECKF(scale < 1.0f, "scale %g", scale);
-        for (int64_t r = 0; r < n_out; r++) {
-            cpu_ops_for(t, CPU_ISA_GENERIC)->dequant_row(f + (size_t)r * rb, deq, n_in);
-            gemm_w(t, deq, n_in);
-            for (int64_t q = 0; q < nt; q++) {
-                double sum = 0;
-                for (int64_t k = 0; k < n_in; k++) sum += (double)deq[k] * xg[q * n_in + k];
-                ref[q * n_out + r] = sum / scale;
-            }
-        }
         char name[80];
-        snprintf(name, sizeof name, "cublas %s |x| to 1e6", tname(t));
-        REPORT(name, rel_err(y, ref, (size_t)(nt * n_out)), 1e-5);
-        free(y), free(deq), free(ref), free(x), free(xg), free(f);
-        O->free(B, dx, BE_MEM_DEVICE), O->free(B, dy, BE_MEM_DEVICE), O->free(B, scratch, BE_MEM_DEVICE);
+        snprintf(name, sizeof name, "cublas %s |x| to 1e6", tname(types[ti]));
+        REPORT(name, err, 1e-5);
     }
+#endif
+}
+
+/* A quantised matrix taller than one dequantised piece (at most 32768 rows at a time): the second
+ * piece's rows (a tail of 67) land at their offset, with the bias added once over all of them.
+ * Every model's output matrix (152064 rows for a 7B) goes this way. */
+TEST(cuda_gemm_pieces) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    float scale = 1.0f;
+    double err = gemm_one(B, CW_T_Q4_0, 256, 32768 + 67, 32, 1.0f, 1, &scale);
+    if (err < 0) SKIP("cuBLAS not in use for 32 tokens of Q4_0");
+    REPORT("cublas Q4_0 in two pieces +bias", err, 1e-5);
 #endif
 }
 

@@ -3,12 +3,14 @@
  * prepare_vector, matmul and embed.
  *
  * The matmul is written for decode, where it is bound by the bytes of the weights: each weight
- * byte is read once from HBM with 16-byte coalesced loads. Q8_0, when the caller gives the scratch
- * that matmul_scratch asks for, runs integer dot products against the activation rounded to Q8_0
- * (cuda_mmq.cu: the CPU backend's numerics). Every other type, and Q8_0 without scratch, is
- * dequantised in registers (bit for bit the CPU's dequantisation) and multiplied in f32 with f32
- * activations (no activation rounding: the CPU backend's results differ from these by its
- * F16/BF16/Q8 rounding of x, FORMATS.md 2.7). A warp owns R rows;
+ * byte is read once from HBM with 16-byte coalesced loads. The quantised types (Q8_0, Q4_0, Q5_0,
+ * Q4_K, Q6_K), when the caller gives the scratch that matmul_scratch asks for, run integer dot
+ * products against the activation rounded to Q8_0 blocks (cuda_mmq.cu: the CPU backend's numerics
+ * for Q8_0, Q4_0 and Q5_0; the CPU rounds x to Q8_K blocks of 256 for the K-quants). F32, F16,
+ * BF16, and the quantised types without scratch, are dequantised in registers (bit for bit the
+ * CPU's dequantisation) and multiplied in f32 with f32 activations (no activation rounding: the CPU
+ * backend's results differ from these by its F16/BF16/Q8 rounding of x, FORMATS.md 2.7). Calls of
+ * many tokens go to cuBLAS where it loaded (cuda_gemm.cu). A warp owns R rows;
  * lane l reads units l, l + 32, ... of them, so a warp's load
  * is 512 contiguous bytes per row. The activation rows (up to MM_NT tokens) are staged in shared
  * memory in tiles of kt elements, padded by 4 floats every 64 so the 16-byte reads of the lanes of
