@@ -28,7 +28,8 @@
 #      and host to device from pinned memory (H2D; PCIE_BPS if the probe fails);
 #   5. token check: greedy tokens of `hierarchy` at 0% eviction (direct, staged: must be identical;
 #      split: rounding-level differences allowed) against `full`, on a TOKLAYERS-layer TOKTYPE file of
-#      TOKSHAPE; and the logits of a lossy hierarchy (T2, 10% evicted) with the scores added up on the
+#      TOKSHAPE; an unpinned prompt fed in calls of 4 against `full` fed the same way (identical);
+#      and the logits of a lossy hierarchy (T2, 10% evicted) with the scores added up on the
 #      GPU against --host-scores: identical bits;
 #   5b. profile, on the token check's file: TIERKV_CUDA_PROFILE=1 bench of `full` at 2048 and staged at
 #      8192 (64 steps): each op's calls, device time and the gap before it, per phase;
@@ -486,6 +487,11 @@ tok_check() {
     greedy direct $HIER
     greedy staged $HIER $STAGED_FLAG
     greedy split $HIER $SPLIT_FLAG
+    # a prompt fed in calls of 4 that read nothing back between them, unpinned and over its T0 share:
+    # every call demotes rows the call before wrote (a batch that must wait for that call's
+    # compute: copy_after_compute); against full fed the same way (the same matmul shapes)
+    greedy full_b4 --policy full -b 4
+    greedy chunked $HIER --unpin-prompt -b 4
     # lossy tiers (T2, an evicted tail: the scores decide what is lost), the scores added up on the
     # GPU and on the host: the same logits, bit for bit
     local lossy=(--t2-ratio 0.25 --evict-ratio 0.1 $STAGED_FLAG)
@@ -506,12 +512,11 @@ w = sys.argv[1]
 def ids(n):
     try: return json.load(open(f"{w}/greedy.{n}.json"))["greedy"]
     except Exception: return None
-full = ids("full")
-for n in ("direct", "staged", "split"):
-    g = ids(n)
-    r = {"kind": "result", "job": f"tokens_{n}_vs_full", "must_be_identical": n != "split"}
+for n, base in (("direct", "full"), ("staged", "full"), ("split", "full"), ("chunked", "full_b4")):
+    g, full = ids(n), ids(base)
+    r = {"kind": "result", "job": f"tokens_{n}_vs_{base}", "must_be_identical": n != "split"}
     if g is None or full is None:
-        e = f"{w}/greedy.{n if g is None else 'full'}.err"
+        e = f"{w}/greedy.{n if g is None else base}.err"
         last = open(e).read().strip().splitlines()[-1:] if os.path.exists(e) else ["not run"]
         r.update(verdict="no result", error=last[0] if last else "")
     else:
@@ -831,7 +836,7 @@ step "CUDA op checks (tierkv-tests cuda)" 20 op_checks
 model_gb "$TOKSHAPE" "$TOKTYPE" "$TOKLAYERS" || { echo "gpu.sh: unknown TOKSHAPE $TOKSHAPE" >&2; exit 2; }
 TOKGB=$GB
 # gen-random, then four `logits` runs: open and load, 32 prompt tokens, GREEDY steps (a weight pass each)
-TOK_EST=$(($(gen_est "$TOKGB") + $(int "$(calc "6 * $SAFETY * ($PROC_S + $TOKGB * $LOAD_S_PER_GB + ($GREEDY + 4) * $TOKGB * 1e9 / ($HBM_BPS * $MM_EFF)) + 3")")))
+TOK_EST=$(($(gen_est "$TOKGB") + $(int "$(calc "8 * $SAFETY * ($PROC_S + $TOKGB * $LOAD_S_PER_GB + ($GREEDY + 4) * $TOKGB * 1e9 / ($HBM_BPS * $MM_EFF)) + 3")")))
 TOKDONE=0
 step "token check ($TOKSHAPE ${TOKLAYERS} layers, $(printf '%.1f' "$TOKGB") GB; full/direct/staged/split/lossy)" "$TOK_EST" tok_check && TOKDONE=1
 [ "$QUICK" = 0 ] && [ "$TOKDONE" = 1 ] && step "profile (TIERKV_CUDA_PROFILE=1; full at 2048, staged at 8192)" 25 profile

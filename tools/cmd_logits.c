@@ -17,7 +17,8 @@
 
 static void usage(FILE *out) {
     fprintf(out, "usage: tierkv logits -m MODEL.gguf --tokens IDS.txt [--greedy N] [--first-pos P] [--feed IDS.txt] -o OUT.f32\n"
-                 "  writes rows x n_vocab float32: prompt positions P..n-1, then one row per greedy step;\n"
+                 "  writes rows x n_vocab float32: prompt positions P..n-1, then one row per greedy step\n"
+                 "  (P = n-1: only the last prompt row is computed, as tierkv run computes it);\n"
                  "  prints {\"n_prompt\", \"first_logit_pos\", \"rows\", \"greedy\"} as JSON on stdout.\n"
                  "  --feed FILE   feed these ids as the greedy steps instead of the argmax (teacher forcing)\n%s%s",
             common_usage(), kv_flags_usage());
@@ -89,7 +90,13 @@ int cmd_logits(int argc, char **argv) {
     }
     all = tkv_xmalloc((size_t)n * V * sizeof(float));
     gids = tkv_xcalloc((size_t)greedy + 1, sizeof(int32_t));
-    if (tkv_prefill(s, seq, ids, n, all, 1, err, sizeof err)) { fprintf(stderr, "tierkv logits: %s\n", err); goto done; }
+    /* only the last prompt row asked for: only that row is computed, so a prompt fed in several calls
+     * (-b) reads nothing back between them, as tierkv run's does */
+    const int last_only = first == n - 1;
+    if (tkv_prefill(s, seq, ids, n, last_only ? all + (size_t)(n - 1) * V : all, !last_only, err, sizeof err)) {
+        fprintf(stderr, "tierkv logits: %s\n", err);
+        goto done;
+    }
     struct stat ost;
     int existed = stat(out_path, &ost) == 0; /* a failed write removes only a file this run created */
     fo = fopen(out_path, "wb");
