@@ -191,6 +191,24 @@ def free_port():
         return so.getsockname()[1]
 
 
+def redis_ready(port, proc, wait=20.0):
+    """Whether the Redis server just started answers PING on the loopback port (polled until `wait`
+    seconds pass or it exits): a loaded machine can take more than a second to open it."""
+    import socket
+    import time
+    t_end = time.monotonic() + wait
+    while time.monotonic() < t_end and proc.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0) as so:
+                so.sendall(b"PING\r\n")
+                if so.recv(64).startswith(b"+PONG"):
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
 def replicas(args):
     """Two servers sharing one Redis (started here on a loopback port, stopped after): turn 1 on A,
     turn 2 on B reuses all of turn 1 with a recompute's log-probabilities; Redis killed: requests are
@@ -207,13 +225,13 @@ def replicas(args):
              "--park-store", "redis://127.0.0.1:%d" % port]
     a = b = None
     try:
-        import time
-        time.sleep(0.5)
+        check(redis_ready(port, rd), "redis-server on port %d did not answer PING within 20 s" % port)
         a = st.Server(args, "--parallel", "2", *flags)
         b = st.Server(args, "--parallel", "2", *flags)
         b1 = complete(a, TURN1, 3)
         held = b1["usage"]["prompt_tokens"] + b1["usage"]["completion_tokens"] - 1
-        check(park_metrics(a)["parks_total"] == 1, "A did not write its conversation through")
+        check(park_metrics(a)["parks_total"] == 1, "A did not write its conversation through; its store lines:\n%s" %
+              "".join(line for line in a.log if "[park]" in line))
         t2 = TURN1 + b1["choices"][0]["text"] + MORE
         b2 = complete(b, t2, 12)
         check(b2["usage"]["prompt_tokens_details"]["cached_tokens"] == held,
