@@ -370,6 +370,90 @@ TEST(conv_record_restart_bit_exact) {
     tkv_model_close(m);
 }
 
+/* One backend's run for record_async: turn 1 on a, idle, saved (*rec); then sequence b decodes, and
+ * after every step a record of a is loaded into c and c is closed again. b's logits into lg [G2 + 1][V];
+ * the steps whose batches moved rows counted in *moved. */
+static void record_run(const char *backend, void **rec, size_t *len, float *lg, int *moved) {
+    char err[512];
+    const char *path = t_need(FIXTURE);
+    if (!path) return;
+    tkv_model_params mp;
+    tkv_model_params_default(&mp);
+    mp.n_threads = 1;
+    mp.backend = backend;
+    tkv_model *m;
+    REQUIRE(tkv_model_open(path, &mp, &m, err, sizeof err) == 0);
+    tkv_model_info mi;
+    tkv_model_get_info(m, &mi);
+    const int V = mi.n_vocab;
+    tkv_session_params sp = params(TKV_POLICY_HIERARCHY, 3, 512);
+    sp.kv.t0_ratio = 0.3;
+    sp.kv.t2_ratio = 0.2;
+    sp.kv.delta = 8;
+    sp.kv.window = 8;
+    sp.kv.stage_t2 = 1; /* cpu-async reads no T2 in place (a GPU's data path): both stage it */
+    tkv_session *s;
+    REQUIRE(tkv_session_open(m, &sp, &s, err, sizeof err) == 0);
+    int32_t tr[P1 + G1 + 1 + P2];
+    float *l1 = malloc(sizeof(float) * (size_t)V * (G1 + 1));
+    int a, b, c, held = turn1(s, tr, l1, V, 5, &a, err, sizeof err);
+    REQUIRE(held == P1 + G1 - 1);
+    tkv_seq_idle(s, a); /* its T0 rows go to T1 by a batch of moves */
+    REQUIRE(tkv_seq_save(s, a, tr, held, 3, rec, len, err, sizeof err) == 0);
+    tkv_seq_close(s, a);
+    int32_t p[P1];
+    ids(p, P1, 11, V);
+    REQUIRE(tkv_seq_open(s, P1 + G2 + 1, P1, &b, err, sizeof err) == 0);
+    REQUIRE(tkv_prefill(s, b, p, P1, lg, 0, err, sizeof err) == 0);
+    *moved = 0;
+    for (int i = 0; i < G2; i++) {
+        int32_t t = tkv_argmax(lg + (size_t)i * V, V);
+        tkv_stats st0, st1;
+        REQUIRE(tkv_stats_get(s, b, &st0, err, sizeof err) == 0);
+        REQUIRE(tkv_decode(s, &b, &t, 1, lg + (size_t)(i + 1) * V, err, sizeof err) == 0);
+        /* a batch may have started after the step: loading c takes slots its copies read */
+        REQUIRE(tkv_seq_open(s, held, 0, &c, err, sizeof err) == 0);
+        REQUIRE(tkv_seq_load(s, c, *rec, *len, err, sizeof err) == 0);
+        tkv_seq_close(s, c);
+        REQUIRE(tkv_stats_get(s, b, &st1, err, sizeof err) == 0);
+        *moved += st1.bytes_moved_up + st1.bytes_moved_down + st1.bytes_moved_host >
+                  st0.bytes_moved_up + st0.bytes_moved_down + st0.bytes_moved_host;
+    }
+    CHECK(check_kv(s) == 0);
+    tkv_session_close(s);
+    tkv_model_close(m);
+    free(l1);
+}
+
+/* On "cpu-async", where the host sees a copy done only after host_sync (as with a GPU's copy stream),
+ * against "cpu": a record saved right after the sequence went idle holds the rows its moves put in T1
+ * (the same bytes), and a record loaded after a batch started leaves that batch's copies the rows they
+ * read (the decoding sequence's logits the same bits). */
+TEST(conv_record_async_copies) {
+    if (!t_need(FIXTURE)) return;
+    char err[512];
+    tkv_model *m = open_model(err, sizeof err);
+    REQUIRE(m);
+    tkv_model_info mi;
+    tkv_model_get_info(m, &mi);
+    tkv_model_close(m);
+    const size_t V = (size_t)mi.n_vocab;
+    void *rec[2] = {NULL, NULL};
+    size_t len[2] = {0, 0};
+    float *lg[2] = {malloc(sizeof(float) * V * (G2 + 1)), malloc(sizeof(float) * V * (G2 + 1))};
+    int moved[2];
+    record_run("cpu", &rec[0], &len[0], lg[0], &moved[0]);
+    record_run("cpu-async", &rec[1], &len[1], lg[1], &moved[1]);
+    if (rec[0] && rec[1]) {
+        CHECKF(len[0] == len[1] && memcmp(rec[0], rec[1], len[0]) == 0, "the record saved after idle differs on cpu-async");
+        CHECKF(memcmp(lg[0], lg[1], sizeof(float) * V * (G2 + 1)) == 0,
+               "loading records beside a batch changed the other sequence's logits on cpu-async");
+        CHECKF(moved[0] > 0 && moved[0] == moved[1], "steps with moves: %d on cpu, %d on cpu-async", moved[0], moved[1]);
+        printf("    %d of %d steps moved rows; records of %zu bytes\n", moved[1], G2, len[1]);
+    }
+    free(rec[0]), free(rec[1]), free(lg[0]), free(lg[1]);
+}
+
 /* A record of another model (the same shape, another file) is refused by its identity. */
 TEST(conv_record_other_model) {
     char err[512];

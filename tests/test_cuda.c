@@ -1563,6 +1563,48 @@ TEST(cuda_copy_after_compute) {
 #endif
 }
 
+/* host_sync: rows moved T0 -> T1 (pinned host memory) on the copy stream, fenced by copy_wait only
+ * (which orders the device, not the host), then host_sync: the host reads every moved record itself
+ * and finds the new rows (a sequence saved right after its moves, kv_io.c). */
+TEST(cuda_host_sync) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    const int nkv = 4, hd = 128, kd = nkv * hd, L = 8, shift = 7, nch = 4, S = nch << shift;
+    const be_kv_fmt fmts[4] = {BE_KV_F16, BE_KV_F16, BE_KV_Q8_HEAD, BE_KV_F16};
+    REQUIRE(O->host_sync != NULL);
+    dpools d;
+    dpools_init(B, &d, L, nkv, hd, fmts, shift, nch, 0);
+    truth tr = {calloc((size_t)4 * S * L * 2 * kd, 4), S, L, kd};
+    float *dk = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE), *dv = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE);
+    int32_t *refs = malloc((size_t)S * 4);
+    be_move *mv = malloc((size_t)S * sizeof *mv);
+    float *x = malloc((size_t)2 * kd * 4);
+    int bad = 0;
+    for (int round = 0; round < 3; round++) {
+        for (int s = 0; s < S; s++) refs[s] = BE_SLOT(BE_T0, s), mv[s] = (be_move){BE_SLOT(BE_T0, s), BE_SLOT(BE_T1, S - 1 - s)};
+        for (int layer = 0; layer < L; layer++) write_random(B, &d, &tr, refs, S, layer, dk, dv);
+        O->copy_after_compute(B);
+        for (int layer = 0; layer < L; layer++) O->copy_moves(B, &d.p, mv, S, layer);
+        for (int layer = 0; layer < L; layer++) O->copy_wait(B, layer);
+        O->host_sync(B);
+        for (int layer = 0; layer < L; layer++)
+            for (int s = 0; s < S; s++) {
+                const uint8_t *rec = be_kv_record(&d.p, mv[s].dst, layer);
+                for (int i = 0; i < 2 * kd; i++) {
+                    uint16_t h;
+                    memcpy(&h, rec + (size_t)i * 2, 2);
+                    x[i] = tkv_f16_to_f32(h);
+                }
+                bad += memcmp(x, tr_at(&tr, mv[s].src, layer), (size_t)2 * kd * 4) != 0;
+            }
+    }
+    CHECKF(bad == 0, "%d moved records not there for the host after host_sync", bad);
+    free(x), free(mv), free(refs), free(tr.v);
+    O->free(B, dk, BE_MEM_DEVICE), O->free(B, dv, BE_MEM_DEVICE);
+    dpools_free(B, &d);
+#endif
+}
+
 #ifdef TKV_CUDA
 /* Reference attention over host truth: positions in order, masked/evicted/out-of-tier skipped. */
 static void ref_attention(truth *tr, const be_attn *a, double *o, double *mass, double *pm, double *pl) {

@@ -13,8 +13,10 @@
  * Ordering. Ops run in call order, as if synchronously, on one "compute" queue. The one exception is
  * copy_moves, which may run on a second "copy" queue (the transfer engine calls it from its own
  * thread); copy_wait(layer) orders the compute queue after every copy submitted for that layer, and
- * copy_after_compute the copy queue after every compute op queued so far. be_read is the only call
- * that waits for the compute queue.
+ * copy_after_compute the copy queue after every compute op queued so far. read and kv_read wait
+ * for the compute queue; host_sync for both queues. The host reads or writes a host pool's records
+ * itself (a sequence saved or loaded) only after host_sync: a fence orders the device's later work,
+ * never the host's.
  *
  * KV storage: pools and slot references. The KV module owns the decisions (who lives where); the
  * backend owns the bytes. A tier's storage is a pool of slots in chunks of 1 << chunk_shift slots,
@@ -288,6 +290,10 @@ typedef struct {
      * starts a batch: between two forward calls no read need have waited for the device (a prompt's
      * chunks that want no logits). Does not wait on the host. */
     void (*copy_after_compute)(be_backend *b);
+    /* Optional (NULL where every op, copies included, has finished when it returns: the CPU). The
+     * host waits until every op queued so far has finished, on both queues: then it may read a host
+     * pool's record that a move wrote, or write one that a move read. */
+    void (*host_sync)(be_backend *b);
     /* Optional (NULL where copies are synchronous: the CPU). The device time, in seconds since open,
      * the compute queue spent stalled at copy_wait for the copy queue, timed on the device. A wait
      * counts once its timing has completed (it is collected at the next read, or by this call when

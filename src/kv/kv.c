@@ -76,8 +76,7 @@ void kv_free(kv_cache *kv) {
     xfer_free(kv->xfer); /* waits for the batch in flight */
     kv->xfer = NULL;
     if (kv->tp[BE_T0].free) {
-        kv_complete_batch(kv);
-        kv_fence_all(kv); /* no copy may still read or write the pools freed below */
+        kv_settle(kv); /* no copy may still read or write the pools freed below */
     }
     for (int q = 0; q < kv->o.n_seq; q++)
         if (kv->seq[q].live) seq_free_arrays(kv, &kv->seq[q]);

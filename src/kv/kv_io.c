@@ -59,8 +59,7 @@ int kv_seq_export(kv_cache *kv, int seq, const int32_t *tokens, uint64_t model, 
                         kv->ops->name);
     if (s->len < 1 || s->fresh_from < s->len) return tkv_errf(err, errlen, "kv: sequence %d is empty or not written", seq);
     if (note_len > KV_REC_NOTE_MAX) return tkv_errf(err, errlen, "kv: a note of %zu bytes (at most %d)", note_len, KV_REC_NOTE_MAX);
-    kv_complete_batch(kv); /* every row where ref says */
-    kv_fence_all(kv);
+    kv_settle(kv); /* every row where ref says, and the copies that put it there done */
     kv_rec r;
     head_of(kv, model, salt, (uint32_t)s->len, &r);
     if (note) r.flags = KV_REC_NOTE;
@@ -113,7 +112,7 @@ int kv_seq_import(kv_cache *kv, int seq, const kv_rec *r, char *err, size_t errl
     if (s->len || s->idle || (int64_t)r->n > s->n_ctx)
         return tkv_errf(err, errlen, "kv: sequence %d (holding %d of %d) cannot take a record of %u positions", seq, s->len,
                         s->n_ctx, r->n);
-    kv_complete_batch(kv);
+    kv_settle(kv); /* the slots written below may be ones a finished batch's copies read */
     int exact_tier = kv->ops->uses_t1 ? BE_T1 : BE_T0;
     if (exact_tier == BE_T0 && kv->mode == KV_B_SHARED) {
         int64_t n_exact = 0;

@@ -92,6 +92,12 @@ void kv_fence_all(kv_cache *kv) {
     for (int l = 0; l < kv->o.n_layer; l++) kv->be->ops->copy_wait(kv->be, l);
 }
 
+void kv_settle(kv_cache *kv) {
+    kv_complete_batch(kv);
+    kv_fence_all(kv);
+    kv_host_sync(kv);
+}
+
 /* Frees the batch's source slots and files its records. The one place where slots that moves read
  * are freed: every layer's copies are fenced first, so the compute queue cannot write a freed slot
  * (a new token's row) before the copy that reads it has run (on a GPU the copies run on their own

@@ -27,6 +27,9 @@ int32_t kv_t0_slot_for_new(kv_cache *kv, kv_seq *s, char *err, size_t errlen);
 void kv_fence_all(kv_cache *kv);
 /* The per-layer fence: waits until the batch in flight has finished layer `layer`. */
 void kv_fence(kv_cache *kv, int layer);
+/* The batch in flight completed, and the host waits until the device has run every copy: before the
+ * host itself reads or writes host-pool records (a fence orders only the device's later work). */
+void kv_settle(kv_cache *kv);
 
 /* Demotes s's lowest-scored unprotected T0 tokens (sync) until s is within its own T0 budget: at the
  * end of a forward call, for an unpinned prompt whose chunk T0 held while it was being written. */

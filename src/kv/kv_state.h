@@ -231,6 +231,12 @@ static inline int kv_host_pool(const kv_cache *kv, int tier) {
     return kv->pools.pool[tier].mem != BE_MEM_DEVICE || kv->be->ops->unified;
 }
 
+/* The host waits until the device has run every op and copy submitted so far (the backend's
+ * host_sync; nothing where ops finish before they return). */
+static inline void kv_host_sync(kv_cache *kv) {
+    if (kv->be->ops->host_sync) kv->be->ops->host_sync(kv->be);
+}
+
 /* The sequence's T0 peak, after its T0 slots grew. */
 static inline void kv_note_t0_peak(const kv_cache *kv, kv_seq *s) {
     int64_t b = (int64_t)s->t0_held * kv_token_bytes(kv, BE_T0);

@@ -233,6 +233,7 @@ void kv_view_layer(kv_cache *kv, int seq, int layer, kv_view *out) {
     kv_seq *s = kv_get_seq(kv, seq);
     TKV_ASSERT(layer >= 0 && layer < kv->o.n_layer);
     kv_layer_begin(kv, &seq, 1, layer, KV_T1_AS_OPENED);
+    kv_host_sync(kv); /* the rows are read here, by the host: the layer's copies done, not only fenced */
     size_t kd = (size_t)kv->kv_dim, kb = kd * (kv->o.f16 ? 2 : 4);
     for (int p = 0; p < s->len; p++) {
         int32_t a = s->att[p];

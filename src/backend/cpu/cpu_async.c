@@ -2,10 +2,14 @@
  * races a GPU would show can fail a test on a machine without one.
  *
  * Three things differ from "cpu", each as the CUDA backend behaves:
- *   - copy_moves only queues its moves (per layer, in submission order, from any thread); they run
- *     when copy_wait(layer) is called, as a copy stream's work is only known done once the compute
- *     queue has waited for it. A slot freed or read before its layer's copy_wait therefore holds the
- *     old bytes, or gets overwritten before the copy reads it: exactly the reuse races of a GPU.
+ *   - copy_moves only queues its moves (per layer, in submission order, from any thread); copy_wait
+ *     (layer) makes them due, and they run at the next op that touches the pools or waits for the
+ *     device (kv_write, kv_read, attention, read, host_sync), as a copy stream's work is only known
+ *     done once the compute queue has waited for it, and by the host once it has waited for that. A
+ *     slot freed or read before its layer's copy_wait therefore holds the old bytes, or gets
+ *     overwritten before the copy reads it: exactly the reuse races of a GPU; and a host pool's
+ *     record the host reads or writes itself after copy_wait but before host_sync is as it was
+ *     before the moves.
  *   - attention keeps a copy of the tables (slot tables, lengths, keep masks) it was given with a
  *     nonzero tables_gen, and a later call with the same tables_gen reads that copy instead of what it
  *     is given, as the CUDA backend reuses its device image (backend.h: the producer promises they
@@ -79,6 +83,12 @@ typedef struct {
     int in_step;                   /* between step_begin and step_end, no wait yet */
     uint64_t steps, breaks;
     double wait_s;                 /* in read and kv_read (host_wait_seconds) */
+    /* the layers' queues whose copy_wait has come, in that order: they run at the next op that
+     * touches the pools or waits for the device (kv_write, kv_read, attention, read, host_sync), as
+     * a copy stream may still be running them while the host goes on; the host reading or writing a
+     * host pool's record itself before host_sync sees the bytes from before the moves */
+    struct due { int layer; layer_queue q; } *due;
+    int n_due, cap_due;
 } async_be;
 
 static async_be *ab(be_backend *b) { return (async_be *)(void *)b; }
@@ -160,8 +170,30 @@ static void async_copy_after_compute(be_backend *b) { marks_clear(ab(b)); }
 
 void cpu_async_copy_order(be_backend *b, int on) { ab(b)->ops.copy_after_compute = on ? async_copy_after_compute : NULL; }
 
+/* ---- copies: queued per layer, due at copy_wait, run at the next op that needs them ---- */
+
+static void run_queue(be_backend *b, layer_queue *q, int layer) {
+    for (int i = 0; i < q->n_calls; i++) cpu_be_copy_moves(b, q->calls[i].p, q->moves + q->calls[i].first, q->calls[i].n, layer);
+    free(q->moves);
+    free(q->calls);
+}
+
+/* Runs the due queues (taken whole under the lock). */
+static void run_due(be_backend *b) {
+    async_be *a = ab(b);
+    pthread_mutex_lock(&a->mu);
+    struct due *d = a->due;
+    int n = a->n_due;
+    a->due = NULL;
+    a->n_due = a->cap_due = 0;
+    pthread_mutex_unlock(&a->mu);
+    for (int i = 0; i < n; i++) run_queue(b, &d[i].q, d[i].layer);
+    free(d);
+}
+
 static void async_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, const float *k,
                            const float *v) {
+    run_due(b);
     pthread_mutex_lock(&ab(b)->mu);
     mark_rows(ab(b), p, layer, slots, n, 1);
     pthread_mutex_unlock(&ab(b)->mu);
@@ -215,27 +247,40 @@ void cpu_async_steps(const be_backend *b, uint64_t *steps, uint64_t *breaks) {
 static void async_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, float *k,
                           float *v) {
     note_wait(ab(b));
+    run_due(b);
     double t0 = tkv_now_s();
     cpu_be_ops()->kv_read(b, p, layer, slots, n, k, v);
     ab(b)->wait_s += tkv_now_s() - t0;
 }
 
-/* Runs the layer's queued calls in order. The queue is taken whole under the lock; calls queued
- * meanwhile (the transfer thread) wait for the next copy_wait, as later stream work would. */
+/* The layer's queued calls become due (they run, in order, before the next op that touches the
+ * pools). The queue is taken whole under the lock; calls queued meanwhile (the transfer thread) wait
+ * for the next copy_wait, as later stream work would. */
 static void async_copy_wait(be_backend *b, int layer) {
     async_be *a = ab(b);
     note_wait(a);
     pthread_mutex_lock(&a->mu);
-    layer_queue mine = {0};
-    if (layer >= 0 && layer < a->n_q) {
-        mine = a->q[layer];
+    if (layer >= 0 && layer < a->n_q && a->q[layer].n_calls > 0) {
+        a->due = grow(a->due, &a->cap_due, a->n_due + 1, sizeof *a->due);
+        a->due[a->n_due++] = (struct due){layer, a->q[layer]};
         memset(&a->q[layer], 0, sizeof a->q[layer]);
     }
     pthread_mutex_unlock(&a->mu);
-    for (int i = 0; i < mine.n_calls; i++)
-        cpu_be_copy_moves(b, mine.calls[i].p, mine.moves + mine.calls[i].first, mine.calls[i].n, layer);
-    free(mine.moves);
-    free(mine.calls);
+}
+
+/* The host waits for both queues: the due calls, then every layer's queued ones, run. */
+static void async_host_sync(be_backend *b) {
+    async_be *a = ab(b);
+    note_wait(a);
+    run_due(b);
+    pthread_mutex_lock(&a->mu);
+    int n = a->n_q;
+    layer_queue *q = a->q;
+    a->q = NULL;
+    a->n_q = 0;
+    pthread_mutex_unlock(&a->mu);
+    for (int l = 0; l < n; l++) run_queue(b, &q[l], l);
+    free(q);
 }
 
 /* Keeps copies of a's tables under its tables_gen. */
@@ -281,6 +326,7 @@ static void mark_reads(async_be *s, const be_attn *a) {
 
 static void async_attention(be_backend *b, const be_attn *a, void *scratch) {
     async_be *s = ab(b);
+    run_due(b);
     if (!a->tables_gen) {
         mark_reads(s, a);
         cpu_be_attention(b, a, scratch);
@@ -334,6 +380,7 @@ uint64_t cpu_async_hazards(const be_backend *b) { return ((const async_be *)(con
 /* A DMA into the caller's buffer (the CPU backend hands back its own memory) */
 static const void *async_read(be_backend *b, const void *src, size_t bytes, void *host_tmp) {
     note_wait(ab(b));
+    run_due(b);
     double t0 = tkv_now_s();
     check_uploads(ab(b));
     memcpy(host_tmp, src, bytes);
@@ -351,6 +398,8 @@ static void async_close(be_backend *b) {
         free(a->q[l].calls);
     }
     free(a->q);
+    for (int i = 0; i < a->n_due; i++) free(a->due[i].q.moves), free(a->due[i].q.calls);
+    free(a->due);
     for (int t = 0; t < a->cap_tok; t++) free(a->slots[t]), free(a->keep[t]);
     free(a->slots);
     free(a->keep);
@@ -389,6 +438,7 @@ int cpu_async_open(const be_params *p, be_backend **out, char *err, size_t errle
     a->ops.copy_moves = async_copy_moves;
     a->ops.copy_wait = async_copy_wait;
     a->ops.copy_after_compute = async_copy_after_compute;
+    a->ops.host_sync = async_host_sync;
     a->ops.kv_write = async_kv_write;
     a->ops.attention = async_attention;
     a->ops.unified = 0; /* device memory apart: the callers' GPU paths */

@@ -366,6 +366,7 @@ static be_ops cu_ops_table(void) {
     o.copy_moves = cu_copy_moves;
     o.copy_wait = cu_copy_wait;
     o.copy_after_compute = cu_copy_after_compute;
+    o.host_sync = cu_host_sync;
     o.copy_stall_seconds = cu_copy_stall_seconds;
     o.host_wait_seconds = cu_host_wait_seconds;
     o.attention_scratch = cu_attention_scratch;

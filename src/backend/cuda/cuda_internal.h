@@ -242,6 +242,7 @@ void cu_kv_read(be_backend *b, const be_kv_pools *p, int layer, const int32_t *s
 void cu_copy_moves(be_backend *b, const be_kv_pools *p, const be_move *moves, int n, int layer);
 void cu_copy_wait(be_backend *b, int layer);
 void cu_copy_after_compute(be_backend *b);
+void cu_host_sync(be_backend *b);
 double cu_copy_stall_seconds(be_backend *b);
 /* cuda_attn.cu */
 size_t cu_attention_scratch(const be_backend *b, int n_tok, int max_pos, int n_head, int head_dim);

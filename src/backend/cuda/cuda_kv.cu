@@ -386,6 +386,17 @@ void cu_copy_after_compute(be_backend *b) {
     pthread_mutex_unlock(&B->mv_lock);
 }
 
+/* The host waits for both streams: every copy submitted so far (by any thread) and every compute op
+ * has run, so the host may touch host-pool records the copies wrote or read. */
+void cu_host_sync(be_backend *b) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    cu_graph_break(B);
+    cu_sync(B, B->compute);
+    cu_sync(B, B->copy);
+    cu_stall_collect(B);
+}
+
 /* The stream wait, between two timing events on the compute stream: the time between them is the
  * time the compute stream stood still for the copy stream (about 0 when the copy had finished). The
  * pair's time is collected later (cu_stall_collect); a full ring first collects what completed, and
