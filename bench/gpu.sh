@@ -10,7 +10,9 @@
 #                              fits, and the sum; touches no GPU, runs no nvidia-smi, builds nothing
 # Before a run, on the dev machine: `make cuda SERVE=0` and carry build-cuda/tierkv and
 # build-cuda/tierkv-tests (a GPU machine has no libmicrohttpd or jansson, and building there costs
-# time). Without a runnable prebuilt binary the script builds there: `make cuda SERVE=0 WERROR=`.
+# time). Without a runnable prebuilt binary of this tree the script builds there: `make cuda SERVE=0
+# WERROR=` (with a BACKEND_FLAG other than cuda, the CPU dry run's: `make BUILD=BIN_DIR`, so that
+# BIN_DIR=build stays a CPU build).
 #
 # The plan, in priority order (a job whose estimate would not end MARGIN seconds before BUDGET is
 # skipped and named; a decode job over two depths that does not fit runs the first depth alone):
@@ -18,19 +20,27 @@
 #      available memory exported as TIERKV_MEM_AVAILABLE (bytes: MemAvailable, or the cgroup's
 #      room when smaller; src/base/meminfo.c reads it); where neither the loader's path nor the
 #      toolkit has libcublas.so.13, TIERKV_CUBLAS set to Python's CUDA wheel's copy if there is one;
-#   2. binary: the prebuilt BIN_DIR/tierkv when `--version` runs and ldd resolves, else a build;
+#   2. binary: the prebuilt BIN_DIR/tierkv when `--version` runs, ldd resolves and its commit is what
+#      the Makefile stamps for this tree (git describe --always --dirty --abbrev=12 --exclude '*';
+#      EXPECT_COMMIT where the copy has no .git; neither: recorded as not compared), else a build (a
+#      stale binary whose build fails ends the run); the record names both commits and the sha256;
 #   3. CUDA op checks: BIN_DIR/tierkv-tests cuda (every op against the CPU reference; its first
 #      GPU line names what runs the many-token matmuls: cuBLAS, or the kernels and why); where they
 #      fail, the graph check alone (cuda_graph: decode steps as CUDA graphs against op by op; if it
 #      fails, no job runs graphs and the checks run again with TIERKV_CUDA_GRAPH=off), then, if they
 #      still fail, again with TIERKV_CUDA_GEMM=off, and if that passes the run goes on without cuBLAS;
-#   4. HBM bandwidth: a torch device-to-device copy (bytes read + written; datasheet 4.8e12 if no torch),
-#      and host to device from pinned memory (H2D; PCIE_BPS if the probe fails);
+#      a suite stopped at its limit (a hang) is not run again: only its failed tests, once. A GPU test
+#      that skips because the device did not open (its reason "CUDA: ...") fails the checks and, with
+#      the cuda backend, ends the run before any model file is written (other skips are recorded);
+#   4. HBM bandwidth: a torch device-to-device copy (bytes read + written; else the datasheet figure
+#      for the GPU nvidia-smi names: H100 SXM/HBM3 3.35e12, PCIe 2.0e12, NVL 3.9e12, H200 4.8e12;
+#      another GPU: no HBM bound), and host to device from pinned memory (H2D; PCIE_BPS if the probe fails);
 #   5. token check: greedy tokens of `hierarchy` at 0% eviction (direct, staged: must be identical;
 #      split: rounding-level differences allowed) against `full`, on a TOKLAYERS-layer TOKTYPE file of
 #      TOKSHAPE; an unpinned prompt fed in calls of 4 against `full` fed the same way (identical);
 #      and the logits of a lossy hierarchy (T2, 10% evicted) with the scores added up on the
-#      GPU against --host-scores: identical bits;
+#      GPU against --host-scores: identical bits; each run stopped at GREEDY_S (the later ones at 3 x
+#      the first's wall, 10 s at least), and after one stops at its limit the rest are skipped;
 #   5b. profile, on the token check's file: TIERKV_CUDA_PROFILE=1 bench of `full` at 2048 and staged at
 #      8192 (64 steps): each op's calls, device time and the gap before it, per phase;
 #   6. kernel microbenchmark: `tierkv bench-ops` when the binary has it (else recorded as skipped);
@@ -40,8 +50,8 @@
 #      hierarchy with DEPTH_FLAG, so it has generated tokens to tier), on the first model the
 #      kernels' prefill (TIERKV_CUDA_GEMM=off -b 64: the before of cuBLAS) and `full` at the first
 #      depth with TIERKV_CUDA_GRAPH=on (decode steps as CUDA graphs, beside `full`'s launches one by
-#      one), on the last model
-#      staged and split at LONG_DEPTH, then direct at DEPTHS, and on the last model, where time is
+#      one), on the first model
+#      staged and split at LONG_DEPTH, then direct at DEPTHS, and on the first model, where time is
 #      left, staged with --host-scores at the deepest of DEPTHS (the attention weights read back
 #      every step: the before of the score update on the GPU);
 #   8. where time is left: `bench-ops --tokens 512` (the 7B's matmuls of a prompt chunk, TFLOP/s)
@@ -63,21 +73,24 @@
 # Estimates (seconds; each job's is SAFETY x its parts + 3, the dry run prints them). Today's
 # constants, overridable: GEN_S_PER_GB 4.0 (gen-random writing), LOAD_S_PER_GB 0.6 and PROC_S 4
 # (open, CUDA context, pools), BUILD_S 45 (23 s for the whole CUDA build on 2 cores here). Decode and
-# prefill from the shapes: a weight pass is weight bytes / (HBM_BPS 4.8e12 x MM_EFF 0.5); decode is
+# prefill from the shapes: a weight pass is weight bytes / (HBM_BPS, else the GPU's datasheet figure,
+# 3.35e12 until nvidia-smi names it, x MM_EFF 0.5); decode is
 # one pass per token plus its KV (T0 at HBM speed, T1 over PCIe at PCIE_BPS 25e9, or by the CPU at
 # CPU_ATT_BPS 20e9 for split); prefill (and DEPTH_FLAG's appended context, chunked like a prompt)
 # reads the weights once per PP_TOK tokens (64: the GEMMs' 512-token chunks, discounted for their
 # arithmetic; 8 for the kernels' prefill job), and each appended token attends to everything before it, so
 # the T1 part grows with depth squared (direct: every row over PCIe per token; staged, and split
 # when SPLIT_FLAG has --staged: per chunk of 64; split alone: on the CPU). Measured rates refine them during the run: gen-random's rate from the
-# token check's file, and every job's wall time against its estimate (a factor kept for the rest).
+# token check's file, and every job's wall time against its estimate (a factor kept for the rest;
+# a job stopped at its limit raises it to 3 at least).
 # 7B: BF16 15.2 GB, Q8_0 8.1 GB of weights.
 #
 # Variables (environment): OUT (bench/out), WORK (scratch and model files, /tmp/tierkv-gpu),
-# BUDGET, MARGIN (10), BIN_DIR (build-cuda), THREADS (nproc), MODELS ("r1-distill-qwen-7b:BF16
-# r1-distill-qwen-7b:Q8_0"), DEPTHS ("2048 8192"), LONG_DEPTH (32768; empty: none), HBM_RATIO (0.5),
+# BUDGET, MARGIN (10), BIN_DIR (build-cuda), THREADS (nproc), MODELS ("r1-distill-qwen-7b:Q8_0
+# r1-distill-qwen-7b:BF16": Q8_0 first, so its block fits the 300 s), DEPTHS ("2048 8192"), LONG_DEPTH (32768; empty: none), HBM_RATIO (0.5),
 # NGEN (32 decode steps), REPS (2), PREFILL (2048), TOKSHAPE (r1-distill-qwen-7b), TOKLAYERS (2), TOKTYPE (Q8_0),
-# GREEDY (64 steps), OPS_DEPTHS (2048,8192,32768), and the flags of the engine: BACKEND_FLAG
+# GREEDY (64 steps), GREEDY_S (20), HBM_BPS (empty: by the GPU's name), EXPECT_COMMIT (the binary's
+# commit where the tree has no .git), OPS_DEPTHS (2048,8192,32768), and the flags of the engine: BACKEND_FLAG
 # ("--backend cuda"), STAGED_FLAG ("--staged"), SPLIT_FLAG ("--staged --split": prefill chunks, the
 # appended context included, staged; decode steps split; "--split" alone splits the fill too, whose
 # T1 part the CPU then reads for every 16-token sub-batch), DEPTH_FLAG ("--depth-generated").
@@ -87,14 +100,16 @@
 #
 # Outputs under $OUT: gpu.jsonl (one JSON line per step, written as each ends, so a run killed at
 # the time limit still returns what it measured: "kind" is meta, preflight, binary, job, result,
-# bench-ops or skipped), gpu.log (everything printed), summary.txt (the table printed last) and
+# bench-ops or skipped; the first meta names the arguments, the variables and the TIERKV_* exported,
+# and each job's result its `cmd` and `env`), gpu.log (everything printed), summary.txt (the table printed last) and
 # gpu-logs.tar.gz (build log, tests log, each job's stderr, bench output and stats JSON; repacked
 # after every job and on exit). Decode rows carry tok/s, the share of the HBM bound, for staged and
 # direct the share of the step their T1 rows take on the bus at the probe's H2D rate ("PCIe%":
 # depth x (1 - HBM_RATIO) positions a step; near 100 the bus bounds the step), the share of the
 # step the host was not blocked on the device ("host%", from the bench's host_wait_s_per_step: near
 # 100 the device waited for the host's launches and planning), peak device
-# memory, bytes moved per step, bytes read back to the host per step ("MB back/step": the logits,
+# memory, bytes moved per decode step ("MB moved/step (run)": the job's tier moves, fills included,
+# over its 1 + REPS x NGEN decode steps a depth; the bench prints no per-step figure), bytes read back to the host per step ("MB back/step": the logits,
 # split's queries, the hierarchy's scores when the host ranks them (its attention weights stay on
 # the GPU unless --host-scores); the bench's read_back rows), bytes split sends up per step ("MB
 # up/step": the host's partial results) and the copy wait: copy_stall_seconds
@@ -102,6 +117,8 @@
 # stream), else fence_wait_seconds, named in "wait_from", as a share of the job's time after loading.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+ulimit -c 0 # an abort must not leave a multi-GB core in the tree (it would travel back with it)
+ARGS="$*"
 
 DRY=0 QUICK=0 SANITIZE=0
 for a in "$@"; do
@@ -127,7 +144,7 @@ BACKEND_FLAG=${BACKEND_FLAG:---backend cuda}
 STAGED_FLAG=${STAGED_FLAG:---staged}
 SPLIT_FLAG=${SPLIT_FLAG:---staged --split}
 DEPTH_FLAG=${DEPTH_FLAG:---depth-generated}
-MODELS=${MODELS:-"r1-distill-qwen-7b:BF16 r1-distill-qwen-7b:Q8_0"}
+MODELS=${MODELS:-"r1-distill-qwen-7b:Q8_0 r1-distill-qwen-7b:BF16"}
 DEPTHS=${DEPTHS:-"2048 8192"}
 LONG_DEPTH=${LONG_DEPTH-32768}
 HBM_RATIO=${HBM_RATIO:-0.5}
@@ -138,21 +155,24 @@ TOKSHAPE=${TOKSHAPE:-r1-distill-qwen-7b}
 TOKLAYERS=${TOKLAYERS:-2}
 TOKTYPE=${TOKTYPE:-Q8_0} # half BF16's bytes: the file is written and loaded 4 times faster than a BF16 one
 GREEDY=${GREEDY:-64}
+GREEDY_S=${GREEDY_S:-20} # the limit of each token check run (the later ones: 3 x the first's wall, 10 s at least)
 OPS_DEPTHS=${OPS_DEPTHS:-2048,8192,32768}
 GEN_S_PER_GB=${GEN_S_PER_GB:-4.0}
 LOAD_S_PER_GB=${LOAD_S_PER_GB:-0.6}
 PROC_S=${PROC_S:-4}
 PP_TOK=${PP_TOK:-64}
 BUILD_S=${BUILD_S:-45}
-HBM_BPS=${HBM_BPS:-4.8e12}
+HBM_BPS=${HBM_BPS:-} # empty: the datasheet figure of the GPU nvidia-smi names (preflight)
+HBM_EST=${HBM_BPS:-3.35e12} # the estimates' figure: HBM_BPS, else the GPU's datasheet once known (H100 SXM until then)
 MM_EFF=${MM_EFF:-0.5}
 PCIE_BPS=${PCIE_BPS:-25e9}
 CPU_ATT_BPS=${CPU_ATT_BPS:-20e9}
 SAFETY=${SAFETY:-1.3}
 HIER="--policy hierarchy --evict-ratio 0 --t2-ratio 0 --hbm-ratio $HBM_RATIO"
 JOB_FACTOR=1   # measured wall / estimate of the engine jobs so far (clamped 0.5..3)
-BW=$HBM_BPS    # replaced by the probe's measurement
-BW_FROM="datasheet"
+BW=$HBM_BPS    # the HBM bound's figure: HBM_BPS, else the GPU's datasheet (preflight), replaced by the probe's measurement
+BW_FROM="HBM_BPS (set)"
+[ -z "$HBM_BPS" ] && BW_FROM="none yet"
 H2D=$PCIE_BPS  # replaced by the probe's host-to-device measurement
 H2D_FROM="assumed (PCIE_BPS)"
 MODEL_OK=0 STEP_WALL=
@@ -186,6 +206,11 @@ for kv in sys.argv[1:]:
         except ValueError: d[k] = v
 print(json.dumps(d))
 PY
+}
+tierkv_env() { # the TIERKV_* variables exported now, as NAME=value words (printf %q)
+    local v e=
+    for v in $(compgen -e | grep '^TIERKV_' | sort); do e+="$(printf '%q' "$v=${!v}") "; done
+    echo "${e% }"
 }
 pack() { # the logs as one tarball, replaced atomically
     [ "$DRY" = 1 ] && return 0
@@ -260,7 +285,7 @@ bench_est() {
     # tokens per weight pass of a prompt chunk: the GEMMs' PP_TOK, the kernels' 8 (the /kernels variant)
     local ppt=$PP_TOK; case $3 in */kernels) ppt=8 ;; esac
     awk -v gb="$1" -v kv="$2" -v mode="${3%%/*}" -v depths="$4" -v pp="$5" -v ng="$6" -v reps="$REPS" -v ppt="$ppt" \
-        -v load="$LOAD_S_PER_GB" -v proc="$PROC_S" -v bw="$HBM_BPS" -v eff="$MM_EFF" -v pcie="$PCIE_BPS" \
+        -v load="$LOAD_S_PER_GB" -v proc="$PROC_S" -v bw="$HBM_EST" -v eff="$MM_EFF" -v pcie="$PCIE_BPS" \
         -v cpu="$CPU_ATT_BPS" -v r="$HBM_RATIO" -v safety="$SAFETY" -v f="$JOB_FACTOR" \
         -v split_staged="$(case " $SPLIT_FLAG " in *" --staged "*) echo 1 ;; *) echo 0 ;; esac)" 'BEGIN {
         w = gb * 1e9 / (bw * eff)             # one pass over the weights
@@ -305,11 +330,20 @@ preflight() {
         cublas=$(python3 -c 'import nvidia.cublas as c, os; print(os.path.join(list(c.__path__)[0], "lib", "libcublas.so.13"))' 2>/dev/null)
         if [ -n "$cublas" ] && [ -e "$cublas" ]; then export TIERKV_CUBLAS=$cublas; else cublas="none found"; fi
     fi
+    # the HBM bound's datasheet figure, by the GPU's name (the probe's measured copy replaces it)
+    local gname=${smi%%,*} ds=
+    if [ -z "$HBM_BPS" ]; then
+        case $gname in *H200*) ds=4.8e12 ;; *H100*PCIe*) ds=2.0e12 ;; *H100*NVL*) ds=3.9e12 ;; *H100*HBM3* | *H100*SXM*) ds=3.35e12 ;; esac
+        if [ -n "$ds" ]; then BW=$ds HBM_EST=$ds BW_FROM="datasheet for '$gname'"
+        else BW='' BW_FROM="no datasheet figure for '${gname:-no GPU}': the HBM bound is not computed unless the probe measures it"; fi
+    fi
     echo "nvcc $nvcc: $nv"; echo "gcc: $gv"; echo "gpu: ${smi:-none (nvidia-smi failed)}"; echo "cuBLAS: $cublas"
     echo "TIERKV_MEM_AVAILABLE=$mem ($(calc "$mem / 1073741824") GiB)"; echo "threads: $THREADS"
+    echo "HBM bound: ${BW:-none} B/s ($BW_FROM); estimates at $HBM_EST B/s"
     jl kind=preflight nvcc="$nvcc" nvcc_version="$nv" gcc="$gv" gpu="${smi:-none}" \
         mem_available_bytes="$mem" cublas="$cublas" threads="$THREADS" budget_s="$BUDGET" quick="$QUICK" \
-        commit="$(git describe --always --dirty 2>/dev/null || echo unknown)"
+        commit="$(git describe --always --dirty --abbrev=12 --exclude '*' 2>/dev/null || echo "unknown (no .git here)")" \
+        hbm_bps="$BW" hbm_from="$BW_FROM" hbm_est_bps="$HBM_EST"
     nvidia-smi >"$L/nvidia-smi.txt" 2>&1
     return 0
 }
@@ -319,25 +353,92 @@ runnable() { # BIN and TBIN run and resolve their libraries
     [ -x "$BIN" ] && [ -x "$TBIN" ] && "$BIN" --version >/dev/null 2>&1 &&
         ! ldd "$BIN" "$TBIN" 2>/dev/null | grep -q "not found"
 }
+# stamp_check: STAMP_BIN (the commit `$BIN --version` names), STAMP_TREE (what the Makefile's
+# GIT_COMMIT stamps for this tree; EXPECT_COMMIT where there is no .git), STAMP (the verdict);
+# 1 when they differ (a stale binary)
+stamp_check() {
+    STAMP_BIN=$("$BIN" --version 2>/dev/null | awk '{ print $2 }')
+    STAMP_TREE=$(git describe --always --dirty --abbrev=12 --exclude '*' 2>/dev/null) || STAMP_TREE=
+    local from="git describe, as the Makefile" src="src include tools tests Makefile"
+    if [ -z "$STAMP_TREE" ] && [ -n "${EXPECT_COMMIT:-}" ]; then STAMP_TREE=$EXPECT_COMMIT from=EXPECT_COMMIT; fi
+    if [ -z "$STAMP_TREE" ]; then
+        STAMP_TREE=unknown STAMP="not compared: no .git here (the tree's commit is unknown) and no EXPECT_COMMIT"
+        return 0
+    fi
+    if [ "$STAMP_BIN" = "$STAMP_TREE" ]; then
+        STAMP="match ($from)"
+        case $STAMP_TREE in *-dirty) STAMP="$STAMP; both dirty: the uncommitted changes are not compared" ;; esac
+        return 0
+    fi
+    # a clean binary's commit whose sources the tree still has (the difference lies outside them)
+    # shellcheck disable=SC2086 # the paths
+    if [ "$from" != EXPECT_COMMIT ] && [[ $STAMP_BIN =~ ^[0-9a-f]{12}$ ]] && git cat-file -e "$STAMP_BIN^{commit}" 2>/dev/null &&
+        git diff --quiet "$STAMP_BIN" -- $src 2>/dev/null && [ -z "$(git ls-files --others --exclude-standard -- $src)" ]; then
+        STAMP="same sources: the tree differs from $STAMP_BIN outside $src"
+        return 0
+    fi
+    STAMP="DIFFERS: the binary names ${STAMP_BIN:-nothing}, the tree is $STAMP_TREE ($from)"
+    return 1
+}
+case " $BACKEND_FLAG " in
+*cuda*) BUILD_ARGS=(cuda SERVE=0 WERROR= BUILD="$BIN_DIR") ;;
+*) BUILD_ARGS=(BUILD="$BIN_DIR" "$BIN" "$TBIN") ;; # not the GPU: BIN_DIR stays the CPU build it is
+esac
 build() {
-    run_to $((BUILD_S * 3)) make -j"$(nproc)" cuda SERVE=0 WERROR= BUILD="$BIN_DIR" >"$L/build.log" 2>&1
+    run_to $((BUILD_S * 3)) make -j"$(nproc)" "${BUILD_ARGS[@]}" >"$L/build.log" 2>&1
     local rc=$?
     [ $rc -ne 0 ] && tail -30 "$L/build.log"
     runnable || { echo "the built $BIN does not run"; return 1; }
     return $rc
 }
 binary_note() {
-    echo "binary: $BINARY ($("$BIN" --version 2>&1))"
-    jl kind=binary how="$BINARY" version="$("$BIN" --version 2>&1)" ldd="$(ldd "$BIN" 2>&1 | awk '{print $1}' | tr '\n' ' ')"
+    stamp_check
+    [ "$BINARY" != "${BINARY#built here}" ] && STAMP="built here from this tree (${STAMP})"
+    echo "binary: $BINARY ($("$BIN" --version 2>&1)); the tree: $STAMP_TREE; $STAMP"
+    jl kind=binary how="$BINARY" version="$("$BIN" --version 2>&1)" commit_binary="$STAMP_BIN" commit_tree="$STAMP_TREE" \
+        stamp="$STAMP" sha256="$(sha256sum "$BIN" 2>/dev/null | awk '{print $1}')" \
+        tests_sha256="$(sha256sum "$TBIN" 2>/dev/null | awk '{print $1}')" \
+        build_flags="not printed by --version (the sha256 names the binary)" \
+        ldd="$(ldd "$BIN" 2>&1 | awk '{print $1}' | tr '\n' ' ')"
 }
 
 # ---- 3. op checks -----------------------------------------------------------------------------
+OPS_NOGPU= # why the op checks did not reach the GPU (their GPU tests skipped), if they did not
 op_checks() {
     run_to 60 "$TBIN" cuda >"$L/tests.log" 2>&1
     local rc=$?
     grep -E "rel err|exact|FAIL|^ok|^skip|passed|cuda: |cuBLAS" "$L/tests.log" | tail -60
+    # a GPU test that skips because the device did not open (GPU_OR_SKIP's reason is the backend's
+    # "CUDA: ..." message) is a failure here; other skips (cuBLAS not in use, TIERKV_CUDA_GRAPH=off, a
+    # fixture of the shared folder not on this machine) are recorded and do not stop the plan
+    local nogpu other; nogpu=$(grep -E '^skip cuda_[a-z0-9_]+: CUDA: ' "$L/tests.log")
+    other=$(grep -E '^skip cuda_' "$L/tests.log" | grep -v -E '^skip cuda_[a-z0-9_]+: CUDA: ' | paste -sd ';' -)
+    [ -n "$nogpu" ] && OPS_NOGPU="$(wc -l <<<"$nogpu") GPU tests skipped, the first: $(head -1 <<<"$nogpu")"
+    [ -n "$other" ] && echo "op checks skipped (not for the device): $other"
     jl kind=result job=op_checks rc=$rc summary="$(tail -1 "$L/tests.log")" \
-        failed="$(grep -c '^FAIL\|  FAIL' "$L/tests.log")"
+        failed="$(grep -c '^FAIL\|  FAIL' "$L/tests.log")" gpu_skipped="${OPS_NOGPU:-none}" other_skips="${other:-none}"
+    if [ -n "$OPS_NOGPU" ]; then echo "op checks failed: $OPS_NOGPU"; return 1; fi
+    # stopped at the limit (a hang): no full suite again; the tests that failed before it, once, and
+    # the graph job only if its check passed before the hang
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        local last failing
+        last=$(grep -E '^(ok|FAIL|skip) ' "$L/tests.log" | tail -1 | awk '{ print $2 }')
+        failing=$(grep -E '^FAIL ' "$L/tests.log" | awk '{ print $2 }' | paste -sd ' ' -)
+        echo "op checks stopped at the limit after ${last:-no test}: the next test hung; no full rerun"
+        if ! grep -q '^ok   cuda_graph_decode' "$L/tests.log"; then
+            GRAPHS_OK=0
+            jl kind=meta graphs=unchecked why="the op checks hung before the graph check passed"
+        fi
+        if [ -n "$failing" ]; then
+            # shellcheck disable=SC2086 # the names
+            run_to 30 "$TBIN" $failing >"$L/tests-rerun.log" 2>&1
+            local rcr=$?
+            grep -E "FAIL|passed" "$L/tests-rerun.log" | tail -10
+            jl kind=result job=op_checks_rerun_failed tests="$failing" rc="$rcr" summary="$(tail -1 "$L/tests-rerun.log")"
+        fi
+        jl kind=result job=op_checks_hang rc="$rc" last_ended="${last:-none}" failed_before="${failing:-none}"
+        return "$rc"
+    fi
     # a failure (or an abort, which ends the suite): the decode steps' graph check alone first; if it
     # fails, the `full graphs` job is not run (graphs are off unless asked for) and the suite runs
     # again with TIERKV_CUDA_GRAPH=off (the check skips), so that what follows judges the rest
@@ -358,8 +459,8 @@ op_checks() {
         fi
     fi
     # with cuBLAS in use: again with the kernels alone; if they pass, the rest of the run keeps
-    # cuBLAS off, so the engine jobs still measure
-    if [ $rc -ne 0 ] && [ -z "${TIERKV_CUDA_GEMM:-}" ]; then
+    # cuBLAS off, so the engine jobs still measure (not after a hang, nor without the GPU)
+    if [ $rc -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] && [ -z "${TIERKV_CUDA_GEMM:-}" ]; then
         echo "op checks failed: again with TIERKV_CUDA_GEMM=off (the matmul kernels alone)"
         TIERKV_CUDA_GRAPH=$graph_env TIERKV_CUDA_GEMM=off run_to 60 "$TBIN" cuda >"$L/tests-gemm-off.log" 2>&1
         local rc2=$?
@@ -461,7 +562,7 @@ PY
     [ "$d2d" != "$bw" ] && h2d=${bw##*$'\n'}
     if [ -n "$d2d" ]; then BW=$d2d; BW_FROM="d2d copy, read+write, median of 10"; fi
     if [ -n "$h2d" ]; then H2D=$h2d; H2D_FROM="pinned host to device copy of 1 GiB, median of 10"; fi
-    echo "bandwidth $BW B/s ($BW_FROM); host to device $H2D B/s ($H2D_FROM)"
+    echo "bandwidth ${BW:-none} B/s ($BW_FROM); host to device $H2D B/s ($H2D_FROM)"
     jl kind=result job=hbm_bandwidth bytes_per_s="$BW" from="$BW_FROM" h2d_bytes_per_s="$H2D" h2d_from="$H2D_FROM"
     [ -n "$d2d" ]
 }
@@ -478,10 +579,29 @@ tok_check() {
     GEN_S_PER_GB=$(calc "($(date +%s.%N) - $tg) / $gb")
     echo "gen-random: $gb GB at $GEN_S_PER_GB s/GB (estimates from here use it)"
     jl kind=meta gen_s_per_gb="$GEN_S_PER_GB" from="token check file, $gb GB"
+    # each run stopped at GREEDY_S (the first) or 3 times the first's wall (10 s at least; a run
+    # takes about 3 s on an H100); after a run stopped at its limit, the rest are skipped
+    local glim=$GREEDY_S ghung=
     greedy() { # name, flags...
         local name=$1; shift
-        run_to 40 "$BIN" logits -m "$TOKMODEL" $BACKEND_FLAG -t "$THREADS" --tokens "$WORK/ids.txt" --greedy "$GREEDY" \
+        if [ -n "$ghung" ]; then
+            echo "token check: $name skipped ($ghung)" >"$L/greedy.$name.err"
+            skip "token check: $name" "$glim" "$ghung"
+            return 1
+        fi
+        local t0; t0=$(date +%s.%N)
+        run_to "$glim" "$BIN" logits -m "$TOKMODEL" $BACKEND_FLAG -t "$THREADS" --tokens "$WORK/ids.txt" --greedy "$GREEDY" \
             --first-pos 31 -o "$WORK/l.f32" --window 8 --sinks 4 --delta 8 "$@" >"$L/greedy.$name.json" 2>"$L/greedy.$name.err"
+        local rc=$?
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            ghung="the $name run stopped at its ${glim} s limit"
+            echo "token check: $ghung; the runs after it are skipped"
+            jl kind=result job="token_check_$name" rc="$rc" error="$ghung"
+        elif [ "$name" = full ] && [ "$rc" -eq 0 ]; then
+            glim=$(awk -v w="$(calc "$(date +%s.%N) - $t0")" -v m="$GREEDY_S" \
+                'BEGIN { x = int(3 * w + 0.999); if (x < 10) x = 10; if (x > m) x = m; print x }')
+        fi
+        return "$rc"
     }
     greedy full --policy full
     greedy direct $HIER
@@ -536,14 +656,17 @@ prof_job() { # TAG, engine flags...
         "$@" >"$L/prof-$tag.jsonl" 2>"$L/prof-$tag.err"
     local rc=$?
     python3 - "$L/prof-$tag.err" "$tag" "$rc" <<'PY' | tee -a "$J"
-import json, sys
-n = 0
+import json, re, sys
+recs, untimed = [], 0
 for l in open(sys.argv[1]):
+    m = re.match(r"tierkv cuda-profile: (\d+) ops untimed", l)  # ops whose device time is not in the rows
+    if m: untimed = int(m.group(1))
     if l.startswith("tierkv cuda-profile {"):
-        try: r = json.loads(l[len("tierkv cuda-profile "):])
+        try: recs.append(json.loads(l[len("tierkv cuda-profile "):]))
         except Exception: continue
-        print(json.dumps({"kind": "profile", "job": sys.argv[2], **r})); n += 1
-if not n: print(json.dumps({"kind": "profile", "job": sys.argv[2], "rc": int(sys.argv[3]), "error": "no profile lines"}))
+for r in recs: print(json.dumps({"kind": "profile", "job": sys.argv[2], **r, "untimed_ops": untimed}))
+if not recs: print(json.dumps({"kind": "profile", "job": sys.argv[2], "rc": int(sys.argv[3]), "error": "no profile lines",
+                               "untimed_ops": untimed}))
 PY
     return $rc
 }
@@ -614,9 +737,15 @@ bench_job() {
     STEP_WALL=
     step "$name" "$est" bench_run
     local rc=$?
-    # a job that ended refines the estimates after it
+    # a job that ended refines the estimates after it; one stopped at its limit (it ran over twice
+    # its estimate) raises the factor to 3 at least, so the jobs after it are not misjudged alike
     [ "$rc" = 0 ] && [ -n "$STEP_WALL" ] && JOB_FACTOR=$(awk -v f="$JOB_FACTOR" -v w="$STEP_WALL" -v e="$est" \
         'BEGIN { x = f * w / e; if (x < 0.5) x = 0.5; if (x > 3) x = 3; print x }')
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+        JOB_FACTOR=$(awk -v f="$JOB_FACTOR" 'BEGIN { print f < 3 ? 3 : f }')
+        echo "$name stopped at its limit: the estimates after it x $JOB_FACTOR"
+        jl kind=meta job_factor="$JOB_FACTOR" why="$name stopped at its limit"
+    fi
     return $rc
 }
 bench_run() {
@@ -629,18 +758,19 @@ bench_run() {
     [ "${BJ_MODE%%/*}" != full ] && [ "${BJ_MODE%%/*}" != prefill ] && [ -n "$DEPTH_FLAG" ] && extra+=($DEPTH_FLAG)
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$L/$tag.mem" 2>/dev/null &
     local smi=$! t0; t0=$(date +%s.%N)
-    run_to $((BJ_EST * 2 + 10)) env ${envs[@]+"${envs[@]}"} "$BIN" bench -m "$MODEL" $BACKEND_FLAG -t "$THREADS" -p "$BJ_PP" -n "$BJ_NG" \
-        --reps "$REPS" -d "${BJ_DEPTHS// /,}" --json --stats-json "$L/$tag.stats.json" ${extra[@]+"${extra[@]}"} "${BJ[@]}" \
-        >"$L/$tag.jsonl" 2>"$L/$tag.err"
+    # shellcheck disable=SC2206 # the backend flag may be several words
+    local cmd=(env ${envs[@]+"${envs[@]}"} "$BIN" bench -m "$MODEL" $BACKEND_FLAG -t "$THREADS" -p "$BJ_PP" -n "$BJ_NG"
+        --reps "$REPS" -d "${BJ_DEPTHS// /,}" --json --stats-json "$L/$tag.stats.json" ${extra[@]+"${extra[@]}"} "${BJ[@]}")
+    run_to $((BJ_EST * 2 + 10)) "${cmd[@]}" >"$L/$tag.jsonl" 2>"$L/$tag.err"
     local rc=$? wall; wall=$(calc "$(date +%s.%N) - $t0")
     kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
     [ $rc -ne 0 ] && tail -3 "$L/$tag.err"
     python3 - "$L" "$tag" "$MNAME" "$BJ_MODE" "$MWBYTES" "$KVTOK" "$BW" "$wall" "$MGB" "$LOAD_S_PER_GB" "$PROC_S" "$rc" \
-        "$H2D" "$HBM_RATIO" <<'PY' | tee -a "$J"
+        "$H2D" "$HBM_RATIO" "$BW_FROM" "$(printf '%q ' "${cmd[@]}")" "$(tierkv_env)" "$REPS" <<'PY' | tee -a "$J"
 import json, sys
-L, tag, model, mode, wbytes, kvtok, bw, wall, gb, load, proc, rc, h2d, hbm_ratio = sys.argv[1:15]
-wbytes, kvtok, bw, wall, gb, h2d, hbm_ratio = float(wbytes), float(kvtok), float(bw), float(wall), float(gb), \
-    float(h2d), float(hbm_ratio)
+L, tag, model, mode, wbytes, kvtok, bw, wall, gb, load, proc, rc, h2d, hbm_ratio, bw_from, cmd, env, reps = sys.argv[1:19]
+wbytes, kvtok, bw, wall, gb, h2d, hbm_ratio = float(wbytes), float(kvtok), float(bw) if bw else None, float(wall), \
+    float(gb), float(h2d), float(hbm_ratio)
 rows = []
 for l in open(f"{L}/{tag}.jsonl"):
     try: rows.append(json.loads(l))
@@ -652,19 +782,24 @@ try:
         except ValueError: pass
 except OSError: pass
 wait_s = wait_from = moved = None
-steps = sum(r.get("tokens", 0) for r in rows if r.get("test", "").startswith("tg"))
+# the decode steps the run made: per depth one untimed warm-up step and reps x n_gen timed ones (the
+# tg rows' tokens are n_gen). The stats count the whole run (the fill of every depth and the prefill
+# included) and the bench prints no per-step figure, so this is the run's bytes over its decode steps
+steps = sum(1 + int(reps) * r.get("tokens", 0) for r in rows if r.get("test", "").startswith("tg"))
 try:
     t = json.load(open(f"{L}/{tag}.stats.json"))["total"]
     if "copy_stall_seconds" in t: wait_s, wait_from = t["copy_stall_seconds"], "copy_stall_seconds"
     elif "fence_wait_seconds" in t: wait_s, wait_from = t["fence_wait_seconds"], "fence_wait_seconds"
     mb = sum(t.get(k, 0) for k in ("bytes_moved_down", "bytes_moved_up", "bytes_moved_host", "bytes_staged"))
-    moved = mb / max(steps, 1) / 1e6
+    moved = round(mb / steps / 1e6, 3) if steps else None
 except Exception:
     pass
 engine_s = max(wall - float(proc) - gb * float(load), 1e-3)  # the job's time after loading (estimated)
 base = {"kind": "result", "job": tag, "model": model, "mode": mode, "rc": int(rc), "wall_s": round(wall, 1),
         "peak_mib": peak, "wait_s": wait_s, "wait_from": wait_from,
-        "wait_pct": None if wait_s is None else round(100 * wait_s / engine_s, 1), "mb_moved_per_step": moved}
+        "wait_pct": None if wait_s is None else round(100 * wait_s / engine_s, 1),
+        "mb_moved_run_per_decode_step": moved, "decode_steps": steps,
+        "hbm_bound_bps": bw, "hbm_bound_from": bw_from, "cmd": cmd.strip(), "env": env}
 if not rows: print(json.dumps({**base, "error": "no rows"}))
 else: base["kernels"] = rows[0].get("kernels")  # the backend's description: which GEMV, cuBLAS or not
 # bytes each decode step read back to the host (attention weights, split queries, logits) and split
@@ -684,7 +819,7 @@ for r in rows:
     if r.get("test", "").startswith("tg") and r.get("tok_per_s"):
         n = r.get("sequences", 1)
         step_bytes = wbytes + n * r.get("depth", 0) * kvtok  # weights once, each sequence's KV
-        out["hbm_bound_pct"] = round(100 * step_bytes * r["tok_per_s"] / n / bw, 1)
+        if bw: out["hbm_bound_pct"] = round(100 * step_bytes * r["tok_per_s"] / n / bw, 1)  # no figure: not computed
         # staged and direct: the T1 rows (all but T0's share of the depth) cross the bus every step;
         # pcie_pct is the share of the step that takes at the probe's host-to-device rate (near 100:
         # bound by the bus; well below while tok/s trails full: the time is elsewhere)
@@ -697,8 +832,8 @@ PY
     return $rc
 }
 
-model_jobs() { # SHAPE TYPE LAST(0|1) FIRST(0|1)
-    local shape=$1 type=$2 last=$3 first_model=$4
+model_jobs() { # SHAPE TYPE FIRST(0|1)
+    local shape=$1 type=$2 first_model=$3
     MNAME="$shape $type"
     model_gb "$shape" "$type" || { skip "$MNAME" 0 "unknown shape"; return; }
     MGB=$GB
@@ -731,14 +866,15 @@ model_jobs() { # SHAPE TYPE LAST(0|1) FIRST(0|1)
             bench_job "$MNAME full graphs" full/graphs "${DEPTHS%% *}" 0 "$NGEN" -- --policy full
         else skip "$MNAME full graphs" 0 "the graph check failed"; fi
     fi
-    if [ "$last" = 1 ] && [ -n "$LONG_DEPTH" ]; then
+    # the long pair and host-scores on the first model (the default's Q8_0: half BF16's file)
+    if [ "$first_model" = 1 ] && [ -n "$LONG_DEPTH" ]; then
         bench_job "$MNAME staged T0 $HBM_RATIO" staged "$LONG_DEPTH" 0 "$NGEN" -- $HIER $STAGED_FLAG
         bench_job "$MNAME split T0 $HBM_RATIO" split "$LONG_DEPTH" 0 "$NGEN" -- $HIER $SPLIT_FLAG
     fi
     bench_job "$MNAME direct T0 $HBM_RATIO" direct "$DEPTHS" 0 "$NGEN" -- $HIER
     # last of all, where time is left: staged with the scores updated on the host (every layer's
     # weights read back a step), the before of the score update on the GPU, at the deepest depth
-    [ "$last" = 1 ] && bench_job "$MNAME staged host-scores T0 $HBM_RATIO" staged/host-scores "${DEPTHS##* }" 0 "$NGEN" -- \
+    [ "$first_model" = 1 ] && bench_job "$MNAME staged host-scores T0 $HBM_RATIO" staged/host-scores "${DEPTHS##* }" 0 "$NGEN" -- \
         $HIER $STAGED_FLAG --host-scores
     [ "$DRY" = 0 ] && rm -f "$MODEL"
 }
@@ -772,15 +908,17 @@ for r in recs:
         print("  " + ", ".join(f"{k}={v}" for k, v in r.items() if k != "kind"))
 rows = [r for r in recs if r.get("kind") == "result" and "test" in r]
 if rows:
-    hdr = ["model", "mode", "test", "depth", "tok/s", "HBM bound%", "PCIe%", "host%", "wait%", "wait from", "MB/step",
-           "MB back/step", "MB up/step", "peak MiB", "rc"]
+    hdr = ["model", "mode", "test", "depth", "tok/s", "HBM bound%", "PCIe%", "host%", "wait%", "wait from",
+           "MB moved/step (run)", "MB back/step", "MB up/step", "peak MiB", "rc"]
     print(" | ".join(hdr))
     for r in rows:
         print(" | ".join([r["model"], r["mode"], f(r.get("test")), f(r.get("depth")), f(r.get("tok_s")),
                           f(r.get("hbm_bound_pct")), f(r.get("pcie_pct")), f(r.get("host_pct")), f(r.get("wait_pct")), f(r.get("wait_from")),
-                          f(r.get("mb_moved_per_step")), f(r.get("mb_read_back_per_step")),
+                          f(r.get("mb_moved_run_per_decode_step"), 3), f(r.get("mb_read_back_per_step")),
                           f(r.get("mb_sent_up_per_step")), f(r.get("peak_mib")),
                           f(r.get("rc"))]))
+    print("  MB moved/step (run): the job's moved bytes (fills, prefill and warm-up steps included) over its decode"
+          " steps (1 + REPS x NGEN a depth); the bench reports no per-step figure")
 else:
     print("  no engine measurements")
 prof = [r for r in recs if r.get("kind") == "profile" and "op" in r]
@@ -789,6 +927,9 @@ if prof:
     for r in prof:
         print(" | ".join(["  profile", r["job"], r["phase"], r["op"], str(r.get("calls", r.get("steps"))),
                           f(r.get("device_ms"), 3), f(r.get("gap_before_ms"), 3)]))
+    for j in dict.fromkeys(r["job"] for r in prof):
+        u = next(r.get("untimed_ops", 0) for r in prof if r["job"] == j)
+        if u: print(f"  profile {j}: {u} ops untimed (their device time is in no row)")
 ops = [r for r in recs if r.get("kind") == "bench-ops"]
 for r in ops: print("  bench-ops " + ", ".join(f"{k}={v}" for k, v in r.items() if k != "kind"))
 sk = [r for r in recs if r.get("kind") == "skipped"]
@@ -814,29 +955,51 @@ if [ "$DRY" = 1 ]; then
 else
     trap on_exit EXIT
     trap on_signal TERM INT
-    jl kind=meta script=bench/gpu.sh quick="$QUICK" sanitize="$SANITIZE" budget_s="$BUDGET" models="$MODELS" depths="$DEPTHS" \
-        hbm_ratio="$HBM_RATIO" ngen="$NGEN" reps="$REPS" backend_flag="$BACKEND_FLAG"
+    jl kind=meta script=bench/gpu.sh args="$ARGS" quick="$QUICK" sanitize="$SANITIZE" budget_s="$BUDGET" margin_s="$MARGIN" \
+        models="$MODELS" depths="$DEPTHS" long_depth="$LONG_DEPTH" hbm_ratio="$HBM_RATIO" ngen="$NGEN" reps="$REPS" \
+        prefill="$PREFILL" threads="$THREADS" backend_flag="$BACKEND_FLAG" staged_flag="$STAGED_FLAG" split_flag="$SPLIT_FLAG" \
+        depth_flag="$DEPTH_FLAG" tokshape="$TOKSHAPE" toktype="$TOKTYPE" toklayers="$TOKLAYERS" greedy="$GREEDY" \
+        greedy_s="$GREEDY_S" ops_depths="$OPS_DEPTHS" bin_dir="$BIN_DIR" hbm_bps_set="$HBM_BPS" \
+        expect_commit="${EXPECT_COMMIT:-}" tierkv_env="$(tierkv_env)"
 fi
 step "preflight" 5 preflight
+# a prebuilt binary counts only when its stamp is the tree's (stamp_check); a stale one is rebuilt
+STALE=
+if runnable && ! stamp_check; then
+    STALE="the prebuilt $BIN is stale: $STAMP"
+    echo "$STALE: rebuilding"
+    jl kind=binary how="stale prebuilt (not used)" commit_binary="$STAMP_BIN" commit_tree="$STAMP_TREE" stamp="$STAMP"
+fi
 if [ "$DRY" = 1 ]; then
-    if runnable; then BINARY="prebuilt"; BEST=3; else BINARY="build"; BEST=$BUILD_S; fi
+    if [ -z "$STALE" ] && runnable; then BINARY="prebuilt"; BEST=3; else BINARY="build${STALE:+ (stale prebuilt)}"; BEST=$BUILD_S; fi
     step "binary: $BINARY ($BIN_DIR)" "$BEST" true
-elif runnable; then
+elif [ -z "$STALE" ] && runnable; then
     BINARY="prebuilt $BIN"
     step "binary: prebuilt" 3 binary_note
 else
-    BINARY="built here: make cuda SERVE=0 WERROR="
-    if step "binary: build (make cuda SERVE=0 WERROR=)" "$BUILD_S" build; then binary_note; else
-        echo "no runnable binary: nothing more to do"; exit 1
+    BINARY="built here: make ${BUILD_ARGS[*]}${STALE:+ (the prebuilt one was stale)}"
+    if step "binary: build (make ${BUILD_ARGS[*]})" "$BUILD_S" build; then binary_note; else
+        echo "no runnable binary of this tree${STALE:+ ($STALE)}: nothing more to do"
+        jl kind=binary how="none: the build failed" refused="${STALE:-no runnable prebuilt binary}"
+        exit 1
     fi
 fi
 if [ "$SANITIZE" = 1 ]; then sanitize_plan; dry_sum; exit 0; fi
 step "CUDA op checks (tierkv-tests cuda)" 20 op_checks
+if [ -n "$OPS_NOGPU" ]; then # no GPU under the engine: nothing after this would measure it
+    case " $BACKEND_FLAG " in
+    *cuda*)
+        echo "gpu.sh: the op checks did not reach the GPU ($OPS_NOGPU): the plan stops before writing any model file"
+        skip "the rest of the plan" 0 "the op checks did not reach the GPU: $OPS_NOGPU"
+        exit 1 ;;
+    *) echo "the backend is not cuda ($BACKEND_FLAG): the skipped GPU tests do not stop the plan" ;;
+    esac
+fi
 [ "$QUICK" = 0 ] && step "HBM and PCIe bandwidth (torch copies)" 20 hbm_probe
 model_gb "$TOKSHAPE" "$TOKTYPE" "$TOKLAYERS" || { echo "gpu.sh: unknown TOKSHAPE $TOKSHAPE" >&2; exit 2; }
 TOKGB=$GB
 # gen-random, then four `logits` runs: open and load, 32 prompt tokens, GREEDY steps (a weight pass each)
-TOK_EST=$(($(gen_est "$TOKGB") + $(int "$(calc "8 * $SAFETY * ($PROC_S + $TOKGB * $LOAD_S_PER_GB + ($GREEDY + 4) * $TOKGB * 1e9 / ($HBM_BPS * $MM_EFF)) + 3")")))
+TOK_EST=$(($(gen_est "$TOKGB") + $(int "$(calc "8 * $SAFETY * ($PROC_S + $TOKGB * $LOAD_S_PER_GB + ($GREEDY + 4) * $TOKGB * 1e9 / ($HBM_EST * $MM_EFF)) + 3")")))
 TOKDONE=0
 step "token check ($TOKSHAPE ${TOKLAYERS} layers, $(printf '%.1f' "$TOKGB") GB; full/direct/staged/split/lossy)" "$TOK_EST" tok_check && TOKDONE=1
 [ "$QUICK" = 0 ] && [ "$TOKDONE" = 1 ] && step "profile (TIERKV_CUDA_PROFILE=1; full at 2048, staged at 8192)" 25 profile
@@ -851,10 +1014,10 @@ else
     else
         skip "bench-ops" 0 "skipped: no bench-ops in this build"
     fi
-    n=$(wc -w <<<"$MODELS") i=0
+    i=0
     for mt in $MODELS; do
         i=$((i + 1))
-        model_jobs "${mt%%:*}" "${mt##*:}" "$([ "$i" = "$n" ] && echo 1 || echo 0)" "$([ "$i" = 1 ] && echo 1 || echo 0)"
+        model_jobs "${mt%%:*}" "${mt##*:}" "$([ "$i" = 1 ] && echo 1 || echo 0)"
     done
 fi
 [ "$DRY" = 0 ] && rm -f "$TOKMODEL"
