@@ -1524,54 +1524,16 @@ TEST(cuda_kv_write_read_moves) {
 #endif
 }
 
-/* copy_after_compute: rows kv_write queued on the compute stream and moved at once on the copy stream,
- * with nothing waiting for the device between: the copies read the new rows, not the slots' old
- * bytes (without the op the copy stream may run first: the KV module's batches after a prompt's
- * chunk). Several layers of writes queued first, so the copies would have a head start. */
-TEST(cuda_copy_after_compute) {
-    GPU_OR_SKIP();
 #ifdef TKV_CUDA
-    const int nkv = 4, hd = 128, kd = nkv * hd, L = 4, shift = 7, nch = 2, S = nch << shift;
+/* Three rounds of: random rows kv_write'n into T0 slots of L layers, copy_after_compute, moved at once
+ * to T1 in reverse order on the copy stream, nothing waiting for the device between. Then, by_host 0:
+ * after each layer's copy_wait, kv_read of the moved records (device order only); by_host 1: every
+ * copy_wait, host_sync, and the host reads the pinned T1 records itself. The records whose values are
+ * not the rows written. */
+static int moved_rows_bad(be_backend *B, int L, int nch, int by_host) {
+    const be_ops *O = B->ops;
+    const int nkv = 4, hd = 128, kd = nkv * hd, shift = 7, S = nch << shift;
     const be_kv_fmt fmts[4] = {BE_KV_F16, BE_KV_F16, BE_KV_Q8_HEAD, BE_KV_F16};
-    REQUIRE(O->copy_after_compute != NULL);
-    dpools d;
-    dpools_init(B, &d, L, nkv, hd, fmts, shift, nch, 0);
-    truth tr = {calloc((size_t)4 * S * L * 2 * kd, 4), S, L, kd};
-    float *dk = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE), *dv = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE);
-    int32_t *refs = malloc((size_t)S * 4);
-    be_move *mv = malloc((size_t)S * sizeof *mv);
-    float *k = malloc((size_t)kd * 4), *v = malloc((size_t)kd * 4);
-    int bad = 0;
-    for (int round = 0; round < 3; round++) {
-        for (int s = 0; s < S; s++) refs[s] = BE_SLOT(BE_T0, s), mv[s] = (be_move){BE_SLOT(BE_T0, s), BE_SLOT(BE_T1, S - 1 - s)};
-        for (int layer = 0; layer < L; layer++) write_random(B, &d, &tr, refs, S, layer, dk, dv);
-        O->copy_after_compute(B);
-        for (int layer = 0; layer < L; layer++) O->copy_moves(B, &d.p, mv, S, layer);
-        for (int layer = 0; layer < L; layer++) {
-            O->copy_wait(B, layer);
-            for (int s = 0; s < S; s++) {
-                O->kv_read(B, &d.p, layer, &mv[s].dst, 1, k, v);
-                const float *t = tr_at(&tr, mv[s].src, layer);
-                bad += memcmp(k, t, (size_t)kd * 4) != 0 || memcmp(v, t + kd, (size_t)kd * 4) != 0;
-            }
-        }
-    }
-    CHECKF(bad == 0, "%d records moved before the kv_write queued ahead of them", bad);
-    free(k), free(v), free(mv), free(refs), free(tr.v);
-    O->free(B, dk, BE_MEM_DEVICE), O->free(B, dv, BE_MEM_DEVICE);
-    dpools_free(B, &d);
-#endif
-}
-
-/* host_sync: rows moved T0 -> T1 (pinned host memory) on the copy stream, fenced by copy_wait only
- * (which orders the device, not the host), then host_sync: the host reads every moved record itself
- * and finds the new rows (a sequence saved right after its moves, kv_io.c). */
-TEST(cuda_host_sync) {
-    GPU_OR_SKIP();
-#ifdef TKV_CUDA
-    const int nkv = 4, hd = 128, kd = nkv * hd, L = 8, shift = 7, nch = 4, S = nch << shift;
-    const be_kv_fmt fmts[4] = {BE_KV_F16, BE_KV_F16, BE_KV_Q8_HEAD, BE_KV_F16};
-    REQUIRE(O->host_sync != NULL);
     dpools d;
     dpools_init(B, &d, L, nkv, hd, fmts, shift, nch, 0);
     truth tr = {calloc((size_t)4 * S * L * 2 * kd, 4), S, L, kd};
@@ -1585,23 +1547,55 @@ TEST(cuda_host_sync) {
         for (int layer = 0; layer < L; layer++) write_random(B, &d, &tr, refs, S, layer, dk, dv);
         O->copy_after_compute(B);
         for (int layer = 0; layer < L; layer++) O->copy_moves(B, &d.p, mv, S, layer);
-        for (int layer = 0; layer < L; layer++) O->copy_wait(B, layer);
-        O->host_sync(B);
-        for (int layer = 0; layer < L; layer++)
+        if (by_host) {
+            for (int layer = 0; layer < L; layer++) O->copy_wait(B, layer);
+            O->host_sync(B);
+        }
+        for (int layer = 0; layer < L; layer++) {
+            if (!by_host) O->copy_wait(B, layer);
             for (int s = 0; s < S; s++) {
-                const uint8_t *rec = be_kv_record(&d.p, mv[s].dst, layer);
-                for (int i = 0; i < 2 * kd; i++) {
-                    uint16_t h;
-                    memcpy(&h, rec + (size_t)i * 2, 2);
-                    x[i] = tkv_f16_to_f32(h);
-                }
+                if (by_host) {
+                    const uint8_t *rec = be_kv_record(&d.p, mv[s].dst, layer);
+                    for (int i = 0; i < 2 * kd; i++) {
+                        uint16_t h;
+                        memcpy(&h, rec + (size_t)i * 2, 2);
+                        x[i] = tkv_f16_to_f32(h);
+                    }
+                } else
+                    O->kv_read(B, &d.p, layer, &mv[s].dst, 1, x, x + kd);
                 bad += memcmp(x, tr_at(&tr, mv[s].src, layer), (size_t)2 * kd * 4) != 0;
             }
+        }
     }
-    CHECKF(bad == 0, "%d moved records not there for the host after host_sync", bad);
     free(x), free(mv), free(refs), free(tr.v);
     O->free(B, dk, BE_MEM_DEVICE), O->free(B, dv, BE_MEM_DEVICE);
     dpools_free(B, &d);
+    return bad;
+}
+#endif
+
+/* copy_after_compute: rows kv_write queued on the compute stream and moved at once on the copy stream,
+ * with nothing waiting for the device between: the copies read the new rows, not the slots' old
+ * bytes (without the op the copy stream may run first: the KV module's batches after a prompt's
+ * chunk). Several layers of writes queued first, so the copies would have a head start. */
+TEST(cuda_copy_after_compute) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    REQUIRE(O->copy_after_compute != NULL);
+    int bad = moved_rows_bad(B, 4, 2, 0);
+    CHECKF(bad == 0, "%d records moved before the kv_write queued ahead of them", bad);
+#endif
+}
+
+/* host_sync: rows moved T0 -> T1 (pinned host memory) on the copy stream, fenced by copy_wait only
+ * (which orders the device, not the host), then host_sync: the host reads every moved record itself
+ * and finds the new rows (a sequence saved right after its moves, kv_io.c). */
+TEST(cuda_host_sync) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    REQUIRE(O->copy_after_compute != NULL && O->host_sync != NULL);
+    int bad = moved_rows_bad(B, 8, 4, 1);
+    CHECKF(bad == 0, "%d moved records not there for the host after host_sync", bad);
 #endif
 }
 
