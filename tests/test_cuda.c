@@ -1366,11 +1366,22 @@ TEST(cuda_score_add) {
 }
 
 #ifdef TKV_CUDA
+/* host truth: the decoded values of (tier, slot, layer) */
+typedef struct {
+    float *v; /* [tier][slot][layer][2 * kv_dim] */
+    int slots, layers, kd;
+} truth;
+static float *tr_at(truth *t, int32_t ref, int layer) {
+    return t->v + (((size_t)BE_SLOT_TIER(ref) * t->slots + BE_SLOT_IDX(ref)) * t->layers + layer) * 2 * t->kd;
+}
 /* Pools on the backend: T0 device, T1 pinned, T2 pinned (or pageable host memory, as a KV module may
- * keep it), STAGE device with 2 layers. */
+ * keep it), STAGE device with 2 layers; with the host truth of what write_random wrote into them and
+ * kv_write's device rows (a tier's slots' worth of K and of V). */
 typedef struct {
     be_kv_pools p;
     void *chunks[BE_N_POOLS][16];
+    truth tr;
+    float *dk, *dv;
 } dpools;
 static void dpools_init(be_backend *B, dpools *d, int n_layer, int nkv, int hd, const be_kv_fmt fmt[4], int shift,
                         int n_chunks, int t2_host) {
@@ -1385,21 +1396,18 @@ static void dpools_init(be_backend *B, dpools *d, int n_layer, int nkv, int hd, 
         for (int c = 0; c < n_chunks; c++)
             d->chunks[i][c] = dalloc(B, ((size_t)1 << shift) * (size_t)q->layers * q->record_bytes, mem[i]);
     }
+    const int S = n_chunks << shift, kd = nkv * hd;
+    d->tr = (truth){calloc((size_t)4 * S * n_layer * 2 * kd, 4), S, n_layer, kd};
+    d->dk = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE), d->dv = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE);
 }
 static void dpools_free(be_backend *B, dpools *d) {
     for (int i = 0; i < BE_N_POOLS; i++)
         for (int c = 0; c < d->p.pool[i].n_chunks; c++) B->ops->free(B, d->chunks[i][c], d->p.pool[i].mem);
-}
-/* host truth: the decoded values of (tier, slot, layer) */
-typedef struct {
-    float *v; /* [tier][slot][layer][2 * kv_dim] */
-    int slots, layers, kd;
-} truth;
-static float *tr_at(truth *t, int32_t ref, int layer) {
-    return t->v + (((size_t)BE_SLOT_TIER(ref) * t->slots + BE_SLOT_IDX(ref)) * t->layers + layer) * 2 * t->kd;
+    free(d->tr.v);
+    B->ops->free(B, d->dk, BE_MEM_DEVICE), B->ops->free(B, d->dv, BE_MEM_DEVICE);
 }
 /* writes random K/V rows into refs through kv_write and records the decoded values */
-static void write_random(be_backend *B, dpools *d, truth *tr, const int32_t *refs, int n, int layer, float *dk, float *dv) {
+static void write_random(be_backend *B, dpools *d, const int32_t *refs, int n, int layer) {
     int kd = d->p.n_head_kv * d->p.head_dim;
     float *k = malloc((size_t)n * kd * 4), *v = malloc((size_t)n * kd * 4);
     rand_vec(k, (size_t)n * kd, 2.0f), rand_vec(v, (size_t)n * kd, 1.0f);
@@ -1410,13 +1418,13 @@ static void write_random(be_backend *B, dpools *d, truth *tr, const int32_t *ref
         k[2 * kd + 5] = NAN;
         for (int i = 0; i < d->p.head_dim; i++) v[3 * kd + d->p.head_dim + i] = i % 2 ? 1e-38f : -1e-38f;
     }
-    B->ops->upload(B, dk, k, (size_t)n * kd * 4), B->ops->upload(B, dv, v, (size_t)n * kd * 4);
-    B->ops->kv_write(B, &d->p, layer, refs, n, dk, dv);
+    B->ops->upload(B, d->dk, k, (size_t)n * kd * 4), B->ops->upload(B, d->dv, v, (size_t)n * kd * 4);
+    B->ops->kv_write(B, &d->p, layer, refs, n, d->dk, d->dv);
     uint8_t *rec = malloc(rec_bytes(BE_KV_F32, d->p.n_head_kv, d->p.head_dim));
     for (int i = 0; i < n; i++) {
         be_kv_fmt f = d->p.pool[BE_SLOT_TIER(refs[i])].fmt;
         rec_encode(rec, f, d->p.n_head_kv, d->p.head_dim, k + (size_t)i * kd, v + (size_t)i * kd);
-        float *t = tr_at(tr, refs[i], layer);
+        float *t = tr_at(&d->tr, refs[i], layer);
         rec_decode(rec, f, d->p.n_head_kv, d->p.head_dim, t, t + kd);
     }
     free(rec), free(k), free(v);
@@ -1433,8 +1441,6 @@ TEST(cuda_kv_write_read_moves) {
     for (int variant = 0; variant < 3; variant++) {
         dpools d;
         dpools_init(B, &d, L, nkv, hd, variant == 1 ? fmts32 : fmts, shift, nch, variant == 2);
-        truth tr = {calloc((size_t)4 * S * L * 2 * kd, 4), S, L, kd};
-        float *dk = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE), *dv = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE);
         int32_t *refs = malloc((size_t)S * 4);
         for (int layer = 0; layer < L; layer++)
             for (int tier = 0; tier < 4; tier++) {
@@ -1448,13 +1454,13 @@ TEST(cuda_kv_write_read_moves) {
                         one = BE_SLOT(BE_T2, s);
                         rand_vec(kk, 2 * (size_t)kd, 1.5f);
                         rec_encode(be_kv_record(&d.p, one, layer), BE_KV_Q8_HEAD, nkv, hd, kk, kk + kd);
-                        float *t = tr_at(&tr, one, layer);
+                        float *t = tr_at(&d.tr, one, layer);
                         rec_decode(be_kv_record(&d.p, one, layer), BE_KV_Q8_HEAD, nkv, hd, t, t + kd);
                     }
                     free(kk);
                     continue;
                 }
-                write_random(B, &d, &tr, refs, slots, layer, dk, dv);
+                write_random(B, &d, refs, slots, layer);
             }
         /* kv_read gives back exactly what the pool format holds */
         float *k = malloc((size_t)S * kd * 4), *v = malloc((size_t)S * kd * 4);
@@ -1463,7 +1469,7 @@ TEST(cuda_kv_write_read_moves) {
             for (int s = 0; s < S; s++) refs[s] = BE_SLOT(tier, (s * 37) % S);
             B->ops->kv_read(B, &d.p, 1, refs, S, k, v);
             for (int s = 0; s < S; s++) {
-                const float *t = tr_at(&tr, refs[s], 1);
+                const float *t = tr_at(&d.tr, refs[s], 1);
                 bad += memcmp(k + (size_t)s * kd, t, (size_t)kd * 4) != 0;
                 bad += memcmp(v + (size_t)s * kd, t + kd, (size_t)kd * 4) != 0;
             }
@@ -1491,8 +1497,8 @@ TEST(cuda_kv_write_read_moves) {
             uint8_t *rec = malloc(rec_bytes(BE_KV_F32, nkv, hd));
             for (int i = 0; i < n; i++) {
                 be_kv_fmt fd = d.p.pool[BE_SLOT_TIER(mv[i].dst)].fmt;
-                const float *s = tr_at(&tr, mv[i].src, layer);
-                float *t = tr_at(&tr, mv[i].dst, BE_SLOT_TIER(mv[i].dst) == BE_STAGE ? layer % 2 : layer);
+                const float *s = tr_at(&d.tr, mv[i].src, layer);
+                float *t = tr_at(&d.tr, mv[i].dst, BE_SLOT_TIER(mv[i].dst) == BE_STAGE ? layer % 2 : layer);
                 rec_encode(rec, fd, nkv, hd, s, s + kd);
                 rec_decode(rec, fd, nkv, hd, t, t + kd);
             }
@@ -1502,7 +1508,7 @@ TEST(cuda_kv_write_read_moves) {
             bad = 0;
             for (int i = 0; i < n; i++) {
                 B->ops->kv_read(B, &d.p, layer, &mv[i].dst, 1, k, v);
-                const float *t = tr_at(&tr, mv[i].dst, BE_SLOT_TIER(mv[i].dst) == BE_STAGE ? layer % 2 : layer);
+                const float *t = tr_at(&d.tr, mv[i].dst, BE_SLOT_TIER(mv[i].dst) == BE_STAGE ? layer % 2 : layer);
                 bad += memcmp(k, t, (size_t)kd * 4) != 0 || memcmp(v, t + kd, (size_t)kd * 4) != 0;
             }
             CHECKF(bad == 0, "copy_moves layer %d (%s): %d records differ from the moves in list order", layer,
@@ -1517,8 +1523,7 @@ TEST(cuda_kv_write_read_moves) {
         printf("    kv_write/kv_read/copy_moves (%s T0/T1/STAGE, Q8 T2): exact against the host codec; copy stalls %.3f ms, "
                "host waits %.3f ms\n",
                vname[variant], stall * 1e3, hw * 1e3);
-        free(k), free(v), free(refs), free(tr.v);
-        B->ops->free(B, dk, BE_MEM_DEVICE), B->ops->free(B, dv, BE_MEM_DEVICE);
+        free(k), free(v), free(refs);
         dpools_free(B, &d);
     }
 #endif
@@ -1536,15 +1541,13 @@ static int moved_rows_bad(be_backend *B, int L, int nch, int by_host) {
     const be_kv_fmt fmts[4] = {BE_KV_F16, BE_KV_F16, BE_KV_Q8_HEAD, BE_KV_F16};
     dpools d;
     dpools_init(B, &d, L, nkv, hd, fmts, shift, nch, 0);
-    truth tr = {calloc((size_t)4 * S * L * 2 * kd, 4), S, L, kd};
-    float *dk = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE), *dv = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE);
     int32_t *refs = malloc((size_t)S * 4);
     be_move *mv = malloc((size_t)S * sizeof *mv);
     float *x = malloc((size_t)2 * kd * 4);
     int bad = 0;
     for (int round = 0; round < 3; round++) {
         for (int s = 0; s < S; s++) refs[s] = BE_SLOT(BE_T0, s), mv[s] = (be_move){BE_SLOT(BE_T0, s), BE_SLOT(BE_T1, S - 1 - s)};
-        for (int layer = 0; layer < L; layer++) write_random(B, &d, &tr, refs, S, layer, dk, dv);
+        for (int layer = 0; layer < L; layer++) write_random(B, &d, refs, S, layer);
         O->copy_after_compute(B);
         for (int layer = 0; layer < L; layer++) O->copy_moves(B, &d.p, mv, S, layer);
         if (by_host) {
@@ -1563,12 +1566,11 @@ static int moved_rows_bad(be_backend *B, int L, int nch, int by_host) {
                     }
                 } else
                     O->kv_read(B, &d.p, layer, &mv[s].dst, 1, x, x + kd);
-                bad += memcmp(x, tr_at(&tr, mv[s].src, layer), (size_t)2 * kd * 4) != 0;
+                bad += memcmp(x, tr_at(&d.tr, mv[s].src, layer), (size_t)2 * kd * 4) != 0;
             }
         }
     }
-    free(x), free(mv), free(refs), free(tr.v);
-    O->free(B, dk, BE_MEM_DEVICE), O->free(B, dv, BE_MEM_DEVICE);
+    free(x), free(mv), free(refs);
     dpools_free(B, &d);
     return bad;
 }
@@ -1651,17 +1653,15 @@ TEST(cuda_attention) {
 #ifdef TKV_CUDA
     const struct { int n_head, nkv, hd; } shapes[] = {{28, 4, 128}, {14, 2, 64}, {40, 2, 128}, {8, 8, 32}};
     for (int si = 0; si < 4; si++) {
-        const int H = shapes[si].n_head, nkv = shapes[si].nkv, hd = shapes[si].hd, kd = nkv * hd;
+        const int H = shapes[si].n_head, nkv = shapes[si].nkv, hd = shapes[si].hd;
         const int L = 3, shift = 8, nch = 3, S = nch << shift, layer = 1;
         const be_kv_fmt fmts[4] = {BE_KV_F16, BE_KV_F16, BE_KV_Q8_HEAD, BE_KV_F16};
         dpools d;
         dpools_init(B, &d, L, nkv, hd, fmts, shift, nch, 0);
-        truth tr = {calloc((size_t)4 * S * L * 2 * kd, 4), S, L, kd};
-        float *dk = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE), *dv = dalloc(B, (size_t)S * kd * 4, BE_MEM_DEVICE);
         int32_t *refs = malloc((size_t)S * 4);
         for (int tier = 0; tier < 4; tier++) {
             for (int s = 0; s < S; s++) refs[s] = BE_SLOT(tier, s);
-            write_random(B, &d, &tr, refs, S, tier == BE_STAGE ? layer % 2 : layer, dk, dv);
+            write_random(B, &d, refs, S, tier == BE_STAGE ? layer % 2 : layer);
         }
         /* three rows: sequence A decoding at 700 positions, sequence B in prefill at 300 and 301 */
         enum { NT = 3 };
@@ -1703,7 +1703,7 @@ TEST(cuda_attention) {
             be_attn ah = a;
             ah.q = q;
             memset(mref, 0, MN * 8);
-            ref_attention(&tr, &ah, ref, mref, NULL, NULL);
+            ref_attention(&d.tr, &ah, ref, mref, NULL, NULL);
             char name[80];
             snprintf(name, sizeof name, "attention %d/%d heads, hd %d", H, nkv, hd);
             if (mode == BE_MASS_HEADS) REPORT(name, rel_err(o, ref, QN), 1e-5);
@@ -1781,7 +1781,7 @@ TEST(cuda_attention) {
             be_attn ah = {.n_tok = NT, .layer = layer, .n_head = H, .n_head_kv = nkv, .head_dim = hd,
                           .scale = 1.0f / sqrtf((float)hd), .q = q, .slots = slots, .n_pos = n_pos, .keep = keeps,
                           .keep_stride = P, .tiers = (1u << BE_T1) | (1u << BE_T2) | (1u << BE_STAGE)};
-            ref_attention(&tr, &ah, ref, NULL, rpm, rpl);
+            ref_attention(&d.tr, &ah, ref, NULL, rpm, rpl);
             /* the part's o is unnormalised relative to its own m: compare o / l */
             for (size_t i = 0; i < QN; i++) {
                 size_t th = i / (size_t)hd;
@@ -1800,7 +1800,7 @@ TEST(cuda_attention) {
             af.mass_mode = BE_MASS_HEADS;
             af.mass_stride = MS;
             memset(mref, 0, MN * 8);
-            ref_attention(&tr, &af, ref, mref, NULL, NULL);
+            ref_attention(&d.tr, &af, ref, mref, NULL, NULL);
             REPORT("  split + merge vs full", rel_err(o, ref, QN), 1e-5);
             /* merged masses: part 0's plus part 1's equal full attention's */
             float *m0 = malloc(MN * 4), *m1 = malloc(MN * 4);
@@ -1854,9 +1854,9 @@ TEST(cuda_attention) {
             be_close(cpu);
         }
         free(ta), free(tb), free(keep), free(q), free(o), free(mass), free(ref), free(mref), free(got_mass), free(mref_c);
-        free(refs), free(tr.v);
+        free(refs);
         O->free(B, dq, BE_MEM_DEVICE), O->free(B, dout, BE_MEM_DEVICE), O->free(B, scratch, BE_MEM_DEVICE);
-        O->free(B, dmass, BE_MEM_PINNED), O->free(B, dk, BE_MEM_DEVICE), O->free(B, dv, BE_MEM_DEVICE);
+        O->free(B, dmass, BE_MEM_PINNED);
         dpools_free(B, &d);
     }
 #endif
