@@ -92,9 +92,15 @@ $(BUILD)/%.o: %.cu $(STAMP)
 # The build stamp (src/base/version.h): rebuilt every time, so results always name the code that
 # made them.
 GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 --exclude '*' 2>/dev/null || echo unknown)
+# The flags it records (`tierkv --version`'s second line, results files' build_flags): the C
+# compiler and its version, OPT, CFLAGS, and for CUDA=1 nvcc's release and CU_ARCH's targets.
+CC_VERSION := $(shell $(CC) -dumpfullversion -dumpversion 2>/dev/null | head -1)
+NVCC_RELEASE = $(shell $(NVCC) --version 2>/dev/null | grep -o 'release [0-9.]*' | cut -d' ' -f2)
+BUILD_FLAGS = $(strip $(CC) $(CC_VERSION) $(OPT) $(CFLAGS))$(if $(filter 1,$(CUDA)), +cuda nvcc $(or $(NVCC_RELEASE),unknown) \
+              $(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(CU_ARCH)))))$(if $(filter 0,$(SERVE)), +noserve)
 $(BUILD)/src/base/version.o: src/base/version.c FORCE
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(CFLAGS) -DTKV_COMMIT='"$(GIT_COMMIT)"' -DTKV_FLAGS='"$(CC) $(OPT) $(CFLAGS)$(if $(filter 1,$(CUDA)), +cuda sm_90)$(if $(filter 0,$(SERVE)), +noserve)"' -c $< -o $@
+	$(CC) $(BASEFLAGS) $(CFLAGS) -DTKV_COMMIT='"$(GIT_COMMIT)"' -DTKV_FLAGS='"$(BUILD_FLAGS)"' -c $< -o $@
 FORCE:
 
 $(BUILD)/libtierkv.a: $(LIB_OBJ)

@@ -357,7 +357,7 @@ runnable() { # BIN and TBIN run and resolve their libraries
 # GIT_COMMIT stamps for this tree; EXPECT_COMMIT where there is no .git), STAMP (the verdict);
 # 1 when they differ (a stale binary)
 stamp_check() {
-    STAMP_BIN=$("$BIN" --version 2>/dev/null | awk '{ print $2 }')
+    STAMP_BIN=$("$BIN" --version 2>/dev/null | awk 'NR == 1 { print $2 }')
     STAMP_TREE=$(git describe --always --dirty --abbrev=12 --exclude '*' 2>/dev/null) || STAMP_TREE=
     local from="git describe, as the Makefile" src="src include tools tests Makefile"
     if [ -z "$STAMP_TREE" ] && [ -n "${EXPECT_COMMIT:-}" ]; then STAMP_TREE=$EXPECT_COMMIT from=EXPECT_COMMIT; fi
@@ -394,11 +394,14 @@ build() {
 binary_note() {
     stamp_check
     [ "$BINARY" != "${BINARY#built here}" ] && STAMP="built here from this tree (${STAMP})"
-    echo "binary: $BINARY ($("$BIN" --version 2>&1)); the tree: $STAMP_TREE; $STAMP"
-    jl kind=binary how="$BINARY" version="$("$BIN" --version 2>&1)" commit_binary="$STAMP_BIN" commit_tree="$STAMP_TREE" \
+    local version flags
+    version=$("$BIN" --version 2>&1 | head -1)
+    flags=$("$BIN" --version 2>&1 | sed -n 's/^built with: //p')
+    echo "binary: $BINARY ($version; ${flags:-no build flags printed}); the tree: $STAMP_TREE; $STAMP"
+    jl kind=binary how="$BINARY" version="$version" commit_binary="$STAMP_BIN" commit_tree="$STAMP_TREE" \
         stamp="$STAMP" sha256="$(sha256sum "$BIN" 2>/dev/null | awk '{print $1}')" \
         tests_sha256="$(sha256sum "$TBIN" 2>/dev/null | awk '{print $1}')" \
-        build_flags="not printed by --version (the sha256 names the binary)" \
+        build_flags="${flags:-not printed by this binary's --version (the sha256 names it)}" \
         ldd="$(ldd "$BIN" 2>&1 | awk '{print $1}' | tr '\n' ' ')"
 }
 

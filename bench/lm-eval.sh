@@ -56,7 +56,7 @@ if ! "$VENV/bin/python" -c "import lm_eval, gguf, transformers" 2>/dev/null; the
     "$VENV/bin/pip" install -q "lm-eval[api]==$LM_EVAL" "transformers<5" gguf
 fi
 PY="$VENV/bin/python"
-echo "# lm-eval $("$PY" -c 'import importlib.metadata as m; print(m.version("lm_eval"))'), $(basename "$MODEL"), $("$BIN" --version)"
+echo "# lm-eval $("$PY" -c 'import importlib.metadata as m; print(m.version("lm_eval"))'), $(basename "$MODEL"), $("$BIN" --version | paste -sd ';' -)"
 echo "# N=$N MAX_TOKENS=$MAX_TOKENS PARALLEL=$PARALLEL THREADS=$THREADS TASKS=\"$TASKS\""
 
 # ---- the tokenizer lm-eval counts with: the GGUF's own vocabulary ----

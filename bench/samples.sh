@@ -43,7 +43,7 @@ hd = m.get(a + ".attention.key_length", m[a + ".embedding_length"] // heads)
 print(2 * m[a + ".block_count"] * kv * hd * 2)')
 BUDGET=${BUDGET:-$(( (PROMPT_EST + K * MAX_TOKENS) * per_tok / 2 ))}
 echo "samples.sh: $N problems x $K chains, max $MAX_TOKENS tokens, temperature $TEMP, top-p $TOP_P, seed $SEED;"
-echo "  T0 budget $BUDGET bytes ($per_tok bytes a token) for every policy but full; $(basename "$MODEL"); $("$BIN" --version)"
+echo "  T0 budget $BUDGET bytes ($per_tok bytes a token) for every policy but full; $(basename "$MODEL"); $("$BIN" --version | paste -sd ';' -)"
 for p in $POLICIES; do
     flags=(--policy "$p")
     [ "$p" != full ] && flags+=(--hbm-budget "$BUDGET")

@@ -196,7 +196,7 @@ row() {  # name test floor new old engine...
 }
 
 echo "# KV cache element type (every engine): $KV_TYPE; weights loaded: $LOAD; rounds: $ROUNDS; threads: $THREADS"
-echo "# tierkv: $("$TIERKV" --version 2>/dev/null || echo unknown)${TIERKV_OLD:+; old: $("$TIERKV_OLD" --version 2>/dev/null || echo "a build without --version")}"
+echo "# tierkv: $({ "$TIERKV" --version 2>/dev/null || echo unknown; } | paste -sd ';' -)${TIERKV_OLD:+; old: $({ "$TIERKV_OLD" --version 2>/dev/null || echo "a build without --version"; } | paste -sd ';' -)}"
 for ((e = 0; e < NENG; e++)); do
   echo "# ${E_LABEL[e]}${E_INFO[e]:+ (${E_INFO[e]})}: llama-bench ${E_LBF[e]}; llama-batched-bench ${E_LBBF[e]:-(no flags)}"
 done

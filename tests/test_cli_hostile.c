@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/version.h"
 #include "t.h"
 
 #define TIME_LIMIT 20
@@ -423,6 +424,28 @@ TEST(cli_serve_absent_in_serve0_build) {
     CHECKF(err && strstr(err, "this build has no server (built with SERVE=0"), "stderr: %s", err ? err : "");
     free(err);
 #endif
+}
+
+/* `tierkv --version` names the build: the commit on its first line (what gpu.sh compares with the
+ * tree), the compiler and flags on its second (what results files record as build_flags). */
+TEST(cli_version_names_build) {
+    char out[700], *argv[] = {(char *)t_bin(), "--version", NULL};
+    snprintf(out, sizeof out, "%s/version.txt", t_tmpdir());
+    char *err = NULL;
+    int st = t_spawn(argv, out, TIME_LIMIT, &err);
+    free(err);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 127) SKIP("tierkv binary not built");
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    char *text = t_slurp(out);
+    REQUIRE(text);
+    char commit[64] = "", flags[400] = "";
+    CHECKF(sscanf(text, "tierkv %63s\nbuilt with: %399[^\n]", commit, flags) == 2, "--version printed: %s", text);
+    CHECKF(strlen(commit) >= 7 && strstr(flags, "-O"), "commit '%s', flags '%s'", commit, flags);
+    /* `make test` names the binary built beside these tests: the same stamp (a CUDA build's "+cuda nvcc
+     * 13.0 sm_90 compute_90", SERVE=0's "+noserve") */
+    if (getenv("TIERKV_BIN"))
+        CHECKF(!strcmp(flags, tkv_build_flags()), "the binary says '%s', these tests '%s'", flags, tkv_build_flags());
+    free(text);
 }
 
 /* bench --parallel N under a budget the N sequences do not fit: refused with the numbers before
