@@ -175,7 +175,9 @@ typedef struct {
                                     keep[t][g * keep_stride + j] != 0 for kv head g to read j */
     int keep_stride;
     int mass_mode;               /* BE_MASS_* */
-    float *mass;                 /* [n_tok][mass heads][mass_stride], masked positions 0 */
+    float *mass;                 /* [n_tok][mass heads][mass_stride]: columns j < n_pos[t] written,
+                                    masked positions 0; columns past n_pos[t] are left as they were
+                                    (the split path's add sums them too): readers stop at n_pos */
     int mass_stride;             /* >= the largest n_pos */
     uint64_t tables_gen;         /* a promise: slots, n_pos and keep (all of them: keep masks differ per
                                     layer) are the same as in the previous call with the same nonzero
