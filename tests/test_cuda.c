@@ -1330,6 +1330,38 @@ TEST(cuda_expand_cols) {
 #endif
 }
 
+/* combine_rows (an expert FFN's weighted sums) against the CPU's op, bit for bit: a prompt chunk of
+ * 40 tokens, 8 experts each (Qwen3-30B-A3B's), rows of a 7B's width read in any order, one row read
+ * by two tokens; rows past n left as they were. */
+TEST(cuda_combine_rows) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    enum { N = 40, K = 8, W = 3584, SR = N * K };
+    be_backend *cpu;
+    char e[256];
+    REQUIRE(be_open(&(be_params){.name = "cpu", .n_threads = 1}, &cpu, e, sizeof e) == 0);
+    float *src = malloc((size_t)SR * W * 4), *want = malloc((size_t)(N + 1) * W * 4), *got = malloc((size_t)(N + 1) * W * 4);
+    int rows[N * K];
+    float w[N * K];
+    rand_vec(src, (size_t)SR * W, 3.0f);
+    for (int i = 0; i < N * K; i++) rows[i] = (int)(((int64_t)i * 97 + 5) % SR), w[i] = 0.05f + 0.1f * (float)(rnd() % 17);
+    rows[K + 1] = rows[0]; /* token 1 reads token 0's first row */
+    float *ds = dalloc(B, (size_t)SR * W * 4, BE_MEM_DEVICE), *dy = dalloc(B, (size_t)(N + 1) * W * 4, BE_MEM_DEVICE);
+    O->upload(B, ds, src, (size_t)SR * W * 4), poison(B, dy, (size_t)(N + 1) * W * 4);
+    fetch(B, want, dy, (size_t)(N + 1) * W * 4); /* the poison, kept past row N */
+    cpu->ops->combine_rows(cpu, want, src, rows, w, N, K, W);
+    O->combine_rows(B, dy, ds, rows, w, N, K, W);
+    fetch(B, got, dy, (size_t)(N + 1) * W * 4);
+    size_t bad = 0;
+    for (size_t i = 0; i < (size_t)(N + 1) * W; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
+    printf("    combine_rows: %zu of %zu values differ from the CPU's\n", bad, (size_t)(N + 1) * W);
+    CHECK(bad == 0);
+    O->free(B, ds, BE_MEM_DEVICE), O->free(B, dy, BE_MEM_DEVICE);
+    free(src), free(want), free(got);
+    be_close(cpu);
+#endif
+}
+
 /* The KV policy's score update (score_add) against the CPU backend's op, bit for bit: 28 heads (a
  * weight 1 / (layers x heads) that is not a power of two, so the order of the additions shows), four
  * tokens: two share one array (their additions in token order), one has its own, one is skipped;

@@ -360,6 +360,7 @@ static be_ops cu_ops_table(void) {
     o.rope = cu_rope;
     o.swiglu = cu_swiglu;
     o.gather_rows = cu_gather_rows;
+    o.combine_rows = cu_combine_rows;
     o.expand_cols = cu_expand_cols;
     o.kv_write = cu_kv_write;
     o.kv_read = cu_kv_read;

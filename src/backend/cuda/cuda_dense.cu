@@ -1,7 +1,7 @@
 /* cuda_dense.cu — the element-wise and row-wise ops over activations in device memory: rmsnorm,
  * add_bias, add, add_rmsnorm (add then rmsnorm in one launch, the same bits as the two), rope,
- * swiglu, gather_rows, expand_cols (split's host weights spread out), and the KV policy's score
- * update (score_add). Each is one small kernel on the compute stream, bound by launch latency at
+ * swiglu, gather_rows, combine_rows (an expert FFN's weighted sums), expand_cols (split's host weights
+ * spread out), and the KV policy's score update (score_add). Each is one small kernel on the compute stream, bound by launch latency at
  * decode sizes (a few KB per row); host arrays (positions, row indices, column counts, score
  * pointers) reach the device through the argument ring.
  * Numerics, against the CPU forward: rmsnorm sums squares in double (in a fixed tree order instead
@@ -163,6 +163,33 @@ void cu_gather_rows(be_backend *b, float *dst, const float *src, const int *rows
     if (n <= 0) return;
     const int *rd = (const int *)cu_ring_put(&B->arg, rows, (size_t)n * sizeof(int));
     gather_kernel<<<n, DN_THREADS, 0, B->compute>>>(dst, src, rd, width);
+    CU_LAUNCHED();
+}
+
+/* Block t sums token t's k expert rows, left to right, each product rounded before its add (no
+ * fused multiply-add): the CPU's bits. rows and w come through the argument ring. */
+__global__ void combine_kernel(float *y, const float *src, const int *rows, const float *w, int k, int width) {
+    const int t = blockIdx.x;
+    float *yr = y + (int64_t)t * width;
+    for (int i = threadIdx.x; i < width; i += DN_THREADS) {
+        float acc = 0.0f;
+        for (int j = 0; j < k; j++) {
+            float p = __fmul_rn(src[(int64_t)rows[t * k + j] * width + i], w[t * k + j]);
+            acc = j ? __fadd_rn(acc, p) : p;
+        }
+        yr[i] = acc;
+    }
+}
+
+void cu_combine_rows(be_backend *b, float *y, const float *src, const int *rows, const float *w, int n, int k,
+                     int width) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    if (n <= 0 || k <= 0) return;
+    size_t nk = (size_t)n * (size_t)k;
+    const int *rd = (const int *)cu_ring_put(&B->arg, rows, nk * sizeof(int));
+    const float *wd = (const float *)cu_ring_put(&B->arg, w, nk * sizeof(float));
+    combine_kernel<<<n, DN_THREADS, 0, B->compute>>>(y, src, rd, wd, k, width);
     CU_LAUNCHED();
 }
 

@@ -231,6 +231,8 @@ void cu_rope(be_backend *b, float *x, int n_rows, int n_heads, int head_dim, con
              int neox);
 void cu_swiglu(be_backend *b, float *gate, const float *up, int64_t n);
 void cu_gather_rows(be_backend *b, float *dst, const float *src, const int *rows, int n, int width);
+void cu_combine_rows(be_backend *b, float *y, const float *src, const int *rows, const float *w, int n, int k,
+                     int width);
 void cu_expand_cols(be_backend *b, float *dst, int dst_stride, const float *src, const int32_t *cols, int src_stride,
                     const int *n_cols, int n_tok, int rows);
 void cu_score_add(be_backend *b, double *const *score, const int *n_pos, int n_tok, const float *mass, int n_head,

@@ -23,11 +23,11 @@ extern "C" {
 
 enum {
     P_EMBED, P_MM1, P_MM8, P_MMN, P_RMSNORM, P_ADD_BIAS, P_ADD, P_ADD_RMSNORM, P_ROPE, P_SWIGLU, P_GATHER,
-    P_EXPAND, P_KV_WRITE, P_KV_READ, P_COPY_WAIT, P_ATTN, P_MERGE, P_SCORE, P_UPLOAD, P_UPLOAD_PINNED, P_READ, P_N
+    P_COMBINE, P_EXPAND, P_KV_WRITE, P_KV_READ, P_COPY_WAIT, P_ATTN, P_MERGE, P_SCORE, P_UPLOAD, P_UPLOAD_PINNED, P_READ, P_N
 };
 static const char *const P_NAME[P_N] = {
     "embed", "matmul_1", "matmul_2_8", "matmul_many", "rmsnorm", "add_bias", "add", "add_rmsnorm", "rope", "swiglu", "gather_rows",
-    "expand_cols", "kv_write", "kv_read", "copy_wait", "attention", "attention_merge", "score_add", "upload",
+    "combine_rows", "expand_cols", "kv_write", "kv_read", "copy_wait", "attention", "attention_merge", "score_add", "upload",
     "upload_pinned", "read"};
 #define PROF_PAIRS 4096 /* event pairs in flight; the oldest is waited for when they are all in use */
 
@@ -151,6 +151,7 @@ be_ops cu_prof_ops(const be_ops *real) {
     o.rope = pw<P_ROPE, &be_ops::rope>::call;
     o.swiglu = pw<P_SWIGLU, &be_ops::swiglu>::call;
     o.gather_rows = pw<P_GATHER, &be_ops::gather_rows>::call;
+    o.combine_rows = pw<P_COMBINE, &be_ops::combine_rows>::call;
     o.expand_cols = pw<P_EXPAND, &be_ops::expand_cols>::call;
     o.kv_write = pw<P_KV_WRITE, &be_ops::kv_write>::call;
     o.kv_read = pw<P_KV_READ, &be_ops::kv_read>::call;
