@@ -54,7 +54,10 @@
 #      staged and split at LONG_DEPTH, then direct at DEPTHS, and on the first model, where time is
 #      left, staged with --host-scores at the deepest of DEPTHS (the attention weights read back
 #      every step: the before of the score update on the GPU);
-#   8. where time is left: `bench-ops --tokens 512` (the 7B's matmuls of a prompt chunk, TFLOP/s)
+#   8. where time is left: Qwen3 on the GPU: tierkv-tests qwen3_reference_logits_gpu (the F16
+#      test-qwen3 and test-qwen3moe files against the reference engine's logits, with the CPU's
+#      bounds; the per-head q/k norms and the experts' combine_rows), recorded on its own;
+#   9. where time is left: `bench-ops --tokens 512` (the 7B's matmuls of a prompt chunk, TFLOP/s)
 #      in BF16 and Q8_0 through cuBLAS and in BF16 through the kernels.
 #   The 32K pair does not fit the default plan; a run for it alone (Q8_0: half BF16's file):
 #   MODELS=r1-distill-qwen-7b:Q8_0 DEPTHS=8192 BUDGET=360 bench/gpu.sh (no time left for a rerun)
@@ -707,7 +710,20 @@ bench_ops() {
     return $rc
 }
 
-# 8. the matmuls of 512 tokens (a prompt chunk): BF16 and Q8_0 through cuBLAS, BF16 through the
+# 8. Qwen3 dense and MoE on the GPU: the reference engine's logits of the F16 test shapes (the CPU's
+# own check, its bounds), run on the device; made by gen-random, so TIERKV_BIN names this binary.
+# Recorded beside the op checks, never turning cuBLAS or graphs off for the timed jobs before it.
+qwen3_refs() {
+    TIERKV_BIN="$BIN" run_to 60 "$TBIN" qwen3_reference_logits_gpu >"$L/tests-qwen3.log" 2>&1
+    local rc=$?
+    grep -E "max\|d\||FAIL|^skip|passed" "$L/tests-qwen3.log" | tail -20
+    jl kind=result job=qwen3_references_gpu rc=$rc summary="$(tail -1 "$L/tests-qwen3.log")" \
+        rows="$(grep -E 'max\|d\|' "$L/tests-qwen3.log" | sed 's/^ *//' | paste -sd ';' -)" \
+        skipped="$(grep -E '^skip' "$L/tests-qwen3.log" | paste -sd ';' -)"
+    return $rc
+}
+
+# 9. the matmuls of 512 tokens (a prompt chunk): BF16 and Q8_0 through cuBLAS, BF16 through the
 # kernels (TIERKV_CUDA_GEMM=off)
 bench_ops_gemm() {
     local rc=0 t runs="BF16:auto Q8_0:auto BF16:off"
@@ -1027,6 +1043,7 @@ else
 fi
 [ "$DRY" = 0 ] && rm -f "$TOKMODEL"
 if [ "$QUICK" = 0 ]; then
+    step "Qwen3 dense and MoE references on the GPU (F16 test shapes)" 10 qwen3_refs
     if [ "$DRY" = 1 ] || "$BIN" --help 2>&1 | grep -q bench-ops; then
         step "bench-ops 512 tokens (GEMMs: cuBLAS, and the kernels)" 40 bench_ops_gemm
     fi

@@ -84,9 +84,15 @@ void compare_row(const float *ours, const float *ref, int V, double tol, cmp_sta
 }
 
 int run_compare(const char *model_path, const ref_data *r, double tol, int threads, int f16, cmp_stats *s) {
+    return run_compare_on(NULL, model_path, r, tol, threads, f16, s);
+}
+
+int run_compare_on(const char *backend, const char *model_path, const ref_data *r, double tol, int threads, int f16,
+                   cmp_stats *s) {
     memset(s, 0, sizeof *s);
     te_options o;
     te_options_default(&o);
+    if (backend) o.backend = backend;
     o.kv.f16 = f16;
     o.n_threads = threads;
     o.n_ctx = r->n_prompt + r->n_greedy + 8;

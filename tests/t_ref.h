@@ -23,8 +23,11 @@ void free_ref(ref_data *r);
  * between its first two logits exceeds 2 tol. */
 void compare_row(const float *ours, const float *ref, int V, double tol, cmp_stats *s);
 /* Runs the reference prompt, then teacher-forces the reference greedy tokens, comparing every row
- * (an f16 KV cache when f16); -1 when the model does not open or run. */
+ * (an f16 KV cache when f16); -1 when the model does not open or run. run_compare_on runs it on the
+ * named backend ("cuda"; NULL: the CPU). */
 int run_compare(const char *model_path, const ref_data *r, double tol, int threads, int f16, cmp_stats *s);
+int run_compare_on(const char *backend, const char *model_path, const ref_data *r, double tol, int threads, int f16,
+                   cmp_stats *s);
 
 /* A model made by `tierkv gen-random --shape SHAPE --type TYPE --seed 7` in this run's temporary
  * directory (made once per run), for tests of shapes that have no stored file; NULL when it cannot be
