@@ -23,18 +23,22 @@
 #include "kv/kv_view.h"  /* kv_stage_slot */
 #include "t.h"
 #include "t_engine.h"
+#include "t_ref.h" /* t_gen_model */
 
 #define QWEN2 "fixtures/models/qwen2-Q4_K_M.gguf"
 
+static uint64_t last_steps, last_breaks; /* the last cpu-async candidate's brackets (cpu_async_steps) */
+
 /* Greedy decoding of n_gen steps after an np-token prompt (prefilled in chunks of `chunk`) on the
- * reference options and on the candidate's; returns the first logits row that differs (-1: none),
- * -2 on an engine failure. st: the candidate's statistics at the end. */
-static int lockstep(const te_options *ref_o, const te_options *cand_o, int np, int chunk, int n_gen, kv_stats *st) {
+ * reference options and on the candidate's, with the model at path; returns the first logits row
+ * that differs (-1: none), -2 on an engine failure. st: the candidate's statistics at the end. */
+static int lockstep_model(const char *path, const te_options *ref_o, const te_options *cand_o, int np, int chunk,
+                          int n_gen, kv_stats *st) {
     char err[512];
     te_engine *e[2] = {NULL, NULL};
     const te_options *o[2] = {ref_o, cand_o};
     for (int i = 0; i < 2; i++)
-        if (te_open(t_shared(QWEN2), o[i], &e[i], err, sizeof err)) {
+        if (te_open(path, o[i], &e[i], err, sizeof err)) {
             fprintf(stderr, "    open: %s\n", err);
             te_close(e[0]);
             return -2;
@@ -61,6 +65,7 @@ static int lockstep(const te_options *ref_o, const te_options *cand_o, int np, i
     kv_sync(te_kv(e[1]));
     kv_get_stats(te_kv(e[1]), -1, st);
     if (cand_o->backend && !strcmp(cand_o->backend, "cpu-async")) { /* no move could pass the compute before it */
+        cpu_async_steps(te_kv(e[1])->be, &last_steps, &last_breaks);
         uint64_t h = cpu_async_order_hazards(te_kv(e[1])->be);
         CHECKF(h == 0, "%llu moves submitted where a copy queue could run them before the compute they follow",
                (unsigned long long)h);
@@ -72,6 +77,11 @@ static int lockstep(const te_options *ref_o, const te_options *cand_o, int np, i
     for (int i = 0; i < 2; i++) te_close(e[i]), free(lg[i]);
     free(prompt);
     return rc ? rc : diff;
+}
+
+/* lockstep_model on the qwen2 fixture */
+static int lockstep(const te_options *ref_o, const te_options *cand_o, int np, int chunk, int n_gen, kv_stats *st) {
+    return lockstep_model(t_shared(QWEN2), ref_o, cand_o, np, chunk, n_gen, st);
 }
 
 static void base_options(te_options *o, const char *backend) {
@@ -193,6 +203,30 @@ TEST(gpu_order_copies_after_compute) {
     ref.max_batch = cand.max_batch = 8;
     kv_stats st;
     CHECK(lockstep(&ref, &cand, 96, 96, 40, &st) == -1);
+}
+
+/* A mixture-of-experts model (test-qwen3moe) on a backend that is not host memory: each layer's router
+ * logits read back into the pinned buffer, the routed rows gathered and combined from host index
+ * arrays, prompt calls of 8 tokens (several tokens an expert) and single-token steps; full, and the
+ * hierarchy's lossless tiers against full. No call is bracketed as a graph step: the routing reads
+ * back inside every layer, which would end a capture. */
+TEST(gpu_order_experts) {
+    const char *moe = t_gen_model("test-qwen3moe", "Q8_0");
+    REQUIRE(moe);
+    te_options ref, cand;
+    base_options(&ref, "cpu"), base_options(&cand, "cpu-async");
+    kv_stats st;
+    int d = lockstep_model(moe, &ref, &cand, 40, 8, 60, &st);
+    CHECKF(d == -1, "full: cpu-async logits differ from cpu at step %d (-2: engine failure)", d);
+    CHECKF(last_steps == 0 && last_breaks == 0, "%llu calls bracketed, %llu waits inside", (unsigned long long)last_steps,
+           (unsigned long long)last_breaks);
+    ref.kv = cand.kv = hier(0.5, 7);
+    d = lockstep_model(moe, &ref, &cand, 40, 8, 60, &st);
+    CHECKF(d == -1, "hierarchy 50%%: cpu-async logits differ from cpu at step %d", d);
+    CHECK(st.bytes_moved_down > 0);
+    base_options(&ref, "cpu");
+    d = lockstep_model(moe, &ref, &cand, 40, 8, 60, &st);
+    CHECKF(d == -1, "hierarchy 50%% on cpu-async: logits differ from full at step %d", d);
 }
 
 /* Keep masks differ per layer: a tables_gen that stands for every layer hands a GPU layer 0's masks
