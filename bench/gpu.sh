@@ -487,7 +487,7 @@ op_checks() {
 # the checks of the kernels alone (shared memory, barriers, device scratch), and those that run
 # whole engines on the GPU (graphs, the profile)
 SAN_ENGINES="cuda_graph_decode cuda_profile"
-SAN_KERNELS="cuda_matmul cuda_gemm_range cuda_embed cuda_dense_ops cuda_expand_cols cuda_score_add cuda_kv_write_read_moves cuda_attention"
+SAN_KERNELS="cuda_matmul cuda_gemm_range cuda_embed cuda_dense_ops cuda_combine_rows cuda_expand_cols cuda_score_add cuda_kv_write_read_moves cuda_attention"
 find_sanitizer() {
     local c
     for c in "${SANITIZER:-}" "$(command -v compute-sanitizer 2>/dev/null)" "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" \
