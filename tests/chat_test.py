@@ -187,6 +187,12 @@ class Tmux:
             time.sleep(0.05)
         return check(False, "%s (pane:\n%s\nstderr: %s)" % (what, self.pane()[-2000:], self.turns()))
 
+    def answering(self, msg):
+        """The pane shows text after the line where msg was typed: the answer has begun."""
+        lines = self.pane().rstrip().split("\n")
+        at = max((i for i, l in enumerate(lines) if l.rstrip().endswith(msg)), default=-1)
+        return at >= 0 and any(l.strip() for l in lines[at + 1:])
+
     def close(self):
         self.tmux("kill-server")
 
@@ -265,8 +271,11 @@ def section_ctrl_c(a):
     try:
         t.wait(lambda: t.pane().startswith(">"), "the prompt marker")
         t.keys("go", "Enter")
-        time.sleep(1.0)
-        check(not t.turns() and t.dead() is None, "the answer is still running after a second")
+        # a Ctrl-C before the answer runs is one at the prompt (a slow build, a busy machine): wait for
+        # its first text, then a little more
+        t.wait(lambda: t.answering("go"), "the answer begins")
+        time.sleep(0.3)
+        check(not t.turns() and t.dead() is None, "the answer is still running")
         t.keys("C-c")
         if not t.wait(lambda: len(t.turns()) == 1, "Ctrl-C ends the answer"):
             return
@@ -278,8 +287,9 @@ def section_ctrl_c(a):
         t.wait(lambda: "(/exit or Ctrl-D to quit)" in t.pane(), "Ctrl-C at the prompt gives the hint")
         check(t.dead() is None, "still running after Ctrl-C at the prompt")
         t.keys("more", "Enter")
-        time.sleep(1.0)  # as for turn 1: a Ctrl-C before the answer runs is one at the prompt (a slow build, a busy machine)
-        check(len(t.turns()) == 1 and t.dead() is None, "turn 2 is still running after a second")
+        t.wait(lambda: t.answering("more"), "turn 2's answer begins")  # as for turn 1
+        time.sleep(0.3)
+        check(len(t.turns()) == 1 and t.dead() is None, "turn 2 is still running")
         t.keys("C-c")
         if t.wait(lambda: len(t.turns()) == 2, "turn 2 stopped too"):
             two = t.turns()[1]
