@@ -404,7 +404,7 @@ binary_note() {
     jl kind=binary how="$BINARY" version="$version" commit_binary="$STAMP_BIN" commit_tree="$STAMP_TREE" \
         stamp="$STAMP" sha256="$(sha256sum "$BIN" 2>/dev/null | awk '{print $1}')" \
         tests_sha256="$(sha256sum "$TBIN" 2>/dev/null | awk '{print $1}')" \
-        build_flags="${flags:-not printed by this binary's --version (the sha256 names it)}" \
+        build_flags="${flags:-not printed by the --version of this binary (the sha256 names it)}" \
         ldd="$(ldd "$BIN" 2>&1 | awk '{print $1}' | tr '\n' ' ')"
 }
 
