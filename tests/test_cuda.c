@@ -1340,21 +1340,25 @@ TEST(cuda_combine_rows) {
     be_backend *cpu;
     char e[256];
     REQUIRE(be_open(&(be_params){.name = "cpu", .n_threads = 1}, &cpu, e, sizeof e) == 0);
-    float *src = malloc((size_t)SR * W * 4), *want = malloc((size_t)(N + 1) * W * 4), *got = malloc((size_t)(N + 1) * W * 4);
+    size_t ny = (size_t)(N + 1) * W;
+    float *src = malloc((size_t)SR * W * 4), *want = malloc(ny * 4), *got = malloc(ny * 4);
     int rows[N * K];
     float w[N * K];
     rand_vec(src, (size_t)SR * W, 3.0f);
-    for (int i = 0; i < N * K; i++) rows[i] = (int)(((int64_t)i * 97 + 5) % SR), w[i] = 0.05f + 0.1f * (float)(rnd() % 17);
+    for (int i = 0; i < N * K; i++) {
+        rows[i] = (int)(((int64_t)i * 97 + 5) % SR);
+        w[i] = 0.05f + 0.1f * (float)(rnd() % 17);
+    }
     rows[K + 1] = rows[0]; /* token 1 reads token 0's first row */
-    float *ds = dalloc(B, (size_t)SR * W * 4, BE_MEM_DEVICE), *dy = dalloc(B, (size_t)(N + 1) * W * 4, BE_MEM_DEVICE);
-    O->upload(B, ds, src, (size_t)SR * W * 4), poison(B, dy, (size_t)(N + 1) * W * 4);
-    fetch(B, want, dy, (size_t)(N + 1) * W * 4); /* the poison, kept past row N */
+    float *ds = dalloc(B, (size_t)SR * W * 4, BE_MEM_DEVICE), *dy = dalloc(B, ny * 4, BE_MEM_DEVICE);
+    O->upload(B, ds, src, (size_t)SR * W * 4), poison(B, dy, ny * 4);
+    fetch(B, want, dy, ny * 4); /* the poison, kept past row N */
     cpu->ops->combine_rows(cpu, want, src, rows, w, N, K, W);
     O->combine_rows(B, dy, ds, rows, w, N, K, W);
-    fetch(B, got, dy, (size_t)(N + 1) * W * 4);
+    fetch(B, got, dy, ny * 4);
     size_t bad = 0;
-    for (size_t i = 0; i < (size_t)(N + 1) * W; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
-    printf("    combine_rows: %zu of %zu values differ from the CPU's\n", bad, (size_t)(N + 1) * W);
+    for (size_t i = 0; i < ny; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
+    printf("    combine_rows: %zu of %zu values differ from the CPU's\n", bad, ny);
     CHECK(bad == 0);
     O->free(B, ds, BE_MEM_DEVICE), O->free(B, dy, BE_MEM_DEVICE);
     free(src), free(want), free(got);

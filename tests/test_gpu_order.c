@@ -218,8 +218,8 @@ TEST(gpu_order_experts) {
     kv_stats st;
     int d = lockstep_model(moe, &ref, &cand, 40, 8, 60, &st);
     CHECKF(d == -1, "full: cpu-async logits differ from cpu at step %d (-2: engine failure)", d);
-    CHECKF(last_steps == 0 && last_breaks == 0, "%llu calls bracketed, %llu waits inside", (unsigned long long)last_steps,
-           (unsigned long long)last_breaks);
+    CHECKF(last_steps == 0 && last_breaks == 0, "%llu calls bracketed, %llu waits inside",
+           (unsigned long long)last_steps, (unsigned long long)last_breaks);
     ref.kv = cand.kv = hier(0.5, 7);
     d = lockstep_model(moe, &ref, &cand, 40, 8, 60, &st);
     CHECKF(d == -1, "hierarchy 50%%: cpu-async logits differ from cpu at step %d", d);

@@ -72,9 +72,9 @@ static void ref_case(int ti, const char *seq, const char *backend) {
         double mx = tols[ti].max, rms = tols[ti].rms;
         CHECKF(run_compare_on(backend, model, &r, mx, 2, f16, &s) == 0, "%s: run failed", model);
         const char *kt = f16 ? "f16" : "f32";
-        printf("    %-14s %-7s %-5s kv %s rows %3d  max|d| %.2e  rms %.2e  top1 %d/%d%s%s\n", shape, tols[ti].type, seq, kt,
-               s.rows, s.max_diff, s.rms, s.top1_checked - s.top1_mismatch, s.top1_checked, backend ? " on " : "",
-               backend ? backend : "");
+        printf("    %-14s %-7s %-5s kv %s rows %3d  max|d| %.2e  rms %.2e  top1 %d/%d%s%s\n", shape, tols[ti].type, seq,
+               kt, s.rows, s.max_diff, s.rms, s.top1_checked - s.top1_mismatch, s.top1_checked,
+               backend ? " on " : "", backend ? backend : "");
         CHECKF(s.rows == r.rows, "%s %s kv %s: compared %d rows of %d", shape, seq, kt, s.rows, r.rows);
         CHECKF(s.max_diff <= mx, "%s %s %s kv %s: max |dlogit| %.3g > %.3g", shape, tols[ti].type, seq, kt, s.max_diff, mx);
         CHECKF(s.rms <= rms, "%s %s %s kv %s: rms %.3g > %.3g", shape, tols[ti].type, seq, kt, s.rms, rms);
@@ -109,8 +109,8 @@ TEST(qwen3_reference_logits_gpu) {
 #endif
 }
 
-/* A backend without the expert FFN's op refuses a qwen3moe model at load,
- * naming it, before it touches a weight; a dense qwen3 model has nothing it lacks. */
+/* A backend without the expert FFN's op refuses a qwen3moe model at load, naming it, before it
+ * touches a weight; a dense qwen3 model has nothing it lacks. */
 TEST(qwen3moe_refused_by_backend_without_experts) {
     const char *path = t_gen_model("test-qwen3moe", "Q8_0");
     REQUIRE(path);

@@ -23,12 +23,13 @@ extern "C" {
 
 enum {
     P_EMBED, P_MM1, P_MM8, P_MMN, P_RMSNORM, P_ADD_BIAS, P_ADD, P_ADD_RMSNORM, P_ROPE, P_SWIGLU, P_GATHER,
-    P_COMBINE, P_EXPAND, P_KV_WRITE, P_KV_READ, P_COPY_WAIT, P_ATTN, P_MERGE, P_SCORE, P_UPLOAD, P_UPLOAD_PINNED, P_READ, P_N
+    P_COMBINE, P_EXPAND, P_KV_WRITE, P_KV_READ, P_COPY_WAIT, P_ATTN, P_MERGE, P_SCORE, P_UPLOAD, P_UPLOAD_PINNED,
+    P_READ, P_N
 };
 static const char *const P_NAME[P_N] = {
     "embed", "matmul_1", "matmul_2_8", "matmul_many", "rmsnorm", "add_bias", "add", "add_rmsnorm", "rope", "swiglu", "gather_rows",
-    "combine_rows", "expand_cols", "kv_write", "kv_read", "copy_wait", "attention", "attention_merge", "score_add", "upload",
-    "upload_pinned", "read"};
+    "combine_rows", "expand_cols", "kv_write", "kv_read", "copy_wait", "attention", "attention_merge", "score_add",
+    "upload", "upload_pinned", "read"};
 #define PROF_PAIRS 4096 /* event pairs in flight; the oldest is waited for when they are all in use */
 
 struct cu_prof {
