@@ -1299,6 +1299,18 @@ TEST(cuda_dense_ops) {
 #endif
 }
 
+#ifdef TKV_CUDA
+/* n floats of device memory d fetched into got: how many differ from want's bits (printed) */
+static size_t device_bits_differ(be_backend *B, const char *what, float *got, const float *d, const float *want,
+                                 size_t n) {
+    fetch(B, got, d, n * 4);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
+    printf("    %s: %zu of %zu values differ from the CPU's\n", what, bad, n);
+    return bad;
+}
+#endif
+
 /* expand_cols (split's compacted host weights spread out on the device) against the CPU's op: rows
  * of a 7B's 28 heads at 8192 positions, two tokens with different column counts. */
 TEST(cuda_expand_cols) {
@@ -1319,11 +1331,7 @@ TEST(cuda_expand_cols) {
     O->upload(B, ds, src, nsrc * 4), poison(B, dd, ndst * 4);
     cpu->ops->expand_cols(cpu, want, DS, src, cols, SS, n_cols, T, R);
     O->expand_cols(B, dd, DS, ds, (const int32_t *)(const void *)(ds + (size_t)T * R * SS), SS, n_cols, T, R);
-    fetch(B, got, dd, ndst * 4);
-    size_t bad = 0;
-    for (size_t i = 0; i < ndst; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
-    printf("    expand_cols: %zu of %zu values differ from the CPU's\n", bad, ndst);
-    CHECK(bad == 0);
+    CHECK(device_bits_differ(B, "expand_cols", got, dd, want, ndst) == 0);
     O->free(B, ds, BE_MEM_DEVICE), O->free(B, dd, BE_MEM_DEVICE);
     free(src), free(want), free(got);
     be_close(cpu);
@@ -1355,11 +1363,7 @@ TEST(cuda_combine_rows) {
     fetch(B, want, dy, ny * 4); /* the poison, kept past row N */
     cpu->ops->combine_rows(cpu, want, src, rows, w, N, K, W);
     O->combine_rows(B, dy, ds, rows, w, N, K, W);
-    fetch(B, got, dy, ny * 4);
-    size_t bad = 0;
-    for (size_t i = 0; i < ny; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
-    printf("    combine_rows: %zu of %zu values differ from the CPU's\n", bad, ny);
-    CHECK(bad == 0);
+    CHECK(device_bits_differ(B, "combine_rows", got, dy, want, ny) == 0);
     O->free(B, ds, BE_MEM_DEVICE), O->free(B, dy, BE_MEM_DEVICE);
     free(src), free(want), free(got);
     be_close(cpu);
