@@ -1597,14 +1597,9 @@ static int moved_rows_bad(be_backend *B, int L, int nch, int by_host) {
         for (int layer = 0; layer < L; layer++) {
             if (!by_host) O->copy_wait(B, layer);
             for (int s = 0; s < S; s++) {
-                if (by_host) {
-                    const uint8_t *rec = be_kv_record(&d.p, mv[s].dst, layer);
-                    for (int i = 0; i < 2 * kd; i++) {
-                        uint16_t h;
-                        memcpy(&h, rec + (size_t)i * 2, 2);
-                        x[i] = tkv_f16_to_f32(h);
-                    }
-                } else
+                if (by_host)
+                    rec_decode(be_kv_record(&d.p, mv[s].dst, layer), fmts[BE_T1], nkv, hd, x, x + kd);
+                else
                     O->kv_read(B, &d.p, layer, &mv[s].dst, 1, x, x + kd);
                 bad += memcmp(x, tr_at(&d.tr, mv[s].src, layer), (size_t)2 * kd * 4) != 0;
             }

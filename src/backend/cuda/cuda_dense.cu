@@ -2,8 +2,8 @@
  * add_bias, add, add_rmsnorm (add then rmsnorm in one launch, the same bits as the two), rope,
  * swiglu, gather_rows, combine_rows (an expert FFN's weighted sums), expand_cols (split's host
  * weights spread out), and the KV policy's score update (score_add). Each is one small kernel on the
- * compute stream, bound by launch latency at decode sizes (a few KB per row); host arrays (positions, row indices, column counts, score
- * pointers) reach the device through the argument ring.
+ * compute stream, bound by launch latency at decode sizes (a few KB per row); host arrays (positions,
+ * row indices, column counts, score pointers) reach the device through the argument ring.
  * Numerics, against the CPU forward: rmsnorm sums squares in double (in a fixed tree order instead
  * of left to right), then mean in f32 and 1.0f / sqrtf(mean + eps), both correctly rounded here as
  * on the CPU; rope takes theta_0 = pos, theta_{i+1} = theta_i * s (s = powf(base, -2/hd) computed
