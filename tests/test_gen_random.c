@@ -7,10 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../tools/cmds.h"
 #include "../tools/shapes.h"
+#include "base/version.h"
 #include "gguf/gguf.h"
+#include "gguf/gguf_random.h"
 #include "t.h"
 
 /* the tensor called name with this type and shape (n_dims entries of ne), or 0 */
@@ -237,4 +240,71 @@ TEST(gen_random_plan_head_dim) {
     CHECKF(out && strstr(out, "qwen3-30b-a3b (48 layers, 4 kv heads, head dim 128)") && strstr(out, "per token: 98304 "),
            "%s", out ? out : "");
     free(out);
+}
+
+/* gguf_rng_skip(s, n) is the state after n calls of gguf_rng_next, and gguf_fill_draws counts the
+ * calls gguf_fill_random makes, for every type (the pieces gen-random fills on its threads start
+ * where these say). */
+TEST(gen_random_rng_skip) {
+    uint64_t s0 = 0x9E3779B97F4A7C15ull * 5 + 0x1234567ull, s = s0, done = 0;
+    const uint64_t at[] = {0, 1, 2, 63, 64, 65, 1000, 4096, 123457};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        while (done < at[i]) gguf_rng_next(&s), done++;
+        CHECKF(gguf_rng_skip(s0, at[i]) == s, "skip %llu", (unsigned long long)at[i]);
+    }
+    CHECK(gguf_rng_skip(s0, 1) != s0 && gguf_rng_skip(gguf_rng_skip(s0, 7), 9) == gguf_rng_skip(s0, 16));
+    const uint32_t types[] = {GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0, GGML_Q5_0, GGML_Q5_1,
+                              GGML_Q4_K, GGML_Q5_K, GGML_Q6_K};
+    uint8_t *buf = malloc(3 * 256 * 4);
+    REQUIRE(buf);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        for (uint64_t nblk = 1; nblk <= 3; nblk++) {
+            uint64_t n = nblk * (uint64_t)ggml_blck_size(types[i]), r = s0;
+            gguf_fill_random(types[i], buf, n, n, &r);
+            CHECKF(r == gguf_rng_skip(s0, gguf_fill_draws(types[i], n)), "%s x %llu", ggml_type_name(types[i]),
+                   (unsigned long long)n);
+        }
+    free(buf);
+}
+
+/* FNV-1a of a file, or 0 */
+static uint64_t file_hash(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    static uint8_t b[1 << 16];
+    uint64_t h = TKV_FNV1A64_INIT;
+    size_t n;
+    while ((n = fread(b, 1, sizeof b, f)) > 0) h = tkv_fnv1a64_more(h, b, n);
+    fclose(f);
+    return h;
+}
+
+/* gen-random fills its chunks on threads, each from where the one sequential walk reaches it: the
+ * file is the same for any -t, and the same bytes as the sequential writer made before threads
+ * (hashes taken from its files: the 0.5B one has 18 chunks of token_embd alone, so the pieces of
+ * one tensor start mid-stream). */
+TEST(gen_random_threads_same_bytes) {
+    static const struct { const char *shape, *type, *layers, *seed; uint64_t hash; } C[] = {
+        {"qwen2.5-0.5b", "Q4_K_M", "1", "3", 0x53896c13d4576f68ull},
+        {"test-qwen3moe", "F16", "2", "5", 0xf02cb64a59660536ull},
+        {"test-qwen3moe", "BF16", "2", "5", 0x13bbd9b4a5afc25cull},
+        {"test-qwen3moe", "Q4_K_M", "2", "5", 0x93ca060b0ddcc208ull},
+        {"test-qwen3moe", "Q8_0", "2", "5", 0x688e7ecef0e3e609ull},
+    };
+    const char *threads[] = {"1", "3"};
+    char path[512];
+    snprintf(path, sizeof path, "%s/threads.gguf", t_tmpdir());
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++)
+        for (int k = 0; k < 2; k++) {
+            remove(path);
+            char *argv[] = {"gen-random", "--shape", (char *)C[i].shape, "--type", (char *)C[i].type, "--layers",
+                            (char *)C[i].layers, "--seed", (char *)C[i].seed, "-t", (char *)threads[k], "-o", path, NULL};
+            REQUIRE(cmd_gen_random(13, argv) == 0);
+            uint64_t h = file_hash(path);
+            CHECKF(h == C[i].hash, "%s %s -t %s: hash %016llx, want %016llx", C[i].shape, C[i].type, threads[k],
+                   (unsigned long long)h, (unsigned long long)C[i].hash);
+        }
+    remove(path);
+    char *bad[] = {"gen-random", "--shape", "test-qwen3", "--type", "F16", "-t", "0", "-o", path, NULL};
+    CHECK(cmd_gen_random(9, bad) == 2 && access(path, F_OK) != 0);
 }

@@ -1,4 +1,4 @@
-/* cmd_gen_random.c — `tierkv gen-random --shape NAME --type T -o FILE [--seed S] [--layers N]`:
+/* cmd_gen_random.c — `tierkv gen-random --shape NAME --type T -o FILE [--seed S] [--layers N] [-t N]`:
  * writes a GGUF with the real shapes of a known model (MODELS.md) and random weights, for speed
  * benchmarks only. Weights are random quant bytes whose f16 scale fields are set so that every
  * element has a standard deviation of about 0.5/sqrt(n_in): a matmul of an O(1) activation stays
@@ -11,19 +11,23 @@
  * (qwen3's attention; an F32 router ffn_gate_inp [n_embd, n_expert] and 3-D expert tensors
  * ffn_{gate,up}_exps [n_embd, n_ff_exp, n_expert], ffn_down_exps [n_ff_exp, n_embd, n_expert]; no
  * dense FFN, no shared expert).
- * The file is streamed: one chunk of rows in memory at a time, whatever the model's size. On a
+ * The file is streamed: two batches of chunks of rows in memory (a chunk a thread, 8 MiB each),
+ * whatever the model's size; the threads fill one while the other is written. On a
  * failure the output is removed only if this run created it: never a path it could not open, a
  * directory, a device, or a file that was there before (that one is said to be incomplete). */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/err.h"
 #include "base/half.h"
+#include "base/workers.h"
 #include "cmds.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_random.h"
@@ -44,12 +48,13 @@ static const struct { const char *name; uint32_t type; uint32_t file_type; } TYP
 enum role { R_EMBD, R_OUTPUT, R_ATTN_K, R_ATTN_V, R_ATTN_OUT, R_FFN_DOWN, R_MATRIX };
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: tierkv gen-random --shape NAME --type T -o FILE [--seed S] [--layers N]\n"
+    fprintf(out, "usage: tierkv gen-random --shape NAME --type T -o FILE [--seed S] [--layers N] [-t N]\n"
                  "  writes a GGUF with real shapes and random weights (speed benchmarks only)\n  shapes:");
     for (size_t i = 0; i < shapes_n; i++) fprintf(out, " %s", shapes_table[i].name);
     fprintf(out, "\n  types (any case):");
     for (size_t i = 0; i < N_TYPES; i++) fprintf(out, " %s", TYPES[i].name);
-    fprintf(out, "\n  --layers N keeps the first N layers (default: the model's count); --seed S (default 1)\n");
+    fprintf(out, "\n  --layers N keeps the first N layers (default: the model's count); --seed S (default 1);\n"
+                 "  -t N fills on N threads (default: the online CPUs, at most 64; the file is the same for any N)\n");
 }
 
 /* llama.cpp's "more bits" layers of the K mixes: first and last eighth, and every third between. */
@@ -207,32 +212,106 @@ static void add_metadata(gguf_writer *w, const model_shape *s, uint32_t n_layer,
     gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", 0);
 }
 
-/* Streams one tensor: chunks of whole rows (an expert tensor's rows run expert after expert). */
-static int write_tensor(gguf_writer *w, const tdesc *t, uint8_t *buf, size_t cap, uint64_t *rng, char *err,
-                        size_t errlen) {
-    uint64_t row_bytes = gguf_tensor_nbytes(t->type, 1, t->ne), rows = t->ne[1] * t->ne[2];
-    uint64_t rows_per = cap / row_bytes ? cap / row_bytes : 1;
-    for (uint64_t r = 0; r < rows; r += rows_per) {
-        uint64_t nr = rows - r < rows_per ? rows - r : rows_per;
-        if (t->kind == K_MATRIX) {
-            gguf_fill_random(t->type, buf, nr * t->ne[0], t->ne[0], rng);
-        } else {
-            for (uint64_t i = 0; i < t->ne[0]; i++) {
-                float x = t->kind == K_NORM ? 1.0f
-                        : t->kind == K_BIAS ? 0.02f * gguf_rng_unif(rng)
-                                            : 1.0f + 0.25f * gguf_rng_unif(rng);
-                memcpy(buf + 4 * i, &x, 4);
-            }
-        }
-        if (gguf_writer_write(w, buf, (size_t)(nr * row_bytes), err, errlen)) return -1;
+/* One piece of the weight stream: rows [r0, r0 + nr) of a tensor (an expert tensor's rows run expert
+ * after expert), and the generator's state where the sequential walk would start it. */
+typedef struct {
+    const tdesc *t;
+    uint64_t r0, nr, rng;
+    uint8_t *buf;
+} piece;
+
+static uint64_t row_bytes_of(const tdesc *t) { return gguf_tensor_nbytes(t->type, 1, t->ne); }
+
+static uint64_t piece_draws(const tdesc *t, uint64_t nr) {
+    if (t->kind == K_MATRIX) return gguf_fill_draws(t->type, nr * t->ne[0]);
+    return t->kind == K_NORM ? 0 : t->ne[0];
+}
+
+static void fill_piece(piece *p) {
+    const tdesc *t = p->t;
+    uint64_t rng = p->rng;
+    if (t->kind == K_MATRIX) {
+        gguf_fill_random(t->type, p->buf, p->nr * t->ne[0], t->ne[0], &rng);
+        return;
     }
-    return 0;
+    for (uint64_t i = 0; i < t->ne[0]; i++) {
+        float x = t->kind == K_NORM ? 1.0f
+                : t->kind == K_BIAS ? 0.02f * gguf_rng_unif(&rng)
+                                    : 1.0f + 0.25f * gguf_rng_unif(&rng);
+        memcpy(p->buf + 4 * i, &x, 4);
+    }
+}
+
+static void fill_pieces(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    piece *p = ctx;
+    for (int64_t i = i0; i < i1; i++) fill_piece(&p[i]);
+}
+
+/* A filled batch written in order, on a thread of its own while the next batch is filled. */
+typedef struct {
+    gguf_writer *w;
+    piece *p;
+    int n, rc;
+    char err[256];
+} batch_write;
+
+static void *write_batch(void *arg) {
+    batch_write *b = arg;
+    b->rc = 0;
+    for (int i = 0; i < b->n && !b->rc; i++)
+        b->rc = gguf_writer_write(b->w, b->p[i].buf, (size_t)(b->p[i].nr * row_bytes_of(b->p[i].t)), b->err, sizeof b->err);
+    return NULL;
+}
+
+/* Streams every tensor's data in chunks of whole rows of at most cap bytes. A batch of chunks is
+ * filled on the threads, each chunk from the state the one sequential walk reaches there
+ * (gguf_rng_skip), and written in order while the next batch is filled (two batches in memory), so
+ * the file is the same for every thread count. */
+static int write_data(gguf_writer *w, const tdesc *t, int nt, uint64_t rng, int threads, char *err, size_t errlen) {
+    size_t cap = 8u << 20, slack = 256 * 1024; /* one row past cap where a row is larger */
+    int nb = threads > 32 ? 32 : threads;
+    piece *p = calloc((size_t)nb * 2, sizeof *p);
+    uint8_t *mem = malloc((size_t)nb * 2 * (cap + slack));
+    tkv_workers *wk = workers_init(threads);
+    batch_write bw = {.w = w};
+    pthread_t writer;
+    int rc = -1, writing = 0, ti = 0;
+    uint64_t r = 0;
+    if (!p || !mem || !wk) { snprintf(err, errlen, "out of memory"); goto done; }
+    for (int k = 0; ti < nt; k ^= 1) {
+        piece *set = p + (size_t)k * nb;
+        int n = 0;
+        for (; n < nb && ti < nt; n++) {
+            const tdesc *d = &t[ti];
+            uint64_t rb = row_bytes_of(d), rows = d->ne[1] * d->ne[2];
+            uint64_t per = cap / rb ? cap / rb : 1, nr = rows - r < per ? rows - r : per;
+            set[n] = (piece){.t = d, .r0 = r, .nr = nr, .rng = rng, .buf = mem + ((size_t)k * nb + n) * (cap + slack)};
+            rng = gguf_rng_skip(rng, piece_draws(d, nr));
+            r += nr;
+            if (r == rows) ti++, r = 0;
+        }
+        workers_for(wk, n, fill_pieces, set);
+        if (writing && (pthread_join(writer, NULL), writing = 0, bw.rc)) goto done;
+        bw.p = set, bw.n = n;
+        if (pthread_create(&writer, NULL, write_batch, &bw)) { write_batch(&bw); if (bw.rc) goto done; }
+        else writing = 1;
+    }
+    if (writing && (pthread_join(writer, NULL), writing = 0, bw.rc)) goto done;
+    rc = 0;
+done:
+    if (writing) pthread_join(writer, NULL);
+    if (rc && bw.rc) snprintf(err, errlen, "%s", bw.err);
+    if (wk) workers_free(wk);
+    free(mem);
+    free(p);
+    return rc;
 }
 
 int cmd_gen_random(int argc, char **argv) {
     const char *shape_name = NULL, *type_name = NULL, *out = NULL;
     unsigned long long seed = 1;
-    long layers = -1;
+    long layers = -1, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
@@ -247,6 +326,9 @@ int cmd_gen_random(int argc, char **argv) {
             seed = strtoull(v, &end, 0);
             /* strtoull takes "-1" (as 2^64-1) and saturates on overflow: both are refused */
             if (!*v || *end || errno || strchr(v, '-')) { fprintf(stderr, "gen-random: bad --seed '%s' (0..2^64-1)\n", v); return 2; }
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            threads = strtol(v, &end, 10);
+            if (!*v || *end || threads < 1 || threads > 256) { fprintf(stderr, "gen-random: bad %s '%s' (1..256)\n", a, v); return 2; }
         } else if (!strcmp(a, "--layers")) {
             layers = strtol(v, &end, 10);
             if (!*v || *end || layers < 1 || layers > 1000) { fprintf(stderr, "gen-random: bad --layers '%s'\n", v); return 2; }
@@ -279,15 +361,13 @@ int cmd_gen_random(int argc, char **argv) {
     if (!fp) { snprintf(err, sizeof err, "cannot create '%s': %s", out, strerror(errno)); goto fail; }
     opened = 1;
     if (gguf_writer_open_stream(w, fp, err, sizeof err)) goto fail;
-    size_t cap = 8u << 20;
-    uint8_t *buf = malloc(cap + 256 * 1024);
-    if (!buf) { snprintf(err, sizeof err, "out of memory"); goto fail; }
     uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
     if (!rng) rng = 1;
-    for (int i = 0; i < nt; i++) {
-        if (write_tensor(w, &t[i], buf, cap, &rng, err, sizeof err)) { free(buf); goto fail; }
+    if (!threads) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = online < 1 ? 1 : online > 64 ? 64 : online;
     }
-    free(buf);
+    if (write_data(w, t, nt, rng, (int)threads, err, sizeof err)) goto fail;
     free(t);
     t = NULL;
     int crc = gguf_writer_close(w, err, sizeof err);

@@ -2,6 +2,7 @@
 #include "gguf/gguf_random.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "base/half.h"
@@ -14,6 +15,36 @@ uint64_t gguf_rng_next(uint64_t *s) { /* xorshift64* */
     return *s * 2685821657736338717ull;
 }
 float gguf_rng_unif(uint64_t *s) { return (float)(gguf_rng_next(s) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f; }
+
+/* xorshift64*'s state update as a 64x64 matrix over GF(2): col[j] is the image of bit j. */
+typedef struct { uint64_t col[64]; } gf2mat;
+
+static uint64_t gf2_apply(const gf2mat *m, uint64_t v) {
+    uint64_t r = 0;
+    for (int j = 0; v; j++, v >>= 1)
+        if (v & 1) r ^= m->col[j];
+    return r;
+}
+
+static gf2mat rng_pow2[64]; /* rng_pow2[i]: the update applied 2^i times */
+static pthread_once_t rng_pow2_once = PTHREAD_ONCE_INIT;
+
+static void rng_pow2_init(void) {
+    for (int j = 0; j < 64; j++) {
+        uint64_t s = 1ull << j;
+        gguf_rng_next(&s);
+        rng_pow2[0].col[j] = s;
+    }
+    for (int i = 1; i < 64; i++)
+        for (int j = 0; j < 64; j++) rng_pow2[i].col[j] = gf2_apply(&rng_pow2[i - 1], rng_pow2[i - 1].col[j]);
+}
+
+uint64_t gguf_rng_skip(uint64_t s, uint64_t n) {
+    pthread_once(&rng_pow2_once, rng_pow2_init);
+    for (int i = 0; n; i++, n >>= 1) /* powers of one matrix commute: any order */
+        if (n & 1) s = gf2_apply(&rng_pow2[i], s);
+    return s;
+}
 
 static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 
@@ -29,6 +60,11 @@ static float unit_std(uint32_t t) {
     case GGML_Q6_K: return 1367.0f;
     default: return 1.0f;
     }
+}
+
+uint64_t gguf_fill_draws(uint32_t t, uint64_t n) {
+    if (t == GGML_F32 || t == GGML_F16 || t == GGML_BF16) return n;
+    return (n / ggml_blck_size(t) * ggml_type_size(t) + 7) / 8;
 }
 
 void gguf_fill_random(uint32_t t, uint8_t *buf, uint64_t n, uint64_t n_in, uint64_t *rng) {
