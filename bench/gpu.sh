@@ -74,7 +74,9 @@
 #      not as the kernels' fault). Nothing is timed.
 #
 # Estimates (seconds; each job's is SAFETY x its parts + 3, the dry run prints them). Today's
-# constants, overridable: GEN_S_PER_GB 4.0 (gen-random writing), LOAD_S_PER_GB 0.6 and PROC_S 4
+# constants, overridable: GEN_S_PER_GB 4.0 (gen-random writing to disk, as the first device runs
+# measured; in memory on all cores it writes much faster, and the token check's measured rate
+# replaces the figure before any model is planned), LOAD_S_PER_GB 0.6 and PROC_S 4
 # (open, CUDA context, pools), BUILD_S 45 (23 s for the whole CUDA build on 2 cores here). Decode and
 # prefill from the shapes: a weight pass is weight bytes / (HBM_BPS, else the GPU's datasheet figure,
 # 3.35e12 until nvidia-smi names it, x MM_EFF 0.5); decode is
@@ -88,7 +90,8 @@
 # a job stopped at its limit raises it to 3 at least).
 # 7B: BF16 15.2 GB, Q8_0 8.1 GB of weights.
 #
-# Variables (environment): OUT (bench/out), WORK (scratch and model files, /tmp/tierkv-gpu),
+# Variables (environment): OUT (bench/out), WORK (scratch, /tmp/tierkv-gpu), MODEL_DIR (gen-random's
+# files: /dev/shm/tierkv-gpu where memory holds them, else WORK; "model files in" below),
 # BUDGET, MARGIN (10), BIN_DIR (build-cuda), THREADS (nproc), MODELS ("r1-distill-qwen-7b:Q8_0
 # r1-distill-qwen-7b:BF16": Q8_0 first, so its block fits the 300 s), DEPTHS ("2048 8192"), LONG_DEPTH (32768; empty: none), HBM_RATIO (0.5),
 # NGEN (32 decode steps), REPS (2), PREFILL (2048), TOKSHAPE (r1-distill-qwen-7b), TOKLAYERS (2), TOKTYPE (Q8_0),
@@ -575,12 +578,43 @@ PY
     [ -n "$d2d" ]
 }
 
+# ---- where the model files go ------------------------------------------------------------------
+# MODEL_DIR, unless set: memory (/dev/shm/tierkv-gpu) where /dev/shm is a tmpfs with room for the
+# largest planned file and 2 GB besides, and the memory available holds twice that file and 8 GB
+# (the engine's host side: pinned pools, the weights' layouts before upload); else $WORK. In memory
+# the file is written and read without the disk: the first device runs spent 44-51 s of their 300
+# writing the BF16 file to disk (2.9-3.4 s/GB). Our own files there from a run cut short are removed
+# first, and every exit removes them (they hold memory until the machine goes back).
+pick_model_dir() {
+    if [ -n "${MODEL_DIR:-}" ]; then MODEL_DIR_WHY="MODEL_DIR (set)"; else
+        local shm=/dev/shm/tierkv-gpu need=$TOKGB mt avail mem
+        for mt in $MODELS; do model_gb "${mt%%:*}" "${mt##*:}" && need=$(calc "($GB > $need) ? $GB : $need"); done
+        [ "$DRY" = 0 ] && rm -f "$shm/tok.gguf" "$shm/model.gguf"
+        avail=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 * 1024 / 1e9 }')
+        mem=$(awk '/^MemAvailable:/ { print $2 * 1024 / 1e9 }' /proc/meminfo 2>/dev/null)
+        MODEL_DIR=$WORK
+        if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" != tmpfs ]; then MODEL_DIR_WHY="disk: /dev/shm is not a tmpfs"
+        elif [ "$(calc "(${avail:-0} >= $need + 2) && (${mem:-0} >= 2 * $need + 8)")" != 1 ]; then
+            MODEL_DIR_WHY=$(printf 'disk: /dev/shm has %.1f GB free, memory %.1f GB available, for files up to %.1f GB' \
+                "${avail:-0}" "${mem:-0}" "$need")
+        elif mkdir -p "$shm" 2>/dev/null && [ -w "$shm" ]; then
+            MODEL_DIR=$shm
+            MODEL_DIR_WHY=$(printf 'memory: /dev/shm has %.1f GB free, %.1f GB available, files up to %.1f GB' \
+                "$avail" "$mem" "$need")
+        else MODEL_DIR_WHY="disk: cannot write $shm"; fi
+    fi
+    [ "$DRY" = 0 ] && mkdir -p "$MODEL_DIR"
+    if [ "$DRY" = 1 ]; then echo "  model files in $MODEL_DIR ($MODEL_DIR_WHY)"; else
+        echo "model files in $MODEL_DIR ($MODEL_DIR_WHY)"
+        jl kind=meta model_dir="$MODEL_DIR" model_dir_why="$MODEL_DIR_WHY"
+    fi
+}
+
 # ---- 5. token check ---------------------------------------------------------------------------
-TOKMODEL=$WORK/tok.gguf
 tok_check() {
     python3 -c "import random; random.seed(7); print(' '.join(str(random.randrange(1000, 30000)) for _ in range(32)))" >"$WORK/ids.txt"
     local tg; tg=$(date +%s.%N)
-    if ! run_to 90 "$BIN" gen-random --shape "$TOKSHAPE" --type "$TOKTYPE" --layers "$TOKLAYERS" -o "$TOKMODEL" >"$L/tok-gen.log" 2>&1; then
+    if ! run_to 90 "$BIN" gen-random --shape "$TOKSHAPE" --type "$TOKTYPE" --layers "$TOKLAYERS" -t "$THREADS" -o "$TOKMODEL" >"$L/tok-gen.log" 2>&1; then
         tail -3 "$L/tok-gen.log"; jl kind=result job=token_check error="gen-random failed"; return 1
     fi
     local gb; gb=$(calc "$(stat -c %s "$TOKMODEL") / 1e9")
@@ -860,7 +894,7 @@ model_jobs() { # SHAPE TYPE FIRST(0|1)
     MGB=$GB
     local s; s=$(shape_of "$shape"); set -- $s
     MWBYTES=$(calc "$MGB * 1e9 - $6 * $2 * $(bpe_of "$type")") # the embedding: one row per token
-    MODEL=$WORK/model.gguf
+    MODEL=$MODEL_DIR/model.gguf
     local eg; eg=$(gen_est "$MGB")
     local first; first=$(bench_est "$MGB" "$KVTOK" full "${DEPTHS%% *}" 0 "$NGEN")
     MODEL_OK=0
@@ -901,7 +935,7 @@ model_jobs() { # SHAPE TYPE FIRST(0|1)
 }
 gen_model() {
     local tg; tg=$(date +%s.%N)
-    run_to $(($(gen_est "$MGB") * 2 + 20)) "$BIN" gen-random --shape "$1" --type "$2" -o "$MODEL" >"$L/gen-$1-$2.log" 2>&1 ||
+    run_to $(($(gen_est "$MGB") * 2 + 20)) "$BIN" gen-random --shape "$1" --type "$2" -t "$THREADS" -o "$MODEL" >"$L/gen-$1-$2.log" 2>&1 ||
         { tail -3 "$L/gen-$1-$2.log"; return 1; }
     local gb; gb=$(calc "$(stat -c %s "$MODEL") / 1e9")
     GEN_S_PER_GB=$(calc "($(date +%s.%N) - $tg) / $gb")
@@ -962,7 +996,13 @@ for r in recs:
 PY
     pack
 }
-on_exit() { trap - EXIT; summary; pack; }
+on_exit() { trap - EXIT; summary; pack; drop_models; }
+drop_models() { # the model files, and the folder in memory that held them
+    [ -n "${MODEL_DIR:-}" ] || return 0
+    rm -f "$MODEL_DIR/tok.gguf" "$MODEL_DIR/model.gguf"
+    [ "$MODEL_DIR" = /dev/shm/tierkv-gpu ] && rmdir "$MODEL_DIR" 2>/dev/null
+    return 0
+}
 dry_sum() {
     [ "$DRY" = 1 ] || return 0
     echo "sum: $SIM s of estimated work + $MARGIN s margin, budget $BUDGET s ($PLANNED jobs run, $SKIPPED skipped)"
@@ -1019,6 +1059,8 @@ fi
 [ "$QUICK" = 0 ] && step "HBM and PCIe bandwidth (torch copies)" 20 hbm_probe
 model_gb "$TOKSHAPE" "$TOKTYPE" "$TOKLAYERS" || { echo "gpu.sh: unknown TOKSHAPE $TOKSHAPE" >&2; exit 2; }
 TOKGB=$GB
+pick_model_dir
+TOKMODEL=$MODEL_DIR/tok.gguf
 # gen-random, then four `logits` runs: open and load, 32 prompt tokens, GREEDY steps (a weight pass each)
 TOK_EST=$(($(gen_est "$TOKGB") + $(int "$(calc "8 * $SAFETY * ($PROC_S + $TOKGB * $LOAD_S_PER_GB + ($GREEDY + 4) * $TOKGB * 1e9 / ($HBM_EST * $MM_EFF)) + 3")")))
 TOKDONE=0
