@@ -29,7 +29,9 @@ typedef struct {
     const char *backend; /* "cpu" (NULL) or "cuda" (a `make cuda` build) */
     int n_threads;       /* CPU threads, default 2 */
     const char *kernels; /* CPU kernels: NULL/"auto" (from cpuid), "generic", "avx2", "avx512" */
-    int mmap_weights;    /* 1: map the file; 0 (default): read it into huge-page memory when possible */
+    int mmap_weights;    /* 1: map the file; 0 (default): read it into huge-page memory when possible,
+                            for a backend that runs the weights from host memory (a GPU's are mapped:
+                            they are read once, to be prepared into the device's memory) */
     int keep_layout;     /* 1: run the weights in the file's layouts; 0 (default): reordered at load for
                             the batched kernels (same integers, float sums in another order) */
     int device;          /* CUDA device ordinal */
@@ -56,6 +58,7 @@ typedef struct {
     uint64_t expert_bytes;       /* bytes of one expert's matrices, summed over the layers */
     const char *backend;   /* "cpu" or "cuda" */
     const char *kernels;   /* what the backend runs, e.g. "avx512" */
+    int weights_copied;    /* 1: the file was read into huge-page memory at load; 0: it is mapped */
 } tkv_model_info;
 void tkv_model_get_info(const tkv_model *m, tkv_model_info *out);
 

@@ -7,8 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../tools/cmds.h"
 #include "backend/cpu/ops.h"
 #include "base/err.h"
+#include "base/hugemem.h"
 #include "t.h"
 #include "t_engine.h"
 #include "t_ref.h"
@@ -266,4 +268,34 @@ TEST(model_bad_inputs_error_cleanly) {
     CHECK(strstr(err, "5000") != NULL);
     CHECK(te_prefill(e, 3, toks, 1, NULL, 0, err, sizeof err) != 0); /* bad sequence */
     te_close(e);
+}
+
+/* Where the weights are read from at load: the CPU backend, which runs them from host memory, gets
+ * them copied into huge pages when the kernel allows those (and maps the file with --mmap); a
+ * backend with memory of its own (cpu-async here, as the GPU's) maps the file, since it reads it
+ * once to prepare its copy. Without transparent huge pages the CPU backend maps too, and the
+ * cpu-async case can no longer tell the two apart: the check says so. */
+TEST(model_weights_mapped_for_own_memory) {
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/load-mode.gguf", t_tmpdir());
+    char *argv[] = {"gen-random", "--shape", "test-qwen3", "--type", "F16", "-o", path, NULL};
+    REQUIRE(cmd_gen_random(7, argv) == 0);
+    static const struct { const char *backend; int mmap, copied; } C[] = {{"cpu", 0, 1}, {"cpu", 1, 0}, {"cpu-async", 0, 0}};
+    int huge = tkv_huge_allowed();
+    if (!huge) fprintf(stderr, "    no transparent huge pages here: every load maps the file\n");
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        tkv_model_params p;
+        tkv_model_params_default(&p);
+        p.backend = C[i].backend, p.mmap_weights = C[i].mmap;
+        tkv_model *m = NULL;
+        int rc = tkv_model_open(path, &p, &m, err, sizeof err);
+        CHECKF(rc == 0, "%s: %s", C[i].backend, err);
+        if (rc) continue;
+        tkv_model_info info;
+        tkv_model_get_info(m, &info);
+        CHECKF(info.weights_copied == (C[i].copied && huge), "%s mmap %d: copied %d", C[i].backend, C[i].mmap,
+               info.weights_copied);
+        tkv_model_close(m);
+    }
+    remove(path);
 }

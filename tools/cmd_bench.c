@@ -391,7 +391,7 @@ int cmd_bench(int argc, char **argv) {
         report_read_back(json, name, pl, rb, rn, sb, hw, (int)(reps * n_gen));
     }
     if (membw) {
-        double bw = measure_read_bandwidth(c.mp.n_threads, !c.mp.mmap_weights);
+        double bw = measure_read_bandwidth(c.mp.n_threads, info.weights_copied);
         double wb = (double)info.weight_bytes;
         /* the T0 record of every layer (K and V of each kv head) that one position adds to a step's reads */
         double kvp = (double)tkv_token_bytes(e, 0);
@@ -408,7 +408,7 @@ int cmd_bench(int argc, char **argv) {
         } else
             printf("# membw: %.2f GB/s read on %d threads (%s pages); weights %.0f MB per token -> decode at most %.2f tok/s;"
                    " at depth D: %.2f GB/s / (weights + D x %.0f B of KV)\n",
-                   bw / 1e9, c.mp.n_threads, c.mp.mmap_weights ? "4 KiB" : "huge", wb / 1e6, bw / wb, bw / 1e9, kvp);
+                   bw / 1e9, c.mp.n_threads, info.weights_copied ? "huge" : "4 KiB", wb / 1e6, bw / wb, bw / 1e9, kvp);
     }
     if (int8_peak && report_int8_peak(json, &c, &info)) goto fail;
     if (fj) {

@@ -119,7 +119,8 @@ const char *common_usage(void) {
            "  -b, --batch N       prefill chunk (default 64; 512 on a GPU)\n"
            "      --isa NAME      CPU kernels: auto (cpuid), generic, avx2, avx512\n"
            "      --backend NAME  cpu (default) or cuda (a `make cuda` build)\n"
-           "      --mmap          map the model file instead of copying it into huge-page memory\n"
+           "      --mmap          map the model file instead of copying it into huge-page memory (the CUDA\n"
+           "                      backend always maps it: it reads the weights once, to upload them)\n"
            "      --keep-layout   run Q4_K/Q6_K/Q5_0/Q8_0 weights in the file's layout (default: reordered at load\n"
            "                      for batched kernels)\n";
 }
