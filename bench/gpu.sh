@@ -107,7 +107,8 @@
 # Outputs under $OUT: gpu.jsonl (one JSON line per step, written as each ends, so a run killed at
 # the time limit still returns what it measured: "kind" is meta, preflight, binary, job, result,
 # bench-ops or skipped; the first meta names the arguments, the variables and the TIERKV_* exported,
-# and each job's result its `cmd` and `env`), gpu.log (everything printed), summary.txt (the table printed last) and
+# and each job's result its `cmd` and `env`; "target" lines last: issue 46's targets, met, not met or
+# not measured, from bench/gpu_targets.py), gpu.log (everything printed), summary.txt (the table printed last) and
 # gpu-logs.tar.gz (build log, tests log, each job's stderr, bench output and stats JSON; repacked
 # after every job and on exit). Decode rows carry tok/s, the share of the HBM bound, for staged and
 # direct the share of the step their T1 rows take on the bus at the probe's H2D rate ("PCIe%":
@@ -994,6 +995,10 @@ for r in recs:
     if r.get("kind") == "meta" and "elapsed_s" in r:
         print(f"elapsed {r['elapsed_s']} s of {r['budget_s']} s")
 PY
+    # the issue's targets, read off the rows above: met, not met or not measured (and why)
+    python3 bench/gpu_targets.py "$J" | tee -a "$OUT/summary.txt"
+    python3 bench/gpu_targets.py "$J" --json >"$OUT/.targets.tmp" && cat "$OUT/.targets.tmp" >>"$J"
+    rm -f "$OUT/.targets.tmp"
     pack
 }
 on_exit() { trap - EXIT; summary; pack; drop_models; }
