@@ -99,6 +99,45 @@ static uint8_t *host_layout(uint32_t t, const uint8_t *file, int64_t n_in, int64
     return buf;
 }
 
+/* prepare_weight's upload: a piece of nr rows from file row r0, filled by threads over disjoint row
+ * ranges (cw_stage_rows), holds for each array k exactly the bytes the whole matrix's layout has
+ * at off[k] + r0 * stride[k], which is where the piece's array k is copied to on the device. */
+TEST(cuda_host_stage_rows) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t t = TYPES[ti];
+        int64_t n_in = 768, rows = 37;
+        if (n_in % cw_block(t)) continue;
+        size_t rb, off[3];
+        int64_t st[3];
+        uint8_t *file = rand_file_rows(t, n_in, rows, &rb);
+        cw_mat m;
+        uint8_t *whole = host_layout(t, file, n_in, rows, &m);
+        REQUIRE(whole && cw_layout(t, n_in, rows, off, st));
+        static const int64_t pieces[][2] = {{0, 37}, {0, 13}, {13, 11}, {24, 13}, {36, 1}}; /* r0, nr */
+        int bad = 0;
+        for (size_t p = 0; p < sizeof pieces / sizeof pieces[0]; p++) {
+            int64_t r0 = pieces[p][0], nr = pieces[p][1];
+            size_t bytes = (size_t)nr * (size_t)(st[0] + st[1] + st[2]);
+            uint8_t *stage = malloc(bytes);
+            REQUIRE(stage);
+            memset(stage, 0xA5, bytes);
+            int64_t cut1 = nr / 3, cut2 = nr - nr / 4; /* three threads' ranges, one may be empty */
+            cw_stage_rows(t, file + (size_t)r0 * rb, n_in, nr, stage, cut1, cut2);
+            cw_stage_rows(t, file + (size_t)r0 * rb, n_in, nr, stage, 0, cut1);
+            cw_stage_rows(t, file + (size_t)r0 * rb, n_in, nr, stage, cut2, nr);
+            const uint8_t *src = stage;
+            for (int k = 0; k < 3; k++) {
+                size_t n = (size_t)nr * (size_t)st[k];
+                if (n && memcmp(src, whole + off[k] + (size_t)r0 * (size_t)st[k], n)) bad++;
+                src += n;
+            }
+            free(stage);
+        }
+        CHECKF(bad == 0, "%s: %d arrays of the staged pieces differ from the layout", tname(t), bad);
+        free(whole), free(file);
+    }
+}
+
 TEST(cuda_host_wlayout) {
     for (int ti = 0; ti < N_TYPES; ti++) {
         uint32_t t = TYPES[ti];

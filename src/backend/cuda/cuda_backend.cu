@@ -282,6 +282,7 @@ static void cu_close(be_backend *b) {
     cu_graph_close(B);
     CUDA_CHECK(cudaDeviceSynchronize());
     workers_free(B->workers);
+    cu_upload_close(B);
     cu_prof_close(B);
     cu_gemm_close(B);
     for (int i = 0; i < B->n_owned; i++) {

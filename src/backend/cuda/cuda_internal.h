@@ -132,6 +132,11 @@ struct cu_backend {
     cu_ring mv;                                          /* copy stream */
     pthread_mutex_t mv_lock;                             /* copy_moves may come from any thread */
     float *bounce;                                       /* pinned, CU_BOUNCE_BYTES */
+    /* prepare_weight's upload: two pinned pieces (cuda_matmul.cu), each reused once the event
+     * after its copies has passed; up_failed: no pinned memory for them (pageable, synchronous) */
+    uint8_t *up_buf[2];
+    cudaEvent_t up_ev[2];
+    int up_next, up_failed;
     /* copy stalls: a pair of timing events on the compute stream around each copy_wait's stream
      * wait, a ring of CU_STALL_PAIRS reused; pairs [stall_done, stall_next) are recorded and not yet
      * collected (counters, mod CU_STALL_PAIRS); collected pairs add their elapsed time */
@@ -194,6 +199,7 @@ size_t cu_matmul_scratch(const be_backend *b, const be_mm_out *outs, int n_outs,
 void cu_matmul(be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, const float *x, int64_t n_tok,
                void *scratch);
 void cu_embed(be_backend *b, const be_mat *emb, const int32_t *tokens, int n, float *x);
+void cu_upload_close(cu_backend *B); /* frees prepare_weight's pinned pieces (after a device sync) */
 /* cuda_gemm.cu */
 int cu_gemm_choice(int *from, char *err, size_t errlen); /* TIERKV_CUDA_GEMM, read before the device */
 /* loads cuBLAS and makes its handle on the compute stream; where that fails the kernels run

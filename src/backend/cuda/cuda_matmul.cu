@@ -32,15 +32,55 @@
 #include "backend/cuda/cuda_mm.h"
 extern "C" {
 #include "base/err.h"
+#include "base/workers.h"
 }
 extern "C" {
 #include "gguf/gguf.h"
 }
 
 #define MM_SMEM_BYTES 24576  /* x tile budget per block (more blocks per SM than a larger tile) */
-#define MM_STAGE_BYTES ((size_t)64 << 20) /* host staging of one prepare piece */
+#define MM_STAGE_BYTES ((size_t)32 << 20) /* one piece of a weight's upload (two pinned pieces in flight) */
 
 /* ---- prepare ---- */
+
+/* One upload piece, filled on the host threads: each takes a range of its rows (cw_stage_rows). */
+typedef struct {
+    uint32_t t;
+    const uint8_t *file; /* the piece's first row in the file */
+    int64_t n_in, nr;
+    uint8_t *stage;
+} up_piece;
+
+static void up_fill(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const up_piece *u = (const up_piece *)ctx;
+    cw_stage_rows(u->t, u->file, u->n_in, u->nr, u->stage, i0, i1);
+}
+
+/* The two pinned pieces and their events, made at the first weight and kept to close; 0 where the
+ * pinned memory cannot be had (the pieces then go through pageable memory, copied synchronously). */
+static int up_ready(cu_backend *B) {
+    if (B->up_buf[0]) return 1;
+    if (B->up_failed) return 0;
+    for (int k = 0; k < 2; k++)
+        if (cudaHostAlloc((void **)&B->up_buf[k], MM_STAGE_BYTES, cudaHostAllocPortable) != cudaSuccess) {
+            (void)cudaGetLastError();
+            if (k) CUDA_CHECK(cudaFreeHost(B->up_buf[0]));
+            B->up_buf[0] = B->up_buf[1] = NULL;
+            B->up_failed = 1;
+            return 0;
+        }
+    for (int k = 0; k < 2; k++) CUDA_CHECK(cudaEventCreateWithFlags(&B->up_ev[k], cudaEventDisableTiming));
+    return 1;
+}
+
+void cu_upload_close(cu_backend *B) {
+    for (int k = 0; k < 2 && B->up_buf[0]; k++) {
+        CUDA_CHECK(cudaFreeHost(B->up_buf[k]));
+        CUDA_CHECK(cudaEventDestroy(B->up_ev[k]));
+    }
+    B->up_buf[0] = B->up_buf[1] = NULL;
+}
 
 int cu_prepare_weight(be_backend *b, be_mat *m, int role, char *err, size_t errlen) {
     cu_backend *B = cu_of(b);
@@ -67,31 +107,43 @@ int cu_prepare_weight(be_backend *b, be_mat *m, int role, char *err, size_t errl
     CU_REQUIRE(cm, "out of host memory");
     size_t file_row = (size_t)ggml_row_bytes(t, m->n_in);
     const uint8_t *file = (const uint8_t *)m->data;
-    if (t == CW_T_F32 || t == CW_T_F16 || t == CW_T_BF16) {
-        CUDA_CHECK(cudaMemcpy(dev, file, file_row * (size_t)m->n_out, cudaMemcpyHostToDevice));
-    } else {
-        /* rows in pieces through a host staging buffer: each piece is a contiguous range of each array */
-        size_t row_bytes = (size_t)(st[0] + st[1] + st[2]);
-        int64_t rows = (int64_t)(MM_STAGE_BYTES / row_bytes);
-        if (rows < 1) rows = 1;
-        uint8_t *stage = (uint8_t *)malloc((size_t)rows * row_bytes);
-        if (!stage) {
-            cudaFree(dev);
-            free(cm);
-            return tkv_errf(err, errlen, "out of host memory staging a weight");
-        }
-        for (int64_t r0 = 0; r0 < m->n_out; r0 += rows) {
-            int64_t nr = m->n_out - r0 < rows ? m->n_out - r0 : rows;
-            uint8_t *pa = stage, *pb = pa + (size_t)nr * (size_t)st[0], *pc = pb + (size_t)nr * (size_t)st[1];
-            cw_repack_rows(t, file + (size_t)r0 * file_row, m->n_in, nr, pa, pb, pc);
-            uint8_t *src[3] = {pa, pb, pc};
-            for (int k = 0; k < 3; k++)
-                if (st[k])
-                    CUDA_CHECK(cudaMemcpy(dev + off[k] + (size_t)r0 * (size_t)st[k], src[k], (size_t)nr * (size_t)st[k],
-                                          cudaMemcpyHostToDevice));
-        }
-        free(stage);
+    /* Rows in pieces: the host threads rewrite a piece into a pinned buffer (the file's rows for
+     * the float types) while the other buffer's copies run on the compute stream, which orders
+     * them before any op that reads the weight. Without pinned memory, one pageable piece at a
+     * time, copied synchronously. */
+    size_t row_bytes = (size_t)(st[0] + st[1] + st[2]);
+    int64_t rows = (int64_t)(MM_STAGE_BYTES / row_bytes);
+    int pinned = rows >= 1 && up_ready(B);
+    uint8_t *own = NULL;
+    if (rows < 1) rows = 1;
+    if (!pinned && !(own = (uint8_t *)malloc((size_t)rows * row_bytes))) {
+        cudaFree(dev);
+        free(cm);
+        return tkv_errf(err, errlen, "out of host memory staging a weight");
     }
+    for (int64_t r0 = 0; r0 < m->n_out; r0 += rows) {
+        int64_t nr = m->n_out - r0 < rows ? m->n_out - r0 : rows;
+        int k = B->up_next;
+        uint8_t *stage = own;
+        if (pinned) {
+            B->up_next ^= 1;
+            CUDA_CHECK(cudaEventSynchronize(B->up_ev[k])); /* the copies that last read this buffer */
+            stage = B->up_buf[k];
+        }
+        up_piece u = {t, file + (size_t)r0 * file_row, m->n_in, nr, stage};
+        workers_for(B->workers, nr, up_fill, &u);
+        const uint8_t *src = stage;
+        for (int a = 0; a < 3; a++) {
+            size_t n = (size_t)nr * (size_t)st[a];
+            if (!n) continue;
+            uint8_t *dst = dev + off[a] + (size_t)r0 * (size_t)st[a];
+            if (pinned) CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, B->compute));
+            else CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+            src += n;
+        }
+        if (pinned) CUDA_CHECK(cudaEventRecord(B->up_ev[k], B->compute));
+    }
+    free(own);
     cm->type = t;
     cm->n_in = m->n_in;
     cm->n_out = m->n_out;

@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "gguf/gguf.h"
+
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 size_t cw_layout(uint32_t t, int64_t n_in, int64_t n_out, size_t off[3], int64_t stride[3]) {
@@ -26,6 +28,16 @@ size_t cw_layout(uint32_t t, int64_t n_in, int64_t n_out, size_t off[3], int64_t
         at = align256(at + (size_t)stride[k] * (size_t)n_out);
     }
     return at;
+}
+
+void cw_stage_rows(uint32_t t, const uint8_t *file, int64_t n_in, int64_t nr, uint8_t *stage, int64_t i0, int64_t i1) {
+    size_t off[3];
+    int64_t st[3];
+    if (i1 <= i0 || !cw_layout(t, n_in, 1, off, st)) return;
+    size_t file_row = (size_t)ggml_row_bytes(t, n_in);
+    uint8_t *a = stage, *b = a + (size_t)nr * (size_t)st[0], *c = b + (size_t)nr * (size_t)st[1];
+    cw_repack_rows(t, file + (size_t)i0 * file_row, n_in, i1 - i0, a + (size_t)i0 * (size_t)st[0],
+                   b + (size_t)i0 * (size_t)st[1], c + (size_t)i0 * (size_t)st[2]);
 }
 
 static float f16_at(const uint8_t *p) { return tkv_f16_to_f32(tkv_rd16(p)); }

@@ -365,6 +365,11 @@ size_t cw_layout(uint32_t t, int64_t n_in, int64_t n_out, size_t off[3], int64_t
 /* Rewrites n_rows file rows (the file's blocks, contiguous) into the three arrays at a, b, c (row
  * strides as cw_layout gives; b and c unused by types without them). */
 void cw_repack_rows(uint32_t t, const uint8_t *file, int64_t n_in, int64_t n_rows, uint8_t *a, uint8_t *b, uint8_t *c);
+/* One host thread's share of an upload piece: rows [i0, i1) of a piece of nr rows whose first file
+ * row is at file, rewritten into stage, which holds the piece's three arrays one after the other
+ * (nr rows of stride[0] bytes, then nr of stride[1], then nr of stride[2]), as they go to the device.
+ * Threads given disjoint ranges of [0, nr) fill what one call over [0, nr) fills. */
+void cw_stage_rows(uint32_t t, const uint8_t *file, int64_t n_in, int64_t nr, uint8_t *stage, int64_t i0, int64_t i1);
 #ifdef __cplusplus
 }
 #endif
