@@ -401,9 +401,10 @@ build() {
 binary_note() {
     stamp_check
     [ "$BINARY" != "${BINARY#built here}" ] && STAMP="built here from this tree (${STAMP})"
-    local version flags
-    version=$("$BIN" --version 2>&1 | head -1)
-    flags=$("$BIN" --version 2>&1 | sed -n 's/^built with: //p')
+    local out version flags
+    out=$("$BIN" --version 2>&1)
+    version=$(head -1 <<<"$out")
+    flags=$(sed -n 's/^built with: //p' <<<"$out")
     echo "binary: $BINARY ($version; ${flags:-no build flags printed}); the tree: $STAMP_TREE; $STAMP"
     jl kind=binary how="$BINARY" version="$version" commit_binary="$STAMP_BIN" commit_tree="$STAMP_TREE" \
         stamp="$STAMP" sha256="$(sha256sum "$BIN" 2>/dev/null | awk '{print $1}')" \
