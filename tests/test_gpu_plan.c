@@ -43,7 +43,7 @@ static void dry_run(const char *args, int limit, const char *const *want_jobs) {
 
 TEST(gpu_plan_full) {
     static const char *const jobs[] = {"preflight", "binary:", "CUDA op checks", "HBM and PCIe bandwidth", "token check", "bench-ops",
-                                       "BF16 gen-random", "BF16 full d=2048", "Q8_0", "prefill 2048", NULL};
+                                       "BF16 gen-random", "BF16 full d=2048", "Q8_0", "prefill 2048", "model files in", NULL};
     dry_run("--dry-run", 300, jobs);
 }
 
