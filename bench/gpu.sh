@@ -44,16 +44,18 @@
 #   5b. profile, on the token check's file: TIERKV_CUDA_PROFILE=1 bench of `full` at 2048 and staged at
 #      8192 (64 steps): each op's calls, device time and the gap before it, per phase;
 #   6. kernel microbenchmark: `tierkv bench-ops` when the binary has it (else recorded as skipped);
-#   7. per model of MODELS (random weights from gen-random; ONE file on disk at a time): decode
-#      tok/s of `full`, one PREFILL-token prefill (the backend's 512-token chunks through cuBLAS),
-#      then `hierarchy` at T0 HBM_RATIO (0% eviction, no T2) staged and split at DEPTHS (the
-#      hierarchy with DEPTH_FLAG, so it has generated tokens to tier), on the first model the
-#      kernels' prefill (TIERKV_CUDA_GEMM=off -b 64: the before of cuBLAS) and `full` at the first
-#      depth with TIERKV_CUDA_GRAPH=on (decode steps as CUDA graphs, beside `full`'s launches one by
-#      one), on the first model
-#      staged and split at LONG_DEPTH, then direct at DEPTHS, and on the first model, where time is
-#      left, staged with --host-scores at the deepest of DEPTHS (the attention weights read back
-#      every step: the before of the score update on the GPU);
+#   7. the models of MODELS (random weights from gen-random, in MODEL_DIR), in two phases so that
+#      every model's check of the issue's targets comes before the first model's long jobs:
+#      phase 1, per model: decode tok/s of `full`, one PREFILL-token prefill (the backend's 512-token
+#      chunks through cuBLAS), then `hierarchy` at T0 HBM_RATIO (0% eviction, no T2) staged and split
+#      at DEPTHS (the hierarchy with DEPTH_FLAG, so it has generated tokens to tier), on the first
+#      model the kernels' prefill (TIERKV_CUDA_GEMM=off -b 64: the before of cuBLAS) and `full` at
+#      the first depth with TIERKV_CUDA_GRAPH=on (decode steps as CUDA graphs, beside `full`'s
+#      launches one by one); phase 2: on the first model staged and split at LONG_DEPTH, then
+#      direct at DEPTHS per model, and on the first model, where time is left, staged with
+#      --host-scores at the deepest of DEPTHS (the attention weights read back every step: the
+#      before of the score update on the GPU). A model's file stays between its phases where memory
+#      holds every model's (MODEL_KEEP), else it is written again for phase 2;
 #   8. where time is left: Qwen3 on the GPU: tierkv-tests qwen3_reference_logits_gpu (the F16
 #      test-qwen3 and test-qwen3moe files against the reference engine's logits, with the CPU's
 #      bounds; the per-head q/k norms and the experts' combine_rows), recorded on its own;
@@ -91,7 +93,8 @@
 # 7B: BF16 15.2 GB, Q8_0 8.1 GB of weights.
 #
 # Variables (environment): OUT (bench/out), WORK (scratch, /tmp/tierkv-gpu), MODEL_DIR (gen-random's
-# files: /dev/shm/tierkv-gpu where memory holds them, else WORK; "model files in" below),
+# files: /dev/shm/tierkv-gpu where memory holds them, else WORK; "model files in" below), MODEL_KEEP
+# (0/1: every model's file kept between the phases; default 1 where they are in memory and it holds all),
 # BUDGET, MARGIN (10), BIN_DIR (build-cuda), THREADS (nproc), MODELS ("r1-distill-qwen-7b:Q8_0
 # r1-distill-qwen-7b:BF16": Q8_0 first, so its block fits the 300 s), DEPTHS ("2048 8192"), LONG_DEPTH (32768; empty: none), HBM_RATIO (0.5),
 # NGEN (32 decode steps), REPS (2), PREFILL (2048), TOKSHAPE (r1-distill-qwen-7b), TOKLAYERS (2), TOKTYPE (Q8_0),
@@ -588,10 +591,12 @@ PY
 # writing the BF16 file to disk (2.9-3.4 s/GB). Our own files there from a run cut short are removed
 # first, and every exit removes them (they hold memory until the machine goes back).
 pick_model_dir() {
+    local shm=/dev/shm/tierkv-gpu need=$TOKGB sum=0 mt avail= mem=
+    for mt in $MODELS; do
+        model_gb "${mt%%:*}" "${mt##*:}" && need=$(calc "($GB > $need) ? $GB : $need") sum=$(calc "$sum + $GB")
+    done
     if [ -n "${MODEL_DIR:-}" ]; then MODEL_DIR_WHY="MODEL_DIR (set)"; else
-        local shm=/dev/shm/tierkv-gpu need=$TOKGB mt avail mem
-        for mt in $MODELS; do model_gb "${mt%%:*}" "${mt##*:}" && need=$(calc "($GB > $need) ? $GB : $need"); done
-        [ "$DRY" = 0 ] && rm -f "$shm/tok.gguf" "$shm/model.gguf"
+        [ "$DRY" = 0 ] && rm -f "$shm/tok.gguf" "$shm"/model-*.gguf
         avail=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 * 1024 / 1e9 }')
         mem=$(awk '/^MemAvailable:/ { print $2 * 1024 / 1e9 }' /proc/meminfo 2>/dev/null)
         MODEL_DIR=$WORK
@@ -605,10 +610,19 @@ pick_model_dir() {
                 "$avail" "$mem" "$need")
         else MODEL_DIR_WHY="disk: cannot write $shm"; fi
     fi
+    # every model's file kept between the phases: MODEL_KEEP (0 or 1) if set, else where the files
+    # are in memory with room for all of them and the engine's host side
+    if [ -n "${MODEL_KEEP:-}" ]; then MODEL_KEEP_WHY="MODEL_KEEP (set)"
+    elif [ "$MODEL_DIR" != "$shm" ]; then MODEL_KEEP=0 MODEL_KEEP_WHY="not in memory"
+    elif [ "$(calc "($avail >= $sum + 2) && ($mem >= $sum + $need + 8)")" = 1 ]; then
+        MODEL_KEEP=1 MODEL_KEEP_WHY=$(printf 'memory holds all %.1f GB' "$sum")
+    else MODEL_KEEP=0 MODEL_KEEP_WHY=$(printf 'memory does not hold all %.1f GB' "$sum"); fi
     [ "$DRY" = 0 ] && mkdir -p "$MODEL_DIR"
-    if [ "$DRY" = 1 ]; then echo "  model files in $MODEL_DIR ($MODEL_DIR_WHY)"; else
-        echo "model files in $MODEL_DIR ($MODEL_DIR_WHY)"
-        jl kind=meta model_dir="$MODEL_DIR" model_dir_why="$MODEL_DIR_WHY"
+    local kept; kept=$([ "$MODEL_KEEP" = 1 ] && echo yes || echo no)
+    if [ "$DRY" = 1 ]; then echo "  model files in $MODEL_DIR ($MODEL_DIR_WHY); kept between phases: $kept ($MODEL_KEEP_WHY)"
+    else
+        echo "model files in $MODEL_DIR ($MODEL_DIR_WHY); kept between phases: $kept ($MODEL_KEEP_WHY)"
+        jl kind=meta model_dir="$MODEL_DIR" model_dir_why="$MODEL_DIR_WHY" model_keep="$MODEL_KEEP" model_keep_why="$MODEL_KEEP_WHY"
     fi
 }
 
@@ -889,29 +903,47 @@ PY
     return $rc
 }
 
-model_jobs() { # SHAPE TYPE FIRST(0|1)
-    local shape=$1 type=$2 first_model=$3
-    MNAME="$shape $type"
-    model_gb "$shape" "$type" || { skip "$MNAME" 0 "unknown shape"; return; }
+# The model jobs run in two phases, so that every model's check of the issue's targets comes before
+# the first model's longer jobs: phase 1 for each model in MODELS order (full, prefill, staged and
+# split at DEPTHS; on the first model the kernels' prefill and full with graphs), then phase 2 (the
+# first model's long pair and host-scores, every model's direct). A model's file stays in MODEL_DIR
+# between its phases where memory holds every model's (MODEL_KEEP: "kept between phases" in the
+# log), else it is removed after each phase and written again for the next.
+declare -A MODEL_HAVE=() # SHAPE:TYPE -> 1 while its file is in MODEL_DIR
+model_file() { echo "$MODEL_DIR/model-$1-$2.gguf"; }
+# model_use SHAPE TYPE AGAIN(""|again) MODE DEPTH: MNAME, MGB, KVTOK, MWBYTES and MODEL of the model;
+# MODEL_OK=1 when its file is there (kept from phase 1, or gen-random ran, where it fits with the
+# phase's first job after it: MODE at DEPTH); 2 for an unknown shape
+model_use() {
+    local shape=$1 type=$2 again=$3 mode=$4 depth=$5
+    MNAME="$shape $type" MODEL_OK=0
+    model_gb "$shape" "$type" || { skip "$MNAME" 0 "unknown shape"; return 2; }
     MGB=$GB
     local s; s=$(shape_of "$shape"); set -- $s
     MWBYTES=$(calc "$MGB * 1e9 - $6 * $2 * $(bpe_of "$type")") # the embedding: one row per token
-    MODEL=$MODEL_DIR/model.gguf
+    MODEL=$(model_file "$shape" "$type")
+    if [ -n "${MODEL_HAVE[$shape:$type]:-}" ]; then MODEL_OK=1; return 0; fi
     local eg; eg=$(gen_est "$MGB")
-    local first; first=$(bench_est "$MGB" "$KVTOK" full "${DEPTHS%% *}" 0 "$NGEN")
-    MODEL_OK=0
-    if ! fits $((eg + first)); then
-        skip "$MNAME gen-random ($(printf '%.1f' "$MGB") GB) + its first job" $((eg + first)) "over budget"
-    else
-        [ "$DRY" = 0 ] && rm -f "$MODEL"
-        step "$MNAME gen-random ($(printf '%.1f' "$MGB") GB)" "$eg" gen_model "$shape" "$type" && MODEL_OK=1
-    fi
+    local first; first=$(bench_est "$MGB" "$KVTOK" "$mode" "$depth" 0 "$NGEN")
+    local label; label="$MNAME gen-random${again:+ again} ($(printf '%.1f' "$MGB") GB)"
+    if ! fits $((eg + first)); then skip "$label + its first job" $((eg + first)) "over budget"; return 1; fi
+    [ "$DRY" = 0 ] && rm -f "$MODEL"
+    step "$label" "$eg" gen_model "$shape" "$type" || return 1
+    MODEL_OK=1 MODEL_HAVE[$shape:$type]=1
+}
+model_done() { # SHAPE TYPE: its file is removed unless memory keeps every model's
+    [ "$MODEL_KEEP" = 1 ] && return 0
+    [ "$DRY" = 0 ] && rm -f "$(model_file "$1" "$2")"
+    unset "MODEL_HAVE[$1:$2]"
+}
+model_phase1() { # SHAPE TYPE FIRST(0|1)
+    local shape=$1 type=$2 first_model=$3
+    model_use "$shape" "$type" "" full "${DEPTHS%% *}"
+    [ $? = 2 ] && return
     bench_job "$MNAME full" full "$DEPTHS" 0 "$NGEN" -- --policy full
     # the prefill (the backend's chunk, its GEMMs through cuBLAS), staged and split (the two ways
     # the paper's T1 is read), on the first model the kernels' prefill of 64-token chunks
-    # (TIERKV_CUDA_GEMM=off -b 64: the before of cuBLAS), and the long pair, each a check of the
-    # issue, before direct (every T1 row over PCIe for every token: the slowest, and the least
-    # likely to be used)
+    # (TIERKV_CUDA_GEMM=off -b 64: the before of cuBLAS), each a check of the issue
     bench_job "$MNAME prefill $PREFILL" prefill 0 "$PREFILL" 0 -- --policy full
     bench_job "$MNAME staged T0 $HBM_RATIO" staged "$DEPTHS" 0 "$NGEN" -- $HIER $STAGED_FLAG
     bench_job "$MNAME split T0 $HBM_RATIO" split "$DEPTHS" 0 "$NGEN" -- $HIER $SPLIT_FLAG
@@ -923,6 +955,17 @@ model_jobs() { # SHAPE TYPE FIRST(0|1)
             bench_job "$MNAME full graphs" full/graphs "${DEPTHS%% *}" 0 "$NGEN" -- --policy full
         else skip "$MNAME full graphs" 0 "the graph check failed"; fi
     fi
+    model_done "$shape" "$type"
+}
+model_phase2() { # SHAPE TYPE FIRST(0|1)
+    local shape=$1 type=$2 first_model=$3
+    # nothing left for a model past the first but direct, and no file to write for it when it
+    # cannot fit (direct reads every T1 row over PCIe for every token: the slowest, and the least
+    # likely to be used)
+    local mode=direct depth=${DEPTHS%% *}
+    [ "$first_model" = 1 ] && [ -n "$LONG_DEPTH" ] && mode=staged depth=$LONG_DEPTH
+    model_use "$shape" "$type" again "$mode" "$depth"
+    [ $? = 2 ] && return
     # the long pair and host-scores on the first model (the default's Q8_0: half BF16's file)
     if [ "$first_model" = 1 ] && [ -n "$LONG_DEPTH" ]; then
         bench_job "$MNAME staged T0 $HBM_RATIO" staged "$LONG_DEPTH" 0 "$NGEN" -- $HIER $STAGED_FLAG
@@ -933,7 +976,7 @@ model_jobs() { # SHAPE TYPE FIRST(0|1)
     # weights read back a step), the before of the score update on the GPU, at the deepest depth
     [ "$first_model" = 1 ] && bench_job "$MNAME staged host-scores T0 $HBM_RATIO" staged/host-scores "${DEPTHS##* }" 0 "$NGEN" -- \
         $HIER $STAGED_FLAG --host-scores
-    [ "$DRY" = 0 ] && rm -f "$MODEL"
+    MODEL_KEEP=0 model_done "$shape" "$type"
 }
 gen_model() {
     local tg; tg=$(date +%s.%N)
@@ -1005,7 +1048,7 @@ PY
 on_exit() { trap - EXIT; summary; pack; drop_models; }
 drop_models() { # the model files, and the folder in memory that held them
     [ -n "${MODEL_DIR:-}" ] || return 0
-    rm -f "$MODEL_DIR/tok.gguf" "$MODEL_DIR/model.gguf"
+    rm -f "$MODEL_DIR/tok.gguf" "$MODEL_DIR"/model-*.gguf
     [ "$MODEL_DIR" = /dev/shm/tierkv-gpu ] && rmdir "$MODEL_DIR" 2>/dev/null
     return 0
 }
@@ -1083,10 +1126,12 @@ else
     else
         skip "bench-ops" 0 "skipped: no bench-ops in this build"
     fi
-    i=0
-    for mt in $MODELS; do
-        i=$((i + 1))
-        model_jobs "${mt%%:*}" "${mt##*:}" "$([ "$i" = 1 ] && echo 1 || echo 0)"
+    for phase in 1 2; do
+        i=0
+        for mt in $MODELS; do
+            i=$((i + 1))
+            "model_phase$phase" "${mt%%:*}" "${mt##*:}" "$([ "$i" = 1 ] && echo 1 || echo 0)"
+        done
     done
 fi
 [ "$DRY" = 0 ] && rm -f "$TOKMODEL"
