@@ -614,7 +614,7 @@ pick_model_dir() {
     # are in memory with room for all of them and the engine's host side
     if [ -n "${MODEL_KEEP:-}" ]; then MODEL_KEEP_WHY="MODEL_KEEP (set)"
     elif [ "$MODEL_DIR" != "$shm" ]; then MODEL_KEEP=0 MODEL_KEEP_WHY="not in memory"
-    elif [ "$(calc "($avail >= $sum + 2) && ($mem >= $sum + $need + 8)")" = 1 ]; then
+    elif [ "$(calc "(${avail:-0} >= $sum + 2) && (${mem:-0} >= $sum + $need + 8)")" = 1 ]; then
         MODEL_KEEP=1 MODEL_KEEP_WHY=$(printf 'memory holds all %.1f GB' "$sum")
     else MODEL_KEEP=0 MODEL_KEEP_WHY=$(printf 'memory does not hold all %.1f GB' "$sum"); fi
     [ "$DRY" = 0 ] && mkdir -p "$MODEL_DIR"
