@@ -124,7 +124,10 @@
 # the GPU unless --host-scores); the bench's read_back rows), bytes split sends up per step ("MB
 # up/step": the host's partial results) and the copy wait: copy_stall_seconds
 # from --stats-json when the engine reports it (device time the compute stream waited for the copy
-# stream), else fence_wait_seconds, named in "wait_from", as a share of the job's time after loading.
+# stream), else fence_wait_seconds, named in "wait_from", as a share of the job's time after loading
+# ("load s": the bench's load row, the model and the session opened; load_s and weights_copied in
+# gpu.jsonl; where a bench prints none, the time after loading is estimated from PROC_S and
+# LOAD_S_PER_GB).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ulimit -c 0 # an abort must not leave a multi-GB core in the tree (it would travel back with it)
@@ -865,8 +868,13 @@ try:
     moved = round(mb / steps / 1e6, 3) if steps else None
 except Exception:
     pass
-engine_s = max(wall - float(proc) - gb * float(load), 1e-3)  # the job's time after loading (estimated)
+# the job's time after loading: the bench's own load row (model and session opened), else estimated
+lrow = next((r for r in rows if r.get("test") == "load"), None)
+rows = [r for r in rows if r.get("test") != "load"]
+load_s = lrow["model_s"] + lrow["session_s"] if lrow else None
+engine_s = max(wall - (load_s if load_s is not None else float(proc) + gb * float(load)), 1e-3)
 base = {"kind": "result", "job": tag, "model": model, "mode": mode, "rc": int(rc), "wall_s": round(wall, 1),
+        "load_s": None if load_s is None else round(load_s, 2), "weights_copied": lrow.get("weights_copied") if lrow else None,
         "peak_mib": peak, "wait_s": wait_s, "wait_from": wait_from,
         "wait_pct": None if wait_s is None else round(100 * wait_s / engine_s, 1),
         "mb_moved_run_per_decode_step": moved, "decode_steps": steps,
@@ -1009,13 +1017,13 @@ for r in recs:
 rows = [r for r in recs if r.get("kind") == "result" and "test" in r]
 if rows:
     hdr = ["model", "mode", "test", "depth", "tok/s", "HBM bound%", "PCIe%", "host%", "wait%", "wait from",
-           "MB moved/step (run)", "MB back/step", "MB up/step", "peak MiB", "rc"]
+           "MB moved/step (run)", "MB back/step", "MB up/step", "peak MiB", "load s", "rc"]
     print(" | ".join(hdr))
     for r in rows:
         print(" | ".join([r["model"], r["mode"], f(r.get("test")), f(r.get("depth")), f(r.get("tok_s")),
                           f(r.get("hbm_bound_pct")), f(r.get("pcie_pct")), f(r.get("host_pct")), f(r.get("wait_pct")), f(r.get("wait_from")),
                           f(r.get("mb_moved_run_per_decode_step"), 3), f(r.get("mb_read_back_per_step")),
-                          f(r.get("mb_sent_up_per_step")), f(r.get("peak_mib")),
+                          f(r.get("mb_sent_up_per_step")), f(r.get("peak_mib")), f(r.get("load_s"), 2),
                           f(r.get("rc"))]))
     print("  MB moved/step (run): the job's moved bytes (fills, prefill and warm-up steps included) over its decode"
           " steps (1 + REPS x NGEN a depth); the bench reports no per-step figure")

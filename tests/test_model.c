@@ -299,3 +299,29 @@ TEST(model_weights_mapped_for_own_memory) {
     }
     remove(path);
 }
+
+/* `tierkv bench --json` opens with a load row: how long the model and the session took, and whether
+ * the weights were copied (the default on the CPU where huge pages are allowed) or mapped (--mmap) */
+TEST(model_bench_reports_load) {
+    const char *path = t_shared("fixtures/models/qwen2-Q8_0.gguf");
+    if (access(path, R_OK)) SKIP("fixture model missing");
+    const char *flags[] = {"", "--mmap"};
+    for (int k = 0; k < 2; k++) {
+        char cmd[2048], out[600];
+        snprintf(out, sizeof out, "%s/bench-load.jsonl", t_tmpdir());
+        snprintf(cmd, sizeof cmd, "%s bench -m %s -p 4 -n 2 -d 0 --reps 1 -t 1 --json %s > %s 2>&1", t_bin(), path,
+                 flags[k], out);
+        REQUIRE(system(cmd) == 0);
+        char *o = t_slurp(out);
+        REQUIRE(o);
+        char want[64];
+        snprintf(want, sizeof want, "\"weights_copied\":%d", k == 0 && tkv_huge_allowed());
+        double ms = -1, ss = -1;
+        const char *p = strstr(o, "\"model_s\":"), *q = strstr(o, "\"session_s\":");
+        if (p) ms = atof(p + 10);
+        if (q) ss = atof(q + 12);
+        CHECKF(!strncmp(o, "{\"test\":\"load\"", 14) && strstr(o, want) && ms >= 0 && ss >= 0 && strstr(o, "\"tok_per_s\""),
+               "bench %s: %s", flags[k], o);
+        free(o);
+    }
+}

@@ -112,6 +112,25 @@ static void report_read_back(int json, const char *test, int depth, uint64_t byt
                test, depth, per / 1e6, rps, up / 1e6, w * 1e3);
 }
 
+/* How long the model and the session took to open: the backend, the weights read or mapped and
+ * prepared (on a GPU: uploaded), then the KV pools. A GPU run's jobs each load the model, so this is
+ * the part of a job's wall time that measures nothing else. */
+static void report_load(int json, double model_s, double session_s, const tkv_model_info *info) {
+    if (json) {
+        struct json_out j;
+        out_json_begin(&j);
+        json_out_key(&j, "test"), json_out_str(&j, "load");
+        json_out_key(&j, "model_s"), json_out_fixed(&j, model_s, 3);
+        json_out_key(&j, "session_s"), json_out_fixed(&j, session_s, 3);
+        json_out_key(&j, "weights_copied"), json_out_int(&j, info->weights_copied);
+        json_out_key(&j, "backend"), json_out_str(&j, info->backend);
+        out_json_end(&j);
+    } else
+        printf("# load: the model in %.3f s (weights %s, %s backend), the session in %.3f s\n", model_s,
+               info->weights_copied ? "copied into huge pages" : "mapped", info->backend, session_s);
+    fflush(stdout);
+}
+
 /* the prefill and batched rows of this run, for --int8-peak */
 #define MAX_ROWS 64
 static struct { char name[32]; double tps; } rows[MAX_ROWS];
@@ -301,12 +320,15 @@ int cmd_bench(int argc, char **argv) {
     float *logits = NULL;
     int *seqs = NULL;
     int rc = 1;
-    if (tkv_model_open(c.model_path, &c.mp, &m, err, sizeof err) || tkv_session_open(m, &c.sp, &e, err, sizeof err)) {
+    double t_open = tkv_now_s(), t_model = 0;
+    if (tkv_model_open(c.model_path, &c.mp, &m, err, sizeof err) || (t_model = tkv_now_s(), 0) ||
+        tkv_session_open(m, &c.sp, &e, err, sizeof err)) {
         fprintf(stderr, "tierkv bench: %s\n", err);
         goto done;
     }
     tkv_model_info info;
     tkv_model_get_info(m, &info);
+    report_load(json, t_model - t_open, tkv_now_s() - t_model, &info);
     int V = info.n_vocab;
     toks = tkv_xmalloc((size_t)need * sizeof(int32_t));
     logits = tkv_xmalloc((size_t)V * (size_t)n_seq * sizeof(float));
