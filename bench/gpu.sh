@@ -622,10 +622,11 @@ pick_model_dir() {
     else MODEL_KEEP=0 MODEL_KEEP_WHY=$(printf 'memory does not hold all %.1f GB' "$sum"); fi
     [ "$DRY" = 0 ] && mkdir -p "$MODEL_DIR"
     local kept; kept=$([ "$MODEL_KEEP" = 1 ] && echo yes || echo no)
-    if [ "$DRY" = 1 ]; then echo "  model files in $MODEL_DIR ($MODEL_DIR_WHY); kept between phases: $kept ($MODEL_KEEP_WHY)"
-    else
-        echo "model files in $MODEL_DIR ($MODEL_DIR_WHY); kept between phases: $kept ($MODEL_KEEP_WHY)"
-        jl kind=meta model_dir="$MODEL_DIR" model_dir_why="$MODEL_DIR_WHY" model_keep="$MODEL_KEEP" model_keep_why="$MODEL_KEEP_WHY"
+    local line="model files in $MODEL_DIR ($MODEL_DIR_WHY); kept between phases: $kept ($MODEL_KEEP_WHY)"
+    if [ "$DRY" = 1 ]; then echo "  $line"; else
+        echo "$line"
+        jl kind=meta model_dir="$MODEL_DIR" model_dir_why="$MODEL_DIR_WHY" model_keep="$MODEL_KEEP" \
+            model_keep_why="$MODEL_KEEP_WHY"
     fi
 }
 

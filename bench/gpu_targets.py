@@ -133,8 +133,8 @@ def split_target(rows, ratio):
         return target(name, need, "not measured", "no staged and split pair at 32768 on one weight type", lines)
     ahead = [wt for wt in long if pick[(wt, 32768, "split")]["tok_s"] > pick[(wt, 32768, "staged")]["tok_s"]
              and not pick[(wt, 32768, "split")].get("rc")]
-    why = "; ".join(f'{wt}: split {pick[(wt, 32768, "split")]["tok_s"]:.1f}, staged {pick[(wt, 32768, "staged")]["tok_s"]:.1f} tok/s'
-                    for wt in long)
+    why = "; ".join(f'{wt}: split {pick[(wt, 32768, "split")]["tok_s"]:.1f}, '
+                    f'staged {pick[(wt, 32768, "staged")]["tok_s"]:.1f} tok/s' for wt in long)
     return target(name, need, "met" if ahead else "not met", why, lines)
 
 

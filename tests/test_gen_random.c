@@ -297,8 +297,9 @@ TEST(gen_random_threads_same_bytes) {
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++)
         for (int k = 0; k < 2; k++) {
             remove(path);
-            char *argv[] = {"gen-random", "--shape", (char *)C[i].shape, "--type", (char *)C[i].type, "--layers",
-                            (char *)C[i].layers, "--seed", (char *)C[i].seed, "-t", (char *)threads[k], "-o", path, NULL};
+            char *argv[] = {"gen-random", "--shape", (char *)C[i].shape, "--type", (char *)C[i].type,
+                            "--layers", (char *)C[i].layers, "--seed", (char *)C[i].seed,
+                            "-t", (char *)threads[k], "-o", path, NULL};
             REQUIRE(cmd_gen_random(13, argv) == 0);
             uint64_t h = file_hash(path);
             CHECKF(h == C[i].hash, "%s %s -t %s: hash %016llx, want %016llx", C[i].shape, C[i].type, threads[k],

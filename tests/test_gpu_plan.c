@@ -93,9 +93,11 @@ static void write_run(const char *path, double ratio, double bf16_8k_pct, double
     FILE *f = fopen(path, "w");
     REQUIRE(f);
     fprintf(f, "{\"kind\": \"meta\", \"script\": \"bench/gpu.sh\", \"hbm_ratio\": %g}\n", ratio);
-#define ROW(ty, mode, test, d, tok, pct, wait)                                                                        \
-    fprintf(f, "{\"kind\": \"result\", \"model\": \"r1-distill-qwen-7b %s\", \"mode\": \"%s\", \"rc\": 0, \"test\": \"%s\", " \
-               "\"depth\": %d, \"tok_s\": %g, \"hbm_bound_pct\": %g, \"wait_pct\": %g}\n", ty, mode, test, d, tok, pct, wait)
+#define ROW(ty, mode, test, d, tok, pct, wait)                                                              \
+    fprintf(f,                                                                                             \
+            "{\"kind\": \"result\", \"model\": \"r1-distill-qwen-7b %s\", \"mode\": \"%s\", \"rc\": 0, "           \
+            "\"test\": \"%s\", \"depth\": %d, \"tok_s\": %g, \"hbm_bound_pct\": %g, \"wait_pct\": %g}\n",           \
+            ty, mode, test, d, tok, pct, wait)
     ROW("BF16", "full", "tg32", 2048, 230.0, 76.0, 0.0);
     ROW("BF16", "full", "tg32", 8192, 228.0, bf16_8k_pct, 0.0);
     ROW("Q8_0", "full", "tg32", 2048, 380.0, 66.0, 0.0);
@@ -117,7 +119,8 @@ TEST(gpu_targets_verdicts) {
     if (access("bench/gpu_targets.py", R_OK)) SKIP("no bench/gpu_targets.py (run from the repository root)");
     if (system("python3 -c '' >/dev/null 2>&1")) SKIP("python3 missing");
     /* recorded device runs: the first kernels' BF16 decode at 51-52% of the bound, staged at 8192 a sixth of full */
-    const char *rec = "results/bench/gpu-h200-7426164/gpu.jsonl", *var = "results/bench/gpu-h200-variants-7426164/gpu.jsonl";
+    const char *rec = "results/bench/gpu-h200-7426164/gpu.jsonl";
+    const char *var = "results/bench/gpu-h200-variants-7426164/gpu.jsonl";
     if (!access(rec, R_OK)) {
         want_verdict(rec, "decode BF16", "not met", "lowest 51.4%");
         want_verdict(rec, "decode Q8_0", "not measured", NULL);

@@ -280,7 +280,8 @@ TEST(model_weights_mapped_for_own_memory) {
     snprintf(path, sizeof path, "%s/load-mode.gguf", t_tmpdir());
     char *argv[] = {"gen-random", "--shape", "test-qwen3", "--type", "F16", "-o", path, NULL};
     REQUIRE(cmd_gen_random(7, argv) == 0);
-    static const struct { const char *backend; int mmap, copied; } C[] = {{"cpu", 0, 1}, {"cpu", 1, 0}, {"cpu-async", 0, 0}};
+    static const struct { const char *backend; int mmap, copied; } C[] = {
+        {"cpu", 0, 1}, {"cpu", 1, 0}, {"cpu-async", 0, 0}};
     int huge = tkv_huge_allowed();
     if (!huge) fprintf(stderr, "    no transparent huge pages here: every load maps the file\n");
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
@@ -320,7 +321,8 @@ TEST(model_bench_reports_load) {
         const char *p = strstr(o, "\"model_s\":"), *q = strstr(o, "\"session_s\":");
         if (p) ms = atof(p + 10);
         if (q) ss = atof(q + 12);
-        CHECKF(!strncmp(o, "{\"test\":\"load\"", 14) && strstr(o, want) && ms >= 0 && ss >= 0 && strstr(o, "\"tok_per_s\""),
+        CHECKF(!strncmp(o, "{\"test\":\"load\"", 14) && strstr(o, want) && ms >= 0 && ss >= 0 &&
+                   strstr(o, "\"tok_per_s\""),
                "bench %s: %s", flags[k], o);
         free(o);
     }

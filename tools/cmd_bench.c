@@ -430,7 +430,8 @@ int cmd_bench(int argc, char **argv) {
         } else
             printf("# membw: %.2f GB/s read on %d threads (%s pages); weights %.0f MB per token -> decode at most %.2f tok/s;"
                    " at depth D: %.2f GB/s / (weights + D x %.0f B of KV)\n",
-                   bw / 1e9, c.mp.n_threads, info.weights_copied ? "huge" : "4 KiB", wb / 1e6, bw / wb, bw / 1e9, kvp);
+                   bw / 1e9, c.mp.n_threads, info.weights_copied ? "huge" : "4 KiB", wb / 1e6, bw / wb, bw / 1e9,
+                   kvp);
     }
     if (int8_peak && report_int8_peak(json, &c, &info)) goto fail;
     if (fj) {

@@ -54,7 +54,7 @@ static void usage(FILE *out) {
     fprintf(out, "\n  types (any case):");
     for (size_t i = 0; i < N_TYPES; i++) fprintf(out, " %s", TYPES[i].name);
     fprintf(out, "\n  --layers N keeps the first N layers (default: the model's count); --seed S (default 1);\n"
-                 "  -t N fills on N threads (default: the online CPUs, at most 64; the file is the same for any N)\n");
+                 "  -t N fills on N threads (default: the online CPUs, at most 64; the same file for any N)\n");
 }
 
 /* llama.cpp's "more bits" layers of the K mixes: first and last eighth, and every third between. */
@@ -260,7 +260,8 @@ static void *write_batch(void *arg) {
     batch_write *b = arg;
     b->rc = 0;
     for (int i = 0; i < b->n && !b->rc; i++)
-        b->rc = gguf_writer_write(b->w, b->p[i].buf, (size_t)(b->p[i].nr * row_bytes_of(b->p[i].t)), b->err, sizeof b->err);
+        b->rc = gguf_writer_write(b->w, b->p[i].buf, (size_t)(b->p[i].nr * row_bytes_of(b->p[i].t)), b->err,
+                                  sizeof b->err);
     return NULL;
 }
 
@@ -286,7 +287,8 @@ static int write_data(gguf_writer *w, const tdesc *t, int nt, uint64_t rng, int 
             const tdesc *d = &t[ti];
             uint64_t rb = row_bytes_of(d), rows = d->ne[1] * d->ne[2];
             uint64_t per = cap / rb ? cap / rb : 1, nr = rows - r < per ? rows - r : per;
-            set[n] = (piece){.t = d, .r0 = r, .nr = nr, .rng = rng, .buf = mem + ((size_t)k * nb + n) * (cap + slack)};
+            uint8_t *buf = mem + ((size_t)k * nb + n) * (cap + slack);
+            set[n] = (piece){.t = d, .r0 = r, .nr = nr, .rng = rng, .buf = buf};
             rng = gguf_rng_skip(rng, piece_draws(d, nr));
             r += nr;
             if (r == rows) ti++, r = 0;
@@ -328,7 +330,10 @@ int cmd_gen_random(int argc, char **argv) {
             if (!*v || *end || errno || strchr(v, '-')) { fprintf(stderr, "gen-random: bad --seed '%s' (0..2^64-1)\n", v); return 2; }
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             threads = strtol(v, &end, 10);
-            if (!*v || *end || threads < 1 || threads > 256) { fprintf(stderr, "gen-random: bad %s '%s' (1..256)\n", a, v); return 2; }
+            if (!*v || *end || threads < 1 || threads > 256) {
+                fprintf(stderr, "gen-random: bad %s '%s' (1..256)\n", a, v);
+                return 2;
+            }
         } else if (!strcmp(a, "--layers")) {
             layers = strtol(v, &end, 10);
             if (!*v || *end || layers < 1 || layers > 1000) { fprintf(stderr, "gen-random: bad --layers '%s'\n", v); return 2; }
