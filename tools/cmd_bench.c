@@ -328,7 +328,7 @@ int cmd_bench(int argc, char **argv) {
     }
     tkv_model_info info;
     tkv_model_get_info(m, &info);
-    report_load(json, t_model - t_open, tkv_now_s() - t_model, &info);
+    double load_model_s = t_model - t_open, load_session_s = tkv_now_s() - t_model;
     int V = info.n_vocab;
     toks = tkv_xmalloc((size_t)need * sizeof(int32_t));
     logits = tkv_xmalloc((size_t)V * (size_t)n_seq * sizeof(float));
@@ -340,6 +340,8 @@ int cmd_bench(int argc, char **argv) {
         if (parallel_fits(e, seqs, n_seq, pl + (int)n_gen + 1, par_depth && dflags ? 0 : pl, err, sizeof err)) goto fail;
     }
     double samples[MAX_REPS];
+    /* after the checks that refuse a run (stdout stays empty then), before the first timed row */
+    report_load(json, load_model_s, load_session_s, &info);
     if (!json) printf("test,depth,tokens,sequences,tok_per_s,threads,kernels,policy,hbm_ratio,evict_ratio\n");
     for (int k = 0; k < n_depths; k++) {
         int d = depths[k];
