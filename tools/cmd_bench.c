@@ -320,9 +320,10 @@ int cmd_bench(int argc, char **argv) {
     float *logits = NULL;
     int *seqs = NULL;
     int rc = 1;
-    double t_open = tkv_now_s(), t_model = 0;
-    if (tkv_model_open(c.model_path, &c.mp, &m, err, sizeof err) || (t_model = tkv_now_s(), 0) ||
-        tkv_session_open(m, &c.sp, &e, err, sizeof err)) {
+    double t_open = tkv_now_s();
+    int open_rc = tkv_model_open(c.model_path, &c.mp, &m, err, sizeof err);
+    double t_model = tkv_now_s();
+    if (open_rc || tkv_session_open(m, &c.sp, &e, err, sizeof err)) {
         fprintf(stderr, "tierkv bench: %s\n", err);
         goto done;
     }
