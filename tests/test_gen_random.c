@@ -269,13 +269,10 @@ TEST(gen_random_rng_skip) {
 
 /* FNV-1a of a file, or 0 */
 static uint64_t file_hash(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    static uint8_t b[1 << 16];
-    uint64_t h = TKV_FNV1A64_INIT;
     size_t n;
-    while ((n = fread(b, 1, sizeof b, f)) > 0) h = tkv_fnv1a64_more(h, b, n);
-    fclose(f);
+    char *b = t_slurp_n(path, &n);
+    uint64_t h = b ? tkv_fnv1a64(b, n) : 0;
+    free(b);
     return h;
 }
 

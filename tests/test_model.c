@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../tools/cmds.h"
 #include "backend/cpu/ops.h"
 #include "base/err.h"
 #include "base/hugemem.h"
@@ -276,10 +275,9 @@ TEST(model_bad_inputs_error_cleanly) {
  * once to prepare its copy. Without transparent huge pages the CPU backend maps too, and the
  * cpu-async case can no longer tell the two apart: the check says so. */
 TEST(model_weights_mapped_for_own_memory) {
-    char path[512], err[512];
-    snprintf(path, sizeof path, "%s/load-mode.gguf", t_tmpdir());
-    char *argv[] = {"gen-random", "--shape", "test-qwen3", "--type", "F16", "-o", path, NULL};
-    REQUIRE(cmd_gen_random(7, argv) == 0);
+    const char *path = t_gen_model("test-qwen3", "F16");
+    REQUIRE(path);
+    char err[512];
     static const struct { const char *backend; int mmap, copied; } C[] = {
         {"cpu", 0, 1}, {"cpu", 1, 0}, {"cpu-async", 0, 0}};
     int huge = tkv_huge_allowed();
@@ -298,7 +296,6 @@ TEST(model_weights_mapped_for_own_memory) {
                info.weights_copied);
         tkv_model_close(m);
     }
-    remove(path);
 }
 
 /* `tierkv bench --json` opens with a load row: how long the model and the session took, and whether
