@@ -593,13 +593,14 @@ PY
 # the file is written and read without the disk: the first device runs spent 44-51 s of their 300
 # writing the BF16 file to disk (2.9-3.4 s/GB). Our own files there from a run cut short are removed
 # first, and every exit removes them (they hold memory until the machine goes back).
+SHM_DIR=/dev/shm/tierkv-gpu
 pick_model_dir() {
-    local shm=/dev/shm/tierkv-gpu need=$TOKGB sum=0 mt avail= mem=
+    local shm=$SHM_DIR need=$TOKGB sum=0 mt avail= mem=
     for mt in $MODELS; do
         model_gb "${mt%%:*}" "${mt##*:}" && need=$(calc "($GB > $need) ? $GB : $need") sum=$(calc "$sum + $GB")
     done
     if [ -n "${MODEL_DIR:-}" ]; then MODEL_DIR_WHY="MODEL_DIR (set)"; else
-        [ "$DRY" = 0 ] && rm -f "$shm/tok.gguf" "$shm"/model-*.gguf
+        [ "$DRY" = 0 ] && MODEL_DIR=$shm drop_models
         avail=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 * 1024 / 1e9 }')
         mem=$(awk '/^MemAvailable:/ { print $2 * 1024 / 1e9 }' /proc/meminfo 2>/dev/null)
         MODEL_DIR=$WORK
@@ -1058,7 +1059,7 @@ on_exit() { trap - EXIT; summary; pack; drop_models; }
 drop_models() { # the model files, and the folder in memory that held them
     [ -n "${MODEL_DIR:-}" ] || return 0
     rm -f "$MODEL_DIR/tok.gguf" "$MODEL_DIR"/model-*.gguf
-    [ "$MODEL_DIR" = /dev/shm/tierkv-gpu ] && rmdir "$MODEL_DIR" 2>/dev/null
+    [ "$MODEL_DIR" = "$SHM_DIR" ] && rmdir "$MODEL_DIR" 2>/dev/null
     return 0
 }
 dry_sum() {
