@@ -1050,9 +1050,7 @@ for r in recs:
         print(f"elapsed {r['elapsed_s']} s of {r['budget_s']} s")
 PY
     # the targets, read off the rows above: met, not met or not measured (and why)
-    python3 bench/gpu_targets.py "$J" | tee -a "$OUT/summary.txt"
-    python3 bench/gpu_targets.py "$J" --json >"$OUT/.targets.tmp" && cat "$OUT/.targets.tmp" >>"$J"
-    rm -f "$OUT/.targets.tmp"
+    python3 bench/gpu_targets.py "$J" --append-json "$J" | tee -a "$OUT/summary.txt"
     pack
 }
 on_exit() { trap - EXIT; summary; pack; drop_models; }

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """gpu_targets.py: issue 46's targets, read off a bench/gpu.sh run's gpu.jsonl.
 
-usage: python3 bench/gpu_targets.py GPU.jsonl [--baseline GPU.jsonl] [--json]
+usage: python3 bench/gpu_targets.py GPU.jsonl [--baseline GPU.jsonl] [--json | --append-json FILE]
+
+--json prints the verdicts as JSON lines (kind=target); --append-json prints the text and appends those
+lines to FILE (gpu.sh: to the run's own gpu.jsonl, after reading it).
 
 Each target says "met", "not met" or "not measured" (with why), and the rows it read:
   decode BF16   `full` at batch 1, every depth measured, at least 70% of the HBM bound (bytes per
@@ -141,14 +144,16 @@ def split_target(rows, ratio):
 def main(argv):
     args = [a for a in argv if not a.startswith("--")]
     as_json = "--json" in argv
-    base_paths = BASELINES
-    if "--baseline" in argv:
-        i = argv.index("--baseline")
-        if i + 1 >= len(argv):
-            print("gpu_targets: --baseline needs a file", file=sys.stderr)
-            return 2
-        base_paths = [argv[i + 1]]
-        args = [a for a in args if a != argv[i + 1]]
+    opt = {}
+    for name in ("--baseline", "--append-json"):
+        if name in argv:
+            i = argv.index(name)
+            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+                print(f"gpu_targets: {name} needs a file", file=sys.stderr)
+                return 2
+            opt[name] = argv[i + 1]
+            args.remove(argv[i + 1])
+    base_paths = [opt["--baseline"]] if "--baseline" in opt else BASELINES
     if len(args) != 1:
         print(__doc__.split("\n\n")[1].splitlines()[0], file=sys.stderr)
         return 2
@@ -162,10 +167,17 @@ def main(argv):
     ratio = run_meta(recs).get("hbm_ratio", 0.5)
     ts = [decode_target(rows, "BF16", 70), decode_target(rows, "Q8_0", 60), prefill_target(rows, base, "BF16"),
           prefill_target(rows, base, "Q8_0"), tier_target(rows, ratio), split_target(rows, ratio)]
+    lines = [json.dumps(dict(kind="target", **t)) for t in ts]
     if as_json:
-        for t in ts:
-            print(json.dumps(dict(kind="target", **t)))
+        print("\n".join(lines))
         return 0
+    if "--append-json" in opt:
+        try:
+            with open(opt["--append-json"], "a") as f:
+                f.write("".join(l + "\n" for l in lines))
+        except OSError as e:
+            print(f"gpu_targets: {e}", file=sys.stderr)
+            return 2
     print("issue 46's targets (bench/gpu_targets.py):")
     for t in ts:
         print(f'  {t["target"]}: {t["verdict"].upper()} ({t["why"]}); needs {t["need"]}')
