@@ -85,6 +85,7 @@ void cu_upload_close(cu_backend *B) {
 int cu_prepare_weight(be_backend *b, be_mat *m, int role, char *err, size_t errlen) {
     cu_backend *B = cu_of(b);
     cu_bind(B);
+    cu_graph_break(B); /* it waits on events and copies from pageable memory: never inside a capture */
     (void)role; /* embed and matmul read the same layout */
     if (m->type & CW_TYPE_TAG) return 0;
     uint32_t t = m->type;
@@ -137,8 +138,8 @@ int cu_prepare_weight(be_backend *b, be_mat *m, int role, char *err, size_t errl
             size_t n = (size_t)nr * (size_t)st[a];
             if (!n) continue;
             uint8_t *dst = dev + off[a] + (size_t)r0 * (size_t)st[a];
-            if (pinned) CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, B->compute));
-            else CUDA_CHECK(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+            /* pageable: the call returns once the source is staged, so `own` may be reused */
+            CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, B->compute));
             src += n;
         }
         if (pinned) CUDA_CHECK(cudaEventRecord(B->up_ev[k], B->compute));
@@ -166,7 +167,9 @@ const float *cu_prepare_vector(be_backend *b, const float *host, int64_t n, char
         tkv_errf(err, errlen, "CUDA: cannot allocate a vector of %lld floats: %s", (long long)n, cudaGetErrorString(e));
         return NULL;
     }
-    if (n > 0) CUDA_CHECK(cudaMemcpy(d, host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+    /* on the compute stream (a blocking copy on the legacy stream is not ordered before its ops) */
+    cu_graph_break(B);
+    if (n > 0) CUDA_CHECK(cudaMemcpyAsync(d, host, (size_t)n * sizeof(float), cudaMemcpyHostToDevice, B->compute));
     cu_own(B, d);
     return d;
 }
