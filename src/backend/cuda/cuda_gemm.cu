@@ -185,7 +185,8 @@ int cu_gemm_open(cu_backend *B, int from, char *err, size_t errlen) {
     CUDA_CHECK(cudaMalloc(&L->ws, GEMM_WS_BYTES));
     CUDA_CHECK(cudaMalloc((void **)&L->konst, 2 * sizeof(float)));
     const float k[2] = {1.0f, 0.0f};
-    CUDA_CHECK(cudaMemcpy(L->konst, k, sizeof k, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpyAsync(L->konst, k, sizeof k, cudaMemcpyHostToDevice, B->compute));
+    CUDA_CHECK(cudaStreamSynchronize(B->compute)); /* k is on this stack */
     /* the stream first: setting it resets the workspace to the library's own */
     BLAS_CHECK(L, L->S->set_stream(L->h, B->compute));
     BLAS_CHECK(L, L->S->set_workspace(L->h, L->ws, GEMM_WS_BYTES));
@@ -361,6 +362,10 @@ static const float *x_as(cu_backend *B, int kind, int *have, const float *x, int
 static void gemm(cu_backend *B, int64_t m, int64_t n_tok, int64_t n_in, const float *ab, const void *a, cudaDataType at,
                  int64_t lda, const void *x, cudaDataType xt, float *y, int64_t ldy) {
     cu_blas *L = B->blas;
+    /* beta lies on the device, so cuBLAS cannot know at launch that it is 0 and skip reading C:
+     * C is zeroed first, so whatever bytes y held (a NaN) cannot reach the result */
+    CUDA_CHECK(cudaMemset2DAsync(y, (size_t)ldy * sizeof(float), 0, (size_t)m * sizeof(float), (size_t)n_tok,
+                                 B->compute));
     BLAS_CHECK(L, L->S->gemm_ex(L->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n_tok, (int)n_in, ab, a, at, (int)lda, x, xt,
                                 (int)n_in, ab + 1, y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
