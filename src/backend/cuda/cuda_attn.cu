@@ -488,6 +488,12 @@ void cu_attention(be_backend *b, const be_attn *a, void *scratch) {
         CU_REQUIRE(!((x.tiers >> i) & 1u) || a->pools->pool[i].mem != BE_MEM_HOST || a->pools->pool[i].n_chunks == 0,
                    "attention: a tier in pageable host memory (T2 of a KV module that keeps it in BE_MEM_HOST): read it "
                    "through STAGE (--staged) or leave it out with tiers (split)");
+    for (int i = 0; i < BE_N_POOLS; i++) { /* at_load reads these three record formats, any other as q8h */
+        const be_kv_pool *q = &a->pools->pool[i];
+        CU_REQUIRE(!((x.tiers >> i) & 1u) || q->n_chunks == 0 || q->fmt == BE_KV_F16 || q->fmt == BE_KV_F32 ||
+                       q->fmt == BE_KV_Q8_HEAD,
+                   "attention: a tier whose record format the kernels cannot read (kv_fmts allows F32, F16, Q8_HEAD)");
+    }
     x.q = a->q;
     x.tok = (const cu_tok_info *)(S + plan.tok_off);
     x.slots = (const int32_t *)(S + plan.slots_off);

@@ -194,6 +194,8 @@ static void cu_free(be_backend *b, void *p, be_mem mem) {
     cu_bind(cu_of(b));
     /* captured work not yet launched may read it: cudaFree waits for the device, not for a capture */
     if (mem != BE_MEM_HOST) cu_graph_break(cu_of(b));
+    /* attention's kept table image lies in a scratch: a new scratch at the same address is not it */
+    if (p == cu_of(b)->tables_scratch) cu_of(b)->tables_scratch = NULL;
     if (mem == BE_MEM_DEVICE) CUDA_CHECK(cudaFree(p)); /* waits for the device */
     else if (mem == BE_MEM_PINNED) CUDA_CHECK(cudaFreeHost(p));
     else free(p);
