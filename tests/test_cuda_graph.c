@@ -39,8 +39,9 @@ static char g_why[512]; /* why the engines did not open */
 typedef unsigned long long ull;
 
 static void report(const char *name, const cuda_graph_stats *st) {
-    printf("    %s: %llu captured, %llu updated, %llu instantiated, %llu broken\n", name, (ull)st->captures,
-           (ull)st->updated, (ull)st->instantiated, (ull)st->breaks);
+    printf("    %s: %llu captured, %llu updated, %llu instantiated, %llu broken, %llu updates refused (first: "
+           "result %d)\n", name, (ull)st->captures, (ull)st->updated, (ull)st->instantiated, (ull)st->breaks,
+           (ull)st->refused, st->refused_why);
 }
 
 /* Each of n_seq sequences a prompt of 45 tokens in chunks of 8 (the last of 5), then n_gen greedy

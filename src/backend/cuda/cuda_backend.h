@@ -29,6 +29,8 @@ typedef struct {
     uint64_t updated;      /* captures launched through a kept graph, updated in place */
     uint64_t instantiated; /* captures launched through a graph instantiated for them */
     uint64_t breaks;       /* captures ended early by an op that waits (the rest ran op by op) */
+    uint64_t refused;      /* updates the kept graph refused (then instantiated anew) */
+    int refused_why;       /* the first refusal's cudaGraphExecUpdateResult (0: none) */
 } cuda_graph_stats;
 void cuda_graph_counts(const be_backend *b, cuda_graph_stats *s);
 

@@ -34,6 +34,8 @@
  * take longer than their launches). Which holds on the H200 is for bench/gpu.sh to measure (its
  * `full graphs` job beside `full`), not for this file to assume. */
 
+#include <stdio.h>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_internal.h"
 
@@ -58,6 +60,13 @@ static cudaGraphExec_t exec_for(cu_backend *B, cudaGraph_t g, int n_tok, size_t 
          * an earlier launch, reported here) stops where it shows */
         if (r != cudaErrorGraphExecUpdateFailure) CUDA_CHECK(r);
         (void)cudaGetLastError(); /* the failure is not sticky: clear it before the next launch's check */
+        if (!G->st.refused++) { /* why, once a backend: a run that re-instantiates every step says so */
+            G->st.refused_why = (int)info.result;
+            cudaGraphNodeType nt = cudaGraphNodeTypeEmpty;
+            if (info.errorNode) (void)cudaGraphNodeGetType(info.errorNode, &nt);
+            fprintf(stderr, "cuda graph: the kept graph of %d tokens refused an update (cudaGraphExecUpdateResult %d, "
+                    "node type %d); instantiated anew\n", n_tok, (int)info.result, (int)nt);
+        }
         CUDA_CHECK(cudaGraphExecDestroy(e->exec)); /* (a launch in flight completes first) */
         e->exec = NULL;
     } else {

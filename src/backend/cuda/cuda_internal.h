@@ -225,7 +225,8 @@ int cu_graph_choice(int *on, char *err, size_t errlen); /* TIERKV_CUDA_GRAPH */
 void cu_graph_step_begin(be_backend *b, int n_tok);
 void cu_graph_step_end(be_backend *b);
 /* an op that must wait, or queue what a capture must not hold: ends a capture early (what it holds
- * is launched; the rest of the call runs op by op); nothing when not capturing */
+ * is launched; the rest of the call runs op by op); nothing when not capturing. The capture flag is
+ * not locked: only the forward's thread may call it (the transfer thread's copy_moves never does) */
 void cu_graph_break(cu_backend *B);
 void cu_graph_close(cu_backend *B);
 /* cuda_dense.cu */
