@@ -945,8 +945,10 @@ static void matmul_cases(be_backend *B, const int64_t *toks, int n_toks, int *in
     for (int ti = 0; ti < N_TYPES; ti++)
         for (int li = 0; li < 3; li++)
             for (int tk = 0; tk < n_toks; tk++) {
-                /* two outputs of one activation: of two types (two launches), or of one (one launch) */
-                uint32_t t = TYPES[ti], t2 = tk == 1 ? t : TYPES[(ti + 3) % N_TYPES];
+                /* two outputs of one activation: of two types (two launches), or of one (one launch; at
+                 * 11 tokens the 16-bit and F32 types then go to cuBLAS, which takes a call only when
+                 * every output does, and a quantised type only from 32 tokens) */
+                uint32_t t = TYPES[ti], t2 = tk == 1 || tk == 3 ? t : TYPES[(ti + 3) % N_TYPES];
                 int64_t n_in = n_ins[li], nt = toks[tk];
                 /* 896 (Qwen2.5-0.5B's rows: 56 units, a last step with idle lanes) only for the types of 32-blocks */
                 if (n_in % 256 && (cw_block(t) > 32 || cw_block(t2) > 32)) continue;
@@ -1029,7 +1031,7 @@ static void matmul_cases(be_backend *B, const int64_t *toks, int n_toks, int *in
  * kernels); with the scratch matmul_scratch asks for, the quantised types run the integer kernels,
  * whose reference rounds x to Q8_0 blocks first (the float product is 1e-3 away from it, so a
  * kernel that skipped or changed the rounding fails), and a call of as many tokens as
- * cuda_gemm_from asks for (11 and 40 tokens) goes to cuBLAS, whose reference rounds x (and
+ * cuda_gemm_from asks for (11 tokens of 16-bit or F32 outputs only, 40 of any) goes to cuBLAS, whose reference rounds x (and
  * quantised weights) to 16 bits as cuda_gemm.cu says (the unrounded product is 1e-3 away). Every
  * token count the kernels are compiled for alone (1, 2, 3, 8) and across launches (11), and no store
  * lands past a token's rows (the output stride is wider than them: poisoned padding). */
