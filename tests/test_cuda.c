@@ -15,6 +15,8 @@
  *     what each row's own tables hold; its size stays under the scratch bound.
  *   cuda_host_ring: ring reservations are aligned, inside one segment, and a segment is entered only
  *     after it was left (its event recorded).
+ *   cuda_host_arena: the weights' arena hands out aligned, disjoint ranges inside its chunk and says
+ *     when one does not fit, leaving the chunk as it was.
  *   cuda_host_blas_probe: cuBLAS loads from the toolkit as the backend loads it (skips where the
  *     toolkit has none), and a library named by TIERKV_CUBLAS that is not there fails naming it.
  * With a GPU (`make cuda`): every op against the CPU reference on fresh random data, outputs
@@ -753,6 +755,31 @@ TEST(cuda_host_ring) {
     }
     CHECK(bad == 0);
     CHECK(entered_n > 4);
+}
+
+TEST(cuda_host_arena) {
+    size_t used = 0, cap = 1 << 16, prev_end = 0;
+    int bad = 0, refused = 0;
+    for (int i = 0; i < 4000; i++) {
+        size_t bytes = rnd() % 5000, align = (size_t)1 << (rnd() % 9), was = used;
+        size_t at = cu_arena_take(&used, cap, bytes, align);
+        if (at == SIZE_MAX) {
+            refused++;
+            /* refused only where the aligned range would pass the chunk's end; nothing taken */
+            if (used != was || ((was + align - 1) & ~(align - 1)) + bytes <= cap) bad++;
+            used = 0, prev_end = 0; /* a new chunk */
+            continue;
+        }
+        if (at % align || at < prev_end || at + bytes > cap || used != at + bytes || at - was >= align) bad++;
+        prev_end = at + bytes;
+    }
+    CHECK(bad == 0);
+    CHECK(refused > 10);
+    size_t u = 5;
+    CHECK(cu_arena_take(&u, 64, 0, 256) == SIZE_MAX && u == 5); /* the aligned offset itself past the end */
+    u = 0;
+    CHECK(cu_arena_take(&u, 64, 64, 256) == 0 && u == 64);
+    CHECK(cu_arena_take(&u, SIZE_MAX, SIZE_MAX, 1) == SIZE_MAX && u == 64); /* no wrap around */
 }
 
 /* TIERKV_CUDA_GEMV: a bad value is refused at open, naming the variable, before any device is asked

@@ -171,6 +171,9 @@ struct cu_backend {
     int tok_cap, piece_cap;
     /* host threads for the host work between ops (be_ops.host_for: the KV cache's score update) */
     struct tkv_workers *workers;
+    /* the weights' arena (cuda_plan.h): the chunk small weights are carved from, and its bytes taken */
+    uint8_t *warena;
+    size_t warena_used;
     /* memory prepare_* made, freed at close */
     void **owned;
     int n_owned, cap_owned;

@@ -82,6 +82,32 @@ void cu_upload_close(cu_backend *B) {
     B->up_buf[0] = B->up_buf[1] = NULL;
 }
 
+/* Device memory for a weight of total bytes: carved from the arena's chunk (a new chunk when it is
+ * full) where the weight is small, else (or where no chunk can be had) an allocation of its own,
+ * which *own says; NULL with *e where not even that can be had. */
+static uint8_t *weight_mem(cu_backend *B, size_t total, int *own, cudaError_t *e) {
+    *own = 0;
+    if (total <= CU_WARENA_OWN) {
+        size_t at = B->warena ? cu_arena_take(&B->warena_used, CU_WARENA_BYTES, total, 256) : SIZE_MAX;
+        if (at != SIZE_MAX) return B->warena + at;
+        uint8_t *c = NULL;
+        if (cudaMalloc((void **)&c, CU_WARENA_BYTES) == cudaSuccess) {
+            cu_own(B, c);
+            B->warena = c, B->warena_used = 0;
+            return c + cu_arena_take(&B->warena_used, CU_WARENA_BYTES, total, 256);
+        }
+        (void)cudaGetLastError(); /* nearly full: an allocation of the weight's own size may still fit */
+    }
+    uint8_t *dev = NULL;
+    *e = cudaMalloc((void **)&dev, total);
+    if (*e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    *own = 1;
+    return dev;
+}
+
 int cu_prepare_weight(be_backend *b, be_mat *m, int role, char *err, size_t errlen) {
     cu_backend *B = cu_of(b);
     cu_bind(B);
@@ -98,12 +124,11 @@ int cu_prepare_weight(be_backend *b, be_mat *m, int role, char *err, size_t errl
     if (!total)
         return tkv_errf(err, errlen, "CUDA backend: a %s matrix with rows of %lld elements (needs a multiple of %d)",
                         ggml_type_name(t), (long long)m->n_in, cw_block(t) > 32 ? cw_block(t) : 32);
-    uint8_t *dev = NULL;
-    cudaError_t e = cudaMalloc((void **)&dev, total);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
+    int own_mem;
+    cudaError_t e = cudaSuccess;
+    uint8_t *dev = weight_mem(B, total, &own_mem, &e);
+    if (!dev)
         return tkv_errf(err, errlen, "CUDA: cannot allocate %zu bytes for a weight: %s", total, cudaGetErrorString(e));
-    }
     cw_mat *cm = (cw_mat *)calloc(1, sizeof *cm);
     CU_REQUIRE(cm, "out of host memory");
     size_t file_row = (size_t)ggml_row_bytes(t, m->n_in);
@@ -118,7 +143,7 @@ int cu_prepare_weight(be_backend *b, be_mat *m, int role, char *err, size_t errl
     uint8_t *own = NULL;
     if (rows < 1) rows = 1;
     if (!pinned && !(own = (uint8_t *)malloc((size_t)rows * row_bytes))) {
-        cudaFree(dev);
+        if (own_mem) cudaFree(dev); /* (arena bytes stay taken: the chunk is freed at close) */
         free(cm);
         return tkv_errf(err, errlen, "out of host memory staging a weight");
     }
@@ -150,7 +175,7 @@ int cu_prepare_weight(be_backend *b, be_mat *m, int role, char *err, size_t errl
     cm->n_out = m->n_out;
     cm->a = dev + off[0], cm->b = dev + off[1], cm->c = dev + off[2];
     cm->sa = st[0], cm->sb = st[1], cm->sc = st[2];
-    cu_own(B, dev);
+    if (own_mem) cu_own(B, dev);
     cu_own(B, cm);
     m->data = cm;
     m->type = CW_TYPE_TAG | t;

@@ -395,3 +395,13 @@ size_t cu_ring_take(cu_ring_pos *r, size_t bytes, size_t align, int *left, int *
     r->head = at + bytes;
     return at;
 }
+
+/* ---- the weights' arena ---- */
+
+size_t cu_arena_take(size_t *used, size_t cap, size_t bytes, size_t align) {
+    TKV_ASSERT(align && !(align & (align - 1)));
+    size_t at = (*used + align - 1) & ~(align - 1);
+    if (at < *used || at > cap || bytes > cap - at) return SIZE_MAX;
+    *used = at + bytes;
+    return at;
+}

@@ -156,6 +156,17 @@ void cu_ring_init(cu_ring_pos *r, size_t cap, int n_seg);
  * entered; otherwise both are -1. */
 size_t cu_ring_take(cu_ring_pos *r, size_t bytes, size_t align, int *left, int *entered);
 
+/* ---- the weights' arena ---------------------------------------------------------------------- */
+
+/* Weights of at most CU_WARENA_OWN bytes are carved out of device chunks of CU_WARENA_BYTES instead
+ * of a cudaMalloc each (a MoE file prepares one matrix per expert slice: 18432 for 48 layers of 128
+ * experts, each about 1 MB), larger ones get an allocation of their own. cu_arena_take: the offset,
+ * aligned to align (a power of two), of bytes in a chunk of cap bytes whose first *used are taken,
+ * *used moved past it; SIZE_MAX, *used unchanged, where it does not fit (a new chunk is then taken). */
+#define CU_WARENA_BYTES ((size_t)64 << 20)
+#define CU_WARENA_OWN ((size_t)8 << 20)
+size_t cu_arena_take(size_t *used, size_t cap, size_t bytes, size_t align);
+
 #ifdef __cplusplus
 }
 #endif
