@@ -98,9 +98,12 @@ CC_VERSION := $(shell $(CC) -dumpfullversion -dumpversion 2>/dev/null | head -1)
 NVCC_RELEASE = $(shell $(NVCC) --version 2>/dev/null | grep -o 'release [0-9.]*' | cut -d' ' -f2)
 BUILD_FLAGS = $(strip $(CC) $(CC_VERSION) $(OPT) $(CFLAGS))$(if $(filter 1,$(CUDA)), +cuda nvcc $(or $(NVCC_RELEASE),unknown) \
               $(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(CU_ARCH)))))$(if $(filter 0,$(SERVE)), +noserve)
+# The sources' hash (scripts/sources-hash.sh): what bench/gpu.sh compares where the tree has no .git
+SOURCES_HASH = $(shell sh scripts/sources-hash.sh 2>/dev/null || echo unknown)
 $(BUILD)/src/base/version.o: src/base/version.c FORCE
 	@mkdir -p $(dir $@)
-	$(CC) $(BASEFLAGS) $(CFLAGS) -DTKV_COMMIT='"$(GIT_COMMIT)"' -DTKV_FLAGS='"$(BUILD_FLAGS)"' -c $< -o $@
+	$(CC) $(BASEFLAGS) $(CFLAGS) -DTKV_COMMIT='"$(GIT_COMMIT)"' -DTKV_FLAGS='"$(BUILD_FLAGS)"' \
+	    -DTKV_SOURCES='"$(SOURCES_HASH)"' -c $< -o $@
 FORCE:
 
 $(BUILD)/libtierkv.a: $(LIB_OBJ)

@@ -426,8 +426,9 @@ TEST(cli_serve_absent_in_serve0_build) {
 #endif
 }
 
-/* `tierkv --version` names the build: the commit on its first line (what gpu.sh compares with the
- * tree), the compiler and flags on its second (what results files record as build_flags). */
+/* `tierkv --version` names the build: the commit on its first line, the compiler and flags on its
+ * second (what results files record as build_flags), the sources' hash on its third (what gpu.sh
+ * compares with the tree: scripts/sources-hash.sh, run here again when the script is at hand). */
 TEST(cli_version_names_build) {
     char out[700], *argv[] = {(char *)t_bin(), "--version", NULL};
     snprintf(out, sizeof out, "%s/version.txt", t_tmpdir());
@@ -438,9 +439,20 @@ TEST(cli_version_names_build) {
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
     char *text = t_slurp(out);
     REQUIRE(text);
-    char commit[64] = "", flags[400] = "";
-    CHECKF(sscanf(text, "tierkv %63s\nbuilt with: %399[^\n]", commit, flags) == 2, "--version printed: %s", text);
+    char commit[64] = "", flags[400] = "", sources[64] = "";
+    CHECKF(sscanf(text, "tierkv %63s\nbuilt with: %399[^\n]\nsources: %63s", commit, flags, sources) == 3,
+           "--version printed: %s", text);
     CHECKF(strlen(commit) >= 7 && strstr(flags, "-O"), "commit '%s', flags '%s'", commit, flags);
+    CHECKF(!strcmp(sources, tkv_build_sources()), "the binary's sources '%s', these tests' '%s'", sources,
+           tkv_build_sources());
+    FILE *p = access("scripts/sources-hash.sh", R_OK) ? NULL : popen("sh scripts/sources-hash.sh", "r");
+    if (p) { /* from the repository root, on the tree these tests were built from */
+        char now[64] = "";
+        CHECK(fscanf(p, "%63s", now) == 1);
+        pclose(p);
+        CHECKF(strlen(now) == 16 && !strcmp(now, sources), "scripts/sources-hash.sh says '%s', the binary '%s'", now,
+               sources);
+    }
     /* `make test` names the binary built beside these tests: the same stamp (a CUDA build's "+cuda nvcc
      * 13.0 sm_90 compute_90", SERVE=0's "+noserve") */
     if (getenv("TIERKV_BIN"))

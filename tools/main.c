@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) { usage(stdout); return 0; }
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
-        printf("tierkv %s\nbuilt with: %s\n", tkv_build_commit(), tkv_build_flags());
+        printf("tierkv %s\nbuilt with: %s\nsources: %s\n", tkv_build_commit(), tkv_build_flags(), tkv_build_sources());
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -1,4 +1,4 @@
-/* version.c — build stamp (see version.h). TKV_COMMIT and TKV_FLAGS come from the Makefile, which
+/* version.c — build stamp (see version.h). TKV_COMMIT, TKV_FLAGS and TKV_SOURCES come from the Makefile, which
  * recompiles this one file at every build so the stamp never goes stale. */
 #include "base/version.h"
 
@@ -8,9 +8,13 @@
 #ifndef TKV_FLAGS
 #define TKV_FLAGS "unknown"
 #endif
+#ifndef TKV_SOURCES
+#define TKV_SOURCES "unknown"
+#endif
 
 const char *tkv_build_commit(void) { return TKV_COMMIT; }
 const char *tkv_build_flags(void) { return TKV_FLAGS; }
+const char *tkv_build_sources(void) { return TKV_SOURCES; }
 
 uint64_t tkv_fnv1a64_more(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;

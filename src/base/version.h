@@ -8,6 +8,8 @@
 
 const char *tkv_build_commit(void); /* e.g. "68a244b0c1d2" or "68a244b0c1d2-dirty"; "unknown" outside git */
 const char *tkv_build_flags(void);  /* compiler, optimisation and extra CFLAGS */
+/* scripts/sources-hash.sh over the tree it was built from (uncommitted changes included); "unknown" */
+const char *tkv_build_sources(void);
 
 /* FNV-1a 64 of n bytes: the per-line check of results files (tamper-evident against hand edits,
  * not against a forger who recomputes it). */
