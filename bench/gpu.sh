@@ -8,22 +8,27 @@
 #   bench/gpu.sh --quick       binary, op checks, token check, one engine job (BUDGET 120 s)
 #   bench/gpu.sh --dry-run [--quick]   prints the plan: every job, its estimated seconds, whether it
 #                              fits, and the sum; touches no GPU, runs no nvidia-smi, builds nothing
-# Before a run, on the dev machine: `make cuda SERVE=0` and carry build-cuda/tierkv and
-# build-cuda/tierkv-tests (a GPU machine has no libmicrohttpd or jansson, and building there costs
-# time). Without a runnable prebuilt binary of this tree the script builds there: `make cuda SERVE=0
+# Before a run, on the dev machine: `bash scripts/gpu-carry.sh` (it builds `make cuda SERVE=0`, packs
+# build-cuda/tierkv and build-cuda/tierkv-tests into build-cuda/carry.tar.xz, the one path to carry:
+# the tree and the two binaries unpacked exceed what travels; puts the graph check's fixture in
+# shared/ and checks the size; a GPU machine has no libmicrohttpd or jansson, and building there
+# costs time). Without a runnable prebuilt binary of this tree the script builds there: `make cuda SERVE=0
 # WERROR=` (with a BACKEND_FLAG other than cuda, the CPU dry run's: `make BUILD=BIN_DIR`, so that
 # BIN_DIR=build stays a CPU build).
 #
 # The plan, in priority order (a job whose estimate would not end MARGIN seconds before BUDGET is
 # skipped and named; a decode job over two depths that does not fit runs the first depth alone):
 #   1. preflight: nvcc and gcc versions, nvidia-smi (GPU, driver, free memory), the machine's
-#      available memory exported as TIERKV_MEM_AVAILABLE (bytes: MemAvailable, or the cgroup's
-#      room when smaller; src/base/meminfo.c reads it); where neither the loader's path nor the
+#      available memory recorded (bytes: MemAvailable, or the cgroup's room when smaller; the
+#      engine reads both itself, src/base/meminfo.c); where neither the loader's path nor the
 #      toolkit has libcublas.so.13, TIERKV_CUBLAS set to Python's CUDA wheel's copy if there is one;
-#   2. binary: the prebuilt BIN_DIR/tierkv when `--version` runs, ldd resolves and its commit is what
-#      the Makefile stamps for this tree (git describe --always --dirty --abbrev=12 --exclude '*';
-#      EXPECT_COMMIT where the copy has no .git; neither: recorded as not compared), else a build (a
-#      stale binary whose build fails ends the run); the record names both commits and the sha256;
+#   2. binary: the prebuilt BIN_DIR/tierkv (unpacked first from BIN_DIR/carry.tar.xz, what
+#      scripts/gpu-carry.sh packs, where a binary is missing or older) when `--version` runs, ldd
+#      resolves and the sources' hash it prints is this tree's (scripts/sources-hash.sh; a binary
+#      without one: its commit against what the Makefile stamps for this tree, git describe
+#      --always --dirty --abbrev=12 --exclude '*', or EXPECT_COMMIT where the copy has no .git;
+#      neither: recorded as not compared), else a build (a stale binary whose build fails ends the
+#      run); the record names both and the sha256;
 #   3. CUDA op checks: BIN_DIR/tierkv-tests cuda (every op against the CPU reference; its first
 #      GPU line names what runs the many-token matmuls: cuBLAS, or the kernels and why); where they
 #      fail, the graph check alone (cuda_graph: decode steps as CUDA graphs against op by op; if it
@@ -55,7 +60,7 @@
 #      direct at DEPTHS per model, and on the first model, where time is left, staged with
 #      --host-scores at the deepest of DEPTHS (the attention weights read back every step: the
 #      before of the score update on the GPU). A model's file stays between its phases where memory
-#      holds every model's (MODEL_KEEP), else it is written again for phase 2;
+#      (or, for files on disk, the disk) holds every model's (MODEL_KEEP), else it is written again;
 #   8. where time is left: Qwen3 on the GPU: tierkv-tests qwen3_reference_logits_gpu (the F16
 #      test-qwen3 and test-qwen3moe files against the reference engine's logits, with the CPU's
 #      bounds; the per-head q/k norms and the experts' combine_rows), recorded on its own;
@@ -94,7 +99,7 @@
 #
 # Variables (environment): OUT (bench/out), WORK (scratch, /tmp/tierkv-gpu), MODEL_DIR (gen-random's
 # files: /dev/shm/tierkv-gpu where memory holds them, else WORK; "model files in" below), MODEL_KEEP
-# (0/1: every model's file kept between the phases; default 1 where they are in memory and it holds all),
+# (0/1: every model's file kept between the phases; default 1 where the memory or disk they are on holds all),
 # BUDGET, MARGIN (10), BIN_DIR (build-cuda), THREADS (nproc), MODELS ("r1-distill-qwen-7b:Q8_0
 # r1-distill-qwen-7b:BF16": Q8_0 first, so its block fits the 300 s), DEPTHS ("2048 8192"), LONG_DEPTH (32768; empty: none), HBM_RATIO (0.5),
 # NGEN (32 decode steps), REPS (2), PREFILL (2048), TOKSHAPE (r1-distill-qwen-7b), TOKLAYERS (2), TOKTYPE (Q8_0),
@@ -152,6 +157,9 @@ WORK=${WORK:-/tmp/tierkv-gpu}
 BIN_DIR=${BIN_DIR:-build-cuda}
 BIN=$BIN_DIR/tierkv
 TBIN=$BIN_DIR/tierkv-tests
+# the fixtures the GPU checks read (the graph check's model): a shared/ folder inside the checkout
+# travels to the GPU machine, the one beside it does not (scripts/gpu-carry.sh fills it)
+if [ -z "${TIERKV_SHARED:-}" ] && [ -d shared/fixtures ]; then export TIERKV_SHARED=$PWD/shared; fi
 THREADS=${THREADS:-$(nproc)}
 BACKEND_FLAG=${BACKEND_FLAG:---backend cuda}
 STAGED_FLAG=${STAGED_FLAG:---staged}
@@ -334,13 +342,21 @@ preflight() {
         local room=$((cg_max > cg_cur ? cg_max - cg_cur : 0))
         [ "$room" -lt "$mem" ] && mem=$room
     fi
-    export TIERKV_MEM_AVAILABLE=$mem
+    # recorded, not exported: the engine reads MemAvailable and the cgroup itself when it needs them
+    # (src/base/meminfo.c), after the model files in /dev/shm have taken their share
     # cuBLAS: the backend loads libcublas.so.13 from the loader's path or the toolkit's lib64; where
     # neither has it, Python's CUDA wheel may
     local cublas="loader or toolkit"
-    if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.13 ' && [ ! -e "${CUDA_HOME:-/usr/local/cuda}/lib64/libcublas.so.13" ] &&
-        [ -z "${TIERKV_CUBLAS:-}" ]; then
-        cublas=$(python3 -c 'import nvidia.cublas as c, os; print(os.path.join(list(c.__path__)[0], "lib", "libcublas.so.13"))' 2>/dev/null)
+    # (grep reads the whole listing: `grep -q` would close the pipe early, and under pipefail
+    # ldconfig's SIGPIPE would read as "not found")
+    if [ "$(ldconfig -p 2>/dev/null | grep -c 'libcublas\.so\.13 ')" = 0 ] &&
+        [ ! -e "${CUDA_HOME:-/usr/local/cuda}/lib64/libcublas.so.13" ] && [ -z "${TIERKV_CUBLAS:-}" ]; then
+        # the CUDA 13 wheels keep their libraries in nvidia/cu13/lib, the CUDA 12 ones in nvidia/cublas/lib
+        cublas=$(python3 -c 'import glob, os, site
+for d in site.getsitepackages() + [site.getusersitepackages()]:
+    for sub in ("nvidia/cu13/lib", "nvidia/cublas/lib"):
+        f = os.path.join(d, sub, "libcublas.so.13")
+        if os.path.exists(f): print(f); raise SystemExit' 2>/dev/null)
         if [ -n "$cublas" ] && [ -e "$cublas" ]; then export TIERKV_CUBLAS=$cublas; else cublas="none found"; fi
     fi
     # the HBM bound's datasheet figure, by the GPU's name (the probe's measured copy replaces it)
@@ -351,7 +367,7 @@ preflight() {
         else BW='' BW_FROM="no datasheet figure for '${gname:-no GPU}': the HBM bound is not computed unless the probe measures it"; fi
     fi
     echo "nvcc $nvcc: $nv"; echo "gcc: $gv"; echo "gpu: ${smi:-none (nvidia-smi failed)}"; echo "cuBLAS: $cublas"
-    echo "TIERKV_MEM_AVAILABLE=$mem ($(calc "$mem / 1073741824") GiB)"; echo "threads: $THREADS"
+    echo "memory available: $mem B ($(calc "$mem / 1073741824") GiB)"; echo "threads: $THREADS"
     echo "HBM bound: ${BW:-none} B/s ($BW_FROM); estimates at $HBM_EST B/s"
     jl kind=preflight nvcc="$nvcc" nvcc_version="$nv" gcc="$gv" gpu="${smi:-none}" \
         mem_available_bytes="$mem" cublas="$cublas" threads="$THREADS" budget_s="$BUDGET" quick="$QUICK" \
@@ -371,6 +387,17 @@ runnable() { # BIN and TBIN run and resolve their libraries
 # 1 when they differ (a stale binary)
 stamp_check() {
     STAMP_BIN=$("$BIN" --version 2>/dev/null | awk 'NR == 1 { print $2 }')
+    # the sources' hash (scripts/sources-hash.sh), where the binary prints one: needs no .git, and
+    # takes uncommitted changes into account
+    local hbin htree
+    hbin=$("$BIN" --version 2>/dev/null | sed -n 's/^sources: //p')
+    htree=$(sh scripts/sources-hash.sh 2>/dev/null)
+    if [ -n "$hbin" ] && [ "$hbin" != unknown ] && [ -n "$htree" ]; then
+        STAMP_TREE="sources $htree"
+        if [ "$hbin" = "$htree" ]; then STAMP="match (the sources' hash, $htree; the binary names commit $STAMP_BIN)"; return 0; fi
+        STAMP="DIFFERS: the binary's sources hash to $hbin, the tree's to $htree (scripts/sources-hash.sh)"
+        return 1
+    fi
     STAMP_TREE=$(git describe --always --dirty --abbrev=12 --exclude '*' 2>/dev/null) || STAMP_TREE=
     local from="git describe, as the Makefile" src="src include tools tests Makefile"
     if [ -z "$STAMP_TREE" ] && [ -n "${EXPECT_COMMIT:-}" ]; then STAMP_TREE=$EXPECT_COMMIT from=EXPECT_COMMIT; fi
@@ -422,14 +449,18 @@ binary_note() {
 # ---- 3. op checks -----------------------------------------------------------------------------
 OPS_NOGPU= # why the op checks did not reach the GPU (their GPU tests skipped), if they did not
 op_checks() {
-    run_to 60 "$TBIN" cuda >"$L/tests.log" 2>&1
+    # --quick: a shorter limit, and no rerun after a hang (a hung suite would take most of its 120 s)
+    local lim=60; [ "$QUICK" = 1 ] && lim=40
+    run_to $lim "$TBIN" cuda >"$L/tests.log" 2>&1
     local rc=$?
     grep -E "rel err|exact|FAIL|^ok|^skip|passed|cuda: |cuBLAS" "$L/tests.log" | tail -60
     # a GPU test that skips because the device did not open (GPU_OR_SKIP's reason is the backend's
     # "CUDA: ..." message) is a failure here; other skips (cuBLAS not in use, TIERKV_CUDA_GRAPH=off, a
     # fixture of the shared folder not on this machine) are recorded and do not stop the plan
-    local nogpu other; nogpu=$(grep -E '^skip cuda_[a-z0-9_]+: CUDA: ' "$L/tests.log")
-    other=$(grep -E '^skip cuda_' "$L/tests.log" | grep -v -E '^skip cuda_[a-z0-9_]+: CUDA: ' | paste -sd ';' -)
+    # (a build without CUDA in BIN_DIR skips them all "built without CUDA": no GPU under it either)
+    local nogpu other re='^skip cuda_[a-z0-9_]+: (CUDA: |built without CUDA)'
+    nogpu=$(grep -E "$re" "$L/tests.log")
+    other=$(grep -E '^skip cuda_' "$L/tests.log" | grep -v -E "$re" | paste -sd ';' -)
     [ -n "$nogpu" ] && OPS_NOGPU="$(wc -l <<<"$nogpu") GPU tests skipped, the first: $(head -1 <<<"$nogpu")"
     [ -n "$other" ] && echo "op checks skipped (not for the device): $other"
     local gskip; gskip=$(grep -E '^skip cuda_graph_decode' "$L/tests.log")
@@ -448,7 +479,7 @@ op_checks() {
             GRAPHS_OK=0
             jl kind=meta graphs=unchecked why="the op checks hung before the graph check passed"
         fi
-        if [ -n "$failing" ]; then
+        if [ -n "$failing" ] && [ "$QUICK" = 0 ]; then
             # shellcheck disable=SC2086 # the names
             run_to 30 "$TBIN" $failing >"$L/tests-rerun.log" 2>&1
             local rcr=$?
@@ -465,7 +496,10 @@ op_checks() {
     if [ $rc -ne 0 ]; then
         run_to 40 "$TBIN" cuda_graph >"$L/tests-graph.log" 2>&1
         local rcg=$?
-        grep -E "FAIL|captured|passed" "$L/tests-graph.log" | tail -10
+        grep -E "FAIL|captured|passed|^skip" "$L/tests-graph.log" | tail -10
+        # a skipped graph check (no fixture) passes nothing: the graphs stay unchecked
+        grep -q '^skip cuda_graph_decode' "$L/tests-graph.log" && jl kind=meta graphs=unchecked \
+            why="the graph check skipped: $(grep -m1 '^skip cuda_graph_decode' "$L/tests-graph.log")"
         jl kind=result job=op_checks_graph rc=$rcg summary="$(tail -1 "$L/tests-graph.log")"
         if [ $rcg -ne 0 ]; then
             GRAPHS_OK=0 graph_env=off
@@ -617,7 +651,12 @@ pick_model_dir() {
     # every model's file kept between the phases: MODEL_KEEP (0 or 1) if set, else where the files
     # are in memory with room for all of them and the engine's host side
     if [ -n "${MODEL_KEEP:-}" ]; then MODEL_KEEP_WHY="MODEL_KEEP (set)"
-    elif [ "$MODEL_DIR" != "$shm" ]; then MODEL_KEEP=0 MODEL_KEEP_WHY="not in memory"
+    elif [ "$MODEL_DIR" != "$shm" ]; then # on disk: kept where the disk holds them all
+        local disk; disk=$(df -Pk "$(dirname "$MODEL_DIR")" 2>/dev/null | awk 'NR == 2 { print $4 * 1024 / 1e9 }')
+        [ -d "$MODEL_DIR" ] && disk=$(df -Pk "$MODEL_DIR" 2>/dev/null | awk 'NR == 2 { print $4 * 1024 / 1e9 }')
+        if [ "$(calc "(${disk:-0} >= $sum + 2)")" = 1 ]; then
+            MODEL_KEEP=1 MODEL_KEEP_WHY=$(printf 'on disk, %.1f GB free for all %.1f GB' "$disk" "$sum")
+        else MODEL_KEEP=0 MODEL_KEEP_WHY=$(printf 'on disk, %.1f GB free: not all %.1f GB' "${disk:-0}" "$sum"); fi
     elif [ "$(calc "(${avail:-0} >= $sum + 2) && (${mem:-0} >= $sum + $need + 8)")" = 1 ]; then
         MODEL_KEEP=1 MODEL_KEEP_WHY=$(printf 'memory holds all %.1f GB' "$sum")
     else MODEL_KEEP=0 MODEL_KEEP_WHY=$(printf 'memory does not hold all %.1f GB' "$sum"); fi
@@ -809,7 +848,11 @@ bench_job() {
     local name="$label d=${depths// /,}" tag=${label// /_}_${depths// /_}
     tag=${tag//\//-}
     if [ "$MODEL_OK" = 0 ]; then skip "$name" "$est" "no model file (its gen-random was skipped or failed)"; return 1; fi
-    BJ=("$@") BJ_MODE=$mode BJ_DEPTHS=$depths BJ_PP=$pp BJ_NG=$ng BJ_TAG=$tag BJ_EST=$est
+    # the kill limit from the estimate at a factor of 1 at least: jobs that ran fast (full, prefill)
+    # lower the factor, which must not cut a slower mode's job short
+    local lim=$est
+    if [ "$(calc "($JOB_FACTOR < 1)")" = 1 ]; then lim=$(JOB_FACTOR=1 bench_est "$MGB" "$KVTOK" "$mode" "$depths" "$pp" "$ng"); fi
+    BJ=("$@") BJ_MODE=$mode BJ_DEPTHS=$depths BJ_PP=$pp BJ_NG=$ng BJ_TAG=$tag BJ_EST=$est BJ_LIM=$lim
     STEP_WALL=
     step "$name" "$est" bench_run
     local rc=$?
@@ -837,7 +880,7 @@ bench_run() {
     # shellcheck disable=SC2206 # the backend flag may be several words
     local cmd=(env ${envs[@]+"${envs[@]}"} "$BIN" bench -m "$MODEL" $BACKEND_FLAG -t "$THREADS" -p "$BJ_PP" -n "$BJ_NG"
         --reps "$REPS" -d "${BJ_DEPTHS// /,}" --json --stats-json "$L/$tag.stats.json" ${extra[@]+"${extra[@]}"} "${BJ[@]}")
-    run_to $((BJ_EST * 2 + 10)) "${cmd[@]}" >"$L/$tag.jsonl" 2>"$L/$tag.err"
+    run_to $((BJ_LIM * 2 + 10)) "${cmd[@]}" >"$L/$tag.jsonl" 2>"$L/$tag.err"
     local rc=$? wall; wall=$(calc "$(date +%s.%N) - $t0")
     kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
     [ $rc -ne 0 ] && tail -3 "$L/$tag.err"
@@ -917,7 +960,7 @@ PY
 # the first model's longer jobs: phase 1 for each model in MODELS order (full, prefill, staged and
 # split at DEPTHS; on the first model the kernels' prefill and full with graphs), then phase 2 (the
 # first model's long pair and host-scores, every model's direct). A model's file stays in MODEL_DIR
-# between its phases where memory holds every model's (MODEL_KEEP: "kept between phases" in the
+# between its phases where memory or disk holds every model's (MODEL_KEEP: "kept between phases" in the
 # log), else it is removed after each phase and written again for the next.
 declare -A MODEL_HAVE=() # SHAPE:TYPE -> 1 while its file is in MODEL_DIR
 model_file() { echo "$MODEL_DIR/model-$1-$2.gguf"; }
@@ -1081,6 +1124,15 @@ else
         expect_commit="${EXPECT_COMMIT:-}" tierkv_env="$(tierkv_env)"
 fi
 step "preflight" 5 preflight
+# the binaries carried packed (scripts/gpu-carry.sh: the tree and two unstripped binaries exceed what
+# travels to the machine): unpacked where one is missing or older than the archive (-m: they are
+# then newer than it, so the next run leaves them)
+CARRY=$BIN_DIR/carry.tar.xz
+if [ -f "$CARRY" ] && { [ ! -x "$BIN" ] || [ ! -x "$TBIN" ] || [ "$CARRY" -nt "$BIN" ] || [ "$CARRY" -nt "$TBIN" ]; }; then
+    if tar -xJmf "$CARRY" -C "$BIN_DIR" tierkv tierkv-tests; then echo "binaries unpacked from $CARRY"
+    else echo "cannot unpack $CARRY: the binaries there are used, or built"; fi
+    [ "$DRY" = 0 ] && jl kind=meta carry="$CARRY" unpacked="$([ -x "$BIN" ] && [ -x "$TBIN" ] && echo yes || echo no)"
+fi
 # a prebuilt binary counts only when its stamp is the tree's (stamp_check); a stale one is rebuilt
 STALE=
 if runnable && ! stamp_check; then

@@ -52,6 +52,44 @@ TEST(gpu_plan_quick) {
     dry_run("--dry-run --quick", 120, jobs);
 }
 
+/* A carried binary: packed in BIN_DIR/carry.tar.xz alone, it is unpacked and used where the sources'
+ * hash it prints is the tree's (scripts/sources-hash.sh), and called stale (rebuilt) where it is not. The
+ * binaries are stand-in scripts that print a --version. */
+static void carried(const char *hash, const char *want1, const char *want2) {
+    char dir[600], cmd[4000], out[700];
+    snprintf(dir, sizeof dir, "%s/carry-bin", t_tmpdir());
+    snprintf(out, sizeof out, "%s/carry-plan.txt", t_tmpdir());
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && mkdir -p '%s/p' && cd '%s/p' && "
+             "printf '#!/bin/sh\\necho tierkv 0123456789ab\\necho built with: cc -O2 +cuda\\necho sources: %s\\n' >tierkv && "
+             "printf '#!/bin/sh\\nexit 0\\n' >tierkv-tests && chmod +x tierkv tierkv-tests && "
+             "tar -cJf ../carry.tar.xz tierkv tierkv-tests && cd .. && rm -rf p",
+             dir, dir, dir, hash);
+    REQUIRE(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "BIN_DIR='%s' OUT='%s/gpu-out' bench/gpu.sh --dry-run --quick >'%s' 2>&1", dir, t_tmpdir(), out);
+    int st = system(cmd);
+    char *o = t_slurp(out);
+    REQUIRE(o);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, o);
+    CHECKF(strstr(o, "binaries unpacked from") && strstr(o, want1) && strstr(o, want2), "hash %s: wanted '%s' and '%s' in:\n%s",
+           hash, want1, want2, o);
+    free(o);
+}
+
+TEST(gpu_plan_carried_binary) {
+    if (access("bench/gpu.sh", X_OK) || access("scripts/sources-hash.sh", R_OK))
+        SKIP("no bench/gpu.sh or scripts/sources-hash.sh (run from the repository root)");
+    if (system("python3 -c '' >/dev/null 2>&1") || system("xz --version >/dev/null 2>&1")) SKIP("python3 or xz missing");
+    FILE *p = popen("sh scripts/sources-hash.sh", "r");
+    REQUIRE(p);
+    char hash[64] = "";
+    CHECK(fscanf(p, "%63s", hash) == 1);
+    pclose(p);
+    REQUIRE(strlen(hash) == 16);
+    carried(hash, "binary: prebuilt", "  CUDA op checks");
+    carried("0000000000000000", "DIFFERS: the binary's sources hash to 0000000000000000", "binary: build (stale prebuilt)");
+}
+
 TEST(gpu_plan_sanitize) {
     static const char *const jobs[] = {"preflight", "binary:", "memcheck: the kernels", "racecheck", "synccheck",
                                        "memcheck: the engines", "initcheck", NULL};
