@@ -55,6 +55,12 @@ def run_meta(recs):
     return next((r for r in recs if r.get("kind") == "meta" and "script" in r), {})
 
 
+def gpu_of(recs):
+    """the GPU's name a run's preflight recorded (nvidia-smi's first field), or None"""
+    g = next((r.get("gpu") for r in recs if r.get("kind") == "preflight"), None)
+    return g.split(",")[0].strip() if g and g != "none" else None
+
+
 def fmt_row(r, extra=""):
     s = f'{r.get("model")} {r.get("mode")} {r.get("test")} d={r.get("depth")}: {r["tok_s"]:.1f} tok/s'
     if r.get("hbm_bound_pct") is not None:
@@ -84,7 +90,7 @@ def decode_target(rows, wt, pct):
     return target(name, need, "met" if ok else "not met", why, [fmt_row(r) for r in rs] + graphs)
 
 
-def prefill_target(rows, base_rows, wt):
+def prefill_target(rows, base_rows, wt, gpu=None):
     name, need = f"prefill 2K {wt}", "pp2048 at least 10x the baseline run's"
     rs = [r for r in rows if wtype(r) == wt and r.get("mode") == "prefill" and r.get("test") == "pp2048"]
     bs = [r for r in base_rows if wtype(r) == wt and r.get("mode") == "prefill" and r.get("test") == "pp2048"]
@@ -95,7 +101,9 @@ def prefill_target(rows, base_rows, wt):
     b = bs[0]["tok_s"]
     best = max(r["tok_s"] for r in rs)
     ok = best >= 10 * b and all(not r.get("rc") for r in rs)
-    return target(name, need, "met" if ok else "not met", f"{best / b:.2f}x the baseline's {b:.1f} tok/s",
+    other = bs[0].get("_gpu")
+    note = f"; the baseline ran on {other}, this run on {gpu}" if other and gpu and other != gpu else ""
+    return target(name, need, "met" if ok else "not met", f"{best / b:.2f}x the baseline's {b:.1f} tok/s{note}",
                   [fmt_row(r, f" ({r['tok_s'] / b:.2f}x)") for r in rs])
 
 
@@ -159,14 +167,18 @@ def main(argv):
         return 2
     try:
         recs = records(args[0])
-        base = [r for p in base_paths for r in rows_of(records(p))]
+        base = []
+        for p in base_paths:
+            brecs = records(p)
+            base += [dict(r, _gpu=gpu_of(brecs)) for r in rows_of(brecs)]
     except OSError as e:
         print(f"gpu_targets: {e}", file=sys.stderr)
         return 2
     rows = [r for r in rows_of(recs)]
     ratio = run_meta(recs).get("hbm_ratio", 0.5)
-    ts = [decode_target(rows, "BF16", 70), decode_target(rows, "Q8_0", 60), prefill_target(rows, base, "BF16"),
-          prefill_target(rows, base, "Q8_0"), tier_target(rows, ratio), split_target(rows, ratio)]
+    gpu = gpu_of(recs)
+    ts = [decode_target(rows, "BF16", 70), decode_target(rows, "Q8_0", 60), prefill_target(rows, base, "BF16", gpu),
+          prefill_target(rows, base, "Q8_0", gpu), tier_target(rows, ratio), split_target(rows, ratio)]
     lines = [json.dumps(dict(kind="target", **t)) for t in ts]
     if as_json:
         print("\n".join(lines))
