@@ -1041,7 +1041,11 @@ static void matmul_cases(be_backend *B, const int64_t *toks, int n_toks, int *in
                         snprintf(name, sizeof name, "matmul %s n_in %lld x%lld%s%s", tname(tt), (long long)n_in, (long long)nt,
                                  rounded ? " int8" : gemm ? " cublas" : "", which && biased ? " +bias" : "");
                         double err = rel_err(got, ref, (size_t)(nt * no));
-                        if (((tk == 0 || (tk == 4 && gemm)) && li < 2) || err > 1e-5) REPORT(name, err, 1e-5);
+                        /* cuBLAS: the tensor cores' f32 accumulation truncates as it aligns and
+                         * normalises (about 5e-6 modelled at 3584 terms); a skipped rounding of x is
+                         * 2e-4 (f16) to 1.6e-3 (bf16) away, still far outside 3e-5 */
+                        const double bound = gemm ? 3e-5 : 1e-5;
+                        if (((tk == 0 || (tk == 4 && gemm)) && li < 2) || err > bound) REPORT(name, err, bound);
                         CHECKF(past == 0, "%s: %d floats written past the rows", name, past);
                     }
                 }
@@ -1088,12 +1092,13 @@ TEST(cuda_matmul_forced) {
     static const char *kinds[] = {"tile,2", "direct,2", "direct,1"};
     const int64_t toks[] = {1, 2};
     for (int k = 0; k < 3; k++) {
+        char *saved = t_env_save("TIERKV_CUDA_GEMV");
         setenv("TIERKV_CUDA_GEMV", kinds[k], 1);
         be_params bp = {.name = "cuda", .device = 0};
         be_backend *F = NULL;
         char e[256];
         int rc = cuda_backend_open(&bp, &F, e, sizeof e);
-        unsetenv("TIERKV_CUDA_GEMV");
+        t_env_restore("TIERKV_CUDA_GEMV", saved);
         if (rc) {
             CHECKF(0, "TIERKV_CUDA_GEMV=%s: %s", kinds[k], e);
             return;
@@ -1191,12 +1196,13 @@ TEST(cuda_profile) {
     GPU_OR_SKIP();
 #ifdef TKV_CUDA
     const int64_t n_in = 512, n_out = 64, nts[2] = {1, 40};
+    char *saved_env = t_env_save("TIERKV_CUDA_PROFILE");
     setenv("TIERKV_CUDA_PROFILE", "1", 1);
     be_params bp = {.name = "cuda", .device = 0};
     be_backend *P = NULL;
     char e[256];
     int rc = cuda_backend_open(&bp, &P, e, sizeof e);
-    unsetenv("TIERKV_CUDA_PROFILE");
+    t_env_restore("TIERKV_CUDA_PROFILE", saved_env);
     REQUIRE(rc == 0);
     CHECK(strstr(P->ops->describe(P), "[profiled]") != NULL);
     size_t rb;
