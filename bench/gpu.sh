@@ -1128,8 +1128,21 @@ step "preflight" 5 preflight
 # travels to the machine): unpacked where one is missing or older than the archive (-m: they are
 # then newer than it, so the next run leaves them)
 CARRY=$BIN_DIR/carry.tar.xz
+unpack_carry() { # tar with the xz program, else Python's lzma (an image may lack xz)
+    tar -xJmf "$CARRY" -C "$BIN_DIR" tierkv tierkv-tests 2>/dev/null && return 0
+    python3 - "$CARRY" "$BIN_DIR" <<'PY'
+import os, sys, tarfile
+with tarfile.open(sys.argv[1], "r:xz") as t:
+    for n in ("tierkv", "tierkv-tests"):
+        try:
+            t.extract(n, sys.argv[2], filter="data")
+        except TypeError:  # a Python without extraction filters
+            t.extract(n, sys.argv[2])
+        os.utime(os.path.join(sys.argv[2], n))  # newer than the archive, as tar -m leaves them
+PY
+}
 if [ -f "$CARRY" ] && { [ ! -x "$BIN" ] || [ ! -x "$TBIN" ] || [ "$CARRY" -nt "$BIN" ] || [ "$CARRY" -nt "$TBIN" ]; }; then
-    if tar -xJmf "$CARRY" -C "$BIN_DIR" tierkv tierkv-tests; then echo "binaries unpacked from $CARRY"
+    if unpack_carry; then echo "binaries unpacked from $CARRY"
     else echo "cannot unpack $CARRY: the binaries there are used, or built"; fi
     [ "$DRY" = 0 ] && jl kind=meta carry="$CARRY" unpacked="$([ -x "$BIN" ] && [ -x "$TBIN" ] && echo yes || echo no)"
 fi
