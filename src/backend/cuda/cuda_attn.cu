@@ -484,14 +484,12 @@ void cu_attention(be_backend *b, const be_attn *a, void *scratch) {
     x.n_chunk = L.n_chunk;
     x.scale = a->scale;
     x.tiers = a->tiers ? a->tiers : 0xfu;
-    for (int i = 0; i < BE_N_POOLS; i++) /* the GPU cannot read pageable host memory: stage it or split */
-        CU_REQUIRE(!((x.tiers >> i) & 1u) || a->pools->pool[i].mem != BE_MEM_HOST || a->pools->pool[i].n_chunks == 0,
-                   "attention: a tier in pageable host memory (T2 of a KV module that keeps it in BE_MEM_HOST): read it "
-                   "through STAGE (--staged) or leave it out with tiers (split)");
-    for (int i = 0; i < BE_N_POOLS; i++) { /* at_load reads these three record formats, any other as q8h */
+    for (int i = 0; i < BE_N_POOLS; i++) { /* the tiers read: in memory the GPU reads, in a format at_load reads */
         const be_kv_pool *q = &a->pools->pool[i];
-        CU_REQUIRE(!((x.tiers >> i) & 1u) || q->n_chunks == 0 || q->fmt == BE_KV_F16 || q->fmt == BE_KV_F32 ||
-                       q->fmt == BE_KV_Q8_HEAD,
+        if (!((x.tiers >> i) & 1u) || q->n_chunks == 0) continue;
+        CU_REQUIRE(q->mem != BE_MEM_HOST, "attention: a tier in pageable host memory (T2 of a KV module that keeps it "
+                   "in BE_MEM_HOST): read it through STAGE (--staged) or leave it out with tiers (split)");
+        CU_REQUIRE(q->fmt == BE_KV_F16 || q->fmt == BE_KV_F32 || q->fmt == BE_KV_Q8_HEAD,
                    "attention: a tier whose record format the kernels cannot read (kv_fmts allows F32, F16, Q8_HEAD)");
     }
     x.q = a->q;
