@@ -386,11 +386,11 @@ runnable() { # BIN and TBIN run and resolve their libraries
 # GIT_COMMIT stamps for this tree; EXPECT_COMMIT where there is no .git), STAMP (the verdict);
 # 1 when they differ (a stale binary)
 stamp_check() {
-    STAMP_BIN=$("$BIN" --version 2>/dev/null | awk 'NR == 1 { print $2 }')
+    local ver hbin htree; ver=$("$BIN" --version 2>/dev/null)
+    STAMP_BIN=$(awk 'NR == 1 { print $2 }' <<<"$ver")
     # the sources' hash (scripts/sources-hash.sh), where the binary prints one: needs no .git, and
     # takes uncommitted changes into account
-    local hbin htree
-    hbin=$("$BIN" --version 2>/dev/null | sed -n 's/^sources: //p')
+    hbin=$(sed -n 's/^sources: //p' <<<"$ver")
     htree=$(sh scripts/sources-hash.sh 2>/dev/null)
     if [ -n "$hbin" ] && [ "$hbin" != unknown ] && [ -n "$htree" ]; then
         STAMP_TREE="sources $htree"
