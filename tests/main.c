@@ -62,6 +62,14 @@ void t_env_restore(const char *var, char *saved) {
     else unsetenv(var);
     free(saved);
 }
+int t_sources_hash(char *out) {
+    out[0] = 0;
+    FILE *p = access("scripts/sources-hash.sh", R_OK) ? NULL : popen("sh scripts/sources-hash.sh", "r");
+    if (!p) return -1;
+    int ok = fscanf(p, "%63s", out) == 1;
+    pclose(p);
+    return ok && strlen(out) == 16 ? 0 : -1;
+}
 const char *t_bin(void) { const char *b = getenv("TIERKV_BIN"); return b ? b : "build/tierkv"; }
 static char tmp_dir[256]; /* created on first use; removed when every test passed */
 const char *t_tmpdir(void) {

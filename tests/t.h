@@ -24,6 +24,9 @@ const char *t_need_model(const char *file);
  * back (or unset again) by t_env_restore, which frees it. */
 char *t_env_save(const char *var);
 void t_env_restore(const char *var, char *saved);
+/* What scripts/sources-hash.sh prints for the tree (run from the repository root) into out[64]; 0, or
+ * -1 where the script is not there or printed no 16-digit hash. */
+int t_sources_hash(char *out);
 /* The tierkv binary under test ($TIERKV_BIN, default build/tierkv). */
 const char *t_bin(void);
 /* A fresh temporary directory for this test run. */

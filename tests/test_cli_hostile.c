@@ -445,14 +445,10 @@ TEST(cli_version_names_build) {
     CHECKF(strlen(commit) >= 7 && strstr(flags, "-O"), "commit '%s', flags '%s'", commit, flags);
     CHECKF(!strcmp(sources, tkv_build_sources()), "the binary's sources '%s', these tests' '%s'", sources,
            tkv_build_sources());
-    FILE *p = access("scripts/sources-hash.sh", R_OK) ? NULL : popen("sh scripts/sources-hash.sh", "r");
-    if (p) { /* from the repository root, on the tree these tests were built from */
-        char now[64] = "";
-        CHECK(fscanf(p, "%63s", now) == 1);
-        pclose(p);
-        CHECKF(strlen(now) == 16 && !strcmp(now, sources), "scripts/sources-hash.sh says '%s', the binary '%s'", now,
-               sources);
-    }
+    char now[64];
+    if (!access("scripts/sources-hash.sh", R_OK)) /* from the repository root, on the tree these tests were built from */
+        CHECKF(t_sources_hash(now) == 0 && !strcmp(now, sources), "scripts/sources-hash.sh says '%s', the binary '%s'",
+               now, sources);
     /* `make test` names the binary built beside these tests: the same stamp (a CUDA build's "+cuda nvcc
      * 13.0 sm_90 compute_90", SERVE=0's "+noserve") */
     if (getenv("TIERKV_BIN"))

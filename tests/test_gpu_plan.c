@@ -12,21 +12,29 @@
 
 #include "t.h"
 
+/* bench/gpu.sh ARGS with the binaries of BIN_DIR: everything it printed (malloc'd; NULL when
+ * unreadable), after checking it exited 0 */
+static char *gpu_sh(const char *bin_dir, const char *args) {
+    char cmd[1800], out[600];
+    snprintf(out, sizeof out, "%s/gpu-plan.txt", t_tmpdir());
+    snprintf(cmd, sizeof cmd, "BIN_DIR='%s' OUT='%s/gpu-out' bench/gpu.sh %s >'%s' 2>&1", bin_dir, t_tmpdir(), args, out);
+    int st = system(cmd);
+    char *o = t_slurp(out);
+    if (o) CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gpu.sh %s: status %d: %s", args, st, o);
+    return o;
+}
+
 static void dry_run(const char *args, int limit, const char *const *want_jobs) {
     if (access("bench/gpu.sh", X_OK)) SKIP("no bench/gpu.sh (run from the repository root)");
     if (system("python3 -c '' >/dev/null 2>&1")) SKIP("python3 missing");
-    char cmd[1800], out[600], dir[512];
+    char dir[512];
     /* the binary under test stands for the prebuilt one a GPU run carries (its folder has both) */
     snprintf(dir, sizeof dir, "%s", t_bin());
     char *slash = strrchr(dir, '/');
     if (slash) *slash = 0;
     else snprintf(dir, sizeof dir, ".");
-    snprintf(out, sizeof out, "%s/gpu-plan.txt", t_tmpdir());
-    snprintf(cmd, sizeof cmd, "BIN_DIR=%s OUT=%s/gpu-out bench/gpu.sh %s >%s 2>&1", dir, t_tmpdir(), args, out);
-    int st = system(cmd);
-    char *o = t_slurp(out);
+    char *o = gpu_sh(dir, args);
     REQUIRE(o);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gpu.sh %s: status %d: %s", args, st, o);
     for (int k = 0; want_jobs[k]; k++) CHECKF(strstr(o, want_jobs[k]), "gpu.sh %s: no job '%s' in:\n%s", args, want_jobs[k], o);
     const char *s = strstr(o, "\nsum: ");
     int sum = -1, budget = -1;
@@ -56,9 +64,8 @@ TEST(gpu_plan_quick) {
  * hash it prints is the tree's (scripts/sources-hash.sh), and called stale (rebuilt) where it is not. The
  * binaries are stand-in scripts that print a --version. */
 static void carried(const char *hash, const char *want1, const char *want2) {
-    char dir[600], cmd[4000], out[700];
+    char dir[600], cmd[4000];
     snprintf(dir, sizeof dir, "%s/carry-bin", t_tmpdir());
-    snprintf(out, sizeof out, "%s/carry-plan.txt", t_tmpdir());
     snprintf(cmd, sizeof cmd,
              "rm -rf '%s' && mkdir -p '%s/p' && cd '%s/p' && "
              "printf '#!/bin/sh\\necho tierkv 0123456789ab\\necho built with: cc -O2 +cuda\\necho sources: %s\\n' >tierkv && "
@@ -66,11 +73,8 @@ static void carried(const char *hash, const char *want1, const char *want2) {
              "tar -cJf ../carry.tar.xz tierkv tierkv-tests && cd .. && rm -rf p",
              dir, dir, dir, hash);
     REQUIRE(system(cmd) == 0);
-    snprintf(cmd, sizeof cmd, "BIN_DIR='%s' OUT='%s/gpu-out' bench/gpu.sh --dry-run --quick >'%s' 2>&1", dir, t_tmpdir(), out);
-    int st = system(cmd);
-    char *o = t_slurp(out);
+    char *o = gpu_sh(dir, "--dry-run --quick");
     REQUIRE(o);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, o);
     CHECKF(strstr(o, "binaries unpacked from") && strstr(o, want1) && strstr(o, want2), "hash %s: wanted '%s' and '%s' in:\n%s",
            hash, want1, want2, o);
     free(o);
@@ -80,12 +84,8 @@ TEST(gpu_plan_carried_binary) {
     if (access("bench/gpu.sh", X_OK) || access("scripts/sources-hash.sh", R_OK))
         SKIP("no bench/gpu.sh or scripts/sources-hash.sh (run from the repository root)");
     if (system("python3 -c '' >/dev/null 2>&1") || system("xz --version >/dev/null 2>&1")) SKIP("python3 or xz missing");
-    FILE *p = popen("sh scripts/sources-hash.sh", "r");
-    REQUIRE(p);
-    char hash[64] = "";
-    CHECK(fscanf(p, "%63s", hash) == 1);
-    pclose(p);
-    REQUIRE(strlen(hash) == 16);
+    char hash[64];
+    REQUIRE(t_sources_hash(hash) == 0);
     carried(hash, "binary: prebuilt", "  CUDA op checks");
     carried("0000000000000000", "DIFFERS: the binary's sources hash to 0000000000000000", "binary: build (stale prebuilt)");
 }
