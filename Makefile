@@ -59,6 +59,14 @@ CU_OBJ  = $(CU_SRC:%.cu=$(BUILD)/%.o)
 LIB_OBJ += $(CU_OBJ)
 LDLIBS  += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -lcudart_static -ldl -lrt -lstdc++
 endif
+# EMU=1 (set by `make cuda-emu`): the emulated runtime (tests/cuda_emu/emu_rt.cpp) in the library, so
+# the static CUDA runtime is never pulled in; its symbols exported for libcublas_emu.so.
+EMU ?= 0
+EMU_CXX = g++ -std=c++17 $(or $(EMU_CXXFLAGS),-O2) -g -fno-strict-aliasing -ffp-contract=off -I$(CUDA_HOME)/include
+ifeq ($(EMU),1)
+LIB_OBJ += $(BUILD)/tests/cuda_emu/emu_rt.o
+override LDFLAGS += -rdynamic
+endif
 NVCCFLAGS = -std=c++17 -O3 -g -lineinfo -DTKV_CUDA -D_GNU_SOURCE $(EXTRA_INC) -Iinclude -Isrc $(CU_ARCH) \
             $(if $(WERROR),--Werror all-warnings) -Xcompiler -Wall,-Wextra$(if $(WERROR),$(comma)-Werror) -MMD -MP
 comma := ,
@@ -71,7 +79,7 @@ all: $(BUILD)/tierkv
 
 # The folder's configuration: rewritten only when it changes, and every object depends on it.
 STAMP = $(BUILD)/config.stamp
-BUILD_CONFIG = $(subst ',,CC=$(CC) OPT=$(OPT) CFLAGS=$(CFLAGS) CUDA=$(CUDA) SERVE=$(SERVE) EXTRA_INC=$(EXTRA_INC))
+BUILD_CONFIG = $(subst ',,CC=$(CC) OPT=$(OPT) CFLAGS=$(CFLAGS) CUDA=$(CUDA) EMU=$(EMU) SERVE=$(SERVE) EXTRA_INC=$(EXTRA_INC) EMU_CXXFLAGS=$(EMU_CXXFLAGS))
 $(STAMP): FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(BUILD_CONFIG)' | cmp -s - $@ || { [ ! -f $@ ] || echo "$(BUILD): configuration changed, rebuilding it"; echo '$(BUILD_CONFIG)' >$@; }
@@ -88,6 +96,11 @@ $(BUILD)/%.o: %.c $(STAMP)
 $(BUILD)/%.o: %.cu $(STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+$(BUILD)/tests/cuda_emu/emu_rt.o: tests/cuda_emu/emu_rt.cpp tests/cuda_emu/emu.h $(STAMP)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) -c $< -o $@
+$(BUILD)/libcublas_emu.so: tests/cuda_emu/emu_cublas.cpp $(STAMP)
+	$(EMU_CXX) -fPIC -shared $< -o $@
 
 # The build stamp (src/base/version.h): rebuilt every time, so results always name the code that
 # made them.
@@ -97,7 +110,7 @@ GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 --exclude '*' 2>
 CC_VERSION := $(shell $(CC) -dumpfullversion -dumpversion 2>/dev/null | head -1)
 NVCC_RELEASE = $(shell $(NVCC) --version 2>/dev/null | grep -o 'release [0-9.]*' | cut -d' ' -f2)
 BUILD_FLAGS = $(strip $(CC) $(CC_VERSION) $(OPT) $(CFLAGS))$(if $(filter 1,$(CUDA)), +cuda nvcc $(or $(NVCC_RELEASE),unknown) \
-              $(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(CU_ARCH)))))$(if $(filter 0,$(SERVE)), +noserve)
+              $(patsubst code=%,%,$(filter code=%,$(subst $(comma), ,$(CU_ARCH)))))$(if $(filter 1,$(EMU)), +emulated)$(if $(filter 0,$(SERVE)), +noserve)
 # The sources' hash (scripts/sources-hash.sh): what bench/gpu.sh compares where the tree has no .git
 SOURCES_HASH = $(shell sh scripts/sources-hash.sh 2>/dev/null || echo unknown)
 $(BUILD)/src/base/version.o: src/base/version.c FORCE
@@ -142,6 +155,31 @@ cuda:
 	$(MAKE) CUDA=1 BUILD=$(CUDA_BUILD) $(CUDA_BUILD)/tierkv $(CUDA_BUILD)/tierkv-tests
 cuda-test:
 	$(MAKE) CUDA=1 BUILD=$(CUDA_BUILD) test
+# The CUDA backend on the CPU (tests/cuda_emu, docs/CUDA.md "Checked on the CPU by emulation"): the
+# .cu files compiled as host C++ by tests/cuda_emu/nvcc-emu, linked with the emulated runtime
+# (EMU=1), into build-cuda-emu/ (EMU_BUILD), with the emulated cuBLAS beside the binaries.
+# `make cuda-emu-test` runs the GPU tests (EMU_TESTS) on it, once per EMU_MODES. EMU_CXXFLAGS: the
+# emulation's own C++ flags (-O2).
+# EMU_ASAN=1: the same under AddressSanitizer, into build-cuda-emu-asan/ (out-of-bounds accesses of
+# the kernels, shared memory included).
+ifeq ($(EMU_ASAN),1)
+EMU_BUILD ?= build-cuda-emu-asan
+EMU_SAN_ARGS = OPT=-O1 CFLAGS="-fsanitize=address -fno-omit-frame-pointer" LDFLAGS=-fsanitize=address \
+               EMU_CXXFLAGS="-O1 -fsanitize=address -fno-omit-frame-pointer"
+endif
+EMU_BUILD ?= build-cuda-emu
+EMU_CUDA_HOME = $(or $(CUDA_HOME),$(patsubst %/bin/,%,$(dir $(realpath $(shell command -v nvcc 2>/dev/null)))),/usr/local/cuda)
+cuda-emu:
+	$(MAKE) CUDA=1 EMU=1 SERVE=0 BUILD=$(EMU_BUILD) NVCC=$(CURDIR)/tests/cuda_emu/nvcc-emu CUDA_HOME=$(EMU_CUDA_HOME) $(EMU_SAN_ARGS) \
+	    $(EMU_BUILD)/tierkv $(EMU_BUILD)/tierkv-tests $(EMU_BUILD)/libcublas_emu.so
+# EMU_MODES: the streams' orders the tests run under (EMU_DEFER: 0 as queued, 1 and 2 deferred,
+# tests/cuda_emu/emu_rt.cpp).
+EMU_TESTS ?= cuda gpu_order split qwen3_reference_logits_gpu
+EMU_MODES ?= 0 1 2
+cuda-emu-test: cuda-emu
+	set -e; for m in $(EMU_MODES); do echo "cuda emulation, EMU_DEFER=$$m"; \
+	    EMU_DEFER=$$m TIERKV_CUBLAS=$(CURDIR)/$(EMU_BUILD)/libcublas_emu.so TIERKV_SHARED=$(SHARED) \
+	    TIERKV_BIN=$(EMU_BUILD)/tierkv $(EMU_BUILD)/tierkv-tests $(EMU_TESTS); done
 # the nvcc a CUDA build uses (`make -s CUDA=1 print-nvcc`; scripts/check-cuda-noserve.sh)
 print-nvcc:
 	@echo $(NVCC)
@@ -166,7 +204,7 @@ fuzz-smoke: fuzz
 	TIERKV_SHARED=$(SHARED) scripts/fuzz.sh 25 $(FUZZ_NAMES)
 
 clean:
-	rm -rf build build-asan build-ubsan build-fuzz build-cuda build-cuda-noserve
+	rm -rf build build-asan build-ubsan build-fuzz build-cuda build-cuda-noserve build-cuda-emu build-cuda-emu-asan
 
 format:
 	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(wildcard fuzz/*.c) $(wildcard src/*/*.h src/backend/*/*.h include/*.h tests/*.h)
@@ -181,5 +219,5 @@ demo:
 	build/tierkv run -m "$$model" --chat -n 400 --policy hierarchy --hbm-ratio 0.5 --evict-ratio 0.03 --stats \
 	  -p "$(DEMO_Q) Please reason step by step, and put your final answer within \\boxed{}."
 
-.PHONY: all bench test cuda cuda-test print-nvcc asan ubsan fuzz fuzz-run fuzz-smoke clean format demo FORCE
+.PHONY: all bench test cuda cuda-test cuda-emu cuda-emu-test print-nvcc asan ubsan fuzz fuzz-run fuzz-smoke clean format demo FORCE
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_SRC:%.c=$(BUILD)/%.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(BUILD)/fuzz/replay_main.d
