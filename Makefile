@@ -175,13 +175,14 @@ EMU_CUDA_HOME = $(or $(CUDA_HOME),$(patsubst %/bin/,%,$(dir $(realpath $(shell c
 cuda-emu:
 	$(MAKE) CUDA=1 EMU=1 SERVE=0 BUILD=$(EMU_BUILD) NVCC=$(CURDIR)/tests/cuda_emu/nvcc-emu CUDA_HOME=$(EMU_CUDA_HOME) $(EMU_SAN_ARGS) \
 	    $(EMU_BUILD)/tierkv $(EMU_BUILD)/tierkv-tests $(EMU_BUILD)/libcublas_emu.so
-# EMU_MODES: the streams' orders the tests run under (EMU_DEFER: 0 as queued, 1 and 2 deferred,
-# tests/cuda_emu/emu_rt.cpp).
+# EMU_MODES: the orders the tests run under (tests/cuda_emu/emu_rt.cpp): EMU_DEFER 0 (streams run
+# work as queued), 1 and 2 (deferred), with r: each block's threads in reverse order (EMU_REVERSE).
 EMU_TESTS ?= cuda gpu_order split qwen3_reference_logits_gpu
-EMU_MODES ?= 0 1 2
+EMU_MODES ?= 0 1 2r
 cuda-emu-test: cuda-emu
-	set -e; for m in $(EMU_MODES); do echo "cuda emulation, EMU_DEFER=$$m"; \
-	    EMU_DEFER=$$m $(EMU_ASAN_ENV) TIERKV_CUBLAS=$(CURDIR)/$(EMU_BUILD)/libcublas_emu.so TIERKV_SHARED=$(SHARED) \
+	set -e; for m in $(EMU_MODES); do d=$${m%r}; r=$$([ "$$d" = "$$m" ] && echo 0 || echo 1); \
+	    echo "cuda emulation, EMU_DEFER=$$d EMU_REVERSE=$$r"; \
+	    EMU_DEFER=$$d EMU_REVERSE=$$r $(EMU_ASAN_ENV) TIERKV_CUBLAS=$(CURDIR)/$(EMU_BUILD)/libcublas_emu.so TIERKV_SHARED=$(SHARED) \
 	    TIERKV_BIN=$(EMU_BUILD)/tierkv $(EMU_BUILD)/tierkv-tests $(EMU_TESTS); done
 # the nvcc a CUDA build uses (`make -s CUDA=1 print-nvcc`; scripts/check-cuda-noserve.sh)
 print-nvcc:

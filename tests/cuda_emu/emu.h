@@ -11,8 +11,9 @@
  * cores. What it checks: each kernel's result against the CPU's (the tests' bounds), its launch
  * configuration, its barriers and warp masks (a deadlock or a mask naming an absent lane stops the
  * run with the kernel and block), and that pointer arguments point into device or pinned memory.
- * What it cannot: speed, races between streams (work runs as it is queued), races inside a block
- * (fibers run one at a time), and accesses out of bounds (run it under ASan for those). */
+ * What it cannot: speed, a race inside a block that neither thread order shows (fibers run one
+ * at a time), and accesses out of bounds (run it under ASan for those); races between streams only
+ * in the deferred orders (emu_rt.cpp). */
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -2,11 +2,12 @@
  * backend makes, implemented on the CPU, and the kernel scheduler.
  *
  * Kernels: a block at a time, one fiber per thread on stacks of 256 KiB with a guard page, switched
- * by emu_switch (x86-64: the callee-saved registers and the stack pointer) at barriers only; a pass
- * over the fibers that runs none while some wait is a deadlock, reported with the kernel and block.
- * Streams: work runs when it is queued, an order the device may also choose; a stream under
- * capture records it instead (kernels with their arguments copied, copies with their pointers), and
- * a graph launch replays the record. Memory: cudaMalloc's bytes start as 0xff (NaN as f32, so a
+ * by emu_switch (x86-64: the callee-saved registers and the stack pointer) at barriers only, in
+ * thread order or its reverse (EMU_REVERSE); a pass over the fibers that runs none while some wait
+ * is a deadlock, reported with the kernel and block. Streams: work runs when it is queued, an order
+ * the device may also choose, or deferred (EMU_DEFER, below); a stream under capture records it
+ * instead (kernels with their arguments copied, copies with their pointers), and a graph launch
+ * replays the record. Memory: cudaMalloc's bytes start as 0xff (NaN as f32, so a
  * result read before it is written shows); every copy must lie inside one allocation on its device
  * side, and what CUDA forbids during a capture (pageable copies, a sync of the capturing stream, a
  * query of an event it recorded, another stream waiting on one) fails as it would there.
@@ -85,6 +86,10 @@ static barrier bar, wbar[32];
 static uint64_t slots[32][32];
 static int live, n_thr;
 static uint64_t n_kernels, n_blocks_run;
+/* EMU_REVERSE=1: between two barriers the block's threads run from the last to the first, so a
+ * thread that reads shared memory another writes without a barrier between them reads it before
+ * the write in one of the two orders */
+static const int reverse = getenv("EMU_REVERSE") && atoi(getenv("EMU_REVERSE")) > 0;
 
 void fail(const char *fmt, ...) {
     va_list ap;
@@ -168,8 +173,9 @@ static void run_block(int n) {
     int remaining = n;
     while (remaining) {
         int progress = 0;
-        for (int i = 0; i < n; i++) {
-            fiber *f = &F[i];
+        for (int k = 0; k < n; k++) {
+            fiber *f = &F[reverse ? n - 1 - k : k];
+            int i = f->index;
             if (f->done || (f->wait && f->wait->gen == f->wait_gen)) continue;
             f->wait = NULL;
             t_cur = f;
