@@ -10,7 +10,8 @@
  * that writes it, or a keep mask of another layer read under a stale tables_gen gives other logits.
  *
  * The hierarchy runs are also compared with policy full on the CPU (the lossless tiers change no
- * bit), so a race that happened on both sides would still show. */
+ * bit), so a race that happened on both sides would still show. cuda_tiers_lockstep runs the same
+ * comparisons on the CUDA backend itself, where one opens (a GPU, or `make cuda-emu-test`). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
