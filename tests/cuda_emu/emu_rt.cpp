@@ -20,7 +20,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-#include <string>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,8 +198,6 @@ static void run_block(int n) {
     t_cur = NULL;
 }
 
-int launch_check(dim3 g, dim3 b, size_t shm);
-
 void run_kernel(const char *name, dim3 g, dim3 b, size_t shm, const std::function<void()> &body) {
     std::lock_guard<std::recursive_mutex> lk(dev_mu);
     static std::vector<uint8_t> dyn;
@@ -245,20 +242,18 @@ static int find_alloc(const void *p, uintptr_t *base, alloc_info *ai) {
     if (ai) *ai = it->second;
     return 1;
 }
-/* [p, p + n) inside one allocation of this type (-1: any allocation); 0 if not */
-static int in_alloc(const void *p, size_t n, int type) {
+/* where [p, p + n) lies: the type of the one allocation that holds it (cudaMemoryTypeDevice or
+ * Host), 0 outside every allocation, -1 from inside one to past its end */
+static int range_kind(const void *p, size_t n) {
     uintptr_t base;
     alloc_info ai;
     if (!find_alloc(p, &base, &ai)) return 0;
-    if ((uintptr_t)p + n > base + ai.n) return 0;
-    return type < 0 || ai.type == type;
+    return (uintptr_t)p + n > base + ai.n ? -1 : ai.type;
 }
 
 struct node {
     int type; /* cudaGraphNodeType */
     std::function<void()> fn;
-    const void *kernel;
-    std::string what;
 };
 struct CUgraphNode_st : node {};
 struct CUgraph_st {
@@ -306,15 +301,15 @@ static int is_stream(cudaStream_t s) {
     return 0;
 }
 
+static int capturing(cudaStream_t s) { return s && is_stream(s) && s->capturing; }
+
 namespace emu {
 int device_readable(const void *p) { return find_alloc(p, NULL, NULL); }
 void enqueue(cudaStream_t s, std::function<void()> fn, const void *kernel, const char *what) {
-    if (s && is_stream(s) && s->capturing) {
+    if (capturing(s)) {
         auto *n = new CUgraphNode_st();
         n->type = kernel ? cudaGraphNodeTypeKernel : (strncmp(what, "memset", 6) ? cudaGraphNodeTypeMemcpy : cudaGraphNodeTypeMemset);
         n->fn = std::move(fn);
-        n->kernel = kernel;
-        n->what = what;
         s->g->nodes.push_back(n);
         return;
     }
@@ -470,12 +465,10 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
     return cudaSuccess;
 }
 
-static int capturing(cudaStream_t s) { return s && is_stream(s) && s->capturing; }
-
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
     if (!n) return cudaSuccess;
-    int dst_dev = in_alloc(dst, n, cudaMemoryTypeDevice), src_dev = in_alloc(src, n, cudaMemoryTypeDevice);
-    int dst_reg = in_alloc(dst, n, -1), src_reg = in_alloc(src, n, -1);
+    const int dk = range_kind(dst, n), sk = range_kind(src, n);
+    const int dst_dev = dk == cudaMemoryTypeDevice, src_dev = sk == cudaMemoryTypeDevice, dst_reg = dk > 0, src_reg = sk > 0;
     const char *bad = NULL;
     /* under unified addressing, pinned memory is a device address too */
     if (kind == cudaMemcpyHostToDevice && (!dst_reg || src_dev)) bad = "host to device";
@@ -483,7 +476,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
     if (kind == cudaMemcpyDeviceToDevice && (!src_reg || !dst_reg)) bad = "device to device";
     if (kind == cudaMemcpyDefault && !dst_reg && !src_reg) bad = "default between two unregistered ranges";
     /* a range that starts inside an allocation must end inside it */
-    if (!bad && ((find_alloc(dst, NULL, NULL) && !dst_reg) || (find_alloc(src, NULL, NULL) && !src_reg))) bad = "past the end of an allocation";
+    if (!bad && (dk < 0 || sk < 0)) bad = "past the end of an allocation";
     if (bad) {
         fprintf(stderr, "CUDA EMULATION: cudaMemcpyAsync %s: dst %p (%s) src %p (%s) %zu bytes\n", bad, dst,
                 dst_dev ? "device" : dst_reg ? "pinned" : "host", src, src_dev ? "device" : src_reg ? "pinned" : "host", n);
@@ -507,7 +500,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) { return cudaMemcpyAsync(dst, src, n, kind, 0); }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
     if (!n) return cudaSuccess;
-    if (!in_alloc(p, n, -1)) {
+    if (range_kind(p, n) <= 0) {
         fprintf(stderr, "CUDA EMULATION: cudaMemsetAsync outside device memory: %p %zu\n", p, n);
         return set_err(cudaErrorInvalidValue);
     }
@@ -516,7 +509,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
 }
 cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t w, size_t h, cudaStream_t s) {
     if (!w || !h) return cudaSuccess;
-    if (w > pitch || !in_alloc(p, pitch * (h - 1) + w, -1)) {
+    if (w > pitch || range_kind(p, pitch * (h - 1) + w) <= 0) {
         fprintf(stderr, "CUDA EMULATION: cudaMemset2DAsync outside device memory: %p pitch %zu %zu x %zu\n", p, pitch, w, h);
         return set_err(cudaErrorInvalidValue);
     }
@@ -601,7 +594,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
         fprintf(stderr, "CUDA EMULATION: a stream waits on an event of a capture (it would join the capture)\n");
         return set_err(cudaErrorStreamCaptureUnsupported);
     }
-    if (defer && !capturing(s) && s && is_stream(s)) {
+    if (defer && s && is_stream(s) && !s->capturing) {
         std::lock_guard<std::recursive_mutex> lk(streams_mu);
         s->q.push_back(op{nullptr, e, e->gen, e->where});
     }
