@@ -1064,9 +1064,9 @@ static void matmul_cases(be_backend *B, const int64_t *toks, int n_toks, int *in
  * kernel that skipped or changed the rounding fails), and a call of as many tokens as
  * cuda_gemm_from asks for (11 tokens of 16-bit or F32 outputs only, 40 of any) goes to cuBLAS,
  * whose reference rounds x (and quantised weights) to 16 bits as cuda_gemm.cu says (the unrounded
- * product is 1e-3 away). Every
- * token count the kernels are compiled for alone (1, 2, 3, 8) and across launches (11), and no store
- * lands past a token's rows (the output stride is wider than them: poisoned padding). */
+ * product is 1e-3 away). Every token count the kernels are compiled for alone (1, 2, 3, 8) and
+ * across launches (11), and no store lands past a token's rows (the output stride is wider than
+ * them: poisoned padding). */
 TEST(cuda_matmul) {
     GPU_OR_SKIP();
 #ifdef TKV_CUDA
