@@ -62,7 +62,12 @@ endif
 # EMU=1 (set by `make cuda-emu`): the emulated runtime (tests/cuda_emu/emu_rt.cpp) in the library, so
 # the static CUDA runtime is never pulled in; its symbols exported for libcublas_emu.so.
 EMU ?= 0
-EMU_CXX = g++ -std=c++17 $(or $(EMU_CXXFLAGS),-O2) -g -fno-strict-aliasing -ffp-contract=off -I$(CUDA_HOME)/include
+# EMU_DEVICE_CXX: the compiler of the device code (nvcc-emu) and of the emulated cuBLAS (g++ when unset)
+EMU_CXX_FLAGS0 = -std=c++17 -g -fno-strict-aliasing -ffp-contract=off -I$(CUDA_HOME)/include
+EMU_CXX = $(or $(EMU_DEVICE_CXX),g++) $(EMU_CXX_FLAGS0) $(or $(EMU_CXXFLAGS),-O2)
+# the emulated runtime's flags: EMU_CXXFLAGS unless EMU_RT_CXXFLAGS says otherwise (under ThreadSanitizer
+# it is not instrumented: tests/cuda_emu/emu_rt.cpp)
+EMU_RT_CXX = g++ $(EMU_CXX_FLAGS0) $(or $(EMU_RT_CXXFLAGS),$(EMU_CXXFLAGS),-O2)
 ifeq ($(EMU),1)
 LIB_OBJ += $(BUILD)/tests/cuda_emu/emu_rt.o
 override LDFLAGS += -rdynamic
@@ -79,7 +84,7 @@ all: $(BUILD)/tierkv
 
 # The folder's configuration: rewritten only when it changes, and every object depends on it.
 STAMP = $(BUILD)/config.stamp
-BUILD_CONFIG = $(subst ',,CC=$(CC) OPT=$(OPT) CFLAGS=$(CFLAGS) CUDA=$(CUDA) EMU=$(EMU) SERVE=$(SERVE) EXTRA_INC=$(EXTRA_INC) EMU_CXXFLAGS=$(EMU_CXXFLAGS))
+BUILD_CONFIG = $(subst ',,CC=$(CC) OPT=$(OPT) CFLAGS=$(CFLAGS) CUDA=$(CUDA) EMU=$(EMU) SERVE=$(SERVE) EXTRA_INC=$(EXTRA_INC) EMU_CXXFLAGS=$(EMU_CXXFLAGS) EMU_RT_CXXFLAGS=$(EMU_RT_CXXFLAGS) EMU_DEVICE_CXX=$(EMU_DEVICE_CXX))
 $(STAMP): FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(BUILD_CONFIG)' | cmp -s - $@ || { [ ! -f $@ ] || echo "$(BUILD): configuration changed, rebuilding it"; echo '$(BUILD_CONFIG)' >$@; }
@@ -98,7 +103,7 @@ $(BUILD)/%.o: %.cu $(STAMP)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 $(BUILD)/tests/cuda_emu/emu_rt.o: tests/cuda_emu/emu_rt.cpp tests/cuda_emu/emu.h $(STAMP)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) -c $< -o $@
+	$(EMU_RT_CXX) -c $< -o $@
 $(BUILD)/libcublas_emu.so: tests/cuda_emu/emu_cublas.cpp $(STAMP)
 	$(EMU_CXX) -fPIC -shared $< -o $@
 
@@ -168,21 +173,45 @@ EMU_SAN_ARGS = OPT=-O1 CFLAGS="-fsanitize=address -fno-omit-frame-pointer" LDFLA
                EMU_CXXFLAGS="-O1 -fsanitize=address -fno-omit-frame-pointer"
 # leaks are `make asan`'s: here the toolkit's cuBLAS libraries, which cuda_host_blas_probe loads and
 # unloads, leave their C++ runtimes' exception pools (2 x 71 KiB) in modules no suppression can name
-EMU_ASAN_ENV = ASAN_OPTIONS=detect_leaks=0
+EMU_SAN_ENV = ASAN_OPTIONS=detect_leaks=0
+endif
+# EMU_TSAN=1: under ThreadSanitizer, into build-cuda-emu-tsan/: races between the device's threads,
+# streams and the host's threads, whatever order the emulation runs them in (tests/cuda_emu/emu_rt.cpp).
+# The device code is compiled by clang++: g++ leaves unchecked a store of a call's struct result
+# (`rec[i] = __float2half_rn(x)`), the device code's usual way to write a half.
+ifeq ($(EMU_TSAN),1)
+EMU_BUILD ?= build-cuda-emu-tsan
+EMU_SAN_ARGS = OPT=-O1 CFLAGS="-fsanitize=thread" LDFLAGS=-fsanitize=thread EMU_CXXFLAGS="-O1 -fsanitize=thread" \
+               EMU_RT_CXXFLAGS="-O1 -DEMU_TSAN=1" EMU_DEVICE_CXX=clang++
+EMU_SAN_ENV = TSAN_OPTIONS="halt_on_error=1 abort_on_error=1 second_deadlock_stack=1"
+EMU_EXTRA = $(EMU_BUILD)/race_check
+EMU_RACE_CHECK = cuda-emu-race-check
 endif
 EMU_BUILD ?= build-cuda-emu
 EMU_CUDA_HOME = $(or $(CUDA_HOME),$(patsubst %/bin/,%,$(dir $(realpath $(shell command -v nvcc 2>/dev/null)))),/usr/local/cuda)
 cuda-emu:
 	$(MAKE) CUDA=1 EMU=1 SERVE=0 BUILD=$(EMU_BUILD) NVCC=$(CURDIR)/tests/cuda_emu/nvcc-emu CUDA_HOME=$(EMU_CUDA_HOME) $(EMU_SAN_ARGS) \
-	    $(EMU_BUILD)/tierkv $(EMU_BUILD)/tierkv-tests $(EMU_BUILD)/libcublas_emu.so
+	    $(EMU_BUILD)/tierkv $(EMU_BUILD)/tierkv-tests $(EMU_BUILD)/libcublas_emu.so $(EMU_EXTRA)
+$(BUILD)/race_check: $(BUILD)/tests/cuda_emu/race_check.o $(BUILD)/tests/cuda_emu/emu_rt.o
+	$(CC) $(LDFLAGS) $^ -o $@ -lstdc++ -lm -pthread
+# That the race finder finds (tests/cuda_emu/race_check.cu): each case's exit status, 66 where
+# ThreadSanitizer must report a race, 0 where CUDA orders the accesses. Part of cuda-emu-test with
+# EMU_TSAN=1.
+EMU_RACE_CASES = streams-ordered:0 streams-racy:66 half-racy:66 host-ordered:0 host-racy:66 reuse-ordered:0 \
+                 reuse-racy:66 block-ordered:0 block-racy:66 shared-streams-ordered:0 warp-ordered:0
+cuda-emu-race-check: cuda-emu
+	set -e; for c in $(EMU_RACE_CASES); do n=$${c%:*}; want=$${c#*:}; rc=0; \
+	    TSAN_OPTIONS=exitcode=66 $(EMU_BUILD)/race_check $$n >$(EMU_BUILD)/race_check.$$n.log 2>&1 || rc=$$?; \
+	    if [ $$rc != $$want ]; then cat $(EMU_BUILD)/race_check.$$n.log; echo "race check $$n: exit $$rc, expected $$want"; exit 1; fi; \
+	    echo "race check $$n: exit $$rc, as expected"; done
 # EMU_MODES: the orders the tests run under (tests/cuda_emu/emu_rt.cpp): EMU_DEFER 0 (streams run
 # work as queued), 1 and 2 (deferred), with r: each block's threads in reverse order (EMU_REVERSE).
 EMU_TESTS ?= cuda gpu_order split qwen3_reference_logits_gpu
 EMU_MODES ?= 0 1 2r
-cuda-emu-test: cuda-emu
+cuda-emu-test: cuda-emu $(EMU_RACE_CHECK)
 	set -e; for m in $(EMU_MODES); do d=$${m%r}; r=$$([ "$$d" = "$$m" ] && echo 0 || echo 1); \
 	    echo "cuda emulation, EMU_DEFER=$$d EMU_REVERSE=$$r"; \
-	    EMU_DEFER=$$d EMU_REVERSE=$$r $(EMU_ASAN_ENV) TIERKV_CUBLAS=$(CURDIR)/$(EMU_BUILD)/libcublas_emu.so TIERKV_SHARED=$(SHARED) \
+	    EMU_DEFER=$$d EMU_REVERSE=$$r $(EMU_SAN_ENV) TIERKV_CUBLAS=$(CURDIR)/$(EMU_BUILD)/libcublas_emu.so TIERKV_SHARED=$(SHARED) \
 	    TIERKV_BIN=$(EMU_BUILD)/tierkv $(EMU_BUILD)/tierkv-tests $(EMU_TESTS); done
 # the nvcc a CUDA build uses (`make -s CUDA=1 print-nvcc`; scripts/check-cuda-noserve.sh)
 print-nvcc:
@@ -208,7 +237,7 @@ fuzz-smoke: fuzz
 	TIERKV_SHARED=$(SHARED) scripts/fuzz.sh 25 $(FUZZ_NAMES)
 
 clean:
-	rm -rf build build-asan build-ubsan build-fuzz build-cuda build-cuda-noserve build-cuda-emu build-cuda-emu-asan
+	rm -rf build build-asan build-ubsan build-fuzz build-cuda build-cuda-noserve build-cuda-emu build-cuda-emu-asan build-cuda-emu-tsan
 
 format:
 	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(wildcard fuzz/*.c) $(wildcard src/*/*.h src/backend/*/*.h include/*.h tests/*.h)
@@ -223,5 +252,5 @@ demo:
 	build/tierkv run -m "$$model" --chat -n 400 --policy hierarchy --hbm-ratio 0.5 --evict-ratio 0.03 --stats \
 	  -p "$(DEMO_Q) Please reason step by step, and put your final answer within \\boxed{}."
 
-.PHONY: all bench test cuda cuda-test cuda-emu cuda-emu-test print-nvcc asan ubsan fuzz fuzz-run fuzz-smoke clean format demo FORCE
--include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_SRC:%.c=$(BUILD)/%.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(BUILD)/fuzz/replay_main.d
+.PHONY: all bench test cuda cuda-test cuda-emu cuda-emu-test cuda-emu-race-check print-nvcc asan ubsan fuzz fuzz-run fuzz-smoke clean format demo FORCE
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_SRC:%.c=$(BUILD)/%.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(BUILD)/fuzz/replay_main.d $(BUILD)/tests/cuda_emu/race_check.d

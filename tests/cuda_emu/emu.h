@@ -11,9 +11,10 @@
  * cores. What it checks: each kernel's result against the CPU's (the tests' bounds), its launch
  * configuration, its barriers and warp masks (a deadlock or a mask naming an absent lane stops the
  * run with the kernel and block), and that pointer arguments point into device or pinned memory.
- * What it cannot: speed, a race inside a block that neither thread order shows (fibers run one
- * at a time), and accesses out of bounds (run it under ASan for those); races between streams only
- * in the deferred orders (emu_rt.cpp). */
+ * What it cannot: speed, and accesses out of bounds or races (run it under ASan for the first,
+ * under ThreadSanitizer for the second: emu_rt.cpp, EMU_TSAN); without ThreadSanitizer a race
+ * between streams shows only in an order that runs it (the deferred ones, EMU_DEFER), and one
+ * inside a block only in a thread order that runs it (EMU_REVERSE). */
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -40,7 +41,28 @@
 #define __constant__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#if defined(__SANITIZE_THREAD__) /* g++ */
+#define EMU_TSAN_ON 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) /* clang++ */
+#define EMU_TSAN_ON 1
+#endif
+#endif
+#if defined(EMU_TSAN_ON)
+#define __shared__ static __attribute__((section("emu_shared"))) /* forgotten at each block's start (emu_rt.cpp) */
+#else
 #define __shared__ static
+#endif
+namespace emu {
+/* a __shared__ variable the running block uses (rewrite.py adds the call after each declaration):
+ * under ThreadSanitizer its history is forgotten before the next block starts */
+#if defined(EMU_TSAN_ON)
+void shared_used_tsan(const void *p, size_t n);
+static inline void shared_used(const void *p, size_t n) { shared_used_tsan(p, n); }
+#else
+static inline void shared_used(const void *, size_t) {}
+#endif
+} // namespace emu
 
 namespace emu {
 /* one CUDA thread of the running block */
@@ -159,9 +181,14 @@ static inline unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
     for (int i = 0; i < 4; i++) c += ((a >> (8 * i)) & 255u) * ((b >> (8 * i)) & 255u);
     return c;
 }
-/* atomics: fibers run one at a time */
-static inline unsigned atomicMax(unsigned *p, unsigned v) { unsigned o = *p; if (v > o) *p = v; return o; }
-static inline int atomicMax(int *p, int v) { int o = *p; if (v > o) *p = v; return o; }
+/* atomics: fibers run one at a time, but ThreadSanitizer must see atomic accesses */
+template <class T> static inline T emu_atomic_max(T *p, T v) {
+    T o = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v > o && !__atomic_compare_exchange_n(p, &o, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+    return o;
+}
+static inline unsigned atomicMax(unsigned *p, unsigned v) { return emu_atomic_max(p, v); }
+static inline int atomicMax(int *p, int v) { return emu_atomic_max(p, v); }
 /* CUDA's overloads of min and max */
 static inline int max(int a, int b) { return a > b ? a : b; }
 static inline int min(int a, int b) { return a < b ? a : b; }
