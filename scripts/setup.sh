@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # setup.sh — installs what tierkv needs on a fresh Debian machine (compiler, make, unzip for the
-# model wheels, pip, gnuplot for plots, clang and its libFuzzer runtime for fuzzing, valgrind for
-# the memory check, libmicrohttpd, jansson and hiredis for `tierkv serve`, redis-server for the test
-# of its shared park store). Only what is missing is
-# installed. The tests of the server also use the official `openai` Python client and jsonschema,
-# the chat template test jinja2, installed with pip when missing (for the tests only: tierkv never
-# needs them).
+# model wheels, pip, gnuplot for plots, clang and its libFuzzer runtime for fuzzing (clang++ also
+# compiles the emulated GPU's code for the race check), valgrind for the memory check, libmicrohttpd,
+# jansson and hiredis for `tierkv serve`, redis-server for the test of its shared park store). Only
+# what is missing is installed. The tests of the server also use the official `openai` Python client
+# and jsonschema, the chat template test jinja2, installed with pip when missing (for the tests only:
+# tierkv never needs them).
 set -euo pipefail
 need=()
 command -v cc >/dev/null || need+=(build-essential)
