@@ -193,6 +193,7 @@ static void *new_stack(void) {
     mprotect(m, 4096, PROT_NONE);
     return m + 4096;
 }
+static void free_stack(void *stack) { munmap((uint8_t *)stack - 4096, STACK + 4096); }
 /* a stack pointer from which emu_switch enters entry at the top of stack */
 static void *fresh_sp(void *stack, void (*entry)()) {
     uint64_t *sp = (uint64_t *)((uint8_t *)stack + STACK);
@@ -799,11 +800,11 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
         if (streams[i] == s) {
             streams.erase(streams.begin() + i);
             for (void *st : s->x.stacks)
-                if (st) munmap((uint8_t *)st - 4096, STACK + 4096);
+                if (st) free_stack(st);
 #if defined(EMU_TSAN)
             for (void *f : s->x.kfib)
                 if (f) __tsan_destroy_fiber(f);
-            if (s->x.fib) __tsan_destroy_fiber(s->x.fib), munmap((uint8_t *)s->x.op_stack - 4096, STACK + 4096);
+            if (s->x.fib) __tsan_destroy_fiber(s->x.fib), free_stack(s->x.op_stack);
 #endif
             delete s;
             return cudaSuccess;
