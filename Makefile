@@ -1,6 +1,7 @@
 # tierkv — one Makefile. `make` builds build/tierkv; `make test` runs the suite;
-# `make asan` / `make ubsan` run it under sanitizers; `make fuzz` builds libFuzzer targets (clang);
-# `make fuzz-run FUZZ_SECONDS=N` runs each for N seconds, `make fuzz-smoke` is CI's short run;
+# `make asan` / `make ubsan` / `make tsan` run it under sanitizers; `make fuzz` builds libFuzzer
+# targets (clang); `make fuzz-run FUZZ_SECONDS=N` runs each for N seconds, `make fuzz-smoke` is CI's
+# short run;
 # `make cuda` builds the same binaries with the CUDA backend into build-cuda/ (needs nvcc; plain
 # `make` does not; `make cuda BUILD=DIR` builds into DIR), `make cuda-test` runs that suite (its
 # CUDA tests skip without a GPU).
@@ -222,6 +223,18 @@ asan:
 	$(MAKE) test BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address"
 ubsan:
 	$(MAKE) test BUILD=build-ubsan OPT=-O1 CFLAGS="-fsanitize=undefined -fno-sanitize-recover=undefined" LDFLAGS="-fsanitize=undefined"
+# tsan: the suite under ThreadSanitizer (the thread pool, the transfer thread, the server's threads and
+# the tierkv processes the tests start). Every process writes its reports to build-tsan/tsan-report.PID
+# instead of its stderr (a test that reads a child's stderr cannot swallow one), and any such file
+# fails the target, whatever the tests said. TESTS= names a part of the suite, as for make test.
+TSAN_LOG = $(CURDIR)/build-tsan/tsan-report
+tsan:
+	rm -f $(TSAN_LOG).*
+	rc=0; TSAN_OPTIONS="log_path=$(TSAN_LOG) $(TSAN_OPTIONS)" $(MAKE) test BUILD=build-tsan OPT=-O1 \
+	    CFLAGS="-fsanitize=thread" LDFLAGS="-fsanitize=thread" || rc=$$?; \
+	if ls $(TSAN_LOG).* >/dev/null 2>&1; then cat $(TSAN_LOG).*; \
+	    echo "tsan: ThreadSanitizer reported in $$(ls $(TSAN_LOG).* | wc -l) process(es): build-tsan/tsan-report.*"; exit 1; fi; \
+	[ $$rc = 0 ] && echo "tsan: no report"; exit $$rc
 
 # libFuzzer targets (clang only, ASan + UBSan). fuzz-run: each target FUZZ_SECONDS from its seeds
 # (fuzz/corpus/TARGET; new inputs go to build-fuzz/corpus/TARGET, crashes to build-fuzz/crashes),
@@ -238,7 +251,7 @@ fuzz-smoke: fuzz
 	TIERKV_SHARED=$(SHARED) scripts/fuzz.sh 25 $(FUZZ_NAMES)
 
 clean:
-	rm -rf build build-asan build-ubsan build-fuzz build-cuda build-cuda-noserve build-cuda-emu build-cuda-emu-asan build-cuda-emu-tsan
+	rm -rf build build-asan build-ubsan build-tsan build-fuzz build-cuda build-cuda-noserve build-cuda-emu build-cuda-emu-asan build-cuda-emu-tsan
 
 format:
 	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(wildcard fuzz/*.c) $(wildcard src/*/*.h src/backend/*/*.h include/*.h tests/*.h)
@@ -253,5 +266,5 @@ demo:
 	build/tierkv run -m "$$model" --chat -n 400 --policy hierarchy --hbm-ratio 0.5 --evict-ratio 0.03 --stats \
 	  -p "$(DEMO_Q) Please reason step by step, and put your final answer within \\boxed{}."
 
-.PHONY: all bench test cuda cuda-test cuda-emu cuda-emu-test cuda-emu-race-check print-nvcc asan ubsan fuzz fuzz-run fuzz-smoke clean format demo FORCE
+.PHONY: all bench test cuda cuda-test cuda-emu cuda-emu-test cuda-emu-race-check print-nvcc asan ubsan tsan fuzz fuzz-run fuzz-smoke clean format demo FORCE
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_SRC:%.c=$(BUILD)/%.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(BUILD)/fuzz/replay_main.d $(BUILD)/tests/cuda_emu/race_check.d
