@@ -199,7 +199,7 @@ $(BUILD)/race_check: $(BUILD)/tests/cuda_emu/race_check.o $(BUILD)/tests/cuda_em
 # ThreadSanitizer must report a race, 0 where CUDA orders the accesses. Part of cuda-emu-test with
 # EMU_TSAN=1.
 EMU_RACE_CASES = streams-ordered:0 streams-racy:66 half-racy:66 host-ordered:0 host-racy:66 reuse-ordered:0 \
-                 reuse-racy:66 block-ordered:0 block-racy:66 shared-streams-ordered:0 warp-ordered:0
+                 reuse-racy:66 block-ordered:0 block-racy:66 blocks-racy:66 shared-streams-ordered:0 warp-ordered:0
 cuda-emu-race-check: cuda-emu
 	@[ "$(EMU_TSAN)" = 1 ] || { echo "cuda-emu-race-check: the race finder is EMU_TSAN=1's" >&2; exit 2; }
 	set -e; for c in $(EMU_RACE_CASES); do n=$${c%:*}; want=$${c#*:}; rc=0; \

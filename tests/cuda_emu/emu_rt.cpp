@@ -79,8 +79,10 @@ static void *sched_fake, *fiber_fake[1024];
  * writes without waiting for it, the host reading pinned memory a kernel may still write, two
  * threads of a block on one shared variable with no barrier between them. Shared memory and the
  * warp exchange slots sit in one section (emu_shared) whose history, and the dynamic shared
- * memory's, is forgotten when a block starts, as a new block's shared memory is new. Not seen: a
- * race between two blocks' threads of the same index on one stream (one fiber runs them both). */
+ * memory's, is forgotten when a block starts, as a new block's shared memory is new. A stream has
+ * two fibers (and stacks) per thread index, for even and odd blocks in the order they run, so two
+ * consecutive blocks of a kernel are never one fiber. Not seen: a race between threads of the same index in two
+ * blocks two apart (block 0 and 2 of a launch run on one fiber, in order). */
 #if defined(EMU_TSAN)
 extern "C" {
 void *__tsan_get_current_fiber(void);
@@ -140,10 +142,11 @@ static const size_t STACK = 256 << 10;
  * fibers and the objects its orders are released to (the stream's order, a kernel's start and end). */
 struct exec_ctx {
     int id; /* 0: the legacy stream; then in creation order */
-    void *stacks[1024];
+    void *stacks[2][1024]; /* [0] but under EMU_TSAN, where odd blocks have their own */
     alignas(8) char hb[8], kstart[8], kend[8];
 #if defined(EMU_TSAN)
-    void *fib, *kfib[1024];  /* the stream's work; its kernels' threads */
+    void *fib, *kfib[2][1024]; /* the stream's work; its kernels' threads (even, odd blocks) */
+    unsigned blocks;           /* blocks run, for the parity */
     void *op_stack, *ret_sp; /* the stack the work runs on; where the host's continues */
     void *host_fib, *tok;
     std::function<void()> *fn;
@@ -208,14 +211,14 @@ static void *fiber_factory;
 __attribute__((constructor)) static void make_fiber_factory(void) { fiber_factory = __tsan_create_fiber(0); }
 /* a new fiber, created by one that has done nothing since the process started, so nothing the host
  * did orders it */
-static void *new_fiber(int stream, int thread) {
+static void *new_fiber(int stream, int thread, int odd) {
     void *cur = __tsan_get_current_fiber();
     TSAN_TO(fiber_factory);
     void *f = __tsan_create_fiber(0);
     TSAN_TO(cur);
     char *name = (char *)malloc(48); /* kept: the runtime may keep the pointer */
     if (thread < 0) snprintf(name, 48, "stream %d", stream);
-    else snprintf(name, 48, "stream %d, CUDA thread %d", stream, thread);
+    else snprintf(name, 48, "stream %d, CUDA thread %d (%s blocks)", stream, thread, odd ? "odd" : "even");
     __tsan_set_fiber_name(f, name);
     return f;
 }
@@ -239,7 +242,7 @@ static void run_op(exec_ctx *x, std::function<void()> *fn, void *tok) {
     if (t_x) fail("stream work queued more work while it ran");
     t_x = x;
 #if defined(EMU_TSAN)
-    if (!x->fib) x->fib = new_fiber(x->id, -1), x->op_stack = new_stack();
+    if (!x->fib) x->fib = new_fiber(x->id, -1, 0), x->op_stack = new_stack();
     x->fn = fn, x->tok = tok, x->host_fib = __tsan_get_current_fiber();
     void *sp = fresh_sp(x->op_stack, op_tramp);
     TSAN_TO(x->fib);
@@ -337,17 +340,23 @@ static void tramp() {
 static void run_block(int n) {
     exec_ctx *x = t_x;
     live = n, n_thr = n;
+    int set = 0;
+#if defined(EMU_TSAN)
+    set = x->blocks++ & 1; /* a fiber's stack is its own: a stack two fibers used would be a race */
+    void **kfib = x->kfib[set];
+#endif
+    void **stacks = x->stacks[set];
     bar = barrier{0, 0};
     for (auto &w : wbar) w = barrier{0, 0};
     for (int i = 0; i < n; i++) {
-        if (!x->stacks[i]) x->stacks[i] = new_stack();
+        if (!stacks[i]) stacks[i] = new_stack();
 #if defined(EMU_TSAN)
-        if (!x->kfib[i]) x->kfib[i] = new_fiber(x->id, i);
+        if (!kfib[i]) kfib[i] = new_fiber(x->id, i, set);
 #endif
         fiber *f = &F[i];
         f->index = i, f->lane = i & 31, f->warp = i >> 5, f->done = 0, f->wait = NULL;
         f->tid.x = i % t_bdim.x, f->tid.y = (i / t_bdim.x) % t_bdim.y, f->tid.z = i / (t_bdim.x * t_bdim.y);
-        f->sp = fresh_sp(x->stacks[i], &tramp);
+        f->sp = fresh_sp(stacks[i], &tramp);
     }
 #if defined(EMU_TSAN)
     /* A new block's shared memory: what earlier blocks did there is forgotten. The runtime's one call
@@ -386,9 +395,9 @@ static void run_block(int n) {
             if (f->done || (f->wait && f->wait->gen == f->wait_gen)) continue;
             f->wait = NULL;
             t_cur = f;
-            ASAN_START(&sched_fake, x->stacks[i], STACK);
+            ASAN_START(&sched_fake, stacks[i], STACK);
 #if defined(EMU_TSAN)
-            TSAN_TO(x->kfib[i]);
+            TSAN_TO(kfib[i]);
 #endif
             emu_switch(&sched_sp, f->sp);
             ASAN_FINISH(sched_fake, NULL, NULL);
@@ -799,11 +808,13 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     for (size_t i = 0; i < streams.size(); i++)
         if (streams[i] == s) {
             streams.erase(streams.begin() + i);
-            for (void *st : s->x.stacks)
-                if (st) free_stack(st);
+            for (auto &set : s->x.stacks)
+                for (void *st : set)
+                    if (st) free_stack(st);
 #if defined(EMU_TSAN)
-            for (void *f : s->x.kfib)
-                if (f) __tsan_destroy_fiber(f);
+            for (auto &set : s->x.kfib)
+                for (void *f : set)
+                    if (f) __tsan_destroy_fiber(f);
             if (s->x.fib) __tsan_destroy_fiber(s->x.fib), free_stack(s->x.op_stack);
 #endif
             delete s;

@@ -26,6 +26,10 @@ __global__ void share(float *out, int barrier) {
     if (barrier) __syncthreads();
     out[blockIdx.x * blockDim.x + threadIdx.x] = v;
 }
+/* every block's thread 0 writes one word: two blocks, nothing orders them */
+__global__ void same_word(float *out) {
+    if (threadIdx.x == 0) out[0] = (float)blockIdx.x;
+}
 /* each lane's value from its neighbour, through a shuffle */
 __global__ void shuffle(float *out) {
     float v = __shfl_xor_sync(0xffffffffu, (float)threadIdx.x, 1);
@@ -71,6 +75,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < N; i++) h[i] = 0.0f;
     } else if (!strcmp(c, "block-ordered") || !strcmp(c, "block-racy")) {
         share<<<2, THREADS, 0, a>>>(d0, !strcmp(c, "block-ordered"));
+    } else if (!strcmp(c, "blocks-racy")) {
+        same_word<<<2, THREADS, 0, a>>>(d0);
     } else if (!strcmp(c, "shared-streams-ordered")) {
         /* one kernel's blocks on two streams at once: each block's shared memory is its own */
         share<<<2, THREADS, 0, a>>>(d0, 1);
