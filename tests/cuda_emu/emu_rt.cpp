@@ -81,8 +81,8 @@ static void *sched_fake, *fiber_fake[1024];
  * warp exchange slots sit in one section (emu_shared) whose history, and the dynamic shared
  * memory's, is forgotten when a block starts, as a new block's shared memory is new. A stream has
  * two fibers (and stacks) per thread index, for even and odd blocks in the order they run, so two
- * consecutive blocks of a kernel are never one fiber. Not seen: a race between threads of the same index in two
- * blocks two apart (block 0 and 2 of a launch run on one fiber, in order). */
+ * consecutive blocks of a kernel are never one fiber. Not seen: a race between threads of the same
+ * index in blocks two apart (blocks 0 and 2 of a launch run on one fiber, in order). */
 #if defined(EMU_TSAN)
 extern "C" {
 void *__tsan_get_current_fiber(void);
