@@ -138,14 +138,19 @@ struct barrier {
     unsigned gen;
 };
 static const size_t STACK = 256 << 10;
+#if defined(EMU_TSAN)
+enum { SETS = 2 }; /* even and odd blocks run on fibers and stacks of their own (above) */
+#else
+enum { SETS = 1 };
+#endif
 /* Where a stream's work runs: the stacks of its kernels' threads (by index) and, under EMU_TSAN, its
  * fibers and the objects its orders are released to (the stream's order, a kernel's start and end). */
 struct exec_ctx {
     int id; /* 0: the legacy stream; then in creation order */
-    void *stacks[2][1024]; /* [0] but under EMU_TSAN, where odd blocks have their own */
+    void *stacks[SETS][1024];
     alignas(8) char hb[8], kstart[8], kend[8];
 #if defined(EMU_TSAN)
-    void *fib, *kfib[2][1024]; /* the stream's work; its kernels' threads (even, odd blocks) */
+    void *fib, *kfib[SETS][1024]; /* the stream's work; its kernels' threads (even, odd blocks) */
     unsigned blocks;           /* blocks run, for the parity */
     void *op_stack, *ret_sp; /* the stack the work runs on; where the host's continues */
     void *host_fib, *tok;
@@ -342,7 +347,7 @@ static void run_block(int n) {
     live = n, n_thr = n;
     int set = 0;
 #if defined(EMU_TSAN)
-    set = x->blocks++ & 1; /* a fiber's stack is its own: a stack two fibers used would be a race */
+    set = x->blocks++ % SETS; /* a fiber's stack is its own: a stack two fibers used would be a race */
     void **kfib = x->kfib[set];
 #endif
     void **stacks = x->stacks[set];
