@@ -371,7 +371,7 @@ int tkv_stats_get(const tkv_session *s, int seq, tkv_stats *out, char *err, size
 /* Waits for every move in flight (so statistics are settled). */
 void tkv_sync(tkv_session *s);
 /* Bytes of expert matrices the forward has read since the session opened (each expert a step routes
- * any token to, once per layer); 0 for a dense model. */
+ * any token to, once per layer; where the backend routes, once per token); 0 for a dense model. */
 uint64_t tkv_expert_bytes_read(const tkv_session *s);
 /* Bytes the session has read back from a backend that is not host memory since it opened (the
  * attention weights for the policy where the host updates its scores, else the scores when the host

@@ -65,7 +65,8 @@ static int32_t rand_tok(int V) {
 }
 
 /* An expert FFN's reads over `steps` decode steps of n_seq tokens: bytes read per step, against
- * what the routing allows (n_seq * experts per token at most, all experts at most). */
+ * what the routing allows (n_seq * experts per token at most; all experts at most where the host
+ * groups the tokens by expert, while a backend that routes reads each token's own). */
 static void report_experts(int json, const char *test, const tkv_model_info *info, uint64_t bytes, int steps, int n_seq) {
     if (!info->n_expert || steps < 1) return;
     double per = (double)bytes / steps, one = (double)info->expert_bytes;
@@ -82,8 +83,9 @@ static void report_experts(int json, const char *test, const tkv_model_info *inf
         json_out_key(&j, "experts"), json_out_int(&j, info->n_expert);
         out_json_end(&j);
     } else
-        printf("# experts %s: %.1f MB of expert weights read per step = %.2f experts of %d (each read once per step "
-               "for all its tokens; %d tokens x %d routed: at most %d)\n",
+        printf("# experts %s: %.1f MB of expert weights read per step = %.2f experts of %d (once a step for all "
+               "their tokens where the host routes, once a token where the backend does; %d tokens x %d routed: at "
+               "most %d on the host)\n",
                test, per / 1e6, per / one, info->n_expert, n_seq, info->n_expert_used, most);
 }
 

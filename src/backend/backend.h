@@ -271,6 +271,22 @@ typedef struct {
      * f32 (each product rounded, then added), rows of `width` floats (rows and w are host arrays) */
     void (*combine_rows)(be_backend *b, float *y, const float *src, const int *rows, const float *w, int n, int k,
                          int width);
+    /* Optional, the three together (NULL: the forward reads the router's logits back and routes on
+     * the host). An expert FFN routed where its logits lie, so that nothing waits for the device:
+     * route: for t < n, token t's k experts (sel[t*k..], int32) and weights (w[t*k..]) from its
+     * logits [n][n_expert], as moe_route (src/model/route.h) chooses and weighs them; logits, sel
+     * and w in backend memory.
+     * matmul_sel: for pair p < n_pairs and output i, row p of outs[i].y (stride outs[i].y_stride) =
+     * x[p / x_div] · E_iᵀ with E_i = outs[i].w[sel[p]], each row as matmul computes it for one
+     * token; outs[i].w is the first of n_expert prepared matrices of one type and shape (the
+     * layer's array), biases NULL, sel in backend memory, scratch as matmul_scratch gives for
+     * n_pairs tokens. n_pairs 0 runs nothing: it prepares what later calls with these arrays need
+     * (a backend may keep a table of the experts), so that no step has to.
+     * combine_pairs: combine_rows with row t*k+j for pair (t, j) and w in backend memory. */
+    void (*route)(be_backend *b, const float *logits, int n, int n_expert, int k, int32_t *sel, float *w);
+    void (*matmul_sel)(be_backend *b, const be_mm_out *outs, int n_outs, int n_expert, int64_t n_in, const float *x,
+                       int x_div, const int32_t *sel, int n_pairs, void *scratch);
+    void (*combine_pairs)(be_backend *b, float *y, const float *src, const float *w, int n, int k, int width);
 
     /* KV */
     /* writes the K and V rows [n][kv_dim] of n new tokens for one layer into their slots (host

@@ -33,6 +33,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/meminfo.h"
+#include "model/route.h"
 
 #define ATT_SUB 16 /* query tokens per attention sub-batch (bounds the weights buffer) */
 /* Off the CPU, the most device (and pinned) memory that holds a whole call's attention weights, every
@@ -73,7 +74,11 @@ struct fwd {
     float *rlogits, *rlogits_host, *xe, *ye;
     int *route_rows;   /* [max_batch * k] host: row of ye holding token t's j-th expert output */
     float *route_w;    /* [max_batch * k] host: its weight */
-    int *route_sel;    /* [max_batch * k] host: the expert */
+    int32_t *route_sel; /* [max_batch * k] host: the expert */
+    /* experts routed on the backend (be_ops.route), for calls of up to dev_route tokens (0: never) */
+    int dev_route;
+    int32_t *sel_dev;  /* [dev_route * k] backend: the experts of token t's pairs t*k.. */
+    float *w_dev;      /* [dev_route * k] backend: their weights */
     int *exp_tok;      /* [max_batch * k] host: tokens grouped by expert */
     int *exp_n;        /* [n_expert + 1] host: counts, then offsets */
     uint64_t expert_read; /* bytes of expert matrices read since init */
@@ -94,9 +99,28 @@ static void *palloc(fwd *f, size_t bytes, char *err, size_t errlen) {
     return f->op->alloc(f->be, bytes, BE_MEM_PINNED, err, errlen);
 }
 
+/* Calls of up to this many tokens route their experts on the backend where it can (be_ops.route):
+ * decode steps, one token a sequence; larger calls (prompt chunks) group the tokens by expert on
+ * the host, reading each expert once for all its tokens. */
+#define MOE_DEV_TOKENS 8
+
+/* every layer's experts of one type per matrix (a GGUF's expert tensor is one type; odd files
+ * aside) */
+static int experts_uniform(const model *m) {
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        for (int e = 1; e < m->cfg.n_expert; e++)
+            if (L->egate[e].type != L->egate[0].type || L->eup[e].type != L->eup[0].type ||
+                L->edown[e].type != L->edown[0].type)
+                return 0;
+    }
+    return 1;
+}
+
 /* Bytes of the matmul scratch: the largest activation conversion of any job (the fused q/k/v and
- * gate/up jobs convert up to once per part, wo, wdown and the output matrix once). */
-static size_t mm_scratch_bytes(const model *m, be_backend *be, int64_t B) {
+ * gate/up jobs convert up to once per part, wo, wdown and the output matrix once) for B tokens, and
+ * for P expert pairs (matmul_sel) where the experts are routed on the backend (P > 0). */
+static size_t mm_scratch_bytes(const model *m, be_backend *be, int64_t B, int64_t P) {
     const model_config *c = &m->cfg;
     const be_ops *op = be->ops;
     be_mm_out out1 = {&m->output, NULL, 0, NULL};
@@ -118,6 +142,8 @@ static size_t mm_scratch_bytes(const model *m, be_backend *be, int64_t B) {
             egu[0].w = &L->egate[e], egu[1].w = &L->eup[e], ed.w = &L->edown[e];
             if ((t = op->matmul_scratch(be, egu, 2, (int64_t)c->n_embd, B)) > s) s = t;
             if ((t = op->matmul_scratch(be, &ed, 1, (int64_t)c->n_ff_exp, B)) > s) s = t;
+            if (P && (t = op->matmul_scratch(be, egu, 2, (int64_t)c->n_embd, P)) > s) s = t; /* pairs (matmul_sel) */
+            if (P && (t = op->matmul_scratch(be, &ed, 1, (int64_t)c->n_ff_exp, P)) > s) s = t;
         }
     }
     return s;
@@ -132,10 +158,18 @@ static int alloc_buffers(fwd *f, char *err, size_t errlen) {
     size_t B = (size_t)o->max_batch, E = (size_t)c->n_embd, Q = (size_t)c->n_head * c->head_dim;
     size_t KV = (size_t)c->n_head_kv * c->head_dim, A = (size_t)ATT_SUB * c->n_head * (size_t)o->n_ctx;
     size_t F = (size_t)(c->n_expert ? c->n_ff_exp : c->n_ff), X = (size_t)c->n_expert, K = (size_t)c->n_expert_used;
-    size_t s = mm_scratch_bytes(f->m, f->be, (int64_t)B);
+    /* experts routed on the backend for calls of up to MOE_DEV_TOKENS tokens, where it can (every
+     * expert of a layer's array of one type: a backend's table of them holds one layout) */
+    size_t P = 0; /* such a call's pairs at most */
+    if (X && f->op->route && f->op->matmul_sel && f->op->combine_pairs && experts_uniform(f->m)) {
+        f->dev_route = o->max_batch < MOE_DEV_TOKENS ? o->max_batch : MOE_DEV_TOKENS;
+        P = (size_t)f->dev_route * K;
+    }
+    size_t GB = P > B ? P : B; /* rows of gate and up: a token's, or a pair's */
+    size_t s = mm_scratch_bytes(f->m, f->be, (int64_t)B, (int64_t)P);
     size_t as = f->op->attention_scratch(f->be, ATT_SUB, o->n_ctx, c->n_head, c->head_dim);
-    uint64_t need = (uint64_t)B * (4 * E + 2 * Q + 2 * KV + 2 * F) * 4 + (uint64_t)A * 4 + s + as, host_need = 0;
-    if (X) need += (uint64_t)B * (X + E + K * E) * 4;
+    uint64_t need = ((uint64_t)B * (4 * E + 2 * Q + 2 * KV) + 2 * GB * F) * 4 + (uint64_t)A * 4 + s + as, host_need = 0;
+    if (X) need += (uint64_t)B * (X + E + K * E) * 4 + P * 8;
     /* weights come back (not unified) unless the KV cache takes them where they lie */
     int weights_back = !f->op->unified && !kv_scores_on_device(f->kv);
     if (!f->op->unified) host_need = (uint64_t)B * c->n_vocab * 4 + (uint64_t)B * X * 4;
@@ -154,8 +188,8 @@ static int alloc_buffers(fwd *f, char *err, size_t errlen) {
     int ok = (f->x = balloc(f, B * E * 4, err, errlen)) && (f->h = balloc(f, B * E * 4, err, errlen)) &&
              (f->tmp = balloc(f, B * E * 4, err, errlen)) && (f->q = balloc(f, B * Q * 4, err, errlen)) &&
              (f->o = balloc(f, B * Q * 4, err, errlen)) && (f->k = balloc(f, B * KV * 4, err, errlen)) &&
-             (f->v = balloc(f, B * KV * 4, err, errlen)) && (f->gate = balloc(f, B * F * 4, err, errlen)) &&
-             (f->up = balloc(f, B * F * 4, err, errlen)) && (f->logit_rows = balloc(f, B * E * 4, err, errlen)) &&
+             (f->v = balloc(f, B * KV * 4, err, errlen)) && (f->gate = balloc(f, GB * F * 4, err, errlen)) &&
+             (f->up = balloc(f, GB * F * 4, err, errlen)) && (f->logit_rows = balloc(f, B * E * 4, err, errlen)) &&
              (f->att = balloc(f, A * 4, err, errlen)) && (f->mm_scratch = balloc(f, s, err, errlen)) &&
              (f->att_scratch = balloc(f, as, err, errlen)) &&
              (f->op->unified || (f->logits = balloc(f, B * (size_t)c->n_vocab * 4, err, errlen)));
@@ -177,6 +211,8 @@ static int alloc_buffers(fwd *f, char *err, size_t errlen) {
         f->exp_tok = tkv_xcalloc(B * K, sizeof *f->exp_tok);
         f->exp_n = tkv_xcalloc(X + 1, sizeof *f->exp_n);
     }
+    if (ok && P)
+        ok = (f->sel_dev = balloc(f, P * 4, err, errlen)) && (f->w_dev = balloc(f, P * 4, err, errlen));
     if (ok && o->split)
         ok = (f->split = be_split_new(f->be, f->host, ATT_SUB, c->n_head, c->head_dim, o->n_ctx, err, errlen)) != NULL;
     f->slots = tkv_xcalloc(B, sizeof *f->slots);
@@ -209,13 +245,20 @@ fwd *fwd_init(const model *m, kv_cache *kv, be_backend *be, be_backend *host, co
         fwd_free(f);
         return NULL;
     }
+    for (int l = 0; f->dev_route && l < m->cfg.n_layer; l++) { /* the backend's expert tables, before any step */
+        const model_layer *L = &m->layers[l];
+        be_mm_out gu[2] = {{&L->egate[0], NULL, 0, NULL}, {&L->eup[0], NULL, 0, NULL}};
+        be_mm_out d = {&L->edown[0], NULL, 0, NULL};
+        f->op->matmul_sel(be, gu, 2, m->cfg.n_expert, m->cfg.n_embd, NULL, 1, NULL, 0, NULL);
+        f->op->matmul_sel(be, &d, 1, m->cfg.n_expert, m->cfg.n_ff_exp, NULL, 1, NULL, 0, NULL);
+    }
     return f;
 }
 
 void fwd_free(fwd *f) {
     if (!f) return;
     void *dev[] = {f->x, f->h, f->tmp, f->q, f->o, f->k, f->v, f->gate, f->up, f->logit_rows, f->logits, f->att,
-                   f->mm_scratch, f->att_scratch, f->rlogits, f->xe, f->ye, f->att_all};
+                   f->mm_scratch, f->att_scratch, f->rlogits, f->xe, f->ye, f->att_all, f->sel_dev, f->w_dev};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) f->op->free(f->be, dev[i], BE_MEM_DEVICE);
     void *pinned[] = {f->att_host, f->logits_host, f->rlogits_host, f->att_all_host};
@@ -313,40 +356,6 @@ static void flush_weights(fwd *f, const int *seq, const int *pos) {
     f->n_pend = 0, f->pend_used = 0;
 }
 
-/* Token t's experts (route_sel[t*k..]) and weights (route_w): router softmax (sum in double, as
- * ggml's soft_max), the k most probable (the lower index first among equal ones), renormalised to
- * sum to one (that sum in double too). */
-static void route(fwd *f, const float *logits, int n) {
-    const model_config *c = &f->m->cfg;
-    int X = c->n_expert, K = c->n_expert_used;
-    float p[1024];
-    for (int t = 0; t < n; t++) {
-        const float *lg = logits + (size_t)t * X;
-        float mx = lg[0];
-        for (int e = 1; e < X; e++) mx = lg[e] > mx ? lg[e] : mx;
-        double sum = 0;
-        for (int e = 0; e < X; e++) sum += (double)(p[e] = expf(lg[e] - mx));
-        float inv = (float)(1.0 / sum);
-        for (int e = 0; e < X; e++) p[e] *= inv;
-        int *sel = f->route_sel + (size_t)t * K;
-        float *w = f->route_w + (size_t)t * K;
-        double wsum = 0;
-        for (int j = 0; j < K; j++) {
-            int best = -1;
-            for (int e = 0; e < X; e++) {
-                int taken = 0;
-                for (int i = 0; i < j && !taken; i++) taken = sel[i] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            sel[j] = best;
-            w[j] = p[best];
-            wsum += w[j];
-        }
-        float ws = (float)wsum;
-        for (int j = 0; j < K; j++) w[j] /= ws;
-    }
-}
-
 /* The residual add and the next RMSNorm: x += d, then h = rmsnorm(x) * w; one op where the backend
  * has it (a launch fewer on a GPU), else the two: the same ops in the same order either way. */
 static void add_norm(fwd *f, const float *d, const float *w, int n) {
@@ -359,6 +368,25 @@ static void add_norm(fwd *f, const float *d, const float *w, int n) {
     f->op->rmsnorm(f->be, f->h, f->x, w, n, c->n_embd, c->rms_eps);
 }
 
+/* The expert FFN of a call of n <= dev_route tokens, routed on the backend: pair p = t*k + j is
+ * token t's j-th expert; gate and up hold a row a pair, swiglu'd in place, ye the pairs' down
+ * products, and tmp their weighted sums. Each pair reads its expert's matrices (tokens sharing an
+ * expert read it once each), and no result comes back to the host: a step stays one submission. */
+static void expert_ffn_pairs(fwd *f, const model_layer *L, int n) {
+    const model_config *c = &f->m->cfg;
+    be_backend *be = f->be;
+    const be_ops *op = f->op;
+    int X = c->n_expert, K = c->n_expert_used, E = c->n_embd, FE = c->n_ff_exp, np = n * K;
+    op->route(be, f->rlogits, n, X, K, f->sel_dev, f->w_dev);
+    be_mm_out gu[2] = {{&L->egate[0], f->gate, FE, NULL}, {&L->eup[0], f->up, FE, NULL}};
+    op->matmul_sel(be, gu, 2, X, E, f->h, K, f->sel_dev, np, f->mm_scratch);
+    op->swiglu(be, f->gate, f->up, (int64_t)np * FE);
+    be_mm_out d = {&L->edown[0], f->ye, E, NULL};
+    op->matmul_sel(be, &d, 1, X, FE, f->gate, 1, f->sel_dev, np, f->mm_scratch);
+    op->combine_pairs(be, f->tmp, f->ye, f->w_dev, n, K, E);
+    f->expert_read += (uint64_t)np * L->expert_bytes;
+}
+
 /* The expert FFN of layer L on the normed rows f->h: tmp = sum_j w_j expert_j(h) (the caller adds
  * it). Tokens are grouped by expert so that each expert's matrices are read once for all the tokens
  * routed to it. */
@@ -368,7 +396,12 @@ static void expert_ffn(fwd *f, const model_layer *L, int n) {
     const be_ops *op = f->op;
     int X = c->n_expert, K = c->n_expert_used, E = c->n_embd, FE = c->n_ff_exp;
     matmul(f, &L->router, f->h, n, f->rlogits, X);
-    route(f, read_back(f, f->rlogits, (size_t)n * X * sizeof(float), f->rlogits_host), n);
+    if (n <= f->dev_route) { /* nothing waits: the experts chosen and read where the logits lie */
+        expert_ffn_pairs(f, L, n);
+        return;
+    }
+    moe_route(read_back(f, f->rlogits, (size_t)n * X * sizeof(float), f->rlogits_host), n, X, K, f->route_sel,
+              f->route_w);
     int *cnt = f->exp_n;
     memset(cnt, 0, (size_t)(X + 1) * sizeof *cnt);
     for (int i = 0; i < n * K; i++) cnt[f->route_sel[i] + 1]++;
@@ -428,10 +461,10 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
     int split = f->split && (!f->opt.split_decode || nu == n);
 
     /* the call's ops bracketed for the backend (a GPU may launch them as one graph) where nothing in
-     * it waits for the device: no split attention (it reads q back), no expert routing (it reads the
-     * router's logits), no copy fence (kv_step_may_wait); reads of the weights of a call whose buffer
+     * it waits for the device: no split attention (it reads q back), no expert routing on the host (it
+     * reads the router's logits back), no copy fence (kv_step_may_wait); reads of the weights of a call whose buffer
      * does not hold them all still wait, and the backend then submits what it has */
-    int bracket = op->step_begin && !split && !c->n_expert &&
+    int bracket = op->step_begin && !split && (!c->n_expert || n <= f->dev_route) &&
                   !kv_step_may_wait(f->kv, f->useq, nu, KV_T1_AS_OPENED);
     if (bracket) op->step_begin(be, n);
     op->embed(be, &m->tok_embd, tokens, n, f->x); /* x [n x E] */

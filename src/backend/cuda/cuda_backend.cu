@@ -285,6 +285,7 @@ static void cu_close(be_backend *b) {
     CUDA_CHECK(cudaDeviceSynchronize());
     workers_free(B->workers);
     cu_upload_close(B);
+    cu_etab_close(B);
     cu_prof_close(B);
     cu_gemm_close(B);
     for (int i = 0; i < B->n_owned; i++) {
@@ -364,6 +365,9 @@ static be_ops cu_ops_table(void) {
     o.swiglu = cu_swiglu;
     o.gather_rows = cu_gather_rows;
     o.combine_rows = cu_combine_rows;
+    o.route = cu_route;
+    o.matmul_sel = cu_matmul_sel;
+    o.combine_pairs = cu_combine_pairs;
     o.expand_cols = cu_expand_cols;
     o.kv_write = cu_kv_write;
     o.kv_read = cu_kv_read;
@@ -411,10 +415,10 @@ static int gemv_choice(int *direct, int *rows, char *err, size_t errlen) {
 
 extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err, size_t errlen) {
     *out = NULL;
-    int gemv_direct, gemv_rows, gemm_from, prof, graphs;
+    int gemv_direct, gemv_rows, gemm_from, prof, graphs, route_host;
     if (gemv_choice(&gemv_direct, &gemv_rows, err, errlen)) return -1; /* the message is in err */
     if (cu_gemm_choice(&gemm_from, err, errlen) || cu_prof_choice(&prof, err, errlen) ||
-        cu_graph_choice(&graphs, err, errlen))
+        cu_graph_choice(&graphs, err, errlen) || cu_route_choice(&route_host, err, errlen))
         return -1;
     int dev = p ? p->device : 0, n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -432,7 +436,8 @@ extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err
 
     cu_backend *B = (cu_backend *)calloc(1, sizeof *B);
     if (!B) return tkv_errf(err, errlen, "out of host memory");
-    B->base.ops = &CU_OPS;
+    B->ops = CU_OPS;
+    B->base.ops = &B->ops;
     B->device = dev;
     B->prop = prop;
     B->gemv_direct = gemv_direct, B->gemv_rows = gemv_rows;
@@ -467,15 +472,18 @@ extern "C" int cuda_backend_open(const be_params *p, be_backend **out, char *err
     }
     if (prof) {
         cu_prof_open(B, &CU_OPS);
-        B->base.ops = &CU_OPS_PROF;
+        B->ops = CU_OPS_PROF;
     }
+    if (route_host) /* the forward then reads the router's logits back and routes on the host */
+        B->ops.route = NULL, B->ops.matmul_sel = NULL, B->ops.combine_pairs = NULL;
     B->graph.on = graphs && !prof; /* the profile's timing events cannot be captured */
     char rows[16] = "";
     if (gemv_rows) snprintf(rows, sizeof rows, ",%d", gemv_rows);
-    snprintf(B->desc, sizeof B->desc, "sm_%d%d (%.100s, %d SMs, %.0f GiB; gemv %s%s; gemm %s; graphs %s)", prop.major,
+    snprintf(B->desc, sizeof B->desc,
+             "sm_%d%d (%.100s, %d SMs, %.0f GiB; gemv %s%s; gemm %s; graphs %s; experts routed on the %s)", prop.major,
              prop.minor, prop.name, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
              gemv_direct < 0 ? "per type" : gemv_direct ? "direct" : "tile", rows, B->blas_why,
-             B->graph.on ? "on" : "off");
+             B->graph.on ? "on" : "off", route_host ? "host" : "device");
     if (prof) snprintf(B->desc + strlen(B->desc), sizeof B->desc - strlen(B->desc), " [profiled]");
     *out = &B->base;
     return 0;

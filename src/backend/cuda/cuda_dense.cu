@@ -167,14 +167,16 @@ void cu_gather_rows(be_backend *b, float *dst, const float *src, const int *rows
 }
 
 /* Block t sums token t's k expert rows, left to right, each product rounded before its add (no
- * fused multiply-add): the CPU's bits. rows and w come through the argument ring. */
+ * fused multiply-add): the CPU's bits. rows and w come through the argument ring (combine_rows), or
+ * rows is NULL, pair t*k + j's row its own, and w is where route wrote it (combine_pairs). */
 __global__ void combine_kernel(float *y, const float *src, const int *rows, const float *w, int k, int width) {
     const int t = blockIdx.x;
     float *yr = y + (int64_t)t * width;
     for (int i = threadIdx.x; i < width; i += DN_THREADS) {
         float acc = 0.0f;
         for (int j = 0; j < k; j++) {
-            float p = __fmul_rn(src[(int64_t)rows[t * k + j] * width + i], w[t * k + j]);
+            const int64_t r = rows ? rows[t * k + j] : t * k + j;
+            float p = __fmul_rn(src[r * width + i], w[t * k + j]);
             acc = j ? __fadd_rn(acc, p) : p;
         }
         yr[i] = acc;
@@ -190,6 +192,14 @@ void cu_combine_rows(be_backend *b, float *y, const float *src, const int *rows,
     const int *rd = (const int *)cu_ring_put(&B->arg, rows, nk * sizeof(int));
     const float *wd = (const float *)cu_ring_put(&B->arg, w, nk * sizeof(float));
     combine_kernel<<<n, DN_THREADS, 0, B->compute>>>(y, src, rd, wd, k, width);
+    CU_LAUNCHED();
+}
+
+void cu_combine_pairs(be_backend *b, float *y, const float *src, const float *w, int n, int k, int width) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    if (n <= 0 || k <= 0) return;
+    combine_kernel<<<n, DN_THREADS, 0, B->compute>>>(y, src, (const int *)nullptr, w, k, width);
     CU_LAUNCHED();
 }
 

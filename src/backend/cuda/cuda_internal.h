@@ -109,8 +109,19 @@ struct cu_graphs {
     cuda_graph_stats st;
 };
 
+/* matmul_sel's table of a layer's experts (cuda_moe.cu): the host array it was made from (its address,
+ * its first and last matrices' device descriptions, which a new model's array at a reused address
+ * would not share) and the device copy of the array's cw_mat */
+typedef struct {
+    const be_mat *key;
+    const void *first, *last;
+    int n;
+    cw_mat *dev;
+} cu_etab;
+
 struct cu_backend {
     be_backend base; /* first: what the engine holds */
+    be_ops ops;      /* what base.ops points at: the table, or the profile's, less what TIERKV_CUDA_ROUTE=host drops */
     int device;
     cudaDeviceProp prop;
     char desc[384];
@@ -174,6 +185,9 @@ struct cu_backend {
     /* the weights' arena (cuda_plan.h): the chunk small weights are carved from, and its bytes taken */
     uint8_t *warena;
     size_t warena_used;
+    /* matmul_sel's expert tables, made before the steps that use them (cuda_moe.cu) */
+    cu_etab *etab;
+    int etab_n, etab_cap, etab_hint;
     /* memory prepare_* made, freed at close */
     void **owned;
     int n_owned, cap_owned;
@@ -243,10 +257,17 @@ void cu_swiglu(be_backend *b, float *gate, const float *up, int64_t n);
 void cu_gather_rows(be_backend *b, float *dst, const float *src, const int *rows, int n, int width);
 void cu_combine_rows(be_backend *b, float *y, const float *src, const int *rows, const float *w, int n, int k,
                      int width);
+void cu_combine_pairs(be_backend *b, float *y, const float *src, const float *w, int n, int k, int width);
 void cu_expand_cols(be_backend *b, float *dst, int dst_stride, const float *src, const int32_t *cols, int src_stride,
                     const int *n_cols, int n_tok, int rows);
 void cu_score_add(be_backend *b, double *const *score, const int *n_pos, int n_tok, const float *mass, int n_head,
                   int stride, double w);
+/* cuda_moe.cu: an expert FFN routed on the device */
+void cu_route(be_backend *b, const float *logits, int n, int n_expert, int k, int32_t *sel, float *w);
+void cu_matmul_sel(be_backend *b, const be_mm_out *outs, int n_outs, int n_expert, int64_t n_in, const float *x,
+                   int x_div, const int32_t *sel, int n_pairs, void *scratch);
+int cu_route_choice(int *host, char *err, size_t errlen); /* TIERKV_CUDA_ROUTE: device (0) or host (1) */
+void cu_etab_close(cu_backend *B);
 /* cuda_kv.cu */
 void cu_kv_write(be_backend *b, const be_kv_pools *p, int layer, const int32_t *slots, int n, const float *k,
                  const float *v);

@@ -224,8 +224,8 @@ __host__ __device__ constexpr int mm_rows() {
 
 /* R rows per warp; XG: x read from global memory through L1 (one token) instead of staged in shared
  * memory tiles */
-template <int T, int NT, int R, bool XG>
-__global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a) {
+template <int T, int NT, int R, bool XG, bool SEL>
+__global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a, const mm_sel es) {
     constexpr int U = mm_unit<T>(), NS = mm_nspan<T>(), SL = U / NS;
     static_assert(!XG || NT == 1, "x from global memory: one token");
     extern __shared__ float4 xs4[];
@@ -235,10 +235,11 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a) {
     int64_t y_stride;
     int block0;
     const float *bias;
-    mm_pick_out(a, w, y, y_stride, block0, bias);
+    mm_pick_out<SEL>(a, es, w, y, y_stride, block0, bias);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + warp) * R;
     const int xstride = mm_pad(a.kt); /* kt is a multiple of 64: the padded row length */
+    const int64_t x0 = mm_x_row<SEL>(es) * a.n_in; /* (0 but in matmul_sel's kernels) */
     float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -250,7 +251,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a) {
         if constexpr (!XG) {
             __syncthreads(); /* the previous tile is no longer read */
             for (int t = 0; t < a.nt; t++) {
-                const float4 *src = (const float4 *)(a.x + (int64_t)t * a.n_in + k0);
+                const float4 *src = (const float4 *)(a.x + x0 + (int64_t)t * a.n_in + k0);
                 for (int k = 4 * (int)threadIdx.x; k < klen; k += 4 * MM_WARPS * 32)
                     *(float4 *)&xs[t * xstride + mm_pad(k)] = __ldg(src + k / 4);
             }
@@ -276,7 +277,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a) {
 #pragma unroll
                     for (int k4 = 0; k4 < SL / 4; k4++) {
                         float4 xv;
-                        if constexpr (XG) xv = __ldg((const float4 *)(a.x + k0 + base + 4 * k4));
+                        if constexpr (XG) xv = __ldg((const float4 *)(a.x + x0 + k0 + base + 4 * k4));
                         else xv = *(const float4 *)&xs[t * xstride + mm_pad(base + 4 * k4)];
 #pragma unroll
                         for (int r = 0; r < R; r++) {
@@ -299,9 +300,15 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a) {
 }
 
 template <int T, int NT, int R, bool XG>
-static void mm_launch(cu_backend *B, mm_args &a, int n_blocks) {
+static void mm_launch(cu_backend *B, mm_args &a, int n_blocks, const mm_sel *s) {
     size_t smem = XG ? 0 : (size_t)NT * (size_t)(a.kt + a.kt / 16) * sizeof(float);
-    mm_kernel<T, NT, R, XG><<<n_blocks, MM_WARPS * 32, smem, B->compute>>>(a);
+    if constexpr (NT == 1)
+        if (s) { /* matmul_sel: a grid row a pair */
+            mm_kernel<T, 1, R, XG, true><<<mm_grid(*s, n_blocks), MM_WARPS * 32, smem, B->compute>>>(a, *s);
+            CU_LAUNCHED();
+            return;
+        }
+    mm_kernel<T, NT, R, XG, false><<<n_blocks, MM_WARPS * 32, smem, B->compute>>>(a, mm_sel{});
     CU_LAUNCHED();
 }
 
@@ -313,15 +320,15 @@ static bool mm_direct1(const cu_backend *B) {
 }
 
 template <int T>
-static void mm_launch1(cu_backend *B, mm_args &a, int n_blocks, int rows) {
+static void mm_launch1(cu_backend *B, mm_args &a, int n_blocks, int rows, const mm_sel *s) {
     if (mm_direct1<T>(B))
-        rows == 2 ? mm_launch<T, 1, 2, true>(B, a, n_blocks) : mm_launch<T, 1, 1, true>(B, a, n_blocks);
+        rows == 2 ? mm_launch<T, 1, 2, true>(B, a, n_blocks, s) : mm_launch<T, 1, 1, true>(B, a, n_blocks, s);
     else
-        rows == 2 ? mm_launch<T, 1, 2, false>(B, a, n_blocks) : mm_launch<T, 1, 1, false>(B, a, n_blocks);
+        rows == 2 ? mm_launch<T, 1, 2, false>(B, a, n_blocks, s) : mm_launch<T, 1, 1, false>(B, a, n_blocks, s);
 }
 
 template <int T>
-static void mm_type(cu_backend *B, mm_args &a) {
+static void mm_type(cu_backend *B, mm_args &a, const mm_sel *s) {
     int nt_max = a.nt <= 1 ? 1 : a.nt <= 2 ? 2 : a.nt <= 4 ? 4 : 8;
     int rows = nt_max == 1 && B->gemv_rows ? B->gemv_rows : nt_max == 1 ? mm_rows<T, 1>() : 2;
     int rows_per_block = MM_WARPS * rows;
@@ -335,23 +342,24 @@ static void mm_type(cu_backend *B, mm_args &a) {
     int64_t whole = (a.n_in + step - 1) / step * step;
     a.kt = (int)((nt_max == 1 && mm_direct1<T>(B)) || whole < kt ? whole : kt);
     switch (nt_max) {
-    case 1: mm_launch1<T>(B, a, blocks, rows); break;
-    case 2: mm_launch<T, 2, 2, false>(B, a, blocks); break;
-    case 4: mm_launch<T, 4, 2, false>(B, a, blocks); break;
-    default: mm_launch<T, 8, 2, false>(B, a, blocks); break;
+    case 1: mm_launch1<T>(B, a, blocks, rows, s); break;
+    case 2: mm_launch<T, 2, 2, false>(B, a, blocks, NULL); break;
+    case 4: mm_launch<T, 4, 2, false>(B, a, blocks, NULL); break;
+    default: mm_launch<T, 8, 2, false>(B, a, blocks, NULL); break;
     }
 }
 
-static void mm_dispatch(cu_backend *B, uint32_t t, mm_args &a) {
+void cu_mm_dispatch(cu_backend *B, uint32_t t, mm_args &a, const mm_sel *s) {
+    CU_REQUIRE(!s || a.nt == 1, "matmul_sel: one token a pair");
     switch (t) {
-    case CW_T_F32: mm_type<CW_T_F32>(B, a); break;
-    case CW_T_F16: mm_type<CW_T_F16>(B, a); break;
-    case CW_T_BF16: mm_type<CW_T_BF16>(B, a); break;
-    case CW_T_Q8_0: mm_type<CW_T_Q8_0>(B, a); break;
-    case CW_T_Q4_0: mm_type<CW_T_Q4_0>(B, a); break;
-    case CW_T_Q5_0: mm_type<CW_T_Q5_0>(B, a); break;
-    case CW_T_Q4_K: mm_type<CW_T_Q4_K>(B, a); break;
-    case CW_T_Q6_K: mm_type<CW_T_Q6_K>(B, a); break;
+    case CW_T_F32: mm_type<CW_T_F32>(B, a, s); break;
+    case CW_T_F16: mm_type<CW_T_F16>(B, a, s); break;
+    case CW_T_BF16: mm_type<CW_T_BF16>(B, a, s); break;
+    case CW_T_Q8_0: mm_type<CW_T_Q8_0>(B, a, s); break;
+    case CW_T_Q4_0: mm_type<CW_T_Q4_0>(B, a, s); break;
+    case CW_T_Q5_0: mm_type<CW_T_Q5_0>(B, a, s); break;
+    case CW_T_Q4_K: mm_type<CW_T_Q4_K>(B, a, s); break;
+    case CW_T_Q6_K: mm_type<CW_T_Q6_K>(B, a, s); break;
     default: CU_REQUIRE(0, "unprepared weight type");
     }
 }
@@ -391,8 +399,8 @@ void cu_matmul(be_backend *b, const be_mm_out *outs, int n_outs, int64_t n_in, c
                 a.n_o++;
                 done[j] = 1;
             }
-            if (qx && cu_mmq_type(t)) cu_mmq_launch(B, a, qx + t0 * n_in, dx + t0 * (n_in / 32));
-            else mm_dispatch(B, t, a);
+            if (qx && cu_mmq_type(t)) cu_mmq_launch(B, a, qx + t0 * n_in, dx + t0 * (n_in / 32), NULL);
+            else cu_mm_dispatch(B, t, a, NULL);
         }
     }
 }

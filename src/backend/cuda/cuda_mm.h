@@ -23,6 +23,16 @@ struct mm_args {
     int nt;         /* tokens of this launch, <= MM_NT */
     int kt;         /* x tile, a multiple of 256 (the float kernels) */
 };
+/* The experts of matmul_sel, a second kernel parameter (matmul's kernels take an unused one, so
+ * mm_args and their code stay as they were): the launch's grid row blockIdx.y is pair p, whose
+ * output i reads matrix etab[i][sel[p]] and x row p / x_div (nt 1) and writes y row p; mm_args'
+ * o[i].w is then the array's first matrix (the shape all share). */
+struct mm_sel {
+    const cw_mat *etab[BE_MM_MAX_OUTS];
+    const int32_t *sel;
+    int x_div;
+    int n_pairs; /* grid rows */
+};
 
 /* a prepared matrix's device description (prepare_weight made it) */
 static inline const cw_mat *cu_mat_of(const be_mat *w) {
@@ -65,15 +75,33 @@ __host__ __device__ constexpr int mm_nspan() {
     return T == CW_T_Q6_K ? 4 : (T == CW_T_Q4_0 || T == CW_T_Q5_0 || T == CW_T_Q4_K) ? 2 : 1;
 }
 /* The output a block works on, selected with constant indices into the kernel's parameters (a
- * run-time index, or a copy of a whole mm_out, would put them in local memory). */
-__device__ __forceinline__ void mm_pick_out(const mm_args &a, cw_mat &w, float *&y, int64_t &y_stride, int &block0,
-                                            const float *&bias) {
+ * run-time index, or a copy of a whole mm_out, would put them in local memory). SEL: the kernel of
+ * matmul_sel (a.sel set), whose block reads the matrix of its pair's expert; a template parameter,
+ * so the kernels of matmul carry none of it (the registers of each as before it). */
+template <bool SEL>
+__device__ __forceinline__ void mm_pick_out(const mm_args &a, const mm_sel &s, cw_mat &w, float *&y, int64_t &y_stride,
+                                            int &block0, const float *&bias) {
     w = a.o[0].w, y = a.o[0].y, y_stride = a.o[0].y_stride, block0 = 0, bias = a.o[0].bias;
+    const cw_mat *tab = s.etab[0];
 #pragma unroll
     for (int i = 1; i < BE_MM_MAX_OUTS; i++)
-        if (i < a.n_o && (int)blockIdx.x >= a.o[i].block0)
+        if (i < a.n_o && (int)blockIdx.x >= a.o[i].block0) {
             w = a.o[i].w, y = a.o[i].y, y_stride = a.o[i].y_stride, block0 = a.o[i].block0, bias = a.o[i].bias;
+            if constexpr (SEL) tab = s.etab[i];
+        }
+    if constexpr (SEL) { /* pair blockIdx.y's expert */
+        w = tab[s.sel[blockIdx.y]];
+        y += (int64_t)blockIdx.y * y_stride;
+    }
 }
+/* the first x row a block reads: its pair's (matmul_sel), else the launch's first */
+template <bool SEL>
+__device__ __forceinline__ int64_t mm_x_row(const mm_sel &s) {
+    if constexpr (SEL) return (int64_t)(blockIdx.y / s.x_div);
+    else return 0;
+}
+/* matmul_sel's grid: the outputs' blocks by the pairs */
+static inline dim3 mm_grid(const mm_sel &s, int blocks) { return dim3((unsigned)blocks, (unsigned)s.n_pairs); }
 /* a row's sum as stored: plus its bias where there is one (one f32 add: add_bias's bits) */
 __device__ __forceinline__ float mm_biased(float s, const float *bias, int64_t row) {
     return bias ? __fadd_rn(s, bias[row]) : s;
@@ -86,6 +114,9 @@ size_t cu_mmq_scratch(int64_t n_in, int64_t n_tok);    /* bytes of the rounded a
 /* x [n_tok][n_in] rounded into scratch (compute stream); *qx, *dx: its quants and f32 scales */
 void cu_mmq_quantize(cu_backend *B, const float *x, int64_t n_in, int64_t n_tok, void *scratch, const int8_t **qx,
                      const float **dx);
-/* one launch of a's outputs (all of one cu_mmq_type); qx, dx the launch's first token's rows */
-void cu_mmq_launch(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx);
+/* one launch of a's outputs (all of one cu_mmq_type); qx, dx the launch's first token's rows; s:
+ * matmul_sel's experts (one token a pair), or NULL */
+void cu_mmq_launch(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx, const mm_sel *s);
+/* cuda_matmul.cu: one launch of a's outputs (all of type t) by the float kernels; s as above */
+void cu_mm_dispatch(cu_backend *B, uint32_t t, mm_args &a, const mm_sel *s);
 #endif

@@ -56,7 +56,7 @@ void cu_mmq_quantize(cu_backend *B, const float *x, int64_t n_in, int64_t n_tok,
 
 /* The block's part of a launch: its output (w, y, its stride and bias), its R rows (past the matrix:
  * the last row, computed and not stored) and each token's rounded x; the sums start at 0. */
-template <int NT, int R>
+template <int NT, int R, bool SEL>
 struct mmq_part {
     cw_mat w;
     float *y;
@@ -65,15 +65,16 @@ struct mmq_part {
     const int8_t *xr[NT];
     const float *xs[NT];
     float acc[R][NT];
-    __device__ __forceinline__ mmq_part(const mm_args &a, const int8_t *qx, const float *dx) {
+    __device__ __forceinline__ mmq_part(const mm_args &a, const mm_sel &s, const int8_t *qx, const float *dx) {
         int block0;
-        mm_pick_out(a, w, y, y_stride, block0, bias);
+        mm_pick_out<SEL>(a, s, w, y, y_stride, block0, bias);
         row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + (threadIdx.x >> 5)) * R;
 #pragma unroll
         for (int r = 0; r < R; r++) row[r] = row0 + r < w.n_out ? row0 + r : w.n_out - 1;
+        const int64_t x0 = mm_x_row<SEL>(s);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            const int tt = t < a.nt ? t : a.nt - 1;
+            const int64_t tt = x0 + (t < a.nt ? t : a.nt - 1);
             xr[t] = qx + tt * a.n_in, xs[t] = dx + tt * (a.n_in / 32);
         }
 #pragma unroll
@@ -129,10 +130,10 @@ __device__ __forceinline__ void mmq8_unit(float (&acc)[R][NT], const cw_mat &w, 
 
 /* Rows past the matrix and tokens past a.nt read the last row or token (no branch in the loop) and
  * are not stored. */
-template <int NT, int R>
+template <int NT, int R, bool SEL>
 __global__ void __launch_bounds__(MM_WARPS * 32)
-    mmq8_kernel(const mm_args a, const int8_t *__restrict__ qx, const float *__restrict__ dx) {
-    mmq_part<NT, R> p(a, qx, dx);
+    mmq8_kernel(const mm_args a, const int8_t *__restrict__ qx, const float *__restrict__ dx, const mm_sel es) {
+    mmq_part<NT, R, SEL> p(a, es, qx, dx);
     const int lane = threadIdx.x & 31;
     const int64_t n_u = a.n_in / 16;
 
@@ -155,13 +156,13 @@ __device__ __forceinline__ void mmq_iunit(const cw_mat &w, int64_t row, int64_t 
     else cw_iunit_q6_k(&w, row, u, q, sc, off);
 }
 
-template <int T, int NT, int R>
+template <int T, int NT, int R, bool SEL>
 __global__ void __launch_bounds__(MM_WARPS * 32)
-    mmqk_kernel(const mm_args a, const int8_t *__restrict__ qx, const float *__restrict__ dx) {
+    mmqk_kernel(const mm_args a, const int8_t *__restrict__ qx, const float *__restrict__ dx, const mm_sel es) {
     constexpr int U = mm_unit<T>(), NS = mm_nspan<T>(), SW = U / NS / 4; /* words of a span */
     constexpr bool OFF = T == CW_T_Q4_K;                                  /* the only type with mins */
     static_assert(SW == 2 || SW == 4, "spans of 8 or 16 elements");
-    mmq_part<NT, R> p(a, qx, dx);
+    mmq_part<NT, R, SEL> p(a, es, qx, dx);
     const int64_t n_u = a.n_in / U;
 
 #pragma unroll 1
@@ -204,33 +205,42 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
 }
 
 template <int T, int NT, int R>
-static void mmq_go(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx) {
+static void mmq_go(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx, const mm_sel *s) {
     const int blocks = mm_blocks(a, MM_WARPS * R);
-    if constexpr (T == CW_T_Q8_0) mmq8_kernel<NT, R><<<blocks, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx);
-    else mmqk_kernel<T, NT, R><<<blocks, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx);
+    if constexpr (NT == 1)
+        if (s) { /* matmul_sel: a grid row a pair */
+            const dim3 g = mm_grid(*s, blocks);
+            if constexpr (T == CW_T_Q8_0) mmq8_kernel<1, R, true><<<g, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx, *s);
+            else mmqk_kernel<T, 1, R, true><<<g, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx, *s);
+            CU_LAUNCHED();
+            return;
+        }
+    const mm_sel none = {};
+    if constexpr (T == CW_T_Q8_0) mmq8_kernel<NT, R, false><<<blocks, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx, none);
+    else mmqk_kernel<T, NT, R, false><<<blocks, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx, none);
     CU_LAUNCHED();
 }
 
 /* one row per warp for one token (more warps in flight; TIERKV_CUDA_GEMV's ",2" asks for two), two
  * for several tokens (each weight unit read once for all of them) */
 template <int T>
-static void mmq_type(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx) {
+static void mmq_type(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx, const mm_sel *s) {
     if (a.nt == 1) {
-        if (B->gemv_rows == 2) mmq_go<T, 1, 2>(B, a, qx, dx);
-        else mmq_go<T, 1, 1>(B, a, qx, dx);
-    } else if (a.nt <= 2) mmq_go<T, 2, 2>(B, a, qx, dx);
-    else if (a.nt <= 4) mmq_go<T, 4, 2>(B, a, qx, dx);
-    else mmq_go<T, 8, 2>(B, a, qx, dx);
+        if (B->gemv_rows == 2) mmq_go<T, 1, 2>(B, a, qx, dx, s);
+        else mmq_go<T, 1, 1>(B, a, qx, dx, s);
+    } else if (a.nt <= 2) mmq_go<T, 2, 2>(B, a, qx, dx, NULL);
+    else if (a.nt <= 4) mmq_go<T, 4, 2>(B, a, qx, dx, NULL);
+    else mmq_go<T, 8, 2>(B, a, qx, dx, NULL);
 }
 
-void cu_mmq_launch(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx) {
-    CU_REQUIRE(a.nt >= 1 && a.nt <= MM_NT, "mmq: 1..MM_NT tokens per launch");
+void cu_mmq_launch(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx, const mm_sel *s) {
+    CU_REQUIRE(a.nt >= 1 && a.nt <= MM_NT && (!s || a.nt == 1), "mmq: 1..MM_NT tokens per launch, one a pair");
     switch (a.o[0].w.type) { /* one type a launch */
-    case CW_T_Q8_0: mmq_type<CW_T_Q8_0>(B, a, qx, dx); break;
-    case CW_T_Q4_0: mmq_type<CW_T_Q4_0>(B, a, qx, dx); break;
-    case CW_T_Q5_0: mmq_type<CW_T_Q5_0>(B, a, qx, dx); break;
-    case CW_T_Q4_K: mmq_type<CW_T_Q4_K>(B, a, qx, dx); break;
-    case CW_T_Q6_K: mmq_type<CW_T_Q6_K>(B, a, qx, dx); break;
+    case CW_T_Q8_0: mmq_type<CW_T_Q8_0>(B, a, qx, dx, s); break;
+    case CW_T_Q4_0: mmq_type<CW_T_Q4_0>(B, a, qx, dx, s); break;
+    case CW_T_Q5_0: mmq_type<CW_T_Q5_0>(B, a, qx, dx, s); break;
+    case CW_T_Q4_K: mmq_type<CW_T_Q4_K>(B, a, qx, dx, s); break;
+    case CW_T_Q6_K: mmq_type<CW_T_Q6_K>(B, a, qx, dx, s); break;
     default: CU_REQUIRE(0, "mmq: a type without integer products");
     }
 }

@@ -24,12 +24,12 @@ extern "C" {
 enum {
     P_EMBED, P_MM1, P_MM8, P_MMN, P_RMSNORM, P_ADD_BIAS, P_ADD, P_ADD_RMSNORM, P_ROPE, P_SWIGLU, P_GATHER,
     P_COMBINE, P_EXPAND, P_KV_WRITE, P_KV_READ, P_COPY_WAIT, P_ATTN, P_MERGE, P_SCORE, P_UPLOAD, P_UPLOAD_PINNED,
-    P_READ, P_N
+    P_READ, P_ROUTE, P_MM_SEL, P_COMBINE_PAIRS, P_N
 };
 static const char *const P_NAME[P_N] = {
     "embed", "matmul_1", "matmul_2_8", "matmul_many", "rmsnorm", "add_bias", "add", "add_rmsnorm", "rope", "swiglu", "gather_rows",
     "combine_rows", "expand_cols", "kv_write", "kv_read", "copy_wait", "attention", "attention_merge", "score_add",
-    "upload", "upload_pinned", "read"};
+    "upload", "upload_pinned", "read", "route", "matmul_sel", "combine_pairs"};
 #define PROF_PAIRS 4096 /* event pairs in flight; the oldest is waited for when they are all in use */
 
 struct cu_prof {
@@ -141,6 +141,16 @@ static void prof_matmul(be_backend *b, const be_mm_out *outs, int n_outs, int64_
     end(B);
 }
 
+/* a call without pairs prepares the experts' tables (no kernel): not counted */
+static void prof_matmul_sel(be_backend *b, const be_mm_out *outs, int n_outs, int n_expert, int64_t n_in, const float *x,
+                            int x_div, const int32_t *sel, int n_pairs, void *scratch) {
+    cu_backend *B = cu_of(b);
+    cu_bind(B);
+    if (n_pairs > 0) begin(B, P_MM_SEL);
+    B->prof->real.matmul_sel(b, outs, n_outs, n_expert, n_in, x, x_div, sel, n_pairs, scratch);
+    if (n_pairs > 0) end(B);
+}
+
 be_ops cu_prof_ops(const be_ops *real) {
     be_ops o = *real;
     o.embed = prof_embed;
@@ -153,6 +163,9 @@ be_ops cu_prof_ops(const be_ops *real) {
     o.swiglu = pw<P_SWIGLU, &be_ops::swiglu>::call;
     o.gather_rows = pw<P_GATHER, &be_ops::gather_rows>::call;
     o.combine_rows = pw<P_COMBINE, &be_ops::combine_rows>::call;
+    o.route = pw<P_ROUTE, &be_ops::route>::call;
+    o.matmul_sel = real->matmul_sel ? prof_matmul_sel : NULL;
+    o.combine_pairs = pw<P_COMBINE_PAIRS, &be_ops::combine_pairs>::call;
     o.expand_cols = pw<P_EXPAND, &be_ops::expand_cols>::call;
     o.kv_write = pw<P_KV_WRITE, &be_ops::kv_write>::call;
     o.kv_read = pw<P_KV_READ, &be_ops::kv_read>::call;
