@@ -36,6 +36,7 @@
 #include "backend/cuda/cuda_wlayout.h"
 #include "base/half.h"
 #include "codec/kvq.h"
+#include "model/route.h"
 #include "t.h"
 #ifdef TKV_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -846,6 +847,16 @@ TEST(cuda_graph_env) {
 #endif
 }
 
+TEST(cuda_route_env) {
+#ifndef TKV_CUDA
+    SKIP("built without CUDA (make cuda)");
+#else
+    const char *bad[] = {"gpu", "1", "cpu", "Host", "device "};
+    const char *good[] = {"device", "host", ""};
+    env_values("TIERKV_CUDA_ROUTE", bad, sizeof bad / sizeof bad[0], good, sizeof good / sizeof good[0]);
+#endif
+}
+
 TEST(cuda_host_blas_probe) {
 #ifndef TKV_CUDA
     SKIP("built without CUDA (make cuda)");
@@ -1439,9 +1450,133 @@ TEST(cuda_combine_rows) {
     cpu->ops->combine_rows(cpu, want, src, rows, w, N, K, W);
     O->combine_rows(B, dy, ds, rows, w, N, K, W);
     CHECK(device_bits_differ(B, "combine_rows", got, dy, want, ny) == 0);
+    if (O->combine_pairs) { /* pair (t, j)'s row its own, the weights on the device (route's) */
+        for (int i = 0; i < N * K; i++) rows[i] = i;
+        float *dw = dalloc(B, sizeof w, BE_MEM_DEVICE);
+        O->upload(B, dw, w, sizeof w), poison(B, dy, ny * 4);
+        cpu->ops->combine_rows(cpu, want, src, rows, w, N, K, W);
+        O->combine_pairs(B, dy, ds, dw, N, K, W);
+        CHECK(device_bits_differ(B, "combine_pairs", got, dy, want, ny) == 0);
+        O->free(B, dw, BE_MEM_DEVICE);
+    }
     O->free(B, ds, BE_MEM_DEVICE), O->free(B, dy, BE_MEM_DEVICE);
     free(src), free(want), free(got);
     be_close(cpu);
+#endif
+}
+
+/* The expert routing on the device (route) against the host's (moe_route): the same experts, and
+ * weights within 4 ulp (CUDA's expf is within 2 ulp of the host's; the sums and the division are
+ * the host's, in its order). 128 experts (Qwen3-30B-A3B's) with 8 a token, and 60 (not a multiple
+ * of the warp) with 3; 5 tokens, one with tied logits (the lower index first). */
+TEST(cuda_route) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    if (!O->route) SKIP("experts routed on the host (TIERKV_CUDA_ROUTE=host)");
+    static const int XS[2] = {128, 60}, KS[2] = {8, 3};
+    enum { N = 5 };
+    for (int c = 0; c < 2; c++) {
+        const int X = XS[c], K = KS[c];
+        float *lg = malloc((size_t)N * X * 4), w[N * 8], got_w[N * 8];
+        int32_t sel[N * 8], got_sel[N * 8];
+        rand_vec(lg, (size_t)N * X, 4.0f);
+        for (int e = 0; e < X; e++) lg[2 * X + e] = (float)(e % 7) * 0.5f; /* maxima at 6, 13, 20, ... */
+        moe_route(lg, N, X, K, sel, w);
+        float *dl = dalloc(B, (size_t)N * X * 4, BE_MEM_DEVICE), *dw = dalloc(B, sizeof w, BE_MEM_DEVICE);
+        int32_t *ds = dalloc(B, sizeof sel, BE_MEM_DEVICE);
+        O->upload(B, dl, lg, (size_t)N * X * 4), poison(B, ds, sizeof sel), poison(B, dw, sizeof w);
+        O->route(B, dl, N, X, K, ds, dw);
+        fetch(B, got_sel, ds, (size_t)N * K * 4), fetch(B, got_w, dw, (size_t)N * K * 4);
+        int bad = 0, same = 0;
+        double ulps = 0;
+        for (int i = 0; i < N * K; i++) {
+            bad += got_sel[i] != sel[i];
+            same += !memcmp(&got_w[i], &w[i], 4);
+            double u = isfinite(got_w[i]) ? fabs((double)got_w[i] - w[i]) / ldexp(1.0, ilogb(w[i]) - 23) : INFINITY;
+            if (u > ulps) ulps = u;
+        }
+        printf("    route %d experts, %d a token: %d of %d choices differ, weights within %.1f ulp (%d of %d the same "
+               "bits)\n", X, K, bad, N * K, ulps, same, N * K);
+        CHECK(bad == 0);
+        CHECK(ulps <= 4.0);
+        CHECK(got_sel[2 * K] == 6 && got_sel[2 * K + 1] == 13);
+        O->free(B, dl, BE_MEM_DEVICE), O->free(B, dw, BE_MEM_DEVICE), O->free(B, ds, BE_MEM_DEVICE);
+        free(lg);
+    }
+#endif
+}
+
+/* The experts' products chosen on the device (matmul_sel) against matmul's one-token product of each
+ * pair's expert and row, bit for bit: every type, rows of 256 and 3584, 5 experts of two outputs of
+ * one type (gate and up), 7 pairs of 4 tokens (x_div 2) and of 7 rows (x_div 1), experts repeated
+ * and out of order, with the integer kernels' scratch and without; the stride's padding stays
+ * untouched (compared whole, poison included). */
+TEST(cuda_matmul_sel) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    if (!O->matmul_sel) SKIP("experts routed on the host (TIERKV_CUDA_ROUTE=host)");
+    enum { X = 5, P = 7, NO = 67, YS = NO + 7 };
+    const int32_t sel[P] = {3, 0, 3, 4, 1, 1, 2};
+    int32_t *ds = dalloc(B, sizeof sel, BE_MEM_DEVICE);
+    O->upload(B, ds, sel, sizeof sel);
+    const int64_t n_ins[2] = {256, 3584};
+    int cases = 0, differ = 0;
+    for (int ti = 0; ti < N_TYPES; ti++)
+        for (int li = 0; li < 2; li++) {
+            const uint32_t t = TYPES[ti];
+            const int64_t n_in = n_ins[li];
+            be_mat m[2][X];
+            uint8_t *f[2][X];
+            char e[256];
+            for (int o = 0; o < 2; o++)
+                for (int x = 0; x < X; x++) {
+                    size_t rb;
+                    f[o][x] = rand_file_rows(t, n_in, NO, &rb);
+                    m[o][x] = (be_mat){f[o][x], t, n_in, NO};
+                    REQUIRE(O->prepare_weight(B, &m[o][x], BE_W_MATMUL, e, sizeof e) == 0);
+                }
+            float *x = malloc((size_t)P * n_in * 4), *got = malloc((size_t)P * YS * 4);
+            float *want = malloc((size_t)P * YS * 4);
+            rand_vec(x, (size_t)P * n_in, 1.0f);
+            float *dx = dalloc(B, (size_t)P * n_in * 4, BE_MEM_DEVICE);
+            O->upload(B, dx, x, (size_t)P * n_in * 4);
+            float *dy[2], *dr[2];
+            for (int o = 0; o < 2; o++) {
+                dy[o] = dalloc(B, (size_t)P * YS * 4, BE_MEM_DEVICE);
+                dr[o] = dalloc(B, (size_t)P * YS * 4, BE_MEM_DEVICE);
+            }
+            be_mm_out outs[2] = {{m[0], dy[0], YS, NULL}, {m[1], dy[1], YS, NULL}};
+            size_t ss = O->matmul_scratch(B, outs, 2, n_in, P);
+            void *scratch = ss ? dalloc(B, ss, BE_MEM_DEVICE) : NULL;
+            for (int x_div = 1; x_div <= 2; x_div++)
+                for (int with = 0; with < (scratch ? 2 : 1); with++) {
+                    for (int o = 0; o < 2; o++)
+                        poison(B, dy[o], (size_t)P * YS * 4), poison(B, dr[o], (size_t)P * YS * 4);
+                    O->matmul_sel(B, outs, 2, X, n_in, dx, x_div, ds, P, with ? scratch : NULL);
+                    for (int p = 0; p < P; p++) {
+                        be_mm_out r[2] = {{&m[0][sel[p]], dr[0] + (size_t)p * YS, YS, NULL},
+                                          {&m[1][sel[p]], dr[1] + (size_t)p * YS, YS, NULL}};
+                        O->matmul(B, r, 2, n_in, dx + (size_t)(p / x_div) * n_in, 1, with ? scratch : NULL);
+                    }
+                    int bad = 0;
+                    for (int o = 0; o < 2; o++) {
+                        fetch(B, got, dy[o], (size_t)P * YS * 4), fetch(B, want, dr[o], (size_t)P * YS * 4);
+                        for (size_t i = 0; i < (size_t)P * YS; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
+                    }
+                    cases++, differ += bad != 0;
+                    CHECKF(bad == 0, "matmul_sel %s n_in %lld x_div %d%s: %d values differ from matmul's", tname(t),
+                           (long long)n_in, x_div, with ? " int8" : "", bad);
+                }
+            for (int o = 0; o < 2; o++) {
+                O->free(B, dy[o], BE_MEM_DEVICE), O->free(B, dr[o], BE_MEM_DEVICE);
+                for (int i = 0; i < X; i++) free(f[o][i]);
+            }
+            if (scratch) O->free(B, scratch, BE_MEM_DEVICE);
+            O->free(B, dx, BE_MEM_DEVICE);
+            free(x), free(got), free(want);
+        }
+    printf("    matmul_sel: %d of %d cases differ from matmul's products\n", differ, cases);
+    O->free(B, ds, BE_MEM_DEVICE);
 #endif
 }
 
