@@ -64,12 +64,16 @@
 #   8. where time is left: Qwen3 on the GPU: tierkv-tests qwen3_reference_logits_gpu (the F16
 #      test-qwen3 and test-qwen3moe files against the reference engine's logits, with the CPU's
 #      bounds; the per-head q/k norms and the experts' combine_rows), recorded on its own;
-#   9. where time is left: `bench-ops --tokens 512` (the 7B's matmuls of a prompt chunk, TFLOP/s)
+#   9. where time is left: a mixture of experts' decode (qwen3-30b-a3b, MOE_LAYERS layers, Q8_0,
+#      `full`, one sequence and MOE_PARALLEL together), its experts routed on the host, on the device,
+#      and on the device with graphs (TIERKV_CUDA_ROUTE, TIERKV_CUDA_GRAPH);
+#  10. where time is left: `bench-ops --tokens 512` (the 7B's matmuls of a prompt chunk, TFLOP/s)
 #      in BF16 and Q8_0 through cuBLAS and in BF16 through the kernels.
 #   The 32K pair does not fit the default plan; a run for it alone (Q8_0: half BF16's file):
 #   MODELS=r1-distill-qwen-7b:Q8_0 DEPTHS=8192 BUDGET=360 bench/gpu.sh (no time left for a rerun)
 #   The 4-bit integer products: MODELS=r1-distill-qwen-7b:Q4_K bench/gpu.sh (any of BF16, F16, Q8_0,
 #   Q6_K, Q5_0, Q4_K, Q4_0; the estimates know their bytes per weight).
+#   The MoE routing jobs (9) with no 7B before them: MODELS= bench/gpu.sh
 #   `full` with and without graphs in one plan (the default plan's time runs out before the pair):
 #   MODELS=r1-distill-qwen-7b:Q8_0 DEPTHS=2048 LONG_DEPTH= bench/gpu.sh
 #   --quick: 1, 2, 3, 5 and one `full` decode job at the first depth on the token check's file.
@@ -103,7 +107,7 @@
 # BUDGET, MARGIN (10), BIN_DIR (build-cuda), THREADS (nproc), MODELS ("r1-distill-qwen-7b:Q8_0
 # r1-distill-qwen-7b:BF16": Q8_0 first, so its block fits the 300 s), DEPTHS ("2048 8192"), LONG_DEPTH (32768; empty: none), HBM_RATIO (0.5),
 # NGEN (32 decode steps), REPS (2), PREFILL (2048), TOKSHAPE (r1-distill-qwen-7b), TOKLAYERS (2), TOKTYPE (Q8_0),
-# GREEDY (64 steps), GREEDY_S (20), HBM_BPS (empty: by the GPU's name), EXPECT_COMMIT (the binary's
+# GREEDY (64 steps), GREEDY_S (20), MOE_LAYERS (8), MOE_PARALLEL (4), HBM_BPS (empty: by the GPU's name), EXPECT_COMMIT (the binary's
 # commit where the tree has no .git), OPS_DEPTHS (2048,8192,32768), and the flags of the engine: BACKEND_FLAG
 # ("--backend cuda"), STAGED_FLAG ("--staged"), SPLIT_FLAG ("--staged --split": prefill chunks, the
 # appended context included, staged; decode steps split; "--split" alone splits the fill too, whose
@@ -114,7 +118,7 @@
 #
 # Outputs under $OUT: gpu.jsonl (one JSON line per step, written as each ends, so a run killed at
 # the time limit still returns what it measured: "kind" is meta, preflight, binary, job, result,
-# bench-ops or skipped; the first meta names the arguments, the variables and the TIERKV_* exported,
+# bench-ops, moe or skipped; the first meta names the arguments, the variables and the TIERKV_* exported,
 # and each job's result its `cmd` and `env`; "target" lines last: issue 46's targets, met, not met or
 # not measured, from bench/gpu_targets.py), gpu.log (everything printed), summary.txt (the table printed last) and
 # gpu-logs.tar.gz (build log, tests log, each job's stderr, bench output and stats JSON; repacked
@@ -157,6 +161,7 @@ WORK=${WORK:-/tmp/tierkv-gpu}
 BIN_DIR=${BIN_DIR:-build-cuda}
 BIN=$BIN_DIR/tierkv
 TBIN=$BIN_DIR/tierkv-tests
+export TIERKV_BIN=$BIN # the tests' models made by gen-random (cuda_moe_decode's, the Qwen3 check's): this binary's
 # the fixtures the GPU checks read (the graph check's model): a shared/ folder inside the checkout
 # travels to the GPU machine, the one beside it does not (scripts/gpu-carry.sh fills it)
 if [ -z "${TIERKV_SHARED:-}" ] && [ -d shared/fixtures ]; then export TIERKV_SHARED=$PWD/shared; fi
@@ -165,7 +170,7 @@ BACKEND_FLAG=${BACKEND_FLAG:---backend cuda}
 STAGED_FLAG=${STAGED_FLAG:---staged}
 SPLIT_FLAG=${SPLIT_FLAG:---staged --split}
 DEPTH_FLAG=${DEPTH_FLAG:---depth-generated}
-MODELS=${MODELS:-"r1-distill-qwen-7b:Q8_0 r1-distill-qwen-7b:BF16"}
+MODELS=${MODELS-"r1-distill-qwen-7b:Q8_0 r1-distill-qwen-7b:BF16"} # set and empty: no model jobs
 DEPTHS=${DEPTHS:-"2048 8192"}
 LONG_DEPTH=${LONG_DEPTH-32768}
 HBM_RATIO=${HBM_RATIO:-0.5}
@@ -174,6 +179,8 @@ REPS=${REPS:-2}
 PREFILL=${PREFILL:-2048}
 TOKSHAPE=${TOKSHAPE:-r1-distill-qwen-7b}
 TOKLAYERS=${TOKLAYERS:-2}
+MOE_LAYERS=${MOE_LAYERS:-8}
+MOE_PARALLEL=${MOE_PARALLEL:-4}
 TOKTYPE=${TOKTYPE:-Q8_0} # half BF16's bytes: the file is written and loaded 4 times faster than a BF16 one
 GREEDY=${GREEDY:-64}
 GREEDY_S=${GREEDY_S:-20} # the limit of each token check run (the later ones: 3 x the first's wall, 10 s at least)
@@ -531,8 +538,8 @@ op_checks() {
 # ---- 3b. under compute-sanitizer (--sanitize) -------------------------------------------------
 # the checks of the kernels alone (shared memory, barriers, device scratch), and those that run
 # whole engines on the GPU (graphs, the profile)
-SAN_ENGINES="cuda_graph_decode cuda_profile"
-SAN_KERNELS="cuda_matmul cuda_gemm_range cuda_embed cuda_dense_ops cuda_combine_rows cuda_expand_cols cuda_score_add cuda_kv_write_read_moves cuda_attention"
+SAN_ENGINES="cuda_graph_decode cuda_moe_decode cuda_profile"
+SAN_KERNELS="cuda_matmul cuda_gemm_range cuda_embed cuda_dense_ops cuda_combine_rows cuda_route cuda_matmul_sel cuda_expand_cols cuda_score_add cuda_kv_write_read_moves cuda_attention"
 find_sanitizer() {
     local c
     for c in "${SANITIZER:-}" "$(command -v compute-sanitizer 2>/dev/null)" "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" \
@@ -817,7 +824,7 @@ qwen3_refs() {
     return $rc
 }
 
-# 9. the matmuls of 512 tokens (a prompt chunk): BF16 and Q8_0 through cuBLAS, BF16 through the
+# 10. the matmuls of 512 tokens (a prompt chunk): BF16 and Q8_0 through cuBLAS, BF16 through the
 # kernels (TIERKV_CUDA_GEMM=off)
 bench_ops_gemm() {
     local rc=0 t runs="BF16:auto Q8_0:auto BF16:off"
@@ -827,6 +834,34 @@ bench_ops_gemm() {
             --tokens 512 --depths 2048 --reps 5 --json >"$L/bench-ops-gemm-${t/:/-}.jsonl" 2>>"$L/bench-ops-gemm.err" || rc=1
         ops_records "$L/bench-ops-gemm-${t/:/-}.jsonl" "${t#*:}"
     done
+    return $rc
+}
+
+# 9. where time is left: a mixture of experts' decode, its experts routed on the host (the router's
+# logits read back every layer) and on the device (cuda_moe.cu), op by op and as graphs: the
+# qwen3-30b-a3b shape, MOE_LAYERS layers in Q8_0 (one gen-random file, removed after), `full`, at
+# one sequence and MOE_PARALLEL together
+moe_routes() {
+    local f=$MODEL_DIR/moe-routes.gguf rc=0 r
+    run_to 60 "$BIN" gen-random --shape qwen3-30b-a3b --type Q8_0 --layers "$MOE_LAYERS" -t "$THREADS" -o "$f" \
+        >"$L/moe-gen.log" 2>&1 || { tail -3 "$L/moe-gen.log"; rm -f "$f"; return 1; }
+    for r in host:off device:off device:on; do
+        TIERKV_CUDA_ROUTE=${r%:*} TIERKV_CUDA_GRAPH=${r#*:} run_to 40 "$BIN" bench -m "$f" $BACKEND_FLAG \
+            -t "$THREADS" -p 0 -n "$NGEN" -d 0 --parallel "$MOE_PARALLEL" --reps "$REPS" --policy full --json \
+            >"$L/moe-${r/:/-}.jsonl" 2>>"$L/moe.err" || rc=1
+        python3 - "$L/moe-${r/:/-}.jsonl" "${r%:*}" "${r#*:}" "$MOE_LAYERS" <<'PY' | tee -a "$J"
+import json, sys
+path, route, graphs, layers = sys.argv[1:5]
+for l in open(path):
+    try: r = json.loads(l)
+    except Exception: continue
+    if isinstance(r, dict) and r.get("tok_per_s"):
+        print(json.dumps({"kind": "moe", "job": "moe_routes", "route": route, "graphs": graphs, "layers": int(layers),
+                          "test": r.get("test"), "sequences": r.get("sequences", 1), "tok_s": r["tok_per_s"],
+                          "kernels": r.get("kernels")}))
+PY
+    done
+    rm -f "$f"
     return $rc
 }
 
@@ -1085,6 +1120,14 @@ if prof:
         if u: print(f"  profile {j}: {u} ops untimed (their device time is in no row)")
 ops = [r for r in recs if r.get("kind") == "bench-ops"]
 for r in ops: print("  bench-ops " + ", ".join(f"{k}={v}" for k, v in r.items() if k != "kind"))
+moe = [r for r in recs if r.get("kind") == "moe"]
+if moe:
+    print("MoE decode (layers; tok/s; x the host's routing at as many sequences) | route | graphs | sequences | tok/s | x host")
+    host = {r["sequences"]: r["tok_s"] for r in moe if r["route"] == "host"}
+    for r in moe:
+        h = host.get(r["sequences"])
+        print(" | ".join([f"  moe {r['layers']} layers", r["route"], r["graphs"], str(r["sequences"]), f(r["tok_s"]),
+                          f(r["tok_s"] / h, 2) if h else "-"]))
 sk = [r for r in recs if r.get("kind") == "skipped"]
 print("skipped:" if sk else "skipped: nothing")
 for r in sk: print(f"  - {r['job']} (est {r['est_s']} s): {r['why']}")
@@ -1210,6 +1253,7 @@ fi
 [ "$DRY" = 0 ] && rm -f "$TOKMODEL"
 if [ "$QUICK" = 0 ]; then
     step "Qwen3 dense and MoE references on the GPU (F16 test shapes)" 10 qwen3_refs
+    step "MoE decode: experts routed on the host and on the device (qwen3-30b-a3b, ${MOE_LAYERS} layers)" 60 moe_routes
     if [ "$DRY" = 1 ] || "$BIN" --help 2>&1 | grep -q bench-ops; then
         step "bench-ops 512 tokens (GEMMs: cuBLAS, and the kernels)" 40 bench_ops_gemm
     fi
