@@ -76,8 +76,8 @@ __host__ __device__ constexpr int mm_nspan() {
 }
 /* The output a block works on, selected with constant indices into the kernel's parameters (a
  * run-time index, or a copy of a whole mm_out, would put them in local memory). SEL: the kernel of
- * matmul_sel (a.sel set), whose block reads the matrix of its pair's expert; a template parameter,
- * so the kernels of matmul carry none of it (the registers of each as before it). */
+ * matmul_sel, whose block reads the matrix of its pair's expert (s); a template parameter, so the
+ * kernels of matmul carry none of it (their code as before it). */
 template <bool SEL>
 __device__ __forceinline__ void mm_pick_out(const mm_args &a, const mm_sel &s, cw_mat &w, float *&y, int64_t &y_stride,
                                             int &block0, const float *&bias) {
