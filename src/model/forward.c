@@ -142,9 +142,10 @@ static size_t mm_scratch_bytes(const model *m, be_backend *be, int64_t B, int64_
             egu[0].w = &L->egate[e], egu[1].w = &L->eup[e], ed.w = &L->edown[e];
             if ((t = op->matmul_scratch(be, egu, 2, (int64_t)c->n_embd, B)) > s) s = t;
             if ((t = op->matmul_scratch(be, &ed, 1, (int64_t)c->n_ff_exp, B)) > s) s = t;
-            if (P && (t = op->matmul_scratch(be, egu, 2, (int64_t)c->n_embd, P)) > s) s = t; /* pairs (matmul_sel) */
-            if (P && (t = op->matmul_scratch(be, &ed, 1, (int64_t)c->n_ff_exp, P)) > s) s = t;
         }
+        /* pairs (matmul_sel): where P > 0 every expert of a matrix is one type, so the last stands for all */
+        if (P && (t = op->matmul_scratch(be, egu, 2, (int64_t)c->n_embd, P)) > s) s = t;
+        if (P && (t = op->matmul_scratch(be, &ed, 1, (int64_t)c->n_ff_exp, P)) > s) s = t;
     }
     return s;
 }
@@ -461,9 +462,9 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
     int split = f->split && (!f->opt.split_decode || nu == n);
 
     /* the call's ops bracketed for the backend (a GPU may launch them as one graph) where nothing in
-     * it waits for the device: no split attention (it reads q back), no expert routing on the host (it
-     * reads the router's logits back), no copy fence (kv_step_may_wait); reads of the weights of a call whose buffer
-     * does not hold them all still wait, and the backend then submits what it has */
+     * it waits for the device: no split attention (it reads q back), no expert routing on the host
+     * (it reads the router's logits back), no copy fence (kv_step_may_wait); reads of the weights of
+     * a call whose buffer does not hold them all still wait, and the backend then submits what it has */
     int bracket = op->step_begin && !split && (!c->n_expert || n <= f->dev_route) &&
                   !kv_step_may_wait(f->kv, f->useq, nu, KV_T1_AS_OPENED);
     if (bracket) op->step_begin(be, n);

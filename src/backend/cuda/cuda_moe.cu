@@ -5,7 +5,7 @@
  * route: one warp a token. The max and the selection are exact in any order; the softmax's sum and
  * the weights' sum are lane 0's, in expert order, in double (moe_route's additions, so the same
  * bits wherever the device's expf gives the host's; CUDA's expf is within 2 ulp of it).
- * matmul_sel: the matmul kernels with one grid row a pair (cuda_mm.h, mm_args.sel), each block
+ * matmul_sel: the matmul kernels with one grid row a pair (cuda_mm.h, mm_sel), each block
  * reading its pair's expert from a device array of the layer's cw_mat; each row's sum is the one
  * the same kernel computes for one token with that expert (the host path's ops: a pass for one
  * token, or several, gives every row the same bits). The arrays are made once, before the steps
@@ -113,6 +113,7 @@ static const cw_mat *etab_of(cu_backend *B, const be_mat *m, int n) {
     }
     cw_mat *dev = NULL;
     CUDA_CHECK(cudaMalloc((void **)&dev, (size_t)n * sizeof *dev));
+    cu_own(B, dev); /* freed at close with the weights */
     CUDA_CHECK(cudaMemcpyAsync(dev, host, (size_t)n * sizeof *dev, cudaMemcpyHostToDevice, B->compute));
     CUDA_CHECK(cudaStreamSynchronize(B->compute)); /* host is freed below */
     free(host);
@@ -127,8 +128,7 @@ static const cw_mat *etab_of(cu_backend *B, const be_mat *m, int n) {
 }
 
 void cu_etab_close(cu_backend *B) {
-    for (int i = 0; i < B->etab_n; i++) CUDA_CHECK(cudaFree(B->etab[i].dev));
-    free(B->etab);
+    free(B->etab); /* (the device arrays are owned: cu_own) */
     B->etab = NULL, B->etab_n = B->etab_cap = 0;
 }
 
