@@ -150,6 +150,7 @@ typedef struct {
     const float *bias; /* [n_out] backend memory, or NULL */
 } be_mm_out;
 #define BE_MM_MAX_OUTS 4
+#define BE_SEL_MAX_PAIRS 65535 /* matmul_sel's pairs in one call at most */
 
 /* ---- attention -------------------------------------------------------------------------------- */
 
@@ -280,8 +281,9 @@ typedef struct {
      * x[p / x_div] · E_iᵀ with E_i = outs[i].w[sel[p]], each row as matmul computes it for one
      * token; outs[i].w is the first of n_expert prepared matrices of one type and shape (the
      * layer's array), biases NULL, sel in backend memory, scratch as matmul_scratch gives for
-     * n_pairs tokens. n_pairs 0 runs nothing: it prepares what later calls with these arrays need
-     * (a backend may keep a table of the experts), so that no step has to.
+     * n_pairs tokens, n_pairs <= BE_SEL_MAX_PAIRS. n_pairs 0 runs nothing: it prepares what later
+     * calls with these arrays need (a backend may keep a table of the experts), so that no step has
+     * to.
      * combine_pairs: combine_rows with row t*k+j for pair (t, j) and w in backend memory. */
     void (*route)(be_backend *b, const float *logits, int n, int n_expert, int k, int32_t *sel, float *w);
     void (*matmul_sel)(be_backend *b, const be_mm_out *outs, int n_outs, int n_expert, int64_t n_in, const float *x,

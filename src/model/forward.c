@@ -99,10 +99,10 @@ static void *palloc(fwd *f, size_t bytes, char *err, size_t errlen) {
     return f->op->alloc(f->be, bytes, BE_MEM_PINNED, err, errlen);
 }
 
-/* Calls of up to this many tokens route their experts on the backend where it can (be_ops.route):
- * decode steps, one token a sequence; larger calls (prompt chunks) group the tokens by expert on
- * the host, reading each expert once for all its tokens. */
-#define MOE_DEV_TOKENS 8
+/* Where the backend can route experts (be_ops.route), every call does, decode steps and prompt
+ * chunks alike, up to this many pairs (a token's k experts each; matmul_sel's bound): nothing is
+ * read back inside a call, and the backend groups a chunk's pairs by expert (docs/CUDA.md). */
+#define MOE_DEV_PAIRS BE_SEL_MAX_PAIRS
 
 /* every layer's experts of one type per matrix (a GGUF's expert tensor is one type; odd files
  * aside) */
@@ -159,11 +159,12 @@ static int alloc_buffers(fwd *f, char *err, size_t errlen) {
     size_t B = (size_t)o->max_batch, E = (size_t)c->n_embd, Q = (size_t)c->n_head * c->head_dim;
     size_t KV = (size_t)c->n_head_kv * c->head_dim, A = (size_t)ATT_SUB * c->n_head * (size_t)o->n_ctx;
     size_t F = (size_t)(c->n_expert ? c->n_ff_exp : c->n_ff), X = (size_t)c->n_expert, K = (size_t)c->n_expert_used;
-    /* experts routed on the backend for calls of up to MOE_DEV_TOKENS tokens, where it can (every
+    /* experts routed on the backend for calls of up to MOE_DEV_PAIRS / k tokens, where it can (every
      * expert of a layer's array of one type: a backend's table of them holds one layout) */
     size_t P = 0; /* such a call's pairs at most */
     if (X && f->op->route && f->op->matmul_sel && f->op->combine_pairs && experts_uniform(f->m)) {
-        f->dev_route = o->max_batch < MOE_DEV_TOKENS ? o->max_batch : MOE_DEV_TOKENS;
+        int most = MOE_DEV_PAIRS / (int)K;
+        f->dev_route = o->max_batch < most ? o->max_batch : most;
         P = (size_t)f->dev_route * K;
     }
     size_t GB = P > B ? P : B; /* rows of gate and up: a token's, or a pair's */
@@ -371,8 +372,9 @@ static void add_norm(fwd *f, const float *d, const float *w, int n) {
 
 /* The expert FFN of a call of n <= dev_route tokens, routed on the backend: pair p = t*k + j is
  * token t's j-th expert; gate and up hold a row a pair, swiglu'd in place, ye the pairs' down
- * products, and tmp their weighted sums. Each pair reads its expert's matrices (tokens sharing an
- * expert read it once each), and no result comes back to the host: a step stays one submission. */
+ * products, and tmp their weighted sums. No result comes back to the host: a step stays one
+ * submission. The bytes counted are each pair's expert's (a backend that groups a chunk's pairs by
+ * expert reads each expert fewer times). */
 static void expert_ffn_pairs(fwd *f, const model_layer *L, int n) {
     const model_config *c = &f->m->cfg;
     be_backend *be = f->be;

@@ -41,8 +41,9 @@ int fwd_run(fwd *f, const int32_t *tokens, const int *seq, const int *pos, const
 /* Seconds spent in attention (including fences) since init: for benchmarks. */
 double fwd_attention_seconds(const fwd *f);
 /* Bytes of expert matrices read since init (an expert FFN: each expert a call routes any token to
- * is read once per layer; where the backend routes, each token's experts, once per token): for
- * benchmarks. 0 for a dense model. */
+ * is read once per layer; where the backend routes, each token's experts, once per token, which a
+ * backend grouping a prompt chunk's pairs by expert reads fewer times): for benchmarks. 0 for a
+ * dense model. */
 uint64_t fwd_expert_bytes(const fwd *f);
 /* Bytes read back from a backend that is not host memory since init (attention weights, split
  * attention's queries, logits, router logits), and in *reads (if not NULL) the

@@ -189,6 +189,7 @@ template <class T> static inline T emu_atomic_max(T *p, T v) {
 }
 static inline unsigned atomicMax(unsigned *p, unsigned v) { return emu_atomic_max(p, v); }
 static inline int atomicMax(int *p, int v) { return emu_atomic_max(p, v); }
+static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 /* CUDA's overloads of min and max */
 static inline int max(int a, int b) { return a > b ? a : b; }
 static inline int min(int a, int b) { return a < b ? a : b; }

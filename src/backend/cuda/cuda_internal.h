@@ -188,6 +188,7 @@ struct cu_backend {
     /* matmul_sel's expert tables, made before the steps that use them (cuda_moe.cu) */
     cu_etab *etab;
     int etab_n, etab_cap, etab_hint;
+    int32_t *sel_plan; /* and the pairs grouped by expert (owned), made with the first table */
     /* memory prepare_* made, freed at close */
     void **owned;
     int n_owned, cap_owned;

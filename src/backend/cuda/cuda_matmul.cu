@@ -224,10 +224,11 @@ __host__ __device__ constexpr int mm_rows() {
 
 /* R rows per warp; XG: x read from global memory through L1 (one token) instead of staged in shared
  * memory tiles */
-template <int T, int NT, int R, bool XG, bool SEL>
+template <int T, int NT, int R, bool XG, int SEL>
 __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a, const mm_sel es) {
     constexpr int U = mm_unit<T>(), NS = mm_nspan<T>(), SL = U / NS;
     static_assert(!XG || NT == 1, "x from global memory: one token");
+    if (mm_idle<SEL>(es)) return; /* the whole block */
     extern __shared__ float4 xs4[];
     float *xs = (float *)xs4;
     cw_mat w;
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a, cons
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + warp) * R;
     const int xstride = mm_pad(a.kt); /* kt is a multiple of 64: the padded row length */
-    const int64_t x0 = mm_x_row<SEL>(es) * a.n_in; /* (0 but in matmul_sel's kernels) */
+    const int64_t x0 = mm_x_row<SEL>(es) * a.n_in; /* (0 but in MM_PAIR's kernels) */
     float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -250,8 +251,11 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a, cons
         const int klen = (int)(a.n_in - k0 < a.kt ? a.n_in - k0 : a.kt);
         if constexpr (!XG) {
             __syncthreads(); /* the previous tile is no longer read */
-            for (int t = 0; t < a.nt; t++) {
-                const float4 *src = (const float4 *)(a.x + x0 + (int64_t)t * a.n_in + k0);
+            for (int t = 0; t < mm_ntok<SEL>(a, es); t++) {
+                const float *xr;
+                if constexpr (SEL == MM_TILE) xr = a.x + mm_tile_pair(es, t) / es.x_div * a.n_in;
+                else xr = a.x + x0 + (int64_t)t * a.n_in;
+                const float4 *src = (const float4 *)(xr + k0);
                 for (int k = 4 * (int)threadIdx.x; k < klen; k += 4 * MM_WARPS * 32)
                     *(float4 *)&xs[t * xstride + mm_pad(k)] = __ldg(src + k / 4);
             }
@@ -273,7 +277,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a, cons
                 const int base = (int)(cw_span_base(T, u, s) - k0);
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    if (t >= a.nt) break;
+                    if (t >= mm_ntok<SEL>(a, es)) break;
 #pragma unroll
                     for (int k4 = 0; k4 < SL / 4; k4++) {
                         float4 xv;
@@ -294,8 +298,11 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a, cons
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float s = cu_warp_sum(acc[r][t]);
-            if (lane == 0 && t < a.nt && row0 + r < w.n_out)
-                y[(int64_t)t * y_stride + row0 + r] = mm_biased(s, bias, row0 + r);
+            if (lane == 0 && t < mm_ntok<SEL>(a, es) && row0 + r < w.n_out) {
+                int64_t yr = t;
+                if constexpr (SEL == MM_TILE) yr = mm_tile_pair(es, t);
+                y[yr * y_stride + row0 + r] = mm_biased(s, bias, row0 + r);
+            }
         }
 }
 
@@ -304,11 +311,17 @@ static void mm_launch(cu_backend *B, mm_args &a, int n_blocks, const mm_sel *s) 
     size_t smem = XG ? 0 : (size_t)NT * (size_t)(a.kt + a.kt / 16) * sizeof(float);
     if constexpr (NT == 1)
         if (s) { /* matmul_sel: a grid row a pair */
-            mm_kernel<T, 1, R, XG, true><<<mm_grid(*s, n_blocks), MM_WARPS * 32, smem, B->compute>>>(a, *s);
+            mm_kernel<T, 1, R, XG, MM_PAIR><<<mm_grid(*s, n_blocks), MM_WARPS * 32, smem, B->compute>>>(a, *s);
             CU_LAUNCHED();
             return;
         }
-    mm_kernel<T, NT, R, XG, false><<<n_blocks, MM_WARPS * 32, smem, B->compute>>>(a, mm_sel{});
+    if constexpr (NT == MM_NT && !XG)
+        if (s) { /* matmul_sel: a grid row a tile */
+            mm_kernel<T, NT, R, XG, MM_TILE><<<mm_grid(*s, n_blocks), MM_WARPS * 32, smem, B->compute>>>(a, *s);
+            CU_LAUNCHED();
+            return;
+        }
+    mm_kernel<T, NT, R, XG, MM_PLAIN><<<n_blocks, MM_WARPS * 32, smem, B->compute>>>(a, mm_sel{});
     CU_LAUNCHED();
 }
 
@@ -345,12 +358,12 @@ static void mm_type(cu_backend *B, mm_args &a, const mm_sel *s) {
     case 1: mm_launch1<T>(B, a, blocks, rows, s); break;
     case 2: mm_launch<T, 2, 2, false>(B, a, blocks, NULL); break;
     case 4: mm_launch<T, 4, 2, false>(B, a, blocks, NULL); break;
-    default: mm_launch<T, 8, 2, false>(B, a, blocks, NULL); break;
+    default: mm_launch<T, 8, 2, false>(B, a, blocks, s); break; /* (s: MM_TILE's) */
     }
 }
 
 void cu_mm_dispatch(cu_backend *B, uint32_t t, mm_args &a, const mm_sel *s) {
-    CU_REQUIRE(!s || a.nt == 1, "matmul_sel: one token a pair");
+    CU_REQUIRE(!s || (s->order ? a.nt == MM_NT : a.nt == 1), "matmul_sel: one token a pair, or tiles of MM_NT");
     switch (t) {
     case CW_T_F32: mm_type<CW_T_F32>(B, a, s); break;
     case CW_T_F16: mm_type<CW_T_F16>(B, a, s); break;

@@ -55,8 +55,9 @@ void cu_mmq_quantize(cu_backend *B, const float *x, int64_t n_in, int64_t n_tok,
 }
 
 /* The block's part of a launch: its output (w, y, its stride and bias), its R rows (past the matrix:
- * the last row, computed and not stored) and each token's rounded x; the sums start at 0. */
-template <int NT, int R, bool SEL>
+ * the last row, computed and not stored) and each token's rounded x; the sums start at 0. The
+ * kernels return first where the block is idle (mm_idle). */
+template <int NT, int R, int SEL>
 struct mmq_part {
     cw_mat w;
     float *y;
@@ -72,9 +73,12 @@ struct mmq_part {
 #pragma unroll
         for (int r = 0; r < R; r++) row[r] = row0 + r < w.n_out ? row0 + r : w.n_out - 1;
         const int64_t x0 = mm_x_row<SEL>(s);
+        const int nt = mm_ntok<SEL>(a, s);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            const int64_t tt = x0 + (t < a.nt ? t : a.nt - 1);
+            int64_t tt;
+            if constexpr (SEL == MM_TILE) tt = mm_tile_pair(s, t < nt ? t : nt - 1) / s.x_div;
+            else tt = x0 + (t < a.nt ? t : a.nt - 1);
             xr[t] = qx + tt * a.n_in, xs[t] = dx + tt * (a.n_in / 32);
         }
 #pragma unroll
@@ -82,15 +86,18 @@ struct mmq_part {
 #pragma unroll
             for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
     }
-    /* each row's sum over the warp, stored by lane 0 (with its bias) for the launch's nt tokens */
-    __device__ __forceinline__ void store(int nt) {
+    /* each row's sum over the warp, stored by lane 0 (with its bias) for the block's nt tokens */
+    __device__ __forceinline__ void store(const mm_sel &s, int nt) {
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 const float v = cu_warp_sum(acc[r][t]);
-                if ((threadIdx.x & 31) == 0 && t < nt && row0 + r < w.n_out)
-                    y[(int64_t)t * y_stride + row0 + r] = mm_biased(v, bias, row0 + r);
+                if ((threadIdx.x & 31) == 0 && t < nt && row0 + r < w.n_out) {
+                    int64_t yr = t;
+                    if constexpr (SEL == MM_TILE) yr = mm_tile_pair(s, t);
+                    y[yr * y_stride + row0 + r] = mm_biased(v, bias, row0 + r);
+                }
             }
     }
 };
@@ -128,11 +135,12 @@ __device__ __forceinline__ void mmq8_unit(float (&acc)[R][NT], const cw_mat &w, 
         }
 }
 
-/* Rows past the matrix and tokens past a.nt read the last row or token (no branch in the loop) and
- * are not stored. */
-template <int NT, int R, bool SEL>
+/* Rows past the matrix and token slots past the block's tokens read the last row or token (no
+ * branch in the loop) and are not stored. */
+template <int NT, int R, int SEL>
 __global__ void __launch_bounds__(MM_WARPS * 32)
     mmq8_kernel(const mm_args a, const int8_t *__restrict__ qx, const float *__restrict__ dx, const mm_sel es) {
+    if (mm_idle<SEL>(es)) return; /* the whole block */
     mmq_part<NT, R, SEL> p(a, es, qx, dx);
     const int lane = threadIdx.x & 31;
     const int64_t n_u = a.n_in / 16;
@@ -141,7 +149,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
 #pragma unroll 4
     for (; u0 + 32 <= n_u; u0 += 32) mmq8_unit<NT, R, false>(p.acc, p.w, p.row, p.xr, p.xs, u0 + lane, n_u, lane);
     if (u0 < n_u) mmq8_unit<NT, R, true>(p.acc, p.w, p.row, p.xr, p.xs, u0 + lane, n_u, lane);
-    p.store(a.nt);
+    p.store(es, mm_ntok<SEL>(a, es));
 }
 
 /* ---- Q4_0, Q5_0, Q4_K, Q6_K: the integer decoders of cuda_wlayout.h ----
@@ -156,12 +164,13 @@ __device__ __forceinline__ void mmq_iunit(const cw_mat &w, int64_t row, int64_t 
     else cw_iunit_q6_k(&w, row, u, q, sc, off);
 }
 
-template <int T, int NT, int R, bool SEL>
+template <int T, int NT, int R, int SEL>
 __global__ void __launch_bounds__(MM_WARPS * 32)
     mmqk_kernel(const mm_args a, const int8_t *__restrict__ qx, const float *__restrict__ dx, const mm_sel es) {
     constexpr int U = mm_unit<T>(), NS = mm_nspan<T>(), SW = U / NS / 4; /* words of a span */
     constexpr bool OFF = T == CW_T_Q4_K;                                  /* the only type with mins */
     static_assert(SW == 2 || SW == 4, "spans of 8 or 16 elements");
+    if (mm_idle<SEL>(es)) return; /* the whole block */
     mmq_part<NT, R, SEL> p(a, es, qx, dx);
     const int64_t n_u = a.n_in / U;
 
@@ -201,23 +210,25 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
             }
         }
     }
-    p.store(a.nt);
+    p.store(es, mm_ntok<SEL>(a, es));
 }
 
 template <int T, int NT, int R>
 static void mmq_go(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx, const mm_sel *s) {
     const int blocks = mm_blocks(a, MM_WARPS * R);
-    if constexpr (NT == 1)
-        if (s) { /* matmul_sel: a grid row a pair */
+    if constexpr (NT == 1 || NT == MM_NT)
+        if (s) { /* matmul_sel: a grid row a pair (one token), or a tile (MM_NT) */
+            constexpr int SEL = NT == 1 ? MM_PAIR : MM_TILE;
             const dim3 g = mm_grid(*s, blocks);
-            if constexpr (T == CW_T_Q8_0) mmq8_kernel<1, R, true><<<g, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx, *s);
-            else mmqk_kernel<T, 1, R, true><<<g, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx, *s);
+            if constexpr (T == CW_T_Q8_0) mmq8_kernel<NT, R, SEL><<<g, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx, *s);
+            else mmqk_kernel<T, NT, R, SEL><<<g, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx, *s);
             CU_LAUNCHED();
             return;
         }
     const mm_sel none = {};
-    if constexpr (T == CW_T_Q8_0) mmq8_kernel<NT, R, false><<<blocks, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx, none);
-    else mmqk_kernel<T, NT, R, false><<<blocks, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx, none);
+    if constexpr (T == CW_T_Q8_0)
+        mmq8_kernel<NT, R, MM_PLAIN><<<blocks, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx, none);
+    else mmqk_kernel<T, NT, R, MM_PLAIN><<<blocks, MM_WARPS * 32, 0, B->compute>>>(a, qx, dx, none);
     CU_LAUNCHED();
 }
 
@@ -230,11 +241,12 @@ static void mmq_type(cu_backend *B, mm_args &a, const int8_t *qx, const float *d
         else mmq_go<T, 1, 1>(B, a, qx, dx, s);
     } else if (a.nt <= 2) mmq_go<T, 2, 2>(B, a, qx, dx, NULL);
     else if (a.nt <= 4) mmq_go<T, 4, 2>(B, a, qx, dx, NULL);
-    else mmq_go<T, 8, 2>(B, a, qx, dx, NULL);
+    else mmq_go<T, 8, 2>(B, a, qx, dx, s); /* (s: MM_TILE's, a.nt MM_NT) */
 }
 
 void cu_mmq_launch(cu_backend *B, mm_args &a, const int8_t *qx, const float *dx, const mm_sel *s) {
-    CU_REQUIRE(a.nt >= 1 && a.nt <= MM_NT && (!s || a.nt == 1), "mmq: 1..MM_NT tokens per launch, one a pair");
+    CU_REQUIRE(a.nt >= 1 && a.nt <= MM_NT && (!s || a.nt == (s->order ? MM_NT : 1)),
+               "mmq: 1..MM_NT tokens per launch, one a pair or tiles of MM_NT");
     switch (a.o[0].w.type) { /* one type a launch */
     case CW_T_Q8_0: mmq_type<CW_T_Q8_0>(B, a, qx, dx, s); break;
     case CW_T_Q4_0: mmq_type<CW_T_Q4_0>(B, a, qx, dx, s); break;

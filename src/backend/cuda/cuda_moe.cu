@@ -8,8 +8,11 @@
  * matmul_sel: the matmul kernels with one grid row a pair (cuda_mm.h, mm_sel), each block
  * reading its pair's expert from a device array of the layer's cw_mat; each row's sum is the one
  * the same kernel computes for one token with that expert (the host path's ops: a pass for one
- * token, or several, gives every row the same bits). The arrays are made once, before the steps
- * (the forward's call with no pair), since their upload may not run inside a captured step. */
+ * token, or several, gives every row the same bits). Where the pairs are many against the experts
+ * (a prompt's chunk), group_kernel first sorts them by expert into tiles of up to MM_NT pairs, and a
+ * grid row is a tile: each expert's weights are read once a tile instead of once a pair, and every
+ * row keeps its bits. The arrays and the grouping's buffer are made once, before the steps (the
+ * forward's call with no pair), since an upload or allocation may not run inside a captured step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +23,11 @@ extern "C" {
 }
 
 #define RT_MAX 1024 /* experts at most (the loader's bound; Qwen3-30B-A3B: 128, 8 a token) */
+#define SEL_MAX_PAIRS BE_SEL_MAX_PAIRS /* a call's pairs at most (a grid's rows: 65535) */
+/* the most tiles n pairs of X experts need: sum over experts of ceil(c_e / MM_NT) */
+#define SEL_TILES(n, X) (((n) + MM_NT - 1) / MM_NT + ((X) < (n) ? (X) : (n)))
+/* pairs grouped by expert where they are at least this many a expert on average */
+#define SEL_GROUP_PER_EXPERT 2
 
 int cu_route_choice(int *host, char *err, size_t errlen) {
     return cu_env_switch("TIERKV_CUDA_ROUTE", "device", "host", host, err, errlen);
@@ -132,15 +140,73 @@ void cu_etab_close(cu_backend *B) {
     B->etab = NULL, B->etab_n = B->etab_cap = 0;
 }
 
+/* ---- the pairs grouped by expert ---- */
+
+/* One block: the pairs' counts by expert, each expert's first place in order[] and first tile (in
+ * expert order, by one thread: X <= 1024), the tiles (expert, first place, pairs; -1 past the last
+ * one used), then each pair's place. The order within an expert is the atomics' (any order gives
+ * each row the same sums). Shared memory: 3 X + 1 ints. */
+__global__ void group_kernel(const int32_t *sel, int n, int X, int n_tiles, int32_t *order, int32_t *tile_e,
+                             int32_t *tile_p0, int32_t *tile_n) {
+    extern __shared__ int gs[];
+    int *cnt = gs, *place = gs + X, *first = gs + 2 * X; /* first: X + 1 */
+    const int tid = threadIdx.x, nth = blockDim.x;
+    for (int e = tid; e < X; e += nth) cnt[e] = 0;
+    __syncthreads();
+    for (int p = tid; p < n; p += nth) atomicAdd(&cnt[sel[p]], 1);
+    __syncthreads();
+    if (tid == 0) {
+        int at = 0, tile = 0;
+        for (int e = 0; e < X; e++) {
+            place[e] = at, first[e] = tile;
+            at += cnt[e], tile += (cnt[e] + MM_NT - 1) / MM_NT;
+        }
+        first[X] = tile;
+    }
+    __syncthreads();
+    for (int e = tid; e < X; e += nth)
+        for (int i = 0; i * MM_NT < cnt[e]; i++) {
+            const int t = first[e] + i, left = cnt[e] - i * MM_NT;
+            tile_e[t] = e, tile_p0[t] = place[e] + i * MM_NT, tile_n[t] = left < MM_NT ? left : MM_NT;
+        }
+    for (int t = first[X] + tid; t < n_tiles; t += nth) tile_e[t] = -1;
+    __syncthreads(); /* place[] is read above and taken below */
+    for (int p = tid; p < n; p += nth) order[atomicAdd(&place[sel[p]], 1)] = p;
+}
+
+/* the grouping's device buffer (order, then the tiles' experts, first places and counts), made with
+ * the first table: for SEL_MAX_PAIRS pairs of RT_MAX experts */
+static int32_t *plan_of(cu_backend *B) {
+    if (!B->sel_plan) {
+        cu_graph_break(B);
+        const size_t ints = SEL_MAX_PAIRS + 3 * (size_t)SEL_TILES(SEL_MAX_PAIRS, RT_MAX);
+        CUDA_CHECK(cudaMalloc((void **)&B->sel_plan, ints * sizeof(int32_t)));
+        cu_own(B, B->sel_plan);
+    }
+    return B->sel_plan;
+}
+
+/* s's tiles for n pairs of X experts (sel on the device): the grid's rows become tiles */
+static void group_pairs(cu_backend *B, mm_sel &s, const int32_t *sel, int n, int X) {
+    CU_REQUIRE(B->sel_plan, "matmul_sel: grouping before the experts' tables were prepared (a call with no pair)");
+    const int n_tiles = SEL_TILES(n, X);
+    int32_t *order = B->sel_plan, *te = order + SEL_MAX_PAIRS, *tp = te + SEL_TILES(SEL_MAX_PAIRS, RT_MAX);
+    int32_t *tn = tp + SEL_TILES(SEL_MAX_PAIRS, RT_MAX);
+    group_kernel<<<1, 256, (size_t)(3 * X + 1) * sizeof(int), B->compute>>>(sel, n, X, n_tiles, order, te, tp, tn);
+    CU_LAUNCHED();
+    s.order = order, s.tile_e = te, s.tile_p0 = tp, s.tile_n = tn;
+    s.n_pairs = n_tiles;
+}
+
 /* ---- matmul_sel ---- */
 
 void cu_matmul_sel(be_backend *b, const be_mm_out *outs, int n_outs, int n_expert, int64_t n_in, const float *x,
                    int x_div, const int32_t *sel, int n_pairs, void *scratch) {
     cu_backend *B = cu_of(b);
     cu_bind(B);
-    CU_REQUIRE(n_outs >= 1 && n_outs <= BE_MM_MAX_OUTS && n_expert >= 1 && x_div >= 1 && n_pairs >= 0 &&
-                   n_pairs <= 65535,
-               "matmul_sel: 1..BE_MM_MAX_OUTS outputs, experts, x_div >= 1, 0..65535 pairs");
+    CU_REQUIRE(n_outs >= 1 && n_outs <= BE_MM_MAX_OUTS && n_expert >= 1 && n_expert <= RT_MAX && x_div >= 1 &&
+                   n_pairs >= 0 && n_pairs <= SEL_MAX_PAIRS,
+               "matmul_sel: 1..BE_MM_MAX_OUTS outputs, 1..1024 experts, x_div >= 1, 0..65535 pairs");
     mm_args a;
     mm_sel s;
     memset(&a, 0, sizeof a);
@@ -154,7 +220,10 @@ void cu_matmul_sel(be_backend *b, const be_mm_out *outs, int n_outs, int n_exper
         CU_REQUIRE(a.o[i].w.type == a.o[0].w.type && a.o[i].w.n_in == n_in,
                    "matmul_sel: outputs of one type reading rows of n_in");
     }
-    if (!n_pairs) return;
+    if (!n_pairs) {
+        plan_of(B);
+        return;
+    }
     CU_REQUIRE(((uintptr_t)x & 15) == 0, "matmul_sel: x must be 16-byte aligned");
     a.n_o = n_outs;
     a.x = x;
@@ -163,6 +232,10 @@ void cu_matmul_sel(be_backend *b, const be_mm_out *outs, int n_outs, int n_exper
     s.sel = sel;
     s.x_div = x_div;
     s.n_pairs = n_pairs;
+    if (n_pairs > MM_NT && n_pairs >= SEL_GROUP_PER_EXPERT * n_expert) { /* tiles of one expert's pairs */
+        group_pairs(B, s, sel, n_pairs, n_expert);
+        a.nt = MM_NT;
+    }
     const uint32_t t = a.o[0].w.type;
     if (scratch && cu_mmq_type(t)) { /* x's rows rounded once for every pair */
         const int8_t *qx;
