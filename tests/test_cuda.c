@@ -1580,6 +1580,91 @@ TEST(cuda_matmul_sel) {
 #endif
 }
 
+/* matmul_sel with its pairs grouped by expert (many pairs against few experts: a prompt's chunk)
+ * against the same pairs a few at a time (each pair a grid row, which cuda_matmul_sel checks against
+ * matmul), bit for bit: every type, rows of 256 and 1280 (several x tiles of MM_NT tokens), 40 pairs
+ * of 5 experts (one with none, one with 20: three tiles, the last one short; x_div 1 and 3), with
+ * the integer kernels' scratch and without; then 300 experts (more than the grouping's threads) with
+ * 660 pairs in Q8_0. Every value compared, the stride's padding included. */
+#ifdef TKV_CUDA
+static void sel_tiles_case(be_backend *B, const be_ops *O, uint32_t t, int64_t n_in, int X, int NO, const int32_t *sel,
+                           int P, int *cases, int *differ) {
+    const int YS = NO + 5, C = 6; /* the reference's calls: 6 pairs each (a multiple of every x_div) */
+    be_mat *m[2];
+    uint8_t **f[2];
+    char e[256];
+    for (int o = 0; o < 2; o++) {
+        m[o] = calloc((size_t)X, sizeof **m), f[o] = calloc((size_t)X, sizeof **f);
+        for (int x = 0; x < X; x++) {
+            size_t rb;
+            f[o][x] = rand_file_rows(t, n_in, NO, &rb);
+            m[o][x] = (be_mat){f[o][x], t, n_in, NO};
+            REQUIRE(O->prepare_weight(B, &m[o][x], BE_W_MATMUL, e, sizeof e) == 0);
+        }
+    }
+    int32_t *ds = dalloc(B, (size_t)P * 4, BE_MEM_DEVICE);
+    O->upload(B, ds, sel, (size_t)P * 4);
+    float *x = malloc((size_t)P * n_in * 4), *got = malloc((size_t)P * YS * 4), *want = malloc((size_t)P * YS * 4);
+    rand_vec(x, (size_t)P * n_in, 1.0f);
+    float *dx = dalloc(B, (size_t)P * n_in * 4, BE_MEM_DEVICE), *dy[2], *dr[2];
+    O->upload(B, dx, x, (size_t)P * n_in * 4);
+    for (int o = 0; o < 2; o++)
+        dy[o] = dalloc(B, (size_t)P * YS * 4, BE_MEM_DEVICE), dr[o] = dalloc(B, (size_t)P * YS * 4, BE_MEM_DEVICE);
+    be_mm_out outs[2] = {{m[0], dy[0], YS, NULL}, {m[1], dy[1], YS, NULL}};
+    O->matmul_sel(B, outs, 2, X, n_in, NULL, 1, NULL, 0, NULL); /* the tables, as the forward makes them */
+    size_t ss = O->matmul_scratch(B, outs, 2, n_in, P);
+    void *scratch = ss ? dalloc(B, ss, BE_MEM_DEVICE) : NULL;
+    for (int x_div = 1; x_div <= 3; x_div += 2)
+        for (int with = 0; with < (scratch ? 2 : 1); with++) {
+            for (int o = 0; o < 2; o++)
+                poison(B, dy[o], (size_t)P * YS * 4), poison(B, dr[o], (size_t)P * YS * 4);
+            O->matmul_sel(B, outs, 2, X, n_in, dx, x_div, ds, P, with ? scratch : NULL);
+            for (int p0 = 0; p0 < P; p0 += C) {
+                be_mm_out r[2] = {{m[0], dr[0] + (size_t)p0 * YS, YS, NULL}, {m[1], dr[1] + (size_t)p0 * YS, YS, NULL}};
+                int n = P - p0 < C ? P - p0 : C;
+                O->matmul_sel(B, r, 2, X, n_in, dx + (size_t)(p0 / x_div) * n_in, x_div, ds + p0, n,
+                              with ? scratch : NULL);
+            }
+            int bad = 0;
+            for (int o = 0; o < 2; o++) {
+                fetch(B, got, dy[o], (size_t)P * YS * 4), fetch(B, want, dr[o], (size_t)P * YS * 4);
+                for (size_t i = 0; i < (size_t)P * YS; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
+            }
+            ++*cases, *differ += bad != 0;
+            CHECKF(bad == 0, "matmul_sel in tiles %s n_in %lld, %d experts, x_div %d%s: %d values differ", tname(t),
+                   (long long)n_in, X, x_div, with ? " int8" : "", bad);
+        }
+    for (int o = 0; o < 2; o++) {
+        O->free(B, dy[o], BE_MEM_DEVICE), O->free(B, dr[o], BE_MEM_DEVICE);
+        for (int i = 0; i < X; i++) free(f[o][i]);
+        free(m[o]), free(f[o]);
+    }
+    if (scratch) O->free(B, scratch, BE_MEM_DEVICE);
+    O->free(B, dx, BE_MEM_DEVICE), O->free(B, ds, BE_MEM_DEVICE);
+    free(x), free(got), free(want);
+}
+#endif
+
+TEST(cuda_matmul_sel_tiles) {
+    GPU_OR_SKIP();
+#ifdef TKV_CUDA
+    if (!O->matmul_sel) SKIP("experts routed on the host (TIERKV_CUDA_ROUTE=host)");
+    enum { P = 40, BIG_X = 300, BIG_P = 660 };
+    int32_t sel[P], big[BIG_P];
+    for (int p = 0; p < P; p++) sel[p] = p % 2 ? 4 : p % 8 == 0 ? 0 : p % 8 == 2 ? 1 : 3; /* 2 unused */
+    for (int p = 0; p < BIG_P; p++) big[p] = (int32_t)((p * 37 + p / 7) % BIG_X);
+    int cnt[5] = {0};
+    for (int p = 0; p < P; p++) cnt[sel[p]]++;
+    REQUIRE(cnt[2] == 0 && cnt[4] == 20);
+    const int64_t n_ins[2] = {256, 1280};
+    int cases = 0, differ = 0;
+    for (int ti = 0; ti < N_TYPES; ti++)
+        for (int li = 0; li < 2; li++) sel_tiles_case(B, O, TYPES[ti], n_ins[li], 5, 67, sel, P, &cases, &differ);
+    sel_tiles_case(B, O, CW_T_Q8_0, 256, BIG_X, 9, big, BIG_P, &cases, &differ);
+    printf("    matmul_sel in tiles: %d of %d cases differ from a grid row a pair\n", differ, cases);
+#endif
+}
+
 /* The KV policy's score update (score_add) against the CPU backend's op, bit for bit: 28 heads (a
  * weight 1 / (layers x heads) that is not a power of two, so the order of the additions shows), four
  * tokens: two share one array (their additions in token order), one has its own, one is skipped;
