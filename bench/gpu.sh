@@ -66,7 +66,8 @@
 #      bounds; the per-head q/k norms and the experts' combine_rows), recorded on its own;
 #   9. where time is left: a mixture of experts' decode (qwen3-30b-a3b, MOE_LAYERS layers, Q8_0,
 #      `full`, one sequence and MOE_PARALLEL together), its experts routed on the host, on the device,
-#      and on the device with graphs (TIERKV_CUDA_ROUTE, TIERKV_CUDA_GRAPH);
+#      and on the device with graphs (TIERKV_CUDA_ROUTE, TIERKV_CUDA_GRAPH); and its 512-token prefill
+#      routed on the host and on the device (the pairs grouped by expert);
 #  10. where time is left: `bench-ops --tokens 512` (the 7B's matmuls of a prompt chunk, TFLOP/s)
 #      in BF16 and Q8_0 through cuBLAS and in BF16 through the kernels.
 #   The 32K pair does not fit the default plan; a run for it alone (Q8_0: half BF16's file):
@@ -840,16 +841,22 @@ bench_ops_gemm() {
 # 9. where time is left: a mixture of experts' decode, its experts routed on the host (the router's
 # logits read back every layer) and on the device (cuda_moe.cu), op by op and as graphs: the
 # qwen3-30b-a3b shape, MOE_LAYERS layers in Q8_0 (one gen-random file, removed after), `full`, at
-# one sequence and MOE_PARALLEL together
+# one sequence and MOE_PARALLEL together; then a 512-token prefill (one chunk) routed on the host
+# (each expert's tokens gathered and multiplied, launch by launch) and on the device (the pairs
+# grouped by expert on the device: a chunk's MoE layers in a few launches)
 moe_routes() {
     local f=$MODEL_DIR/moe-routes.gguf rc=0 r
     run_to 60 "$BIN" gen-random --shape qwen3-30b-a3b --type Q8_0 --layers "$MOE_LAYERS" -t "$THREADS" -o "$f" \
         >"$L/moe-gen.log" 2>&1 || { tail -3 "$L/moe-gen.log"; rm -f "$f"; return 1; }
-    for r in host:off device:off device:on; do
-        TIERKV_CUDA_ROUTE=${r%:*} TIERKV_CUDA_GRAPH=${r#*:} run_to 40 "$BIN" bench -m "$f" $BACKEND_FLAG \
-            -t "$THREADS" -p 0 -n "$NGEN" -d 0 --parallel "$MOE_PARALLEL" --reps "$REPS" --policy full --json \
-            >"$L/moe-${r/:/-}.jsonl" 2>>"$L/moe.err" || rc=1
-        python3 - "$L/moe-${r/:/-}.jsonl" "${r%:*}" "${r#*:}" "$MOE_LAYERS" <<'PY' | tee -a "$J"
+    for r in host:off:tg device:off:tg device:on:tg host:off:pp device:off:pp; do
+        local route=${r%%:*} graphs=${r#*:} t=${r##*:} tag=${r//:/-}
+        graphs=${graphs%:*}
+        local shape=(-p 0 -n "$NGEN" --parallel "$MOE_PARALLEL")
+        [ "$t" = pp ] && shape=(-p 512 -n 0)
+        TIERKV_CUDA_ROUTE=$route TIERKV_CUDA_GRAPH=$graphs run_to 40 "$BIN" bench -m "$f" $BACKEND_FLAG \
+            -t "$THREADS" "${shape[@]}" -d 0 --reps "$REPS" --policy full --json \
+            >"$L/moe-$tag.jsonl" 2>>"$L/moe.err" || rc=1
+        python3 - "$L/moe-$tag.jsonl" "$route" "$graphs" "$MOE_LAYERS" <<'PY' | tee -a "$J"
 import json, sys
 path, route, graphs, layers = sys.argv[1:5]
 for l in open(path):
@@ -1122,12 +1129,13 @@ ops = [r for r in recs if r.get("kind") == "bench-ops"]
 for r in ops: print("  bench-ops " + ", ".join(f"{k}={v}" for k, v in r.items() if k != "kind"))
 moe = [r for r in recs if r.get("kind") == "moe"]
 if moe:
-    print("MoE decode (layers; tok/s; x the host's routing at as many sequences) | route | graphs | sequences | tok/s | x host")
-    host = {r["sequences"]: r["tok_s"] for r in moe if r["route"] == "host"}
+    print("MoE (layers; tok/s; x the host's routing for the same test and sequences) | test | route | graphs | "
+          "sequences | tok/s | x host")
+    host = {(r.get("test"), r["sequences"]): r["tok_s"] for r in moe if r["route"] == "host"}
     for r in moe:
-        h = host.get(r["sequences"])
-        print(" | ".join([f"  moe {r['layers']} layers", r["route"], r["graphs"], str(r["sequences"]), f(r["tok_s"]),
-                          f(r["tok_s"] / h, 2) if h else "-"]))
+        h = host.get((r.get("test"), r["sequences"]))
+        print(" | ".join([f"  moe {r['layers']} layers", str(r.get("test")), r["route"], r["graphs"],
+                          str(r["sequences"]), f(r["tok_s"]), f(r["tok_s"] / h, 2) if h else "-"]))
 sk = [r for r in recs if r.get("kind") == "skipped"]
 print("skipped:" if sk else "skipped: nothing")
 for r in sk: print(f"  - {r['job']} (est {r['est_s']} s): {r['why']}")
@@ -1253,7 +1261,7 @@ fi
 [ "$DRY" = 0 ] && rm -f "$TOKMODEL"
 if [ "$QUICK" = 0 ]; then
     step "Qwen3 dense and MoE references on the GPU (F16 test shapes)" 10 qwen3_refs
-    step "MoE decode: experts routed on the host and on the device (qwen3-30b-a3b, ${MOE_LAYERS} layers)" 60 moe_routes
+    step "MoE decode and prefill: experts routed on the host and on the device (${MOE_LAYERS} layers)" 90 moe_routes
     if [ "$DRY" = 1 ] || "$BIN" --help 2>&1 | grep -q bench-ops; then
         step "bench-ops 512 tokens (GEMMs: cuBLAS, and the kernels)" 40 bench_ops_gemm
     fi
