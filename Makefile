@@ -149,7 +149,7 @@ $(BUILD)/fuzz-replay/%: $(BUILD)/fuzz/%.o $(BUILD)/fuzz/replay_main.o $(BUILD)/l
 	$(CC) $(BASEFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/fuzz/replay_main.o $(BUILD)/libtierkv.a $(LDFLAGS) $(LDLIBS)
 .SECONDARY: $(FUZZ_SRC:%.c=$(BUILD)/%.o) $(BUILD)/fuzz/replay_main.o
 
-# TESTS=substring picks tests by name; SHARED points at the shared fixtures.
+# TESTS=substring picks tests by name (=NAME: that test alone); SHARED points at the shared fixtures.
 SHARED ?= ../shared
 test: $(BUILD)/tierkv-tests $(BUILD)/tierkv $(REPLAY_BIN)
 	TIERKV_SHARED=$(SHARED) TIERKV_BIN=$(BUILD)/tierkv TIERKV_FUZZ_REPLAY=$(BUILD)/fuzz-replay $(BUILD)/tierkv-tests $(TESTS)

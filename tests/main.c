@@ -141,8 +141,11 @@ int main(int argc, char **argv) {
     for (int k = 0; k < n_tests; k++) {
         int i = 0;
         while (strcmp(tests[i].name, names[k]) != 0) i++;
+        /* an argument selects the tests whose names contain it; "=NAME" the test NAME alone */
         int want = argc <= 1;
-        for (int a = 1; a < argc; a++) if (strstr(tests[i].name, argv[a])) want = 1;
+        for (int a = 1; a < argc; a++)
+            if (argv[a][0] == '=' ? !strcmp(tests[i].name, argv[a] + 1) : strstr(tests[i].name, argv[a]) != NULL)
+                want = 1;
         if (!want) continue;
         cur_failures = 0; cur_skipped = 0; skip_why[0] = 0;
         struct timespec t0, t1;
