@@ -212,6 +212,13 @@ size_t cu_matmul_scratch(const be_backend *b, const be_mm_out *outs, int n_outs,
 
 /* ---- the kernel ---- */
 
+/* the block's tokens: the launch's, or (MM_TILE) its tile's pairs, tile_nt */
+template <int SEL>
+__device__ __forceinline__ int mm_nt(const mm_args &a, int tile_nt) {
+    if constexpr (SEL == MM_TILE) return tile_nt;
+    else return a.nt;
+}
+
 /* padded shared-memory index of tile element k */
 __device__ __forceinline__ int mm_pad(int k) { return k + 4 * (k >> 6); }
 
@@ -237,6 +244,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a, cons
     int block0;
     const float *bias;
     mm_pick_out<SEL>(a, es, w, y, y_stride, block0, bias);
+    int tile_nt = 0; /* MM_TILE: the tile's pairs, read once (mm_nt) */
+    if constexpr (SEL == MM_TILE) tile_nt = es.tile_n[blockIdx.y];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + warp) * R;
     const int xstride = mm_pad(a.kt); /* kt is a multiple of 64: the padded row length */
@@ -251,7 +260,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a, cons
         const int klen = (int)(a.n_in - k0 < a.kt ? a.n_in - k0 : a.kt);
         if constexpr (!XG) {
             __syncthreads(); /* the previous tile is no longer read */
-            for (int t = 0; t < mm_ntok<SEL>(a, es); t++) {
+            for (int t = 0; t < mm_nt<SEL>(a, tile_nt); t++) {
                 const float *xr;
                 if constexpr (SEL == MM_TILE) xr = a.x + mm_tile_pair(es, t) / es.x_div * a.n_in;
                 else xr = a.x + x0 + (int64_t)t * a.n_in;
@@ -277,7 +286,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a, cons
                 const int base = (int)(cw_span_base(T, u, s) - k0);
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    if (t >= mm_ntok<SEL>(a, es)) break;
+                    if (t >= mm_nt<SEL>(a, tile_nt)) break;
 #pragma unroll
                     for (int k4 = 0; k4 < SL / 4; k4++) {
                         float4 xv;
@@ -298,7 +307,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a, cons
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float s = cu_warp_sum(acc[r][t]);
-            if (lane == 0 && t < mm_ntok<SEL>(a, es) && row0 + r < w.n_out) {
+            if (lane == 0 && t < mm_nt<SEL>(a, tile_nt) && row0 + r < w.n_out) {
                 int64_t yr = t;
                 if constexpr (SEL == MM_TILE) yr = mm_tile_pair(es, t);
                 y[yr * y_stride + row0 + r] = mm_biased(s, bias, row0 + r);
