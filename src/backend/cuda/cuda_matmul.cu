@@ -212,13 +212,6 @@ size_t cu_matmul_scratch(const be_backend *b, const be_mm_out *outs, int n_outs,
 
 /* ---- the kernel ---- */
 
-/* the block's tokens: the launch's, or (MM_TILE) its tile's pairs, tile_nt */
-template <int SEL>
-__device__ __forceinline__ int mm_nt(const mm_args &a, int tile_nt) {
-    if constexpr (SEL == MM_TILE) return tile_nt;
-    else return a.nt;
-}
-
 /* padded shared-memory index of tile element k */
 __device__ __forceinline__ int mm_pad(int k) { return k + 4 * (k >> 6); }
 
@@ -244,8 +237,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32) mm_kernel(const mm_args a, cons
     int block0;
     const float *bias;
     mm_pick_out<SEL>(a, es, w, y, y_stride, block0, bias);
-    int tile_nt = 0; /* MM_TILE: the tile's pairs, read once (mm_nt) */
-    if constexpr (SEL == MM_TILE) tile_nt = es.tile_n[blockIdx.y];
+    const int tile_nt = mm_tile_nt<SEL>(es);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + warp) * R;
     const int xstride = mm_pad(a.kt); /* kt is a multiple of 64: the padded row length */

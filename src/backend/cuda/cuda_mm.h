@@ -112,10 +112,16 @@ __device__ __forceinline__ bool mm_idle(const mm_sel &s) {
     if constexpr (SEL == MM_TILE) return s.tile_e[blockIdx.y] < 0;
     else return false;
 }
-/* the block's tokens: the launch's, or its tile's pairs */
+/* MM_TILE: the block's tile's pairs, read once a block (0 for the other layouts: unused) */
 template <int SEL>
-__device__ __forceinline__ int mm_ntok(const mm_args &a, const mm_sel &s) {
+__device__ __forceinline__ int mm_tile_nt(const mm_sel &s) {
     if constexpr (SEL == MM_TILE) return s.tile_n[blockIdx.y];
+    else return 0;
+}
+/* the block's tokens: the launch's, or its tile's pairs (tile_nt, mm_tile_nt's) */
+template <int SEL>
+__device__ __forceinline__ int mm_nt(const mm_args &a, int tile_nt) {
+    if constexpr (SEL == MM_TILE) return tile_nt;
     else return a.nt;
 }
 /* the first x row a block reads: its pair's (MM_PAIR), else the launch's first */

@@ -66,14 +66,15 @@ struct mmq_part {
     const int8_t *xr[NT];
     const float *xs[NT];
     float acc[R][NT];
-    __device__ __forceinline__ mmq_part(const mm_args &a, const mm_sel &s, const int8_t *qx, const float *dx) {
+    __device__ __forceinline__ mmq_part(const mm_args &a, const mm_sel &s, int tile_nt, const int8_t *qx,
+                                        const float *dx) {
         int block0;
         mm_pick_out<SEL>(a, s, w, y, y_stride, block0, bias);
         row0 = ((int64_t)((int)blockIdx.x - block0) * MM_WARPS + (threadIdx.x >> 5)) * R;
 #pragma unroll
         for (int r = 0; r < R; r++) row[r] = row0 + r < w.n_out ? row0 + r : w.n_out - 1;
         const int64_t x0 = mm_x_row<SEL>(s);
-        const int nt = mm_ntok<SEL>(a, s);
+        const int nt = mm_nt<SEL>(a, tile_nt);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             int64_t tt;
@@ -141,7 +142,8 @@ template <int NT, int R, int SEL>
 __global__ void __launch_bounds__(MM_WARPS * 32)
     mmq8_kernel(const mm_args a, const int8_t *__restrict__ qx, const float *__restrict__ dx, const mm_sel es) {
     if (mm_idle<SEL>(es)) return; /* the whole block */
-    mmq_part<NT, R, SEL> p(a, es, qx, dx);
+    const int tile_nt = mm_tile_nt<SEL>(es);
+    mmq_part<NT, R, SEL> p(a, es, tile_nt, qx, dx);
     const int lane = threadIdx.x & 31;
     const int64_t n_u = a.n_in / 16;
 
@@ -149,7 +151,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
 #pragma unroll 4
     for (; u0 + 32 <= n_u; u0 += 32) mmq8_unit<NT, R, false>(p.acc, p.w, p.row, p.xr, p.xs, u0 + lane, n_u, lane);
     if (u0 < n_u) mmq8_unit<NT, R, true>(p.acc, p.w, p.row, p.xr, p.xs, u0 + lane, n_u, lane);
-    p.store(es, mm_ntok<SEL>(a, es));
+    p.store(es, mm_nt<SEL>(a, tile_nt));
 }
 
 /* ---- Q4_0, Q5_0, Q4_K, Q6_K: the integer decoders of cuda_wlayout.h ----
@@ -171,7 +173,8 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
     constexpr bool OFF = T == CW_T_Q4_K;                                  /* the only type with mins */
     static_assert(SW == 2 || SW == 4, "spans of 8 or 16 elements");
     if (mm_idle<SEL>(es)) return; /* the whole block */
-    mmq_part<NT, R, SEL> p(a, es, qx, dx);
+    const int tile_nt = mm_tile_nt<SEL>(es);
+    mmq_part<NT, R, SEL> p(a, es, tile_nt, qx, dx);
     const int64_t n_u = a.n_in / U;
 
 #pragma unroll 1
@@ -210,7 +213,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
             }
         }
     }
-    p.store(es, mm_ntok<SEL>(a, es));
+    p.store(es, mm_nt<SEL>(a, tile_nt));
 }
 
 template <int T, int NT, int R>

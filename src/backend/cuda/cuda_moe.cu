@@ -26,6 +26,7 @@ extern "C" {
 #define SEL_MAX_PAIRS BE_SEL_MAX_PAIRS /* a call's pairs at most (a grid's rows: 65535) */
 /* the most tiles n pairs of X experts need: sum over experts of ceil(c_e / MM_NT) */
 #define SEL_TILES(n, X) (((n) + MM_NT - 1) / MM_NT + ((X) < (n) ? (X) : (n)))
+#define SEL_TILE_CAP SEL_TILES(SEL_MAX_PAIRS, RT_MAX) /* each tile array's length in the buffer */
 /* pairs grouped by expert where they are at least this many a expert on average */
 #define SEL_GROUP_PER_EXPERT 2
 
@@ -179,7 +180,7 @@ __global__ void group_kernel(const int32_t *sel, int n, int X, int n_tiles, int3
 static int32_t *plan_of(cu_backend *B) {
     if (!B->sel_plan) {
         cu_graph_break(B);
-        const size_t ints = SEL_MAX_PAIRS + 3 * (size_t)SEL_TILES(SEL_MAX_PAIRS, RT_MAX);
+        const size_t ints = SEL_MAX_PAIRS + 3 * (size_t)SEL_TILE_CAP;
         CUDA_CHECK(cudaMalloc((void **)&B->sel_plan, ints * sizeof(int32_t)));
         cu_own(B, B->sel_plan);
     }
@@ -190,8 +191,7 @@ static int32_t *plan_of(cu_backend *B) {
 static void group_pairs(cu_backend *B, mm_sel &s, const int32_t *sel, int n, int X) {
     CU_REQUIRE(B->sel_plan, "matmul_sel: grouping before the experts' tables were prepared (a call with no pair)");
     const int n_tiles = SEL_TILES(n, X);
-    int32_t *order = B->sel_plan, *te = order + SEL_MAX_PAIRS, *tp = te + SEL_TILES(SEL_MAX_PAIRS, RT_MAX);
-    int32_t *tn = tp + SEL_TILES(SEL_MAX_PAIRS, RT_MAX);
+    int32_t *order = B->sel_plan, *te = order + SEL_MAX_PAIRS, *tp = te + SEL_TILE_CAP, *tn = tp + SEL_TILE_CAP;
     group_kernel<<<1, 256, (size_t)(3 * X + 1) * sizeof(int), B->compute>>>(sel, n, X, n_tiles, order, te, tp, tn);
     CU_LAUNCHED();
     s.order = order, s.tile_e = te, s.tile_p0 = tp, s.tile_n = tn;
