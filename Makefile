@@ -1,5 +1,5 @@
 # tierkv — one Makefile. `make` builds build/tierkv; `make test` runs the suite;
-# `make asan` / `make ubsan` / `make tsan` run it under sanitizers; `make fuzz` builds libFuzzer
+# `make asan` / `make ubsan` / `make asan-ubsan` / `make tsan` run it under sanitizers; `make fuzz` builds libFuzzer
 # targets (clang); `make fuzz-run FUZZ_SECONDS=N` runs each for N seconds, `make fuzz-smoke` is CI's
 # short run;
 # `make cuda` builds the same binaries with the CUDA backend into build-cuda/ (needs nvcc; plain
@@ -223,6 +223,10 @@ asan:
 	$(MAKE) test BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address"
 ubsan:
 	$(MAKE) test BUILD=build-ubsan OPT=-O1 CFLAGS="-fsanitize=undefined -fno-sanitize-recover=undefined" LDFLAGS="-fsanitize=undefined"
+# asan-ubsan: both in one build and one run of the suite (CI's: the checks of the two, once)
+asan-ubsan:
+	$(MAKE) test BUILD=build-asan-ubsan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined \
+	    -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined"
 # tsan: the suite under ThreadSanitizer (the thread pool, the transfer thread, the server's threads and
 # the tierkv processes the tests start). Every process writes its reports to build-tsan/tsan-report.PID
 # instead of its stderr (a test that reads a child's stderr cannot swallow one), and any such file
@@ -251,7 +255,7 @@ fuzz-smoke: fuzz
 	TIERKV_SHARED=$(SHARED) scripts/fuzz.sh 25 $(FUZZ_NAMES)
 
 clean:
-	rm -rf build build-asan build-ubsan build-tsan build-fuzz build-cuda build-cuda-noserve build-cuda-emu build-cuda-emu-asan build-cuda-emu-tsan
+	rm -rf build build-asan build-ubsan build-asan-ubsan build-tsan build-fuzz build-cuda build-cuda-noserve build-cuda-emu build-cuda-emu-asan build-cuda-emu-tsan
 
 format:
 	clang-format -i $(LIB_SRC) $(TOOL_SRC) $(TEST_SRC) $(wildcard fuzz/*.c) $(wildcard src/*/*.h src/backend/*/*.h include/*.h tests/*.h)
@@ -266,5 +270,5 @@ demo:
 	build/tierkv run -m "$$model" --chat -n 400 --policy hierarchy --hbm-ratio 0.5 --evict-ratio 0.03 --stats \
 	  -p "$(DEMO_Q) Please reason step by step, and put your final answer within \\boxed{}."
 
-.PHONY: all bench test cuda cuda-test cuda-emu cuda-emu-test cuda-emu-race-check print-nvcc asan ubsan tsan fuzz fuzz-run fuzz-smoke clean format demo FORCE
+.PHONY: all bench test cuda cuda-test cuda-emu cuda-emu-test cuda-emu-race-check print-nvcc asan ubsan asan-ubsan tsan fuzz fuzz-run fuzz-smoke clean format demo FORCE
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_SRC:%.c=$(BUILD)/%.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(BUILD)/fuzz/replay_main.d $(BUILD)/tests/cuda_emu/race_check.d
