@@ -79,8 +79,8 @@ class Server:
         c.close()
         return r.status, dict(r.getheaders()), data
 
-    def post(self, path, obj, headers=None):
-        st, h, data = self.request("POST", path, obj, headers)
+    def post(self, path, obj, headers=None, timeout=60):
+        st, h, data = self.request("POST", path, obj, headers, timeout)
         try:
             body = json.loads(data)
         except ValueError:
@@ -784,7 +784,12 @@ def sec_structured(args):
         def one(k):
             body = {"messages": [{"role": "user", "content": PROMPTS[k % 5]}], "max_tokens": max_tokens,
                     "temperature": temperature, "seed": k, "response_format": fmt(schemas[k % 5])}
-            res[k] = srv.post("/v1/chat/completions", body)
+            # n requests share the server's slots: the last wait for the first to finish before their
+            # own first byte, so the socket's timeout is the whole run's (60 s was not, on 2 slow cores)
+            try:
+                res[k] = srv.post("/v1/chat/completions", body, timeout=600)
+            except OSError as e:
+                res[k] = (0, None, {"client error": str(e)})
 
         ts = [threading.Thread(target=one, args=(k,)) for k in range(n)]
         for t in ts:
