@@ -161,6 +161,9 @@ cuda:
 	$(MAKE) CUDA=1 BUILD=$(CUDA_BUILD) $(CUDA_BUILD)/tierkv $(CUDA_BUILD)/tierkv-tests
 cuda-test:
 	$(MAKE) CUDA=1 BUILD=$(CUDA_BUILD) test
+# the sanitizers' compile flags, spelled once for asan, ubsan, asan-ubsan and EMU_ASAN=1
+SAN_ADDRESS = -fsanitize=address -fno-omit-frame-pointer
+SAN_UNDEFINED = -fsanitize=undefined -fno-sanitize-recover=undefined
 # The CUDA backend on the CPU (tests/cuda_emu, docs/CUDA.md "Checked on the CPU by emulation"): the
 # .cu files compiled as host C++ by tests/cuda_emu/nvcc-emu, linked with the emulated runtime
 # (EMU=1), into build-cuda-emu/ (EMU_BUILD), with the emulated cuBLAS beside the binaries.
@@ -170,8 +173,7 @@ cuda-test:
 # the kernels, shared memory included).
 ifeq ($(EMU_ASAN),1)
 EMU_BUILD ?= build-cuda-emu-asan
-EMU_SAN_ARGS = OPT=-O1 CFLAGS="-fsanitize=address -fno-omit-frame-pointer" LDFLAGS=-fsanitize=address \
-               EMU_CXXFLAGS="-O1 -fsanitize=address -fno-omit-frame-pointer"
+EMU_SAN_ARGS = OPT=-O1 CFLAGS="$(SAN_ADDRESS)" LDFLAGS=-fsanitize=address EMU_CXXFLAGS="-O1 $(SAN_ADDRESS)"
 # leaks are `make asan`'s: here the toolkit's cuBLAS libraries, which cuda_host_blas_probe loads and
 # unloads, leave their C++ runtimes' exception pools (2 x 71 KiB) in modules no suppression can name
 EMU_SAN_ENV = ASAN_OPTIONS=detect_leaks=0
@@ -220,13 +222,12 @@ print-nvcc:
 	@echo $(NVCC)
 
 asan:
-	$(MAKE) test BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address"
+	$(MAKE) test BUILD=build-asan OPT=-O1 CFLAGS="$(SAN_ADDRESS)" LDFLAGS=-fsanitize=address
 ubsan:
-	$(MAKE) test BUILD=build-ubsan OPT=-O1 CFLAGS="-fsanitize=undefined -fno-sanitize-recover=undefined" LDFLAGS="-fsanitize=undefined"
+	$(MAKE) test BUILD=build-ubsan OPT=-O1 CFLAGS="$(SAN_UNDEFINED)" LDFLAGS=-fsanitize=undefined
 # asan-ubsan: both in one build and one run of the suite (CI's: the checks of the two, once)
 asan-ubsan:
-	$(MAKE) test BUILD=build-asan-ubsan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined \
-	    -fno-omit-frame-pointer" LDFLAGS="-fsanitize=address,undefined"
+	$(MAKE) test BUILD=build-asan-ubsan OPT=-O1 CFLAGS="$(SAN_ADDRESS) $(SAN_UNDEFINED)" LDFLAGS="-fsanitize=address,undefined"
 # tsan: the suite under ThreadSanitizer (the thread pool, the transfer thread, the server's threads and
 # the tierkv processes the tests start). Every process writes its reports to build-tsan/tsan-report.PID
 # instead of its stderr (a test that reads a child's stderr cannot swallow one), and any such file
