@@ -151,8 +151,10 @@ $(BUILD)/fuzz-replay/%: $(BUILD)/fuzz/%.o $(BUILD)/fuzz/replay_main.o $(BUILD)/l
 
 # TESTS=substring picks tests by name (=NAME: that test alone); SHARED points at the shared fixtures.
 SHARED ?= ../shared
-test: $(BUILD)/tierkv-tests $(BUILD)/tierkv $(REPLAY_BIN)
+test: test-build
 	TIERKV_SHARED=$(SHARED) TIERKV_BIN=$(BUILD)/tierkv TIERKV_FUZZ_REPLAY=$(BUILD)/fuzz-replay $(BUILD)/tierkv-tests $(TESTS)
+# what make test runs, built and not run
+test-build: $(BUILD)/tierkv-tests $(BUILD)/tierkv $(REPLAY_BIN)
 
 # The CUDA build: compile and link only; `make cuda-test` also runs the suite (CUDA tests skip
 # without a GPU, with the runtime's reason). Into build-cuda/, or BUILD when given on the command line.
@@ -226,17 +228,24 @@ asan:
 ubsan:
 	$(MAKE) test BUILD=build-ubsan OPT=-O1 CFLAGS="$(SAN_UNDEFINED)" LDFLAGS=-fsanitize=undefined
 # asan-ubsan: both in one build and one run of the suite (CI's: the checks of the two, once)
+ASAN_UBSAN_BUILD = BUILD=build-asan-ubsan OPT=-O1 CFLAGS="$(SAN_ADDRESS) $(SAN_UNDEFINED)" LDFLAGS="-fsanitize=address,undefined"
 asan-ubsan:
-	$(MAKE) test BUILD=build-asan-ubsan OPT=-O1 CFLAGS="$(SAN_ADDRESS) $(SAN_UNDEFINED)" LDFLAGS="-fsanitize=address,undefined"
+	$(MAKE) test $(ASAN_UBSAN_BUILD)
+# asan-ubsan-build, tsan-build: those suites built, not run (CI builds them while its single-core
+# runs keep the other core busy: scripts/ci-lanes.sh)
+asan-ubsan-build:
+	$(MAKE) test-build $(ASAN_UBSAN_BUILD)
+tsan-build:
+	$(MAKE) test-build $(TSAN_BUILD)
 # tsan: the suite under ThreadSanitizer (the thread pool, the transfer thread, the server's threads and
 # the tierkv processes the tests start). Every process writes its reports to build-tsan/tsan-report.PID
 # instead of its stderr (a test that reads a child's stderr cannot swallow one), and any such file
 # fails the target, whatever the tests said. TESTS= names a part of the suite, as for make test.
 TSAN_LOG = $(CURDIR)/build-tsan/tsan-report
+TSAN_BUILD = BUILD=build-tsan OPT=-O1 CFLAGS="-fsanitize=thread" LDFLAGS="-fsanitize=thread"
 tsan:
 	rm -f $(TSAN_LOG).*
-	rc=0; TSAN_OPTIONS="log_path=$(TSAN_LOG) $(TSAN_OPTIONS)" $(MAKE) test BUILD=build-tsan OPT=-O1 \
-	    CFLAGS="-fsanitize=thread" LDFLAGS="-fsanitize=thread" || rc=$$?; \
+	rc=0; TSAN_OPTIONS="log_path=$(TSAN_LOG) $(TSAN_OPTIONS)" $(MAKE) test $(TSAN_BUILD) || rc=$$?; \
 	if ls $(TSAN_LOG).* >/dev/null 2>&1; then cat $(TSAN_LOG).*; \
 	    echo "tsan: ThreadSanitizer reported in $$(ls $(TSAN_LOG).* | wc -l) process(es): build-tsan/tsan-report.*"; exit 1; fi; \
 	[ $$rc = 0 ] && echo "tsan: no report"; exit $$rc
@@ -271,5 +280,5 @@ demo:
 	build/tierkv run -m "$$model" --chat -n 400 --policy hierarchy --hbm-ratio 0.5 --evict-ratio 0.03 --stats \
 	  -p "$(DEMO_Q) Please reason step by step, and put your final answer within \\boxed{}."
 
-.PHONY: all bench test cuda cuda-test cuda-emu cuda-emu-test cuda-emu-race-check print-nvcc asan ubsan asan-ubsan tsan fuzz fuzz-run fuzz-smoke clean format demo FORCE
+.PHONY: all bench test test-build cuda cuda-test cuda-emu cuda-emu-test cuda-emu-race-check print-nvcc asan ubsan asan-ubsan asan-ubsan-build tsan tsan-build fuzz fuzz-run fuzz-smoke clean format demo FORCE
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_SRC:%.c=$(BUILD)/%.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(BUILD)/fuzz/replay_main.d $(BUILD)/tests/cuda_emu/race_check.d

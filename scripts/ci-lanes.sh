@@ -2,10 +2,11 @@
 # ci-lanes.sh: CI's runs that keep one core busy each, in two lanes at once where the machine has two
 # cores or more: the GPU tests on the CPU against the emulated device (docs/CUDA.md: the emulation
 # runs a kernel's threads as fibers of one host thread), the libFuzzer targets' short run and
-# memcheck. Lane a: the plain emulated build, then AddressSanitizer's, then scripts/valgrind.sh;
-# lane b: ThreadSanitizer's emulated build, then `make fuzz-smoke` (about as long). The lanes share
-# nothing but the sources (each build has its own folder; valgrind.sh runs build/tierkv, which
-# `make` built before).
+# memcheck; beside them the builds of the sanitizer suites CI runs next. Lane a: the plain emulated
+# build, then AddressSanitizer's, scripts/valgrind.sh and `make fuzz-smoke`; lane b:
+# ThreadSanitizer's emulated build, then `make asan-ubsan-build` and `make tsan-build` (in CI the
+# lanes end within a minute or two of each other). The lanes share nothing but the sources (each
+# build has its own folder; valgrind.sh runs build/tierkv, which `make` built before).
 # Each lane's lines come prefixed with its name, each run's wall time and exit status follow it
 # ("ci: N s: ..."), and the script fails when any run failed, once both lanes have ended (a lane
 # stops at its first failure).
@@ -39,14 +40,16 @@ lane_a() {
     $emu make -j2 cuda-emu-test EMU_MODES="1 2r" EMU_TESTS="cuda split gpu_order" &&
         $emu make -j2 cuda-emu-test EMU_MODES=0 EMU_TESTS=qwen3_reference_logits_gpu &&
         $emu make -j2 cuda-emu-test EMU_ASAN=1 EMU_MODES=0 EMU_TESTS="cuda split gpu_order" &&
-        step env TIERKV_SHARED="${SHARED:-../shared}" scripts/valgrind.sh
+        step env TIERKV_SHARED="${SHARED:-../shared}" scripts/valgrind.sh &&
+        step make -j2 fuzz-smoke
 }
 tsan_tests="cuda_attention cuda_combine cuda_copy cuda_dense cuda_embed cuda_expand cuda_gemm cuda_gemv"
 tsan_tests+=" cuda_graph_env cuda_host cuda_kv =cuda_matmul cuda_matmul_forced cuda_prof cuda_route cuda_score split gpu_order"
 lane_b() {
     $emu make -j2 cuda-emu-test EMU_TSAN=1 EMU_MODES=0 EMU_TESTS="$tsan_tests" &&
         $emu make -j2 cuda-emu-test EMU_TSAN=1 EMU_MODES=0 EMU_TESTS=cuda_matmul_sel_tiles &&
-        step make fuzz-smoke
+        step make -j2 asan-ubsan-build &&
+        step make -j2 tsan-build
 }
 # a lane with its lines prefixed; its status goes to a file (the pipe's would be sed's)
 prefixed() {
