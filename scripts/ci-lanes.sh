@@ -28,8 +28,8 @@ step() {
     echo "ci: $((SECONDS - t0)) s: $* (exit $rc)"
     return "$rc"
 }
-# the emulated runs need the CUDA toolkit's headers and nvcc (for its version), as make cuda does
-if [ -x "${NVCC:-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc}" ] || command -v nvcc >/dev/null; then
+# the emulated runs need the CUDA toolkit's headers and nvcc (for its version): the nvcc make finds
+if [ -x "$(make -s --no-print-directory CUDA=1 print-nvcc)" ]; then
     emu=step
 else
     emu=no_nvcc
